@@ -1,0 +1,35 @@
+"""Errors raised for user mistakes in input data, measures or options."""
+
+from __future__ import annotations
+
+from os import PathLike
+
+
+class UDCGInputError(ValueError):
+    """A problem in the user's input, located as ``FILE:LINE: field 'x': what is wrong``.
+
+    Command-line entry points print the message and exit with status 2 instead of showing a
+    traceback.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | PathLike[str] | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.field = field
+        self.reason = message
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = self.path if self.line is None else f"{self.path}:{self.line}"
+            where += ": "
+        what = f"field '{self.field}': " if self.field is not None else ""
+        return f"{where}{what}{self.reason}"

@@ -1,0 +1,1 @@
+"""Readers and writers for every input and output format of the toolkit."""
