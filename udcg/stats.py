@@ -1,0 +1,484 @@
+"""Agreement between a retrieval metric and end-to-end accuracy.
+
+Query level: Spearman rho, Kendall tau-b or Pearson r between per-context metric values and
+correctness, with percentile bootstrap confidence intervals that resample *queries* (all contexts
+of a drawn query come along; a query drawn twice contributes its contexts twice), and a paired
+bootstrap test of "metric A correlates better with correctness than metric B".
+
+System level: Kendall tau-b between the ranking of retrievers by mean metric and by mean accuracy.
+
+A correlation is undefined (``nan``) when either vector is constant. Point estimates then return
+``nan``; the bootstrap functions skip undefined resamples and report how many there were.
+
+Implementation: a bootstrap resample is a vector of draw counts per query, so every context gets
+an integer weight (its query's count). Pearson and Spearman are computed as weighted statistics
+over all resamples at once, which equals the statistic on the explicitly duplicated sample;
+Kendall loops over resamples with :func:`scipy.stats.kendalltau` on the duplicated sample.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats as sps
+
+from udcg.errors import UDCGInputError
+
+Method = Literal["spearman", "kendall", "pearson"]
+METHODS: tuple[str, ...] = ("spearman", "kendall", "pearson")
+
+# Upper bound on the number of float64 cells in one [resamples, contexts] block (about 32 MiB).
+_BLOCK_CELLS = 1 << 22
+
+
+@dataclass(frozen=True)
+class CorrelationResult:
+    """A correlation with its percentile bootstrap confidence interval.
+
+    ``n`` contexts in ``n_groups`` queries; ``n_undefined`` of the ``n_resamples`` resamples had a
+    constant vector and were left out of the interval (``low``/``high`` are ``nan`` if all were).
+    """
+
+    estimate: float
+    low: float
+    high: float
+    method: str
+    n: int
+    n_groups: int
+    n_resamples: int
+    n_undefined: int
+
+
+@dataclass(frozen=True)
+class PairedTestResult:
+    """Paired bootstrap comparison of two metrics against the same correctness labels.
+
+    ``difference = estimate_a - estimate_b``; ``low``/``high`` is the percentile interval of the
+    resampled difference; ``p_value = (#{d* <= 0} + 1) / (n_defined + 1)`` is the one-sided p for
+    H1 "A correlates better than B", over the ``n_resamples - n_undefined`` defined resamples.
+    """
+
+    estimate_a: float
+    estimate_b: float
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    method: str
+    n_resamples: int
+    n_undefined: int
+
+
+@dataclass(frozen=True)
+class SystemAgreement:
+    """Kendall tau-b between two rankings of systems; rankings list system names best first."""
+
+    tau: float
+    p_value: float
+    n_systems: int
+    ranking_by_metric: list[str]
+    ranking_by_accuracy: list[str]
+
+
+# --------------------------------------------------------------------------------------------
+# validation
+
+
+def _as_vector(values: Any, name: str) -> np.ndarray:
+    """A finite float64 1-D array with at least 2 values."""
+    try:
+        out = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise UDCGInputError(f"expected a 1-D sequence of numbers ({exc})", field=name) from None
+    if out.ndim != 1:
+        raise UDCGInputError(f"expected a 1-D sequence, got {out.ndim}-D", field=name)
+    if out.size == 0:
+        raise UDCGInputError("empty input", field=name)
+    if not np.isfinite(out).all():
+        pos = int(np.argmax(~np.isfinite(out)))
+        raise UDCGInputError(f"position {pos}: NaN or infinite value", field=name)
+    if out.size < 2:
+        raise UDCGInputError("fewer than 2 values; a correlation needs at least 2", field=name)
+    return out
+
+
+def _check_lengths(ref: np.ndarray, ref_name: str, other: np.ndarray, name: str) -> None:
+    if other.shape[0] != ref.shape[0]:
+        raise UDCGInputError(
+            f"length mismatch: {ref_name} has {ref.shape[0]} values but {name} has "
+            f"{other.shape[0]}",
+            field=name,
+        )
+
+
+def _check_method(method: str) -> str:
+    if method not in METHODS:
+        raise UDCGInputError(
+            f"unknown method {method!r}; expected one of {', '.join(METHODS)}", field="method"
+        )
+    return method
+
+
+def _check_options(n_resamples: int, confidence: float) -> None:
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)):
+        raise UDCGInputError(
+            f"expected an integer, got {type(n_resamples).__name__}", field="n_resamples"
+        )
+    if n_resamples < 1:
+        raise UDCGInputError(f"must be at least 1, got {n_resamples}", field="n_resamples")
+    if not (isinstance(confidence, (int, float)) and 0.0 < float(confidence) < 1.0):
+        raise UDCGInputError(
+            f"must be a number strictly between 0 and 1, got {confidence!r}", field="confidence"
+        )
+
+
+def _group_codes(groups: Any, n: int, ref_name: str) -> tuple[np.ndarray, int]:
+    """``(codes, n_groups)``: each context's query as an integer 0..n_groups-1.
+
+    Codes follow the sorted order of the distinct labels (first-appearance order when labels
+    cannot be sorted), so the result does not depend on the order of the contexts.
+    """
+    if groups is None:
+        return np.arange(n, dtype=np.int64), n
+    labels = np.asarray(groups)
+    if labels.ndim != 1:
+        raise UDCGInputError(f"expected a 1-D sequence, got {labels.ndim}-D", field="groups")
+    if labels.shape[0] != n:
+        raise UDCGInputError(
+            f"length mismatch: {ref_name} has {n} values but groups has {labels.shape[0]}",
+            field="groups",
+        )
+    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+        pos = int(np.argmax(~np.isfinite(labels)))
+        raise UDCGInputError(f"position {pos}: NaN or infinite group id", field="groups")
+    try:
+        _, codes = np.unique(labels, return_inverse=True)
+    except TypeError:  # mixed label types that cannot be sorted
+        seen: dict[Any, int] = {}
+        codes = np.fromiter(
+            (seen.setdefault(g, len(seen)) for g in labels.tolist()), dtype=np.int64, count=n
+        )
+    codes = np.asarray(codes, dtype=np.int64).reshape(-1)
+    n_groups = int(codes.max()) + 1
+    if n_groups < 2:
+        raise UDCGInputError(
+            "all contexts belong to one query; resampling queries needs at least 2", field="groups"
+        )
+    return codes, n_groups
+
+
+# --------------------------------------------------------------------------------------------
+# point estimates
+
+
+def _is_constant(x: np.ndarray) -> bool:
+    return bool(x.max() == x.min())
+
+
+def _point(x: np.ndarray, y: np.ndarray, method: str) -> float:
+    """The scipy statistic; ``nan`` when either vector is constant."""
+    if _is_constant(x) or _is_constant(y):
+        return math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if method == "spearman":
+            value = sps.spearmanr(x, y)[0]
+        elif method == "kendall":
+            value = sps.kendalltau(x, y, variant="b")[0]
+        else:
+            value = sps.pearsonr(x, y)[0]
+    return float(value)
+
+
+def correlation(metric: Any, correct: Any, method: Method = "spearman") -> float:
+    """Correlation between per-context metric values and end-to-end correctness.
+
+    ``spearman``: rho = Pearson r of the average ranks; ``kendall``: tau-b =
+    (P - Q) / sqrt((P + Q + T_x)(P + Q + T_y)); ``pearson``: r = cov(x, y) / (sd(x) sd(y)).
+    Returns ``nan`` when either vector is constant (the correlation is undefined).
+    """
+    method = _check_method(method)
+    x = _as_vector(metric, "metric")
+    y = _as_vector(correct, "correct")
+    _check_lengths(x, "metric", y, "correct")
+    return _point(x, y, method)
+
+
+# --------------------------------------------------------------------------------------------
+# bootstrap machinery
+
+
+def _resample_counts(n_groups: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """``[n_resamples, n_groups]`` int counts: how often each query was drawn (n_groups draws)."""
+    draws = rng.integers(0, n_groups, size=(n_resamples, n_groups))
+    flat = draws + n_groups * np.arange(n_resamples, dtype=np.int64)[:, None]
+    return np.bincount(flat.ravel(), minlength=n_resamples * n_groups).reshape(
+        n_resamples, n_groups
+    )
+
+
+def _weighted_ranks(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Average ranks of ``x`` in each weighted sample: ``[b, n]`` for ``weights`` ``[b, n]``.
+
+    With W_<(v) the total weight of values below v and W_=(v) that of values equal to v, the
+    average rank is W_<(v) + (W_=(v) + 1) / 2, as ``rankdata`` gives on the duplicated sample.
+    """
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    n = x.shape[0]
+    new_block = np.empty(n, dtype=bool)
+    new_block[0] = True
+    new_block[1:] = xs[1:] != xs[:-1]
+    block_id = np.cumsum(new_block) - 1
+    starts = np.flatnonzero(new_block)
+    ends = np.append(starts[1:], n)  # exclusive
+    before = np.empty(n, dtype=np.int64)
+    upto = np.empty(n, dtype=np.int64)
+    before[order] = starts[block_id]
+    upto[order] = ends[block_id]
+    cum = np.zeros((weights.shape[0], n + 1), dtype=np.float64)
+    np.cumsum(weights[:, order], axis=1, out=cum[:, 1:])
+    return (cum[:, before] + cum[:, upto] + 1.0) / 2.0
+
+
+def _weighted_pearson(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted Pearson r per row: sum w dx dy / sqrt(sum w dx^2 * sum w dy^2).
+
+    ``x``/``y`` are ``[n]`` or ``[b, n]``; means are weighted per row.
+    """
+    total = weights.sum(axis=1)
+    mx = (weights * x).sum(axis=1) / total
+    my = (weights * y).sum(axis=1) / total
+    dx = x - mx[:, None]
+    dy = y - my[:, None]
+    wdx = weights * dx
+    sxy = (wdx * dy).sum(axis=1)
+    sxx = (wdx * dx).sum(axis=1)
+    syy = (weights * dy * dy).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = sxy / np.sqrt(sxx * syy)
+    return np.clip(r, -1.0, 1.0)
+
+
+def _constant_rows(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Rows whose present entries all share one value."""
+    hi = np.where(present, values, -np.inf).max(axis=1)
+    lo = np.where(present, values, np.inf).min(axis=1)
+    return hi == lo
+
+
+def _resample_statistics(
+    xs: list[np.ndarray], y: np.ndarray, weights: np.ndarray, method: str
+) -> list[np.ndarray]:
+    """Statistic of each ``x`` in ``xs`` against ``y`` for each weight row; ``nan`` if undefined.
+
+    ``weights`` is ``[b, n]`` with non-negative integer counts per context.
+    """
+    present = weights > 0
+    y_const = _constant_rows(np.broadcast_to(y, weights.shape), present)
+    outs = []
+    for x in xs:
+        undefined = y_const | _constant_rows(np.broadcast_to(x, weights.shape), present)
+        if method == "kendall":
+            out = np.full(weights.shape[0], np.nan)
+            reps = weights.astype(np.int64)
+            for b in np.flatnonzero(~undefined):
+                idx = np.repeat(np.arange(x.shape[0]), reps[b])
+                out[b] = sps.kendalltau(x[idx], y[idx], variant="b")[0]
+        elif method == "spearman":
+            out = _weighted_pearson(
+                _weighted_ranks(x, weights), _weighted_ranks(y, weights), weights
+            )
+        else:
+            out = _weighted_pearson(x, y, weights)
+        out[undefined] = np.nan
+        outs.append(out)
+    return outs
+
+
+def _bootstrap(
+    xs: list[np.ndarray],
+    y: np.ndarray,
+    codes: np.ndarray,
+    n_groups: int,
+    method: str,
+    n_resamples: int,
+    seed: int | None,
+) -> list[np.ndarray]:
+    """Resampled statistics (``[n_resamples]`` each, ``nan`` where undefined) for each x."""
+    rng = np.random.default_rng(seed)
+    counts = _resample_counts(n_groups, n_resamples, rng)
+    n = y.shape[0]
+    block = max(1, _BLOCK_CELLS // max(n, 1))
+    parts: list[list[np.ndarray]] = [[] for _ in xs]
+    for start in range(0, n_resamples, block):
+        weights = counts[start : start + block][:, codes].astype(np.float64)
+        for part, stat in zip(parts, _resample_statistics(xs, y, weights, method), strict=True):
+            part.append(stat)
+    return [np.concatenate(part) for part in parts]
+
+
+def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    defined = values[~np.isnan(values)]
+    if defined.size == 0:
+        return math.nan, math.nan
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(defined, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+# --------------------------------------------------------------------------------------------
+# public bootstrap API
+
+
+def bootstrap_correlation(
+    metric: Any,
+    correct: Any,
+    groups: Any = None,
+    method: Method = "spearman",
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> CorrelationResult:
+    """Correlation with a percentile bootstrap CI that resamples queries.
+
+    Each resample draws ``n_groups`` query ids with replacement and keeps all contexts of every
+    drawn query (``groups[i]`` = query id of context i; ``None``: each context is its own query).
+    CI = [q_{a/2}, q_{1-a/2}] of the defined resampled statistics, a = 1 - confidence.
+    """
+    method = _check_method(method)
+    x = _as_vector(metric, "metric")
+    y = _as_vector(correct, "correct")
+    _check_lengths(x, "metric", y, "correct")
+    _check_options(n_resamples, confidence)
+    codes, n_groups = _group_codes(groups, x.shape[0], "metric")
+    (dist,) = _bootstrap([x], y, codes, n_groups, method, int(n_resamples), seed)
+    low, high = _interval(dist, confidence)
+    return CorrelationResult(
+        estimate=_point(x, y, method),
+        low=low,
+        high=high,
+        method=method,
+        n=int(x.shape[0]),
+        n_groups=n_groups,
+        n_resamples=int(n_resamples),
+        n_undefined=int(np.isnan(dist).sum()),
+    )
+
+
+def paired_bootstrap_test(
+    metric_a: Any,
+    metric_b: Any,
+    correct: Any,
+    groups: Any = None,
+    method: Method = "spearman",
+    n_resamples: int = 1000,
+    seed: int | None = 0,
+    confidence: float = 0.95,
+) -> PairedTestResult:
+    """Paired bootstrap test of H1 "metric A correlates better with correctness than B".
+
+    A and B are evaluated on the same query resamples; d* = corr*(A) - corr*(B);
+    p = (#{d* <= 0} + 1) / (n_defined + 1); CI of the difference as in the percentile bootstrap.
+    """
+    method = _check_method(method)
+    a = _as_vector(metric_a, "metric_a")
+    b = _as_vector(metric_b, "metric_b")
+    y = _as_vector(correct, "correct")
+    _check_lengths(a, "metric_a", b, "metric_b")
+    _check_lengths(a, "metric_a", y, "correct")
+    _check_options(n_resamples, confidence)
+    codes, n_groups = _group_codes(groups, a.shape[0], "metric_a")
+    dist_a, dist_b = _bootstrap([a, b], y, codes, n_groups, method, int(n_resamples), seed)
+    diff = dist_a - dist_b
+    defined = diff[~np.isnan(diff)]
+    p_value = (float(np.count_nonzero(defined <= 0.0)) + 1.0) / (defined.size + 1.0)
+    low, high = _interval(diff, confidence)
+    est_a, est_b = _point(a, y, method), _point(b, y, method)
+    return PairedTestResult(
+        estimate_a=est_a,
+        estimate_b=est_b,
+        difference=est_a - est_b,
+        low=low,
+        high=high,
+        p_value=p_value,
+        method=method,
+        n_resamples=int(n_resamples),
+        n_undefined=int(diff.size - defined.size),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# system level
+
+
+def _system_values(values: Mapping[str, float], name: str) -> dict[str, float]:
+    if not isinstance(values, Mapping):
+        raise UDCGInputError(
+            f"expected a mapping of system name to value, got {type(values).__name__}", field=name
+        )
+    out: dict[str, float] = {}
+    for system, value in values.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise UDCGInputError(
+                f"system {system!r}: expected a number, got {value!r}", field=name
+            ) from None
+        if not math.isfinite(number):
+            raise UDCGInputError(f"system {system!r}: NaN or infinite value", field=name)
+        out[system] = number
+    return out
+
+
+def _best_first(values: Mapping[str, float]) -> list[str]:
+    """System names by decreasing value; ties keep the order of ``sorted(str(name))``."""
+    return sorted(values, key=lambda s: (-values[s], str(s)))
+
+
+def system_kendall(
+    metric_by_system: Mapping[str, float], accuracy_by_system: Mapping[str, float]
+) -> SystemAgreement:
+    """Kendall tau-b between ranking systems by mean metric and by mean accuracy.
+
+    ``p_value`` is scipy's two-sided p for tau-b = 0. ``tau`` and ``p_value`` are ``nan`` when all
+    systems tie on either side.
+    """
+    metric = _system_values(metric_by_system, "metric_by_system")
+    accuracy = _system_values(accuracy_by_system, "accuracy_by_system")
+    only_metric = [s for s in metric if s not in accuracy]
+    only_accuracy = [s for s in accuracy if s not in metric]
+    if only_metric or only_accuracy:
+        parts = []
+        if only_metric:
+            parts.append(f"only in metric_by_system: {', '.join(map(str, only_metric[:5]))}")
+        if only_accuracy:
+            parts.append(f"only in accuracy_by_system: {', '.join(map(str, only_accuracy[:5]))}")
+        raise UDCGInputError(
+            "system names differ (" + "; ".join(parts) + ")", field="accuracy_by_system"
+        )
+    if len(metric) < 2:
+        raise UDCGInputError(
+            f"need at least 2 systems to compare rankings, got {len(metric)}",
+            field="metric_by_system",
+        )
+    systems = list(metric)
+    x = np.array([metric[s] for s in systems])
+    y = np.array([accuracy[s] for s in systems])
+    if _is_constant(x) or _is_constant(y):
+        tau, p_value = math.nan, math.nan
+    else:
+        res = sps.kendalltau(x, y, variant="b")
+        tau, p_value = float(res[0]), float(res[1])
+    return SystemAgreement(
+        tau=tau,
+        p_value=p_value,
+        n_systems=len(systems),
+        ranking_by_metric=_best_first(metric),
+        ranking_by_accuracy=_best_first(accuracy),
+    )
