@@ -57,7 +57,9 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as raw:
-            stream: IO = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.suffix == ".gz" else raw
+            stream: IO = (
+                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.suffix == ".gz" else raw
+            )
             with stream if stream is not raw else contextlib.nullcontext(raw):
                 if "b" in mode:
                     yield stream
