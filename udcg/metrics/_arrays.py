@@ -68,7 +68,7 @@ def check_same_shape(
     a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], names: tuple[str, str]
 ) -> None:
     """Paired per-passage inputs must describe the same lists."""
-    (va, la), (vb, lb) = a, b
+    (_, la), (_, lb) = a, b
     if la.shape != lb.shape:
         raise UDCGInputError(
             f"{names[0]} has {la.shape[0]} queries but {names[1]} has {lb.shape[0]}",
@@ -91,3 +91,74 @@ def check_range(values: np.ndarray, name: str, low: float, high: float) -> None:
             f"row {row}, position {col}: {values[row, col]!r} is outside [{low}, {high}]",
             field=name,
         )
+
+
+def unpad(padded: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Per-query 1-D arrays: the first ``lengths[i]`` values of each row."""
+    kept = padded[np.arange(padded.shape[1]) < lengths[:, None]]
+    return np.split(kept, np.cumsum(lengths)[:-1]) if len(lengths) else []
+
+
+def as_padded_matrices(
+    values: Any, name: str, axes: tuple[str, str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(cube, rows, cols)`` from a 3-D array ``[n, rows, cols]`` or a ragged list of per-query
+    2-D lists of booleans: a zero-padded bool ``[n, max_rows, max_cols]`` array and each
+    query's row and column counts. A query given as ``[]`` has 0 rows and 0 columns; values
+    must be booleans or 0/1. ``axes`` names rows and columns in error messages."""
+    shape = f"[{axes[0]}, {axes[1]}]"
+    if isinstance(values, np.ndarray):
+        if values.ndim != 3:
+            raise UDCGInputError(
+                f"expected a 3-D array [n_queries, {axes[0]}, {axes[1]}] or a list of "
+                f"per-query {shape} lists, got a {values.ndim}-D array",
+                field=name,
+            )
+        try:
+            cube = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise UDCGInputError(f"expected booleans ({exc})", field=name) from None
+        n, n_rows, n_cols = cube.shape
+        rows = np.full(n, n_rows, dtype=np.int64)
+        cols = np.full(n, n_cols, dtype=np.int64)
+    else:
+        try:
+            queries = list(values)
+        except TypeError:
+            raise UDCGInputError(
+                f"expected a list of per-query {shape} lists, got {type(values).__name__}",
+                field=name,
+            ) from None
+        mats = []
+        for i, query in enumerate(queries):
+            try:
+                mat = np.asarray(query, dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise UDCGInputError(
+                    f"query {i}: expected a {shape} list of lists of booleans ({exc})",
+                    field=name,
+                ) from None
+            if mat.ndim == 1 and mat.size == 0:
+                mat = mat.reshape(0, 0)
+            if mat.ndim != 2:
+                raise UDCGInputError(
+                    f"query {i}: expected a {shape} list of lists, got {mat.ndim}-D",
+                    field=name,
+                )
+            mats.append(mat)
+        rows = np.fromiter((m.shape[0] for m in mats), dtype=np.int64, count=len(mats))
+        cols = np.fromiter((m.shape[1] for m in mats), dtype=np.int64, count=len(mats))
+        width_r = int(rows.max()) if len(mats) else 0
+        width_c = int(cols.max()) if len(mats) else 0
+        cube = np.zeros((len(mats), width_r, width_c), dtype=np.float64)
+        for i, mat in enumerate(mats):
+            cube[i, : mat.shape[0], : mat.shape[1]] = mat
+    bad = (cube != 0) & (cube != 1)
+    if bad.any():
+        q, r, c = (int(x) for x in np.argwhere(bad)[0])
+        raise UDCGInputError(
+            f"query {q}, {axes[0]} row {r}, {axes[1]} column {c}: {cube[q, r, c]!r} is not "
+            "a boolean (expected True/False or 0/1)",
+            field=name,
+        )
+    return cube.astype(bool), rows, cols

@@ -1,0 +1,228 @@
+"""trec_eval-compatible evaluation of a run against qrels, vectorised over queries.
+
+Semantics (those of trec_eval, checked against pytrec_eval): documents are ranked by score
+descending, ties broken by document id descending; unjudged documents have relevance 0; binary
+measures count relevance >= ``rel`` (1 by default); nDCG uses linear gain max(relevance, 0) and
+the ideal ranking of all judged documents of the query; AP and R divide by the number of
+relevant judged documents; queries of the run that are absent from the qrels are ignored, and
+so are judged queries that the run does not retrieve for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from os import PathLike
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from udcg.errors import UDCGInputError
+from udcg.io.trec_files import (
+    Qrels,
+    Run,
+    locate_duplicate,
+    qrels_from_dict,
+    read_trec_qrels,
+    read_trec_run,
+    run_from_dict,
+)
+from udcg.measures import Measure, parse_measures
+from udcg.metrics import _kernels
+
+QrelsLike = Qrels | Mapping[str, Mapping[str, int]] | str | PathLike[str]
+RunLike = Run | Mapping[str, Mapping[str, float]] | str | PathLike[str]
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluation:
+    """Per-query values: ``values[i, j]`` is measure ``measures[j]`` on query ``qids[i]``."""
+
+    qids: list[str]
+    measures: list[Measure]
+    values: np.ndarray
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        """``{qid: {measure: value}}``."""
+        names = [str(m) for m in self.measures]
+        return {
+            q: dict(zip(names, row, strict=True))
+            for q, row in zip(self.qids, self.values.tolist(), strict=True)
+        }
+
+    def mean(self) -> dict[str, float]:
+        """Mean of each measure over the evaluated queries (0 when there are none)."""
+        means = self.values.mean(axis=0) if len(self.qids) else np.zeros(len(self.measures))
+        return {str(m): float(v) for m, v in zip(self.measures, means, strict=True)}
+
+
+def _as_run(run: RunLike) -> Run:
+    if isinstance(run, Run):
+        return run
+    if isinstance(run, Mapping):
+        return run_from_dict(run)
+    return read_trec_run(run)
+
+
+def _as_qrels(qrels: QrelsLike) -> Qrels:
+    if isinstance(qrels, Qrels):
+        return qrels
+    if isinstance(qrels, Mapping):
+        return qrels_from_dict(qrels)
+    return read_trec_qrels(qrels)
+
+
+def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """Integer codes of two string columns over one shared dictionary."""
+    encoded = pc.dictionary_encode(pa.concat_arrays([first, second]))
+    codes = encoded.indices.to_numpy().astype(np.int64)
+    return codes[: len(first)], codes[len(first) :], encoded.dictionary
+
+
+def _has_duplicates(keys: np.ndarray) -> bool:
+    ordered = np.sort(keys)
+    return bool((ordered[1:] == ordered[:-1]).any())
+
+
+def _duplicate_error(
+    what: str,
+    source: str | None,
+    keys: np.ndarray,
+    qids: pa.Array,
+    docs: pa.Array,
+    q: np.ndarray,
+    d: np.ndarray,
+) -> UDCGInputError:
+    """The error for a repeated (query, document) pair, located by line when read from a file."""
+    if what == "qrels":
+        locate_duplicate(source, ("qid", "iteration", "doc_id", "relevance"), "relevance")
+    else:
+        locate_duplicate(source, ("qid", "Q0", "doc_id", "rank", "score", "tag"), "score")
+    order = np.argsort(keys, kind="stable")
+    i = int(order[np.flatnonzero(keys[order][1:] == keys[order][:-1])[0] + 1])
+    return UDCGInputError(
+        f"duplicate document {docs[d[i]].as_py()!r} for query {qids[q[i]].as_py()!r}", field=what
+    )
+
+
+def _ideal_dcg(q: np.ndarray, grades: np.ndarray, n_queries: int, k: int | None) -> np.ndarray:
+    """IDCG@k per query: its judged gains sorted descending, counted per grade (no sort)."""
+    gains = np.maximum(grades, 0)
+    per_grade = np.bincount(q * (int(gains.max(initial=0)) + 1) + gains)
+    counts = np.zeros((n_queries, int(gains.max(initial=0)) + 1), dtype=np.int64)
+    counts.flat[: len(per_grade)] = per_grade
+    depth = int(counts[:, 1:].sum(axis=1).max(initial=0))
+    depth = depth if k is None else min(depth, k)
+    cumulative = np.concatenate(([0.0], np.cumsum(_kernels.discounts(depth))))
+    idcg = np.zeros(n_queries)
+    filled = np.zeros(n_queries, dtype=np.int64)
+    for grade in range(counts.shape[1] - 1, 0, -1):
+        end = np.minimum(filled + counts[:, grade], depth)
+        idcg += grade * (cumulative[end] - cumulative[np.minimum(filled, depth)])
+        filled += counts[:, grade]
+    return idcg
+
+
+def _length_buckets(lengths: np.ndarray) -> list[np.ndarray]:
+    """Group queries whose list lengths share a power-of-two class, bounding padding to 2x."""
+    classes = np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64)
+    return [np.flatnonzero(classes == c) for c in np.unique(classes)]
+
+
+def _measure(m: Measure, gains: np.ndarray, n_rel: np.ndarray, idcg: np.ndarray) -> np.ndarray:
+    if m.name == "nDCG":
+        return _kernels.ndcg(np.maximum(gains, 0.0), idcg, m.cutoff)
+    is_rel = (gains >= m.rel).astype(np.float64)
+    if m.name == "AP":
+        return _kernels.average_precision(is_rel, n_rel, m.cutoff)
+    if m.name == "RR":
+        return _kernels.reciprocal_rank(is_rel, m.cutoff)
+    if m.name == "P":
+        return _kernels.precision(is_rel, m.cutoff)
+    if m.name == "R":
+        return _kernels.recall(is_rel, n_rel, m.cutoff)
+    return _kernels.hits(is_rel, m.cutoff)
+
+
+def evaluate_table(
+    qrels: QrelsLike, run: RunLike, measures: str | Measure | Iterable[str | Measure]
+) -> Evaluation:
+    """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths or dicts."""
+    parsed = parse_measures(measures)
+    qrels, run = _as_qrels(qrels), _as_run(run)
+    q_run, q_qrels, qid_names = _encode(run.qids, qrels.qids)
+    d_run, d_qrels, doc_names = _encode(run.doc_ids, qrels.doc_ids)
+    n_queries, n_docs = len(qid_names), max(len(doc_names), 1)
+
+    qrel_keys = q_qrels * n_docs + d_qrels
+    qrel_order = np.argsort(qrel_keys)
+    sorted_keys = qrel_keys[qrel_order]
+    if (sorted_keys[1:] == sorted_keys[:-1]).any():
+        raise _duplicate_error(
+            "qrels", qrels.source, qrel_keys, qid_names, doc_names, q_qrels, d_qrels
+        )
+    run_keys = q_run * n_docs + d_run
+    if _has_duplicates(run_keys):
+        raise _duplicate_error("run", run.source, run_keys, qid_names, doc_names, q_run, d_run)
+
+    judged = np.zeros(n_queries, dtype=bool)
+    judged[q_qrels] = True
+    keep = judged[q_run]
+    ranked = pa.table(
+        {"q": q_run[keep], "s": run.scores[keep], "d": run.doc_ids.filter(pa.array(keep))}
+    )
+    order = pc.sort_indices(
+        ranked, sort_keys=[("q", "ascending"), ("s", "descending"), ("d", "descending")]
+    ).to_numpy()
+    q_ranked = q_run[keep][order]
+    d_ranked = d_run[keep][order]
+
+    ranked_keys = q_ranked * n_docs + d_ranked
+    pos = np.minimum(np.searchsorted(sorted_keys, ranked_keys), max(len(sorted_keys) - 1, 0))
+    found = (
+        sorted_keys[pos] == ranked_keys if len(sorted_keys) else np.zeros(len(ranked_keys), bool)
+    )
+    gains = np.where(found, qrels.relevance[qrel_order][pos], 0).astype(np.float64)
+
+    lengths = np.bincount(q_ranked, minlength=n_queries)
+    evaluated = np.flatnonzero(lengths > 0)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    rank = np.arange(len(q_ranked)) - starts[q_ranked]
+
+    rel_levels = {m.rel for m in parsed if m.name in ("AP", "R")}
+    n_rel = {
+        lvl: np.bincount(q_qrels, weights=qrels.relevance >= lvl, minlength=n_queries)
+        for lvl in rel_levels
+    }
+    idcg = {
+        m.cutoff: _ideal_dcg(q_qrels, qrels.relevance, n_queries, m.cutoff)
+        for m in parsed
+        if m.name == "nDCG"
+    }
+
+    values = np.empty((n_queries, len(parsed)))
+    row_of = np.empty(n_queries, dtype=np.int64)
+    for bucket in _length_buckets(lengths[evaluated]):
+        queries = evaluated[bucket]
+        row_of[queries] = np.arange(len(queries))
+        in_bucket = np.isin(q_ranked, queries) if len(bucket) < len(evaluated) else slice(None)
+        padded = np.zeros((len(queries), int(lengths[queries].max())))
+        padded[row_of[q_ranked[in_bucket]], rank[in_bucket]] = gains[in_bucket]
+        for j, m in enumerate(parsed):
+            n_rel_m = n_rel[m.rel][queries] if m.name in ("AP", "R") else None
+            idcg_m = idcg[m.cutoff][queries] if m.name == "nDCG" else None
+            values[queries, j] = _measure(m, padded, n_rel_m, idcg_m)
+    names = qid_names.take(pa.array(evaluated)).to_pylist()
+    return Evaluation(names, parsed, values[evaluated])
+
+
+def evaluate(
+    qrels: QrelsLike, run: RunLike, measures: str | Measure | Iterable[str | Measure]
+) -> dict[str, dict[str, float]]:
+    """Per-query values ``{qid: {measure: value}}``, equal to pytrec_eval's for the same inputs.
+
+    ``measures`` use ir_measures names: ``nDCG@10``, ``AP``, ``AP@100``, ``RR``, ``P@5``,
+    ``R@100``, ``Hits@10``.
+    """
+    return evaluate_table(qrels, run, measures).to_dict()

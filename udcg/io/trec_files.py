@@ -1,0 +1,240 @@
+"""TREC run and qrels files, and ``{qid: {doc_id: value}}`` dicts, as columnar tables.
+
+Run lines are ``qid Q0 doc_id rank score tag`` (rank, Q0 and tag are ignored, as trec_eval
+does); qrels lines are ``qid iteration doc_id relevance`` with integer relevance. Columns may
+be separated by any run of spaces or tabs. Files are parsed by Arrow's multithreaded CSV
+reader; when it or a vectorised check finds a problem, a line-by-line scan reports the first
+one as ``FILE:LINE: field 'x': what is wrong``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+
+from udcg.errors import UDCGInputError
+from udcg.io.files import PathType, atomic_write, read_bytes
+
+_RUN_COLUMNS = ("qid", "Q0", "doc_id", "rank", "score", "tag")
+_QRELS_COLUMNS = ("qid", "iteration", "doc_id", "relevance")
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """A ranked retrieval run: one row per (query, document) with its score."""
+
+    qids: pa.Array
+    doc_ids: pa.Array
+    scores: np.ndarray
+    source: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        """``{qid: {doc_id: score}}``."""
+        return _to_dict(self.qids, self.doc_ids, self.scores.tolist())
+
+
+@dataclass(frozen=True, eq=False)
+class Qrels:
+    """Relevance judgements: one row per judged (query, document) with an integer grade."""
+
+    qids: pa.Array
+    doc_ids: pa.Array
+    relevance: np.ndarray
+    source: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.relevance)
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        """``{qid: {doc_id: relevance}}``."""
+        return _to_dict(self.qids, self.doc_ids, self.relevance.tolist())
+
+
+def _to_dict(qids: pa.Array, doc_ids: pa.Array, values: list) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for q, d, v in zip(qids.to_pylist(), doc_ids.to_pylist(), values, strict=True):
+        out.setdefault(q, {})[d] = v
+    return out
+
+
+def _single_spaced(data: bytes) -> bytes:
+    """Columns separated by exactly one space, no leading or trailing spaces."""
+    return b"\n".join(b" ".join(line.split()) for line in data.split(b"\n"))
+
+
+def _parse_table(data: bytes, names: tuple[str, ...], types: dict[str, pa.DataType]) -> pa.Table:
+    """Parse single-space separated columns; retry once with whitespace normalised."""
+    try:
+        return _read_csv(data, names, types)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return _read_csv(_single_spaced(data), names, types)
+
+
+def _read_csv(data: bytes, names: tuple[str, ...], types: dict[str, pa.DataType]) -> pa.Table:
+    return pa_csv.read_csv(
+        io.BytesIO(data),
+        read_options=pa_csv.ReadOptions(column_names=list(names)),
+        parse_options=pa_csv.ParseOptions(delimiter=" ", quote_char=False),
+        convert_options=pa_csv.ConvertOptions(
+            column_types=types, include_columns=list(types), strings_can_be_null=False
+        ),
+    )
+
+
+def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str) -> None:
+    """Walk the file line by line and raise UDCGInputError at the first bad line."""
+    seen: dict[str, set[str]] = {}
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UDCGInputError(
+                f"not valid UTF-8 ({exc.reason})", path=path, line=number
+            ) from None
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != len(names):
+            raise UDCGInputError(
+                f"expected {len(names)} columns ({' '.join(names)}), found {len(fields)}",
+                path=path,
+                line=number,
+            )
+        row = dict(zip(names, fields, strict=True))
+        _check_value(row[value_field], value_field, path, number)
+        docs = seen.setdefault(row["qid"], set())
+        if row["doc_id"] in docs:
+            raise UDCGInputError(
+                f"duplicate document {row['doc_id']!r} for query {row['qid']!r}",
+                path=path,
+                line=number,
+                field="doc_id",
+            )
+        docs.add(row["doc_id"])
+
+
+def _check_value(text: str, field: str, path: PathType | None, line: int | None) -> None:
+    if field == "relevance":
+        try:
+            int(text)
+        except ValueError:
+            raise UDCGInputError(
+                f"{text!r} is not an integer grade", path=path, line=line, field=field
+            ) from None
+        return
+    try:
+        value = float(text)
+    except ValueError:
+        raise UDCGInputError(
+            f"{text!r} is not a number", path=path, line=line, field=field
+        ) from None
+    if not math.isfinite(value):
+        raise UDCGInputError(f"{text!r} is not finite", path=path, line=line, field=field)
+
+
+def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: pa.DataType):
+    data = read_bytes(path)
+    if not data.strip():
+        raise UDCGInputError("empty file", path=path)
+    types = {"qid": pa.string(), "doc_id": pa.string(), value_field: value_type}
+    try:
+        table = _parse_table(data, names, types)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        _scan(path, data, names, value_field)
+        raise UDCGInputError(f"could not parse: {exc}", path=path) from None
+    values = table[value_field].to_numpy()
+    qids, doc_ids = table["qid"].combine_chunks(), table["doc_id"].combine_chunks()
+    if value_field == "score" and not np.isfinite(values).all():
+        _scan(path, data, names, value_field)
+    return qids, doc_ids, values
+
+
+def locate_duplicate(source: str | None, names: tuple[str, ...], value_field: str) -> None:
+    """Raise the file-and-line error for a duplicate (query, document) found in ``source``."""
+    if source is not None:
+        _scan(source, read_bytes(source), names, value_field)
+
+
+def read_trec_run(path: PathType) -> Run:
+    """Read a TREC run file (``qid Q0 doc_id rank score tag``); gzip is detected."""
+    qids, doc_ids, scores = _read(path, _RUN_COLUMNS, "score", pa.float64())
+    return Run(qids, doc_ids, scores.astype(np.float64, copy=False), str(path))
+
+
+def read_trec_qrels(path: PathType) -> Qrels:
+    """Read a TREC qrels file (``qid iteration doc_id relevance``); gzip is detected."""
+    qids, doc_ids, grades = _read(path, _QRELS_COLUMNS, "relevance", pa.int64())
+    return Qrels(qids, doc_ids, grades.astype(np.int64, copy=False), str(path))
+
+
+def _from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, pa.Array, list]:
+    if not isinstance(data, Mapping):
+        raise UDCGInputError(
+            f"expected {{qid: {{doc_id: {field}}}}}, got {type(data).__name__}", field=name
+        )
+    qids: list[str] = []
+    doc_ids: list[str] = []
+    values: list = []
+    for qid, docs in data.items():
+        if not isinstance(docs, Mapping):
+            raise UDCGInputError(f"query {qid!r}: expected a dict of doc_id -> {field}", field=name)
+        qids.extend([str(qid)] * len(docs))
+        doc_ids.extend(map(str, docs))
+        values.extend(docs.values())
+    for q, d, v in zip(qids, doc_ids, values, strict=True):
+        if isinstance(v, bool) or not isinstance(v, int | float | np.number):
+            raise UDCGInputError(f"query {q!r}, document {d!r}: {v!r} is not a number", field=name)
+    return pa.array(qids, pa.string()), pa.array(doc_ids, pa.string()), values
+
+
+def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
+    """A Run from ``{qid: {doc_id: score}}``."""
+    qids, doc_ids, values = _from_dict(data, "score", "run")
+    scores = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(scores).all():
+        i = int(np.argmin(np.isfinite(scores)))
+        raise UDCGInputError(
+            f"query {qids[i]}, document {doc_ids[i]}: score {scores[i]!r} is not finite",
+            field="run",
+        )
+    return Run(qids, doc_ids, scores)
+
+
+def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
+    """Qrels from ``{qid: {doc_id: relevance}}`` with integer grades."""
+    qids, doc_ids, values = _from_dict(data, "relevance", "qrels")
+    for q, d, v in zip(qids, doc_ids, values, strict=True):
+        if int(v) != v:
+            raise UDCGInputError(
+                f"query {q}, document {d}: {v!r} is not an integer grade", field="qrels"
+            )
+    return Qrels(qids, doc_ids, np.asarray(values, dtype=np.int64))
+
+
+def write_trec_run(path: PathType, run: Run, tag: str = "udcg") -> None:
+    """Write ``run`` as a TREC run file, ranked by score descending within each query."""
+    order = pc.sort_indices(
+        pa.table({"q": run.qids, "s": run.scores, "d": run.doc_ids}),
+        sort_keys=[("q", "ascending"), ("s", "descending"), ("d", "descending")],
+    ).to_numpy()
+    qids = np.asarray(run.qids.to_pylist(), dtype=object)[order]
+    docs = np.asarray(run.doc_ids.to_pylist(), dtype=object)[order]
+    scores = run.scores[order]
+    with atomic_write(Path(path)) as out:
+        rank = 0
+        previous = None
+        for q, d, s in zip(qids, docs, scores, strict=True):
+            rank = rank + 1 if q == previous else 1
+            previous = q
+            out.write(f"{q} Q0 {d} {rank} {s!r} {tag}\n")

@@ -1,0 +1,75 @@
+"""Q-CARE coverage metrics for retrieval (Choi et al., arXiv 2608.11238).
+
+A query is decomposed into sub-queries SQ; a judge (or a human) labels whether chunk j of the
+retrieved list covers sub-query s. Per chunk, the coverage gain is::
+
+    r_j = |{s in SQ covered by chunk j}| / |SQ|     (graded; denominator 1 when SQ is empty)
+    r_j = 1[chunk j covers any s]                   (binary)
+
+and per retrieved list (prompt order, position 1 first)::
+
+    C-Prec@k = (1/k) * sum_{j<=k} r_j
+    C-nDCG@k = DCG@k(r) / IDCG@k,   DCG = sum_i r_i / log2(i + 1)   (linear gain)
+
+with IDCG the DCG of the same (truncated) list sorted by decreasing r, and C-nDCG = 0 when
+IDCG = 0. As for the RAG-list ranking metrics in :mod:`udcg.metrics.ranking`, ``k`` truncates
+the list first: the ideal is a re-ordering of the chunks the LLM actually sees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from udcg.errors import UDCGInputError
+from udcg.metrics import _kernels
+from udcg.metrics._arrays import as_padded, as_padded_matrices, check_range, unpad
+
+__all__ = ["c_ndcg", "c_precision", "coverage"]
+
+
+def coverage(covers: Any, binary: bool = False) -> Any:
+    """Per-chunk coverage gains ``r_j`` from ``covers[query][chunk][sub-query]`` booleans.
+
+    Graded: ``r_j = |{s covered by chunk j}| / |SQ|`` (0 for every chunk when the query has no
+    sub-queries); binary: ``r_j = 1`` if chunk j covers any sub-query. ``covers`` is a 3-D
+    bool array ``[n_queries, k, n_subqueries]`` (returns a 2-D ``[n_queries, k]`` array) or a
+    ragged list of per-query ``[k_chunks, n_subqueries]`` lists (returns a list of 1-D
+    arrays; a query with no chunks gives an empty array).
+    """
+    cube, n_chunks, n_sub = as_padded_matrices(covers, "covers", ("chunks", "sub-queries"))
+    counts = cube.sum(axis=2)
+    if binary:
+        r = (counts > 0).astype(np.float64)
+    else:
+        r = counts / np.maximum(n_sub, 1)[:, None]
+    return r if isinstance(covers, np.ndarray) else unpad(r, n_chunks)
+
+
+def _gains(coverage_values: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1):
+        raise UDCGInputError(f"k must be a positive integer, got {k!r}", field="k")
+    r, lengths = as_padded(coverage_values, "coverage_values")
+    check_range(r, "coverage_values", 0.0, 1.0)
+    if k is not None:
+        r = r[:, :k]
+    return r, lengths
+
+
+def c_precision(coverage_values: Any, k: int | None = None) -> np.ndarray:
+    """``C-Prec@k = (1/k) * sum_{j<=k} r_j``: chunks missing from a list shorter than k count
+    0; without k, divides by each list's length (0 for an empty list). ``coverage_values``:
+    per-chunk ``r_j`` in [0, 1] (see :func:`coverage`), 2-D array or ragged list."""
+    r, lengths = _gains(coverage_values, k)
+    if k is None:
+        return _kernels.safe_divide(r.sum(axis=1), lengths)
+    return _kernels.precision(r, k)
+
+
+def c_ndcg(coverage_values: Any, k: int | None = None) -> np.ndarray:
+    """``C-nDCG@k = DCG@k(r) / IDCG@k`` with ``DCG = sum_i r_i / log2(i + 1)`` and IDCG the DCG
+    of the (truncated) list's own r sorted descending; 0 when IDCG = 0 (no chunk covers
+    anything). ``coverage_values``: per-chunk ``r_j`` in [0, 1], 2-D array or ragged list."""
+    r, _ = _gains(coverage_values, k)
+    return _kernels.ndcg(r, _kernels.ideal_dcg_of_rows(r))

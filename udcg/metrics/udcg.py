@@ -1,0 +1,131 @@
+"""UDCG: utility- and distraction-aware cumulative gain (Trappolini et al., arXiv 2510.21440).
+
+A passage's utility for a judge LLM is ``u_i = 1 - P_abstain(i)``, the probability that the
+LLM, shown that passage alone, does not answer "NO-RESPONSE". For a relevant passage it
+measures helpfulness; for an irrelevant one, how much it distracts. For a list of k passages::
+
+    UDCG = sigmoid( (1/k) * sum_i [ rel_i * u_i - gamma * (1 - rel_i) * u_i ] )
+
+The mean runs over all k passages (not over each group), and an empty list scores exactly 0.0
+(not ``sigmoid(0) = 0.5``), as in the reference implementation (github GiovanniTRA/UDCG).
+
+Inputs follow :mod:`udcg.metrics._arrays`: a 2-D array ``[n_queries, k]``, a ragged list of
+per-query sequences, or (for :func:`udcg`) a mapping ``{qid: sequence}``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from scipy.special import expit
+
+from udcg.errors import UDCGInputError
+from udcg.metrics._arrays import as_padded, check_range, check_same_shape, unpad
+
+__all__ = ["udcg", "udcg_terms", "utility"]
+
+DEFAULT_GAMMA = 1.0 / 3.0
+
+
+def utility(abstain_prob: Any = None, abstain_logprob: Any = None) -> Any:
+    """Passage utility ``u = 1 - P_abstain``, from probabilities or natural-log probabilities.
+
+    Give exactly one of ``abstain_prob`` (values in [0, 1]) or ``abstain_logprob`` (values
+    <= 0; computed as ``u = -expm1(log P)``, exact for tiny abstention probabilities). NaN and
+    infinite values are errors, including ``-inf`` log-probabilities (clip them to a large
+    finite negative number, as APIs returning ``-9999`` do). The output has the input's
+    structure: a 2-D array in gives a 2-D array out, a ragged list gives a list of 1-D
+    arrays, a mapping ``{qid: sequence}`` gives ``{qid: 1-D array}``.
+    """
+    if (abstain_prob is None) == (abstain_logprob is None):
+        given = "both" if abstain_prob is not None else "neither"
+        raise UDCGInputError(f"give exactly one of abstain_prob or abstain_logprob ({given} given)")
+    name = "abstain_prob" if abstain_prob is not None else "abstain_logprob"
+    values = abstain_prob if abstain_prob is not None else abstain_logprob
+    if isinstance(values, Mapping):
+        keys = list(values)
+        out = utility(**{name: [values[q] for q in keys]})
+        return dict(zip(keys, out, strict=True))
+    padded, lengths = as_padded(values, name)
+    if abstain_prob is not None:
+        check_range(padded, name, 0.0, 1.0)
+        u = 1.0 - padded
+    else:
+        check_range(padded, name, -math.inf, 0.0)
+        u = -np.expm1(padded) + 0.0  # + 0.0 turns -0.0 (log P = 0) into 0.0
+    if isinstance(values, np.ndarray):
+        return u
+    return unpad(u, lengths)
+
+
+def _check_gamma(gamma: Any) -> float:
+    if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.integer | np.floating):
+        raise UDCGInputError(f"gamma must be a real number, got {gamma!r}", field="gamma")
+    if not math.isfinite(gamma) or gamma < 0:
+        raise UDCGInputError(f"gamma must be finite and >= 0, got {gamma!r}", field="gamma")
+    return float(gamma)
+
+
+def _aligned(relevant: Any, utility: Any) -> tuple[Any, Any]:
+    """Mappings ``{qid: sequence}`` become lists in the order of ``relevant``'s keys."""
+    rel_map, u_map = isinstance(relevant, Mapping), isinstance(utility, Mapping)
+    if not rel_map and not u_map:
+        return relevant, utility
+    if rel_map != u_map:
+        raise UDCGInputError(
+            "relevant and utility must both be mappings {qid: sequence} or both be arrays/lists",
+            field="utility" if rel_map else "relevant",
+        )
+    missing = [q for q in relevant if q not in utility]
+    extra = [q for q in utility if q not in relevant]
+    if missing or extra:
+        what = f"no entry for query {missing[0]!r}" if missing else f"unknown query {extra[0]!r}"
+        raise UDCGInputError(f"{what} (relevant and utility need the same qids)", field="utility")
+    keys = list(relevant)
+    return [relevant[q] for q in keys], [utility[q] for q in keys]
+
+
+def _terms(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    relevant, utility = _aligned(relevant, utility)
+    rel = as_padded(relevant, "relevant")
+    u = as_padded(utility, "utility")
+    check_same_shape(rel, u, ("relevant", "utility"))
+    check_range(rel[0], "relevant", 0.0, 1.0)
+    check_range(u[0], "utility", 0.0, 1.0)
+    helpful = rel[0] * u[0]
+    distracting = (1.0 - rel[0]) * u[0]
+    # padding has rel = 0 and u = 0, so both terms are 0 there
+    return helpful, distracting, rel[1]
+
+
+def udcg_terms(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(helpful, distracting)``: zero-padded ``[n, max_k]`` arrays of ``rel_i * u_i`` and
+    ``(1 - rel_i) * u_i``, the per-position features of UDCG and UDCG-theta.
+
+    ``relevant`` is bool, {0, 1}, or graded in [0, 1] (a graded passage is partly helpful and
+    partly distracting); ``utility`` is in [0, 1]; both describe the same lists. Padding
+    positions of ragged input are 0 in both arrays.
+    """
+    helpful, distracting, _ = _terms(relevant, utility)
+    return helpful, distracting
+
+
+def udcg(relevant: Any, utility: Any, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
+    """Per-query ``UDCG = sigmoid( (1/k) * sum_i [rel_i*u_i - gamma*(1 - rel_i)*u_i] )``.
+
+    ``k`` is each list's own length and an empty list gives 0.0. ``relevant``: bool, {0, 1},
+    or graded in [0, 1]; ``utility``: ``1 - P_abstain`` in [0, 1] (see :func:`utility`);
+    ``gamma`` (finite, >= 0; default 1/3) weighs distraction against help, 0 ignoring
+    irrelevant passages. Inputs: 2-D arrays, ragged lists or ``{qid: sequence}`` mappings
+    (then values follow ``relevant``'s key order). Returns a 1-D float64 array in (0, 1)
+    for non-empty lists.
+    """
+    gamma = _check_gamma(gamma)
+    helpful, distracting, lengths = _terms(relevant, utility)
+    total = helpful.sum(axis=1) - gamma * distracting.sum(axis=1)
+    nonempty = lengths > 0
+    mean = np.divide(total, lengths, out=np.zeros_like(total), where=nonempty)
+    return np.where(nonempty, expit(mean), 0.0)
