@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from udcg.errors import UDCGInputError
+from udcg.io.arrow import from_numpy, to_numpy
 from udcg.io.trec_files import (
     Qrels,
     Run,
@@ -76,7 +77,7 @@ def _as_qrels(qrels: QrelsLike) -> Qrels:
 def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """Integer codes of two string columns over one shared dictionary."""
     encoded = pc.dictionary_encode(pa.concat_arrays([first, second]))
-    codes = encoded.indices.to_numpy().astype(np.int64)
+    codes = to_numpy(encoded.indices).astype(np.int64)
     return codes[: len(first)], codes[len(first) :], encoded.dictionary
 
 
@@ -169,12 +170,19 @@ def evaluate_table(
     judged = np.zeros(n_queries, dtype=bool)
     judged[q_qrels] = True
     keep = judged[q_run]
-    ranked = pa.table(
-        {"q": q_run[keep], "s": run.scores[keep], "d": run.doc_ids.filter(pa.array(keep))}
+    ranked = pa.Table.from_arrays(
+        [
+            from_numpy(q_run[keep]),
+            from_numpy(run.scores[keep]),
+            run.doc_ids.take(from_numpy(np.flatnonzero(keep))),
+        ],
+        names=["q", "s", "d"],
     )
-    order = pc.sort_indices(
-        ranked, sort_keys=[("q", "ascending"), ("s", "descending"), ("d", "descending")]
-    ).to_numpy()
+    order = to_numpy(
+        pc.sort_indices(
+            ranked, sort_keys=[("q", "ascending"), ("s", "descending"), ("d", "descending")]
+        )
+    )
     q_ranked = q_run[keep][order]
     d_ranked = d_run[keep][order]
 
@@ -213,7 +221,7 @@ def evaluate_table(
             n_rel_m = n_rel[m.rel][queries] if m.name in ("AP", "R") else None
             idcg_m = idcg[m.cutoff][queries] if m.name == "nDCG" else None
             values[queries, j] = _measure(m, padded, n_rel_m, idcg_m)
-    names = qid_names.take(pa.array(evaluated)).to_pylist()
+    names = qid_names.take(from_numpy(evaluated)).to_pylist()
     return Evaluation(names, parsed, values[evaluated])
 
 

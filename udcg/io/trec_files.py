@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from udcg.errors import UDCGInputError
+from udcg.io.arrow import from_numpy, to_numpy
 from udcg.io.files import PathType, atomic_write, read_bytes
 
 _RUN_COLUMNS = ("qid", "Q0", "doc_id", "rank", "score", "tag")
@@ -87,7 +88,10 @@ def _read_csv(data: bytes, names: tuple[str, ...], types: dict[str, pa.DataType]
         read_options=pa_csv.ReadOptions(column_names=list(names)),
         parse_options=pa_csv.ParseOptions(delimiter=" ", quote_char=False),
         convert_options=pa_csv.ConvertOptions(
-            column_types=types, include_columns=list(types), strings_can_be_null=False
+            column_types=types,
+            include_columns=list(types),
+            strings_can_be_null=False,
+            null_values=[],
         ),
     )
 
@@ -153,7 +157,9 @@ def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: 
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         _scan(path, data, names, value_field)
         raise UDCGInputError(f"could not parse: {exc}", path=path) from None
-    values = table[value_field].to_numpy()
+    if table[value_field].null_count:
+        _scan(path, data, names, value_field)
+    values = to_numpy(table[value_field])
     qids, doc_ids = table["qid"].combine_chunks(), table["doc_id"].combine_chunks()
     if value_field == "score" and not np.isfinite(values).all():
         _scan(path, data, names, value_field)
@@ -225,9 +231,12 @@ def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
 def write_trec_run(path: PathType, run: Run, tag: str = "udcg") -> None:
     """Write ``run`` as a TREC run file, ranked by score descending within each query."""
     order = pc.sort_indices(
-        pa.table({"q": run.qids, "s": run.scores, "d": run.doc_ids}),
+        pa.Table.from_arrays(
+            [run.qids, from_numpy(run.scores), run.doc_ids], names=["q", "s", "d"]
+        ),
         sort_keys=[("q", "ascending"), ("s", "descending"), ("d", "descending")],
-    ).to_numpy()
+    )
+    order = to_numpy(order)
     qids = np.asarray(run.qids.to_pylist(), dtype=object)[order]
     docs = np.asarray(run.doc_ids.to_pylist(), dtype=object)[order]
     scores = run.scores[order]

@@ -31,7 +31,10 @@ def as_padded(values: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
                 f"expected a 2-D array [n_queries, k] or a list of lists, got {values.ndim}-D",
                 field=name,
             )
-        out = np.asarray(values, dtype=np.float64)
+        try:
+            out = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise UDCGInputError(f"expected numbers ({exc})", field=name) from None
         _check_finite(out, name)
         return out, np.full(out.shape[0], out.shape[1], dtype=np.int64)
     try:
