@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from udcg.errors import UDCGInputError
 from udcg.metrics._arrays import as_padded, check_range, check_same_shape, unpad
@@ -128,4 +127,6 @@ def udcg(relevant: Any, utility: Any, gamma: float = DEFAULT_GAMMA) -> np.ndarra
     total = helpful.sum(axis=1) - gamma * distracting.sum(axis=1)
     nonempty = lengths > 0
     mean = np.divide(total, lengths, out=np.zeros_like(total), where=nonempty)
+    from scipy.special import expit  # imported here: keeps CLI start-up light
+
     return np.where(nonempty, expit(mean), 0.0)
