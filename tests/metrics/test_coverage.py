@@ -123,7 +123,8 @@ def test_pipeline_from_covers() -> None:
     np.testing.assert_allclose(c_ndcg(r)[0], scalar_c_ndcg([0.0, 0.5, 1.0]))
 
 
-gains = st.lists(st.floats(0.0, 1.0, allow_nan=False), max_size=8)
+# no subnormals: scaling one by c < 1 underflows to 0, which is not a property of C-nDCG
+gains = st.lists(st.floats(0.0, 1.0, allow_nan=False, allow_subnormal=False), max_size=8)
 
 
 @given(st.lists(gains, max_size=5), st.one_of(st.none(), st.integers(1, 10)))
