@@ -87,17 +87,16 @@ def _aligned(relevant: Any, utility: Any) -> tuple[Any, Any]:
     return [relevant[q] for q in keys], [utility[q] for q in keys]
 
 
-def _terms(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _validated(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rel, u, lengths)``: validated zero-padded arrays describing the same lists."""
     relevant, utility = _aligned(relevant, utility)
     rel = as_padded(relevant, "relevant")
     u = as_padded(utility, "utility")
     check_same_shape(rel, u, ("relevant", "utility"))
     check_range(rel[0], "relevant", 0.0, 1.0)
     check_range(u[0], "utility", 0.0, 1.0)
-    helpful = rel[0] * u[0]
-    distracting = (1.0 - rel[0]) * u[0]
-    # padding has rel = 0 and u = 0, so both terms are 0 there
-    return helpful, distracting, rel[1]
+    # padding has rel = 0 and u = 0, so it adds nothing to either term
+    return rel[0], u[0], rel[1]
 
 
 def udcg_terms(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -108,8 +107,9 @@ def udcg_terms(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray]:
     partly distracting); ``utility`` is in [0, 1]; both describe the same lists. Padding
     positions of ragged input are 0 in both arrays.
     """
-    helpful, distracting, _ = _terms(relevant, utility)
-    return helpful, distracting
+    rel, u, _ = _validated(relevant, utility)
+    helpful = rel * u
+    return helpful, u - helpful
 
 
 def udcg(relevant: Any, utility: Any, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
@@ -123,8 +123,10 @@ def udcg(relevant: Any, utility: Any, gamma: float = DEFAULT_GAMMA) -> np.ndarra
     for non-empty lists.
     """
     gamma = _check_gamma(gamma)
-    helpful, distracting, lengths = _terms(relevant, utility)
-    total = helpful.sum(axis=1) - gamma * distracting.sum(axis=1)
+    rel, u, lengths = _validated(relevant, utility)
+    ones = np.ones(u.shape[1])
+    helpful = (rel * u) @ ones
+    total = helpful - gamma * (u @ ones - helpful)  # (1 - rel) * u summed = u summed - helpful
     nonempty = lengths > 0
     mean = np.divide(total, lengths, out=np.zeros_like(total), where=nonempty)
     from scipy.special import expit  # imported here: keeps CLI start-up light
