@@ -1,0 +1,18 @@
+"""UDCG-theta (learned positional weights) and gamma tuning for UDCG.
+
+:class:`UDCGTheta` fits, saves and loads the learned metric; fitting needs torch and lightning,
+loading and scoring only numpy and safetensors. :func:`tune_gamma` needs neither.
+"""
+
+from udcg.theta.estimator import UDCGTheta, UDCGThetaConvergenceWarning, card_path, split_by_query
+from udcg.theta.gamma import DEFAULT_GRID, GammaResult, tune_gamma
+
+__all__ = [
+    "DEFAULT_GRID",
+    "GammaResult",
+    "UDCGTheta",
+    "UDCGThetaConvergenceWarning",
+    "card_path",
+    "split_by_query",
+    "tune_gamma",
+]

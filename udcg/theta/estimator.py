@@ -1,0 +1,533 @@
+"""UDCG-theta: learned positional weights for helpful and distracting passage utility.
+
+For a context of k passages with relevance ``rel_i`` and utility ``u_i`` (see
+:func:`udcg.metrics.udcg.utility`)::
+
+    UDCG_theta = sigmoid( b + sum_i alpha_i * rel_i * u_i + sum_i beta_i * (1 - rel_i) * u_i )
+
+One model per list size k. The features are :func:`udcg.metrics.udcg.udcg_terms`, the labels
+are end-to-end correctness of the LLM given exactly that context, and training minimises binary
+cross-entropy (+ ``l2 / 2 * ||[alpha, beta]||^2``): logistic regression, so without
+regularisation its optimum is unique and matches any other logistic-regression solver.
+
+Fitted weights are data: :meth:`UDCGTheta.save` writes a safetensors file (``alpha``, ``beta``,
+``intercept``) and a JSON card beside it; :meth:`UDCGTheta.load` checks one against the other.
+Loading and scoring need numpy and safetensors only; fitting needs torch and lightning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import warnings
+from collections.abc import Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.special import expit
+
+from udcg.errors import UDCGInputError
+from udcg.io.files import atomic_write
+from udcg.metrics._arrays import as_fixed
+from udcg.metrics.udcg import udcg_terms
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "UDCGTheta",
+    "UDCGThetaConvergenceWarning",
+    "card_path",
+    "split_by_query",
+]
+
+FORMAT = "udcg-theta"
+FORMAT_VERSION = 1
+_OPTIMIZERS = ("lbfgs", "adam")
+_DEFAULT_LR = {"lbfgs": 1.0, "adam": 0.05}
+_DEFAULT_MAX_EPOCHS = {"lbfgs": 100, "adam": 200}
+# card keys written by save(); a user-supplied card may not override them
+_RESERVED = ("format", "format_version", "k", "bias", "l2", "weights_sha256", "tensors")
+
+
+class UDCGThetaConvergenceWarning(UserWarning):
+    """Training stopped at ``max_epochs`` before the optimizer converged."""
+
+
+def card_path(path: str | PathLike[str]) -> Path:
+    """The JSON card beside a weights file: ``dir/name.safetensors`` -> ``dir/name.json``."""
+    path = Path(path)
+    return path.with_name(path.stem + ".json")
+
+
+# --------------------------------------------------------------------------------------------
+# input checks
+
+
+def _check_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise UDCGInputError(f"k must be a positive integer, got {k!r}", field="k")
+    return int(k)
+
+
+def _features(relevant: Any, utility: Any, k: int, what: str) -> np.ndarray:
+    """``[n, 2k]`` float64: helpful terms of positions 1..k, then distracting terms."""
+    rel = as_fixed(relevant, "relevant")
+    u = as_fixed(utility, "utility")
+    if rel.shape[0] != u.shape[0]:
+        raise UDCGInputError(
+            f"relevant has {rel.shape[0]} contexts but utility has {u.shape[0]}", field="utility"
+        )
+    if rel.shape[0] == 0:
+        raise UDCGInputError("no contexts", field="relevant")
+    for name, arr in (("relevant", rel), ("utility", u)):
+        if arr.shape[1] != k:
+            raise UDCGInputError(f"{what} for k={k}, data has k={arr.shape[1]}", field=name)
+    helpful, distracting = udcg_terms(rel, u)
+    return np.concatenate([helpful, distracting], axis=1)
+
+
+def _labels(correct: Any, n: int) -> np.ndarray:
+    try:
+        y = np.asarray(correct, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise UDCGInputError(f"expected 0/1 or booleans ({exc})", field="correct") from None
+    if y.ndim != 1:
+        raise UDCGInputError(f"expected a 1-D sequence, got {y.ndim}-D", field="correct")
+    if y.shape[0] != n:
+        raise UDCGInputError(
+            f"length mismatch: relevant has {n} contexts but correct has {y.shape[0]}",
+            field="correct",
+        )
+    bad = ~((y == 0) | (y == 1))
+    if bad.any():
+        pos = int(np.argmax(bad))
+        raise UDCGInputError(
+            f"position {pos}: {y[pos]!r} is not 0/1 (correctness must be binary)",
+            field="correct",
+        )
+    return y
+
+
+def _group_codes(groups: Any, n: int) -> np.ndarray:
+    """Each context's query as an integer, numbered in sorted label order."""
+    if groups is None:
+        return np.arange(n, dtype=np.int64)
+    labels = np.asarray(groups)
+    if labels.ndim != 1:
+        raise UDCGInputError(f"expected a 1-D sequence, got {labels.ndim}-D", field="groups")
+    if labels.shape[0] != n:
+        raise UDCGInputError(
+            f"length mismatch: {n} contexts but groups has {labels.shape[0]} values",
+            field="groups",
+        )
+    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+        pos = int(np.argmax(~np.isfinite(labels)))
+        raise UDCGInputError(f"position {pos}: NaN or infinite query id", field="groups")
+    try:
+        _, codes = np.unique(labels, return_inverse=True)
+    except TypeError:  # labels of mixed types: number them as strings
+        _, codes = np.unique(labels.astype(str), return_inverse=True)
+    return np.asarray(codes, dtype=np.int64).reshape(-1)
+
+
+def split_by_query(
+    groups: Any, val_fraction: float = 0.2, seed: int | None = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(train_idx, val_idx)``: context indices split by query, never by context.
+
+    ``groups[i]`` is the query id of context i; every context of a query lands on the same side.
+    ``round(val_fraction * n_queries)`` queries (at least 1 and at most ``n_queries - 1`` when
+    ``val_fraction > 0``) are drawn for validation with ``numpy.random.default_rng(seed)``; the
+    draw depends on the set of query ids, not on the order of the contexts. ``val_fraction=0``
+    gives an empty validation split. Indices are sorted.
+    """
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, int | float | np.floating):
+        raise UDCGInputError(f"expected a number, got {val_fraction!r}", field="val_fraction")
+    if not 0.0 <= float(val_fraction) < 1.0:
+        raise UDCGInputError(f"must be in [0, 1), got {val_fraction!r}", field="val_fraction")
+    labels = np.asarray(groups)
+    codes = _group_codes(labels, labels.shape[0] if labels.ndim else 0)
+    n = codes.shape[0]
+    if val_fraction == 0 or n == 0:
+        return np.arange(n, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    n_groups = int(codes.max()) + 1
+    if n_groups < 2:
+        raise UDCGInputError(
+            "all contexts belong to one query; a validation split by query needs at least 2 "
+            "(use val_fraction=0)",
+            field="groups",
+        )
+    n_val = min(max(round(float(val_fraction) * n_groups), 1), n_groups - 1)
+    rng = np.random.default_rng(seed)
+    is_val_group = np.zeros(n_groups, dtype=bool)
+    is_val_group[rng.permutation(n_groups)[:n_val]] = True
+    in_val = is_val_group[codes]
+    return np.flatnonzero(~in_val), np.flatnonzero(in_val)
+
+
+# --------------------------------------------------------------------------------------------
+# the estimator
+
+
+class UDCGTheta:
+    """UDCG-theta for lists of exactly ``k`` passages, with scikit-learn conventions.
+
+    Parameters
+    ----------
+    k: list size; every context must have exactly k passages.
+    bias: fit an intercept ``b`` (off by default, as in the paper).
+    l2: weight of ``l2 / 2 * ||[alpha, beta]||^2`` added to the mean BCE (the bias is not
+        penalised); equals scikit-learn's ``C = 1 / (l2 * n_train)``.
+    optimizer: ``"lbfgs"`` (full-batch, strong-Wolfe line search; reaches the optimum) or
+        ``"adam"`` (full-batch steps).
+    max_epochs: epoch cap; an L-BFGS epoch is up to 20 iterations, an Adam epoch 25 steps.
+        ``None``: 100 for L-BFGS, 200 for Adam.
+    lr: learning rate; ``None``: 1.0 for L-BFGS, 0.05 for Adam.
+    patience: epochs without a lower validation loss before early stopping.
+    val_fraction: fraction of *queries* held out for validation (early stopping, best-epoch
+        weights); 0 trains on everything and stops on convergence only.
+    tol: convergence when the largest gradient component of the objective is ``<= tol``.
+    seed: seed of the train/validation split (the weights start at zero; nothing else is
+        random, so one seed gives bit-identical weights on one machine).
+    accelerator: a Lightning accelerator; ``"auto"`` is CUDA when available, else CPU.
+    verbose: show Lightning's messages and progress bar.
+
+    Fitted attributes: ``alpha_`` and ``beta_`` (``[k]`` float64 arrays), ``intercept_``
+    (0.0 when ``bias=False``), ``n_iter_`` (optimizer iterations), ``history_``
+    (``{"train_loss": [...], "val_loss": [...]}`` per epoch: training objective, validation
+    BCE), ``split_`` (``(train_idx, val_idx)`` context indices), ``converged_``,
+    ``early_stopped_``.
+    """
+
+    def __init__(
+        self,
+        k: int,
+        bias: bool = False,
+        l2: float = 0.0,
+        optimizer: str = "lbfgs",
+        max_epochs: int | None = None,
+        lr: float | None = None,
+        patience: int = 10,
+        val_fraction: float = 0.2,
+        tol: float = 1e-10,
+        seed: int | None = 0,
+        accelerator: str = "auto",
+        verbose: bool = False,
+    ) -> None:
+        self.k = k
+        self.bias = bias
+        self.l2 = l2
+        self.optimizer = optimizer
+        self.max_epochs = max_epochs
+        self.lr = lr
+        self.patience = patience
+        self.val_fraction = val_fraction
+        self.tol = tol
+        self.seed = seed
+        self.accelerator = accelerator
+        self.verbose = verbose
+
+    # ----------------------------------------------------------------------------------------
+    # scikit-learn protocol
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p for p in sig.parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Constructor parameters, as scikit-learn's ``get_params``."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> UDCGTheta:
+        """Set constructor parameters, as scikit-learn's ``set_params``."""
+        valid = set(self._param_names())
+        for name, value in params.items():
+            if name not in valid:
+                raise UDCGInputError(f"unknown parameter {name!r} for UDCGTheta", field=name)
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = inspect.signature(type(self).__init__).parameters
+        shown = [
+            f"{name}={value!r}"
+            for name, value in self.get_params().items()
+            if name == "k" or value != defaults[name].default
+        ]
+        return f"UDCGTheta({', '.join(shown)})"
+
+    def _check_params(self) -> dict[str, Any]:
+        k = _check_k(self.k)
+        if not isinstance(self.bias, bool | np.bool_):
+            raise UDCGInputError(f"expected True or False, got {self.bias!r}", field="bias")
+        l2 = self.l2
+        if isinstance(l2, bool) or not isinstance(l2, int | float | np.integer | np.floating):
+            raise UDCGInputError(f"expected a number, got {l2!r}", field="l2")
+        if not math.isfinite(l2) or l2 < 0:
+            raise UDCGInputError(f"must be finite and >= 0, got {l2!r}", field="l2")
+        if self.optimizer not in _OPTIMIZERS:
+            raise UDCGInputError(
+                f"unknown optimizer {self.optimizer!r}; expected one of {', '.join(_OPTIMIZERS)}",
+                field="optimizer",
+            )
+        max_epochs = self.max_epochs
+        if max_epochs is None:
+            max_epochs = _DEFAULT_MAX_EPOCHS[self.optimizer]
+        if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < 1:
+            raise UDCGInputError(
+                f"expected a positive integer, got {max_epochs!r}", field="max_epochs"
+            )
+        lr = _DEFAULT_LR[self.optimizer] if self.lr is None else self.lr
+        if isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 < lr < math.inf:
+            raise UDCGInputError(f"expected a positive number, got {lr!r}", field="lr")
+        if isinstance(self.patience, bool) or not isinstance(self.patience, int):
+            raise UDCGInputError(f"expected an integer, got {self.patience!r}", field="patience")
+        if self.patience < 1:
+            raise UDCGInputError(f"must be >= 1, got {self.patience!r}", field="patience")
+        tol = self.tol
+        if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 < tol < math.inf:
+            raise UDCGInputError(f"expected a positive number, got {tol!r}", field="tol")
+        return {
+            "k": k,
+            "bias": bool(self.bias),
+            "l2": float(l2),
+            "max_epochs": max_epochs,
+            "lr": float(lr),
+            "tol": float(tol),
+        }
+
+    # ----------------------------------------------------------------------------------------
+    # fitting and scoring
+
+    def fit(self, relevant: Any, utility: Any, correct: Any, groups: Any = None) -> UDCGTheta:
+        """Fit the weights on contexts ``[n, k]`` and their 0/1 end-to-end correctness.
+
+        ``groups[i]`` is the query id of context i: the validation split holds out whole
+        queries (no query is on both sides). ``groups=None`` treats every context as its own
+        query, which leaks when a query has several contexts (runs, permutations).
+        """
+        params = self._check_params()
+        k = params["k"]
+        x = _features(relevant, utility, k, "the model is set up")
+        y = _labels(correct, x.shape[0])
+        codes = _group_codes(groups, x.shape[0])
+        train_idx, val_idx = split_by_query(codes, self.val_fraction, self.seed)
+        y_train = y[train_idx]
+        if y_train.min() == y_train.max():
+            raise UDCGInputError(
+                f"the training contexts are all {'correct' if y_train[0] else 'incorrect'}; "
+                "both outcomes are needed to fit a model",
+                field="correct",
+            )
+
+        import torch
+
+        from udcg.theta.lightning import (
+            ADAM_STEPS_PER_EPOCH,
+            UDCGThetaDataModule,
+            UDCGThetaModule,
+            train,
+        )
+
+        def tensor(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
+
+        has_val = val_idx.size > 0
+        data = UDCGThetaDataModule(
+            tensor(x[train_idx]),
+            tensor(y_train),
+            tensor(x[val_idx]) if has_val else None,
+            tensor(y[val_idx]) if has_val else None,
+            steps_per_epoch=ADAM_STEPS_PER_EPOCH if self.optimizer == "adam" else 1,
+        )
+        module = UDCGThetaModule(
+            k=k,
+            bias=params["bias"],
+            l2=params["l2"],
+            optimizer=self.optimizer,
+            lr=params["lr"],
+            tol=params["tol"],
+        )
+        outcome = train(
+            module,
+            data,
+            max_epochs=params["max_epochs"],
+            patience=self.patience,
+            accelerator=self.accelerator,
+            verbose=bool(self.verbose),
+        )
+        weight = outcome.weight.numpy()
+        self.alpha_ = weight[:k].copy()
+        self.beta_ = weight[k:].copy()
+        self.intercept_ = 0.0 if outcome.bias is None else float(outcome.bias)
+        self.n_iter_ = outcome.n_iter
+        self.history_ = outcome.history
+        self.split_ = (train_idx, val_idx)
+        self.converged_ = outcome.converged
+        self.early_stopped_ = outcome.early_stopped
+        if not (outcome.converged or outcome.early_stopped):
+            warnings.warn(
+                f"UDCG-theta training stopped at max_epochs={params['max_epochs']} before "
+                "converging; raise max_epochs, add l2 regularisation, or check whether the "
+                "outcomes are perfectly separable",
+                UDCGThetaConvergenceWarning,
+                stacklevel=2,
+            )
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "alpha_"):
+            raise UDCGInputError(
+                "this UDCGTheta is not fitted yet; call fit() or UDCGTheta.load() first"
+            )
+
+    def decision_function(self, relevant: Any, utility: Any) -> np.ndarray:
+        """Logits ``b + sum_i alpha_i rel_i u_i + sum_i beta_i (1 - rel_i) u_i``, shape ``[n]``."""
+        self._check_fitted()
+        x = _features(relevant, utility, len(self.alpha_), "weights are")
+        w = np.concatenate([self.alpha_, self.beta_])
+        return x @ w + self.intercept_
+
+    def predict_proba(self, relevant: Any, utility: Any) -> np.ndarray:
+        """UDCG-theta per context: ``sigmoid(decision_function)``, a 1-D array in (0, 1)."""
+        return expit(self.decision_function(relevant, utility))
+
+    # ----------------------------------------------------------------------------------------
+    # persistence
+
+    def save(self, path: str | PathLike[str], card: Mapping[str, Any] | None = None) -> Path:
+        """Write the weights to ``path`` (safetensors) and the JSON card ``<stem>.json`` beside it.
+
+        Tensors: ``alpha`` ``[k]``, ``beta`` ``[k]``, ``intercept`` ``[]`` (float64). The card
+        records ``format``, ``format_version``, ``k``, ``bias``, ``l2``, the tensors' shapes and
+        the SHA-256 of the weights file, plus every entry of ``card`` (JSON-serialisable: judge
+        model, gamma, training-data fingerprint, held-out correlation...). Each file is
+        written atomically. Returns the card's path.
+        """
+        self._check_fitted()
+        from safetensors.numpy import save as st_save
+
+        extra = dict(card or {})
+        clash = [key for key in extra if key in _RESERVED]
+        if clash:
+            raise UDCGInputError(
+                f"card key {clash[0]!r} is reserved (reserved: {', '.join(_RESERVED)})",
+                field="card",
+            )
+        tensors = {
+            "alpha": np.ascontiguousarray(self.alpha_, dtype=np.float64),
+            "beta": np.ascontiguousarray(self.beta_, dtype=np.float64),
+            "intercept": np.asarray(float(self.intercept_), dtype=np.float64),
+        }
+        blob = st_save(tensors, metadata={"format": FORMAT})
+        meta = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "k": len(self.alpha_),
+            "bias": bool(self.bias),
+            "l2": float(self.l2),
+            "tensors": {name: list(t.shape) for name, t in tensors.items()},
+            "weights_sha256": hashlib.sha256(blob).hexdigest(),
+        }
+        try:
+            text = json.dumps({**meta, **extra}, indent=2, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise UDCGInputError(f"card is not JSON-serialisable ({exc})", field="card") from None
+        path = Path(path)
+        with atomic_write(path, "wb") as handle:
+            handle.write(blob)
+        target = card_path(path)
+        with atomic_write(target, "w") as handle:
+            handle.write(text + "\n")
+        return target
+
+    @classmethod
+    def load(cls, path: str | PathLike[str], k: int | None = None) -> UDCGTheta:
+        """A fitted :class:`UDCGTheta` from a weights file and its card (see :meth:`save`).
+
+        ``k``: the list size the caller's data has; an error if the weights are for another.
+        A missing or corrupted file, a card that does not describe the weights, or a card of
+        another format raise :class:`UDCGInputError`. The card's entries are in ``card_``.
+        """
+        from safetensors import SafetensorError
+        from safetensors.numpy import load as st_load
+
+        path = Path(path)
+        cpath = card_path(path)
+        if not path.is_file():
+            raise UDCGInputError("no such weights file", path=path)
+        if not cpath.is_file():
+            raise UDCGInputError(
+                f"no model card {cpath.name} next to the weights (save() writes both)", path=cpath
+            )
+        try:
+            card = json.loads(cpath.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UDCGInputError(f"model card is not valid JSON ({exc})", path=cpath) from None
+        if not isinstance(card, dict):
+            raise UDCGInputError("model card must be a JSON object", path=cpath)
+        if card.get("format") != FORMAT:
+            raise UDCGInputError(
+                f"not a UDCG-theta card (format {card.get('format')!r})", path=cpath
+            )
+        if card.get("format_version") != FORMAT_VERSION:
+            raise UDCGInputError(
+                f"unsupported format_version {card.get('format_version')!r} "
+                f"(this version reads {FORMAT_VERSION})",
+                path=cpath,
+            )
+        try:
+            card_k = _check_k(card.get("k"))
+        except UDCGInputError as exc:
+            raise UDCGInputError(exc.reason, path=cpath, field="k") from None
+        bias = card.get("bias")
+        if not isinstance(bias, bool):
+            raise UDCGInputError(f"expected true or false, got {bias!r}", path=cpath, field="bias")
+        l2 = card.get("l2", 0.0)
+        if isinstance(l2, bool) or not isinstance(l2, int | float) or not l2 >= 0:
+            raise UDCGInputError(f"expected a number >= 0, got {l2!r}", path=cpath, field="l2")
+        if k is not None and _check_k(k) != card_k:
+            raise UDCGInputError(f"weights are for k={card_k}, data has k={k}", path=path)
+
+        blob = path.read_bytes()
+        digest = card.get("weights_sha256")
+        if digest is not None and digest != hashlib.sha256(blob).hexdigest():
+            raise UDCGInputError(
+                f"weights file does not match its card {cpath.name} (SHA-256 differs): "
+                "corrupted, truncated or replaced",
+                path=path,
+            )
+        try:
+            tensors = st_load(blob)
+        except (SafetensorError, ValueError, OSError) as exc:
+            raise UDCGInputError(f"not a valid safetensors file ({exc})", path=path) from None
+        expected = {"alpha": (card_k,), "beta": (card_k,), "intercept": ()}
+        for name, shape in expected.items():
+            if name not in tensors:
+                raise UDCGInputError(f"tensor {name!r} is missing", path=path)
+            if tensors[name].shape != shape:
+                raise UDCGInputError(
+                    f"tensor {name!r} has shape {list(tensors[name].shape)} but the card says "
+                    f"k={card_k} (expected {list(shape)})",
+                    path=path,
+                )
+            if tensors[name].dtype.kind != "f" or not np.isfinite(tensors[name]).all():
+                raise UDCGInputError(
+                    f"tensor {name!r} must hold finite floating-point values", path=path
+                )
+        intercept = float(tensors["intercept"])
+        if not bias and intercept != 0.0:
+            raise UDCGInputError(
+                f"the card says bias=false but the intercept is {intercept!r}", path=path
+            )
+        model = cls(k=card_k, bias=bias, l2=float(l2))
+        model.alpha_ = tensors["alpha"].astype(np.float64)
+        model.beta_ = tensors["beta"].astype(np.float64)
+        model.intercept_ = intercept
+        model.card_ = card
+        return model
