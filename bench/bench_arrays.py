@@ -40,6 +40,11 @@ def reference_udcg_loop(relevant: np.ndarray, utility: np.ndarray, gamma: float)
     return scores
 
 
+def _row(name: str, label: str, took: float, baseline: float) -> str:
+    ratio = took / baseline
+    return f"| {name} | {label} | {took * 1e3:.1f} | {baseline * 1e3:.1f} | {ratio:.1f}x |"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=1_000_000)
@@ -69,7 +74,7 @@ def main() -> None:
             if label == "float graded 0-3" and name != "nDCG":
                 continue
             took = best_time(lambda fn=fn, labels=labels: fn(labels), args.repeats)
-            print(f"| {name} | {label} | {took * 1e3:.1f} | {baseline * 1e3:.1f} | {took / baseline:.1f}x |")
+            print(_row(name, label, took, baseline))
 
     utility = rng.random((args.queries, args.k))
     ours = best_time(lambda: metrics.udcg(binary, utility), args.repeats)
@@ -77,7 +82,7 @@ def main() -> None:
     n_loop = min(args.queries, 100_000)
     loop = best_time(lambda: reference_udcg_loop(binary[:n_loop], utility[:n_loop], 1 / 3), 1)
     loop_full = loop * args.queries / n_loop
-    print(f"| UDCG | bool + float utility | {ours * 1e3:.1f} | {baseline * 1e3:.1f} | {ours / baseline:.1f}x |")
+    print(_row("UDCG", "bool + float utility", ours, baseline))
     print(
         f"\nUDCG reference-style Python loop: {loop_full:.2f} s for {args.queries:,} lists "
         f"(timed on {n_loop:,}, scaled); udcg.metrics.udcg: {ours:.3f} s "
