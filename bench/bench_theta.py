@@ -16,17 +16,7 @@ import numpy as np
 
 from udcg.metrics import udcg_terms
 from udcg.theta import UDCGTheta
-
-
-def simulate(n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Contexts from a UDCG-theta model with a U-shaped helpful profile."""
-    rng = np.random.default_rng(seed)
-    rel = (rng.random((n, k)) < 0.3).astype(np.float64)
-    u = rng.beta(2, 2, size=(n, k))
-    alpha = 2 + 1.5 * np.linspace(-1, 1, k) ** 2
-    logits = (rel * u) @ alpha - ((1 - rel) * u) @ np.ones(k)
-    correct = (rng.random(n) < 1 / (1 + np.exp(-logits))).astype(np.float64)
-    return rel, u, correct
+from udcg.theta.simulate import simulate_arrays
 
 
 def best_of(fn, repeats: int) -> float:
@@ -46,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     from sklearn.linear_model import LogisticRegression
 
-    rel, u, correct = simulate(args.contexts, args.k)
+    rel, u, correct = simulate_arrays(args.contexts, args.k)
     features = np.hstack(udcg_terms(rel, u))
 
     def ours() -> UDCGTheta:

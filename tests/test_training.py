@@ -13,38 +13,10 @@ import pytest
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage, write_contexts
 from udcg.theta import UDCGTheta
+from udcg.theta.simulate import simulate_contexts as simulate
 from udcg.training import select, train
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def simulate(
-    n_queries: int, k: int, per_query: int = 6, seed: int = 0, judge: str = "sim"
-) -> list[Context]:
-    """Contexts whose correctness follows UDCG-theta with a U-shaped helpful profile."""
-    rng = np.random.default_rng(seed)
-    position = np.arange(k)
-    alpha = 2.0 + 1.5 * ((position - (k - 1) / 2) / max((k - 1) / 2, 1)) ** 2
-    beta = -1.0 * np.ones(k)
-    contexts = []
-    for q in range(n_queries):
-        for r in range(per_query):
-            rel = rng.random(k) < 0.35
-            u = rng.beta(2, 2, size=k)
-            logit = -1.0 + (alpha * rel * u).sum() + (beta * (~rel) * u).sum()
-            correct = bool(rng.random() < 1 / (1 + np.exp(-logit)))
-            passages = [
-                Passage(
-                    doc_id=f"d{q}-{r}-{i}",
-                    relevant=bool(rel[i]),
-                    abstain_prob={judge: float(1 - u[i])},
-                )
-                for i in range(k)
-            ]
-            contexts.append(
-                Context(f"q{q}", passages, run=f"r{r}", outcomes={judge: {"correct": correct}})
-            )
-    return contexts
 
 
 def test_select_counts_what_it_skips() -> None:

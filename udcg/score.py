@@ -1,0 +1,86 @@
+"""``python -m udcg.score CONTEXTS.jsonl --judge J [--weights W.safetensors] [--out F.jsonl]``.
+
+Scores each retrieved context with UDCG (at ``--gamma``), UDCG-theta (with fitted weights, for
+contexts of the weights' k) and nDCG, MAP, MRR, Precision; prints the means and, with
+``--out``, writes one JSON line per context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from udcg import metrics
+from udcg.cli import run_cli
+from udcg.io.contexts import abstain_probs, read_contexts, relevance_matrix
+from udcg.io.files import atomic_write
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m udcg.score", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("contexts", help="contexts JSONL (relevant and abstain_prob[judge] needed)")
+    parser.add_argument("--judge", required=True, help="judge model key in abstain_prob")
+    parser.add_argument("--weights", help="UDCG-theta weights (.safetensors with its .json card)")
+    parser.add_argument("--gamma", type=float, default=1 / 3, help="UDCG gamma (default 1/3)")
+    parser.add_argument("--out", help="write per-context scores here (JSONL)")
+    return parser
+
+
+def score(args: argparse.Namespace) -> None:
+    """Compute, print and optionally write the scores."""
+    contexts = list(read_contexts(args.contexts))
+    relevant = relevance_matrix(contexts)
+    utility = metrics.utility(abstain_prob=abstain_probs(contexts, args.judge))
+    binary = [r >= 0.5 for r in relevant]
+    columns: dict[str, np.ndarray] = {
+        "UDCG": metrics.udcg(relevant, utility, args.gamma),
+        "nDCG": metrics.ndcg(relevant),
+        "MAP": metrics.average_precision(binary),
+        "MRR": metrics.reciprocal_rank(binary),
+        "Precision": metrics.precision(binary),
+    }
+    if args.weights:
+        from udcg.theta import UDCGTheta
+
+        model = UDCGTheta.load(args.weights)
+        k = len(model.alpha_)
+        rows = np.flatnonzero([len(c.passages) == k for c in contexts])
+        theta = np.full(len(contexts), np.nan)
+        if len(rows):
+            theta[rows] = model.predict_proba(
+                np.stack([relevant[i] for i in rows]), np.stack([utility[i] for i in rows])
+            )
+        columns["UDCG-theta"] = theta
+        if len(rows) < len(contexts):
+            print(
+                f"UDCG-theta: {len(contexts) - len(rows)} of {len(contexts)} contexts do not "
+                f"have k={k} passages and are left empty (null)",
+                file=sys.stderr,
+            )
+    print(f"{len(contexts)} contexts, judge {args.judge}")
+    for name, values in columns.items():
+        defined = values[~np.isnan(values)]
+        mean = f"{defined.mean():.4f}" if len(defined) else "n/a"
+        print(f"{name:<12}\t{mean}\t(n={len(defined)})")
+    if args.out:
+        with atomic_write(args.out) as out:
+            for i, ctx in enumerate(contexts):
+                row = {
+                    name: (None if np.isnan(v[i]) else float(v[i])) for name, v in columns.items()
+                }
+                out.write(json.dumps({"qid": ctx.qid, "run": ctx.run, **row}) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for a user mistake)."""
+    args = _parser().parse_args(argv)
+    return run_cli("udcg.score", lambda: score(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
