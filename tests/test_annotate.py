@@ -1,0 +1,135 @@
+"""udcg.annotate: what each step writes, with a deterministic stand-in judge, and its errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from udcg.annotate import annotate, main, parse_grade
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.judge.base import Judge
+
+
+class RuleJudge(Judge):
+    """Abstains unless the passage mentions 'Paris'; answers with the first passage's first word."""
+
+    name = "rule"
+    fingerprint = "rule-v1"
+
+    def __init__(self, grade_reply: str = "CORRECT") -> None:
+        self.calls: list[int] = []
+        self.grade_reply = grade_reply
+
+    def abstain_prob(self, questions, passages, mode="first_token") -> np.ndarray:
+        self.calls.append(len(passages))
+        return np.array([0.1 if "Paris" in p else 0.9 for p in passages])
+
+    def yes_prob(self, prompts) -> np.ndarray:
+        return np.array(
+            [0.8 if "Paris" in m[-1]["content"].split("Document:")[1] else 0.2 for m in prompts]
+        )
+
+    def generate(self, prompts: Sequence, max_new_tokens: int = 64) -> list[str]:
+        if max_new_tokens == 4:
+            return [self.grade_reply for _ in prompts]
+        return [m[-1]["content"].split("]: ")[1].split()[0] for m in prompts]
+
+
+def _contexts() -> list[Context]:
+    paris = Passage(doc_id="a", text="Paris is the capital of France.")
+    lyon = Passage(doc_id="b", text="Lyon is a large French city.")
+    return [
+        Context("q1", [paris, lyon], question="Capital of France?", answers=["Paris"]),
+        Context("q1", [lyon, paris], run="r2", question="Capital of France?", answers=["Paris"]),
+    ]
+
+
+def test_all_steps() -> None:
+    judge = RuleJudge()
+    out, report = annotate(_contexts(), judge, relevance="llm")
+    assert report.pairs == 2 and judge.calls == [2]  # each distinct pair scored once
+    first, second = out
+    assert [p.abstain_prob["rule"] for p in first.passages] == [0.1, 0.9]
+    assert [p.relevant for p in first.passages] == [True, False]
+    assert first.passages[0].extra["relevance_prob"]["rule"] == pytest.approx(0.8)
+    assert first.outcomes["rule"] == {
+        "answer": "Paris",
+        "grader": "span",
+        "grade": "CORRECT",
+        "correct": True,
+    }
+    assert second.outcomes["rule"]["correct"] is False
+    assert report.grades == {"CORRECT": 1, "INCORRECT": 1}
+
+
+def test_string_relevance_needs_no_llm_and_inputs_are_untouched() -> None:
+    contexts = _contexts()
+    out, _ = annotate(contexts, RuleJudge(), steps=["relevance"])
+    assert [p.relevant for p in out[1].passages] == [False, True]
+    assert contexts[0].passages[0].relevant is None
+
+
+def test_unparsable_llm_grade_is_counted_not_zero() -> None:
+    out, report = annotate(_contexts(), RuleJudge("maybe?"), steps=["outcomes"], grader="llm")
+    assert report.failures["unparsable grade"] == 2
+    assert out[0].outcomes["rule"]["grade"] == "FAILED" and "correct" not in out[0].outcomes["rule"]
+
+
+@pytest.mark.parametrize(
+    ("text", "grade"),
+    [("CORRECT.", "CORRECT"), ("abstained", "ABSTAINED"), ("It is correct", None), ("", None)],
+)
+def test_parse_grade_is_strict(text: str, grade: str | None) -> None:
+    assert parse_grade(text) == grade
+
+
+def test_missing_fields_fail_before_any_call(tmp_path: Path) -> None:
+    bad = [Context("q", [Passage(doc_id="a", text="  ")], question="Q?", answers=["x"])]
+    with pytest.raises(UDCGInputError, match=r"passages\[0\].text"):
+        annotate(bad, RuleJudge())
+    no_answers = [Context("q", [Passage(doc_id="a", text="t")], question="Q?")]
+    with pytest.raises(UDCGInputError, match="answers"):
+        annotate(no_answers, RuleJudge(), steps=["outcomes"])
+
+
+def test_cli_reports_file_and_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "in.jsonl"
+    write_contexts(path, [*_contexts(), Context("q2", [Passage(doc_id="z", text="x")])])
+    assert (
+        main([str(path), str(tmp_path / "out.jsonl"), "--judge", "precomputed:/nonexistent"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert f"{path}:3: field 'question'" in err and "Traceback" not in err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_cli_with_precomputed_judge(tmp_path: Path, capsys) -> None:
+    path, probs, out = tmp_path / "in.jsonl", tmp_path / "p.jsonl", tmp_path / "out.jsonl.gz"
+    write_contexts(path, _contexts())
+    rows = [("Paris is the capital of France.", 0.2), ("Lyon is a large French city.", 0.7)]
+    probs.write_text(
+        "".join(
+            json.dumps({"question": "Capital of France?", "passage": t, "abstain_prob": p}) + "\n"
+            for t, p in rows
+        )
+    )
+    args = [
+        str(path),
+        str(out),
+        "--judge",
+        f"precomputed:{probs}",
+        "--steps",
+        "abstain",
+        "relevance",
+    ]
+    assert main([*args, "--cache", str(tmp_path / "cache.sqlite")]) == 0
+    annotated = list(read_contexts(out))
+    assert [p.abstain_prob["precomputed"] for p in annotated[1].passages] == [0.7, 0.2]
+    assert "cache hits 0, misses 2" in capsys.readouterr().out
+    assert main([*args, "--cache", str(tmp_path / "cache.sqlite")]) == 0
+    assert "cache hits 2, misses 0" in capsys.readouterr().out
