@@ -102,3 +102,18 @@ def test_train_py_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert f"{data}:2" in done.stderr
+
+
+def test_same_seed_gives_byte_identical_weights(tmp_path: Path) -> None:
+    contexts = simulate(40, 4, seed=5)
+    paths = []
+    for run in ("a", "b"):
+        report = train(
+            contexts, UDCGTheta(4), judge="sim", n_resamples=50, export_dir=tmp_path / run
+        )
+        paths.append(report.weights_path)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    other = train(contexts, UDCGTheta(4, seed=1), judge="sim", seed=1, n_resamples=50)
+    assert (
+        other.fingerprint != train(contexts, UDCGTheta(4), judge="sim", n_resamples=50).fingerprint
+    )
