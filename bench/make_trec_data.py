@@ -34,8 +34,10 @@ def write_files(out: Path, n_queries: int, depth: int, seed: int = 0) -> tuple[P
             if rng.random() < 0.05:
                 continue
             judged = np.concatenate(
-                [rng.choice(docs, size=2 * depth // 3, replace=False),
-                 rng.choice(corpus, size=depth // 2, replace=False) + corpus]
+                [
+                    rng.choice(docs, size=2 * depth // 3, replace=False),
+                    rng.choice(corpus, size=depth // 2, replace=False) + corpus,
+                ]
             )
             grades = rng.choice(4, size=len(judged), p=[0.6, 0.2, 0.15, 0.05])
             qrels.writelines(f"{qid} 0 d{d} {g}\n" for d, g in zip(judged, grades, strict=True))
