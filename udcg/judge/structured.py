@@ -1,0 +1,123 @@
+"""JSON answers from any judge: extract, validate, retry the failures, never raise on model output.
+
+The logic only needs :meth:`Judge.generate`, so it works with every backend. A retry re-asks the
+failed prompts only, with the failed reply and what was wrong appended to the conversation
+(greedy decoding would otherwise repeat the same reply).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from udcg.judge.base import JSONResult
+from udcg.judge.prompts import Messages
+
+if TYPE_CHECKING:
+    from udcg.judge.base import Judge
+
+Validator = Callable[[Any], Any]
+
+# Exceptions a validator may raise to reject a value (a malformed value easily triggers the
+# last four inside a validator that only means to check it).
+VALIDATION_ERRORS = (ValueError, TypeError, KeyError, IndexError, AssertionError)
+
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
+_DECODER = json.JSONDecoder()
+
+RETRY_MESSAGE = (
+    "That reply could not be used: {error}. "
+    "Answer again with only the JSON value, without any other text."
+)
+
+
+def extract_json(text: str) -> Any:
+    """The first JSON object or array in ``text``; fenced blocks (```json ... ```) first.
+
+    Raises ValueError when there is none."""
+    candidates = [m.group(1) for m in _FENCE.finditer(text)]
+    candidates.append(text)
+    for chunk in candidates:
+        start = 0
+        while True:
+            positions = [p for p in (chunk.find("{", start), chunk.find("[", start)) if p >= 0]
+            if not positions:
+                break
+            pos = min(positions)
+            try:
+                value, _ = _DECODER.raw_decode(chunk, pos)
+            except ValueError:
+                start = pos + 1
+                continue
+            return value
+    raise ValueError("no JSON object or array found in the reply")
+
+
+def _check(raw: str, validate: Validator | None) -> tuple[Any, str | None]:
+    try:
+        value = extract_json(raw)
+    except ValueError as exc:
+        return None, str(exc)
+    if validate is not None:
+        try:
+            checked = validate(value)
+        except VALIDATION_ERRORS as exc:
+            return None, f"invalid value: {type(exc).__name__}: {exc}"
+        if checked is not None:
+            value = checked
+    return value, None
+
+
+def generate_json(
+    judge: Judge,
+    prompts: Sequence[Messages],
+    validate: Validator | None = None,
+    max_new_tokens: int = 256,
+    retries: int = 2,
+) -> list[JSONResult]:
+    """Ask ``judge`` for JSON answers, one :class:`JSONResult` per prompt, in order.
+
+    ``validate(value)`` rejects a parsed value by raising ValueError (or TypeError, KeyError,
+    IndexError, AssertionError); when it returns something other than None, that becomes the
+    value (e.g. a normalised form). Failed prompts are retried, alone, at most ``retries``
+    times. A prompt still failing is returned with ``error`` set, ``value`` None and every raw
+    reply in ``raw``; model output never raises.
+    """
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    n = len(prompts)
+    conversations: list[Messages] = [list(m) for m in prompts]
+    raws: list[list[str]] = [[] for _ in range(n)]
+    done: list[JSONResult | None] = [None] * n
+    errors: list[str | None] = [None] * n
+    pending = list(range(n))
+    for attempt in range(1, retries + 2):
+        if not pending:
+            break
+        replies = judge.generate([conversations[i] for i in pending], max_new_tokens)
+        if len(replies) != len(pending):
+            raise RuntimeError(
+                f"{type(judge).__name__}.generate returned {len(replies)} replies "
+                f"for {len(pending)} prompts"
+            )
+        still: list[int] = []
+        for i, raw in zip(pending, replies, strict=True):
+            raw = "" if raw is None else str(raw)
+            raws[i].append(raw)
+            value, error = _check(raw, validate)
+            if error is None:
+                done[i] = JSONResult(value=value, attempts=attempt, raw=raws[i])
+                continue
+            errors[i] = error
+            conversations[i] = [
+                *conversations[i],
+                {"role": "assistant", "content": raw},
+                {"role": "user", "content": RETRY_MESSAGE.format(error=error)},
+            ]
+            still.append(i)
+        pending = still
+    for i in pending:
+        done[i] = JSONResult(value=None, error=errors[i], attempts=len(raws[i]), raw=raws[i])
+    return [r for r in done if r is not None]
