@@ -55,6 +55,9 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
     try:
         with os.fdopen(fd, "wb") as raw:
             stream: IO = (
