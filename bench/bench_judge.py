@@ -102,6 +102,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=None, help="judge default if unset")
     parser.add_argument("--max-batch-tokens", type=int, default=None, help="judge default")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument("--data", type=Path, default=NQ)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
@@ -111,13 +112,15 @@ def main() -> None:
 
     from udcg.judge.embedded import load_embedded_judge
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     qs, ps = load_pairs(args.data, args.questions)
     judge = load_embedded_judge(batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens)
     n_params = sum(
         p.numel() for n, p in judge.model.named_parameters() if "embed_tokens" not in n
     )  # lm_head is tied to the embeddings
     threads = torch.get_num_threads()
-    cores = os.cpu_count() or threads
+    cores = min(os.cpu_count() or threads, threads)
     peak, ghz = cpu_peak_gflops(cores)
 
     def batched(share: bool):
