@@ -28,6 +28,7 @@ import numpy as np
 from scipy import stats as sps
 
 from udcg.errors import UDCGInputError
+from udcg.validation import float_vector, query_codes
 
 Method = Literal["spearman", "kendall", "pearson"]
 METHODS: tuple[str, ...] = ("spearman", "kendall", "pearson")
@@ -89,31 +90,16 @@ class SystemAgreement:
 # validation
 
 
-def _as_vector(values: Any, name: str) -> np.ndarray:
-    """A finite float64 1-D array with at least 2 values."""
-    try:
-        out = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise UDCGInputError(f"expected a 1-D sequence of numbers ({exc})", field=name) from None
-    if out.ndim != 1:
-        raise UDCGInputError(f"expected a 1-D sequence, got {out.ndim}-D", field=name)
+def _as_vector(
+    values: Any, name: str, length: int | None = None, length_of: str = ""
+) -> np.ndarray:
+    """A finite float64 1-D array with at least 2 values (``length`` values when given)."""
+    out = float_vector(values, name, length, length_of)
     if out.size == 0:
         raise UDCGInputError("empty input", field=name)
-    if not np.isfinite(out).all():
-        pos = int(np.argmax(~np.isfinite(out)))
-        raise UDCGInputError(f"position {pos}: NaN or infinite value", field=name)
     if out.size < 2:
         raise UDCGInputError("fewer than 2 values; a correlation needs at least 2", field=name)
     return out
-
-
-def _check_lengths(ref: np.ndarray, ref_name: str, other: np.ndarray, name: str) -> None:
-    if other.shape[0] != ref.shape[0]:
-        raise UDCGInputError(
-            f"length mismatch: {ref_name} has {ref.shape[0]} values but {name} has "
-            f"{other.shape[0]}",
-            field=name,
-        )
 
 
 def _check_method(method: str) -> str:
@@ -138,33 +124,10 @@ def _check_options(n_resamples: int, confidence: float) -> None:
 
 
 def _group_codes(groups: Any, n: int, ref_name: str) -> tuple[np.ndarray, int]:
-    """``(codes, n_groups)``: each context's query as an integer 0..n_groups-1.
-
-    Codes follow the sorted order of the distinct labels (first-appearance order when labels
-    cannot be sorted), so the result does not depend on the order of the contexts.
-    """
-    if groups is None:
-        return np.arange(n, dtype=np.int64), n
-    labels = np.asarray(groups)
-    if labels.ndim != 1:
-        raise UDCGInputError(f"expected a 1-D sequence, got {labels.ndim}-D", field="groups")
-    if labels.shape[0] != n:
-        raise UDCGInputError(
-            f"length mismatch: {ref_name} has {n} values but groups has {labels.shape[0]}",
-            field="groups",
-        )
-    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
-        pos = int(np.argmax(~np.isfinite(labels)))
-        raise UDCGInputError(f"position {pos}: NaN or infinite group id", field="groups")
-    try:
-        _, codes = np.unique(labels, return_inverse=True)
-    except TypeError:  # mixed label types that cannot be sorted
-        seen: dict[Any, int] = {}
-        codes = np.fromiter(
-            (seen.setdefault(g, len(seen)) for g in labels.tolist()), dtype=np.int64, count=n
-        )
-    codes = np.asarray(codes, dtype=np.int64).reshape(-1)
-    n_groups = int(codes.max()) + 1
+    """``(codes, n_groups)``: :func:`udcg.validation.query_codes` and the number of queries,
+    which must be at least 2 for a resample of queries to vary."""
+    codes = query_codes(groups, n, ref_name)
+    n_groups = int(codes.max()) + 1 if n else 0
     if n_groups < 2:
         raise UDCGInputError(
             "all contexts belong to one query; resampling queries needs at least 2", field="groups"
@@ -204,8 +167,7 @@ def correlation(metric: Any, correct: Any, method: Method = "spearman") -> float
     """
     method = _check_method(method)
     x = _as_vector(metric, "metric")
-    y = _as_vector(correct, "correct")
-    _check_lengths(x, "metric", y, "correct")
+    y = _as_vector(correct, "correct", x.shape[0], "metric")
     return _point(x, y, method)
 
 
@@ -353,8 +315,7 @@ def bootstrap_correlation(
     """
     method = _check_method(method)
     x = _as_vector(metric, "metric")
-    y = _as_vector(correct, "correct")
-    _check_lengths(x, "metric", y, "correct")
+    y = _as_vector(correct, "correct", x.shape[0], "metric")
     _check_options(n_resamples, confidence)
     codes, n_groups = _group_codes(groups, x.shape[0], "metric")
     (dist,) = _bootstrap([x], y, codes, n_groups, method, int(n_resamples), seed)
@@ -388,10 +349,8 @@ def paired_bootstrap_test(
     """
     method = _check_method(method)
     a = _as_vector(metric_a, "metric_a")
-    b = _as_vector(metric_b, "metric_b")
-    y = _as_vector(correct, "correct")
-    _check_lengths(a, "metric_a", b, "metric_b")
-    _check_lengths(a, "metric_a", y, "correct")
+    b = _as_vector(metric_b, "metric_b", a.shape[0], "metric_a")
+    y = _as_vector(correct, "correct", a.shape[0], "metric_a")
     _check_options(n_resamples, confidence)
     codes, n_groups = _group_codes(groups, a.shape[0], "metric_a")
     dist_a, dist_b = _bootstrap([a, b], y, codes, n_groups, method, int(n_resamples), seed)

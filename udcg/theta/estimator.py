@@ -34,6 +34,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.files import atomic_write
 from udcg.metrics._arrays import as_fixed
 from udcg.metrics.udcg import udcg_terms
+from udcg.validation import binary_vector, query_codes
 
 __all__ = [
     "FORMAT",
@@ -90,50 +91,6 @@ def _features(relevant: Any, utility: Any, k: int, what: str) -> np.ndarray:
     return np.concatenate([helpful, distracting], axis=1)
 
 
-def _labels(correct: Any, n: int) -> np.ndarray:
-    try:
-        y = np.asarray(correct, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise UDCGInputError(f"expected 0/1 or booleans ({exc})", field="correct") from None
-    if y.ndim != 1:
-        raise UDCGInputError(f"expected a 1-D sequence, got {y.ndim}-D", field="correct")
-    if y.shape[0] != n:
-        raise UDCGInputError(
-            f"length mismatch: relevant has {n} contexts but correct has {y.shape[0]}",
-            field="correct",
-        )
-    bad = ~((y == 0) | (y == 1))
-    if bad.any():
-        pos = int(np.argmax(bad))
-        raise UDCGInputError(
-            f"position {pos}: {y[pos]!r} is not 0/1 (correctness must be binary)",
-            field="correct",
-        )
-    return y
-
-
-def _group_codes(groups: Any, n: int) -> np.ndarray:
-    """Each context's query as an integer, numbered in sorted label order."""
-    if groups is None:
-        return np.arange(n, dtype=np.int64)
-    labels = np.asarray(groups)
-    if labels.ndim != 1:
-        raise UDCGInputError(f"expected a 1-D sequence, got {labels.ndim}-D", field="groups")
-    if labels.shape[0] != n:
-        raise UDCGInputError(
-            f"length mismatch: {n} contexts but groups has {labels.shape[0]} values",
-            field="groups",
-        )
-    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
-        pos = int(np.argmax(~np.isfinite(labels)))
-        raise UDCGInputError(f"position {pos}: NaN or infinite query id", field="groups")
-    try:
-        _, codes = np.unique(labels, return_inverse=True)
-    except TypeError:  # labels of mixed types: number them as strings
-        _, codes = np.unique(labels.astype(str), return_inverse=True)
-    return np.asarray(codes, dtype=np.int64).reshape(-1)
-
-
 def split_by_query(
     groups: Any, val_fraction: float = 0.2, seed: int | None = 0
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -150,7 +107,7 @@ def split_by_query(
     if not 0.0 <= float(val_fraction) < 1.0:
         raise UDCGInputError(f"must be in [0, 1), got {val_fraction!r}", field="val_fraction")
     labels = np.asarray(groups)
-    codes = _group_codes(labels, labels.shape[0] if labels.ndim else 0)
+    codes = query_codes(labels, labels.shape[0] if labels.ndim else 0)
     n = codes.shape[0]
     if val_fraction == 0 or n == 0:
         return np.arange(n, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -314,8 +271,8 @@ class UDCGTheta:
         params = self._check_params()
         k = params["k"]
         x = _features(relevant, utility, k, "the model is set up")
-        y = _labels(correct, x.shape[0])
-        codes = _group_codes(groups, x.shape[0])
+        y = binary_vector(correct, "correct", x.shape[0], "relevant")
+        codes = query_codes(groups, x.shape[0], "relevant")
         train_idx, val_idx = split_by_query(codes, self.val_fraction, self.seed)
         y_train = y[train_idx]
         if y_train.min() == y_train.max():

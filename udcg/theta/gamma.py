@@ -20,6 +20,7 @@ from udcg.errors import UDCGInputError
 from udcg.metrics._arrays import as_padded
 from udcg.metrics.udcg import udcg
 from udcg.stats import METHODS, correlation
+from udcg.validation import float_vector
 
 __all__ = ["DEFAULT_GRID", "GammaResult", "tune_gamma"]
 
@@ -85,24 +86,6 @@ def _as_lists(relevant: Any, utility: Any, correct: Any) -> tuple[Any, Any, Any]
     return [relevant[q] for q in keys], [utility[q] for q in keys], [correct[q] for q in keys]
 
 
-def _labels(correct: Any, n: int) -> np.ndarray:
-    try:
-        y = np.asarray(correct, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise UDCGInputError(f"expected numbers or booleans ({exc})", field="correct") from None
-    if y.ndim != 1:
-        raise UDCGInputError(f"expected a 1-D sequence, got {y.ndim}-D", field="correct")
-    if y.shape[0] != n:
-        raise UDCGInputError(
-            f"length mismatch: relevant has {n} contexts but correct has {y.shape[0]}",
-            field="correct",
-        )
-    if not np.isfinite(y).all():
-        pos = int(np.argmax(~np.isfinite(y)))
-        raise UDCGInputError(f"position {pos}: NaN or infinite value", field="correct")
-    return y
-
-
 def tune_gamma(
     relevant: Any,
     utility: Any,
@@ -129,7 +112,7 @@ def tune_gamma(
     rel, lengths = as_padded(relevant, "relevant")
     u, _ = as_padded(utility, "utility")
     n = rel.shape[0]
-    y = _labels(correct, n)
+    y = float_vector(correct, "correct", n, "relevant")
     if n < 2:
         raise UDCGInputError(f"need at least 2 contexts, got {n}", field="relevant")
     # contexts of equal length form 2-D blocks, so each gamma costs one udcg() call per length
