@@ -10,23 +10,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
-from collections.abc import Callable
 
 import numpy as np
+from timing import best_time
 
 from udcg import metrics
-
-
-def best_time(fn: Callable[[], object], repeats: int) -> float:
-    """Best wall time of ``repeats`` calls, in seconds."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def reference_udcg_loop(relevant: np.ndarray, utility: np.ndarray, gamma: float) -> list[float]:

@@ -13,19 +13,11 @@ import argparse
 import time
 
 import numpy as np
+from timing import best_time
 
 from udcg.metrics import udcg_terms
 from udcg.theta import UDCGTheta
 from udcg.theta.simulate import simulate_arrays
-
-
-def best_of(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
@@ -51,7 +43,10 @@ def main() -> None:
     model = ours()
     first = time.perf_counter() - start
     reference = sklearn()
-    ours_time, sk_time = best_of(ours, args.repeats), best_of(sklearn, args.repeats)
+    ours_time, sk_time = (
+        best_time(ours, args.repeats, warm_up=False),
+        best_time(sklearn, args.repeats, warm_up=False),
+    )
     diff = np.abs(np.concatenate([model.alpha_, model.beta_]) - reference.coef_[0]).max()
     print(f"{args.contexts:,} contexts, k={args.k} ({2 * args.k} features)")
     print("| fit | seconds |")

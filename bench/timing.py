@@ -1,0 +1,18 @@
+"""Timing helper shared by the bench scripts (run as ``python bench/<script>.py``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def best_time(fn: Callable[[], object], repeats: int, warm_up: bool = True) -> float:
+    """Best wall time of ``repeats`` calls of ``fn``, in seconds, after one untimed call."""
+    if warm_up:
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
