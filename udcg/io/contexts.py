@@ -28,6 +28,10 @@ Decisions:
   ``abstain_prob`` and empty ``outcomes``.
 * Keys the model does not know are kept in ``extra`` (per context and per passage) and written
   back after the known keys, so a read -> write round trip keeps them.
+* Q-CARE labels: ``passages[].covers`` entries may be ``null`` (a check without a usable
+  answer); an outcome may hold the answer's ``claims`` and the checks named in
+  :data:`ANSWER_LABELS` (and their ``_prob`` soft twins), validated against the numbers of
+  claims, sub-queries and passages.
 * Duplicate keys inside one JSON object follow :mod:`json` (the last one wins).
 * A file without any context is an error; blank lines are skipped but still counted, so line
   numbers in messages match what an editor shows.
@@ -48,6 +52,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.files import PathType, atomic_write, open_binary
 
 __all__ = [
+    "ANSWER_LABELS",
     "CONTEXT_KEYS",
     "PASSAGE_KEYS",
     "Context",
@@ -75,7 +80,7 @@ class Passage:
     score: float | None = None
     relevant: bool | float | None = None
     abstain_prob: dict[str, float] = field(default_factory=dict)
-    covers: list[bool] | None = None
+    covers: list[bool | None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -254,14 +259,17 @@ def _abstain_prob(value: Any, name: str, where: _Where) -> dict[str, float]:
     return {model: _probability(p, f"{name}.{model}", where) for model, p in value.items()}
 
 
-def _covers(value: Any, name: str, where: _Where, n_sub: int | None) -> list[bool] | None:
+def _covers(value: Any, name: str, where: _Where, n_sub: int | None) -> list[bool | None] | None:
+    """Per sub-query coverage labels; ``null`` marks a check that gave no usable answer."""
     if value is None:
         return None
     if not isinstance(value, list):
         raise where.error(name, f"must be a list of booleans, got {_kind(value)}")
     for i, item in enumerate(value):
-        if not isinstance(item, bool):
-            raise where.error(f"{name}[{i}]", f"must be true or false, got {_kind(item)}")
+        if item is not None and not isinstance(item, bool):
+            raise where.error(
+                f"{name}[{i}]", f"must be true or false (null: no usable answer), got {_kind(item)}"
+            )
     if n_sub is not None and len(value) != n_sub:
         raise where.error(name, f"has {len(value)} entries but the context has {n_sub} subqueries")
     return value
@@ -280,6 +288,55 @@ def _outcomes(value: Any, name: str, where: _Where) -> dict[str, dict[str, Any]]
                 f"{name}.{model}.correct", f"must be true or false, got {_kind(correct)}"
             )
     return value
+
+
+#: Q-CARE labels of one answer, inside ``outcomes[model]``: the answer's atomic ``claims`` and
+#: the judge's (or a human's) hard checks, each with an optional soft twin ``<name>_prob``.
+#: Axes: ``subquery_covered[s]``, ``claim_relevance[f][s]``, ``claim_support[f][chunk]``.
+ANSWER_LABELS = ("subquery_covered", "claim_relevance", "claim_support")
+
+
+def _label_grid(
+    value: Any, name: str, where: _Where, shape: tuple[int | None, ...], soft: bool
+) -> None:
+    """A nested list of booleans (or probabilities when ``soft``) or nulls of ``shape``
+    (``None`` = size not known here, not checked)."""
+    if not shape:
+        if value is None:
+            return
+        if soft:
+            _probability(value, name, where)
+        elif not isinstance(value, bool):
+            raise where.error(name, f"must be true, false or null, got {_kind(value)}")
+        return
+    if not isinstance(value, list):
+        raise where.error(name, f"must be a list, got {_kind(value)}")
+    if shape[0] is not None and len(value) != shape[0]:
+        raise where.error(name, f"has {len(value)} entries, expected {shape[0]}")
+    for i, item in enumerate(value):
+        _label_grid(item, f"{name}[{i}]", where, shape[1:], soft)
+
+
+def _answer_labels(
+    outcomes: dict[str, dict[str, Any]], where: _Where, n_sub: int | None, passages: Any
+) -> dict[str, dict[str, Any]]:
+    """Check the Q-CARE label fields of every outcome against the claims, sub-queries and
+    passages of the context (shapes and value types); returns ``outcomes`` unchanged."""
+    k = len(passages) if isinstance(passages, list) else None
+    for model, outcome in outcomes.items():
+        base = f"outcomes.{model}"
+        claims = _str_list(outcome.get("claims"), f"{base}.claims", where)
+        n_claims = None if claims is None else len(claims)
+        shapes = {
+            "subquery_covered": (n_sub,),
+            "claim_relevance": (n_claims, n_sub),
+            "claim_support": (n_claims, k),
+        }
+        for key, shape in shapes.items():
+            for name, soft in ((key, False), (f"{key}_prob", True)):
+                if outcome.get(name) is not None:
+                    _label_grid(outcome[name], f"{base}.{name}", where, shape, soft)
+    return outcomes
 
 
 _PASSAGE_KEY_SET = frozenset(PASSAGE_KEYS)
@@ -365,7 +422,12 @@ def _parse_context(obj: Any, where: _Where) -> Context:
         question=_optional_str(obj.get("question"), "question", where),
         answers=_str_list(obj.get("answers"), "answers", where),
         subqueries=subqueries,
-        outcomes=_outcomes(obj.get("outcomes"), "outcomes", where),
+        outcomes=_answer_labels(
+            _outcomes(obj.get("outcomes"), "outcomes", where),
+            where,
+            None if subqueries is None else len(subqueries),
+            obj["passages"],
+        ),
         extra={k: v for k, v in obj.items() if k not in CONTEXT_KEYS},
         source=where.source(),
     )
@@ -508,7 +570,8 @@ def correctness(contexts: Iterable[Context], model: str) -> np.ndarray:
 def coverage_matrices(contexts: Iterable[Context]) -> list[np.ndarray]:
     """Per context, a boolean ``[k, n_subqueries]`` array: passage i covers sub-query s.
 
-    Needs ``subqueries`` on the context and ``covers`` on every passage.
+    Needs ``subqueries`` on the context and ``covers`` on every passage, without ``null``
+    entries (checks that gave no usable answer).
     """
     out = []
     for n, ctx in enumerate(contexts):
@@ -517,6 +580,11 @@ def coverage_matrices(contexts: Iterable[Context]) -> list[np.ndarray]:
         rows = [p.covers for p in ctx.passages]
         if None in rows:
             raise _missing(ctx, n, f"passages[{rows.index(None)}].covers")
+        unanswered = [i for i, row in enumerate(rows) if None in row]
+        if unanswered:
+            raise _missing(
+                ctx, n, f"passages[{unanswered[0]}].covers", ": a check without a usable answer"
+            )
         matrix = np.zeros((len(rows), len(ctx.subqueries)), dtype=bool)
         if rows:
             matrix[:] = rows

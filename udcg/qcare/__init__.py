@@ -1,0 +1,30 @@
+"""Q-CARE (Choi et al., arXiv 2608.11238) through the shared judge: sub-query and claim
+decomposition, four Yes/No checks, and the coverage and generator metrics from those labels.
+
+* :func:`label_contexts` writes the labels into contexts (``python -m udcg.qcare label``);
+* :func:`qcare_scores` computes C-Prec, C-nDCG, Completeness, Conciseness and
+  Verifiableness from judge or human labels (``python -m udcg.qcare score``);
+* :func:`agreement` compares judge-based and human-based metrics
+  (``python -m udcg.qcare agreement``).
+"""
+
+from udcg.qcare.agreement import AgreementRow, agreement, fill_labels
+from udcg.qcare.checks import YesNoChecker, parse_yes_no
+from udcg.qcare.decompose import decompose_answers, decompose_queries
+from udcg.qcare.pipeline import QCareReport, label_contexts
+from udcg.qcare.scores import METRICS, QCareScores, qcare_scores
+
+__all__ = [
+    "METRICS",
+    "AgreementRow",
+    "QCareReport",
+    "QCareScores",
+    "YesNoChecker",
+    "agreement",
+    "decompose_answers",
+    "decompose_queries",
+    "fill_labels",
+    "label_contexts",
+    "parse_yes_no",
+    "qcare_scores",
+]

@@ -1,0 +1,143 @@
+"""Agreement between judge labels and human labels, through the metrics they produce.
+
+Human labels come in the same structure as the judge's (a contexts JSONL with
+``subqueries``, ``passages[].covers`` and ``outcomes[MODEL]`` claims and checks). Contexts
+are matched by ``(qid, run)``. A human file may label only some checks: with ``fill=True``
+every label it lacks is taken from the judge's context when both describe the same
+sub-queries, passages and claims (as in the reference study, where humans did not label
+claim relevance); what was filled is counted.
+
+For each metric and split (the value of a context field such as ``run``, or of an extra key
+such as ``split``; all contexts in one split by default), the Pearson and Spearman
+correlations between the judge-based and the human-based per-context values, over the
+contexts where both are defined (``nan`` below 3 pairs or when either side is constant).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import ANSWER_LABELS, CONTEXT_KEYS, Context
+from udcg.qcare.scores import METRICS, qcare_scores
+from udcg.stats import correlation
+
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class AgreementRow:
+    """One metric in one split: pairs used, Pearson r and Spearman rho (nan if undefined)."""
+
+    split: str
+    metric: str
+    n: int
+    pearson: float
+    spearman: float
+
+
+def _same_passages(a: Context, b: Context) -> bool:
+    return [p.text for p in a.passages] == [p.text for p in b.passages]
+
+
+def fill_labels(human: Context, judge: Context, model: str | None) -> tuple[Context, Counter]:
+    """``human`` with the labels it lacks taken from ``judge`` where both label the same
+    things; returns the new context and the count of filled fields by name."""
+    filled: Counter = Counter()
+    if not _same_passages(human, judge):
+        return human, filled
+    passages = list(human.passages)
+    subqueries = human.subqueries
+    if subqueries is None and judge.subqueries is not None:
+        subqueries = judge.subqueries
+        filled["subqueries"] += 1
+    if subqueries == judge.subqueries:
+        for i, (mine, theirs) in enumerate(zip(passages, judge.passages, strict=True)):
+            if mine.covers is None and theirs.covers is not None:
+                passages[i] = replace(mine, covers=theirs.covers)
+                filled["covers"] += 1
+    outcomes = dict(human.outcomes)
+    if model is not None and model in judge.outcomes:
+        mine, theirs = dict(outcomes.get(model, {})), judge.outcomes[model]
+        if "claims" not in mine and "claims" in theirs:
+            mine["claims"] = theirs["claims"]
+            filled["claims"] += 1
+        if mine.get("claims") == theirs.get("claims") and subqueries == judge.subqueries:
+            for name in ANSWER_LABELS:
+                if mine.get(name) is None and theirs.get(name) is not None:
+                    mine[name] = theirs[name]
+                    filled[name] += 1
+        outcomes[model] = mine
+    return replace(human, subqueries=subqueries, passages=passages, outcomes=outcomes), filled
+
+
+def _split_of(ctx: Context, split_by: str | None) -> str:
+    if split_by is None:
+        return ALL
+    value = getattr(ctx, split_by) if split_by in CONTEXT_KEYS else ctx.extra.get(split_by)
+    if value is None:
+        path, line = ctx.source if ctx.source else (None, None)
+        raise UDCGInputError(
+            f"missing: needed to split contexts (qid {ctx.qid!r})",
+            path=path,
+            line=line,
+            field=split_by,
+        )
+    return str(value)
+
+
+def _pair(a: np.ma.MaskedArray, b: np.ma.MaskedArray, method: Any) -> tuple[int, float]:
+    both = ~(np.ma.getmaskarray(a) | np.ma.getmaskarray(b))
+    n = int(both.sum())
+    if n < 3:
+        return n, math.nan
+    return n, correlation(np.ma.getdata(a)[both], np.ma.getdata(b)[both], method)
+
+
+def agreement(
+    judge_contexts: Sequence[Context],
+    human_contexts: Sequence[Context],
+    answers_from: str | None = None,
+    split_by: str | None = None,
+    k: int | None = None,
+    binary: bool = False,
+    fill: bool = True,
+) -> tuple[list[AgreementRow], Counter]:
+    """Per split and metric, how well judge-based metrics agree with human-based ones.
+    Returns the rows and the count of labels filled from the judge."""
+    by_key = {(c.qid, c.run): c for c in judge_contexts}
+    pairs: list[tuple[Context, Context]] = []
+    filled: Counter = Counter()
+    for human in human_contexts:
+        judge = by_key.get((human.qid, human.run))
+        if judge is None:
+            path, line = human.source if human.source else (None, None)
+            raise UDCGInputError(
+                f"no judge-labelled context with qid {human.qid!r} and run {human.run!r}",
+                path=path,
+                line=line,
+                field="qid",
+            )
+        if fill:
+            human, more = fill_labels(human, judge, answers_from)
+            filled.update(more)
+        pairs.append((judge, human))
+    judged = qcare_scores([j for j, _ in pairs], answers_from, k, binary)
+    humans = qcare_scores([h for _, h in pairs], answers_from, k, binary)
+    splits = np.array([_split_of(h, split_by) for _, h in pairs], dtype=object)
+    rows = []
+    for split in sorted(set(splits)):
+        chosen = splits == split
+        for metric in METRICS:
+            if metric not in judged.values:
+                continue
+            a, b = judged.values[metric][chosen], humans.values[metric][chosen]
+            n, pearson = _pair(a, b, "pearson")
+            rows.append(AgreementRow(split, metric, n, pearson, _pair(a, b, "spearman")[1]))
+    return rows, filled

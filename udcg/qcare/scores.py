@@ -1,0 +1,151 @@
+"""Q-CARE metrics of labelled contexts, computed with the core metric functions.
+
+Per context (see :mod:`udcg.metrics.coverage` and :mod:`udcg.metrics.generator`)::
+
+    r_j        = |{s : passage j covers s}| / |SQ|   (binary: 1[j covers any s])
+    C-Prec@k   = (1/k) * sum_j r_j          C-nDCG@k = DCG(r) / IDCG(r)
+    Completeness   = |{s covered by the answer}| / |SQ|
+    Conciseness    = |{f relevant to a covered s}| / |F|
+    Verifiableness = |{f supported by a retrieved chunk}| / |F|
+
+A value is missing (masked) when its labels are absent, when one of the labels it needs is
+``null`` (a check without a usable answer), or when it is undefined (no sub-queries for
+Completeness, no claims for Conciseness and Verifiableness); ``missing[metric]`` counts each
+reason. Labels may come from the judge or from humans: only the structure matters.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from udcg.io.contexts import Context
+from udcg.metrics import (
+    c_ndcg,
+    c_precision,
+    completeness,
+    conciseness,
+    coverage,
+    verifiableness,
+)
+
+RETRIEVAL_METRICS = ("C-Prec", "C-nDCG")
+GENERATOR_METRICS = ("Completeness", "Conciseness", "Verifiableness")
+METRICS = RETRIEVAL_METRICS + GENERATOR_METRICS
+NO_LABELS = "no labels"
+UNUSABLE = "a check without a usable answer"
+
+
+@dataclass
+class QCareScores:
+    """``values[metric]``: a masked float64 array, one entry per context (masked = missing);
+    ``missing[metric]``: why entries are missing, counted."""
+
+    values: dict[str, np.ma.MaskedArray]
+    missing: dict[str, Counter]
+
+    def means(self) -> dict[str, float | None]:
+        """Mean of the defined values of each metric (None when none is defined)."""
+        out: dict[str, float | None] = {}
+        for name, values in self.values.items():
+            mean = values.mean() if values.size else np.ma.masked
+            out[name] = None if mean is np.ma.masked else float(mean)
+        return out
+
+
+def _grid(value: Any, depth: int) -> tuple[Any, bool]:
+    """``(grid with nulls as False, has_null)`` for a nested label list of ``depth``."""
+    if depth == 0:
+        return (False, True) if value is None else (bool(value), False)
+    items = [_grid(v, depth - 1) for v in value]
+    return [g for g, _ in items], any(n for _, n in items)
+
+
+def _coverage_labels(ctx: Context) -> tuple[list[list[bool]], str | None]:
+    rows = [p.covers for p in ctx.passages]
+    if ctx.subqueries is None or None in rows:
+        return [], NO_LABELS
+    grid, has_null = _grid(rows, 2)
+    return grid, UNUSABLE if has_null else None
+
+
+def _answer_labels(ctx: Context, model: str) -> tuple[dict[str, Any], dict[str, str | None]]:
+    """Grids of the three answer checks and, per grid, why it cannot be used (or None)."""
+    outcome = ctx.outcomes.get(model, {})
+    empty = {"subquery_covered": [], "claim_relevance": [], "claim_support": []}
+    if outcome.get("claims") is None:
+        return empty, dict.fromkeys(empty, NO_LABELS)
+    grids, reasons = {}, {}
+    for name, depth in (("subquery_covered", 1), ("claim_relevance", 2), ("claim_support", 2)):
+        value = outcome.get(name)
+        if value is None:
+            grids[name], reasons[name] = empty[name], NO_LABELS
+        else:
+            grids[name], has_null = _grid(value, depth)
+            reasons[name] = UNUSABLE if has_null else None
+    return grids, reasons
+
+
+def _finish(
+    values: np.ma.MaskedArray, reasons: Sequence[str | None], undefined: str | None
+) -> tuple[np.ma.MaskedArray, Counter]:
+    """Mask the contexts with a reason; count reasons and the library's undefined cases."""
+    blocked = np.array([r is not None for r in reasons], dtype=bool)
+    lib_mask = np.ma.getmaskarray(values) & ~blocked
+    counts = Counter(r for r in reasons if r is not None)
+    if undefined is not None and lib_mask.any():
+        counts[undefined] += int(lib_mask.sum())
+    data = np.ma.getdata(values).astype(np.float64)
+    return np.ma.MaskedArray(data, mask=blocked | np.ma.getmaskarray(values)), counts
+
+
+def qcare_scores(
+    contexts: Sequence[Context],
+    answers_from: str | None = None,
+    k: int | None = None,
+    binary: bool = False,
+) -> QCareScores:
+    """The five Q-CARE metrics of each context (retrieval ones only without
+    ``answers_from``); ``k`` truncates the retrieved lists, ``binary`` uses binary r_j."""
+    values: dict[str, np.ma.MaskedArray] = {}
+    missing: dict[str, Counter] = {}
+    labelled = [_coverage_labels(c) for c in contexts]
+    r = coverage([grid for grid, _ in labelled], binary=binary)
+    reasons = [reason for _, reason in labelled]
+    for name, fn in (("C-Prec", c_precision), ("C-nDCG", c_ndcg)):
+        raw = np.ma.MaskedArray(fn(r, k) if len(r) else np.zeros(0))
+        values[name], missing[name] = _finish(raw, reasons, None)
+    if answers_from is None:
+        return QCareScores(values, missing)
+    answer = [_answer_labels(c, answers_from) for c in contexts]
+
+    def reason(*names: str) -> list[str | None]:
+        return [next((why[n] for n in names if why[n] is not None), None) for _, why in answer]
+
+    covered = [g["subquery_covered"] for g, _ in answer]
+    computed = {
+        "Completeness": (completeness(covered), reason("subquery_covered"), "no sub-queries"),
+        "Conciseness": (
+            conciseness(
+                [
+                    [] if why["subquery_covered"] == NO_LABELS else g["claim_relevance"]
+                    for g, why in answer
+                ],
+                covered,
+            ),
+            reason("claim_relevance", "subquery_covered"),
+            "no claims",
+        ),
+        "Verifiableness": (
+            verifiableness([g["claim_support"] for g, _ in answer]),
+            reason("claim_support"),
+            "no claims",
+        ),
+    }
+    for name, (raw, why, undefined) in computed.items():
+        values[name], missing[name] = _finish(raw, why, undefined)
+    return QCareScores(values, missing)
