@@ -1,0 +1,146 @@
+"""Pipeline pieces: datasets, stage cache, cross-fitted gamma, gold positions, sweep summary."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from udcg import metrics
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Context, Passage
+from udcg.pipeline.correlate import accuracy_by_gold_position
+from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
+from udcg.pipeline.scoring import crossfit_gamma
+from udcg.pipeline.stages import StageCache, missing_steps, stage_key
+from udcg.pipeline.sweep import summarize
+from udcg.theta import split_by_query, tune_gamma
+
+
+def test_answer_relevance_is_word_boundary_match() -> None:
+    corpus = [
+        Passage(text="Born in 1969."),
+        Passage(text="In 19690 AD"),
+        Passage(text="The Röntgen"),
+    ]
+    assert answer_relevance([["1969"], ["Rontgen"], [""]], corpus) == [
+        frozenset({0}),
+        frozenset({2}),
+        frozenset(),
+    ]
+
+
+def test_demo_source_limit_and_gold() -> None:
+    data = demo_source(limit=3)
+    assert len(data.queries) == 3 and len(data.corpus) == 420
+    for q in data.queries:
+        kinds = {data.corpus[i].extra["kind"] for i in q.relevant}
+        assert "relevant" in kinds
+    with pytest.raises(UDCGInputError, match="field 'limit'"):
+        demo_source(limit=0)
+
+
+def _nq_line(question: str, answer: str, text: str) -> str:
+    ctx = {"title": "t", "text": text, "hasanswer": True, "isgold": True}
+    return json.dumps({"question": question, "answers": [answer], "ctxs": [ctx]})
+
+
+def test_nq_open_corpus_is_every_gold_passage(tmp_path: Path) -> None:
+    path = tmp_path / "nq.jsonl.gz"
+    lines = [
+        _nq_line("q1", "Paris", "Paris is in France"),
+        _nq_line("q2", "Rome", "Rome is in Italy"),
+        _nq_line("q3", "Paris", "Paris is in France"),
+    ]
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    data = nq_open(path, limit=1)
+    assert [q.qid for q in data.queries] == ["nq-1"]
+    assert [p.text for p in data.corpus] == ["Paris is in France", "Rome is in Italy"]
+    assert data.queries[0].relevant == frozenset({0})
+    path.write_text("{}\n")
+    with pytest.raises(UDCGInputError, match=r"nq.jsonl.gz:1: not an NQ-open line"):
+        nq_open(path)
+
+
+def test_nq_open_shared_data(shared_data: Path) -> None:
+    data = nq_open(shared_data / "nq-open-oracle.jsonl.gz", limit=5)
+    assert len(data.queries) == 5 and len(data.corpus) > 2000
+    assert all(q.relevant for q in data.queries)
+
+
+def test_stage_cache_reuses_outputs(tmp_path: Path) -> None:
+    calls = []
+
+    def compute() -> list[Context]:
+        calls.append(1)
+        return [Context("q", [Passage(doc_id="d", text="t", relevant=True)])]
+
+    cache = StageCache(tmp_path)
+    key = stage_key({"a": 1}, 3)
+    first = cache.run("retrieve", key, compute)
+    second = StageCache(tmp_path).run("retrieve", key, compute)
+    assert first == second and len(calls) == 1
+    StageCache(tmp_path).run("retrieve", stage_key({"a": 2}, 3), compute)
+    assert len(calls) == 2
+
+
+def test_missing_steps() -> None:
+    done = Passage(text="t", relevant=True, abstain_prob={"j": 0.2})
+    ctx = Context("q", [done], outcomes={"j": {"correct": True}})
+    assert missing_steps([ctx], "j", "abstention", "string") == []
+    assert missing_steps([ctx], "other", "abstention", "llm") == [
+        "abstain",
+        "relevance",
+        "outcomes",
+    ]
+    with pytest.raises(UDCGInputError, match="unknown utility source"):
+        missing_steps([ctx], "j", "nope", "string")
+
+
+def test_crossfit_gamma_scores_each_half_with_the_other_halfs_gamma() -> None:
+    rng = np.random.default_rng(0)
+    n = 60
+    rel = (rng.random((n, 3)) < 0.4).astype(float)
+    util = rng.random((n, 3))
+    correct = (rng.random(n) < 0.2 + 0.6 * rel.mean(axis=1)).astype(float)
+    qids = np.array([f"q{i // 2}" for i in range(n)], dtype=object)
+    values, gammas = crossfit_gamma(rel, util, correct, qids, "spearman", seed=1)
+    a, b = split_by_query(qids, 0.5, 1)
+    g_a = tune_gamma(rel[a], util[a], correct[a]).gamma
+    g_b = tune_gamma(rel[b], util[b], correct[b]).gamma
+    assert gammas == [g_a, g_b]
+    np.testing.assert_allclose(values[b], metrics.udcg(rel[b], util[b], g_a))
+    np.testing.assert_allclose(values[a], metrics.udcg(rel[a], util[a], g_b))
+
+
+def test_accuracy_by_gold_position() -> None:
+    rel = np.array([[0, 1, 0], [1, 1, 0], [0, 0, 0], [0, 1, 1]], dtype=float)
+    correct = np.array([1.0, 1.0, 0.0, 0.0])
+    assert accuracy_by_gold_position(rel, correct) == [
+        {"position": None, "n": 1, "accuracy": 0.0},
+        {"position": 1, "n": 1, "accuracy": 1.0},
+        {"position": 2, "n": 2, "accuracy": 0.5},
+    ]
+
+
+def _report(run: str, accuracy: float, means: dict[str, float]) -> dict:
+    return {"setup": {"run": run, "accuracy": accuracy, "n_contexts": 10}, "means": means}
+
+
+def test_sweep_summary_ranks_retrievers_like_scipy() -> None:
+    reports = [
+        _report("bm25", 0.5, {"UDCG": 0.6, "nDCG": 0.9}),
+        _report("dense", 0.7, {"UDCG": 0.7, "nDCG": 0.8}),
+        _report("random", 0.1, {"UDCG": 0.3, "nDCG": 0.85}),
+    ]
+    summary = summarize(reports)
+    assert [r["run"] for r in summary["runs"]] == ["dense", "bm25", "random"]
+    taus = {a["metric"]: a["kendall_tau"] for a in summary["ranking_agreement"]}
+    acc = [0.5, 0.7, 0.1]
+    assert taus["UDCG"] == pytest.approx(sps.kendalltau([0.6, 0.7, 0.3], acc)[0])
+    assert taus["nDCG"] == pytest.approx(sps.kendalltau([0.9, 0.8, 0.85], acc)[0])
+    assert summary["ranking_agreement"][0]["metric"] == "UDCG"

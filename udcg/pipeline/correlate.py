@@ -1,0 +1,83 @@
+"""How well each metric predicts end-to-end correctness (query-bootstrap CIs, paired tests)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from udcg import stats
+from udcg.training import compare
+
+
+def _num(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def correlations(
+    scores: dict[str, np.ndarray],
+    correct: np.ndarray,
+    groups: np.ndarray,
+    method: str = "spearman",
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Per metric: the ``method`` correlation with its 95% CI, Kendall and Pearson, best first
+    (undefined correlations, e.g. of a constant metric, last)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rows = [
+            row.to_json() for row in compare(scores, correct, groups, method, n_resamples, seed)
+        ]
+    return sorted(rows, key=lambda r: -r[method] if r[method] is not None else math.inf)
+
+
+def paired_tests(
+    scores: dict[str, np.ndarray],
+    correct: np.ndarray,
+    groups: np.ndarray,
+    method: str = "spearman",
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """For every pair of metrics, the paired bootstrap test of "A correlates better than B",
+    A being the one with the higher point estimate; pairs with an undefined side are left out."""
+    point = {name: stats.correlation(v, correct, method) for name, v in scores.items()}
+    defined = [n for n in scores if math.isfinite(point[n])]
+    out = []
+    for x, y in itertools.combinations(defined, 2):
+        a, b = (x, y) if point[x] >= point[y] else (y, x)
+        res = stats.paired_bootstrap_test(
+            scores[a], scores[b], correct, groups, method, n_resamples, seed
+        )
+        out.append(
+            {
+                "a": a,
+                "b": b,
+                "difference": _num(res.difference),
+                "ci95": [_num(res.low), _num(res.high)],
+                "p_value": _num(res.p_value),
+            }
+        )
+    return sorted(out, key=lambda r: r["p_value"] if r["p_value"] is not None else 2.0)
+
+
+def accuracy_by_gold_position(relevant: np.ndarray, correct: np.ndarray) -> list[dict[str, Any]]:
+    """Mean correctness grouped by the 1-based position of the first relevant passage
+    (``position`` None: no relevant passage in the list)."""
+    has = (relevant >= 0.5).any(axis=1)
+    first = np.where(has, np.argmax(relevant >= 0.5, axis=1) + 1, 0)
+    out = []
+    for pos in np.unique(first):
+        mask = first == pos
+        out.append(
+            {
+                "position": int(pos) if pos else None,
+                "n": int(mask.sum()),
+                "accuracy": float(correct[mask].mean()),
+            }
+        )
+    return out

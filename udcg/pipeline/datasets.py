@@ -1,0 +1,114 @@
+"""Evaluation datasets: questions + a corpus to retrieve from, or contexts already retrieved.
+
+Relevance of a corpus passage to a question is answer containment (:func:`udcg.answers.
+contains_answer`: a normalised acceptable answer occurs on word boundaries), the same rule as
+``annotate --relevance string``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from udcg.answers import normalize
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Context, Passage, read_contexts
+from udcg.io.files import PathType, open_text
+from udcg.retrieval import Query
+
+
+@dataclass
+class Dataset:
+    """Queries and a corpus (``contexts`` None), or ready contexts (``retriever=given``)."""
+
+    name: str
+    queries: list[Query]
+    corpus: list[Passage]
+    contexts: list[Context] | None = None
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise UDCGInputError(f"expected a positive integer or null, got {limit!r}", field="limit")
+
+
+def answer_relevance(
+    answers: Sequence[Sequence[str]], corpus: Sequence[Passage]
+) -> list[frozenset]:
+    """Per question, the corpus indices whose text contains one of its answers."""
+    texts = [f" {normalize(p.text or '')} " for p in corpus]
+    out = []
+    for options in answers:
+        needles = [f" {n} " for n in (normalize(a) for a in options) if n]
+        out.append(frozenset(i for i, t in enumerate(texts) if any(n in t for n in needles)))
+    return out
+
+
+def _queries(rows: list[tuple[str, str, list[str]]], corpus: list[Passage]) -> list[Query]:
+    relevant = answer_relevance([answers for _, _, answers in rows], corpus)
+    return [Query(q, text, a, r) for (q, text, a), r in zip(rows, relevant, strict=True)]
+
+
+def demo_source(path: PathType | None = None, limit: int | None = 20) -> Dataset:
+    """The shipped demo source: its first ``limit`` questions; corpus = every passage."""
+    from udcg.demo import SOURCE, load_source
+
+    _check_limit(limit)
+    questions = load_source(Path(path) if path else SOURCE)
+    corpus = [
+        Passage(doc_id=p["doc_id"], text=p["text"], extra={"kind": p["kind"]})
+        for q in questions
+        for p in q["passages"]
+    ]
+    rows = [(q["qid"], q["question"], list(q["answers"])) for q in questions[:limit]]
+    return Dataset("demo", _queries(rows, corpus), corpus)
+
+
+def nq_open(path: PathType, limit: int | None = 200) -> Dataset:
+    """NQ-open with gold passages (``{"question", "answers", "ctxs": [{"title", "text",
+    "isgold"}]}`` per line): the first ``limit`` questions; corpus = every gold passage of the
+    file, de-duplicated by text."""
+    _check_limit(limit)
+    rows, corpus, seen = [], [], {}
+    try:
+        with open_text(path) as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                    question, answers = obj["question"], list(obj["answers"])
+                    gold = [c for c in obj["ctxs"] if c.get("isgold")]
+                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise UDCGInputError(
+                        f"not an NQ-open line ({exc})", path=path, line=number
+                    ) from None
+                for ctx in gold:
+                    if ctx["text"] not in seen:
+                        seen[ctx["text"]] = len(corpus)
+                        corpus.append(
+                            Passage(
+                                doc_id=f"nq-gold-{len(corpus)}",
+                                text=ctx["text"],
+                                extra={"title": ctx.get("title")},
+                            )
+                        )
+                if limit is None or len(rows) < limit:
+                    rows.append((f"nq-{number}", question, answers))
+    except FileNotFoundError:
+        raise UDCGInputError("no such file", path=path) from None
+    return Dataset("nq_open", _queries(rows, corpus), corpus)
+
+
+def contexts_jsonl(path: PathType) -> Dataset:
+    """Retrieved (and possibly annotated) contexts, one JSON line each (DESIGN §3)."""
+    return Dataset("jsonl", [], [], list(read_contexts(path)))
+
+
+def reference_json(path: PathType) -> Dataset:
+    """Contexts in the reference UDCG JSON format (relevance and abstention included)."""
+    from udcg.io.reference import read_reference_json
+
+    return Dataset("reference", [], [], read_reference_json(path))

@@ -1,0 +1,129 @@
+"""The evaluation report: ``report.json`` (every number), ``report.md`` (tables first), PNGs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from udcg.io.files import atomic_write
+
+
+def _fmt(value: float | None, sign: bool = True) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:+.3f}" if sign else f"{value:.3f}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The human-readable report: setup, correlation table, accuracy by gold position, tests."""
+    method = report["config"]["correlation"]
+    setup = report["setup"]
+    lines = [
+        f"# Retrieval metrics vs. end-to-end accuracy — {setup['run']}",
+        "",
+        f"Dataset **{setup['dataset']}**, retriever **{setup['run']}**, k = {setup['k']}, "
+        f"judge **{setup['judge']}** (utility: {setup['utility']}); {setup['n_contexts']} "
+        f"contexts over {setup['n_queries']} queries; accuracy = **{setup['accuracy']:.3f}**.",
+        "",
+        f"## Which metric predicts accuracy ({method}, 95% CI over queries)",
+        "",
+        f"| metric | mean | {method} | 95% CI | kendall | pearson |",
+        "| --- | ---: | ---: | --- | ---: | ---: |",
+    ]
+    for row in report["correlations"]:
+        low, high = row["ci95"]
+        lines.append(
+            f"| {row['metric']} | {_fmt(report['means'][row['metric']], False)} | "
+            f"{_fmt(row[method])} | [{_fmt(low)}, {_fmt(high)}] | {_fmt(row['kendall'])} | "
+            f"{_fmt(row['pearson'])} |"
+        )
+    lines += ["", "## Accuracy by position of the first relevant passage", ""]
+    lines += ["| position | contexts | accuracy |", "| --- | ---: | ---: |"]
+    for row in report["accuracy_by_gold_position"]:
+        pos = row["position"] if row["position"] is not None else "none"
+        lines.append(f"| {pos} | {row['n']} | {row['accuracy']:.3f} |")
+    tests = [t for t in report["paired_tests"] if t["p_value"] is not None and t["p_value"] < 0.05]
+    lines += ["", "## Paired bootstrap tests (A correlates better than B, p < 0.05)", ""]
+    if tests:
+        lines += ["| A | B | difference | 95% CI | p |", "| --- | --- | ---: | --- | ---: |"]
+        for t in tests:
+            low, high = t["ci95"]
+            lines.append(
+                f"| {t['a']} | {t['b']} | {_fmt(t['difference'])} | [{_fmt(low)}, {_fmt(high)}] "
+                f"| {t['p_value']:.3f} |"
+            )
+    else:
+        lines.append("No pair of metrics differs significantly (see report.json for all pairs).")
+    if report["notes"]:
+        lines += ["", "## Notes", ""] + [f"* {n}" for n in report["notes"]]
+    lines += ["", "Plots: " + ", ".join(f"`{p}`" for p in report["plots"]), ""]
+    return "\n".join(lines)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_correlations(report: dict[str, Any], path: Path) -> None:
+    """Bars of each metric's correlation with accuracy and its 95% CI."""
+    plt = _pyplot()
+    method = report["config"]["correlation"]
+    rows = [r for r in report["correlations"] if r[method] is not None]
+    est = np.array([r[method] for r in rows])
+    low = np.array([r["ci95"][0] if r["ci95"][0] is not None else r[method] for r in rows])
+    high = np.array([r["ci95"][1] if r["ci95"][1] is not None else r[method] for r in rows])
+    fig, ax = plt.subplots(figsize=(7, 3.8), dpi=120)
+    ax.bar(range(len(rows)), est, yerr=[est - low, high - est], capsize=3, color="tab:blue")
+    ax.set_xticks(range(len(rows)), [r["metric"] for r in rows], rotation=30, ha="right")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_ylabel(f"{method} with correctness")
+    ax.set_title(f"Metric vs. accuracy, {report['setup']['run']} (95% CI over queries)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_gold_position(report: dict[str, Any], path: Path) -> None:
+    """Accuracy by position of the first relevant passage (and with none)."""
+    plt = _pyplot()
+    rows = report["accuracy_by_gold_position"]
+    labels = [str(r["position"]) if r["position"] is not None else "none" for r in rows]
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
+    ax.bar(range(len(rows)), [r["accuracy"] for r in rows], color="tab:green")
+    ax.set_xticks(range(len(rows)), labels)
+    for i, r in enumerate(rows):
+        ax.annotate(f"n={r['n']}", (i, r["accuracy"]), ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("position of the first relevant passage")
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"Accuracy by gold position, {report['setup']['run']}")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_report(report: dict[str, Any], directory: Path, theta: Any = None) -> list[Path]:
+    """Write report.json, report.md and the PNGs into ``directory``; return their paths."""
+    from udcg.training import plot_weights
+
+    directory.mkdir(parents=True, exist_ok=True)
+    plots = {"correlations.png": plot_correlations, "gold_position.png": plot_gold_position}
+    report["plots"] = [*plots, *(["theta_weights.png"] if theta is not None else [])]
+    for name, plot in plots.items():
+        plot(report, directory / name)
+    if theta is not None:
+        plot_weights(theta, directory / "theta_weights.png", f"UDCG-theta weights, k={theta.k}")
+    with atomic_write(directory / "report.json") as handle:
+        json.dump(report, handle, indent=2)
+        handle.write("\n")
+    with atomic_write(directory / "report.md") as handle:
+        handle.write(markdown(report))
+    return [directory / n for n in ("report.json", "report.md", *report["plots"])]

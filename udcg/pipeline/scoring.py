@@ -1,0 +1,115 @@
+"""Every metric, per context, from annotated contexts of one list size k."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from udcg import metrics
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import (
+    Context,
+    abstain_probs,
+    correctness,
+    coverage_matrices,
+    relevance_matrix,
+)
+from udcg.theta import UDCGTheta, split_by_query, tune_gamma
+
+#: utility source -> per-context utility rows (see ``udcg.pipeline.stages.UTILITY_STEPS``)
+UTILITIES = {
+    "abstention": lambda contexts, judge: metrics.utility(
+        abstain_prob=abstain_probs(contexts, judge)
+    ),
+}
+
+
+@dataclass
+class ScoreTable:
+    """Per-context metric values and correctness; ``notes`` say what was skipped and why."""
+
+    qids: np.ndarray
+    runs: list[str]
+    relevant: np.ndarray
+    utility: np.ndarray
+    correct: np.ndarray
+    scores: dict[str, np.ndarray]
+    gammas: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def crossfit_gamma(
+    relevant: np.ndarray,
+    utility: np.ndarray,
+    correct: np.ndarray,
+    qids: np.ndarray,
+    method: str,
+    seed: int,
+) -> tuple[np.ndarray, list[float]]:
+    """UDCG-gamma without peeking: split queries in two halves, tune gamma on each half
+    (:func:`udcg.theta.tune_gamma`) and score the other half with it."""
+    first, second = split_by_query(qids, 0.5, seed)
+    values = np.full(len(correct), np.nan)
+    gammas = []
+    for fit, apply in ((first, second), (second, first)):
+        tuned = tune_gamma(relevant[fit], utility[fit], correct[fit], method=method)
+        gammas.append(float(tuned.gamma))
+        values[apply] = metrics.udcg(relevant[apply], utility[apply], tuned.gamma)
+    return values, gammas
+
+
+def score_contexts(
+    contexts: Sequence[Context],
+    k: int,
+    judge: str,
+    utility: str = "abstention",
+    theta: UDCGTheta | None = None,
+    method: str = "spearman",
+    seed: int = 0,
+) -> ScoreTable:
+    """UDCG (gamma 1/3), UDCG-gamma (cross-fitted), UDCG-theta (with ``theta``), C-Prec and
+    C-nDCG (with coverage labels), nDCG, MAP, MRR, Precision and Hits for contexts of size k."""
+    notes = []
+    kept = [c for c in contexts if len(c.passages) == k]
+    if len(kept) < len(contexts):
+        notes.append(
+            f"{len(contexts) - len(kept)} contexts without exactly k={k} passages left out"
+        )
+    if not kept:
+        raise UDCGInputError(f"no context has k={k} passages", field="k")
+    relevant = np.stack(relevance_matrix(kept))
+    util = np.stack(UTILITIES[utility](kept, judge))
+    correct = correctness(kept, judge)
+    qids = np.array([c.qid for c in kept], dtype=object)
+    binary = relevant >= 0.5
+    scores: dict[str, np.ndarray] = {"UDCG": metrics.udcg(relevant, util)}
+    gammas: list[float] = []
+    try:
+        scores["UDCG-gamma"], gammas = crossfit_gamma(relevant, util, correct, qids, method, seed)
+    except UDCGInputError as exc:
+        notes.append(f"UDCG-gamma skipped: cross-fitting gamma failed ({exc})")
+    if theta is not None:
+        scores["UDCG-theta"] = theta.predict_proba(relevant, util)
+    else:
+        notes.append("UDCG-theta skipped: no weights (train them with train.py, set theta_weights)")
+    if all(
+        c.subqueries is not None and all(p.covers is not None for p in c.passages) for c in kept
+    ):
+        gains = np.stack(metrics.coverage(coverage_matrices(kept)))
+        scores["C-Prec"] = metrics.c_precision(gains, k)
+        scores["C-nDCG"] = metrics.c_ndcg(gains, k)
+    else:
+        notes.append("C-Prec and C-nDCG skipped: no coverage labels (set qcare=true)")
+    scores.update(
+        {
+            "nDCG": metrics.ndcg(relevant),
+            "MAP": metrics.average_precision(binary),
+            "MRR": metrics.reciprocal_rank(binary),
+            "Precision": metrics.precision(binary),
+            "Hits": metrics.hits(binary),
+        }
+    )
+    runs = [c.run or "" for c in kept]
+    return ScoreTable(qids, runs, relevant, util, correct, scores, gammas, notes)

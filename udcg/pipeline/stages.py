@@ -1,0 +1,130 @@
+"""Pipeline stages whose outputs are cached on disk, keyed by the hash of what they depend on.
+
+``retrieve`` (queries + corpus -> contexts) and ``annotate`` (contexts -> judge labels) write
+``<cache_dir>/<stage>-<key>.jsonl.gz``; a rerun with the same configuration reads them back. The
+judge's own SQLite cache (``<cache_dir>/judge.sqlite``) sits underneath, so a run interrupted
+midway, or another sweep member asking for the same (question, passage) pairs, recomputes
+nothing it already has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.judge.base import Judge
+from udcg.pipeline.datasets import Dataset
+from udcg.retrieval import Retriever
+
+#: utility source -> (annotate step that produces it, test that a passage already has it)
+UTILITY_STEPS: dict[str, tuple[str, Callable[[Passage, str], bool]]] = {
+    "abstention": ("abstain", lambda p, judge: judge in p.abstain_prob),
+}
+
+
+def check_utility(utility: str) -> None:
+    """An error naming the known sources unless ``utility`` is one."""
+    if utility not in UTILITY_STEPS:
+        raise UDCGInputError(
+            f"unknown utility source {utility!r}; known: {', '.join(UTILITY_STEPS)}",
+            field="utility",
+        )
+
+
+def stage_key(*parts: Any) -> str:
+    """First 16 hex digits of the SHA-256 of the canonical JSON of ``parts``."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class StageCache:
+    """Stage outputs as JSONL files under ``directory``; ``hits`` names the stages read back."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.hits: list[str] = []
+
+    def run(self, stage: str, key: str, compute: Callable[[], list[Context]]) -> list[Context]:
+        """The cached output of ``stage`` for ``key``, else ``compute()`` (then stored)."""
+        path = self.directory / f"{stage}-{key}.jsonl.gz"
+        if path.is_file():
+            self.hits.append(stage)
+            return list(read_contexts(path))
+        contexts = compute()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_contexts(path, contexts)
+        return contexts
+
+
+def retrieve_contexts(dataset: Dataset, name: str, retriever: Retriever, k: int) -> list[Context]:
+    """One context per query: the top-k passages with score and answer relevance."""
+    rankings = retriever.retrieve(dataset.queries, dataset.corpus, k)
+    contexts = []
+    for query, ranking in zip(dataset.queries, rankings, strict=True):
+        passages = [
+            Passage(
+                doc_id=dataset.corpus[i].doc_id,
+                text=dataset.corpus[i].text,
+                score=None if np.isnan(s) else float(s),
+                relevant=int(i) in query.relevant,
+            )
+            for i, s in zip(ranking.indices, ranking.scores, strict=True)
+        ]
+        contexts.append(
+            Context(query.qid, passages, run=name, question=query.question, answers=query.answers)
+        )
+    return contexts
+
+
+def missing_steps(
+    contexts: Sequence[Context], judge: str, utility: str, relevance: str
+) -> list[str]:
+    """The annotate steps whose labels some context still lacks (relevance=llm: always)."""
+    check_utility(utility)
+    step, has = UTILITY_STEPS[utility]
+    passages = [p for c in contexts for p in c.passages]
+    steps = []
+    if not all(has(p, judge) for p in passages):
+        steps.append(step)
+    if relevance == "llm" or any(p.relevant is None for p in passages):
+        steps.append("relevance")
+    if any(c.outcomes.get(judge, {}).get("correct") is None for c in contexts):
+        steps.append("outcomes")
+    return steps
+
+
+def needs_coverage(contexts: Sequence[Context]) -> bool:
+    """Some context lacks sub-queries or a passage lacks coverage labels."""
+    return any(c.subqueries is None or any(p.covers is None for p in c.passages) for c in contexts)
+
+
+def annotate_contexts(
+    contexts: Sequence[Context],
+    judge: Judge,
+    steps: Sequence[str],
+    relevance: str,
+    grader: str,
+    max_new_tokens: int,
+    qcare: bool,
+) -> list[Context]:
+    """Judge labels for ``steps`` (see :func:`udcg.annotate.annotate`), then Q-CARE coverage
+    labels (:func:`udcg.qcare.label_contexts`) when ``qcare`` and some are missing."""
+    from udcg.annotate import annotate
+
+    out = list(contexts)
+    if steps:
+        out, _ = annotate(
+            out, judge, steps, relevance=relevance, grader=grader, max_new_tokens=max_new_tokens
+        )
+    if qcare and needs_coverage(out):
+        from udcg.qcare import label_contexts
+
+        out, _ = label_contexts(out, judge)
+    return out

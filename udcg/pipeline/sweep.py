@@ -1,0 +1,90 @@
+"""One summary across a retriever sweep: mean metrics and accuracy per retriever, and how well
+each metric ranks the retrievers (Kendall tau-b against the ranking by accuracy).
+
+``python evaluate.py -m retriever=bm25,dense,hybrid`` writes ``sweep_summary.json`` and
+``sweep_summary.md`` into the sweep directory when the last job ends (:class:`SweepSummary`, a
+Hydra callback); :func:`write_summary` rebuilds them from the members' ``report.json`` files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from udcg import stats
+from udcg.io.files import atomic_write
+
+
+def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-run accuracy and metric means; per metric, Kendall tau-b between ranking the runs
+    by mean metric and by accuracy (metrics missing from a run are left out)."""
+    runs = {r["setup"]["run"]: r for r in reports}
+    accuracy = {name: r["setup"]["accuracy"] for name, r in runs.items()}
+    metrics = [m for m in reports[0]["means"] if all(m in r["means"] for r in reports)]
+    agreement = []
+    for metric in metrics:
+        by_run = {name: r["means"][metric] for name, r in runs.items()}
+        if len(runs) >= 2:
+            result = stats.system_kendall(by_run, accuracy)
+            tau = result.tau if math.isfinite(result.tau) else None
+        else:
+            tau = None
+        agreement.append({"metric": metric, "kendall_tau": tau})
+    agreement.sort(key=lambda a: -a["kendall_tau"] if a["kendall_tau"] is not None else math.inf)
+    return {
+        "runs": [
+            {
+                "run": name,
+                "accuracy": accuracy[name],
+                "n_contexts": r["setup"]["n_contexts"],
+                "means": r["means"],
+            }
+            for name, r in sorted(runs.items(), key=lambda kv: -kv[1]["setup"]["accuracy"])
+        ],
+        "ranking_agreement": agreement,
+    }
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """Tables: retrievers by accuracy with metric means; metrics by Kendall tau."""
+    metrics = [a["metric"] for a in summary["ranking_agreement"]]
+    lines = ["# Retriever sweep", "", "| retriever | accuracy | " + " | ".join(metrics) + " |"]
+    lines.append("| --- | ---: |" + " ---: |" * len(metrics))
+    for run in summary["runs"]:
+        means = " | ".join(f"{run['means'][m]:.3f}" for m in metrics)
+        lines.append(f"| {run['run']} | {run['accuracy']:.3f} | {means} |")
+    lines += ["", "## Which metric ranks the retrievers like accuracy does (Kendall tau-b)", ""]
+    lines += ["| metric | tau |", "| --- | ---: |"]
+    for a in summary["ranking_agreement"]:
+        tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:+.3f}"
+        lines.append(f"| {a['metric']} | {tau} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(sweep_dir: Path) -> Path | None:
+    """Summarise every ``*/report.json`` under ``sweep_dir``; None when there is none."""
+    reports = [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).glob("*/report.json"))]
+    if not reports:
+        return None
+    summary = summarize(reports)
+    with atomic_write(Path(sweep_dir) / "sweep_summary.json") as handle:
+        json.dump(summary, handle, indent=2)
+    path = Path(sweep_dir) / "sweep_summary.md"
+    with atomic_write(path) as handle:
+        handle.write(markdown(summary))
+    return path
+
+
+class SweepSummary(Callback):
+    """Hydra callback: write the sweep summary when a multirun ends."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        path = write_summary(Path(config.hydra.sweep.dir))
+        if path is not None:
+            print(path.read_text())
+            print(f"sweep summary: {path}")

@@ -1,0 +1,53 @@
+"""What every retriever shares: the queries it answers, the ranked lists it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Passage
+
+
+@dataclass(frozen=True)
+class Query:
+    """A question to retrieve for; ``relevant`` holds the corpus indices of its gold passages."""
+
+    qid: str
+    question: str
+    answers: list[str] = field(default_factory=list)
+    relevant: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, eq=False)
+class Ranking:
+    """Corpus indices best first, with the retriever's score for each."""
+
+    indices: np.ndarray
+    scores: np.ndarray
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Ranks ``corpus`` for each query and returns its ``k`` best passages."""
+
+    def retrieve(
+        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
+    ) -> list[Ranking]: ...
+
+
+def check_depth(k: int, corpus: Sequence[Passage]) -> None:
+    """A list size the corpus can fill: 1 <= k <= len(corpus)."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise UDCGInputError(f"k must be a positive integer, got {k!r}", field="k")
+    if k > len(corpus):
+        raise UDCGInputError(f"k={k} is larger than the corpus ({len(corpus)} passages)", field="k")
+
+
+def top_k(scores: np.ndarray, k: int) -> list[Ranking]:
+    """Per row of ``scores`` ``[n_queries, n_docs]``, the k highest; ties by lower index."""
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return [Ranking(row, scores[i, row]) for i, row in enumerate(order)]

@@ -1,0 +1,53 @@
+"""Lexical retrieval with BM25 (the ``bm25s`` package)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from udcg.io.contexts import Passage
+from udcg.retrieval.base import Query, Ranking, check_depth, top_k
+
+
+class BM25Retriever:
+    """BM25 over lower-cased word tokens (English stop words removed). The default
+    ``lucene`` variant of bm25s scores
+
+    score(q, d) = sum_t idf(t) * tf(t, d) / (tf(t, d) + k1 (1 - b + b |d| / avgdl)),
+    idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5)).
+    """
+
+    def __init__(
+        self, k1: float = 1.5, b: float = 0.75, method: str = "lucene", stopwords: str = "en"
+    ) -> None:
+        self.k1, self.b, self.method, self.stopwords = k1, b, method, stopwords
+
+    def scores(self, queries: Sequence[Query], corpus: Sequence[Passage]) -> np.ndarray:
+        """BM25 score of every passage for every query, ``[n_queries, n_docs]``."""
+        import bm25s
+
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
+        model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
+        model.index(
+            bm25s.tokenize(
+                [p.text or "" for p in corpus], stopwords=self.stopwords, show_progress=False
+            ),
+            show_progress=False,
+        )
+        tokens = bm25s.tokenize(
+            [q.question for q in queries],
+            stopwords=self.stopwords,
+            return_ids=False,
+            show_progress=False,
+        )
+        return np.stack([model.get_scores(t) for t in tokens]).astype(np.float64)
+
+    def retrieve(
+        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
+    ) -> list[Ranking]:
+        check_depth(k, corpus)
+        if not queries:
+            return []
+        return top_k(self.scores(queries, corpus), k)

@@ -1,0 +1,126 @@
+"""Control retrievers for sanity checks and positional studies.
+
+* :class:`OracleFirst`: the query's gold passages first, then the base retriever's others;
+* :class:`RandomRetriever`: k passages drawn uniformly without replacement;
+* :class:`Reversed`: the base retriever's top k in reverse order (best passage last);
+* :class:`GoldAt`: one gold passage at position ``position`` (1-based) of k, the other
+  positions filled with the base retriever's best non-gold passages in their order;
+  ``position=None`` cycles through 1..k over the queries, so one run covers every position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Passage
+from udcg.retrieval.base import Query, Ranking, Retriever, check_depth
+
+#: Score given to the passages a control places by itself (not ranked by the base).
+PLACED = float("nan")
+
+
+def _full(base: Retriever, queries: Sequence[Query], corpus: Sequence[Passage]) -> list[Ranking]:
+    """The base retriever's ranking of the whole corpus."""
+    return base.retrieve(queries, corpus, len(corpus))
+
+
+def _non_gold(query: Query, ranking: Ranking, k: int) -> Ranking:
+    """The first k passages of ``ranking`` that are not gold for ``query``."""
+    keep = np.array([i not in query.relevant for i in ranking.indices], dtype=bool)
+    return Ranking(ranking.indices[keep][:k], ranking.scores[keep][:k])
+
+
+def _place(front: list[int], ranking: Ranking, k: int) -> Ranking:
+    """``front`` (corpus indices, score NaN) followed by ``ranking``, cut at k."""
+    indices = np.concatenate([np.asarray(front, dtype=np.int64), ranking.indices])[:k]
+    scores = np.concatenate([np.full(len(front), PLACED), ranking.scores])[:k]
+    return Ranking(indices, scores)
+
+
+class OracleFirst:
+    """Gold passages (corpus order) first, then the base retriever's non-gold ranking."""
+
+    def __init__(self, base: Retriever) -> None:
+        self.base = base
+
+    def retrieve(
+        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
+    ) -> list[Ranking]:
+        check_depth(k, corpus)
+        return [
+            _place(sorted(q.relevant), _non_gold(q, r, k), k)
+            for q, r in zip(queries, _full(self.base, queries, corpus), strict=True)
+        ]
+
+
+class RandomRetriever:
+    """k passages uniformly at random, reproducible for a ``seed``."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def retrieve(
+        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
+    ) -> list[Ranking]:
+        check_depth(k, corpus)
+        rng = np.random.default_rng(self.seed)
+        return [
+            Ranking(rng.choice(len(corpus), k, replace=False), np.full(k, PLACED)) for _ in queries
+        ]
+
+
+class Reversed:
+    """The base retriever's top k, worst first."""
+
+    def __init__(self, base: Retriever) -> None:
+        self.base = base
+
+    def retrieve(
+        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
+    ) -> list[Ranking]:
+        return [
+            Ranking(r.indices[::-1].copy(), r.scores[::-1].copy())
+            for r in self.base.retrieve(queries, corpus, k)
+        ]
+
+
+class GoldAt:
+    """One gold passage (the base's best-ranked gold) at ``position`` of k; None cycles."""
+
+    def __init__(self, base: Retriever, position: int | None = None) -> None:
+        self.base, self.position = base, position
+
+    def positions(self, n_queries: int, k: int) -> list[int]:
+        """The 1-based gold position of each query."""
+        if self.position is None:
+            return [i % k + 1 for i in range(n_queries)]
+        if not 1 <= self.position <= k:
+            raise UDCGInputError(
+                f"gold position {self.position} is outside 1..k={k}", field="retriever.position"
+            )
+        return [self.position] * n_queries
+
+    def retrieve(
+        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
+    ) -> list[Ranking]:
+        check_depth(k, corpus)
+        missing = [q.qid for q in queries if not q.relevant]
+        if missing:
+            raise UDCGInputError(
+                f"{len(missing)} queries have no gold passage in the corpus (first: "
+                f"{missing[0]!r}); gold_at needs one per query",
+                field="retriever",
+            )
+        out = []
+        for query, ranking, pos in zip(
+            queries, _full(self.base, queries, corpus), self.positions(len(queries), k), strict=True
+        ):
+            gold = next(int(i) for i in ranking.indices if i in query.relevant)
+            others = _non_gold(query, ranking, k - 1)
+            indices = np.insert(others.indices, pos - 1, gold)
+            scores = np.insert(others.scores, pos - 1, PLACED)
+            out.append(Ranking(indices, scores))
+        return out

