@@ -26,7 +26,7 @@ from udcg.io.contexts import read_contexts, write_contexts
 from udcg.io.files import atomic_write
 from udcg.qcare.agreement import agreement
 from udcg.qcare.checks import CHECK_MODES
-from udcg.qcare.pipeline import CHECKS, QCareReport, label_contexts
+from udcg.qcare.pipeline import CHECKS, QCareReport, check_inputs, label_contexts
 from udcg.qcare.scores import QCareScores, qcare_scores
 
 
@@ -122,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from udcg.judge.cached import CachedJudge
 
             contexts = list(read_contexts(args.input))
+            check_inputs(contexts, args.answers_from)  # before the judge loads
             judge = CachedJudge(load_judge(args.judge), args.cache)
             labelled, report = label_contexts(
                 contexts, judge, args.answers_from, args.checks, args.retries

@@ -25,7 +25,7 @@ from udcg.qcare import prompts as qp
 
 MIN_ANSWER_CHARS = 3
 MAX_ITEMS = 12
-_GENERATE_TOKENS = 96
+_GENERATE_TOKENS = 64
 
 
 def _string_list(value: Any, key: str) -> list[str]:

@@ -1,0 +1,214 @@
+"""Q-CARE metrics from labels written in the JSONL (judge or human), hand-computed; the
+reader's checks of the label fields; agreement against scipy."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import coverage_matrices, read_contexts
+from udcg.qcare import agreement, fill_labels, qcare_scores
+from udcg.qcare.__main__ import main
+
+T, F = True, False
+
+
+def _line(qid, covers, subqueries, run="r", **answer) -> dict:
+    ctx = {
+        "qid": qid,
+        "run": run,
+        "question": "q?",
+        "passages": [
+            {"doc_id": f"d{i}", "text": f"t{i}", "covers": c} for i, c in enumerate(covers)
+        ],
+    }
+    if subqueries is not None:
+        ctx["subqueries"] = subqueries
+    if answer:
+        ctx["outcomes"] = {"gen": {"answer": "a", **answer}}
+    return ctx
+
+
+def _write(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+CASES = [
+    # two sub-queries, three chunks, one covering nothing; claims: one off-topic, one unsupported
+    _line(
+        "full",
+        [[T, F], [T, T], [F, F]],
+        ["s1", "s2"],
+        claims=["c1", "c2", "c3"],
+        claim_relevance=[[T, F], [F, T], [F, F]],
+        subquery_covered=[T, F],
+        claim_support=[[T, F, F], [F, F, F], [F, T, F]],
+    ),
+    # zero sub-queries: r_j = 0 (denominator 1), completeness undefined, conciseness 0
+    _line(
+        "nosub",
+        [[], []],
+        [],
+        claims=["c1"],
+        claim_relevance=[[]],
+        subquery_covered=[],
+        claim_support=[[T, F]],
+    ),
+    # zero claims: nothing covered; conciseness and verifiableness undefined
+    _line(
+        "noclaim",
+        [[F], [F]],
+        ["s1"],
+        claims=[],
+        claim_relevance=[],
+        subquery_covered=[F],
+        claim_support=[],
+    ),
+    # duplicate claims count twice (as given); every chunk covers nothing
+    _line(
+        "dup",
+        [[F], [F], [F]],
+        ["s1"],
+        claims=["c1", "c1", "c2"],
+        claim_relevance=[[T], [T], [F]],
+        subquery_covered=[T],
+        claim_support=[[T, F, F], [T, F, F], [F, F, F]],
+    ),
+]
+
+
+def test_hand_computed_cases(tmp_path: Path) -> None:
+    contexts = list(read_contexts(_write(tmp_path / "l.jsonl", CASES)))
+    scores = qcare_scores(contexts, "gen")
+    # full: r = [1/2, 1, 0]
+    dcg, idcg = 0.5 + 1 / math.log2(3), 1 + 0.5 / math.log2(3)
+    expected = {
+        "C-Prec": [1.5 / 3, 0.0, 0.0, 0.0],
+        "C-nDCG": [dcg / idcg, 0.0, 0.0, 0.0],
+        "Completeness": [1 / 2, None, 0.0, 1.0],
+        # full: c1 is relevant to the covered s1; c2 only to the uncovered s2
+        "Conciseness": [1 / 3, 0.0, None, 2 / 3],
+        "Verifiableness": [2 / 3, 1.0, None, 2 / 3],
+    }
+    for metric, values in expected.items():
+        got = scores.values[metric]
+        assert got.mask.tolist() == [v is None for v in values], metric
+        for g, v in zip(got.filled(-1), values, strict=True):
+            if v is not None:
+                assert g == pytest.approx(v), metric
+    assert scores.missing["Completeness"] == {"no sub-queries": 1}
+    assert scores.missing["Conciseness"] == {"no claims": 1}
+    assert scores.means()["Completeness"] == pytest.approx((0.5 + 0 + 1) / 3)
+    binary = qcare_scores(contexts, binary=True)
+    assert binary.values["C-Prec"].tolist()[0] == pytest.approx(2 / 3)  # r = [1, 1, 0]
+    assert set(binary.values) == {"C-Prec", "C-nDCG"}
+    at1 = qcare_scores(contexts, k=1)
+    assert at1.values["C-Prec"].tolist()[0] == pytest.approx(0.5)
+
+
+def test_missing_and_null_labels_are_missing_values_not_zeros(tmp_path: Path) -> None:
+    lines = [
+        _line("nolabels", [None, None], None),
+        _line("null", [[T, None], [F, F]], ["s1", "s2"], claims=["c"], subquery_covered=[None, T]),
+    ]
+    contexts = list(read_contexts(_write(tmp_path / "l.jsonl", lines)))
+    scores = qcare_scores(contexts, "gen")
+    assert scores.values["C-Prec"].mask.tolist() == [True, True]
+    assert scores.missing["C-Prec"] == {"no labels": 1, "a check without a usable answer": 1}
+    assert scores.missing["Completeness"] == {"no labels": 1, "a check without a usable answer": 1}
+    assert scores.missing["Verifiableness"] == {"no labels": 2}
+    with pytest.raises(UDCGInputError, match=r"l.jsonl:2: field 'passages\[0\].covers'"):
+        coverage_matrices(contexts[1:])
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"claims": "c1"}, "outcomes.gen.claims", "list of strings"),
+        ({"subquery_covered": [T]}, "outcomes.gen.subquery_covered", "1 entries, expected 2"),
+        ({"claim_relevance": [[T, F]]}, "outcomes.gen.claim_relevance", "expected 3"),
+        (
+            {"claim_support_prob": [[0.5, 2, 0]] * 3},
+            "outcomes.gen.claim_support_prob[0][1]",
+            "probability",
+        ),
+        ({"claim_support": [[T, 1, F]] * 3}, "outcomes.gen.claim_support[0][1]", "true, false"),
+    ],
+)
+def test_reader_checks_label_fields(tmp_path: Path, change, field, message) -> None:
+    line = json.loads(json.dumps(CASES[0]))
+    line["outcomes"]["gen"].update(change)
+    path = _write(tmp_path / "bad.jsonl", [CASES[1], line])
+    with pytest.raises(UDCGInputError, match=rf"bad.jsonl:2: field '{re.escape(field)}.*{message}"):
+        list(read_contexts(path))
+
+
+def test_agreement_matches_scipy_per_split(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    judge, human = [], []
+    for i in range(12):
+        n_sub = 1 + i % 3
+        subs = [f"s{j}" for j in range(n_sub)]
+        cov_j = rng.random((4, n_sub)) < 0.5
+        cov_h = cov_j ^ (rng.random((4, n_sub)) < 0.2)
+        run = "a" if i < 6 else "b"
+        judge.append(_line(f"q{i}", cov_j.tolist(), subs, run=run))
+        human.append(_line(f"q{i}", cov_h.tolist(), subs, run=run))
+    jc = list(read_contexts(_write(tmp_path / "j.jsonl", judge)))
+    hc = list(read_contexts(_write(tmp_path / "h.jsonl", human)))
+    rows, _ = agreement(jc, hc, split_by="run")
+    for split, chosen in (("a", slice(0, 6)), ("b", slice(6, 12))):
+        a = qcare_scores(jc[chosen]).values["C-Prec"].data
+        b = qcare_scores(hc[chosen]).values["C-Prec"].data
+        row = next(r for r in rows if r.split == split and r.metric == "C-Prec")
+        assert row.n == 6
+        assert row.pearson == pytest.approx(stats.pearsonr(a, b)[0])
+        assert row.spearman == pytest.approx(stats.spearmanr(a, b)[0])
+
+
+def test_fill_takes_missing_human_labels_from_the_judge(tmp_path: Path) -> None:
+    judge = _line(
+        "q",
+        [[T], [F]],
+        ["s1"],
+        claims=["c"],
+        claim_relevance=[[T]],
+        claim_support=[[T, F]],
+        subquery_covered=[T],
+    )
+    human = _line("q", [[F], [F]], ["s1"], claims=["c"], subquery_covered=[F])
+    j, h = (
+        next(read_contexts(_write(tmp_path / f"{n}.jsonl", [x])))
+        for n, x in (("j", judge), ("h", human))
+    )
+    merged, filled = fill_labels(h, j, "gen")
+    assert filled == {"claim_relevance": 1, "claim_support": 1}
+    assert merged.outcomes["gen"]["subquery_covered"] == [False]  # the human's label wins
+    assert merged.outcomes["gen"]["claim_support"] == [[True, False]]
+    assert [p.covers for p in merged.passages] == [[False], [False]]
+
+
+def test_cli_score_and_agreement(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path / "l.jsonl", CASES)
+    assert (
+        main(["score", str(path), "--answers-from", "gen", "--out", str(tmp_path / "s.jsonl")]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "Completeness" in out and "no sub-queries 1" in out
+    rows = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert rows[1]["Completeness"] is None and rows[0]["C-Prec"] == pytest.approx(0.5)
+    assert main(["agreement", str(path), str(path), "--answers-from", "gen"]) == 0
+    assert "+1.000" in capsys.readouterr().out
+    other = _write(tmp_path / "o.jsonl", [_line("zzz", [[T]], ["s"])])
+    assert main(["agreement", str(path), str(other)]) == 2
+    assert "o.jsonl:1: field 'qid': no judge-labelled context" in capsys.readouterr().err
+    assert main(["agreement", str(path), str(path), "--split-by", "split"]) == 2
+    assert "field 'split': missing" in capsys.readouterr().err
