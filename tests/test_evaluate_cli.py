@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -225,3 +226,32 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     done = _cli(tmp_path, "retriever=nope")
     assert done.returncode != 0 and "Available options" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_coverage_labels_in_the_input_give_c_prec_and_c_ndcg(tmp_path: Path) -> None:
+    _annotated(tmp_path / "in.jsonl")
+    contexts = list(read_contexts(tmp_path / "in.jsonl"))
+    covers = [[[j == 0, j == i % 3] for j in range(3)] for i in range(len(contexts))]
+    labelled = [
+        Context(
+            c.qid,
+            [replace(p, covers=cov) for p, cov in zip(c.passages, rows, strict=True)],
+            subqueries=["s1", "s2"],
+            outcomes=c.outcomes,
+        )
+        for c, rows in zip(contexts, covers, strict=True)
+    ]
+    write_contexts(tmp_path / "cov.jsonl", labelled)
+    cfg = _cfg(
+        tmp_path,
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'cov.jsonl'}",
+        "retriever=given",
+        "judge=m",
+    )
+    report, _ = evaluate(cfg, tmp_path / "out")
+    gains = np.array([[sum(cov) / 2 for cov in rows] for rows in covers])
+    assert report["means"]["C-Prec"] == pytest.approx(gains.mean())
+    ideal = np.sort(gains, axis=1)[:, ::-1]
+    disc = 1 / np.log2(np.arange(2, 5))
+    assert report["means"]["C-nDCG"] == pytest.approx(np.mean((gains @ disc) / (ideal @ disc)))
