@@ -51,7 +51,7 @@ def _queries(rows: list[tuple[str, str, list[str]]], corpus: list[Passage]) -> l
     return [Query(q, text, a, r) for (q, text, a), r in zip(rows, relevant, strict=True)]
 
 
-def demo_source(path: PathType | None = None, limit: int | None = 20) -> Dataset:
+def demo_source(path: PathType | None = None, limit: int | None = 12) -> Dataset:
     """The shipped demo source: its first ``limit`` questions; corpus = every passage."""
     from udcg.demo import SOURCE, load_source
 
