@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -50,3 +51,38 @@ def test_missing_judge_is_a_clear_error(tmp_path: Path, capsys) -> None:
     assert main([str(data), "--judge", "other"]) == 2
     err = capsys.readouterr().err
     assert f"{data}:1" in err and "abstain_prob.other" in err and "Traceback" not in err
+
+
+def test_answer_likelihood_utility_source(tmp_path: Path, fitted: Path, capsys) -> None:
+    contexts = simulate(6, 3, seed=4)
+    moved = [
+        replace(
+            c,
+            passages=[
+                replace(p, abstain_prob={}, answer_prob={"sim": 1 - p.abstain_prob["sim"]})
+                for p in c.passages
+            ],
+        )
+        for c in contexts
+    ]
+    ref, alt = tmp_path / "ref.jsonl", tmp_path / "alt.jsonl"
+    write_contexts(ref, contexts)
+    write_contexts(alt, moved)
+    outs = [tmp_path / "ref-scores.jsonl", tmp_path / "alt-scores.jsonl"]
+    assert main([str(ref), "--judge", "sim", "--out", str(outs[0])]) == 0
+    args = [str(alt), "--judge", "sim", "--utility", "answer_likelihood"]
+    assert main([*args, "--out", str(outs[1])]) == 0
+    assert "utility answer_likelihood" in capsys.readouterr().out
+    # u = answer_prob here equals u = 1 - abstain_prob there: the same UDCG values
+    first, second = ([json.loads(x)["UDCG"] for x in o.read_text().splitlines()] for o in outs)
+    assert first == second
+    u = [[p.answer_prob["sim"] for p in moved[0].passages]]
+    rel = [[p.relevant for p in moved[0].passages]]
+    assert second[0] == pytest.approx(metrics.udcg(rel, u)[0], abs=1e-12)
+    # the abstention field is not read for this source
+    assert main([str(ref), "--judge", "sim", "--utility", "answer_likelihood"]) == 2
+    assert "answer_prob.sim" in capsys.readouterr().err
+    # weights fitted on the reference source are refused for another one
+    assert main([*args, "--weights", str(fitted)]) == 2
+    err = capsys.readouterr().err
+    assert "fitted on utility source 'abstention'" in err and "Traceback" not in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,57 @@ def test_select_counts_what_it_skips() -> None:
     np.testing.assert_allclose(
         selection.data.utility[0], [1 - p.abstain_prob["sim"] for p in contexts[0].passages]
     )
+
+
+def _as_answer_likelihood(contexts: list[Context], drop: int | None = None) -> list[Context]:
+    """The same contexts with u stored as answer_prob = 1 - abstain_prob (same utilities);
+    context ``drop`` keeps only its abstention values."""
+    out = []
+    for i, ctx in enumerate(contexts):
+        passages = [
+            p
+            if i == drop
+            else replace(p, abstain_prob={}, answer_prob={"sim": 1.0 - p.abstain_prob["sim"]})
+            for p in ctx.passages
+        ]
+        out.append(replace(ctx, passages=passages))
+    return out
+
+
+def test_select_reads_the_chosen_utility_source() -> None:
+    contexts = simulate(6, 3, per_query=2)
+    moved = _as_answer_likelihood(contexts, drop=0)
+    selection = select(moved, 3, "sim", utility="answer_likelihood")
+    assert len(selection.data) == len(contexts) - 1
+    assert selection.skipped == {"passage without answer_prob.sim": 1}
+    np.testing.assert_allclose(
+        selection.data.utility[0], [p.answer_prob["sim"] for p in moved[1].passages]
+    )
+    # u = P(answer) for this source, u = 1 - P(abstain) for the reference one
+    reference = select(contexts, 3, "sim").data
+    np.testing.assert_allclose(selection.data.utility, reference.utility[1:])
+    assert select(moved, 3, "sim").skipped == {"passage without abstain_prob.sim": 11}
+    with pytest.raises(UDCGInputError, match=r"unknown utility source 'nope'.*answer_likelihood"):
+        select(contexts, 3, "sim", utility="nope")
+
+
+def test_train_with_answer_likelihood_names_it_in_the_card(tmp_path: Path) -> None:
+    contexts = simulate(40, 4, seed=3)
+    by_abstention = train(contexts, UDCGTheta(4), judge="sim", n_resamples=50)
+    report = train(
+        _as_answer_likelihood(contexts),
+        UDCGTheta(4),
+        judge="sim",
+        utility="answer_likelihood",
+        n_resamples=50,
+        export_dir=tmp_path,
+    )
+    # the same utilities from the other field: the same training data and results
+    assert report.fingerprint == by_abstention.fingerprint
+    assert report.gamma == by_abstention.gamma
+    card = json.loads(report.weights_path.with_suffix(".json").read_text())
+    assert card["utility"] == "answer_likelihood" and card["utility_field"] == "answer_prob"
+    assert card["utility_formula"].startswith("u = P(answer)")
 
 
 def test_train_reports_heldout_correlations_and_exports(tmp_path: Path) -> None:

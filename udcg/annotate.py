@@ -5,6 +5,10 @@
 
 * ``abstain``: ``passages[].abstain_prob[judge]`` with the reference prompt, one call per
   distinct (question, passage) pair;
+* ``answer_likelihood``: ``passages[].answer_prob[judge]``, the likelihood of an acceptable
+  answer given question and passage (max over ``answers`` of exp(mean token log-prob), see
+  :meth:`udcg.judge.base.Judge.answer_prob`), one call per distinct (question, answers,
+  passage); needs ``answers`` on every context (not a default step);
 * ``relevance``: ``passages[].relevant``; ``string``: a normalised acceptable answer occurs in
   the passage (no LLM); ``llm``: the judge's P(Yes) that the passage directly supports an
   acceptable answer (>= 0.5; the soft value is kept in ``relevance_prob[judge]``);
@@ -32,7 +36,9 @@ from udcg.io.contexts import Context, read_contexts, write_contexts
 from udcg.judge.base import AbstainMode, Judge
 from udcg.judge.prompts import Messages, answer_messages
 
-STEPS = ("abstain", "relevance", "outcomes")
+STEPS = ("abstain", "answer_likelihood", "relevance", "outcomes")
+#: Steps run when none are named (answer likelihoods are asked for explicitly).
+DEFAULT_STEPS = ("abstain", "relevance", "outcomes")
 GRADES = ("CORRECT", "INCORRECT", "ABSTAINED")
 T = TypeVar("T")
 
@@ -43,6 +49,7 @@ class AnnotationReport:
 
     contexts: int = 0
     pairs: int = 0
+    answer_pairs: int = 0
     relevance_checks: int = 0
     answers: int = 0
     failures: Counter = field(default_factory=Counter)
@@ -96,17 +103,26 @@ def _where(ctx: Context) -> dict[str, Any]:
 
 def _require(contexts: Sequence[Context], steps: Sequence[str], relevance: str) -> None:
     """Check every field the chosen steps need before any LLM call."""
-    needs_answers = "outcomes" in steps or "relevance" in steps
-    needs_question = "abstain" in steps or "outcomes" in steps or relevance == "llm"
+    needs_answers = [s for s in ("answer_likelihood", "relevance", "outcomes") if s in steps]
+    needs_question = (
+        "abstain" in steps
+        or "answer_likelihood" in steps
+        or "outcomes" in steps
+        or relevance == "llm"
+    )
     for ctx in contexts:
         if needs_question and not (ctx.question and ctx.question.strip()):
             raise UDCGInputError("missing or empty", field="question", **_where(ctx))
         if needs_answers and not ctx.answers:
             raise UDCGInputError(
-                "missing: relevance and grading need acceptable answers",
+                f"missing: step {', '.join(needs_answers)} needs acceptable answers",
                 field="answers",
                 **_where(ctx),
             )
+        if "answer_likelihood" in steps:
+            for j, answer in enumerate(ctx.answers or []):
+                if not answer.strip():
+                    raise UDCGInputError("empty answer", field=f"answers[{j}]", **_where(ctx))
         if not ctx.passages:
             raise UDCGInputError("no passages to annotate", field="passages", **_where(ctx))
         for i, passage in enumerate(ctx.passages):
@@ -132,7 +148,7 @@ def _in_batches(
 def annotate(
     contexts: Sequence[Context],
     judge: Judge,
-    steps: Sequence[str] = STEPS,
+    steps: Sequence[str] = DEFAULT_STEPS,
     relevance: str = "string",
     grader: str = "span",
     mode: AbstainMode = "first_token",
@@ -169,6 +185,25 @@ def annotate(
                 replace(
                     p, abstain_prob={**p.abstain_prob, name: float(lookup[(ctx.question, p.text)])}
                 )
+                for p in ctx.passages
+            ]
+
+    if "answer_likelihood" in steps:
+        triples = sorted({(c.question, tuple(c.answers), p.text) for c in out for p in c.passages})
+        report.answer_pairs = len(triples)
+        likelihoods = _in_batches(
+            triples,
+            batch,
+            lambda chunk: judge.answer_prob(
+                [q for q, _, _ in chunk], [t for _, _, t in chunk], [a for _, a, _ in chunk]
+            ),
+            "answer likelihood",
+        )
+        lookup = dict(zip(triples, likelihoods, strict=True))
+        for ctx in out:
+            key = (ctx.question, tuple(ctx.answers))
+            ctx.passages[:] = [
+                replace(p, answer_prob={**p.answer_prob, name: float(lookup[(*key, p.text)])})
                 for p in ctx.passages
             ]
 
@@ -242,7 +277,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("input", help="contexts JSONL (gzip ok)")
     parser.add_argument("output", help="annotated contexts JSONL (.gz compresses)")
     parser.add_argument("--judge", default="smollm2-135m", help="judge spec (see udcg.judge)")
-    parser.add_argument("--steps", nargs="+", default=list(STEPS), choices=STEPS)
+    parser.add_argument(
+        "--steps",
+        nargs="+",
+        default=list(DEFAULT_STEPS),
+        choices=STEPS,
+        help=f"default: {' '.join(DEFAULT_STEPS)}",
+    )
     parser.add_argument("--relevance", choices=["string", "llm"], default="string")
     parser.add_argument("--grader", choices=["span", "llm"], default="span")
     parser.add_argument("--mode", choices=["first_token", "sequence"], default="first_token")
@@ -269,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         cache = judge.cache
         print(
             f"annotated {report.contexts} contexts with {judge.name}: {report.pairs} passage "
-            f"pairs, {report.relevance_checks} relevance checks, {report.answers} answers; "
+            f"pairs, {report.answer_pairs} answer-likelihood pairs, "
+            f"{report.relevance_checks} relevance checks, {report.answers} answers; "
             f"cache hits {cache.hits}, misses {cache.misses}"
         )
         if report.grades:

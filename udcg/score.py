@@ -1,8 +1,10 @@
-"""``python -m udcg.score CONTEXTS.jsonl --judge J [--weights W.safetensors] [--out F.jsonl]``.
+"""``python -m udcg.score CONTEXTS.jsonl --judge J [--utility SOURCE] [--weights W.safetensors]
+[--out F.jsonl]``.
 
 Scores each retrieved context with UDCG (at ``--gamma``), UDCG-theta (with fitted weights, for
 contexts of the weights' k) and nDCG, MAP, MRR, Precision; prints the means and, with
-``--out``, writes one JSON line per context.
+``--out``, writes one JSON line per context. ``--utility`` picks the utility source (see
+:mod:`udcg.utility_sources`); weights fitted on another source are refused.
 """
 
 from __future__ import annotations
@@ -15,16 +17,27 @@ import numpy as np
 
 from udcg import metrics
 from udcg.cli import run_cli
-from udcg.io.contexts import abstain_probs, read_contexts, relevance_matrix
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write
+from udcg.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m udcg.score", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("contexts", help="contexts JSONL (relevant and abstain_prob[judge] needed)")
-    parser.add_argument("--judge", required=True, help="judge model key in abstain_prob")
+    parser.add_argument(
+        "contexts", help="contexts JSONL (relevant and the utility source's field needed)"
+    )
+    parser.add_argument("--judge", required=True, help="judge model key in abstain_prob etc.")
+    parser.add_argument(
+        "--utility",
+        choices=list(SOURCES),
+        default=DEFAULT_SOURCE,
+        help="utility source: abstention (u = 1 - abstain_prob) or answer_likelihood "
+        "(u = answer_prob)",
+    )
     parser.add_argument("--weights", help="UDCG-theta weights (.safetensors with its .json card)")
     parser.add_argument("--gamma", type=float, default=1 / 3, help="UDCG gamma (default 1/3)")
     parser.add_argument("--out", help="write per-context scores here (JSONL)")
@@ -35,7 +48,7 @@ def score(args: argparse.Namespace) -> None:
     """Compute, print and optionally write the scores."""
     contexts = list(read_contexts(args.contexts))
     relevant = relevance_matrix(contexts)
-    utility = metrics.utility(abstain_prob=abstain_probs(contexts, args.judge))
+    utility = get_source(args.utility).utilities(contexts, args.judge)
     binary = [r >= 0.5 for r in relevant]
     columns: dict[str, np.ndarray] = {
         "UDCG": metrics.udcg(relevant, utility, args.gamma),
@@ -48,6 +61,13 @@ def score(args: argparse.Namespace) -> None:
         from udcg.theta import UDCGTheta
 
         model = UDCGTheta.load(args.weights)
+        fitted_on = model.card_.get("utility", DEFAULT_SOURCE)
+        if fitted_on != args.utility:
+            raise UDCGInputError(
+                f"the weights were fitted on utility source {fitted_on!r}, not {args.utility!r} "
+                f"(pass --utility {fitted_on})",
+                field="utility",
+            )
         k = len(model.alpha_)
         rows = np.flatnonzero([len(c.passages) == k for c in contexts])
         theta = np.full(len(contexts), np.nan)
@@ -62,7 +82,7 @@ def score(args: argparse.Namespace) -> None:
                 f"have k={k} passages and are left empty (null)",
                 file=sys.stderr,
             )
-    print(f"{len(contexts)} contexts, judge {args.judge}")
+    print(f"{len(contexts)} contexts, judge {args.judge}, utility {args.utility}")
     for name, values in columns.items():
         defined = values[~np.isnan(values)]
         mean = f"{defined.mean():.4f}" if len(defined) else "n/a"

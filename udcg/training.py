@@ -21,8 +21,8 @@ from udcg import metrics, stats
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
+from udcg.utility_sources import DEFAULT_SOURCE, get_source
 
-UTILITY_SOURCES = ("abstention",)
 MIN_QUERIES_PER_SPLIT = 2
 
 
@@ -60,25 +60,13 @@ class Selection:
     skipped: Counter = field(default_factory=Counter)
 
 
-def _passage_utility(ctx: Context, judge: str, source: str) -> list[float] | None:
-    if source == "abstention":
-        probs = [p.abstain_prob.get(judge) for p in ctx.passages]
-        return None if None in probs else [1.0 - p for p in probs]
-    raise UDCGInputError(
-        f"unknown utility source {source!r}; known: {', '.join(UTILITY_SOURCES)}", field="utility"
-    )
-
-
 def select(
-    contexts: Iterable[Context], k: int, judge: str, utility: str = "abstention"
+    contexts: Iterable[Context], k: int, judge: str, utility: str = DEFAULT_SOURCE
 ) -> Selection:
     """Contexts with exactly ``k`` passages, all labelled ``relevant``, with the judge's
-    utilities and an outcome ``outcomes[judge].correct``; the rest are counted by reason."""
-    if utility not in UTILITY_SOURCES:
-        raise UDCGInputError(
-            f"unknown utility source {utility!r}; known: {', '.join(UTILITY_SOURCES)}",
-            field="utility",
-        )
+    utilities from source ``utility`` (see :mod:`udcg.utility_sources`) and an outcome
+    ``outcomes[judge].correct``; the rest are counted by reason."""
+    source = get_source(utility)
     skipped: Counter = Counter()
     qids, rel, util, correct = [], [], [], []
     for ctx in contexts:
@@ -89,9 +77,9 @@ def select(
         if None in labels:
             skipped["passage without 'relevant'"] += 1
             continue
-        u = _passage_utility(ctx, judge, utility)
+        u = source.passage_utilities(ctx, judge)
         if u is None:
-            skipped[f"passage without abstain_prob.{judge}"] += 1
+            skipped[f"passage without {source.field}.{judge}"] += 1
             continue
         outcome = ctx.outcomes.get(judge, {}).get("correct")
         if outcome is None:
@@ -229,9 +217,12 @@ class TrainReport:
 
     def card(self, utility: str) -> dict[str, Any]:
         """The JSON card entries written next to the weights."""
+        source = get_source(utility)
         return {
             "judge_model": self.judge,
             "utility": utility,
+            "utility_field": source.field,
+            "utility_formula": source.formula,
             "gamma": self.gamma,
             "gamma_train_correlation": _finite_or_none(self.gamma_train_correlation),
             "training_data_fingerprint": self.fingerprint,
@@ -250,7 +241,7 @@ def train(
     contexts: Iterable[Context],
     model: UDCGTheta,
     judge: str,
-    utility: str = "abstention",
+    utility: str = DEFAULT_SOURCE,
     test_fraction: float = 0.3,
     seed: int = 0,
     method: str = "spearman",

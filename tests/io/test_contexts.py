@@ -16,6 +16,7 @@ from udcg.io.contexts import (
     Context,
     Passage,
     abstain_probs,
+    answer_probs,
     correctness,
     coverage_matrices,
     read_contexts,
@@ -38,6 +39,7 @@ FULL_LINE = {
             "score": 12.1,
             "relevant": True,
             "abstain_prob": {MODEL: 0.031, "other": 0.5},
+            "answer_prob": {MODEL: 0.62},
             "covers": [True, True],
             "title": "Nobel Prize",  # unknown passage key: kept in extra
         },
@@ -83,6 +85,7 @@ def test_full_line_parses_every_field(tmp_path):
     assert first.score == 12.1
     assert first.relevant is True
     assert first.abstain_prob == {MODEL: 0.031, "other": 0.5}
+    assert first.answer_prob == {MODEL: 0.62} and ctx.passages[1].answer_prob == {}
     assert first.covers == [True, True]
     assert first.extra == {"title": "Nobel Prize"}
     assert ctx.passages[1].extra == {}
@@ -280,6 +283,9 @@ PASSAGE_CASES = [
     ([{"abstain_prob": {"m": "0.5"}}], None, "passages[0].abstain_prob.m", "string"),
     ([{"abstain_prob": {"m": True}}], None, "passages[0].abstain_prob.m", "boolean"),
     ([{"abstain_prob": {"m": None}}], None, "passages[0].abstain_prob.m", "null"),
+    ([{"answer_prob": 0.3}], None, "passages[0].answer_prob", "model -> probability"),
+    ([{}, {"answer_prob": {MODEL: 1.5}}], None, f"passages[1].answer_prob.{MODEL}", "[0, 1]"),
+    ([{"answer_prob": {"m": "0.5"}}], None, "passages[0].answer_prob.m", "string"),
     ([{"covers": True}], None, "passages[0].covers", "list of booleans"),
     ([{"covers": [True, 1]}], None, "passages[0].covers[1]", "true or false"),
     ([{"covers": [True]}], ["s1", "s2"], "passages[0].covers", "has 1 entries but"),
@@ -475,6 +481,22 @@ def test_abstain_prob_missing_lists_the_models_present(tmp_path):
     assert "models present: llama" in str(err)
     err = missing_error(tmp_path, [good("a", passages=[{}])], lambda cs: abstain_probs(cs, MODEL))
     assert err.line == 1 and "models present" not in str(err)
+
+
+def test_answer_prob_missing_names_its_own_field(tmp_path):
+    both = {"relevant": True, "abstain_prob": {MODEL: 0.2}, "answer_prob": {MODEL: 0.7}}
+    only_abstain = {"abstain_prob": {MODEL: 0.4}, "answer_prob": {"llama": 0.1}}
+    lines = [good("a", passages=[both]), good("b", passages=[both, only_abstain])]
+    err = missing_error(tmp_path, lines, lambda cs: answer_probs(cs, MODEL))
+    assert str(err).startswith(f"{tmp_path / 'm.jsonl'}:2: field 'passages[1].answer_prob.{MODEL}'")
+    assert "models present: llama" in str(err)
+    contexts = list(read_contexts(tmp_path / "m.jsonl"))
+    np.testing.assert_array_equal(answer_probs(contexts[:1], MODEL)[0], [0.7])
+    np.testing.assert_array_equal(abstain_probs(contexts, MODEL)[1], [0.2, 0.4])
+    # an empty map is not written; a non-empty one is, after abstain_prob
+    assert "answer_prob" not in Passage(doc_id="x").to_json()
+    both_json = Passage(answer_prob={MODEL: 0.5}, abstain_prob={MODEL: 0.1}).to_json()
+    assert list(both_json) == ["abstain_prob", "answer_prob"]
 
 
 @pytest.mark.parametrize(

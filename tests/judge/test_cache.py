@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from udcg.errors import UDCGInputError
 from udcg.judge.base import JSONResult, Judge
 from udcg.judge.cache import JudgeCache, cache_key, default_cache_path
 from udcg.judge.cached import CachedJudge
@@ -221,6 +222,15 @@ class CountingJudge(Judge):
             [self._score(q + "|" + p + mode) for q, p in zip(questions, passages, strict=True)]
         )
 
+    def answer_prob(self, questions, passages, answers):
+        self._record("answer", len(questions))
+        return np.array(
+            [
+                max(self._score(q + "|" + p + "|" + a) for a in options)
+                for q, p, options in zip(questions, passages, answers, strict=True)
+            ]
+        )
+
     def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
         self._record("yes", len(prompts))
         return np.array([self._score(m[-1]["content"]) for m in prompts], dtype=np.float32)
@@ -297,6 +307,33 @@ def test_cached_judge_matches_inner_and_computes_only_misses(tmp_path):
     assert fresh.generate(_msgs(texts), max_new_tokens=4) == gen
     assert fresh_inner.calls == []
     assert fresh.cache.hits == 14 and fresh.cache.misses == 0
+
+
+def test_cached_answer_prob_keys_on_the_answer_set_and_normalisation(tmp_path, monkeypatch):
+    inner, reference = CountingJudge(), CountingJudge()
+    judge = CachedJudge(inner, JudgeCache(tmp_path / "j.sqlite"), chunk_size=2)
+    qs, ps = ["q1", "q1", "q2", "q1"], ["p1", "p1", "p2", "p1"]
+    answers = [["a", "b"], ["b", "a", "a"], ["c"], ["a"]]
+    got = judge.answer_prob(qs, ps, answers)
+    np.testing.assert_array_equal(got, reference.answer_prob(qs, ps, answers))
+    # pairs 0 and 1 have the same answer set (order and repeats do not matter); 3 has another
+    assert inner.calls == [("answer", 2), ("answer", 1)]
+    inner.calls.clear()
+    np.testing.assert_array_equal(judge.answer_prob(qs[::-1], ps[::-1], answers[::-1]), got[::-1])
+    np.testing.assert_array_equal(
+        judge.answer_prob(["q1"], ["p1"], [["b"]]),
+        [reference.answer_prob(["q1"], ["p1"], [["b"]])[0]],
+    )
+    assert inner.calls == [("answer", 1)]  # only the new answer set
+    # another normalisation is another key
+    from udcg.judge import cached
+
+    monkeypatch.setattr(cached, "ANSWER_NORMALISATION", "other")
+    inner.calls.clear()
+    judge.answer_prob(qs[:1], ps[:1], answers[:1])
+    assert inner.calls == [("answer", 1)]
+    with pytest.raises(UDCGInputError, match=r"answers\[0\]"):
+        judge.answer_prob(["q"], ["p"], [[]])
 
 
 def test_other_fingerprint_does_not_share_entries(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 
 from udcg.errors import UDCGInputError
 from udcg.judge import embedded
-from udcg.judge.prompts import ABSTAIN_MARKER, abstain_messages
+from udcg.judge.prompts import ABSTAIN_MARKER, abstain_messages, answer_likelihood_messages
 
 HAS_MODEL = importlib.util.find_spec(embedded.EMBEDDED_PACKAGE) is not None
 needs_model = pytest.mark.skipif(
@@ -78,6 +78,26 @@ def reference_sequence(judge, question: str, passage: str) -> float:
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids).logits[0], dim=-1)
     return math.exp(sum(logp[len(prompt) - 1 + k, t].item() for k, t in enumerate(marker)))
+
+
+def reference_answer_prob(judge, question: str, passage: str, answers: list[str]) -> float:
+    """One plain forward pass per answer: prompt + answer, exp of the mean log-prob of the
+    answer's tokens, max over the answers."""
+    tok, model = judge.tokenizer, judge.model
+    text = tok.apply_chat_template(
+        abstain_messages(question, passage), tokenize=False, add_generation_prompt=True
+    )
+    prompt = tok(text)["input_ids"]
+    best = 0.0
+    for answer in answers:
+        full = tok(text + answer)["input_ids"]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([full])).logits[0].double()
+        logp = torch.log_softmax(logits, dim=-1)
+        n = len(full) - len(prompt)
+        mean = sum(logp[len(prompt) - 1 + t, full[len(prompt) + t]].item() for t in range(n)) / n
+        best = max(best, math.exp(mean))
+    return best
 
 
 def assert_close(got: np.ndarray, want: np.ndarray) -> None:
@@ -149,6 +169,62 @@ def test_sequence_mode_matches_teacher_forcing(judge, nq_pairs):
     assert_close(got, want)
     first = judge.abstain_prob(qs, ps)
     assert np.all(got <= first * (1 + 1e-6))  # a product with the first token's probability
+
+
+@needs_model
+def test_answer_prob_matches_plain_forward_passes(judge, nq_pairs):
+    qs, ps = nq_pairs
+    # pairs 0 and 2 share a question, 1 and 2 a passage; several answers per pair (of
+    # different token lengths), a duplicate answer and a duplicate pair
+    qs, ps = [qs[0], qs[1], qs[12], qs[0]], [ps[0], ps[1], ps[12], ps[0]]
+    answers = [
+        ["Wilhelm Conrad Röntgen", "Röntgen", "Röntgen"],
+        ["US", "the United States of America in 1905"],
+        ["fourteen", "14"],
+        ["Röntgen", "Wilhelm Conrad Röntgen"],
+    ]
+    got = judge.answer_prob(qs, ps, answers)
+    want = np.array(
+        [reference_answer_prob(judge, q, p, a) for q, p, a in zip(qs, ps, answers, strict=True)]
+    )
+    assert_close(got, want)
+    assert got.dtype == np.float64 and np.all((got > 0) & (got <= 1))
+    assert got[0] == got[-1]
+    # the max over answers: each answer alone gives at most the pair's value
+    alone = judge.answer_prob([qs[1]] * 2, [ps[1]] * 2, [[a] for a in answers[1]])
+    assert got[1] == pytest.approx(alone.max(), rel=1e-4) and alone.min() < alone.max()
+    # batch composition does not change the values
+    judge.batch_size = 2
+    try:
+        again = judge.answer_prob(qs[::-1], ps[::-1], answers[::-1])
+    finally:
+        judge.batch_size = 8
+    assert_close(again, got[::-1])
+
+
+@needs_model
+def test_answer_is_the_assistant_turn_of_the_chat_template(judge):
+    """prompt + answer is what the template renders for the conversation answered by it."""
+    tok = judge.tokenizer
+    q, p, a = "who wrote Hamlet", "Hamlet is a tragedy by William Shakespeare.", "Shakespeare"
+    prompt = tok.apply_chat_template(
+        abstain_messages(q, p), tokenize=False, add_generation_prompt=True
+    )
+    full = tok.apply_chat_template(answer_likelihood_messages(q, p, a), tokenize=False)
+    assert full.startswith(prompt + a) and len(full) > len(prompt + a)
+
+
+@needs_model
+def test_answer_prob_input_errors(judge):
+    with pytest.raises(UDCGInputError, match=r"answers\[1\].*no answers"):
+        judge.answer_prob(["q", "q"], ["p", "p"], [["a"], []])
+    with pytest.raises(UDCGInputError, match=r"answers\[0\]\[1\]"):
+        judge.answer_prob(["q"], ["p"], [["a", " "]])
+    with pytest.raises(UDCGInputError, match="single string"):
+        judge.answer_prob(["q"], ["p"], ["a"])
+    with pytest.raises(UDCGInputError, match="one list of acceptable answers per question"):
+        judge.answer_prob(["q", "q"], ["p", "p"], [["a"]])
+    assert judge.answer_prob([], [], []).shape == (0,)
 
 
 @needs_model

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -32,6 +33,7 @@ import httpx
 import numpy as np
 import pytest
 
+from udcg.errors import UDCGInputError
 from udcg.judge.cache import JudgeCache
 from udcg.judge.cached import CachedJudge
 from udcg.judge.openai_backend import JudgeServerError, OpenAIJudge
@@ -217,12 +219,11 @@ def test_cached_openai_judge_asks_server_once(llama_server, tmp_path):
 # -- against transformers serve: generate only ----------------------------------------------------
 
 
-def _tiny_chat_model(folder: Path) -> None:
-    """A randomly initialised 2-layer Llama with a word-level tokenizer and a chat template."""
+def _tiny_tokenizer(folder: Path) -> Any:
+    """A word-level tokenizer with a chat template, saved in ``folder``."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    torch = pytest.importorskip("torch")
     words = Tokenizer(models.WordLevel(unk_token="<unk>"))
     words.pre_tokenizer = pre_tokenizers.Whitespace()
     words.train_from_iterator(
@@ -237,6 +238,15 @@ def _tiny_chat_model(folder: Path) -> None:
         "{% if add_generation_prompt %}assistant:{% endif %}"
     )
     tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def _tiny_chat_model(folder: Path) -> None:
+    """A randomly initialised 2-layer Llama with a word-level tokenizer and a chat template."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch = pytest.importorskip("torch")
+    tokenizer = _tiny_tokenizer(folder)
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -555,3 +565,87 @@ def test_fingerprint_and_url_handling():
         OpenAIJudge("m", "127.0.0.1:8000")
     with pytest.raises(ValueError, match="top_logprobs"):
         OpenAIJudge("m", "http://127.0.0.1:8000", top_logprobs=21)
+
+
+# -- answer likelihoods from /v1/completions with echo -------------------------------------------
+
+WORDS = r"\w+|[^\w\s]+|\s+"
+
+
+def _token_logprob(token: str) -> float:
+    return -0.05 * len(token) - 0.01
+
+
+def _echo_server(pattern: str) -> Callable[[str, Any, dict[str, str]], Reply]:
+    """vLLM-style completions with echo: the prompt split by ``pattern``, log-probs by length."""
+
+    def reply(path, body, headers):
+        assert path.endswith("/completions") and body["echo"] is True and body["logprobs"] >= 0
+        tokens = [*re.findall(pattern, body["prompt"]), "<gen>"]
+        offsets = [0]
+        for token in tokens[:-1]:
+            offsets.append(offsets[-1] + len(token))
+        logprobs = [None] + [_token_logprob(t) for t in tokens[1:]]
+        return (
+            200,
+            {},
+            {
+                "choices": [
+                    {
+                        "text": body["prompt"] + "<gen>",
+                        "logprobs": {
+                            "tokens": tokens,
+                            "token_logprobs": logprobs,
+                            "text_offset": offsets,
+                            "top_logprobs": None,
+                        },
+                    }
+                ]
+            },
+        )
+
+    return reply
+
+
+def _expected_answer_prob(answers: list[str]) -> float:
+    """exp(mean token log-prob), max over answers, with the scripted server's tokens."""
+    return max(
+        math.exp(np.mean([_token_logprob(t) for t in re.findall(WORDS, a)])) for a in answers
+    )
+
+
+def test_answer_prob_from_echoed_prompt_logprobs(tmp_path):
+    _tiny_tokenizer(tmp_path)
+    answers = [["Wilhelm Conrad Röntgen", "Röntgen"], ["1901"], ["a, b", "a,b", "a, b"]]
+    qs, ps = ["who won", "when", "which"], ["Röntgen won in 1901.", "In 1901.", "a, b"]
+    with ScriptedServer(_echo_server(WORDS)) as server:
+        judge = _fast(server.url, template_tokenizer=str(tmp_path), max_concurrency=4)
+        got = judge.answer_prob(qs, ps, answers)
+        want = [_expected_answer_prob(a) for a in answers]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        bodies = [body for _, body, _ in server.requests]
+        assert len(bodies) == 5  # one request per distinct answer
+        prompt = judge._render(abstain_messages(qs[1], ps[1]))
+        assert prompt.endswith("assistant:")
+        assert sum(b["prompt"] == prompt + "1901" for b in bodies) == 1
+    assert "template_tokenizer" in judge.fingerprint
+    assert judge.fingerprint != _fast(server.url).fingerprint
+    with pytest.raises(UDCGInputError, match=r"answers\[1\]"):
+        judge.answer_prob(qs[:2], ps[:2], [["x"], []])
+
+
+def test_answer_prob_limitations_are_clear_errors(tmp_path):
+    _tiny_tokenizer(tmp_path)
+    with ScriptedServer(_echo_server(WORDS)) as server:
+        with pytest.raises(NotImplementedError, match="template_tokenizer"):
+            _fast(server.url).answer_prob(["q"], ["p"], [["a"]])
+    # a server tokenizer that merges the answer into the prompt's last token
+    with ScriptedServer(_echo_server(r"\S+\s*")) as server:
+        judge = _fast(server.url, template_tokenizer=str(tmp_path))
+        with pytest.raises(JudgeServerError, match="spans the end of the prompt"):
+            judge.answer_prob(["q"], ["p"], [["Paris"]])
+    # a chat-style reply without prompt log-probs
+    with ScriptedServer(lambda path, body, headers: (200, {}, _chat_reply())) as server:
+        judge = _fast(server.url, template_tokenizer=str(tmp_path))
+        with pytest.raises(JudgeServerError, match="log-probs of echoed prompts"):
+            judge.answer_prob(["q"], ["p"], [["Paris"]])

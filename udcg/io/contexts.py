@@ -21,6 +21,9 @@ Decisions:
   rejected.
 * ``relevant`` is ``true``/``false`` (kept as ``bool``) or a finite number >= 0 (graded
   relevance, kept as ``float``). ``score`` and the ``abstain_prob`` values become ``float``.
+* ``answer_prob`` maps a judge to the passage's answer likelihood (probability of an acceptable
+  answer given question and passage, see :meth:`udcg.judge.base.Judge.answer_prob`), checked
+  and written like ``abstain_prob``; the field name says which utility source produced it.
 * ``outcomes`` maps a model name to an object; ``correct`` inside it is optional when reading
   (answers can be generated before they are judged) but must be a boolean when present;
   :func:`correctness` requires it.
@@ -54,12 +57,15 @@ from udcg.io.files import PathType, atomic_write, open_binary
 __all__ = [
     "ANSWER_LABELS",
     "CONTEXT_KEYS",
+    "JUDGE_PROB_KEYS",
     "PASSAGE_KEYS",
     "Context",
     "Passage",
     "abstain_probs",
+    "answer_probs",
     "correctness",
     "coverage_matrices",
+    "judge_probs",
     "read_contexts",
     "relevance_matrix",
     "write_contexts",
@@ -68,7 +74,9 @@ __all__ = [
 #: Known keys of a context line, in the order the writer emits them.
 CONTEXT_KEYS = ("qid", "run", "question", "answers", "subqueries", "passages", "outcomes")
 #: Known keys of a passage object, in the order the writer emits them.
-PASSAGE_KEYS = ("doc_id", "text", "score", "relevant", "abstain_prob", "covers")
+PASSAGE_KEYS = ("doc_id", "text", "score", "relevant", "abstain_prob", "answer_prob", "covers")
+#: Passage keys mapping a judge name to a probability (omitted by the writer when empty).
+JUDGE_PROB_KEYS = ("abstain_prob", "answer_prob")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +90,14 @@ class Passage:
     abstain_prob: dict[str, float] = field(default_factory=dict)
     covers: list[bool | None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    answer_prob: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: known keys in :data:`PASSAGE_KEYS` order, then ``extra``."""
         out: dict[str, Any] = {}
         for key in PASSAGE_KEYS:
             value = getattr(self, key)
-            if value is not None and not (key == "abstain_prob" and not value):
+            if value is not None and not (key in JUDGE_PROB_KEYS and not value):
                 out[key] = value
         _merge_extra(out, self.extra, "passage")
         return out
@@ -364,13 +373,7 @@ def _parse_passage(obj: Any, name: str, where: _Where, n_sub: int | None) -> Pas
     relevant = obj.get("relevant")
     if relevant is not None and type(relevant) is not bool:
         relevant = _relevance(relevant, f"{name}.relevant", where)
-    probs = obj.get("abstain_prob")
-    if probs is None:
-        probs = {}
-    elif type(probs) is not dict or not all(
-        type(p) is float and 0.0 <= p <= 1.0 for p in probs.values()
-    ):
-        probs = _abstain_prob(probs, f"{name}.abstain_prob", where)
+    probs, answer_probs = (_judge_probs(obj, key, name, where) for key in JUDGE_PROB_KEYS)
     covers = obj.get("covers")
     if covers is not None and not (
         type(covers) is list
@@ -378,7 +381,19 @@ def _parse_passage(obj: Any, name: str, where: _Where, n_sub: int | None) -> Pas
         and all(type(c) is bool for c in covers)
     ):
         _covers(covers, f"{name}.covers", where, n_sub)
-    return Passage(doc_id, text, score, relevant, probs, covers, extra)
+    return Passage(doc_id, text, score, relevant, probs, covers, extra, answer_probs)
+
+
+def _judge_probs(obj: dict[str, Any], key: str, name: str, where: _Where) -> dict[str, float]:
+    """The ``judge -> probability`` map under ``key`` (fast path for well-typed values)."""
+    probs = obj.get(key)
+    if probs is None:
+        return {}
+    if type(probs) is not dict or not all(
+        type(p) is float and 0.0 <= p <= 1.0 for p in probs.values()
+    ):
+        return _abstain_prob(probs, f"{name}.{key}", where)
+    return probs
 
 
 def _check_unique_ids(passages: Sequence[Passage], where: _Where, name: str = "passages") -> None:
@@ -538,15 +553,30 @@ def abstain_probs(contexts: Iterable[Context], model: str) -> list[np.ndarray]:
     Every passage needs ``abstain_prob[model]``; the first one without it raises
     :class:`~udcg.errors.UDCGInputError` naming ``passages[i].abstain_prob.<model>``.
     """
+    return judge_probs(contexts, model, "abstain_prob")
+
+
+def answer_probs(contexts: Iterable[Context], model: str) -> list[np.ndarray]:
+    """Per context, a float64 array of ``model``'s answer likelihood for each passage.
+
+    Every passage needs ``answer_prob[model]``; the first one without it raises
+    :class:`~udcg.errors.UDCGInputError` naming ``passages[i].answer_prob.<model>``.
+    """
+    return judge_probs(contexts, model, "answer_prob")
+
+
+def judge_probs(contexts: Iterable[Context], model: str, key: str) -> list[np.ndarray]:
+    """Per context, a float64 array of ``passage.<key>[model]`` (``key`` in
+    :data:`JUDGE_PROB_KEYS`); a missing value names ``passages[i].<key>.<model>``."""
     out = []
     for n, ctx in enumerate(contexts):
         try:
-            out.append(np.array([p.abstain_prob[model] for p in ctx.passages], dtype=np.float64))
+            out.append(np.array([getattr(p, key)[model] for p in ctx.passages], dtype=np.float64))
         except KeyError:
-            i = next(i for i, p in enumerate(ctx.passages) if model not in p.abstain_prob)
-            models = sorted(ctx.passages[i].abstain_prob)
+            i = next(i for i, p in enumerate(ctx.passages) if model not in getattr(p, key))
+            models = sorted(getattr(ctx.passages[i], key))
             hint = f"; models present: {', '.join(models)}" if models else ""
-            raise _missing(ctx, n, f"passages[{i}].abstain_prob.{model}", hint) from None
+            raise _missing(ctx, n, f"passages[{i}].{key}.{model}", hint) from None
     return out
 
 

@@ -13,6 +13,41 @@ from udcg.judge.prompts import Messages
 
 AbstainMode = Literal["first_token", "sequence"]
 
+#: How :meth:`Judge.answer_prob` turns token log-probs into one value (part of cache keys).
+ANSWER_NORMALISATION = "max_over_answers(exp(mean_token_logprob))"
+
+
+def check_answer_inputs(
+    questions: Sequence[str], passages: Sequence[str], answers: Sequence[Sequence[str]]
+) -> tuple[list[str], list[str], list[list[str]]]:
+    """The inputs of :meth:`Judge.answer_prob` as lists, checked: one passage and one list of
+    acceptable answers per question, every answer a non-empty string. A question without
+    answers is an error (its likelihood is undefined, never 0)."""
+    from udcg.errors import UDCGInputError
+
+    if isinstance(questions, str) or isinstance(passages, str):
+        raise UDCGInputError("expected sequences of strings, got a single string")
+    questions, passages = list(questions), list(passages)
+    if not len(questions) == len(passages) == len(answers):
+        raise UDCGInputError(
+            f"{len(questions)} questions, {len(passages)} passages and {len(answers)} answer "
+            "lists: pass one passage and one list of acceptable answers per question"
+        )
+    checked: list[list[str]] = []
+    for i, options in enumerate(answers):
+        if isinstance(options, str) or not options:
+            got = "a single string" if isinstance(options, str) else "no answers"
+            raise UDCGInputError(
+                f"needs a non-empty list of acceptable answers, got {got}", field=f"answers[{i}]"
+            )
+        for j, answer in enumerate(options):
+            if not isinstance(answer, str) or not answer.strip():
+                raise UDCGInputError(
+                    f"must be a non-empty string, got {answer!r}", field=f"answers[{i}][{j}]"
+                )
+        checked.append(list(options))
+    return questions, passages, checked
+
 
 @dataclass(frozen=True)
 class JSONResult:
@@ -44,6 +79,30 @@ class Judge(ABC):
         ``first_token``: softmax of the next-token logits at the first token of NO-RESPONSE;
         ``sequence``: product of the teacher-forced probabilities of all its tokens.
         """
+
+    def answer_prob(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        answers: Sequence[Sequence[str]],
+    ) -> np.ndarray:
+        """Likelihood of an acceptable answer per (question, passage) pair, in [0, 1].
+
+        Each answer is teacher-forced as the assistant turn of the abstention conversation
+        (:func:`~udcg.judge.prompts.answer_likelihood_messages`: same system and user messages,
+        same chat template). With ``a_1..a_n`` the answer's tokens (its text right after the
+        generation prompt, without the end-of-turn marker)::
+
+            p(answer) = exp( (1/n) * sum_t log P(a_t | prompt, a_<t) )   (per-token geometric mean)
+            value     = max over the pair's acceptable answers of p(answer)
+
+        ``answers[i]`` lists the acceptable answers of pair i; an empty list is an error.
+        Backends that cannot read teacher-forced log-probs raise NotImplementedError.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot compute answer likelihoods (it does not expose "
+            "teacher-forced token log-probs); use the local transformers backend"
+        )
 
     @abstractmethod
     def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:

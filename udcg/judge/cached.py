@@ -31,7 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from udcg.judge.base import AbstainMode, JSONResult, Judge
+from udcg.judge.base import (
+    ANSWER_NORMALISATION,
+    AbstainMode,
+    JSONResult,
+    Judge,
+    check_answer_inputs,
+)
 from udcg.judge.cache import JudgeCache, cache_key, canonical_json, finite_json
 from udcg.judge.prompts import Messages, abstain_messages
 
@@ -167,6 +173,35 @@ class CachedJudge(Judge):
         values = self._cached(
             "abstain_prob", payloads, {"mode": mode}, compute, _float_or_none, float
         )
+        return np.asarray(values, dtype=np.float64)
+
+    def answer_prob(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        answers: Sequence[Sequence[str]],
+    ) -> np.ndarray:
+        """Cached per (abstention prompt, set of acceptable answers): the key holds the pair's
+        messages and its distinct answers in sorted order (the max does not depend on their
+        order), and the call's parameters name the normalisation."""
+        questions, passages, answers = check_answer_inputs(questions, passages, answers)
+        payloads = [
+            {"messages": abstain_messages(q, p), "answers": sorted(set(a))}
+            for q, p, a in zip(questions, passages, answers, strict=True)
+        ]
+
+        def compute(indices: list[int]) -> np.ndarray:
+            return np.asarray(
+                self.inner.answer_prob(
+                    [questions[i] for i in indices],
+                    [passages[i] for i in indices],
+                    [answers[i] for i in indices],
+                ),
+                dtype=np.float64,
+            )
+
+        params = {"normalisation": ANSWER_NORMALISATION}
+        values = self._cached("answer_prob", payloads, params, compute, _float_or_none, float)
         return np.asarray(values, dtype=np.float64)
 
     def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:

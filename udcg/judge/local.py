@@ -11,6 +11,11 @@ reading exactly the same token ids:
   read at each row's last real token (a causal mask keeps padding invisible to real tokens);
 * the vocabulary projection runs only at the gathered positions, never over whole sequences;
 * identical prompts are scored once.
+
+Answer likelihoods (:meth:`TransformersJudge.answer_prob`) run on the same engine: each
+acceptable answer is one row (prompt + answer tokens), rows of one passage share its key/value
+cache (so several answers to one (question, passage) pair reuse the whole prompt), and the
+vocabulary projection runs only at the positions that predict answer tokens.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.judge.base import AbstainMode, Judge
+from udcg.judge.base import AbstainMode, Judge, check_answer_inputs
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
 
 log = logging.getLogger(__name__)
@@ -314,7 +319,7 @@ class TransformersJudge(Judge):
 
         target_t = torch.tensor(targets, device=self.device)
 
-        def reduce(hidden: Any) -> Any:  # [B, n_out, H] -> [B] log-prob of the marker
+        def reduce(hidden: Any, _rows: list[Any]) -> Any:  # [B, n_out, H] -> [B] log P(marker)
             logp = self._log_softmax(hidden)
             picked = logp.gather(-1, target_t.expand(logp.shape[0], -1).unsqueeze(-1))
             return picked.squeeze(-1).sum(-1)
@@ -322,6 +327,74 @@ class TransformersJudge(Judge):
         groups = passages if self.share_passages else None
         logp = self._score(rows, n_out, reduce, prefix=prefix, groups=groups)
         return np.exp(logp)
+
+    def answer_prob(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        answers: Sequence[Sequence[str]],
+    ) -> np.ndarray:
+        """Max over acceptable answers of exp(mean token log-prob of the answer), teacher-forced
+        as the assistant turn of the abstention prompt (see :meth:`Judge.answer_prob`).
+
+        The answer's tokens are those of ``rendered prompt + answer`` after the prompt's own
+        tokens (the text the chat template puts in the assistant turn, before its end-of-turn
+        marker); a tokenizer that merges the answer into the prompt's last token is an error.
+        Passages are truncated as in :meth:`abstain_prob`. Float64 values in [0, 1].
+        """
+        questions, passages, answers = check_answer_inputs(questions, passages, answers)
+        if not questions:
+            self.last_stats = ForwardStats()
+            return np.zeros(0, dtype=np.float64)
+        passages = self._truncate_passages(passages)
+        prompts = [
+            self._render(abstain_messages(q, p)) for q, p in zip(questions, passages, strict=True)
+        ]
+        flat = [(i, a) for i, options in enumerate(answers) for a in dict.fromkeys(options)]
+        prompt_ids = self._encode(prompts)
+        rows, targets = [], []
+        for (i, answer), full in zip(
+            flat, self._encode([prompts[i] + a for i, a in flat]), strict=True
+        ):
+            base = prompt_ids[i]
+            if len(full) <= len(base) or full[: len(base)] != base:
+                raise UDCGInputError(
+                    f"the tokenizer merges answer {answer!r} into the end of the prompt, so its "
+                    "tokens cannot be scored apart from the prompt",
+                    field=f"answers[{i}]",
+                )
+            rows.append(base + full[len(base) : -1])
+            targets.append(tuple(full[len(base) :]))
+        width = max(len(t) for t in targets)
+
+        import torch
+
+        def reduce(hidden: Any, batch: list[tuple[int, ...]]) -> Any:
+            # hidden [B, width, H]: row b predicts its n_b answer tokens at its last n_b slots
+            n = torch.tensor([len(t) for t in batch])
+            valid = torch.arange(width) >= (width - n).unsqueeze(1)
+            target = torch.zeros((len(batch), width), dtype=torch.long)
+            for b, t in enumerate(batch):
+                target[b, width - len(t) :] = torch.tensor(t)
+            valid, target = valid.to(self.device), target.to(self.device)
+            logp = self._log_softmax(hidden[valid])  # vocabulary only where an answer is read
+            picked = logp.gather(-1, target[valid].unsqueeze(-1)).squeeze(-1)
+            owner = torch.arange(len(batch), device=self.device).unsqueeze(1).expand(-1, width)
+            sums = torch.zeros(len(batch), device=self.device).index_add(0, owner[valid], picked)
+            return sums / n.to(self.device)
+
+        groups = [passages[i] for i, _ in flat] if self.share_passages else None
+        mean_logp = self._score(
+            rows,
+            width,
+            reduce,
+            prefix=self._abstain_template_prefix(),
+            groups=groups,
+            row_data=targets,
+        )
+        best = np.zeros(len(questions), dtype=np.float64)
+        np.maximum.at(best, [i for i, _ in flat], np.exp(mean_logp))
+        return best
 
     def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
         """P(yes) / (P(yes) + P(no)) of the first answer token, with yes = {"Yes", " Yes"} and
@@ -335,7 +408,7 @@ class TransformersJudge(Judge):
         yes = torch.tensor(self.yes_ids, device=self.device)
         no = torch.tensor(self.no_ids, device=self.device)
 
-        def reduce(hidden: Any) -> Any:
+        def reduce(hidden: Any, _rows: list[Any]) -> Any:
             logp = self._log_softmax(hidden)[:, 0, :]
             margin = torch.logsumexp(logp[:, yes], -1) - torch.logsumexp(logp[:, no], -1)
             return torch.sigmoid(margin)  # P(yes)/(P(yes)+P(no)) without underflow
@@ -445,12 +518,14 @@ class TransformersJudge(Judge):
         self,
         rows: list[list[int]],
         n_out: int,
-        reduce: Callable[[Any], Any],
+        reduce: Callable[[Any, list[Any]], Any],
         *,
         prefix: tuple[int, ...] | None,
         groups: Sequence[Any] | None,
+        row_data: Sequence[Any] | None = None,
     ) -> np.ndarray:
-        """Run every row and return ``reduce(hidden states at its last n_out positions)``.
+        """Run every row and return ``reduce(hidden states at its last n_out positions, data)``,
+        ``data`` being the batch rows' entries of ``row_data`` (hashable; None when not given).
 
         ``prefix``: token ids that rows are expected to start with (the per-call common prefix
         when None); ``groups``: rows with an equal key (e.g. the same passage) share the key/value
@@ -459,10 +534,18 @@ class TransformersJudge(Judge):
         import torch
 
         stats = ForwardStats(rows=len(rows), prompt_tokens=sum(len(r) - n_out + 1 for r in rows))
-        # identical rows are scored once
-        unique: dict[tuple[int, ...], int] = {}
-        slot = [unique.setdefault(tuple(r), len(unique)) for r in rows]
-        urows = [list(k) for k in unique]
+        # identical rows (with identical data) are scored once
+        data = [None] * len(rows) if row_data is None else list(row_data)
+        unique: dict[tuple[tuple[int, ...], Any], int] = {}
+        slot = [
+            unique.setdefault((tuple(r), d), len(unique)) for r, d in zip(rows, data, strict=True)
+        ]
+        urows = [list(r) for r, _ in unique]
+        udata = [d for _, d in unique]
+
+        def read(hidden: Any, batch: list[int]) -> Any:
+            return reduce(hidden, [udata[i] for i in batch])
+
         ukeys: list[Any] = [None] * len(urows)
         if groups is not None:
             for i, s in enumerate(slot):
@@ -486,9 +569,9 @@ class TransformersJudge(Judge):
         results: list[Any] = [None] * len(urows)
         with torch.inference_mode():
             if with_prefix:
-                self._score_group(urows, with_prefix, prefix, ukeys, n_out, reduce, results, stats)
+                self._score_group(urows, with_prefix, prefix, ukeys, n_out, read, results, stats)
             if without:
-                self._score_group(urows, without, (), ukeys, n_out, reduce, results, stats)
+                self._score_group(urows, without, (), ukeys, n_out, read, results, stats)
         values = torch.stack([results[s] for s in slot]).double().cpu().numpy()
         self.last_stats = stats
         return values
@@ -500,7 +583,7 @@ class TransformersJudge(Judge):
         prefix: tuple[int, ...],
         keys: list[Any],
         n_out: int,
-        reduce: Callable[[Any], Any],
+        reduce: Callable[[Any, list[int]], Any],
         results: list[Any],
         stats: ForwardStats,
     ) -> None:
@@ -534,7 +617,7 @@ class TransformersJudge(Judge):
         for batch in self._batches(order, lambda i: len(rows[i]) - plen):
             tails = [rows[i][plen:] for i in batch]
             out = self._forward_tails(prefix_kv, plen, None, [0] * len(batch), tails, n_out, stats)
-            self._store(results, batch, reduce(out))
+            self._store(results, batch, reduce(out, batch))
 
         # rows sharing a segment: chunks of segments (sorted by length) run first, then the
         # tails of all their rows on top of them
@@ -560,7 +643,7 @@ class TransformersJudge(Judge):
         prefix_kv: list[tuple[Any, Any]] | None,
         plen: int,
         n_out: int,
-        reduce: Callable[[Any], Any],
+        reduce: Callable[[Any, list[int]], Any],
         results: list[Any],
         stats: ForwardStats,
     ) -> None:
@@ -578,7 +661,8 @@ class TransformersJudge(Judge):
             out, kv = self._forward_tails(
                 prefix_kv, plen, None, [0] * len(batch), rest, n_out, stats, keep_kv=True
             )
-            self._store(results, [leads[u] for u in batch], reduce(out))
+            firsts = [leads[u] for u in batch]
+            self._store(results, firsts, reduce(out, firsts))
             if not store:
                 # zeros, not garbage: masked keys get weight 0, and 0 x NaN would still be NaN
                 store = [
@@ -605,7 +689,7 @@ class TransformersJudge(Judge):
             kv = [(k[sel, :, :width], v[sel, :, :width]) for k, v in store]
             tails = [rows[i][plen + len(segs[u]) :] for i, u in zip(batch, units, strict=True)]
             out = self._forward_tails(prefix_kv, plen, kv, seg_lens, tails, n_out, stats)
-            self._store(results, batch, reduce(out))
+            self._store(results, batch, reduce(out, batch))
 
     def _right_pad(self, seqs: list[list[int]], width: int) -> tuple[Any, Any]:
         import torch

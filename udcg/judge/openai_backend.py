@@ -35,6 +35,16 @@ Operations:
   probabilities of every marker token after the chat template's assistant prefix, which chat
   completion APIs do not return. Use the local transformers backend for it.
 
+* ``answer_prob``: teacher-forced answer log-probs from the completions endpoint
+  (``/v1/completions`` with ``echo`` and ``logprobs``, which vLLM serves): the prompt is the
+  abstention conversation rendered by the chat template of ``template_tokenizer`` (a
+  transformers tokenizer id or path; the server's own template cannot be asked for) followed
+  by the answer, and the answer's tokens are the echoed tokens whose text offsets fall inside
+  it. Normalisation as in :meth:`~udcg.judge.base.Judge.answer_prob`. Without
+  ``template_tokenizer``, or from a server that does not return prompt log-probs with ``echo``
+  (chat-only servers, llama.cpp's llama-server, llama-cpp-python without ``logits_all``), it
+  fails with a message naming the limitation.
+
 Servers that ignore ``logprobs`` (``transformers serve`` as of transformers 5) can serve
 ``generate`` and ``generate_json`` only; log-prob operations then fail with a message saying so.
 """
@@ -56,7 +66,7 @@ from typing import Any, TypeVar
 import httpx
 import numpy as np
 
-from udcg.judge.base import AbstainMode, Judge
+from udcg.judge.base import AbstainMode, Judge, check_answer_inputs
 from udcg.judge.cache import canonical_json
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
 
@@ -130,7 +140,9 @@ class OpenAIJudge(Judge):
     ``server_id`` replaces the URL in the fingerprint, to keep cache entries valid when the same
     deployment moves to another address. ``extra_body`` is merged into every chat request (e.g.
     ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM) and is part of the
-    fingerprint. ``stats`` counts HTTP attempts (``requests``), ``retries`` and the bounds used.
+    fingerprint. ``template_tokenizer`` (a transformers tokenizer id or local path, part of the
+    fingerprint) renders prompts for ``answer_prob``. ``stats`` counts HTTP attempts
+    (``requests``), ``retries`` and the bounds used.
     """
 
     def __init__(
@@ -149,6 +161,7 @@ class OpenAIJudge(Judge):
         max_backoff: float = 30.0,
         server_id: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        template_tokenizer: str | None = None,
     ) -> None:
         if not model:
             raise ValueError("model must be the name of the model on the server")
@@ -183,6 +196,10 @@ class OpenAIJudge(Judge):
             settings["abstain_token"] = abstain_token
         if self.extra_body:
             settings["extra_body"] = self.extra_body
+        self.template_tokenizer = template_tokenizer
+        if template_tokenizer is not None:
+            settings["template_tokenizer"] = template_tokenizer
+        self._template: Any = None
         self.fingerprint = "openai:" + canonical_json(settings)
         self.stats: Counter[str] = Counter()
         self._stats_lock = threading.Lock()
@@ -195,7 +212,7 @@ class OpenAIJudge(Judge):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for transient in ("_client", "_stats_lock", "_client_lock"):
+        for transient in ("_client", "_stats_lock", "_client_lock", "_template"):
             state.pop(transient, None)
         return state
 
@@ -204,6 +221,7 @@ class OpenAIJudge(Judge):
         self._stats_lock = threading.Lock()
         self._client_lock = threading.Lock()
         self._client = None
+        self._template = None
 
     # -- HTTP -----------------------------------------------------------------------------------
 
@@ -488,6 +506,100 @@ class OpenAIJudge(Judge):
                 stacklevel=2,
             )
         return values
+
+    def answer_prob(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        answers: Sequence[Sequence[str]],
+    ) -> np.ndarray:
+        """Max over acceptable answers of exp(mean log-prob of the answer's tokens), read from
+        ``/v1/completions`` with ``echo`` (see the module docstring)."""
+        questions, passages, answers = check_answer_inputs(questions, passages, answers)
+        if not questions:
+            return np.zeros(0, dtype=np.float64)
+        prompts = [
+            self._render(abstain_messages(q, p)) for q, p in zip(questions, passages, strict=True)
+        ]
+        flat = [(i, a) for i, options in enumerate(answers) for a in dict.fromkeys(options)]
+
+        def one(k: int, item: tuple[int, str]) -> float:
+            i, answer = item
+            return self._answer_mean_logprob(prompts[i], answer, k)
+
+        best = np.zeros(len(questions), dtype=np.float64)
+        np.maximum.at(best, [i for i, _ in flat], np.exp(self._map(one, flat)))
+        return best
+
+    def _render(self, messages: Messages) -> str:
+        """``messages`` rendered by the chat template of ``template_tokenizer``."""
+        if self.template_tokenizer is None:
+            raise NotImplementedError(
+                "OpenAIJudge.answer_prob needs the model's chat template to build a raw prompt "
+                "for /v1/completions (the server's own template cannot be asked for): pass "
+                "template_tokenizer='<transformers id or path of the served model>'"
+            )
+        with self._client_lock:
+            if self._template is None:
+                from transformers import AutoTokenizer
+
+                self._template = AutoTokenizer.from_pretrained(self.template_tokenizer)
+        return self._template.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+
+    def _answer_mean_logprob(self, prompt: str, answer: str, item: int) -> float:
+        """Mean log-prob of the tokens of ``answer`` after ``prompt``, from echoed log-probs."""
+        url = self._api + "/completions"
+        body = {
+            **self.extra_body,
+            "model": self.model,
+            "prompt": prompt + answer,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "echo": True,
+            "logprobs": 1,
+        }
+        reply = self._post(url, body)
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise self._error(f"{url}: reply has no 'choices' list: {_snippet(str(reply))}")
+        logprobs = choices[0].get("logprobs")
+        fields = ("tokens", "token_logprobs", "text_offset")
+        if not isinstance(logprobs, dict) or not all(
+            isinstance(logprobs.get(f), list) for f in fields
+        ):
+            raise self._error(
+                f"{url}: item {item}: the reply has no prompt log-probs ('choices[0].logprobs' "
+                f"needs {', '.join(fields)}); the server does not return log-probs of echoed "
+                "prompts (vLLM does; chat-only servers, llama.cpp's llama-server and "
+                "llama-cpp-python without logits_all do not), so answer likelihoods cannot be "
+                "read from it"
+            )
+        start, end = len(prompt), len(prompt) + len(answer)
+        picked: list[float] = []
+        for token, logprob, offset in zip(*(logprobs[f] for f in fields), strict=False):
+            if not isinstance(offset, int) or offset >= end:
+                if isinstance(offset, int):
+                    break
+                raise self._error(f"{url}: item {item}: malformed text offset {offset!r}")
+            if offset < start:
+                if isinstance(token, str) and offset + len(token) > start:
+                    raise self._error(
+                        f"{url}: item {item}: token {token!r} spans the end of the prompt and "
+                        f"the start of answer {answer!r}; its tokens cannot be scored apart"
+                    )
+                continue
+            if isinstance(logprob, bool) or not isinstance(logprob, int | float):
+                raise self._error(f"{url}: item {item}: malformed log-prob {logprob!r}")
+            if math.isnan(logprob) or logprob > 1e-4:
+                raise self._error(f"{url}: item {item}: invalid log-prob {logprob!r}")
+            picked.append(min(float(logprob), 0.0))
+        if not picked:
+            raise self._error(
+                f"{url}: item {item}: no echoed token starts inside answer {answer!r}"
+            )
+        return sum(picked) / len(picked)
 
     # -- the first token of the abstention marker ---------------------------------------------
 

@@ -1,7 +1,11 @@
-"""Abstention probabilities computed elsewhere (vLLM, an API with top log-probs, another tool).
+"""Judge probabilities computed elsewhere (vLLM, an API with top log-probs, another tool).
 
-A JSONL file, one line per (question, passage) pair:
-``{"question": "...", "passage": "...", "abstain_prob": 0.03}`` (or ``"abstain_logprob"``).
+A JSONL file, one line per (question, passage) pair, with at least one stored value:
+``{"question": "...", "passage": "...", "abstain_prob": 0.03, "answer_prob": 0.41}``; each
+value may be given as a natural-log probability instead (``"abstain_logprob"``,
+``"answer_logprob"``). ``answer_prob`` is the pair's answer likelihood, already normalised as
+:meth:`~udcg.judge.base.Judge.answer_prob` states (max over acceptable answers of the per-token
+geometric mean); the answers passed at lookup time are checked, not used.
 """
 
 from __future__ import annotations
@@ -16,17 +20,20 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.files import PathType, open_text
-from udcg.judge.base import AbstainMode, Judge
+from udcg.judge.base import AbstainMode, Judge, check_answer_inputs
 from udcg.judge.prompts import Messages
+
+#: Stored values: probability field -> its log-probability alternative.
+VALUES = {"abstain_prob": "abstain_logprob", "answer_prob": "answer_logprob"}
 
 
 class PrecomputedJudge(Judge):
-    """A judge that only looks up abstention probabilities it was given."""
+    """A judge that only looks up the abstention and answer probabilities it was given."""
 
     def __init__(self, path: PathType, name: str = "precomputed") -> None:
         self.path = Path(path)
         self.name = name
-        self._probs: dict[tuple[str, str], float] = {}
+        self._probs: dict[str, dict[tuple[str, str], float]] = {v: {} for v in VALUES}
         digest = hashlib.sha256()
         with open_text(self.path) as handle:
             for number, line in enumerate(handle, start=1):
@@ -34,7 +41,7 @@ class PrecomputedJudge(Judge):
                     continue
                 digest.update(line.encode())
                 self._add(line, number)
-        if not self._probs:
+        if not any(self._probs.values()):
             raise UDCGInputError("empty file: no precomputed probabilities", path=self.path)
         self.fingerprint = f"precomputed:{digest.hexdigest()}"
 
@@ -51,41 +58,62 @@ class PrecomputedJudge(Judge):
         for field in ("question", "passage"):
             if not isinstance(row.get(field), str):
                 raise fail("missing or not a string", field)
-        if "abstain_prob" in row:
-            value, field = row["abstain_prob"], "abstain_prob"
-        elif "abstain_logprob" in row:
-            value, field = row["abstain_logprob"], "abstain_logprob"
-        else:
-            raise fail("needs abstain_prob or abstain_logprob", "abstain_prob")
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise fail(f"{value!r} is not a finite number", field)
-        prob = math.exp(value) if field == "abstain_logprob" else float(value)
-        if not 0.0 <= prob <= 1.0 or (field == "abstain_logprob" and value > 0):
-            raise fail(f"{value!r} is not a probability", field)
-        self._probs[(row["question"], row["passage"])] = prob
+        found = False
+        for prob_field, log_field in VALUES.items():
+            if prob_field in row:
+                value, field = row[prob_field], prob_field
+            elif log_field in row:
+                value, field = row[log_field], log_field
+            else:
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
+                raise fail(f"{value!r} is not a finite number", field)
+            prob = math.exp(value) if field == log_field else float(value)
+            if not 0.0 <= prob <= 1.0 or (field == log_field and value > 0):
+                raise fail(f"{value!r} is not a probability", field)
+            self._probs[prob_field][(row["question"], row["passage"])] = prob
+            found = True
+        if not found:
+            names = " or ".join(f"{p} ({lp})" for p, lp in VALUES.items())
+            raise fail(f"needs {names}", "abstain_prob")
+
+    def _lookup(self, what: str, questions: Sequence[str], passages: Sequence[str]) -> np.ndarray:
+        stored = self._probs[what]
+        out = np.empty(len(questions))
+        for i, pair in enumerate(zip(questions, passages, strict=True)):
+            if pair not in stored:
+                raise UDCGInputError(
+                    f"no precomputed {what} for question {pair[0][:60]!r} with passage "
+                    f"{pair[1][:60]!r}",
+                    path=self.path,
+                )
+            out[i] = stored[pair]
+        return out
 
     def abstain_prob(
         self, questions: Sequence[str], passages: Sequence[str], mode: AbstainMode = "first_token"
     ) -> np.ndarray:
         """The stored probability of each pair; a pair not in the file is an error."""
-        out = np.empty(len(questions))
-        for i, pair in enumerate(zip(questions, passages, strict=True)):
-            if pair not in self._probs:
-                raise UDCGInputError(
-                    f"no precomputed probability for question {pair[0][:60]!r} with passage "
-                    f"{pair[1][:60]!r}",
-                    path=self.path,
-                )
-            out[i] = self._probs[pair]
-        return out
+        return self._lookup("abstain_prob", questions, passages)
+
+    def answer_prob(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        answers: Sequence[Sequence[str]],
+    ) -> np.ndarray:
+        """The stored answer likelihood of each pair (answers are checked, not used); a pair
+        without one is an error."""
+        questions, passages, _ = check_answer_inputs(questions, passages, answers)
+        return self._lookup("answer_prob", questions, passages)
 
     def _unsupported(self, what: str) -> UDCGInputError:
         return UDCGInputError(
-            f"the precomputed judge only provides abstention probabilities, not {what}; "
+            f"the precomputed judge only provides stored probabilities, not {what}; "
             "use a model judge for this step",
             field="judge",
         )

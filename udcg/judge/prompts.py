@@ -1,4 +1,6 @@
-"""Prompts of every judge call, as chat messages. The abstention prompt is the reference one."""
+"""Prompts of every judge call, as chat messages. The abstention prompt is the reference one;
+the answer-likelihood prompt is the same conversation with an acceptable answer as the
+assistant's reply (teacher-forced)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,12 @@ def abstain_messages(question: str, passage: str) -> Messages:
         {"role": "system", "content": ABSTAIN_SYSTEM},
         {"role": "user", "content": f"Document: {passage}\nQuestion: {question}\nAnswer:"},
     ]
+
+
+def answer_likelihood_messages(question: str, passage: str, answer: str) -> Messages:
+    """The abstention prompt for one question and passage, answered by ``answer``: the
+    conversation whose assistant turn :meth:`~udcg.judge.base.Judge.answer_prob` scores."""
+    return [*abstain_messages(question, passage), {"role": "assistant", "content": answer}]
 
 
 def answer_messages(question: str, passages: list[str]) -> Messages:
