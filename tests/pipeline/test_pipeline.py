@@ -15,7 +15,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage
 from udcg.pipeline.correlate import accuracy_by_gold_position
 from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
-from udcg.pipeline.scoring import crossfit_gamma
+from udcg.pipeline.scoring import crossfit_gamma, score_contexts
 from udcg.pipeline.stages import StageCache, missing_steps, stage_key
 from udcg.pipeline.sweep import summarize
 from udcg.theta import split_by_query, tune_gamma
@@ -115,6 +115,32 @@ def test_crossfit_gamma_scores_each_half_with_the_other_halfs_gamma() -> None:
     assert gammas == [g_a, g_b]
     np.testing.assert_allclose(values[b], metrics.udcg(rel[b], util[b], g_a))
     np.testing.assert_allclose(values[a], metrics.udcg(rel[a], util[a], g_b))
+
+
+def test_ablations_drop_the_distraction_term_or_the_utility() -> None:
+    rel = [[True, False, False], [False, False, True], [False, True, True]]
+    p_abstain = [[0.2, 0.5, 0.9], [0.0, 0.4, 0.7], [1.0, 0.1, 0.6]]
+    contexts = [
+        Context(
+            f"q{i}",
+            [
+                Passage(doc_id=f"d{j}", text=f"t{j}", relevant=r, abstain_prob={"j": p})
+                for j, (r, p) in enumerate(zip(rel[i], p_abstain[i], strict=True))
+            ],
+            outcomes={"j": {"correct": i != 1}},
+        )
+        for i in range(3)
+    ]
+    table = score_contexts(contexts, 3, "j", ablations=True)
+    r, u = np.array(rel, dtype=float), 1 - np.array(p_abstain)
+
+    def sigmoid(x: np.ndarray) -> np.ndarray:
+        return 1 / (1 + np.exp(-x))
+
+    np.testing.assert_allclose(table.scores["UDCG w/o distraction"], sigmoid((r * u).sum(1) / 3))
+    no_utility = sigmoid((r - (1 - r) / 3).sum(1) / 3)
+    np.testing.assert_allclose(table.scores["UDCG w/o utility"], no_utility)
+    assert "UDCG w/o utility" not in score_contexts(contexts, 3, "j").scores
 
 
 def test_accuracy_by_gold_position() -> None:

@@ -68,9 +68,14 @@ def score_contexts(
     theta: UDCGTheta | None = None,
     method: str = "spearman",
     seed: int = 0,
+    ablations: bool = False,
 ) -> ScoreTable:
     """UDCG (gamma 1/3), UDCG-gamma (cross-fitted), UDCG-theta (with ``theta``), C-Prec and
-    C-nDCG (with coverage labels), nDCG, MAP, MRR, Precision and Hits for contexts of size k."""
+    C-nDCG (with coverage labels), nDCG, MAP, MRR, Precision and Hits for contexts of size k.
+
+    ``ablations`` adds the UDCG paper's two: ``UDCG w/o distraction`` (gamma = 0, irrelevant
+    passages ignored) and ``UDCG w/o utility`` (u_i = 1: binary relevance in place of utility).
+    """
     notes = []
     kept = [c for c in contexts if len(c.passages) == k]
     if len(kept) < len(contexts):
@@ -85,6 +90,9 @@ def score_contexts(
     qids = np.array([c.qid for c in kept], dtype=object)
     binary = relevant >= 0.5
     scores: dict[str, np.ndarray] = {"UDCG": metrics.udcg(relevant, util)}
+    if ablations:
+        scores["UDCG w/o distraction"] = metrics.udcg(relevant, util, 0.0)
+        scores["UDCG w/o utility"] = metrics.udcg(relevant, np.ones_like(util))
     gammas: list[float] = []
     try:
         scores["UDCG-gamma"], gammas = crossfit_gamma(relevant, util, correct, qids, method, seed)
