@@ -169,3 +169,17 @@ def test_same_seed_gives_byte_identical_weights(tmp_path: Path) -> None:
     assert (
         other.fingerprint != train(contexts, UDCGTheta(4), judge="sim", n_resamples=50).fingerprint
     )
+
+
+def test_train_py_answer_likelihood_on_the_shipped_demo(tmp_path: Path) -> None:
+    from udcg.data import demo_contexts
+    from udcg.demo import STEPS
+
+    contexts = demo_contexts()
+    assert "answer_likelihood" in STEPS  # a rebuild of the demo set annotates it
+    assert all("smollm2-135m" in p.answer_prob for c in contexts for p in c.passages)
+    done = _run_train("utility=answer_likelihood", "n_bootstrap=50", f"hydra.run.dir={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    card = json.loads((tmp_path / "udcg_theta_k5.json").read_text())
+    assert card["utility"] == "answer_likelihood" and card["utility_field"] == "answer_prob"
+    assert card["judge_model"] == "smollm2-135m"

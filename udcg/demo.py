@@ -4,8 +4,9 @@ The source (``data/demo/source.json``, written for this project) has factoid que
 acceptable answers and seven passages each: two relevant, two hard distractors (same topic, a
 plausible wrong answer) and three weak ones. From it this module builds retrieved contexts of
 k = 1, 3, 5 and 10 passages in several orderings ("runs"), then annotates them with the
-embedded judge through :mod:`udcg.annotate`: abstention probabilities, relevance by answer
-match, and the judge's own end-to-end answers graded by sub-span match.
+embedded judge through :mod:`udcg.annotate` (steps :data:`STEPS`): abstention probabilities,
+answer likelihoods (the ``answer_likelihood`` utility source), relevance by answer match, and the
+judge's own end-to-end answers graded by sub-span match.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ SOURCE = Path(__file__).resolve().parents[1] / "data" / "demo" / "source.json"
 OUTPUT = Path(__file__).with_name("data") / "demo.jsonl.gz"
 # list size -> number of orderings per question
 ORDERINGS = {1: 7, 3: 3, 5: 6, 10: 1}
+#: The annotation steps of the shipped demo set.
+STEPS = ("abstain", "answer_likelihood", "relevance", "outcomes")
 
 
 def load_source(path: Path) -> list[dict]:
@@ -101,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
 
         contexts = build_contexts(load_source(args.source), args.seed)
         judge = CachedJudge(load_judge(args.judge), args.cache)
-        annotated, report = annotate(contexts, judge)
+        annotated, report = annotate(contexts, judge, steps=STEPS)
         write_contexts(args.out, annotated)
         print(
             f"wrote {len(annotated)} contexts to {args.out}: {report.pairs} passage pairs, "
+            f"{report.answer_pairs} answer-likelihood pairs, "
             f"grades {dict(report.grades)}; "
             f"cache hits {judge.cache.hits}, misses {judge.cache.misses}"
         )

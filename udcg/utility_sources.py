@@ -38,6 +38,10 @@ class UtilitySource:
     needs_answers: bool
     _from_prob: Callable[[np.ndarray], np.ndarray]
 
+    def from_probs(self, probs: np.ndarray) -> np.ndarray:
+        """``u`` from the stored probabilities (float64, same shape)."""
+        return self._from_prob(np.asarray(probs, dtype=np.float64))
+
     def has(self, passage: Passage, judge: str) -> bool:
         """Whether ``passage`` already holds this source's value for ``judge``."""
         return judge in getattr(passage, self.field)
@@ -47,12 +51,12 @@ class UtilitySource:
         stored = [getattr(p, self.field).get(judge) for p in ctx.passages]
         if None in stored:
             return None
-        return self._from_prob(np.asarray(stored, dtype=np.float64))
+        return self.from_probs(np.asarray(stored))
 
     def utilities(self, contexts: Iterable[Context], judge: str) -> list[np.ndarray]:
         """Per context, ``u`` of each passage; a missing value is an error naming
         ``passages[i].<field>.<judge>`` (file and line when the context was read from one)."""
-        return [self._from_prob(p) for p in judge_probs(contexts, judge, self.field)]
+        return [self.from_probs(p) for p in judge_probs(contexts, judge, self.field)]
 
 
 def _one_minus(p: np.ndarray) -> np.ndarray:
