@@ -18,7 +18,12 @@ import pytest
 
 from udcg.errors import UDCGInputError
 from udcg.judge import embedded
-from udcg.judge.prompts import ABSTAIN_MARKER, abstain_messages, answer_likelihood_messages
+from udcg.judge.prompts import (
+    ABSTAIN_MARKER,
+    abstain_messages,
+    answer_likelihood_messages,
+    answer_messages,
+)
 
 HAS_MODEL = importlib.util.find_spec(embedded.EMBEDDED_PACKAGE) is not None
 needs_model = pytest.mark.skipif(
@@ -285,6 +290,33 @@ def test_generate_batched_equals_unbatched(judge):
     single = [judge.generate([p], max_new_tokens=12)[0] for p in prompts]
     assert batched == single
     assert judge.generate([], max_new_tokens=4) == []
+
+
+@needs_model
+def test_generate_batches_follow_their_own_token_budget(judge, monkeypatch):
+    facts = [
+        "Paris is the capital of France.",
+        "Water boils at 100 degrees Celsius.",
+        "The Nile flows into the Mediterranean.",
+        "Mount Everest is in the Himalayas.",
+    ]
+    prompts = [answer_messages(f"Question {i} about: {f}", [f * 20]) for i, f in enumerate(facts)]
+    widths: list[int] = []
+    real = judge.model.generate
+
+    def counting(**kw):
+        widths.append(kw["input_ids"].shape[0])
+        return real(**kw)
+
+    monkeypatch.setattr(judge.model, "generate", counting)
+    wide = judge.generate(prompts, max_new_tokens=6)
+    # rows of ~200 tokens share batches under the default 8192-token budget (the cost model
+    # may still split unequal lengths), and one row per batch under a budget of 1
+    assert sum(widths) == 4 and max(widths) > 1
+    widths.clear()
+    monkeypatch.setattr(judge, "max_generate_tokens", 1)
+    assert judge.generate(prompts, max_new_tokens=6) == wide
+    assert widths == [1, 1, 1, 1]
 
 
 @needs_model
