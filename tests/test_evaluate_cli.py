@@ -47,6 +47,14 @@ class WordJudge(Judge):
         self.calls += 1
         return np.array([self.prob(q, p) for q, p in zip(questions, passages, strict=True)])
 
+    @staticmethod
+    def likelihood(passage: str, answers: Sequence[str]) -> float:
+        return 0.6 if any(a.lower() in passage.lower() for a in answers) else 0.05
+
+    def answer_prob(self, questions, passages, answers) -> np.ndarray:
+        self.calls += 1
+        return np.array([self.likelihood(p, a) for p, a in zip(passages, answers, strict=True)])
+
     def yes_prob(self, prompts) -> np.ndarray:
         raise AssertionError("not used")
 
@@ -109,6 +117,20 @@ def test_demo_end_to_end_with_a_fake_judge(tmp_path: Path, fake_judge: WordJudge
     again, _ = evaluate(cfg, tmp_path / "out2")
     assert fake_judge.calls == calls and again["setup"]["cached_stages"] == ["retrieve", "annotate"]
     assert again["correlations"] == report["correlations"]
+
+
+def test_answer_likelihood_utility(tmp_path: Path, fake_judge: WordJudge) -> None:
+    cfg = _cfg(tmp_path, "dataset.limit=12", "k=3", "judge=fake", "utility=answer_likelihood")
+    report, _ = evaluate(cfg, tmp_path / "out")
+    (annotated,) = (tmp_path / "cache").glob("annotate-*.jsonl.gz")
+    contexts = list(read_contexts(annotated))
+    assert all(not p.abstain_prob for c in contexts for p in c.passages)  # only the asked source
+    rel = np.array([[float(p.relevant) for p in c.passages] for c in contexts])
+    util = np.array(
+        [[WordJudge.likelihood(p.text, c.answers) for p in c.passages] for c in contexts]
+    )
+    assert report["setup"]["utility"] == "answer_likelihood"
+    assert report["means"]["UDCG"] == pytest.approx(metrics.udcg(rel, util).mean())
 
 
 def _annotated(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -182,6 +204,19 @@ def test_weights_of_the_wrong_k(tmp_path: Path, fake_judge: WordJudge) -> None:
     model.save(tmp_path / "w.safetensors")
     cfg = _cfg(tmp_path, "k=3", "judge=fake", f"theta_weights={tmp_path / 'w.safetensors'}")
     with pytest.raises(UDCGInputError, match="weights are for k=2, data has k=3"):
+        evaluate(cfg, tmp_path / "out")
+    assert fake_judge.calls == 0
+
+
+def test_weights_of_another_utility_source(tmp_path: Path, fake_judge: WordJudge) -> None:
+    from udcg.theta import UDCGTheta
+
+    rng = np.random.default_rng(0)
+    rel, util = (rng.random((40, 3)) < 0.5).astype(float), rng.random((40, 3))
+    model = UDCGTheta(k=3).fit(rel, util, (rng.random(40) < 0.5).astype(float))
+    model.save(tmp_path / "w.safetensors", card={"utility": "answer_likelihood"})
+    cfg = _cfg(tmp_path, "k=3", "judge=fake", f"theta_weights={tmp_path / 'w.safetensors'}")
+    with pytest.raises(UDCGInputError, match="fitted on utility source 'answer_likelihood'"):
         evaluate(cfg, tmp_path / "out")
     assert fake_judge.calls == 0
 

@@ -17,10 +17,9 @@ import numpy as np
 
 from udcg import metrics
 from udcg.cli import run_cli
-from udcg.errors import UDCGInputError
 from udcg.io.contexts import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write
-from udcg.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
+from udcg.utility_sources import DEFAULT_SOURCE, SOURCES, check_fitted_on, get_source
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,13 +60,7 @@ def score(args: argparse.Namespace) -> None:
         from udcg.theta import UDCGTheta
 
         model = UDCGTheta.load(args.weights)
-        fitted_on = model.card_.get("utility", DEFAULT_SOURCE)
-        if fitted_on != args.utility:
-            raise UDCGInputError(
-                f"the weights were fitted on utility source {fitted_on!r}, not {args.utility!r} "
-                f"(pass --utility {fitted_on})",
-                field="utility",
-            )
+        check_fitted_on(model.card_, args.utility)
         k = len(model.alpha_)
         rows = np.flatnonzero([len(c.passages) == k for c in contexts])
         theta = np.full(len(contexts), np.nan)

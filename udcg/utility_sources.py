@@ -24,7 +24,7 @@ import numpy as np
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage, judge_probs
 
-__all__ = ["DEFAULT_SOURCE", "SOURCES", "UtilitySource", "get_source"]
+__all__ = ["DEFAULT_SOURCE", "SOURCES", "UtilitySource", "check_fitted_on", "get_source"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +95,15 @@ def get_source(name: str) -> UtilitySource:
             f"unknown utility source {name!r}; known: {', '.join(SOURCES)}", field="utility"
         )
     return source
+
+
+def check_fitted_on(card: dict, utility: str, option: str = "--utility") -> None:
+    """Weights are used only with the utility source they were fitted on (``card["utility"]``,
+    ``abstention`` for cards that predate the option); otherwise an error naming ``option``."""
+    fitted_on = card.get("utility", DEFAULT_SOURCE)
+    if fitted_on != utility:
+        raise UDCGInputError(
+            f"the weights were fitted on utility source {fitted_on!r}, not {utility!r} "
+            f"(pass {option} {fitted_on})",
+            field="utility",
+        )

@@ -25,6 +25,7 @@ from udcg.pipeline.stages import (
     stage_key,
 )
 from udcg.retrieval import build_retriever, check_depth
+from udcg.utility_sources import check_fitted_on
 
 GIVEN = "given"
 
@@ -43,13 +44,16 @@ def load_dataset(cfg: DictConfig) -> Dataset:
         raise UDCGInputError(f"cannot load the dataset: {exc}", field="dataset") from None
 
 
-def load_theta(path: str | None, k: int) -> Any:
-    """UDCG-theta weights for k (wrong k or a bad file: an error), or None without a path."""
+def load_theta(path: str | None, k: int, utility: str) -> Any:
+    """UDCG-theta weights for k and the utility source (another k or source, or a bad file:
+    an error), or None without a path."""
     if not path:
         return None
     from udcg.theta import UDCGTheta
 
-    return UDCGTheta.load(path, k=k)
+    model = UDCGTheta.load(path, k=k)
+    check_fitted_on(model.card_, utility, "utility=")
+    return model
 
 
 def connect_judge(cfg: DictConfig) -> Judge:
@@ -102,7 +106,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Pa
             else "retriever=given needs retrieved contexts (dataset=jsonl or dataset=reference)",
             field="retriever",
         )
-    theta = load_theta(cfg.theta_weights, k)
+    theta = load_theta(cfg.theta_weights, k, cfg.utility)
     cache = StageCache(cfg.cache_dir)
     judge: Judge | None = None
     with _progress() as bar:

@@ -11,19 +11,12 @@ from udcg import metrics
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import (
     Context,
-    abstain_probs,
     correctness,
     coverage_matrices,
     relevance_matrix,
 )
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
-
-#: utility source -> per-context utility rows (see ``udcg.pipeline.stages.UTILITY_STEPS``)
-UTILITIES = {
-    "abstention": lambda contexts, judge: metrics.utility(
-        abstain_prob=abstain_probs(contexts, judge)
-    ),
-}
+from udcg.utility_sources import get_source
 
 
 @dataclass
@@ -85,7 +78,7 @@ def score_contexts(
     if not kept:
         raise UDCGInputError(f"no context has k={k} passages", field="k")
     relevant = np.stack(relevance_matrix(kept))
-    util = np.stack(UTILITIES[utility](kept, judge))
+    util = np.stack(get_source(utility).utilities(kept, judge))
     correct = correctness(kept, judge)
     qids = np.array([c.qid for c in kept], dtype=object)
     binary = relevant >= 0.5

@@ -17,25 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
 from udcg.judge.base import Judge
 from udcg.pipeline.datasets import Dataset
 from udcg.retrieval import Retriever
-
-#: utility source -> (annotate step that produces it, test that a passage already has it)
-UTILITY_STEPS: dict[str, tuple[str, Callable[[Passage, str], bool]]] = {
-    "abstention": ("abstain", lambda p, judge: judge in p.abstain_prob),
-}
+from udcg.utility_sources import get_source
 
 
 def check_utility(utility: str) -> None:
     """An error naming the known sources unless ``utility`` is one."""
-    if utility not in UTILITY_STEPS:
-        raise UDCGInputError(
-            f"unknown utility source {utility!r}; known: {', '.join(UTILITY_STEPS)}",
-            field="utility",
-        )
+    get_source(utility)
 
 
 def stage_key(*parts: Any) -> str:
@@ -87,12 +78,11 @@ def missing_steps(
     contexts: Sequence[Context], judge: str, utility: str, relevance: str
 ) -> list[str]:
     """The annotate steps whose labels some context still lacks (relevance=llm: always)."""
-    check_utility(utility)
-    step, has = UTILITY_STEPS[utility]
+    source = get_source(utility)
     passages = [p for c in contexts for p in c.passages]
     steps = []
-    if not all(has(p, judge) for p in passages):
-        steps.append(step)
+    if not all(source.has(p, judge) for p in passages):
+        steps.append(source.step)
     if relevance == "llm" or any(p.relevant is None for p in passages):
         steps.append("relevance")
     if any(c.outcomes.get(judge, {}).get("correct") is None for c in contexts):
