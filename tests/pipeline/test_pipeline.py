@@ -15,7 +15,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage
 from udcg.pipeline.correlate import accuracy_by_gold_position
 from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
-from udcg.pipeline.scoring import crossfit_gamma, score_contexts
+from udcg.pipeline.scoring import crossfit_gamma, crossfit_theta, score_contexts
 from udcg.pipeline.stages import StageCache, missing_steps, stage_key
 from udcg.pipeline.sweep import summarize
 from udcg.theta import split_by_query, tune_gamma
@@ -115,6 +115,29 @@ def test_crossfit_gamma_scores_each_half_with_the_other_halfs_gamma() -> None:
     assert gammas == [g_a, g_b]
     np.testing.assert_allclose(values[b], metrics.udcg(rel[b], util[b], g_a))
     np.testing.assert_allclose(values[a], metrics.udcg(rel[a], util[a], g_b))
+
+
+def test_crossfit_theta_scores_each_half_with_a_model_fitted_on_the_other() -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(2)
+    n, k = 400, 3
+    rel = (rng.random((n, k)) < 0.4).astype(float)
+    util = rng.random((n, k))
+    logit = 2.0 * (rel * util).sum(1) - 1.5 * ((1 - rel) * util).sum(1)
+    correct = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(float)
+    qids = np.array([f"q{i // 2}" for i in range(n)], dtype=object)
+    values, models = crossfit_theta(rel, util, correct, qids, seed=3)
+    a, b = split_by_query(qids, 0.5, 3)
+    for fit, apply, model in ((a, b, models[0]), (b, a, models[1])):
+        features = np.hstack([rel[fit] * util[fit], (1 - rel[fit]) * util[fit]])
+        reference = LogisticRegression(C=np.inf, fit_intercept=False, tol=1e-10, max_iter=10_000)
+        reference.fit(features, correct[fit])
+        np.testing.assert_allclose(np.r_[model.alpha_, model.beta_], reference.coef_[0], atol=1e-3)
+        held_out = np.hstack([rel[apply] * util[apply], (1 - rel[apply]) * util[apply]])
+        np.testing.assert_allclose(
+            values[apply], reference.predict_proba(held_out)[:, 1], atol=1e-3
+        )
 
 
 def test_ablations_drop_the_distraction_term_or_the_utility() -> None:

@@ -152,7 +152,15 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Pa
         judge_name = judge.name if judge is not None else cfg.judge
         bar.update(task, advance=1, description="score")
         table = score_contexts(
-            contexts, k, judge_name, cfg.utility, theta, cfg.correlation, cfg.seed, cfg.ablations
+            contexts,
+            k,
+            judge_name,
+            cfg.utility,
+            theta,
+            cfg.correlation,
+            cfg.seed,
+            cfg.ablations,
+            cfg.theta_crossfit,
         )
         bar.update(task, advance=1, description="correlate")
         args = (table.scores, table.correct, table.qids, cfg.correlation, cfg.n_bootstrap, cfg.seed)

@@ -33,6 +33,13 @@ class ScoreTable:
     notes: list[str] = field(default_factory=list)
 
 
+def _halves(qids: np.ndarray, seed: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """``((fit, apply), (fit, apply))``: the two halves of the queries, each fitted on once and
+    scored with what the other half fitted."""
+    first, second = split_by_query(qids, 0.5, seed)
+    return (first, second), (second, first)
+
+
 def crossfit_gamma(
     relevant: np.ndarray,
     utility: np.ndarray,
@@ -43,14 +50,33 @@ def crossfit_gamma(
 ) -> tuple[np.ndarray, list[float]]:
     """UDCG-gamma without peeking: split queries in two halves, tune gamma on each half
     (:func:`udcg.theta.tune_gamma`) and score the other half with it."""
-    first, second = split_by_query(qids, 0.5, seed)
     values = np.full(len(correct), np.nan)
     gammas = []
-    for fit, apply in ((first, second), (second, first)):
+    for fit, apply in _halves(qids, seed):
         tuned = tune_gamma(relevant[fit], utility[fit], correct[fit], method=method)
         gammas.append(float(tuned.gamma))
         values[apply] = metrics.udcg(relevant[apply], utility[apply], tuned.gamma)
     return values, gammas
+
+
+def crossfit_theta(
+    relevant: np.ndarray,
+    utility: np.ndarray,
+    correct: np.ndarray,
+    qids: np.ndarray,
+    seed: int,
+) -> tuple[np.ndarray, list[UDCGTheta]]:
+    """UDCG-theta without peeking: fit :class:`udcg.theta.UDCGTheta` (k = list size, no bias,
+    no penalty, all of the half: plain logistic regression on the 2k UDCG terms) on each half of
+    the queries and score the other half with it."""
+    values = np.full(len(correct), np.nan)
+    models = []
+    for fit, apply in _halves(qids, seed):
+        model = UDCGTheta(relevant.shape[1], val_fraction=0.0, seed=seed)
+        model.fit(relevant[fit], utility[fit], correct[fit], groups=qids[fit])
+        models.append(model)
+        values[apply] = model.predict_proba(relevant[apply], utility[apply])
+    return values, models
 
 
 def score_contexts(
@@ -62,12 +88,15 @@ def score_contexts(
     method: str = "spearman",
     seed: int = 0,
     ablations: bool = False,
+    theta_crossfit: bool = False,
 ) -> ScoreTable:
     """UDCG (gamma 1/3), UDCG-gamma (cross-fitted), UDCG-theta (with ``theta``), C-Prec and
     C-nDCG (with coverage labels), nDCG, MAP, MRR, Precision and Hits for contexts of size k.
 
-    ``ablations`` adds the UDCG paper's two: ``UDCG w/o distraction`` (gamma = 0, irrelevant
-    passages ignored) and ``UDCG w/o utility`` (u_i = 1: binary relevance in place of utility).
+    ``theta_crossfit`` (without ``theta``) fits UDCG-theta on each half of the queries and
+    scores the other half (:func:`crossfit_theta`). ``ablations`` adds the UDCG paper's two:
+    ``UDCG w/o distraction`` (gamma = 0, irrelevant passages ignored) and ``UDCG w/o utility``
+    (u_i = 1: binary relevance in place of utility).
     """
     notes = []
     kept = [c for c in contexts if len(c.passages) == k]
@@ -93,8 +122,18 @@ def score_contexts(
         notes.append(f"UDCG-gamma skipped: cross-fitting gamma failed ({exc})")
     if theta is not None:
         scores["UDCG-theta"] = theta.predict_proba(relevant, util)
+    elif theta_crossfit:
+        try:
+            scores["UDCG-theta (cross-fitted)"], _ = crossfit_theta(
+                relevant, util, correct, qids, seed
+            )
+        except UDCGInputError as exc:
+            notes.append(f"UDCG-theta skipped: cross-fitting failed ({exc})")
     else:
-        notes.append("UDCG-theta skipped: no weights (train them with train.py, set theta_weights)")
+        notes.append(
+            "UDCG-theta skipped: no weights (train them with train.py and set theta_weights, "
+            "or set theta_crossfit=true)"
+        )
     if all(
         c.subqueries is not None and all(p.covers is not None for p in c.passages) for c in kept
     ):
