@@ -125,14 +125,15 @@ class MetricRow:
         r = self.result
         return {
             "metric": self.metric,
-            r.method: _finite_or_none(r.estimate),
-            "ci95": [_finite_or_none(r.low), _finite_or_none(r.high)],
-            "kendall": _finite_or_none(self.kendall),
-            "pearson": _finite_or_none(self.pearson),
+            r.method: finite_or_none(r.estimate),
+            "ci95": [finite_or_none(r.low), finite_or_none(r.high)],
+            "kendall": finite_or_none(self.kendall),
+            "pearson": finite_or_none(self.pearson),
         }
 
 
-def _finite_or_none(value: float) -> float | None:
+def finite_or_none(value: float) -> float | None:
+    """``value`` as a float, or None (JSON null) when it is NaN or infinite."""
     return float(value) if np.isfinite(value) else None
 
 
@@ -224,7 +225,7 @@ class TrainReport:
             "utility_field": source.field,
             "utility_formula": source.formula,
             "gamma": self.gamma,
-            "gamma_train_correlation": _finite_or_none(self.gamma_train_correlation),
+            "gamma_train_correlation": finite_or_none(self.gamma_train_correlation),
             "training_data_fingerprint": self.fingerprint,
             "sizes": {
                 "train_contexts": self.n_train,

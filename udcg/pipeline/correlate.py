@@ -10,11 +10,7 @@ from typing import Any
 import numpy as np
 
 from udcg import stats
-from udcg.training import compare
-
-
-def _num(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
+from udcg.training import compare, finite_or_none
 
 
 def correlations(
@@ -57,9 +53,9 @@ def paired_tests(
             {
                 "a": a,
                 "b": b,
-                "difference": _num(res.difference),
-                "ci95": [_num(res.low), _num(res.high)],
-                "p_value": _num(res.p_value),
+                "difference": finite_or_none(res.difference),
+                "ci95": [finite_or_none(res.low), finite_or_none(res.high)],
+                "p_value": finite_or_none(res.p_value),
             }
         )
     return sorted(out, key=lambda r: r["p_value"] if r["p_value"] is not None else 2.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -51,3 +52,20 @@ def top_k(scores: np.ndarray, k: int) -> list[Ranking]:
     """Per row of ``scores`` ``[n_queries, n_docs]``, the k highest; ties by lower index."""
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return [Ranking(row, scores[i, row]) for i, row in enumerate(order)]
+
+
+class ScoringRetriever(ABC):
+    """A retriever that scores every passage for every query and keeps the k best."""
+
+    @abstractmethod
+    def scores(self, queries: Sequence[Query], corpus: Sequence[Passage]) -> np.ndarray:
+        """Score of every passage for every query, ``[n_queries, n_docs]``."""
+
+    def retrieve(
+        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
+    ) -> list[Ranking]:
+        """The k best-scored passages per query (:func:`top_k`)."""
+        check_depth(k, corpus)
+        if not queries:
+            return []
+        return top_k(self.scores(queries, corpus), k)

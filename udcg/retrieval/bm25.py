@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from udcg.io.contexts import Passage
-from udcg.retrieval.base import Query, Ranking, check_depth, top_k
+from udcg.retrieval.base import Query, ScoringRetriever
 
 
-class BM25Retriever:
+class BM25Retriever(ScoringRetriever):
     """BM25 over lower-cased word tokens (English stop words removed). The default
     ``lucene`` variant of bm25s scores
 
@@ -43,11 +43,3 @@ class BM25Retriever:
             show_progress=False,
         )
         return np.stack([model.get_scores(t) for t in tokens]).astype(np.float64)
-
-    def retrieve(
-        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
-    ) -> list[Ranking]:
-        check_depth(k, corpus)
-        if not queries:
-            return []
-        return top_k(self.scores(queries, corpus), k)

