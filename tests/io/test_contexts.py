@@ -206,6 +206,20 @@ def test_crlf_and_bom_are_accepted(tmp_path):
     assert [(c.qid, c.source[1]) for c in read_contexts(path)] == [("a", 1), ("b", 3)]
 
 
+def test_numpy_scalars_are_written_as_python_values(tmp_path):
+    ctx = Context(
+        "q",
+        [Passage(doc_id="d", relevant=np.int64(3) == 3, score=np.float32(0.5), abstain_prob={})],
+        extra={"n": np.int64(7)},
+    )
+    write_contexts(tmp_path / "o.jsonl", [ctx])
+    line = json.loads((tmp_path / "o.jsonl").read_text())
+    assert line["passages"][0]["relevant"] is True
+    assert line["passages"][0]["score"] == 0.5 and line["n"] == 7
+    with pytest.raises(TypeError, match="object is not JSON serializable"):
+        write_contexts(tmp_path / "p.jsonl", [Context("q", [], extra={"x": object()})])
+
+
 # ------------------------------------------------------------------------------------------
 # Writing failures leave the target untouched
 

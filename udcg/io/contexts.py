@@ -501,16 +501,28 @@ def _read_contexts(path: PathType) -> Iterator[Context]:
         raise UDCGInputError("empty file: no contexts", path=path)
 
 
+def _numpy_scalar(value: Any) -> Any:
+    """JSON for numpy scalars (``np.bool_``, ``np.int64``, ``np.float32``...) built into
+    contexts by user code; anything else is not JSON data."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def write_contexts(path: PathType, contexts: Iterable[Context]) -> int:
     """Write ``contexts`` as JSONL (one object per line, UTF-8, keys in a fixed order).
 
-    The file is replaced atomically; a ``.gz`` suffix compresses it. NaN or infinite numbers
-    raise ``ValueError`` and leave any existing file untouched. Returns the number written.
+    The file is replaced atomically; a ``.gz`` suffix compresses it. numpy scalars are written
+    as the Python values they hold. NaN or infinite numbers raise ``ValueError`` and leave any
+    existing file untouched. Returns the number written.
     """
     count = 0
     with atomic_write(path) as handle:
         for ctx in contexts:
-            handle.write(json.dumps(ctx.to_json(), ensure_ascii=False, allow_nan=False))
+            line = json.dumps(
+                ctx.to_json(), ensure_ascii=False, allow_nan=False, default=_numpy_scalar
+            )
+            handle.write(line)
             handle.write("\n")
             count += 1
     return count
