@@ -10,16 +10,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
+PYTHON=${PYTHON:-python}   # the interpreter of the set-up venv
 out=bench/data/nq
 common=(dataset=nq_open "dataset.limit=${QUESTIONS:-300}" "cache_dir=$out/cache" ablations=true
         theta_crossfit=true n_bootstrap=1000)
 
 # k=5: three retrievers plus controls, under both utility sources
 for utility in abstention answer_likelihood; do
-    python evaluate.py -m "${common[@]}" k=5 "utility=$utility" \
+    "$PYTHON" evaluate.py -m "${common[@]}" k=5 "utility=$utility" \
         retriever=bm25,dense,hybrid,oracle_first,random "hydra.sweep.dir=$out/k5_$utility"
 done
 # positional study: the gold passage cycled over positions 1..5 (BM25 fills the rest)
-python evaluate.py "${common[@]}" k=5 retriever=gold_at "hydra.run.dir=$out/k5_gold_at"
+"$PYTHON" evaluate.py "${common[@]}" k=5 retriever=gold_at "hydra.run.dir=$out/k5_gold_at"
 # sensitivity to k on one retriever
-python evaluate.py -m "${common[@]}" k=1,3,10 retriever=bm25 "hydra.sweep.dir=$out/k_bm25"
+"$PYTHON" evaluate.py -m "${common[@]}" k=1,3,10 retriever=bm25 "hydra.sweep.dir=$out/k_bm25"
