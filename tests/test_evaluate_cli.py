@@ -170,6 +170,23 @@ def test_annotated_input_needs_no_judge(tmp_path: Path, monkeypatch) -> None:
     assert "UDCG-gamma" in report["means"]
 
 
+def test_crossfit_theta_is_reported_and_plotted(tmp_path: Path) -> None:
+    _annotated(tmp_path / "in.jsonl")
+    cfg = _cfg(
+        tmp_path,
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'in.jsonl'}",
+        "retriever=given",
+        "judge=m",
+        "theta_crossfit=true",
+    )
+    report, files = evaluate(cfg, tmp_path / "out")
+    assert "UDCG-theta (cross-fitted)" in report["means"]
+    halves = report["crossfit_theta_weights"]
+    assert len(halves) == 2 and all(len(h["alpha"]) == len(h["beta"]) == 3 for h in halves)
+    assert tmp_path / "out" / "theta_weights.png" in files
+
+
 def test_sweep_summary_over_two_retrievers(tmp_path: Path, fake_judge: WordJudge) -> None:
     for i, name in enumerate(["bm25", "reversed", "oracle_first"]):
         cfg = _cfg(tmp_path, "dataset.limit=8", "k=3", "judge=fake", f"retriever={name}")

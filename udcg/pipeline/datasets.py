@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from udcg.answers import normalize
@@ -21,12 +21,14 @@ from udcg.retrieval import Query
 
 @dataclass
 class Dataset:
-    """Queries and a corpus (``contexts`` None), or ready contexts (``retriever=given``)."""
+    """Queries and a corpus (``contexts`` None), or ready contexts (``retriever=given``);
+    ``notes`` say what the loader skipped and why."""
 
     name: str
     queries: list[Query]
     corpus: list[Passage]
     contexts: list[Context] | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def _check_limit(limit: int | None) -> None:
@@ -112,3 +114,22 @@ def reference_json(path: PathType) -> Dataset:
     from udcg.io.reference import read_reference_json
 
     return Dataset("reference", [], [], read_reference_json(path))
+
+
+def trec(
+    run: PathType,
+    qrels: PathType,
+    utilities: PathType,
+    outcomes: PathType,
+    judge: str,
+    k: int,
+    utility_field: str = "abstain_prob",
+) -> Dataset:
+    """Annotated contexts from a TREC run + qrels + per-passage judge probabilities + per-query
+    outcomes: each judged query's top-k of the run in trec_eval order, relevant = grade >= 1
+    (unjudged: not relevant), no passage text (:func:`udcg.io.trec_contexts.read_trec_contexts`
+    gives the file formats). Run queries without qrels are skipped and counted in ``notes``."""
+    from udcg.io.trec_contexts import read_trec_contexts
+
+    contexts, notes = read_trec_contexts(run, qrels, utilities, outcomes, judge, k, utility_field)
+    return Dataset("trec", [], [], contexts, notes)

@@ -120,7 +120,11 @@ def write_report(report: dict[str, Any], directory: Path, theta: Any = None) -> 
     for name, plot in plots.items():
         plot(report, directory / name)
     if theta is not None:
-        plot_weights(theta, directory / "theta_weights.png", f"UDCG-theta weights, k={theta.k}")
+        fitted_here = not report.get("config", {}).get("theta_weights")
+        title = f"UDCG-theta weights, k={theta.k}" + (
+            " (cross-fitted, half 1 of the queries)" if fitted_here else ""
+        )
+        plot_weights(theta, directory / "theta_weights.png", title)
     with atomic_write(directory / "report.json") as handle:
         json.dump(report, handle, indent=2)
         handle.write("\n")

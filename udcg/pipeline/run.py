@@ -179,6 +179,9 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Pa
             "config": OmegaConf.to_container(cfg, resolve=True),
             "means": {m: float(np.mean(v)) for m, v in table.scores.items()},
             "tuned_gammas": table.gammas,
+            "crossfit_theta_weights": [
+                {"alpha": m.alpha_.tolist(), "beta": m.beta_.tolist()} for m in table.theta_models
+            ],
             "correlations": correlate.correlations(*args),
             "paired_tests": correlate.paired_tests(*args),
             "accuracy_by_gold_position": correlate.accuracy_by_gold_position(
@@ -187,5 +190,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Pa
             "notes": table.notes,
         }
         bar.update(task, advance=1, description="report")
+        if theta is None and table.theta_models:
+            theta = table.theta_models[0]  # the plot shows the weights fitted on half 1
         files = report.write_report(result, output_dir, theta)
     return result, files

@@ -31,6 +31,7 @@ class ScoreTable:
     scores: dict[str, np.ndarray]
     gammas: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    theta_models: list[UDCGTheta] = field(default_factory=list)  # cross-fitted, one per half
 
 
 def _halves(qids: np.ndarray, seed: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
@@ -99,6 +100,7 @@ def score_contexts(
     (u_i = 1: binary relevance in place of utility).
     """
     notes = []
+    theta_models: list[UDCGTheta] = []
     kept = [c for c in contexts if len(c.passages) == k]
     if len(kept) < len(contexts):
         notes.append(
@@ -124,7 +126,7 @@ def score_contexts(
         scores["UDCG-theta"] = theta.predict_proba(relevant, util)
     elif theta_crossfit:
         try:
-            scores["UDCG-theta (cross-fitted)"], _ = crossfit_theta(
+            scores["UDCG-theta (cross-fitted)"], theta_models = crossfit_theta(
                 relevant, util, correct, qids, seed
             )
         except UDCGInputError as exc:
@@ -152,4 +154,4 @@ def score_contexts(
         }
     )
     runs = [c.run or "" for c in kept]
-    return ScoreTable(qids, runs, relevant, util, correct, scores, gammas, notes)
+    return ScoreTable(qids, runs, relevant, util, correct, scores, gammas, notes, theta_models)
