@@ -28,6 +28,7 @@ from udcg.io.trec_files import (
     read_trec_qrels,
     read_trec_run,
     run_from_dict,
+    trec_order,
 )
 from udcg.measures import Measure, parse_measures
 from udcg.metrics import _kernels
@@ -170,18 +171,8 @@ def evaluate_table(
     judged = np.zeros(n_queries, dtype=bool)
     judged[q_qrels] = True
     keep = judged[q_run]
-    ranked = pa.Table.from_arrays(
-        [
-            from_numpy(q_run[keep]),
-            from_numpy(run.scores[keep]),
-            run.doc_ids.take(from_numpy(np.flatnonzero(keep))),
-        ],
-        names=["q", "s", "d"],
-    )
-    order = to_numpy(
-        pc.sort_indices(
-            ranked, sort_keys=[("q", "ascending"), ("s", "descending"), ("d", "descending")]
-        )
+    order = trec_order(
+        q_run[keep], run.scores[keep], run.doc_ids.take(from_numpy(np.flatnonzero(keep)))
     )
     q_ranked = q_run[keep][order]
     d_ranked = d_run[keep][order]

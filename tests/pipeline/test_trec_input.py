@@ -173,6 +173,14 @@ def test_evaluate_scores_the_trec_run_without_a_judge(tmp_path: Path, no_judge) 
     # MRR by hand: q1 1/3, q2 1/2, q3 1, q4 0
     assert report["means"]["MRR"] == pytest.approx((1 / 3 + 1 / 2 + 1) / 4)
     assert (tmp_path / "out" / "report.json") in files
+    assert "1 of 5 run queries have no qrels and were skipped (as trec_eval)" in report["notes"]
+
+
+def test_evaluate_asks_for_a_missing_file(tmp_path: Path, no_judge) -> None:
+    files = _files(tmp_path)
+    del files["qrels"]
+    with pytest.raises(UDCGInputError, match=r"set dataset\.qrels=\.\.\."):
+        evaluate(_cfg(tmp_path, files), tmp_path / "out")
 
 
 def test_evaluate_reports_a_bad_file_with_its_line(tmp_path: Path, no_judge) -> None:

@@ -27,11 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from udcg.errors import UDCGInputError
-from udcg.io.arrow import from_numpy, to_numpy
 from udcg.io.contexts import JUDGE_PROB_KEYS, Context, Passage, _lines
 from udcg.io.files import PathType, read_bytes
 from udcg.io.trec_files import (
@@ -42,6 +38,7 @@ from udcg.io.trec_files import (
     locate_duplicate,
     read_trec_qrels,
     read_trec_run,
+    trec_order,
 )
 
 __all__ = ["read_outcomes", "read_trec_contexts", "read_utilities"]
@@ -119,15 +116,6 @@ def _run_line(run: Run, row: int) -> int | None:
     return next(n for i, n in enumerate(lines) if i == row)
 
 
-def _trec_order(run: Run) -> list[int]:
-    """Row indices of ``run`` by query, then score descending, then doc id descending."""
-    table = pa.Table.from_arrays(
-        [run.qids, from_numpy(run.scores), run.doc_ids], names=["q", "s", "d"]
-    )
-    keys = [("q", "ascending"), ("s", "descending"), ("d", "descending")]
-    return to_numpy(pc.sort_indices(table, sort_keys=keys)).tolist()
-
-
 def read_trec_contexts(
     run: PathType,
     qrels: PathType,
@@ -153,7 +141,7 @@ def read_trec_contexts(
     scores = ranked.scores.tolist()
     contexts: list[Context] = []
     seen: dict[str, set[str]] = {}
-    for row in _trec_order(ranked):
+    for row in trec_order(ranked.qids, ranked.scores, ranked.doc_ids).tolist():
         qid, doc_id = qids[row], doc_ids[row]
         docs = seen.setdefault(qid, set())
         if doc_id in docs:

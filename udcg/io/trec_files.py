@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -229,15 +230,25 @@ def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
     return Qrels(qids, doc_ids, np.asarray(values, dtype=np.int64))
 
 
+def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
+    """Row indices in trec_eval's ranking order: by query, then score descending, then doc id
+    descending (the tie-break trec_eval applies). ``qids``: query ids or integer codes (Arrow
+    or numpy), ``scores``: float array, ``doc_ids``: Arrow string array."""
+    table = pa.Table.from_arrays(
+        [
+            qids if isinstance(qids, pa.Array | pa.ChunkedArray) else from_numpy(qids),
+            from_numpy(scores),
+            doc_ids,
+        ],
+        names=["q", "s", "d"],
+    )
+    keys = [("q", "ascending"), ("s", "descending"), ("d", "descending")]
+    return to_numpy(pc.sort_indices(table, sort_keys=keys))
+
+
 def write_trec_run(path: PathType, run: Run, tag: str = "udcg") -> None:
     """Write ``run`` as a TREC run file, ranked by score descending within each query."""
-    order = pc.sort_indices(
-        pa.Table.from_arrays(
-            [run.qids, from_numpy(run.scores), run.doc_ids], names=["q", "s", "d"]
-        ),
-        sort_keys=[("q", "ascending"), ("s", "descending"), ("d", "descending")],
-    )
-    order = to_numpy(order)
+    order = trec_order(run.qids, run.scores, run.doc_ids)
     qids = np.asarray(run.qids.to_pylist(), dtype=object)[order]
     docs = np.asarray(run.doc_ids.to_pylist(), dtype=object)[order]
     scores = run.scores[order]

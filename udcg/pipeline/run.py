@@ -34,9 +34,14 @@ def load_dataset(cfg: DictConfig) -> Dataset:
     """The configured dataset, with an error naming the key on a bad path or option."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
+    from omegaconf.errors import MissingMandatoryValue
 
     try:
         return instantiate(cfg.dataset)
+    except MissingMandatoryValue as exc:
+        raise UDCGInputError(
+            f"set {exc.full_key}=... (no value given)", field=str(exc.full_key)
+        ) from None
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, UDCGInputError):
@@ -103,7 +108,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Pa
         raise UDCGInputError(
             "dataset holds retrieved contexts: use retriever=given"
             if not given
-            else "retriever=given needs retrieved contexts (dataset=jsonl or dataset=reference)",
+            else "retriever=given needs retrieved contexts (dataset=jsonl, reference or trec)",
             field="retriever",
         )
     theta = load_theta(cfg.theta_weights, k, cfg.utility)
@@ -187,7 +192,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Pa
             "accuracy_by_gold_position": correlate.accuracy_by_gold_position(
                 table.relevant, table.correct
             ),
-            "notes": table.notes,
+            "notes": dataset.notes + table.notes,
         }
         bar.update(task, advance=1, description="report")
         if theta is None and table.theta_models:
