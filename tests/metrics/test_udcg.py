@@ -283,3 +283,26 @@ def test_udcg_accepts_numpy_gamma() -> None:
     b = udcg([[1, 0]], [[0.5, 0.5]], gamma=0.5)
     np.testing.assert_allclose(a, b)
     assert udcg([[0]], [[1.0]], gamma=2)[0] == pytest.approx(1 / (1 + math.exp(2)))
+
+
+def test_array_fast_path_agrees_with_the_general_path_and_still_rejects_bad_values() -> None:
+    from udcg.metrics._arrays import in_unit_interval
+
+    rng = np.random.default_rng(5)
+    rel = rng.random((50, 4)) < 0.4
+    u = rng.random((50, 4))
+    by_rows = udcg([list(r) for r in rel], [list(x) for x in u])  # ragged-list path
+    np.testing.assert_allclose(udcg(rel, u), by_rows, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(udcg(rel.astype(float), u), by_rows, rtol=0, atol=1e-15)
+    assert in_unit_interval(np.array([0.0, 1.0, 0.5]))
+    for bad in (-0.0, -1e-300, 1.0 + 1e-16 * 3, math.nan, math.inf):
+        assert not in_unit_interval(np.array([0.5, bad]))
+    assert not in_unit_interval(u[:, ::2])  # not contiguous: the caller's full check runs
+    signed_zero = u.copy()
+    signed_zero[0, 0] = -0.0  # valid, taken by the full check
+    assert udcg(rel, signed_zero)[0] == pytest.approx(udcg(rel, np.abs(signed_zero))[0])
+    for value, message in ((math.nan, "NaN or infinite"), (1.5, "outside")):
+        broken = u.copy()
+        broken[3, 2] = value
+        with pytest.raises(UDCGInputError, match=message):
+            udcg(rel, broken)

@@ -96,6 +96,19 @@ def check_range(values: np.ndarray, name: str, low: float, high: float) -> None:
     )
 
 
+_ONE_BITS = np.float64(1.0).view(np.uint64)
+
+
+def in_unit_interval(values: np.ndarray) -> bool:
+    """True when a C-contiguous float64 array holds only finite values in [0, 1], in one pass:
+    read as unsigned integers, the bit patterns of 0.0..1.0 are exactly 0..bits(1.0), while
+    negative numbers, -0.0, NaN and infinities are all larger. False (never an error) for any
+    other array, so callers fall back to their full check, which also words the error."""
+    if values.dtype != np.float64 or not values.flags.c_contiguous:
+        return False
+    return values.size == 0 or bool(values.view(np.uint64).max() <= _ONE_BITS)
+
+
 def unpad(padded: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     """Per-query 1-D arrays: the first ``lengths[i]`` values of each row."""
     kept = padded[np.arange(padded.shape[1]) < lengths[:, None]]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.metrics._arrays import as_padded, check_range, check_same_shape, unpad
+from udcg.metrics._arrays import as_padded, check_range, check_same_shape, in_unit_interval, unpad
 
 __all__ = ["udcg", "udcg_terms", "utility"]
 
@@ -88,7 +88,20 @@ def _aligned(relevant: Any, utility: Any) -> tuple[Any, Any]:
 
 
 def _validated(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(rel, u, lengths)``: validated zero-padded arrays describing the same lists."""
+    """``(rel, u, lengths)``: validated zero-padded arrays describing the same lists.
+
+    Fast path: 2-D arrays of one shape, ``relevant`` bool or float64 and ``utility`` float64,
+    both in [0, 1], are used as they are (bool stays bool) after a one-pass range check.
+    """
+    if (
+        isinstance(relevant, np.ndarray)
+        and isinstance(utility, np.ndarray)
+        and relevant.ndim == 2
+        and relevant.shape == utility.shape
+        and (relevant.dtype == np.bool_ or in_unit_interval(relevant))
+        and in_unit_interval(utility)
+    ):
+        return relevant, utility, np.full(utility.shape[0], utility.shape[1], dtype=np.int64)
     relevant, utility = _aligned(relevant, utility)
     rel = as_padded(relevant, "relevant")
     u = as_padded(utility, "utility")
@@ -125,10 +138,13 @@ def udcg(relevant: Any, utility: Any, gamma: float = DEFAULT_GAMMA) -> np.ndarra
     gamma = _check_gamma(gamma)
     rel, u, lengths = _validated(relevant, utility)
     ones = np.ones(u.shape[1])
-    helpful = (rel * u) @ ones
+    helpful = np.einsum("ij,ij->i", u, rel)  # no [n, k] temporary; bool rel stays bool
     total = helpful - gamma * (u @ ones - helpful)  # (1 - rel) * u summed = u summed - helpful
-    nonempty = lengths > 0
-    mean = np.divide(total, lengths, out=np.zeros_like(total), where=nonempty)
     from scipy.special import expit  # imported here: keeps CLI start-up light
 
+    if u.shape[1] and (lengths == u.shape[1]).all():  # every list full: no empty one
+        total /= u.shape[1]
+        return expit(total, out=total)
+    nonempty = lengths > 0
+    mean = np.divide(total, lengths, out=np.zeros_like(total), where=nonempty)
     return np.where(nonempty, expit(mean), 0.0)
