@@ -38,6 +38,7 @@ from udcg.io.trec_files import (
     locate_duplicate,
     read_trec_qrels,
     read_trec_run,
+    split_columns,
     trec_order,
 )
 
@@ -49,16 +50,9 @@ _TRUE, _FALSE = frozenset({"1", "true"}), frozenset({"0", "false"})
 def _rows(path: PathType, names: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
     """``(line_number, columns)`` of every non-blank line, each with exactly ``len(names)``."""
     for number, text in _lines(path):
-        fields = text.split()
-        if not fields:
-            continue
-        if len(fields) != len(names):
-            raise UDCGInputError(
-                f"expected {len(names)} columns ({' '.join(names)}), found {len(fields)}",
-                path=path,
-                line=number,
-            )
-        yield number, fields
+        fields = split_columns(text, names, path, number)
+        if fields:
+            yield number, fields
 
 
 def read_utilities(path: PathType) -> dict[tuple[str, str], float]:

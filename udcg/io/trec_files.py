@@ -98,6 +98,21 @@ def _read_csv(data: bytes, names: tuple[str, ...], types: dict[str, pa.DataType]
     )
 
 
+def split_columns(
+    line: str, names: tuple[str, ...], path: PathType | None, number: int
+) -> list[str]:
+    """The whitespace-separated columns of ``line``: none for a blank line, else exactly
+    ``len(names)`` (an error at ``path:number`` otherwise)."""
+    fields = line.split()
+    if fields and len(fields) != len(names):
+        raise UDCGInputError(
+            f"expected {len(names)} columns ({' '.join(names)}), found {len(fields)}",
+            path=path,
+            line=number,
+        )
+    return fields
+
+
 def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str) -> None:
     """Walk the file line by line and raise UDCGInputError at the first bad line."""
     seen: dict[str, set[str]] = {}
@@ -108,15 +123,9 @@ def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str)
             raise UDCGInputError(
                 f"not valid UTF-8 ({exc.reason})", path=path, line=number
             ) from None
-        fields = line.split()
+        fields = split_columns(line, names, path, number)
         if not fields:
             continue
-        if len(fields) != len(names):
-            raise UDCGInputError(
-                f"expected {len(names)} columns ({' '.join(names)}), found {len(fields)}",
-                path=path,
-                line=number,
-            )
         row = dict(zip(names, fields, strict=True))
         _check_value(row[value_field], value_field, path, number)
         docs = seen.setdefault(row["qid"], set())
