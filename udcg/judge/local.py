@@ -115,8 +115,8 @@ class TransformersJudge(Judge):
     max_generate_tokens:
         The same bound for :meth:`generate` batches (prompt + new tokens per row). Decoding
         reads every weight once per step whatever the batch size, so wider batches pay off:
-        default 8192 on CPU (16 NQ prompts of three passages, 64 new tokens: 47 s instead of
-        121 s at 1024 on 2 cores, same outputs), 65536 on CUDA.
+        default 8192 on CPU (``bench/bench_generate.py``: 47 s instead of 121 s at 1024 on 2
+        idle cores, same outputs), 65536 on CUDA.
     max_passage_tokens:
         Truncation policy of :meth:`abstain_prob`: a passage longer than this many tokens (its own
         tokenization, no special tokens) is cut to its first ``max_passage_tokens`` tokens (the head
