@@ -6,9 +6,8 @@
 # Corpus = every gold passage of ../shared/data/nq-open-oracle.jsonl.gz, relevance = answer
 # match, judge and generator = the embedded SmolLM2-135M. Every stage and every judge call is
 # cached under bench/data/nq/cache: a killed run resumes where it stopped, and the second
-# utility source reuses the answers of the first. On 2 CPU cores the whole run takes hours, so
-# it first runs each retriever under both utility sources (results usable as they come), then
-# the sweeps, whose judge work is then all cached, for the cross-retriever summaries.
+# utility source reuses the answers of the first. On 2 CPU cores the whole run takes hours
+# (about 30 min per new set of 300 contexts), so results are written block by block.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
@@ -17,21 +16,23 @@ out=bench/data/nq
 common=(dataset=nq_open "dataset.limit=${QUESTIONS:-300}" "cache_dir=$out/cache" ablations=true
         theta_crossfit=true n_bootstrap=1000)
 retrievers=(bm25 dense hybrid oracle_first random)
-utilities=(abstention answer_likelihood)
 
-# k=5, one retriever at a time under both utility sources
+# Order = what the report needs first (each block resumes from the cache):
+# 1. k=5, every retriever under the abstention source, then its sweep summary
 for retriever in "${retrievers[@]}"; do
-    for utility in "${utilities[@]}"; do
-        "$PYTHON" evaluate.py "${common[@]}" k=5 "retriever=$retriever" "utility=$utility" \
-            "hydra.run.dir=$out/runs/k5_${utility}_$retriever"
-    done
+    "$PYTHON" evaluate.py "${common[@]}" k=5 "retriever=$retriever" utility=abstention \
+        "hydra.run.dir=$out/runs/k5_abstention_$retriever"
 done
-# the sweeps (cached by now): one summary per utility source ranking the retrievers
-for utility in "${utilities[@]}"; do
-    "$PYTHON" evaluate.py -m "${common[@]}" k=5 "utility=$utility" \
-        "retriever=$(IFS=,; echo "${retrievers[*]}")" "hydra.sweep.dir=$out/k5_$utility"
-done
-# positional study: the gold passage cycled over positions 1..5 (BM25 fills the rest)
+"$PYTHON" evaluate.py -m "${common[@]}" k=5 utility=abstention \
+    "retriever=$(IFS=,; echo "${retrievers[*]}")" "hydra.sweep.dir=$out/k5_abstention"
+# 2. positional study: the gold passage cycled over positions 1..5 (BM25 fills the rest)
 "$PYTHON" evaluate.py "${common[@]}" k=5 retriever=gold_at "hydra.run.dir=$out/k5_gold_at"
-# sensitivity to k on one retriever
+# 3. sensitivity to k on one retriever
 "$PYTHON" evaluate.py -m "${common[@]}" k=1,3,10 retriever=bm25 "hydra.sweep.dir=$out/k_bm25"
+# 4. the answer-likelihood source on the same contexts (answers cached by now), then its sweep
+for retriever in "${retrievers[@]}"; do
+    "$PYTHON" evaluate.py "${common[@]}" k=5 "retriever=$retriever" utility=answer_likelihood \
+        "hydra.run.dir=$out/runs/k5_answer_likelihood_$retriever"
+done
+"$PYTHON" evaluate.py -m "${common[@]}" k=5 utility=answer_likelihood \
+    "retriever=$(IFS=,; echo "${retrievers[*]}")" "hydra.sweep.dir=$out/k5_answer_likelihood"

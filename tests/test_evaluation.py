@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from udcg import evaluate
+from udcg import _pages, evaluate
 from udcg.errors import UDCGInputError
 from udcg.evaluation import evaluate_table
 from udcg.io.trec_files import qrels_from_dict, read_trec_qrels, read_trec_run, run_from_dict
+from udcg.metrics import _kernels
 
 # ir_measures name -> pytrec_eval name
 PARITY = {
@@ -179,3 +180,32 @@ def test_bad_dict_values_are_errors() -> None:
 def test_unknown_or_malformed_measures_are_errors(measure: str) -> None:
     with pytest.raises(UDCGInputError, match="measures"):
         evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}}, measure)
+
+
+def _huge_page_advice() -> bool:
+    """numpy's current huge-page advice setting (read by setting it back to what it was)."""
+    current = _pages._set_madvise_hugepage(True)
+    _pages._set_madvise_hugepage(current)
+    return current
+
+
+def test_huge_page_advice_is_off_during_evaluation_and_restored_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+    precision = _kernels.precision
+    monkeypatch.setattr(
+        _kernels, "precision", lambda *a: seen.append(_huge_page_advice()) or precision(*a)
+    )
+    before = _pages._set_madvise_hugepage(True)
+    try:
+        evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, "P@1")
+        assert seen == [False]
+        assert _huge_page_advice() is True
+        empty = tmp_path / "empty.qrels"
+        empty.write_text("\n")
+        with pytest.raises(UDCGInputError):
+            evaluate(empty, {"q": {"a": 1.0}}, "P@1")
+        assert _huge_page_advice() is True
+    finally:
+        _pages._set_madvise_hugepage(before)

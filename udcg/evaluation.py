@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from udcg._pages import small_pages
 from udcg.errors import UDCGInputError
 from udcg.io.arrow import from_numpy, to_numpy
 from udcg.io.trec_files import (
@@ -152,7 +153,11 @@ def evaluate_table(
 ) -> Evaluation:
     """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths or dicts."""
     parsed = parse_measures(measures)
-    qrels, run = _as_qrels(qrels), _as_run(run)
+    with small_pages():
+        return _evaluate(parsed, _as_qrels(qrels), _as_run(run))
+
+
+def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     q_run, q_qrels, qid_names = _encode(run.qids, qrels.qids)
     d_run, d_qrels, doc_names = _encode(run.doc_ids, qrels.doc_ids)
     n_queries, n_docs = len(qid_names), max(len(doc_names), 1)

@@ -160,7 +160,7 @@ def _check_value(text: str, field: str, path: PathType | None, line: int | None)
 
 def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: pa.DataType):
     data = read_bytes(path)
-    if not data.strip():
+    if not data or data.isspace():
         raise UDCGInputError("empty file", path=path)
     types = {"qid": pa.string(), "doc_id": pa.string(), value_field: value_type}
     try:
