@@ -11,7 +11,7 @@ import pytrec_eval
 
 from udcg import _pages, evaluate
 from udcg.errors import UDCGInputError
-from udcg.evaluation import evaluate_table
+from udcg.evaluation import _sort_with_order, evaluate_table
 from udcg.io.trec_files import qrels_from_dict, read_trec_qrels, read_trec_run, run_from_dict
 from udcg.metrics import _kernels
 
@@ -209,3 +209,12 @@ def test_huge_page_advice_is_off_during_evaluation_and_restored_after(
         assert _huge_page_advice() is True
     finally:
         _pages._set_madvise_hugepage(before)
+
+
+@pytest.mark.parametrize("n_keys", [10**6, 2**62])  # packed sort, argsort fallback
+def test_sort_with_order_matches_argsort(n_keys: int) -> None:
+
+    keys = np.random.default_rng(0).choice(10**6, size=5000, replace=False).astype(np.int64)
+    sorted_keys, order = _sort_with_order(keys, n_keys)
+    np.testing.assert_array_equal(order, np.argsort(keys))
+    np.testing.assert_array_equal(sorted_keys, np.sort(keys))

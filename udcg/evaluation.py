@@ -83,6 +83,18 @@ def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, 
     return codes[: len(first)], codes[len(first) :], encoded.dictionary
 
 
+def _sort_with_order(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """``keys`` sorted and the row order that sorts them, for non-negative keys below
+    ``n_keys``. When key and row number fit in 63 bits together, one plain sort of
+    ``key << bits | row`` gives both (about 2x faster than argsort)."""
+    bits = max(len(keys) - 1, 1).bit_length()
+    if n_keys.bit_length() + bits > 63:
+        order = np.argsort(keys)
+        return keys[order], order
+    packed = np.sort((keys << bits) | np.arange(len(keys), dtype=np.int64))
+    return packed >> bits, packed & ((1 << bits) - 1)
+
+
 def _has_duplicates(keys: np.ndarray) -> bool:
     ordered = np.sort(keys)
     return bool((ordered[1:] == ordered[:-1]).any())
@@ -163,8 +175,7 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     n_queries, n_docs = len(qid_names), max(len(doc_names), 1)
 
     qrel_keys = q_qrels * n_docs + d_qrels
-    qrel_order = np.argsort(qrel_keys)
-    sorted_keys = qrel_keys[qrel_order]
+    sorted_keys, qrel_order = _sort_with_order(qrel_keys, n_queries * n_docs)
     if (sorted_keys[1:] == sorted_keys[:-1]).any():
         raise _duplicate_error(
             "qrels", qrels.source, qrel_keys, qid_names, doc_names, q_qrels, d_qrels
