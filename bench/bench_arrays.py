@@ -3,7 +3,8 @@ and UDCG against a per-passage loop written like the reference implementation.
 
     python bench/bench_arrays.py
 
-Times are the best of ``--repeats`` calls in one process.
+Times are the best of ``--repeats`` calls in one process, each metric call alternating with
+a call of its baseline (the numpy mean of the same array).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import math
 
 import numpy as np
-from timing import best_time
+from timing import best_time, paired_best_times
 
 from udcg import metrics
 
@@ -37,7 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=1_000_000)
     parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     binary = rng.random((args.queries, args.k)) < 0.3
@@ -57,16 +58,18 @@ def main() -> None:
         "Hits@k": lambda x: metrics.hits(x, k=args.k),
     }
     for label, labels in inputs.items():
-        baseline = best_time(labels.mean, args.repeats)
         for name, fn in functions.items():
             if label == "float graded 0-3" and name != "nDCG":
                 continue
-            took = best_time(lambda fn=fn, labels=labels: fn(labels), args.repeats)
+            took, baseline = paired_best_times(
+                lambda fn=fn, labels=labels: fn(labels), labels.mean, args.repeats
+            )
             print(_row(name, label, took, baseline))
 
     utility = rng.random((args.queries, args.k))
-    ours = best_time(lambda: metrics.udcg(binary, utility), args.repeats)
-    baseline = best_time(utility.mean, args.repeats)
+    ours, baseline = paired_best_times(
+        lambda: metrics.udcg(binary, utility), utility.mean, args.repeats
+    )
     n_loop = min(args.queries, 100_000)
     loop = best_time(lambda: reference_udcg_loop(binary[:n_loop], utility[:n_loop], 1 / 3), 1)
     loop_full = loop * args.queries / n_loop

@@ -124,6 +124,25 @@ def test_bool_input_equals_01_floats(rows: list[list[bool]], k: int) -> None:
             np.testing.assert_array_equal(f(arr), f(arr.astype(np.float64)))
 
 
+@given(
+    st.integers(1, 5).flatmap(
+        lambda k: st.lists(
+            st.lists(st.sampled_from([0.0, -0.0, 0.5, 1.0, 2.5]), min_size=k, max_size=k),
+            min_size=1,
+            max_size=6,
+        )
+    ),
+    st.sampled_from([0.5, 1, 2]),
+)
+def test_array_fast_paths_equal_the_ragged_path_on_fractional_and_graded_labels(
+    rows: list[list[float]], level: float
+) -> None:
+    arr = np.array(rows)
+    np.testing.assert_array_equal(ndcg(arr), ndcg(rows))
+    for f in (average_precision, reciprocal_rank, precision, hits):
+        np.testing.assert_array_equal(f(arr, rel_level=level), f(rows, rel_level=level))
+
+
 # --- hand-computed cases ---------------------------------------------------------------------
 
 

@@ -297,7 +297,8 @@ def test_array_fast_path_agrees_with_the_general_path_and_still_rejects_bad_valu
     assert in_unit_interval(np.array([0.0, 1.0, 0.5]))
     for bad in (-0.0, -1e-300, 1.0 + 1e-16 * 3, math.nan, math.inf):
         assert not in_unit_interval(np.array([0.5, bad]))
-    assert not in_unit_interval(u[:, ::2])  # not contiguous: the caller's full check runs
+    assert in_unit_interval(u[:, ::2])  # strided views are read in place
+    assert not in_unit_interval(u.astype(np.float32))  # other dtypes: the caller's full check
     signed_zero = u.copy()
     signed_zero[0, 0] = -0.0  # valid, taken by the full check
     assert udcg(rel, signed_zero)[0] == pytest.approx(udcg(rel, np.abs(signed_zero))[0])

@@ -96,17 +96,32 @@ def check_range(values: np.ndarray, name: str, low: float, high: float) -> None:
     )
 
 
-_ONE_BITS = np.float64(1.0).view(np.uint64)
+_ONE_BITS = int(np.float64(1.0).view(np.uint64))
+_INF_BITS = int(np.float64(np.inf).view(np.uint64))
+
+
+def _max_bits(values: np.ndarray) -> int | None:
+    """The largest float64 bit pattern of ``values`` read as unsigned integers, in one pass;
+    None for other dtypes. Patterns of +0.0 <= x <= +inf grow with x, while negative numbers,
+    -0.0 and NaN all read larger than +inf's, so one ``max`` bounds the whole array."""
+    if values.dtype != np.float64:
+        return None
+    return int(values.view(np.uint64).max()) if values.size else 0
 
 
 def in_unit_interval(values: np.ndarray) -> bool:
-    """True when a C-contiguous float64 array holds only finite values in [0, 1], in one pass:
-    read as unsigned integers, the bit patterns of 0.0..1.0 are exactly 0..bits(1.0), while
-    negative numbers, -0.0, NaN and infinities are all larger. False (never an error) for any
-    other array, so callers fall back to their full check, which also words the error."""
-    if values.dtype != np.float64 or not values.flags.c_contiguous:
-        return False
-    return values.size == 0 or bool(values.view(np.uint64).max() <= _ONE_BITS)
+    """True when a float64 array holds only finite values in [0, 1] (one pass, see
+    ``_max_bits``). False (never an error) otherwise, so callers fall back to their full
+    check, which also words the error."""
+    bits = _max_bits(values)
+    return bits is not None and bits <= _ONE_BITS
+
+
+def finite_non_negative(values: np.ndarray) -> bool:
+    """True when a float64 array holds only finite values >= 0 (one pass, see ``_max_bits``);
+    False for anything else (including -0.0), so callers fall back to their full check."""
+    bits = _max_bits(values)
+    return bits is not None and bits < _INF_BITS
 
 
 def unpad(padded: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:

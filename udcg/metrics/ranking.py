@@ -22,7 +22,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.metrics import _kernels
-from udcg.metrics._arrays import as_padded
+from udcg.metrics._arrays import as_padded, finite_non_negative, in_unit_interval
 
 _CODEBOOK_MAX_WIDTH = 16
 
@@ -53,24 +53,30 @@ def _validated(labels: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _binary_rows(
-    labels: Any, k: int | None, rel_level: float
+    labels: Any, k: int | None, rel_level: float, exact: bool = False
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(relevant, lengths)`` as a bool matrix when ``labels`` is a dense 0/1 or bool array
-    whose binary reading at ``rel_level`` is unambiguous; None sends callers to the general path.
-    The equality test also rejects NaN, infinities and negatives, which the general path reports.
-    """
-    if not isinstance(labels, np.ndarray) or labels.ndim != 2 or not 0 < rel_level <= 1:
+    """``(relevant, lengths)`` as a bool matrix (label >= ``rel_level``) for a dense 2-D array
+    whose labels are checked in a pass or two; None sends callers to the general path, which
+    also words any error. ``exact``: the labels must be 0/1 themselves (nDCG reads gains)."""
+    if not isinstance(labels, np.ndarray) or labels.ndim != 2:
         return None
     cut = labels if k is None else labels[:, :k]
+    lengths = np.full(len(cut), cut.shape[1], dtype=np.int64)
     if cut.dtype == np.bool_:
-        relevant = cut
-    elif cut.dtype.kind in "iuf":
-        relevant = cut >= 1
-        if not np.array_equal(cut, relevant):
+        return (cut, lengths) if 0 < rel_level <= 1 else None
+    if cut.dtype.kind in "iu":
+        cut = cut.astype(np.float64)
+    if exact:
+        # in [0, 1], and nothing strictly between: as many non-zeros as ones
+        if not in_unit_interval(cut):
             return None
-    else:
+        relevant = cut >= 1
+        if np.count_nonzero(cut) != np.count_nonzero(relevant):
+            return None
+        return relevant, lengths
+    if not finite_non_negative(cut):
         return None
-    return relevant, np.full(len(cut), cut.shape[1], dtype=np.int64)
+    return cut >= rel_level, lengths
 
 
 @lru_cache(maxsize=64)
@@ -109,7 +115,7 @@ def ndcg(labels: Any, k: int | None = None) -> np.ndarray:
     """``nDCG@k = DCG@k / IDCG@k`` with linear gain, ``DCG = sum_i g_i / log2(i + 1)``, the
     ideal being the same list sorted by decreasing gain; 0 for a list with no gain."""
     _check_k(k)
-    fast = _binary_rows(labels, k, 1)
+    fast = _binary_rows(labels, k, 1, exact=True)
     if fast is not None:
         return _per_row("ndcg", fast[0])
     gains, _ = _validated(labels, k)
