@@ -7,13 +7,16 @@ Each tool runs in its own fresh process on the same files: parse both files, the
 four measures for every query (each tool's own reader and evaluator, as a user calls them).
 "cold" is the first call in the process (ranx includes its numba compilation there), "warm" the
 best of the next ``--repeats`` calls; "peak MiB" is the growth of the process's peak resident
-memory over its footprint after imports, during the cold call.
+memory over its footprint after imports, during the cold call. With ``--rounds N`` every tool
+runs N times, the tools taking turns, and the table shows the medians (single runs on a shared
+host vary by 20-30%).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -83,13 +86,22 @@ def main() -> None:
     parser.add_argument("qrels")
     parser.add_argument("run")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
     args = parser.parse_args()
-    results = {}
-    for tool in args.tools:
-        started = time.perf_counter()
-        results[tool] = measure(tool, args.qrels, args.run, args.repeats)
-        print(f"# {tool} done in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    runs: dict[str, list[dict]] = {tool: [] for tool in args.tools}
+    for round_ in range(args.rounds):
+        for tool in args.tools:
+            started = time.perf_counter()
+            runs[tool].append(measure(tool, args.qrels, args.run, args.repeats))
+            print(
+                f"# round {round_ + 1}: {tool} done in {time.perf_counter() - started:.1f}s",
+                file=sys.stderr,
+            )
+    results = {
+        tool: {key: statistics.median(r[key] for r in measured) for key in measured[0]}
+        for tool, measured in runs.items()
+    }
     ours = results.get("udcg")
     print("| tool | cold s | warm s | peak MiB | udcg time / tool time (cold, warm) |")
     print("| --- | ---: | ---: | ---: | ---: |")
