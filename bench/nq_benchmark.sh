@@ -25,10 +25,10 @@ for retriever in "${retrievers[@]}"; do
 done
 "$PYTHON" evaluate.py -m "${common[@]}" k=5 utility=abstention \
     "retriever=$(IFS=,; echo "${retrievers[*]}")" "hydra.sweep.dir=$out/k5_abstention"
-# 2. positional study: the gold passage cycled over positions 1..5 (BM25 fills the rest)
-"$PYTHON" evaluate.py "${common[@]}" k=5 retriever=gold_at "hydra.run.dir=$out/k5_gold_at"
-# 3. sensitivity to k on one retriever
+# 2. sensitivity to k on one retriever
 "$PYTHON" evaluate.py -m "${common[@]}" k=1,3,10 retriever=bm25 "hydra.sweep.dir=$out/k_bm25"
+# 3. positional study: the gold passage cycled over positions 1..5 (BM25 fills the rest)
+"$PYTHON" evaluate.py "${common[@]}" k=5 retriever=gold_at "hydra.run.dir=$out/k5_gold_at"
 # 4. the answer-likelihood source on the same contexts (answers cached by now), then its sweep
 for retriever in "${retrievers[@]}"; do
     "$PYTHON" evaluate.py "${common[@]}" k=5 "retriever=$retriever" utility=answer_likelihood \
