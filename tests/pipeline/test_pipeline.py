@@ -17,7 +17,7 @@ from udcg.pipeline.correlate import accuracy_by_gold_position
 from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
 from udcg.pipeline.scoring import crossfit_gamma, crossfit_theta, score_contexts
 from udcg.pipeline.stages import StageCache, missing_steps, stage_key
-from udcg.pipeline.sweep import summarize
+from udcg.pipeline.sweep import member_names, summarize
 from udcg.theta import split_by_query, tune_gamma
 
 
@@ -176,8 +176,11 @@ def test_accuracy_by_gold_position() -> None:
     ]
 
 
-def _report(run: str, accuracy: float, means: dict[str, float]) -> dict:
-    return {"setup": {"run": run, "accuracy": accuracy, "n_contexts": 10}, "means": means}
+def _report(run: str, accuracy: float, means: dict[str, float], **setup: object) -> dict:
+    return {
+        "setup": {"run": run, "accuracy": accuracy, "n_contexts": 10, **setup},
+        "means": means,
+    }
 
 
 def test_sweep_summary_ranks_retrievers_like_scipy() -> None:
@@ -193,3 +196,21 @@ def test_sweep_summary_ranks_retrievers_like_scipy() -> None:
     assert taus["UDCG"] == pytest.approx(sps.kendalltau([0.6, 0.7, 0.3], acc)[0])
     assert taus["nDCG"] == pytest.approx(sps.kendalltau([0.9, 0.8, 0.85], acc)[0])
     assert summary["ranking_agreement"][0]["metric"] == "UDCG"
+
+
+def test_sweep_members_of_one_retriever_stay_apart() -> None:
+    over_k = [
+        _report("bm25", 0.1, {"UDCG": 0.2}, k=1, utility="abstention"),
+        _report("bm25", 0.3, {"UDCG": 0.5}, k=3, utility="abstention"),
+        _report("bm25", 0.2, {"UDCG": 0.4}, k=10, utility="abstention"),
+    ]
+    summary = summarize(over_k)
+    assert [r["run"] for r in summary["runs"]] == ["k=3", "k=10", "k=1"]
+    assert summary["ranking_agreement"][0]["kendall_tau"] == pytest.approx(1.0)
+    mixed = [
+        _report("bm25", 0.1, {"UDCG": 0.2}, k=5, utility="abstention"),
+        _report("dense", 0.3, {"UDCG": 0.5}, k=5, utility="answer_likelihood"),
+    ]
+    assert member_names(mixed) == ["bm25, utility=abstention", "dense, utility=answer_likelihood"]
+    same = [_report("bm25", 0.1, {"UDCG": 0.2}), _report("bm25", 0.2, {"UDCG": 0.3})]
+    assert member_names(same) == ["bm25 #1", "bm25 #2"]

@@ -1,5 +1,9 @@
-"""One summary across a retriever sweep: mean metrics and accuracy per retriever, and how well
-each metric ranks the retrievers (Kendall tau-b against the ranking by accuracy).
+"""One summary across a sweep: mean metrics and accuracy per member run, and how well each
+metric ranks the runs (Kendall tau-b against the ranking by accuracy).
+
+A member is named by the setup fields that differ across the sweep (``bm25``, ``k=3``,
+``dense, answer_likelihood``), so sweeping k or the utility source over one retriever gives one
+row per member, never one merged row.
 
 ``python evaluate.py -m retriever=bm25,dense,hybrid`` writes ``sweep_summary.json`` and
 ``sweep_summary.md`` into the sweep directory when the last job ends (:class:`SweepSummary`, a
@@ -19,11 +23,28 @@ from omegaconf import DictConfig
 from udcg import stats
 from udcg.io.files import atomic_write
 
+# setup fields that can tell sweep members apart, in the order they appear in a member's name
+_NAMING_FIELDS = ("run", "k", "utility", "judge", "dataset", "relevance", "grader")
+
+
+def member_names(reports: list[dict[str, Any]]) -> list[str]:
+    """A name per report from the setup fields whose values differ across ``reports`` (the
+    retriever alone when none do); a name still shared gets its member number appended."""
+    setups = [r["setup"] for r in reports]
+    varying = [f for f in _NAMING_FIELDS if len({str(s.get(f)) for s in setups}) > 1]
+    names = [
+        ", ".join(str(s[f]) if f == "run" else f"{f}={s.get(f)}" for f in varying) or str(s["run"])
+        for s in setups
+    ]
+    if len(set(names)) < len(names):
+        names = [f"{name} #{i}" for i, name in enumerate(names, start=1)]
+    return names
+
 
 def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-run accuracy and metric means; per metric, Kendall tau-b between ranking the runs
     by mean metric and by accuracy (metrics missing from a run are left out)."""
-    runs = {r["setup"]["run"]: r for r in reports}
+    runs = dict(zip(member_names(reports), reports, strict=True))
     accuracy = {name: r["setup"]["accuracy"] for name, r in runs.items()}
     metrics = [m for m in reports[0]["means"] if all(m in r["means"] for r in reports)]
     agreement = []
@@ -51,14 +72,14 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    """Tables: retrievers by accuracy with metric means; metrics by Kendall tau."""
+    """Tables: runs by accuracy with metric means; metrics by Kendall tau."""
     metrics = [a["metric"] for a in summary["ranking_agreement"]]
-    lines = ["# Retriever sweep", "", "| retriever | accuracy | " + " | ".join(metrics) + " |"]
+    lines = ["# Sweep summary", "", "| run | accuracy | " + " | ".join(metrics) + " |"]
     lines.append("| --- | ---: |" + " ---: |" * len(metrics))
     for run in summary["runs"]:
         means = " | ".join(f"{run['means'][m]:.3f}" for m in metrics)
         lines.append(f"| {run['run']} | {run['accuracy']:.3f} | {means} |")
-    lines += ["", "## Which metric ranks the retrievers like accuracy does (Kendall tau-b)", ""]
+    lines += ["", "## Which metric ranks the runs like accuracy does (Kendall tau-b)", ""]
     lines += ["| metric | tau |", "| --- | ---: |"]
     for a in summary["ranking_agreement"]:
         tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:+.3f}"
