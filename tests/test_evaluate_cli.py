@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import MissingConfigException
 from scipy import stats as sps
 from sklearn.metrics import ndcg_score
@@ -67,19 +66,6 @@ class WordJudge(Judge):
         return content.split("Document", 1)[-1][:60]
 
 
-def _cfg(tmp_path: Path, *overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(
-            "evaluate",
-            overrides=[
-                f"cache_dir={tmp_path / 'cache'}",
-                f"output_dir={tmp_path / 'out'}",
-                "n_bootstrap=100",
-                *overrides,
-            ],
-        )
-
-
 @pytest.fixture
 def fake_judge(monkeypatch) -> WordJudge:
     judge = WordJudge()
@@ -87,8 +73,10 @@ def fake_judge(monkeypatch) -> WordJudge:
     return judge
 
 
-def test_demo_end_to_end_with_a_fake_judge(tmp_path: Path, fake_judge: WordJudge) -> None:
-    cfg = _cfg(tmp_path, "dataset.limit=12", "k=4", "judge=fake")
+def test_demo_end_to_end_with_a_fake_judge(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    cfg = evaluate_config("dataset.limit=12", "k=4", "judge=fake")
     report, files = evaluate(cfg, tmp_path / "out")
     names = {f.name for f in files}
     assert {"report.json", "report.md", "correlations.png", "gold_position.png"} <= names
@@ -119,8 +107,8 @@ def test_demo_end_to_end_with_a_fake_judge(tmp_path: Path, fake_judge: WordJudge
     assert again["correlations"] == report["correlations"]
 
 
-def test_answer_likelihood_utility(tmp_path: Path, fake_judge: WordJudge) -> None:
-    cfg = _cfg(tmp_path, "dataset.limit=12", "k=3", "judge=fake", "utility=answer_likelihood")
+def test_answer_likelihood_utility(tmp_path: Path, fake_judge: WordJudge, evaluate_config) -> None:
+    cfg = evaluate_config("dataset.limit=12", "k=3", "judge=fake", "utility=answer_likelihood")
     report, _ = evaluate(cfg, tmp_path / "out")
     (annotated,) = (tmp_path / "cache").glob("annotate-*.jsonl.gz")
     contexts = list(read_contexts(annotated))
@@ -151,14 +139,13 @@ def _annotated(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.array(udcg_values), np.array(correct)
 
 
-def test_annotated_input_needs_no_judge(tmp_path: Path, monkeypatch) -> None:
+def test_annotated_input_needs_no_judge(tmp_path: Path, monkeypatch, evaluate_config) -> None:
     def refuse(spec, **options):
         raise AssertionError("no judge should be loaded")
 
     monkeypatch.setattr("udcg.judge.load_judge", refuse)
     udcg_values, correct = _annotated(tmp_path / "in.jsonl")
-    cfg = _cfg(
-        tmp_path,
+    cfg = evaluate_config(
         "dataset=jsonl",
         f"dataset.path={tmp_path / 'in.jsonl'}",
         "retriever=given",
@@ -170,10 +157,9 @@ def test_annotated_input_needs_no_judge(tmp_path: Path, monkeypatch) -> None:
     assert "UDCG-gamma" in report["means"]
 
 
-def test_crossfit_theta_is_reported_and_plotted(tmp_path: Path) -> None:
+def test_crossfit_theta_is_reported_and_plotted(tmp_path: Path, evaluate_config) -> None:
     _annotated(tmp_path / "in.jsonl")
-    cfg = _cfg(
-        tmp_path,
+    cfg = evaluate_config(
         "dataset=jsonl",
         f"dataset.path={tmp_path / 'in.jsonl'}",
         "retriever=given",
@@ -187,9 +173,11 @@ def test_crossfit_theta_is_reported_and_plotted(tmp_path: Path) -> None:
     assert tmp_path / "out" / "theta_weights.png" in files
 
 
-def test_sweep_summary_over_two_retrievers(tmp_path: Path, fake_judge: WordJudge) -> None:
+def test_sweep_summary_over_two_retrievers(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
     for i, name in enumerate(["bm25", "reversed", "oracle_first"]):
-        cfg = _cfg(tmp_path, "dataset.limit=8", "k=3", "judge=fake", f"retriever={name}")
+        cfg = evaluate_config("dataset.limit=8", "k=3", "judge=fake", f"retriever={name}")
         evaluate(cfg, tmp_path / "sweep" / f"{i}-{name}")
     path = write_summary(tmp_path / "sweep")
     summary = json.loads((tmp_path / "sweep" / "sweep_summary.json").read_text())
@@ -201,46 +189,47 @@ def test_sweep_summary_over_two_retrievers(tmp_path: Path, fake_judge: WordJudge
 # ------------------------------------------------------------------------ bad configuration
 
 
-def test_unknown_retriever(tmp_path: Path) -> None:
+def test_unknown_retriever(tmp_path: Path, evaluate_config) -> None:
     with pytest.raises(MissingConfigException, match="retriever"):
-        _cfg(tmp_path, "retriever=nope")
+        evaluate_config("retriever=nope")
 
 
-def test_k_larger_than_the_corpus(tmp_path: Path, fake_judge: WordJudge) -> None:
+def test_k_larger_than_the_corpus(tmp_path: Path, fake_judge: WordJudge, evaluate_config) -> None:
     with pytest.raises(UDCGInputError, match=r"k=500 is larger than the corpus \(420 passages\)"):
-        evaluate(_cfg(tmp_path, "k=500", "judge=fake"), tmp_path / "out")
+        evaluate(evaluate_config("k=500", "judge=fake"), tmp_path / "out")
     assert fake_judge.calls == 0
 
 
-def test_weights_of_the_wrong_k(tmp_path: Path, fake_judge: WordJudge) -> None:
+def test_weights_of_the_wrong_k(tmp_path: Path, fake_judge: WordJudge, evaluate_config) -> None:
     from udcg.theta import UDCGTheta
 
     rng = np.random.default_rng(0)
     rel, util = (rng.random((40, 2)) < 0.5).astype(float), rng.random((40, 2))
     model = UDCGTheta(k=2).fit(rel, util, (rng.random(40) < 0.5).astype(float))
     model.save(tmp_path / "w.safetensors")
-    cfg = _cfg(tmp_path, "k=3", "judge=fake", f"theta_weights={tmp_path / 'w.safetensors'}")
+    cfg = evaluate_config("k=3", "judge=fake", f"theta_weights={tmp_path / 'w.safetensors'}")
     with pytest.raises(UDCGInputError, match="weights are for k=2, data has k=3"):
         evaluate(cfg, tmp_path / "out")
     assert fake_judge.calls == 0
 
 
-def test_weights_of_another_utility_source(tmp_path: Path, fake_judge: WordJudge) -> None:
+def test_weights_of_another_utility_source(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
     from udcg.theta import UDCGTheta
 
     rng = np.random.default_rng(0)
     rel, util = (rng.random((40, 3)) < 0.5).astype(float), rng.random((40, 3))
     model = UDCGTheta(k=3).fit(rel, util, (rng.random(40) < 0.5).astype(float))
     model.save(tmp_path / "w.safetensors", card={"utility": "answer_likelihood"})
-    cfg = _cfg(tmp_path, "k=3", "judge=fake", f"theta_weights={tmp_path / 'w.safetensors'}")
+    cfg = evaluate_config("k=3", "judge=fake", f"theta_weights={tmp_path / 'w.safetensors'}")
     with pytest.raises(UDCGInputError, match="fitted on utility source 'answer_likelihood'"):
         evaluate(cfg, tmp_path / "out")
     assert fake_judge.calls == 0
 
 
-def test_judge_not_reachable(tmp_path: Path) -> None:
-    cfg = _cfg(
-        tmp_path,
+def test_judge_not_reachable(tmp_path: Path, evaluate_config) -> None:
+    cfg = evaluate_config(
         "dataset.limit=2",
         "judge=openai:m@http://127.0.0.1:9/v1",
         "+judge_options.max_retries=0",
@@ -253,9 +242,9 @@ def test_judge_not_reachable(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "report.json").exists()
 
 
-def test_given_retriever_without_contexts(tmp_path: Path) -> None:
+def test_given_retriever_without_contexts(tmp_path: Path, evaluate_config) -> None:
     with pytest.raises(UDCGInputError, match="retriever=given needs retrieved contexts"):
-        evaluate(_cfg(tmp_path, "retriever=given"), tmp_path / "out")
+        evaluate(evaluate_config("retriever=given"), tmp_path / "out")
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -280,7 +269,9 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_coverage_labels_in_the_input_give_c_prec_and_c_ndcg(tmp_path: Path) -> None:
+def test_coverage_labels_in_the_input_give_c_prec_and_c_ndcg(
+    tmp_path: Path, evaluate_config
+) -> None:
     _annotated(tmp_path / "in.jsonl")
     contexts = list(read_contexts(tmp_path / "in.jsonl"))
     covers = [[[j == 0, j == i % 3] for j in range(3)] for i in range(len(contexts))]
@@ -294,8 +285,7 @@ def test_coverage_labels_in_the_input_give_c_prec_and_c_ndcg(tmp_path: Path) -> 
         for c, rows in zip(contexts, covers, strict=True)
     ]
     write_contexts(tmp_path / "cov.jsonl", labelled)
-    cfg = _cfg(
-        tmp_path,
+    cfg = evaluate_config(
         "dataset=jsonl",
         f"dataset.path={tmp_path / 'cov.jsonl'}",
         "retriever=given",

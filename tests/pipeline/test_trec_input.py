@@ -8,13 +8,10 @@ import math
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from udcg.errors import UDCGInputError
 from udcg.pipeline.datasets import trec
 from udcg.pipeline.run import evaluate
-
-REPO = Path(__file__).resolve().parents[2]
 
 # q1: d2 has the top score; d1 and d3 tie at 2.0 -> d3 first (doc id descending); d4 is 4th.
 # q2: a three-way tie -> c, b, a. q3 in score order. q4 reversed against the rank column.
@@ -137,21 +134,14 @@ def test_k_cuts_the_ranking_and_answer_prob_field(tmp_path: Path) -> None:
     assert all(not p.abstain_prob for p in first)
 
 
-def _cfg(tmp_path: Path, files: dict[str, Path], *overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(
-            "evaluate",
-            overrides=[
-                f"cache_dir={tmp_path / 'cache'}",
-                f"output_dir={tmp_path / 'out'}",
-                "n_bootstrap=50",
-                "dataset=trec",
-                "retriever=given",
-                "judge=m",
-                *(f"dataset.{name}={path}" for name, path in files.items()),
-                *overrides,
-            ],
-        )
+def _trec(files: dict[str, Path]) -> list[str]:
+    """Overrides that read the TREC files ``files`` (run, qrels, utilities, outcomes)."""
+    return [
+        "dataset=trec",
+        "retriever=given",
+        "judge=m",
+        *(f"dataset.{name}={path}" for name, path in files.items()),
+    ]
 
 
 @pytest.fixture
@@ -162,8 +152,10 @@ def no_judge(monkeypatch) -> None:
     monkeypatch.setattr("udcg.judge.load_judge", refuse)
 
 
-def test_evaluate_scores_the_trec_run_without_a_judge(tmp_path: Path, no_judge) -> None:
-    cfg = _cfg(tmp_path, _files(tmp_path), "k=3")
+def test_evaluate_scores_the_trec_run_without_a_judge(
+    tmp_path: Path, no_judge, evaluate_config
+) -> None:
+    cfg = evaluate_config(*_trec(_files(tmp_path)), "k=3")
     assert cfg.dataset.judge == "m" and cfg.dataset.k == 3  # ${judge} and ${k} interpolate
     report, files = evaluate(cfg, tmp_path / "out")
     assert report["setup"]["dataset"] == "trec" and report["setup"]["n_contexts"] == 4
@@ -176,17 +168,19 @@ def test_evaluate_scores_the_trec_run_without_a_judge(tmp_path: Path, no_judge) 
     assert "1 of 5 run queries have no qrels and were skipped (as trec_eval)" in report["notes"]
 
 
-def test_evaluate_asks_for_a_missing_file(tmp_path: Path, no_judge) -> None:
+def test_evaluate_asks_for_a_missing_file(tmp_path: Path, no_judge, evaluate_config) -> None:
     files = _files(tmp_path)
     del files["qrels"]
     with pytest.raises(UDCGInputError, match=r"set dataset\.qrels=\.\.\."):
-        evaluate(_cfg(tmp_path, files), tmp_path / "out")
+        evaluate(evaluate_config(*_trec(files)), tmp_path / "out")
 
 
-def test_evaluate_reports_a_bad_file_with_its_line(tmp_path: Path, no_judge) -> None:
+def test_evaluate_reports_a_bad_file_with_its_line(
+    tmp_path: Path, no_judge, evaluate_config
+) -> None:
     files = _files(tmp_path, outcomes="q1 1\nq2 yes\n")
     with pytest.raises(UDCGInputError, match=r"outcomes\.txt:2: field 'correct': 'yes'"):
-        evaluate(_cfg(tmp_path, files), tmp_path / "out")
+        evaluate(evaluate_config(*_trec(files)), tmp_path / "out")
 
 
 # ------------------------------------------------------------------------------- bad input

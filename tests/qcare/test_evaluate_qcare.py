@@ -6,12 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
 from udcg.pipeline.run import evaluate
 
-REPO = Path(__file__).resolve().parents[2]
 DOCS = ["capital #a", "river #b", "capital #a river #b", "nothing", "river #b again", "none"]
 
 
@@ -37,25 +35,18 @@ def _contexts() -> list[Context]:
 
 
 def test_evaluate_with_qcare_labels_coverage_through_the_judge(
-    tmp_path: Path, tag_judge, monkeypatch
+    tmp_path: Path, tag_judge, monkeypatch, evaluate_config
 ) -> None:
     judge = tag_judge()
     monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: judge)
     write_contexts(tmp_path / "in.jsonl", _contexts())
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(
-            "evaluate",
-            overrides=[
-                "dataset=jsonl",
-                f"dataset.path={tmp_path / 'in.jsonl'}",
-                "retriever=given",
-                "judge=tag",
-                "qcare=true",
-                f"cache_dir={tmp_path / 'cache'}",
-                f"output_dir={tmp_path / 'out'}",
-                "n_bootstrap=50",
-            ],
-        )
+    cfg = evaluate_config(
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'in.jsonl'}",
+        "retriever=given",
+        "judge=tag",
+        "qcare=true",
+    )
     report, _ = evaluate(cfg, tmp_path / "out")
     (labelled,) = (tmp_path / "cache").glob("annotate-*.jsonl.gz")
     contexts = list(read_contexts(labelled))
