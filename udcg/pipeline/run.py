@@ -18,14 +18,13 @@ from udcg.pipeline.scoring import score_contexts
 from udcg.pipeline.stages import (
     StageCache,
     annotate_contexts,
-    check_utility,
     missing_steps,
     needs_coverage,
     retrieve_contexts,
     stage_key,
 )
 from udcg.retrieval import build_retriever, check_depth
-from udcg.utility_sources import check_fitted_on
+from udcg.utility_sources import check_fitted_on, get_source
 
 GIVEN = "given"
 
@@ -100,7 +99,7 @@ def _progress():
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     """Run the pipeline for ``cfg`` (conf/evaluate.yaml); returns the report and its files."""
-    check_utility(cfg.utility)
+    get_source(cfg.utility)  # an unknown source fails here, naming the known ones
     k = cfg.k
     dataset = load_dataset(cfg)
     given = cfg.retriever.name == GIVEN

@@ -24,11 +24,6 @@ from udcg.retrieval import Retriever
 from udcg.utility_sources import get_source
 
 
-def check_utility(utility: str) -> None:
-    """An error naming the known sources unless ``utility`` is one."""
-    get_source(utility)
-
-
 def stage_key(*parts: Any) -> str:
     """First 16 hex digits of the SHA-256 of the canonical JSON of ``parts``."""
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
