@@ -3,7 +3,8 @@
     python bench/nq_tables.py bench/data/nq/runs/*/report.json
 
 One table of query-level Spearman correlations with end-to-end correctness (95% CI over
-questions) per report, metrics in a fixed order, then one line per report with its accuracy.
+questions), one column per report (named by what differs between them, as sweep summaries
+name their members), then accuracy by the position of the first relevant passage.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+from udcg.pipeline.sweep import member_names
 
 ORDER = (
     "UDCG",
@@ -38,7 +41,7 @@ def _cell(row: dict) -> str:
 
 def table(reports: list[dict]) -> str:
     """Rows = metrics, columns = runs (retriever, utility source)."""
-    heads = [f"{r['setup']['run']} / {r['setup']['utility']}" for r in reports]
+    heads = member_names(reports)
     lines = [
         "| metric | " + " | ".join(heads) + " |",
         "| --- |" + " ---: |" * len(reports),
@@ -58,12 +61,32 @@ def table(reports: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def gold_positions(reports: list[dict]) -> str:
+    """Rows = position of the first relevant passage (none first), columns = runs:
+    accuracy (contexts)."""
+    heads = member_names(reports)
+    cells: dict[object, dict[str, str]] = {}
+    for head, r in zip(heads, reports, strict=True):
+        for row in r["accuracy_by_gold_position"]:
+            text = f"{row['accuracy']:.3f} ({row['n']})"
+            cells.setdefault(row["position"], {})[head] = text
+    order = sorted(cells, key=lambda p: -1 if p is None else p)
+    lines = ["| first relevant at | " + " | ".join(heads) + " |"]
+    lines.append("| --- |" + " ---: |" * len(heads))
+    for position in order:
+        label = "none" if position is None else str(position)
+        lines.append(f"| {label} | " + " | ".join(cells[position].get(h, "") for h in heads) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", type=Path)
     args = parser.parse_args()
     reports = [json.loads(p.read_text()) for p in args.reports]
     print(table(reports))
+    print()
+    print(gold_positions(reports))
 
 
 if __name__ == "__main__":
