@@ -391,9 +391,10 @@ def test_generate_json_caches_successes_only(tmp_path):
 def test_generate_json_with_unnamed_validator_is_not_cached(tmp_path):
     inner = CountingJudge()
     judge = CachedJudge(inner, tmp_path / "j.sqlite")
-    for _ in range(2):  # warned each time, cached neither time
+    unnamed = [lambda v: None, lambda v: None]  # both kept alive: distinct objects
+    for validate in unnamed:  # each warned about once, neither cached
         with pytest.warns(UserWarning, match="not cached"):
-            judge.generate_json(_msgs(["good"]), validate=lambda v: None)
+            judge.generate_json(_msgs(["good"]), validate=validate)
     assert inner.json_attempts == {"good": 2} and judge.cache.writes == 0
 
     def named(value):
