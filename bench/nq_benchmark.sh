@@ -17,22 +17,23 @@ common=(dataset=nq_open "dataset.limit=${QUESTIONS:-300}" "cache_dir=$out/cache"
         theta_crossfit=true n_bootstrap=1000)
 retrievers=(bm25 dense hybrid oracle_first random)
 
+# k=5: each retriever alone under one utility source, then the sweep summary across them
+by_retriever() {
+    local utility=$1 retriever
+    for retriever in "${retrievers[@]}"; do
+        "$PYTHON" evaluate.py "${common[@]}" k=5 "retriever=$retriever" "utility=$utility" \
+            "hydra.run.dir=$out/runs/k5_${utility}_$retriever"
+    done
+    "$PYTHON" evaluate.py -m "${common[@]}" k=5 "utility=$utility" \
+        "retriever=$(IFS=,; echo "${retrievers[*]}")" "hydra.sweep.dir=$out/k5_$utility"
+}
+
 # Order = what the report needs first (each block resumes from the cache):
-# 1. k=5, every retriever under the abstention source, then its sweep summary
-for retriever in "${retrievers[@]}"; do
-    "$PYTHON" evaluate.py "${common[@]}" k=5 "retriever=$retriever" utility=abstention \
-        "hydra.run.dir=$out/runs/k5_abstention_$retriever"
-done
-"$PYTHON" evaluate.py -m "${common[@]}" k=5 utility=abstention \
-    "retriever=$(IFS=,; echo "${retrievers[*]}")" "hydra.sweep.dir=$out/k5_abstention"
+# 1. every retriever under the abstention source
+by_retriever abstention
 # 2. sensitivity to k on one retriever
 "$PYTHON" evaluate.py -m "${common[@]}" k=1,3,10 retriever=bm25 "hydra.sweep.dir=$out/k_bm25"
 # 3. positional study: the gold passage cycled over positions 1..5 (BM25 fills the rest)
 "$PYTHON" evaluate.py "${common[@]}" k=5 retriever=gold_at "hydra.run.dir=$out/k5_gold_at"
-# 4. the answer-likelihood source on the same contexts (answers cached by now), then its sweep
-for retriever in "${retrievers[@]}"; do
-    "$PYTHON" evaluate.py "${common[@]}" k=5 "retriever=$retriever" utility=answer_likelihood \
-        "hydra.run.dir=$out/runs/k5_answer_likelihood_$retriever"
-done
-"$PYTHON" evaluate.py -m "${common[@]}" k=5 utility=answer_likelihood \
-    "retriever=$(IFS=,; echo "${retrievers[*]}")" "hydra.sweep.dir=$out/k5_answer_likelihood"
+# 4. the answer-likelihood source on the same contexts (answers cached by now)
+by_retriever answer_likelihood
