@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from udcg import evaluate
 from udcg.errors import UDCGInputError
-from udcg.metrics import average_precision, hits, ndcg, precision, reciprocal_rank
+from udcg.metrics import _kernels, average_precision, hits, ndcg, precision, reciprocal_rank
 
 L3 = math.log2(3)
 ALL = (ndcg, average_precision, reciprocal_rank, precision, hits)
@@ -141,6 +141,22 @@ def test_array_fast_paths_equal_the_ragged_path_on_fractional_and_graded_labels(
     np.testing.assert_array_equal(ndcg(arr), ndcg(rows))
     for f in (average_precision, reciprocal_rank, precision, hits):
         np.testing.assert_array_equal(f(arr, rel_level=level), f(rows, rel_level=level))
+
+
+@given(
+    st.integers(1, 12).flatmap(
+        lambda k: st.lists(
+            st.lists(st.sampled_from([0, 1, 2, 3, 7, 8, 9, 2.5]), min_size=k, max_size=k),
+            min_size=1,
+            max_size=8,
+        )
+    ),
+    st.one_of(st.none(), st.integers(1, 12)),
+)
+def test_ideal_dcg_by_grade_counts_equals_sorting(rows: list[list[float]], k: int | None) -> None:
+    gains = np.array(rows, dtype=np.float64)
+    by_sort = _kernels.dcg(-np.sort(-gains, axis=1), k)
+    np.testing.assert_allclose(_kernels.ideal_dcg_of_rows(gains, k), by_sort, rtol=1e-12)
 
 
 # --- hand-computed cases ---------------------------------------------------------------------

@@ -36,17 +36,39 @@ def dcg(gains: np.ndarray, k: int | None = None) -> np.ndarray:
     return g @ discounts(g.shape[1])
 
 
+_MAX_LEVELS = 8  # up to this many integer grades, counting beats sorting each row
+
+
+def _integer_grades(gains: np.ndarray) -> np.ndarray | None:
+    """``gains`` as uint8 when every gain is an integer in [0, _MAX_LEVELS] and rows are
+    shorter than 256 (so per-row counts fit in uint8); None otherwise."""
+    if gains.size == 0 or gains.shape[1] > 255 or not 0 <= gains.max() <= _MAX_LEVELS:
+        return None
+    grades = gains.astype(np.uint8)
+    return grades if np.array_equal(grades, gains) else None
+
+
 def ideal_dcg_of_rows(gains: np.ndarray, k: int | None = None) -> np.ndarray:
-    """DCG@k of each row re-ordered by decreasing gain (the list's own ideal ordering)."""
-    if gains.size and ((gains == 0) | (gains == 1)).all():
-        # binary gains: IDCG is the sum of the first n_rel discounts, no sort needed
-        n_rel = gains.sum(axis=1).astype(np.int64)
-        if k is not None:
-            n_rel = np.minimum(n_rel, k)
-        cumulative = np.concatenate(([0.0], np.cumsum(discounts(gains.shape[1]))))
-        return cumulative[n_rel]
-    ideal = -np.sort(-gains, axis=1)
-    return dcg(ideal, k)
+    """DCG@k of each row re-ordered by decreasing gain (the list's own ideal ordering).
+
+    Integer gains 0..G (G <= 8) need no sort: the ideal row holds a gain >= L in exactly its
+    first n_L places (n_L = the row's count of gains >= L), so
+    ``IDCG@k = sum_{L=1..G} C[min(n_L, k)]`` with ``C[n]`` the sum of the first n discounts.
+    Other gains are sorted per row. ``gains`` must be finite and >= 0.
+    """
+    grades = _integer_grades(gains)
+    if grades is None:
+        return dcg(-np.sort(-gains, axis=1), k)
+    width = gains.shape[1]
+    cumulative = np.concatenate(([0.0], np.cumsum(discounts(width))))
+    if k is not None:
+        cumulative = cumulative[np.minimum(np.arange(width + 1), k)]
+    idcg = np.zeros(len(gains))
+    for level in range(1, int(grades.max()) + 1):
+        # einsum sums the uint8 view of each row's bools in one fast pass
+        counts = np.einsum("ij->i", (grades >= level).view(np.uint8))
+        idcg += cumulative[counts]
+    return idcg
 
 
 def ndcg(gains: np.ndarray, ideal_dcg: np.ndarray, k: int | None = None) -> np.ndarray:
