@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import mmap
 import os
 import tempfile
 from collections.abc import Iterator
@@ -17,21 +18,32 @@ from udcg.errors import UDCGInputError
 PathType = str | PathLike[str]
 
 
-def _is_gzip(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(2) == b"\x1f\x8b"
+class _GzipReader(gzip.GzipFile):
+    """A gzip stream over an already open file, closing that file with itself."""
+
+    def __init__(self, raw: io.BufferedReader) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 def open_binary(path: PathType) -> IO[bytes]:
-    """Open ``path`` for binary reading, decompressing gzip (by magic bytes, not by name)."""
+    """Open ``path`` for binary reading, decompressing gzip (by magic bytes, not by name).
+    The file is opened once and its first bytes peeked, so pipes work too."""
     path = Path(path)
     if not path.exists():
         raise UDCGInputError("no such file", path=path)
     if path.is_dir():
         raise UDCGInputError("is a directory, expected a file", path=path)
-    if _is_gzip(path):
-        return gzip.open(path, "rb")
-    return open(path, "rb")
+    raw = open(path, "rb")  # handed to the caller, who closes it
+    if raw.peek(2)[:2] == b"\x1f\x8b":
+        return _GzipReader(raw)
+    return raw
 
 
 def open_text(path: PathType) -> IO[str]:
@@ -43,6 +55,28 @@ def read_bytes(path: PathType) -> bytes:
     """The whole (decompressed) content of ``path``."""
     with open_binary(path) as handle:
         return handle.read()
+
+
+Buffer = bytes | mmap.mmap
+
+
+def mapped_bytes(path: PathType) -> Buffer:
+    """The whole (decompressed) content of ``path``: a read-only memory map of a plain file, so
+    a parser reads the page cache in place instead of a copy in fresh memory, or the
+    decompressed bytes of a gzip file. The map closes when its last reference goes."""
+    with open_binary(path) as handle:
+        # gzip, pipes (``<(zcat run.gz)``) and empty files have nothing to map
+        if not isinstance(handle, gzip.GzipFile) and os.fstat(handle.fileno()).st_size > 0:
+            try:
+                return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # a file system without mmap support
+                pass
+        return handle.read()
+
+
+def is_blank(data: Buffer, chunk: int = 1 << 20) -> bool:
+    """True when ``data`` is empty or only whitespace (stops at the first other byte)."""
+    return all(data[i : i + chunk].isspace() for i in range(0, len(data), chunk))
 
 
 @contextlib.contextmanager
