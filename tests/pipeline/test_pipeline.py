@@ -17,7 +17,7 @@ from udcg.pipeline.correlate import accuracy_by_gold_position
 from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
 from udcg.pipeline.scoring import crossfit_gamma, crossfit_theta, score_contexts
 from udcg.pipeline.stages import StageCache, missing_steps, stage_key
-from udcg.pipeline.sweep import member_names, summarize
+from udcg.pipeline.sweep import markdown, member_names, summarize
 from udcg.theta import split_by_query, tune_gamma
 
 
@@ -196,6 +196,20 @@ def test_sweep_summary_ranks_retrievers_like_scipy() -> None:
     assert taus["UDCG"] == pytest.approx(sps.kendalltau([0.6, 0.7, 0.3], acc)[0])
     assert taus["nDCG"] == pytest.approx(sps.kendalltau([0.9, 0.8, 0.85], acc)[0])
     assert summary["ranking_agreement"][0]["metric"] == "UDCG"
+
+
+def test_sweep_summary_lists_metrics_fitted_per_run_last_and_marked() -> None:
+    reports = [
+        _report("bm25", 0.5, {"UDCG-gamma": 0.6, "nDCG": 0.1}),
+        _report("dense", 0.7, {"UDCG-gamma": 0.7, "nDCG": 0.2}),
+    ]
+    summary = summarize(reports)
+    assert [(a["metric"], a["fitted_per_run"]) for a in summary["ranking_agreement"]] == [
+        ("nDCG", False),
+        ("UDCG-gamma", True),
+    ]
+    text = markdown(summary)
+    assert "| UDCG-gamma * | +1.000 |" in text and "do not compare across runs" in text
 
 
 def test_sweep_members_of_one_retriever_stay_apart() -> None:

@@ -18,6 +18,11 @@ from udcg.io.contexts import (
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
 from udcg.utility_sources import get_source
 
+# metrics fitted on the outcomes of the run they score (each half on the other half): fine
+# for query-level correlations, but each run gets its own gamma or weights, so their means
+# do not compare across the runs of a sweep
+FITTED_PER_RUN = ("UDCG-gamma", "UDCG-theta (cross-fitted)")
+
 
 @dataclass
 class ScoreTable:

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from udcg import stats
 from udcg.io.files import atomic_write
+from udcg.pipeline.scoring import FITTED_PER_RUN
 
 # setup fields that can tell sweep members apart, in the order they appear in a member's name
 _NAMING_FIELDS = ("run", "k", "utility", "judge", "dataset", "relevance", "grader")
@@ -55,8 +56,16 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
             tau = result.tau if math.isfinite(result.tau) else None
         else:
             tau = None
-        agreement.append({"metric": metric, "kendall_tau": tau})
-    agreement.sort(key=lambda a: -a["kendall_tau"] if a["kendall_tau"] is not None else math.inf)
+        agreement.append(
+            {"metric": metric, "kendall_tau": tau, "fitted_per_run": metric in FITTED_PER_RUN}
+        )
+    # metrics fixed across the runs first, each group by decreasing tau
+    agreement.sort(
+        key=lambda a: (
+            a["fitted_per_run"],
+            -a["kendall_tau"] if a["kendall_tau"] is not None else math.inf,
+        )
+    )
     return {
         "runs": [
             {
@@ -83,7 +92,15 @@ def markdown(summary: dict[str, Any]) -> str:
     lines += ["| metric | tau |", "| --- | ---: |"]
     for a in summary["ranking_agreement"]:
         tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:+.3f}"
-        lines.append(f"| {a['metric']} | {tau} |")
+        mark = " *" if a["fitted_per_run"] else ""
+        lines.append(f"| {a['metric']}{mark} | {tau} |")
+    if any(a["fitted_per_run"] for a in summary["ranking_agreement"]):
+        lines += [
+            "",
+            "\\* fitted on each run's own outcomes (cross-fitted halves): every run gets its own "
+            "gamma or weights, so these means do not compare across runs; rank runs with the "
+            "fixed metrics, or with UDCG-theta weights trained elsewhere (`theta_weights=`).",
+        ]
     return "\n".join(lines) + "\n"
 
 
