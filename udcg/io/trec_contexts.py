@@ -24,12 +24,13 @@ located at its line of the run file; a repeated (query, document) in any file is
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import JUDGE_PROB_KEYS, Context, Passage, _lines
-from udcg.io.files import PathType, read_bytes
+from udcg.io.files import PathType
 from udcg.io.trec_files import (
     _QRELS_COLUMNS,
     _RUN_COLUMNS,
@@ -106,8 +107,8 @@ def _run_line(run: Run, row: int) -> int | None:
     """The file line of row ``row`` of ``run`` (its ``row + 1``-th non-blank line)."""
     if run.source is None:
         return None
-    lines = (n for n, raw in enumerate(read_bytes(run.source).split(b"\n"), 1) if raw.strip())
-    return next(n for i, n in enumerate(lines) if i == row)
+    numbers = (n for n, text in _lines(run.source) if text.strip())
+    return next(itertools.islice(numbers, row, None))
 
 
 def read_trec_contexts(

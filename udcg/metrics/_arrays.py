@@ -23,6 +23,11 @@ def _check_finite(values: np.ndarray, name: str) -> None:
         raise UDCGInputError(f"row {row}: NaN or infinite value", field=name)
 
 
+def full_lengths(values: np.ndarray) -> np.ndarray:
+    """List lengths of a 2-D array ``[n, k]``: k for every row."""
+    return np.full(values.shape[0], values.shape[1], dtype=np.int64)
+
+
 def as_padded(values: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     """``(padded, lengths)``: a float64 ``[n, max_len]`` array padded with 0 and list lengths."""
     if isinstance(values, np.ndarray):
@@ -36,7 +41,7 @@ def as_padded(values: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
         except (TypeError, ValueError) as exc:
             raise UDCGInputError(f"expected numbers ({exc})", field=name) from None
         _check_finite(out, name)
-        return out, np.full(out.shape[0], out.shape[1], dtype=np.int64)
+        return out, full_lengths(out)
     try:
         rows = [np.asarray(row, dtype=np.float64) for row in values]
     except (TypeError, ValueError) as exc:

@@ -39,13 +39,16 @@ def dcg(gains: np.ndarray, k: int | None = None) -> np.ndarray:
 _MAX_LEVELS = 8  # up to this many integer grades, counting beats sorting each row
 
 
-def _integer_grades(gains: np.ndarray) -> np.ndarray | None:
-    """``gains`` as uint8 when every gain is an integer in [0, _MAX_LEVELS] and rows are
-    shorter than 256 (so per-row counts fit in uint8); None otherwise."""
-    if gains.size == 0 or gains.shape[1] > 255 or not 0 <= gains.max() <= _MAX_LEVELS:
+def _integer_grades(gains: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """``(gains as uint8, highest grade)`` when every gain is an integer in [0, _MAX_LEVELS]
+    and rows are shorter than 256 (so per-row counts fit in uint8); None otherwise."""
+    if gains.size == 0 or gains.shape[1] > 255:
+        return None
+    top = gains.max()
+    if not 0 <= top <= _MAX_LEVELS:
         return None
     grades = gains.astype(np.uint8)
-    return grades if np.array_equal(grades, gains) else None
+    return (grades, int(top)) if np.array_equal(grades, gains) else None
 
 
 def ideal_dcg_of_rows(gains: np.ndarray, k: int | None = None) -> np.ndarray:
@@ -56,15 +59,16 @@ def ideal_dcg_of_rows(gains: np.ndarray, k: int | None = None) -> np.ndarray:
     ``IDCG@k = sum_{L=1..G} C[min(n_L, k)]`` with ``C[n]`` the sum of the first n discounts.
     Other gains are sorted per row. ``gains`` must be finite and >= 0.
     """
-    grades = _integer_grades(gains)
-    if grades is None:
+    integer = _integer_grades(gains)
+    if integer is None:
         return dcg(-np.sort(-gains, axis=1), k)
+    grades, top = integer
     width = gains.shape[1]
     cumulative = np.concatenate(([0.0], np.cumsum(discounts(width))))
     if k is not None:
         cumulative = cumulative[np.minimum(np.arange(width + 1), k)]
     idcg = np.zeros(len(gains))
-    for level in range(1, int(grades.max()) + 1):
+    for level in range(1, top + 1):
         # einsum sums the uint8 view of each row's bools in one fast pass
         counts = np.einsum("ij->i", (grades >= level).view(np.uint8))
         idcg += cumulative[counts]

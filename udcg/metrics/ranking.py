@@ -22,7 +22,12 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.metrics import _kernels
-from udcg.metrics._arrays import as_padded, finite_non_negative, in_unit_interval
+from udcg.metrics._arrays import (
+    as_padded,
+    finite_non_negative,
+    full_lengths,
+    in_unit_interval,
+)
 
 _CODEBOOK_MAX_WIDTH = 16
 
@@ -45,7 +50,7 @@ def _validated(labels: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Zero-padded float gains (finite, >= 0) cut to k, and list lengths cut to k."""
     if isinstance(labels, np.ndarray) and labels.ndim == 2 and finite_non_negative(labels):
         gains = labels  # valid as it is: one pass instead of the general checks
-        lengths = np.full(len(gains), gains.shape[1], dtype=np.int64)
+        lengths = full_lengths(gains)
     else:
         gains, lengths = as_padded(labels, "labels")
         if (gains < 0).any():
@@ -65,7 +70,7 @@ def _binary_rows(
     if not isinstance(labels, np.ndarray) or labels.ndim != 2:
         return None
     cut = labels if k is None else labels[:, :k]
-    lengths = np.full(len(cut), cut.shape[1], dtype=np.int64)
+    lengths = full_lengths(cut)
     if cut.dtype == np.bool_:
         return (cut, lengths) if 0 < rel_level <= 1 else None
     if cut.dtype.kind in "iu":

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.metrics._arrays import as_padded, check_range, check_same_shape, in_unit_interval, unpad
+from udcg.metrics._arrays import (
+    as_padded,
+    check_range,
+    check_same_shape,
+    full_lengths,
+    in_unit_interval,
+    unpad,
+)
 
 __all__ = ["udcg", "udcg_terms", "utility"]
 
@@ -101,7 +108,7 @@ def _validated(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray, np.
         and (relevant.dtype == np.bool_ or in_unit_interval(relevant))
         and in_unit_interval(utility)
     ):
-        return relevant, utility, np.full(utility.shape[0], utility.shape[1], dtype=np.int64)
+        return relevant, utility, full_lengths(utility)
     relevant, utility = _aligned(relevant, utility)
     rel = as_padded(relevant, "relevant")
     u = as_padded(utility, "utility")
