@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
-import mmap
 import os
 import tempfile
 from collections.abc import Iterator
@@ -55,28 +54,6 @@ def read_bytes(path: PathType) -> bytes:
     """The whole (decompressed) content of ``path``."""
     with open_binary(path) as handle:
         return handle.read()
-
-
-Buffer = bytes | mmap.mmap
-
-
-def mapped_bytes(path: PathType) -> Buffer:
-    """The whole (decompressed) content of ``path``: a read-only memory map of a plain file, so
-    a parser reads the page cache in place instead of a copy in fresh memory, or the
-    decompressed bytes of a gzip file. The map closes when its last reference goes."""
-    with open_binary(path) as handle:
-        # gzip, pipes (``<(zcat run.gz)``) and empty files have nothing to map
-        if not isinstance(handle, gzip.GzipFile) and os.fstat(handle.fileno()).st_size > 0:
-            try:
-                return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):  # a file system without mmap support
-                pass
-        return handle.read()
-
-
-def is_blank(data: Buffer, chunk: int = 1 << 20) -> bool:
-    """True when ``data`` is empty or only whitespace (stops at the first other byte)."""
-    return all(data[i : i + chunk].isspace() for i in range(0, len(data), chunk))
 
 
 @contextlib.contextmanager

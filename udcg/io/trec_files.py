@@ -22,7 +22,7 @@ import pyarrow.csv as pa_csv
 
 from udcg.errors import UDCGInputError
 from udcg.io.arrow import from_numpy, to_numpy
-from udcg.io.files import Buffer, PathType, atomic_write, is_blank, mapped_bytes, read_bytes
+from udcg.io.files import PathType, atomic_write, read_bytes
 
 _RUN_COLUMNS = ("qid", "Q0", "doc_id", "rank", "score", "tag")
 _QRELS_COLUMNS = ("qid", "iteration", "doc_id", "relevance")
@@ -74,19 +74,19 @@ def _single_spaced(data: bytes) -> bytes:
     return b"\n".join(b" ".join(line.split()) for line in data.split(b"\n"))
 
 
-def _parse_table(data: Buffer, names: tuple[str, ...], types: dict[str, pa.DataType]) -> pa.Table:
+def _parse_table(data: bytes, names: tuple[str, ...], types: dict[str, pa.DataType]) -> pa.Table:
     """Parse single-space separated columns; retry once with whitespace normalised."""
     try:
         return _read_csv(data, names, types)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return _read_csv(_single_spaced(bytes(data)), names, types)
+        return _read_csv(_single_spaced(data), names, types)
 
 
-def _read_csv(data: Buffer, names: tuple[str, ...], types: dict[str, pa.DataType]) -> pa.Table:
+def _read_csv(data: bytes, names: tuple[str, ...], types: dict[str, pa.DataType]) -> pa.Table:
     return pa_csv.read_csv(
         pa.BufferReader(pa.py_buffer(data)),
-        # Arrow's thread pool: median first call 0.58-0.61 s vs 0.78 s single-threaded on the
-        # 1M-line bench (7-8 alternating runs each, 2 cores)
+        # Arrow's thread pool: median first call 0.66 s vs 0.96 s single-threaded on the
+        # 1M-line bench, 2 cores (`bash bench/ab_trec.sh 1fcc05a 3877b6f 6`)
         read_options=pa_csv.ReadOptions(column_names=list(names), use_threads=True),
         parse_options=pa_csv.ParseOptions(delimiter=" ", quote_char=False),
         convert_options=pa_csv.ConvertOptions(
@@ -159,21 +159,21 @@ def _check_value(text: str, field: str, path: PathType | None, line: int | None)
 
 
 def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: pa.DataType):
-    data = mapped_bytes(path)
-    if is_blank(data):
+    data = read_bytes(path)
+    if not data or data.isspace():
         raise UDCGInputError("empty file", path=path)
     types = {"qid": pa.string(), "doc_id": pa.string(), value_field: value_type}
     try:
         table = _parse_table(data, names, types)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        _scan(path, bytes(data), names, value_field)
+        _scan(path, data, names, value_field)
         raise UDCGInputError(f"could not parse: {exc}", path=path) from None
     if table[value_field].null_count:
-        _scan(path, bytes(data), names, value_field)
+        _scan(path, data, names, value_field)
         raise UDCGInputError("missing values", path=path, field=value_field)
     values = to_numpy(table[value_field])
     if value_field == "score" and not np.isfinite(values).all():
-        _scan(path, bytes(data), names, value_field)
+        _scan(path, data, names, value_field)
     qids, doc_ids = table["qid"].combine_chunks(), table["doc_id"].combine_chunks()
     return qids, doc_ids, values
 
