@@ -144,19 +144,19 @@ def test_array_fast_paths_equal_the_ragged_path_on_fractional_and_graded_labels(
 
 
 @given(
-    st.integers(1, 12).flatmap(
+    st.sampled_from([1, 3, 7, 8, 12, 40]).flatmap(
         lambda k: st.lists(
-            st.lists(st.sampled_from([0, 1, 2, 3, 7, 8, 9, 2.5]), min_size=k, max_size=k),
+            st.lists(st.sampled_from([0, 1, 2, 3, 5, 7, 2.5]), min_size=k, max_size=k),
             min_size=1,
             max_size=8,
         )
     ),
-    st.one_of(st.none(), st.integers(1, 12)),
 )
-def test_ideal_dcg_by_grade_counts_equals_sorting(rows: list[list[float]], k: int | None) -> None:
+def test_ideal_dcg_by_grade_counts_equals_sorting(rows: list[list[float]]) -> None:
+    # widths and grades on both sides of the packed-count limit (bits * (top + 1) <= 24)
     gains = np.array(rows, dtype=np.float64)
-    by_sort = _kernels.dcg(-np.sort(-gains, axis=1), k)
-    np.testing.assert_allclose(_kernels.ideal_dcg_of_rows(gains, k), by_sort, rtol=1e-12)
+    by_sort = _kernels.dcg(-np.sort(-gains, axis=1))
+    np.testing.assert_allclose(_kernels.ideal_dcg_of_rows(gains), by_sort, rtol=1e-12)
 
 
 # --- hand-computed cases ---------------------------------------------------------------------

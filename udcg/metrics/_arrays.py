@@ -7,7 +7,9 @@ float array plus a vector of list lengths, so kernels stay vectorised over queri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -101,7 +103,6 @@ def check_range(values: np.ndarray, name: str, low: float, high: float) -> None:
     )
 
 
-_ONE_BITS = int(np.float64(1.0).view(np.uint64))
 _INF_BITS = int(np.float64(np.inf).view(np.uint64))
 
 
@@ -114,19 +115,52 @@ def _max_bits(values: np.ndarray) -> int | None:
     return int(values.view(np.uint64).max()) if values.size else 0
 
 
-def in_unit_interval(values: np.ndarray) -> bool:
-    """True when a float64 array holds only finite values in [0, 1] (one pass, see
-    ``_max_bits``). False (never an error) otherwise, so callers fall back to their full
-    check, which also words the error."""
+def non_negative_max(values: np.ndarray) -> float | None:
+    """The largest value of a float64 array whose values are all finite and >= 0, from one
+    pass over the bit patterns (see ``_max_bits``); None for anything else (including -0.0
+    and other dtypes), so callers fall back to their full check, which also words the error.
+    """
     bits = _max_bits(values)
-    return bits is not None and bits <= _ONE_BITS
+    if bits is None or bits >= _INF_BITS:
+        return None
+    return float(np.uint64(bits).view(np.float64))
+
+
+def in_unit_interval(values: np.ndarray) -> bool:
+    """True when a float64 array holds only finite values in [0, 1] (one pass)."""
+    top = non_negative_max(values)
+    return top is not None and top <= 1.0
 
 
 def finite_non_negative(values: np.ndarray) -> bool:
-    """True when a float64 array holds only finite values >= 0 (one pass, see ``_max_bits``);
-    False for anything else (including -0.0), so callers fall back to their full check."""
-    bits = _max_bits(values)
-    return bits is not None and bits < _INF_BITS
+    """True when a float64 array holds only finite values >= 0 (one pass)."""
+    return non_negative_max(values) is not None
+
+
+_BLOCK_BYTES = 1 << 21
+
+
+_WORKERS = min(8, os.cpu_count() or 1)
+
+
+def row_blocks(values: np.ndarray) -> Iterator[slice]:
+    """Slices of consecutive rows holding about 2 MiB of float64 each. A chain of passes over
+    one block runs in the CPU cache, so a large batch is read from memory once, not once per
+    pass."""
+    step = max(1, _BLOCK_BYTES // (8 * max(1, values.shape[1])))
+    for start in range(0, values.shape[0], step):
+        yield slice(start, start + step)
+
+
+def all_blocks(values: np.ndarray, work: Callable[[slice], bool]) -> bool:
+    """``work(rows)`` for every block of ``row_blocks(values)``, on one thread per core (up to
+    8) when there are several blocks (numpy releases the GIL inside its loops); True when
+    every call returned True. Blocks must not depend on each other."""
+    blocks = list(row_blocks(values))
+    if len(blocks) < 2 or _WORKERS < 2:
+        return all(work(rows) for rows in blocks)
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        return all(list(pool.map(work, blocks)))
 
 
 def unpad(padded: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:

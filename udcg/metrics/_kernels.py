@@ -7,6 +7,8 @@ rank 1); padding is 0, which adds nothing to any sum below.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 _DISCOUNTS = 1.0 / np.log2(np.arange(2, 1026, dtype=np.float64))
@@ -36,48 +38,75 @@ def dcg(gains: np.ndarray, k: int | None = None) -> np.ndarray:
     return g @ discounts(g.shape[1])
 
 
-_MAX_LEVELS = 8  # up to this many integer grades, counting beats sorting each row
+_CODE_BITS = 24  # float32 sums of powers of two are exact below 2**24
 
 
-def _integer_grades(gains: np.ndarray) -> tuple[np.ndarray, int] | None:
-    """``(gains as uint8, highest grade)`` when every gain is an integer in [0, _MAX_LEVELS]
-    and rows are shorter than 256 (so per-row counts fit in uint8); None otherwise."""
-    if gains.size == 0 or gains.shape[1] > 255:
-        return None
-    top = gains.max()
-    if not 0 <= top <= _MAX_LEVELS:
-        return None
-    grades = gains.astype(np.uint8)
-    return (grades, int(top)) if np.array_equal(grades, gains) else None
-
-
-def ideal_dcg_of_rows(gains: np.ndarray, k: int | None = None) -> np.ndarray:
-    """DCG@k of each row re-ordered by decreasing gain (the list's own ideal ordering).
-
-    Integer gains 0..G (G <= 8) need no sort: the ideal row holds a gain >= L in exactly its
-    first n_L places (n_L = the row's count of gains >= L), so
-    ``IDCG@k = sum_{L=1..G} C[min(n_L, k)]`` with ``C[n]`` the sum of the first n discounts.
-    Other gains are sorted per row. ``gains`` must be finite and >= 0.
-    """
-    integer = _integer_grades(gains)
-    if integer is None:
-        return dcg(-np.sort(-gains, axis=1), k)
-    grades, top = integer
+def _grade_counts(gains: np.ndarray, top: float) -> tuple[np.ndarray, int, int] | None:
+    """``(codes, top, bits)`` for integer gains 0..top: each row's ``sum_j 2**(bits * g_j)``,
+    which holds the row's count of each grade g in its own ``bits``-wide field (bits is the
+    bit length of the row width, so no count overflows into the next field). The sum runs in
+    float32, exact while ``bits * (top + 1) <= 24``. None when gains are not such integers or
+    the fields would not fit."""
     width = gains.shape[1]
+    bits = width.bit_length()
+    if gains.size == 0 or bits * (int(top) + 1) > _CODE_BITS:
+        return None
+    grades = gains.astype(np.int32)
+    if not np.array_equal(grades, gains):
+        return None
+    grades *= bits  # the float32 bit pattern of 2**(bits * g): exponent bits * g + 127
+    grades += 127
+    grades <<= 23
+    codes = grades.view(np.float32) @ np.ones(width, dtype=np.float32)
+    return codes.astype(np.int32), int(top), bits
+
+
+def _ideal_dcg_of_codes(codes: np.ndarray, top: int, bits: int, width: int) -> np.ndarray:
+    """IDCG from packed grade counts (see ``_grade_counts``): the ideal row holds a gain >= L
+    in exactly its first n_L places, so ``IDCG = sum_{L=1..top} C[n_L]`` with ``C[n]`` the
+    sum of the first n discounts and n_L the count of grades >= L."""
     cumulative = np.concatenate(([0.0], np.cumsum(discounts(width))))
-    if k is not None:
-        cumulative = cumulative[np.minimum(np.arange(width + 1), k)]
-    idcg = np.zeros(len(gains))
-    for level in range(1, top + 1):
-        # einsum sums the uint8 view of each row's bools in one fast pass
-        counts = np.einsum("ij->i", (grades >= level).view(np.uint8))
-        idcg += cumulative[counts]
+    idcg = np.zeros(len(codes))
+    at_least = np.zeros(len(codes), dtype=np.int32)
+    for level in range(top, 0, -1):
+        at_least += (codes >> (bits * level)) & ((1 << bits) - 1)
+        idcg += cumulative[np.minimum(at_least, width)]  # table codes may count past width
     return idcg
 
 
+_TABLE_BITS = 16  # up to 2**16 possible codes: compute each once and look rows up
+
+
+@lru_cache(maxsize=16)
+def _ideal_dcg_table(top: int, bits: int, width: int) -> np.ndarray:
+    codes = np.arange(2 ** (bits * (top + 1)), dtype=np.int32)
+    return _ideal_dcg_of_codes(codes, top, bits, width)
+
+
+def ideal_dcg_of_rows(gains: np.ndarray, top: float | None = None) -> np.ndarray:
+    """DCG of each row re-ordered by decreasing gain (the list's own ideal ordering).
+
+    Integer gains 0..G need no sort: one matrix product counts each row's grades (see
+    ``_grade_counts``) and ``_ideal_dcg_of_codes`` turns the counts into the IDCG, read from
+    a table of every possible count code when there are at most 2**16 of them. Other gains
+    are sorted per row. ``gains`` must be finite and >= 0; ``top`` is their maximum when the
+    caller knows it.
+    """
+    counted = _grade_counts(gains, gains.max(initial=0.0) if top is None else top)
+    if counted is None:
+        return dcg(-np.sort(-gains, axis=1))
+    codes, top_grade, bits = counted
+    width = gains.shape[1]
+    if bits * (top_grade + 1) <= _TABLE_BITS:
+        return _ideal_dcg_table(top_grade, bits, width).take(codes)
+    return _ideal_dcg_of_codes(codes, top_grade, bits, width)
+
+
 def ndcg(gains: np.ndarray, ideal_dcg: np.ndarray, k: int | None = None) -> np.ndarray:
-    """``nDCG@k = DCG@k / IDCG@k``, 0 when IDCG is 0."""
-    return safe_divide(dcg(gains, k), ideal_dcg)
+    """``nDCG@k = DCG@k / IDCG@k``, 0 when IDCG is 0. Gains are >= 0 and the ideal counts
+    every gain of the list, so DCG is 0 wherever IDCG is."""
+    values = dcg(gains, k)
+    return np.divide(values, ideal_dcg, out=values, where=ideal_dcg > 0)
 
 
 def average_precision(

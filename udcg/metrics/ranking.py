@@ -23,10 +23,10 @@ import numpy as np
 from udcg.errors import UDCGInputError
 from udcg.metrics import _kernels
 from udcg.metrics._arrays import (
+    all_blocks,
     as_padded,
     finite_non_negative,
-    full_lengths,
-    in_unit_interval,
+    non_negative_max,
 )
 
 _CODEBOOK_MAX_WIDTH = 16
@@ -48,44 +48,45 @@ def _check_k(k: int | None) -> None:
 
 def _validated(labels: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Zero-padded float gains (finite, >= 0) cut to k, and list lengths cut to k."""
-    if isinstance(labels, np.ndarray) and labels.ndim == 2 and finite_non_negative(labels):
-        gains = labels  # valid as it is: one pass instead of the general checks
-        lengths = full_lengths(gains)
-    else:
-        gains, lengths = as_padded(labels, "labels")
-        if (gains < 0).any():
-            row = int(np.argwhere(gains < 0)[0][0])
-            raise UDCGInputError(f"row {row}: negative label", field="labels")
+    gains, lengths = as_padded(labels, "labels")
+    if (gains < 0).any():
+        row = int(np.argwhere(gains < 0)[0][0])
+        raise UDCGInputError(f"row {row}: negative label", field="labels")
     if k is not None:
         gains, lengths = gains[:, :k], np.minimum(lengths, k)
     return gains, lengths
 
 
-def _binary_rows(
-    labels: Any, k: int | None, rel_level: float, exact: bool = False
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(relevant, lengths)`` as a bool matrix (label >= ``rel_level``) for a dense 2-D array
-    whose labels are checked in a pass or two; None sends callers to the general path, which
-    also words any error. ``exact``: the labels must be 0/1 themselves (nDCG reads gains)."""
+def _block_relevance(block: np.ndarray, rel_level: float) -> np.ndarray | None:
+    """Bool relevance (label >= ``rel_level``) of a block of rows of a dense label array, after
+    a one-pass check that labels are finite and >= 0; None when the check fails, which sends
+    callers to the general path (it also words any error)."""
+    if block.dtype == np.bool_:
+        return block if 0 < rel_level <= 1 else None
+    return block >= rel_level if finite_non_negative(block) else None
+
+
+def _dense_per_row(
+    labels: Any, k: int | None, per_block: Callable[[np.ndarray], np.ndarray | None]
+) -> np.ndarray | None:
+    """``per_block`` applied to blocks of rows of a dense 2-D label array cut to k (integers
+    read as float64); None when the input is not such an array or ``per_block`` declines a
+    block, which sends callers to the general path."""
     if not isinstance(labels, np.ndarray) or labels.ndim != 2:
         return None
     cut = labels if k is None else labels[:, :k]
-    lengths = full_lengths(cut)
-    if cut.dtype == np.bool_:
-        return (cut, lengths) if 0 < rel_level <= 1 else None
-    if cut.dtype.kind in "iu":
-        cut = cut.astype(np.float64)
-    if exact:
-        # in [0, 1], and nothing strictly between: as many non-zeros as ones
-        if not in_unit_interval(cut):
-            return None
-        relevant = cut >= 1
-        if np.count_nonzero(cut) != np.count_nonzero(relevant):
-            return None
-        return relevant, lengths
-    if not finite_non_negative(cut):
-        return None
-    return cut >= rel_level, lengths
+    out = np.empty(len(cut))
+
+    def work(rows: slice) -> bool:
+        block = cut[rows]
+        if block.dtype.kind in "iu":
+            block = block.astype(np.float64)
+        values = per_block(block)
+        if values is not None:
+            out[rows] = values
+        return values is not None
+
+    return out if all_blocks(cut, work) else None
 
 
 @lru_cache(maxsize=64)
@@ -95,59 +96,87 @@ def _codebook(metric: str, width: int) -> np.ndarray:
     return _BINARY_KERNELS[metric](patterns.astype(np.float64))
 
 
+@lru_cache(maxsize=64)
+def _bit_values(width: int) -> np.ndarray:
+    return 2.0 ** np.arange(width, dtype=np.float32)
+
+
 def _pack(relevant: np.ndarray) -> np.ndarray:
-    """Row patterns as integers, bit j set when position j+1 is relevant."""
-    codes = np.zeros(len(relevant), dtype=np.uint16)
-    columns = relevant.view(np.uint8)
-    for j in range(relevant.shape[1]):
-        codes |= columns[:, j].astype(np.uint16) << np.uint16(j)
-    return codes
+    """Row patterns as integers, bit j set when position j+1 is relevant: the 0/1 matrix times
+    ``2**j`` in float32 (exact below 2**24, so for up to 16 positions)."""
+    bits = relevant.view(np.uint8).astype(np.float32)
+    return (bits @ _bit_values(relevant.shape[1])).astype(np.intp)
 
 
 def _per_row(metric: str, relevant: np.ndarray) -> np.ndarray:
     """``metric`` of each row of a bool relevance matrix."""
     if relevant.shape[1] <= _CODEBOOK_MAX_WIDTH:
-        return _codebook(metric, relevant.shape[1])[_pack(relevant)]
+        return _codebook(metric, relevant.shape[1]).take(_pack(relevant))
     return _BINARY_KERNELS[metric](relevant.astype(np.float64))
 
 
-def _relevance(labels: Any, k: int | None, rel_level: float) -> tuple[np.ndarray, np.ndarray]:
+def _binary_metric(
+    metric: str, labels: Any, k: int | None, rel_level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, lengths)``: ``metric`` of each list, a passage counting as relevant when its
+    label >= rel_level, and the list lengths cut to k (one number when all are equal)."""
     _check_k(k)
-    fast = _binary_rows(labels, k, rel_level)
+
+    def per_block(block: np.ndarray) -> np.ndarray | None:
+        relevant = _block_relevance(block, rel_level)
+        return None if relevant is None else _per_row(metric, relevant)
+
+    fast = _dense_per_row(labels, k, per_block)
     if fast is not None:
-        return fast
+        return fast, np.asarray(labels.shape[1] if k is None else min(k, labels.shape[1]))
     gains, lengths = _validated(labels, k)
-    return gains >= rel_level, lengths
+    return _per_row(metric, gains >= rel_level), lengths
+
+
+def _ndcg_block(block: np.ndarray) -> np.ndarray | None:
+    """nDCG of a block of rows: 0/1 labels through the codebook, other gains through the
+    kernels; None when a label is not finite and >= 0."""
+    if block.dtype == np.bool_:
+        return _per_row("ndcg", block)
+    top = non_negative_max(block)
+    if top is None:
+        return None
+    if top <= 1:
+        relevant = block >= 1
+        if np.array_equal(relevant, block > 0):  # nothing strictly between 0 and 1
+            return _per_row("ndcg", relevant)
+    return _kernels.ndcg(block, _kernels.ideal_dcg_of_rows(block, top))
 
 
 def ndcg(labels: Any, k: int | None = None) -> np.ndarray:
     """``nDCG@k = DCG@k / IDCG@k`` with linear gain, ``DCG = sum_i g_i / log2(i + 1)``, the
     ideal being the same list sorted by decreasing gain; 0 for a list with no gain."""
     _check_k(k)
-    fast = _binary_rows(labels, k, 1, exact=True)
+    fast = _dense_per_row(labels, k, _ndcg_block)
     if fast is not None:
-        return _per_row("ndcg", fast[0])
+        return fast
     gains, _ = _validated(labels, k)
     return _kernels.ndcg(gains, _kernels.ideal_dcg_of_rows(gains))
 
 
 def average_precision(labels: Any, k: int | None = None, rel_level: float = 1) -> np.ndarray:
     """``AP@k = (1/R) * sum_i rel_i * P@i`` with R the relevant passages in the list; 0 if R=0."""
-    return _per_row("average_precision", _relevance(labels, k, rel_level)[0])
+    return _binary_metric("average_precision", labels, k, rel_level)[0]
 
 
 def reciprocal_rank(labels: Any, k: int | None = None, rel_level: float = 1) -> np.ndarray:
     """``RR = 1 / rank`` of the first relevant passage, 0 if there is none."""
-    return _per_row("reciprocal_rank", _relevance(labels, k, rel_level)[0])
+    return _binary_metric("reciprocal_rank", labels, k, rel_level)[0]
 
 
 def precision(labels: Any, k: int | None = None, rel_level: float = 1) -> np.ndarray:
     """``P@k = |relevant in top k| / k``; without k, divides by each list's length."""
-    relevant, lengths = _relevance(labels, k, rel_level)
-    count = _per_row("relevant_count", relevant)
-    return count / k if k is not None else _kernels.safe_divide(count, lengths)
+    count, lengths = _binary_metric("relevant_count", labels, k, rel_level)
+    if k is None:
+        return _kernels.safe_divide(count, lengths)
+    return np.divide(count, k, out=count)
 
 
 def hits(labels: Any, k: int | None = None, rel_level: float = 1) -> np.ndarray:
     """``Hits@k = 1`` if any of the first k passages is relevant, else 0."""
-    return _per_row("hits", _relevance(labels, k, rel_level)[0])
+    return _binary_metric("hits", labels, k, rel_level)[0]

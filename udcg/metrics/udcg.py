@@ -23,6 +23,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.metrics._arrays import (
+    all_blocks,
     as_padded,
     check_range,
     check_same_shape,
@@ -132,6 +133,55 @@ def udcg_terms(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray]:
     return helpful, u - helpful
 
 
+def _dense_udcg(relevant: Any, utility: Any, gamma: float) -> np.ndarray | None:
+    """UDCG of two 2-D arrays of one shape, block by block after a one-pass range check of
+    each block; None when the inputs are not such arrays or a check fails, which sends the
+    caller to the general path (it also words any error)."""
+    if not (
+        isinstance(relevant, np.ndarray)
+        and isinstance(utility, np.ndarray)
+        and relevant.ndim == 2
+        and relevant.shape == utility.shape
+        and utility.dtype == np.float64
+    ):
+        return None
+    k = utility.shape[1]
+    if k == 0:
+        return np.zeros(len(utility))  # all lists empty
+    scores = np.empty(len(utility))
+
+    def work(rows: slice) -> bool:
+        rel, u = relevant[rows], utility[rows]
+        if not (in_unit_interval(u) and (rel.dtype == np.bool_ or in_unit_interval(rel))):
+            return False
+        out = scores[rows]
+        _weighted_sums(rel, u, gamma, out=out)
+        out /= k
+        _sigmoid(out)
+        return True
+
+    return scores if all_blocks(utility, work) else None
+
+
+def _weighted_sums(rel: np.ndarray, u: np.ndarray, gamma: float, out: np.ndarray) -> None:
+    """``out = sum_i u_i * (rel_i * (1 + gamma) - gamma)`` per row, i.e. the helpful
+    ``rel_i * u_i`` minus gamma times the distracting ``(1 - rel_i) * u_i``."""
+    weight = (rel.view(np.uint8) if rel.dtype == np.bool_ else rel).astype(np.float64)
+    weight *= 1.0 + gamma
+    weight -= gamma
+    weight *= u
+    np.matmul(weight, np.ones(u.shape[1]), out=out)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """``1 / (1 + exp(-x))`` in place (exp overflows to inf for x < -709, giving 0)."""
+    np.negative(x, out=x)
+    with np.errstate(over="ignore"):
+        np.exp(x, out=x)
+    x += 1.0
+    return np.reciprocal(x, out=x)
+
+
 def udcg(relevant: Any, utility: Any, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
     """Per-query ``UDCG = sigmoid( (1/k) * sum_i [rel_i*u_i - gamma*(1 - rel_i)*u_i] )``.
 
@@ -143,15 +193,12 @@ def udcg(relevant: Any, utility: Any, gamma: float = DEFAULT_GAMMA) -> np.ndarra
     for non-empty lists.
     """
     gamma = _check_gamma(gamma)
+    scores = _dense_udcg(relevant, utility, gamma)
+    if scores is not None:
+        return scores
     rel, u, lengths = _validated(relevant, utility)
-    ones = np.ones(u.shape[1])
-    helpful = np.einsum("ij,ij->i", u, rel)  # no [n, k] temporary; bool rel stays bool
-    total = helpful - gamma * (u @ ones - helpful)  # (1 - rel) * u summed = u summed - helpful
-    from scipy.special import expit  # imported here: keeps CLI start-up light
-
-    if u.shape[1] and (lengths == u.shape[1]).all():  # every list full: no empty one
-        total /= u.shape[1]
-        return expit(total, out=total)
+    totals = np.empty(len(u))
+    _weighted_sums(rel, u, gamma, out=totals)  # padding has u = 0: adds nothing
     nonempty = lengths > 0
-    mean = np.divide(total, lengths, out=np.zeros_like(total), where=nonempty)
-    return np.where(nonempty, expit(mean), 0.0)
+    np.divide(totals, lengths, out=totals, where=nonempty)
+    return np.where(nonempty, _sigmoid(totals), 0.0)
