@@ -2,6 +2,7 @@
 and UDCG against a per-passage loop written like the reference implementation.
 
     python bench/bench_arrays.py
+    python bench/bench_arrays.py --threads-ab    # UDCG and graded nDCG on 1 thread vs the default
 
 Times are the best of ``--repeats`` calls in one process, each metric call alternating with
 a call of its baseline (the numpy mean of the same array).
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 import numpy as np
 from timing import best_time, paired_best_times
 
 from udcg import metrics
+from udcg.metrics._arrays import worker_count
 
 
 def reference_udcg_loop(relevant: np.ndarray, utility: np.ndarray, gamma: float) -> list[float]:
@@ -34,14 +37,42 @@ def _row(name: str, label: str, took: float, baseline: float) -> str:
     return f"| {name} | {label} | {took * 1e3:.1f} | {baseline * 1e3:.1f} | {ratio:.1f}x |"
 
 
+def threads_ab(binary: np.ndarray, rng: np.random.Generator, repeats: int) -> None:
+    """Best-of-``repeats`` ms on one thread and on the default count, three alternations."""
+    default = str(worker_count())
+    utility = rng.random(binary.shape)
+    graded = rng.integers(0, 4, binary.shape).astype(np.float64)
+    calls = {
+        "UDCG": lambda: metrics.udcg(binary, utility),
+        "nDCG graded": lambda: metrics.ndcg(graded),
+    }
+    for name, call in calls.items():
+        times: dict[str, list[float]] = {"1": [], default: []}
+        for _ in range(3):
+            for threads in times:
+                os.environ["UDCG_NUM_THREADS"] = threads
+                times[threads].append(best_time(call, repeats) * 1e3)
+        for threads, ms in times.items():
+            print(f"{name}, {threads} thread(s): " + ", ".join(f"{t:.1f}" for t in ms) + " ms")
+    os.environ.pop("UDCG_NUM_THREADS")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=1_000_000)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument(
+        "--threads-ab",
+        action="store_true",
+        help="only time UDCG and graded nDCG on 1 thread and on the default count, alternating",
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     binary = rng.random((args.queries, args.k)) < 0.3
+    if args.threads_ab:
+        threads_ab(binary, rng, args.repeats)
+        return
     inputs = {
         "bool": binary,
         "float 0/1": binary.astype(np.float64),

@@ -15,7 +15,7 @@ from udcg.metrics import _arrays, average_precision, hits, ndcg, precision, reci
 @pytest.fixture(autouse=True)
 def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_arrays, "_BLOCK_BYTES", 8 * 6 * 7)  # 7 rows of 6 per block
-    monkeypatch.setattr(_arrays, "_WORKERS", 2)
+    monkeypatch.setenv("UDCG_NUM_THREADS", "2")
 
 
 def _mixed_labels(rng: np.random.Generator) -> np.ndarray:
@@ -60,6 +60,24 @@ def test_a_bad_label_in_a_late_block_is_still_located(bad: float) -> None:
     for metric in (ndcg, average_precision, hits):
         with pytest.raises(UDCGInputError, match="row 44"):
             metric(labels)
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_results_do_not_depend_on_the_thread_count(
+    threads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    labels = _mixed_labels(np.random.default_rng(6))
+    two = ndcg(labels)
+    monkeypatch.setenv("UDCG_NUM_THREADS", threads)
+    assert _arrays.worker_count() == int(threads)
+    np.testing.assert_array_equal(ndcg(labels), two)
+
+
+@pytest.mark.parametrize("bad", ["many", "0", "-2"])
+def test_a_bad_thread_count_is_named(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UDCG_NUM_THREADS", bad)
+    with pytest.raises(UDCGInputError, match="UDCG_NUM_THREADS must be a positive integer"):
+        ndcg(np.zeros((50, 6)))
 
 
 def test_blocked_udcg_equals_the_general_path() -> None:

@@ -140,7 +140,17 @@ def finite_non_negative(values: np.ndarray) -> bool:
 _BLOCK_BYTES = 1 << 21
 
 
-_WORKERS = min(8, os.cpu_count() or 1)
+def worker_count() -> int:
+    """Threads for block work: ``UDCG_NUM_THREADS`` if set, else the CPUs this process may
+    run on, at most 8."""
+    given = os.environ.get("UDCG_NUM_THREADS", "").strip()
+    if given:
+        count = int(given) if given.isdigit() else 0
+        if count < 1:
+            raise UDCGInputError(f"UDCG_NUM_THREADS must be a positive integer, got {given!r}")
+        return count
+    available = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return min(8, len(available) if available else os.cpu_count() or 1)
 
 
 def row_blocks(values: np.ndarray) -> Iterator[slice]:
@@ -153,13 +163,14 @@ def row_blocks(values: np.ndarray) -> Iterator[slice]:
 
 
 def all_blocks(values: np.ndarray, work: Callable[[slice], bool]) -> bool:
-    """``work(rows)`` for every block of ``row_blocks(values)``, on one thread per core (up to
-    8) when there are several blocks (numpy releases the GIL inside its loops); True when
-    every call returned True. Blocks must not depend on each other."""
+    """``work(rows)`` for every block of ``row_blocks(values)``, on ``worker_count()`` threads
+    when there are several blocks (numpy releases the GIL inside its loops); True when every
+    call returned True. Blocks must not depend on each other."""
     blocks = list(row_blocks(values))
-    if len(blocks) < 2 or _WORKERS < 2:
+    workers = min(len(blocks), worker_count())
+    if workers < 2:
         return all(work(rows) for rows in blocks)
-    with ThreadPoolExecutor(_WORKERS) as pool:
+    with ThreadPoolExecutor(workers) as pool:
         return all(list(pool.map(work, blocks)))
 
 

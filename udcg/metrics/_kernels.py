@@ -54,9 +54,8 @@ def _grade_counts(gains: np.ndarray, top: float) -> tuple[np.ndarray, int, int] 
     grades = gains.astype(np.int32)
     if not np.array_equal(grades, gains):
         return None
-    grades *= bits  # the float32 bit pattern of 2**(bits * g): exponent bits * g + 127
-    grades += 127
-    grades <<= 23
+    grades *= bits << 23  # the float32 bit pattern of 2**(bits * g): (bits * g + 127) << 23
+    grades += 127 << 23
     codes = grades.view(np.float32) @ np.ones(width, dtype=np.float32)
     return codes.astype(np.int32), int(top), bits
 
