@@ -18,7 +18,7 @@ import numpy as np
 from timing import best_time, paired_best_times
 
 from udcg import metrics
-from udcg.metrics._arrays import worker_count
+from udcg._threads import worker_count
 
 
 def reference_udcg_loop(relevant: np.ndarray, utility: np.ndarray, gamma: float) -> list[float]:

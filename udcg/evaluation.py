@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from udcg._pages import small_pages
+from udcg._threads import run_concurrently
 from udcg.errors import UDCGInputError
 from udcg.io.arrow import from_numpy, to_numpy
 from udcg.io.trec_files import (
@@ -170,26 +171,31 @@ def evaluate_table(
 
 
 def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
-    q_run, q_qrels, qid_names = _encode(run.qids, qrels.qids)
-    d_run, d_qrels, doc_names = _encode(run.doc_ids, qrels.doc_ids)
+    # independent steps run side by side: numpy and Arrow release the GIL in their kernels
+    (q_run, q_qrels, qid_names), (d_run, d_qrels, doc_names) = run_concurrently(
+        lambda: _encode(run.qids, qrels.qids), lambda: _encode(run.doc_ids, qrels.doc_ids)
+    )
     n_queries, n_docs = len(qid_names), max(len(doc_names), 1)
 
     qrel_keys = q_qrels * n_docs + d_qrels
-    sorted_keys, qrel_order = _sort_with_order(qrel_keys, n_queries * n_docs)
+    run_keys = q_run * n_docs + d_run
+    judged = np.zeros(n_queries, dtype=bool)
+    judged[q_qrels] = True
+    keep = judged[q_run]
+    (sorted_keys, qrel_order), run_repeats, order = run_concurrently(
+        lambda: _sort_with_order(qrel_keys, n_queries * n_docs),
+        lambda: _has_duplicates(run_keys),
+        lambda: trec_order(
+            q_run[keep], run.scores[keep], run.doc_ids.take(from_numpy(np.flatnonzero(keep)))
+        ),
+    )
     if (sorted_keys[1:] == sorted_keys[:-1]).any():
         raise _duplicate_error(
             "qrels", qrels.source, qrel_keys, qid_names, doc_names, q_qrels, d_qrels
         )
-    run_keys = q_run * n_docs + d_run
-    if _has_duplicates(run_keys):
+    if run_repeats:
         raise _duplicate_error("run", run.source, run_keys, qid_names, doc_names, q_run, d_run)
 
-    judged = np.zeros(n_queries, dtype=bool)
-    judged[q_qrels] = True
-    keep = judged[q_run]
-    order = trec_order(
-        q_run[keep], run.scores[keep], run.doc_ids.take(from_numpy(np.flatnonzero(keep)))
-    )
     q_ranked = q_run[keep][order]
     d_ranked = d_run[keep][order]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from udcg._threads import worker_count
 from udcg.errors import UDCGInputError
 from udcg.metrics import _arrays, average_precision, hits, ndcg, precision, reciprocal_rank, udcg
 
@@ -69,7 +70,7 @@ def test_results_do_not_depend_on_the_thread_count(
     labels = _mixed_labels(np.random.default_rng(6))
     two = ndcg(labels)
     monkeypatch.setenv("UDCG_NUM_THREADS", threads)
-    assert _arrays.worker_count() == int(threads)
+    assert worker_count() == int(threads)
     np.testing.assert_array_equal(ndcg(labels), two)
 
 

@@ -7,13 +7,12 @@ float array plus a vector of list lengths, so kernels stay vectorised over queri
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from udcg._threads import map_concurrently
 from udcg.errors import UDCGInputError
 
 ArrayLike2D = np.ndarray | Sequence[Sequence[float]]
@@ -140,19 +139,6 @@ def finite_non_negative(values: np.ndarray) -> bool:
 _BLOCK_BYTES = 1 << 21
 
 
-def worker_count() -> int:
-    """Threads for block work: ``UDCG_NUM_THREADS`` if set, else the CPUs this process may
-    run on, at most 8."""
-    given = os.environ.get("UDCG_NUM_THREADS", "").strip()
-    if given:
-        count = int(given) if given.isdigit() else 0
-        if count < 1:
-            raise UDCGInputError(f"UDCG_NUM_THREADS must be a positive integer, got {given!r}")
-        return count
-    available = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    return min(8, len(available) if available else os.cpu_count() or 1)
-
-
 def row_blocks(values: np.ndarray) -> Iterator[slice]:
     """Slices of consecutive rows holding about 2 MiB of float64 each. A chain of passes over
     one block runs in the CPU cache, so a large batch is read from memory once, not once per
@@ -163,15 +149,10 @@ def row_blocks(values: np.ndarray) -> Iterator[slice]:
 
 
 def all_blocks(values: np.ndarray, work: Callable[[slice], bool]) -> bool:
-    """``work(rows)`` for every block of ``row_blocks(values)``, on ``worker_count()`` threads
-    when there are several blocks (numpy releases the GIL inside its loops); True when every
-    call returned True. Blocks must not depend on each other."""
-    blocks = list(row_blocks(values))
-    workers = min(len(blocks), worker_count())
-    if workers < 2:
-        return all(work(rows) for rows in blocks)
-    with ThreadPoolExecutor(workers) as pool:
-        return all(list(pool.map(work, blocks)))
+    """``work(rows)`` for every block of ``row_blocks(values)``, on several threads when there
+    are several blocks (see ``udcg._threads``); True when every call returned True. Blocks
+    must not depend on each other."""
+    return all(map_concurrently(work, row_blocks(values)))
 
 
 def unpad(padded: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:

@@ -1,0 +1,41 @@
+"""Threads for CPU work that numpy and Arrow run outside the GIL (their kernels release it).
+
+``UDCG_NUM_THREADS`` sets how many; by default the CPUs this process may run on, at most 8.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from udcg.errors import UDCGInputError
+
+
+def worker_count() -> int:
+    """``UDCG_NUM_THREADS`` if set (a positive integer), else the usable CPUs, at most 8."""
+    given = os.environ.get("UDCG_NUM_THREADS", "").strip()
+    if given:
+        count = int(given) if given.isdigit() else 0
+        if count < 1:
+            raise UDCGInputError(f"UDCG_NUM_THREADS must be a positive integer, got {given!r}")
+        return count
+    available = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return min(8, len(available) if available else os.cpu_count() or 1)
+
+
+def map_concurrently(work: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    """``[work(item) for item in items]`` on up to ``worker_count()`` threads; the first
+    exception raised by a call propagates."""
+    items = list(items)
+    workers = min(len(items), worker_count())
+    if workers < 2:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(work, items))
+
+
+def run_concurrently(*calls: Callable[[], Any]) -> list[Any]:
+    """The results of ``calls``, run on up to ``worker_count()`` threads."""
+    return map_concurrently(lambda call: call(), calls)
