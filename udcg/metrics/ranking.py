@@ -10,6 +10,9 @@ the LLM sees. Each function returns a 1-D float64 array of per-query values.
 Binary lists of at most 16 positions take a codebook path: each row's relevance pattern is
 packed into an integer and the metric is read from a table that holds the kernel's value for
 every possible pattern, so a batch costs a few passes over the labels whatever the metric.
+Dense 2-D arrays are checked and scored in cache-sized blocks of rows, on several threads
+(``_arrays.all_blocks``); other input, or a block that fails its check, takes the general path,
+which also words any error.
 """
 
 from __future__ import annotations
