@@ -96,6 +96,18 @@ def _sort_with_order(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndar
     return packed >> bits, packed & ((1 << bits) - 1)
 
 
+def _run_grades(
+    qrel_keys: np.ndarray, grades: np.ndarray, n_keys: int, run_keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(sorted qrels keys, each run row's grade)``: the qrels keys sorted once and every run
+    key looked up in them by binary search; 0 for an unjudged pair."""
+    sorted_keys, order = _sort_with_order(qrel_keys, n_keys)
+    if not len(sorted_keys):
+        return sorted_keys, np.zeros(len(run_keys), dtype=grades.dtype)
+    pos = np.minimum(np.searchsorted(sorted_keys, run_keys), len(sorted_keys) - 1)
+    return sorted_keys, np.where(sorted_keys[pos] == run_keys, grades[order[pos]], 0)
+
+
 def _has_duplicates(keys: np.ndarray) -> bool:
     ordered = np.sort(keys)
     return bool((ordered[1:] == ordered[:-1]).any())
@@ -182,8 +194,8 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     judged = np.zeros(n_queries, dtype=bool)
     judged[q_qrels] = True
     keep = judged[q_run]
-    (sorted_keys, qrel_order), run_repeats, order = run_concurrently(
-        lambda: _sort_with_order(qrel_keys, n_queries * n_docs),
+    (sorted_keys, run_grades), run_repeats, order = run_concurrently(
+        lambda: _run_grades(qrel_keys, qrels.relevance, n_queries * n_docs, run_keys),
         lambda: _has_duplicates(run_keys),
         lambda: trec_order(
             q_run[keep], run.scores[keep], run.doc_ids.take(from_numpy(np.flatnonzero(keep)))
@@ -197,14 +209,7 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
         raise _duplicate_error("run", run.source, run_keys, qid_names, doc_names, q_run, d_run)
 
     q_ranked = q_run[keep][order]
-    d_ranked = d_run[keep][order]
-
-    ranked_keys = q_ranked * n_docs + d_ranked
-    pos = np.minimum(np.searchsorted(sorted_keys, ranked_keys), max(len(sorted_keys) - 1, 0))
-    found = (
-        sorted_keys[pos] == ranked_keys if len(sorted_keys) else np.zeros(len(ranked_keys), bool)
-    )
-    gains = np.where(found, qrels.relevance[qrel_order][pos], 0).astype(np.float64)
+    gains = run_grades[keep][order].astype(np.float64)
 
     lengths = np.bincount(q_ranked, minlength=n_queries)
     evaluated = np.flatnonzero(lengths > 0)
