@@ -80,7 +80,7 @@ def _as_qrels(qrels: QrelsLike) -> Qrels:
 def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """Integer codes of two string columns over one shared dictionary."""
     encoded = pc.dictionary_encode(pa.concat_arrays([first, second]))
-    codes = to_numpy(encoded.indices).astype(np.int64)
+    codes = to_numpy(encoded.indices)  # int32, read in place
     return codes[: len(first)], codes[len(first) :], encoded.dictionary
 
 
@@ -92,8 +92,12 @@ def _sort_with_order(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndar
     if n_keys.bit_length() + bits > 63:
         order = np.argsort(keys)
         return keys[order], order
-    packed = np.sort((keys << bits) | np.arange(len(keys), dtype=np.int64))
-    return packed >> bits, packed & ((1 << bits) - 1)
+    packed = keys << bits  # in-place steps below: fewer fresh pages on a first call
+    packed |= np.arange(len(keys), dtype=np.int64)
+    packed.sort()
+    order = packed & ((1 << bits) - 1)
+    packed >>= bits
+    return packed, order
 
 
 def _run_grades(
@@ -104,8 +108,11 @@ def _run_grades(
     sorted_keys, order = _sort_with_order(qrel_keys, n_keys)
     if not len(sorted_keys):
         return sorted_keys, np.zeros(len(run_keys), dtype=grades.dtype)
-    pos = np.minimum(np.searchsorted(sorted_keys, run_keys), len(sorted_keys) - 1)
-    return sorted_keys, np.where(sorted_keys[pos] == run_keys, grades[order[pos]], 0)
+    pos = np.searchsorted(sorted_keys, run_keys)
+    np.minimum(pos, len(sorted_keys) - 1, out=pos)
+    run_grades = grades[order[pos]]
+    run_grades[sorted_keys[pos] != run_keys] = 0
+    return sorted_keys, run_grades
 
 
 def _has_duplicates(keys: np.ndarray) -> bool:
@@ -137,7 +144,7 @@ def _duplicate_error(
 def _ideal_dcg(q: np.ndarray, grades: np.ndarray, n_queries: int, k: int | None) -> np.ndarray:
     """IDCG@k per query: its judged gains sorted descending, counted per grade (no sort)."""
     gains = np.maximum(grades, 0)
-    per_grade = np.bincount(q * (int(gains.max(initial=0)) + 1) + gains)
+    per_grade = np.bincount(np.multiply(q, int(gains.max(initial=0)) + 1, dtype=np.int64) + gains)
     counts = np.zeros((n_queries, int(gains.max(initial=0)) + 1), dtype=np.int64)
     counts.flat[: len(per_grade)] = per_grade
     depth = int(counts[:, 1:].sum(axis=1).max(initial=0))
@@ -189,8 +196,10 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     )
     n_queries, n_docs = len(qid_names), max(len(doc_names), 1)
 
-    qrel_keys = q_qrels * n_docs + d_qrels
-    run_keys = q_run * n_docs + d_run
+    qrel_keys = np.multiply(q_qrels, n_docs, dtype=np.int64)
+    qrel_keys += d_qrels
+    run_keys = np.multiply(q_run, n_docs, dtype=np.int64)
+    run_keys += d_run
     judged = np.zeros(n_queries, dtype=bool)
     judged[q_qrels] = True
     keep = judged[q_run]
