@@ -99,6 +99,22 @@ def test_file_dict_and_object_entry_points_agree(tmp_path: Path) -> None:
     assert qrels_from_dict(qrels).to_dict() == read_trec_qrels(qrels_path).to_dict()
 
 
+@pytest.mark.parametrize("spacing", [" ", "\t", "  "])
+def test_plain_files_read_alike_whatever_the_spacing(tmp_path: Path, spacing: str) -> None:
+    # single spaces take Arrow's read of the file itself, the others the in-memory retry
+    qrels, run = _random_case(np.random.default_rng(12), n_queries=20)
+    run_path = tmp_path / "run.txt"
+    run_path.write_text(
+        "".join(
+            spacing.join((q, "Q0", d, str(rank), repr(s), "tag")) + "\n"
+            for q, docs in run.items()
+            for rank, (d, s) in enumerate(docs.items(), start=1)
+        )
+    )
+    assert read_trec_run(run_path).to_dict() == run
+    assert evaluate(qrels, run_path, ["nDCG@10", "AP"]) == evaluate(qrels, run, ["nDCG@10", "AP"])
+
+
 def test_queries_missing_from_either_side_are_ignored() -> None:
     qrels = {"a": {"d1": 1}, "b": {"d2": 1}}
     run = {"a": {"d1": 1.0}, "c": {"d9": 3.0}}
