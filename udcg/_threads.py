@@ -37,5 +37,14 @@ def map_concurrently(work: Callable[[Any], Any], items: Iterable[Any]) -> list[A
 
 
 def run_concurrently(*calls: Callable[[], Any]) -> list[Any]:
-    """The results of ``calls``, run on up to ``worker_count()`` threads."""
-    return map_concurrently(lambda call: call(), calls)
+    """The results of ``calls``: the first runs on the calling thread, the others at the same
+    time on up to ``worker_count() - 1`` threads. glibc gives each thread its own allocator
+    arena, fresh memory to fault in, so the call that makes the large numpy temporaries should
+    come first; Arrow calls allocate from Arrow's own pool wherever they run."""
+    workers = min(len(calls), worker_count()) - 1
+    if workers < 1:
+        return [call() for call in calls]
+    with ThreadPoolExecutor(workers) as pool:
+        others = [pool.submit(call) for call in calls[1:]]
+        first = calls[0]()
+        return [first, *(future.result() for future in others)]

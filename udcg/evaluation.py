@@ -190,7 +190,7 @@ def evaluate_table(
 
 
 def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
-    # independent steps run side by side: numpy and Arrow release the GIL in their kernels
+    # independent steps run side by side (udcg._threads): both encodings are Arrow's
     (q_run, q_qrels, qid_names), (d_run, d_qrels, doc_names) = run_concurrently(
         lambda: _encode(run.qids, qrels.qids), lambda: _encode(run.doc_ids, qrels.doc_ids)
     )
@@ -203,12 +203,14 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     judged = np.zeros(n_queries, dtype=bool)
     judged[q_qrels] = True
     keep = judged[q_run]
-    (sorted_keys, run_grades), run_repeats, order = run_concurrently(
-        lambda: _run_grades(qrel_keys, qrels.relevance, n_queries * n_docs, run_keys),
-        lambda: _has_duplicates(run_keys),
-        lambda: trec_order(
-            q_run[keep], run.scores[keep], run.doc_ids.take(from_numpy(np.flatnonzero(keep)))
+    kept = (q_run[keep], run.scores[keep], run.doc_ids.take(from_numpy(np.flatnonzero(keep))))
+    # the numpy work on this thread, Arrow's sort (its own memory pool) beside it
+    (sorted_keys, run_grades, run_repeats), order = run_concurrently(
+        lambda: (
+            *_run_grades(qrel_keys, qrels.relevance, n_queries * n_docs, run_keys),
+            _has_duplicates(run_keys),
         ),
+        lambda: trec_order(*kept),
     )
     if (sorted_keys[1:] == sorted_keys[:-1]).any():
         raise _duplicate_error(
