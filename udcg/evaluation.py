@@ -110,14 +110,25 @@ def _run_grades(
         return sorted_keys, np.zeros(len(run_keys), dtype=grades.dtype)
     pos = np.searchsorted(sorted_keys, run_keys)
     np.minimum(pos, len(sorted_keys) - 1, out=pos)
-    run_grades = grades[order[pos]]
-    run_grades[sorted_keys[pos] != run_keys] = 0
+    unjudged = sorted_keys[pos] != run_keys
+    pos = order[pos]
+    del order  # each step frees what it no longer needs: fewer fresh pages on a first call
+    run_grades = grades[pos]
+    run_grades[unjudged] = 0
     return sorted_keys, run_grades
 
 
-def _has_duplicates(keys: np.ndarray) -> bool:
-    ordered = np.sort(keys)
-    return bool((ordered[1:] == ordered[:-1]).any())
+def _sorted_has_repeats(keys: np.ndarray) -> bool:
+    """True when ``keys`` holds a value twice; sorts ``keys`` in place."""
+    keys.sort()
+    return bool((keys[1:] == keys[:-1]).any())
+
+
+def _pair_keys(q: np.ndarray, d: np.ndarray, n_docs: int) -> np.ndarray:
+    """One int64 key per (query, document) code pair: ``q * n_docs + d``."""
+    keys = np.multiply(q, n_docs, dtype=np.int64)
+    keys += d
+    return keys
 
 
 def _duplicate_error(
@@ -196,10 +207,8 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     )
     n_queries, n_docs = len(qid_names), max(len(doc_names), 1)
 
-    qrel_keys = np.multiply(q_qrels, n_docs, dtype=np.int64)
-    qrel_keys += d_qrels
-    run_keys = np.multiply(q_run, n_docs, dtype=np.int64)
-    run_keys += d_run
+    qrel_keys = _pair_keys(q_qrels, d_qrels, n_docs)
+    run_keys = _pair_keys(q_run, d_run, n_docs)
     judged = np.zeros(n_queries, dtype=bool)
     judged[q_qrels] = True
     keep = judged[q_run]
@@ -208,7 +217,7 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     (sorted_keys, run_grades, run_repeats), order = run_concurrently(
         lambda: (
             *_run_grades(qrel_keys, qrels.relevance, n_queries * n_docs, run_keys),
-            _has_duplicates(run_keys),
+            _sorted_has_repeats(run_keys),  # after the lookup, which reads them in file order
         ),
         lambda: trec_order(*kept),
     )
@@ -217,6 +226,7 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
             "qrels", qrels.source, qrel_keys, qid_names, doc_names, q_qrels, d_qrels
         )
     if run_repeats:
+        run_keys = _pair_keys(q_run, d_run, n_docs)  # the check sorted them
         raise _duplicate_error("run", run.source, run_keys, qid_names, doc_names, q_run, d_run)
 
     q_ranked = q_run[keep][order]
