@@ -155,8 +155,9 @@ def _duplicate_error(
 def _ideal_dcg(q: np.ndarray, grades: np.ndarray, n_queries: int, k: int | None) -> np.ndarray:
     """IDCG@k per query: its judged gains sorted descending, counted per grade (no sort)."""
     gains = np.maximum(grades, 0)
-    per_grade = np.bincount(np.multiply(q, int(gains.max(initial=0)) + 1, dtype=np.int64) + gains)
-    counts = np.zeros((n_queries, int(gains.max(initial=0)) + 1), dtype=np.int64)
+    n_grades = int(gains.max(initial=0)) + 1
+    per_grade = np.bincount(np.multiply(q, n_grades, dtype=np.int64) + gains)
+    counts = np.zeros((n_queries, n_grades), dtype=np.int64)
     counts.flat[: len(per_grade)] = per_grade
     depth = int(counts[:, 1:].sum(axis=1).max(initial=0))
     depth = depth if k is None else min(depth, k)
@@ -212,7 +213,8 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     judged = np.zeros(n_queries, dtype=bool)
     judged[q_qrels] = True
     keep = judged[q_run]
-    kept = (q_run[keep], run.scores[keep], run.doc_ids.take(from_numpy(np.flatnonzero(keep))))
+    q_kept = q_run[keep]
+    kept = (q_kept, run.scores[keep], run.doc_ids.take(from_numpy(np.flatnonzero(keep))))
     # the numpy work on this thread, Arrow's sort (its own memory pool) beside it
     (sorted_keys, run_grades, run_repeats), order = run_concurrently(
         lambda: (
@@ -229,7 +231,7 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
         run_keys = _pair_keys(q_run, d_run, n_docs)  # the check sorted them
         raise _duplicate_error("run", run.source, run_keys, qid_names, doc_names, q_run, d_run)
 
-    q_ranked = q_run[keep][order]
+    q_ranked = q_kept[order]
     gains = run_grades[keep][order].astype(np.float64)
 
     lengths = np.bincount(q_ranked, minlength=n_queries)

@@ -185,8 +185,9 @@ def _arrow_table(
 def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: pa.DataType):
     types = {"qid": pa.string(), "doc_id": pa.string(), value_field: value_type}
     table = _arrow_table(path, names, types)
-    data = None if table is not None else read_bytes(path)
+    data = None
     if table is None:
+        data = read_bytes(path)
         if not data or data.isspace():
             raise UDCGInputError("empty file", path=path)
         try:

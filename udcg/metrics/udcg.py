@@ -95,20 +95,29 @@ def _aligned(relevant: Any, utility: Any) -> tuple[Any, Any]:
     return [relevant[q] for q in keys], [utility[q] for q in keys]
 
 
+def _dense_pair(relevant: Any, utility: Any) -> bool:
+    """True for two 2-D numpy arrays of one shape."""
+    return (
+        isinstance(relevant, np.ndarray)
+        and isinstance(utility, np.ndarray)
+        and relevant.ndim == 2
+        and relevant.shape == utility.shape
+    )
+
+
+def _in_range(rel: np.ndarray, u: np.ndarray) -> bool:
+    """The one-pass check of a dense pair: ``rel`` bool or float64 in [0, 1], ``u`` float64
+    in [0, 1]; False (never an error) otherwise."""
+    return in_unit_interval(u) and (rel.dtype == np.bool_ or in_unit_interval(rel))
+
+
 def _validated(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(rel, u, lengths)``: validated zero-padded arrays describing the same lists.
 
     Fast path: 2-D arrays of one shape, ``relevant`` bool or float64 and ``utility`` float64,
     both in [0, 1], are used as they are (bool stays bool) after a one-pass range check.
     """
-    if (
-        isinstance(relevant, np.ndarray)
-        and isinstance(utility, np.ndarray)
-        and relevant.ndim == 2
-        and relevant.shape == utility.shape
-        and (relevant.dtype == np.bool_ or in_unit_interval(relevant))
-        and in_unit_interval(utility)
-    ):
+    if _dense_pair(relevant, utility) and _in_range(relevant, utility):
         return relevant, utility, full_lengths(utility)
     relevant, utility = _aligned(relevant, utility)
     rel = as_padded(relevant, "relevant")
@@ -137,13 +146,7 @@ def _dense_udcg(relevant: Any, utility: Any, gamma: float) -> np.ndarray | None:
     """UDCG of two 2-D arrays of one shape, block by block after a one-pass range check of
     each block; None when the inputs are not such arrays or a check fails, which sends the
     caller to the general path (it also words any error)."""
-    if not (
-        isinstance(relevant, np.ndarray)
-        and isinstance(utility, np.ndarray)
-        and relevant.ndim == 2
-        and relevant.shape == utility.shape
-        and utility.dtype == np.float64
-    ):
+    if not (_dense_pair(relevant, utility) and utility.dtype == np.float64):
         return None
     k = utility.shape[1]
     if k == 0:
@@ -152,7 +155,7 @@ def _dense_udcg(relevant: Any, utility: Any, gamma: float) -> np.ndarray | None:
 
     def work(rows: slice) -> bool:
         rel, u = relevant[rows], utility[rows]
-        if not (in_unit_interval(u) and (rel.dtype == np.bool_ or in_unit_interval(rel))):
+        if not _in_range(rel, u):
             return False
         out = scores[rows]
         _weighted_sums(rel, u, gamma, out=out)
