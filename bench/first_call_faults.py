@@ -1,0 +1,71 @@
+"""Page faults and kernel time of udcg's first and second ``evaluate_table`` call in a fresh
+process, optionally right after another tool's process has run on the same files.
+
+    python bench/first_call_faults.py bench/data/qrels.trec bench/data/run.trec --rounds 3
+    python bench/first_call_faults.py QRELS RUN --after ir_measures --rounds 3
+
+The fault count (``getrusage`` minor faults) is stable to a few pages from run to run, unlike
+the time, so it measures how much fresh memory a first call touches. ``--huge-pages`` leaves
+numpy's transparent-huge-page advice on inside the call (udcg turns it off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+from bench_trec import _WORKERS, TOOLS
+
+_CHILD = """
+import json, resource, sys, time
+import udcg
+if {huge_pages}:
+    import udcg._pages
+    udcg._pages._set_madvise_hugepage = lambda flag: True
+def usage():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_minflt, r.ru_stime, time.perf_counter()
+measures = ["nDCG@10", "AP", "RR", "P@10"]
+calls = []
+for _ in range(2):
+    before = usage()
+    udcg.evaluate_table(sys.argv[1], sys.argv[2], measures)
+    after = usage()
+    calls.append([round(a - b, 3) for a, b in zip(after, before)])
+print(json.dumps(calls))
+"""
+
+
+def _run_tool(tool: str, qrels: str, run: str) -> None:
+    worker = _WORKERS[tool] + "\nimport sys\nwork(sys.argv[1], sys.argv[2])\n"
+    subprocess.run([sys.executable, "-c", worker, qrels, run], check=True, capture_output=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("qrels")
+    parser.add_argument("run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--after", choices=TOOLS, help="run this tool's process first")
+    parser.add_argument("--huge-pages", action="store_true")
+    args = parser.parse_args()
+    print("| round | first call faults | sys s | wall s | second call faults | sys s | wall s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for i in range(1, args.rounds + 1):
+        if args.after:
+            _run_tool(args.after, args.qrels, args.run)
+        child = _CHILD.format(huge_pages=args.huge_pages)
+        out = subprocess.run(
+            [sys.executable, "-c", child, args.qrels, args.run],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        (f1, s1, w1), (f2, s2, w2) = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"| {i} | {f1:.0f} | {s1:.3f} | {w1:.3f} | {f2:.0f} | {s2:.3f} | {w2:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
