@@ -6,13 +6,21 @@ import gzip
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import pytrec_eval
 
 from udcg import _pages, evaluate
 from udcg.errors import UDCGInputError
 from udcg.evaluation import _sort_with_order, evaluate_table
-from udcg.io.trec_files import qrels_from_dict, read_trec_qrels, read_trec_run, run_from_dict
+from udcg.io.trec_files import (
+    Qrels,
+    Run,
+    qrels_from_dict,
+    read_trec_qrels,
+    read_trec_run,
+    run_from_dict,
+)
 from udcg.metrics import _kernels
 
 # ir_measures name -> pytrec_eval name
@@ -97,6 +105,32 @@ def test_file_dict_and_object_entry_points_agree(tmp_path: Path) -> None:
     )
     assert read_trec_run(run_path).to_dict() == run
     assert qrels_from_dict(qrels).to_dict() == read_trec_qrels(qrels_path).to_dict()
+
+
+def _recoded(strings: pa.Array, rng: np.random.Generator) -> pa.DictionaryArray:
+    """``strings`` as a dictionary array whose dictionary repeats values, holds unused ones
+    and is shuffled, with int8 or int16 indices."""
+    values = strings.to_pylist()
+    dictionary = sorted(set(values)) * 2 + ["unused"]
+    rng.shuffle(dictionary)
+    where = {v: i for i, v in enumerate(dictionary)}  # the last of the two copies
+    kind = np.int8 if len(dictionary) < 128 else np.int16
+    indices = pa.array(np.array([where[v] for v in values], dtype=kind))
+    return pa.DictionaryArray.from_arrays(indices, pa.array(dictionary))
+
+
+def test_dictionary_encoded_ids_evaluate_like_plain_strings() -> None:
+    rng = np.random.default_rng(13)
+    qrels, run = _random_case(rng, n_queries=40)
+    plain_run, plain_qrels = run_from_dict(run), qrels_from_dict(qrels)
+    coded_run = Run(
+        _recoded(plain_run.qids, rng), _recoded(plain_run.doc_ids, rng), plain_run.scores
+    )
+    coded_qrels = Qrels(
+        _recoded(plain_qrels.qids, rng), _recoded(plain_qrels.doc_ids, rng), plain_qrels.relevance
+    )
+    assert coded_run.to_dict() == run
+    assert evaluate(coded_qrels, coded_run, list(PARITY)) == evaluate(qrels, run, list(PARITY))
 
 
 @pytest.mark.parametrize("spacing", [" ", "\t", "  "])

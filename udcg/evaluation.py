@@ -77,11 +77,22 @@ def _as_qrels(qrels: QrelsLike) -> Qrels:
     return read_trec_qrels(qrels)
 
 
+def _dictionary(strings: pa.Array) -> pa.DictionaryArray:
+    return strings if pa.types.is_dictionary(strings.type) else pc.dictionary_encode(strings)
+
+
 def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-    """Integer codes of two string columns over one shared dictionary."""
-    encoded = pc.dictionary_encode(pa.concat_arrays([first, second]))
-    codes = to_numpy(encoded.indices)  # int32, read in place
-    return codes[: len(first)], codes[len(first) :], encoded.dictionary
+    """Integer codes of two string columns over one shared dictionary. Dictionary-encoded
+    columns (as read from files) are merged through their dictionaries, not row by row."""
+    first, second = _dictionary(first), _dictionary(second)
+    n_first = len(first.dictionary)
+    merged = pc.dictionary_encode(pa.concat_arrays([first.dictionary, second.dictionary]))
+    codes = to_numpy(merged.indices)  # int32, read in place
+    first_codes = to_numpy(first.indices).astype(np.int32, copy=False)
+    # codes follow first appearance, so a dictionary without repeats keeps its own codes
+    if not (codes[:n_first] == np.arange(n_first)).all():
+        first_codes = codes[:n_first][first_codes]
+    return first_codes, codes[n_first:][to_numpy(second.indices)], merged.dictionary
 
 
 def _sort_with_order(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:

@@ -34,7 +34,7 @@ _QRELS_COLUMNS = ("qid", "iteration", "doc_id", "relevance")
 class Run:
     """A ranked retrieval run: one row per (query, document) with its score."""
 
-    qids: pa.Array
+    qids: pa.Array  # strings, or dictionary-encoded strings as the file readers give them
     doc_ids: pa.Array
     scores: np.ndarray
     source: str | None = None
@@ -183,7 +183,10 @@ def _arrow_table(
 
 
 def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: pa.DataType):
-    types = {"qid": pa.string(), "doc_id": pa.string(), value_field: value_type}
+    # ids dictionary-encoded while parsing, in parallel per block: the evaluation needs their
+    # codes, and no column of a million strings is built
+    ids = pa.dictionary(pa.int32(), pa.string())
+    types = {"qid": ids, "doc_id": ids, value_field: value_type}
     table = _arrow_table(path, names, types)
     data = None
     if table is None:
@@ -205,8 +208,8 @@ def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: 
     values = to_numpy(table[value_field])
     if value_field == "score" and not np.isfinite(values).all():
         scan()
-    qids, doc_ids = table["qid"].combine_chunks(), table["doc_id"].combine_chunks()
-    return qids, doc_ids, values
+    table = table.unify_dictionaries()  # one dictionary per column instead of one per block
+    return table["qid"].combine_chunks(), table["doc_id"].combine_chunks(), values
 
 
 def locate_duplicate(source: str | None, names: tuple[str, ...], value_field: str) -> None:
@@ -271,15 +274,21 @@ def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
     return Qrels(qids, doc_ids, np.asarray(values, dtype=np.int64))
 
 
+def _decoded(strings: pa.Array) -> pa.Array:
+    """Plain strings of a possibly dictionary-encoded array (Arrow sorts only plain ones)."""
+    return strings.dictionary_decode() if pa.types.is_dictionary(strings.type) else strings
+
+
 def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
     """Row indices in trec_eval's ranking order: by query, then score descending, then doc id
     descending (the tie-break trec_eval applies). ``qids``: query ids or integer codes (Arrow
-    or numpy), ``scores``: float array, ``doc_ids``: Arrow string array."""
+    or numpy), ``scores``: float array, ``doc_ids``: Arrow strings, plain or dictionary-encoded.
+    """
     table = pa.Table.from_arrays(
         [
-            qids if isinstance(qids, pa.Array | pa.ChunkedArray) else from_numpy(qids),
+            _decoded(qids) if isinstance(qids, pa.Array) else from_numpy(qids),
             from_numpy(scores),
-            doc_ids,
+            _decoded(doc_ids),
         ],
         names=["q", "s", "d"],
     )
