@@ -12,7 +12,7 @@ import pytrec_eval
 
 from udcg import _pages, evaluate
 from udcg.errors import UDCGInputError
-from udcg.evaluation import _sort_with_order, evaluate_table
+from udcg.evaluation import _judged_grades, evaluate_table
 from udcg.io.trec_files import (
     Qrels,
     Run,
@@ -42,14 +42,18 @@ PARITY = {
 }
 
 
-def _random_case(rng: np.random.Generator, n_queries: int) -> tuple[dict, dict]:
+def _random_case(
+    rng: np.random.Generator, n_queries: int, depth: int | None = None
+) -> tuple[dict, dict]:
+    """Random qrels and run; every ranked list is ``depth`` long when given."""
     qrels: dict[str, dict[str, int]] = {}
     run: dict[str, dict[str, float]] = {}
     for q in range(n_queries):
-        pool = [f"d{i}" for i in rng.choice(200, size=int(rng.integers(1, 40)), replace=False)]
-        depth = int(rng.integers(0, len(pool) + 1))
+        size = depth or int(rng.integers(1, 40))
+        pool = [f"d{i}" for i in rng.choice(200, size=size, replace=False)]
+        ranked = depth or int(rng.integers(0, len(pool) + 1))
         # coarse scores: many ties, which trec_eval breaks by document id descending
-        run[f"q{q}"] = {d: float(rng.integers(0, 4)) for d in pool[:depth]}
+        run[f"q{q}"] = {d: float(rng.integers(0, 4)) for d in pool[:ranked]}
         if rng.random() < 0.9:
             judged = rng.choice(pool + [f"x{i}" for i in range(5)], size=int(rng.integers(1, 20)))
             qrels[f"q{q}"] = {str(d): int(rng.choice([-1, 0, 0, 1, 2, 3])) for d in judged}
@@ -74,6 +78,13 @@ def _assert_parity(ours: dict, ref: dict) -> None:
 @pytest.mark.parametrize("seed", range(8))
 def test_random_runs_with_ties_match_pytrec_eval(seed: int) -> None:
     qrels, run = _random_case(np.random.default_rng(seed), n_queries=60)
+    _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fixed_depth_runs_match_pytrec_eval(seed: int) -> None:
+    # every list equally long: the engine reshapes the ranked rows instead of scattering
+    qrels, run = _random_case(np.random.default_rng(seed), n_queries=60, depth=25)
     _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
 
 
@@ -261,10 +272,15 @@ def test_huge_page_advice_is_off_during_evaluation_and_restored_after(
         _pages._set_madvise_hugepage(before)
 
 
-@pytest.mark.parametrize("n_keys", [10**6, 2**62])  # packed sort, argsort fallback
-def test_sort_with_order_matches_argsort(n_keys: int) -> None:
-
-    keys = np.random.default_rng(0).choice(10**6, size=5000, replace=False).astype(np.int64)
-    sorted_keys, order = _sort_with_order(keys, n_keys)
-    np.testing.assert_array_equal(order, np.argsort(keys))
-    np.testing.assert_array_equal(sorted_keys, np.sort(keys))
+@pytest.mark.parametrize("n_keys", [10**6, 2**62])  # grades in the key bits, argsort
+@pytest.mark.parametrize("span", [4, 1000])  # grade codes of 3 and 10 bits
+def test_judged_grades_match_a_dict_lookup(n_keys: int, span: int) -> None:
+    rng = np.random.default_rng(span)
+    qrel_keys = rng.choice(10**6, size=5000, replace=False).astype(np.int64)
+    grades = rng.integers(-1, span, size=5000)
+    run_keys = np.concatenate([rng.choice(qrel_keys, 3000), rng.integers(0, 10**6, 3000)])
+    expected = dict(zip(qrel_keys.tolist(), grades.tolist(), strict=True))
+    repeats, found = _judged_grades(qrel_keys.copy(), grades, n_keys, run_keys.copy())
+    assert not repeats
+    assert found.tolist() == [expected.get(k, 0) for k in run_keys.tolist()]
+    assert _judged_grades(np.array([3, 5, 3]), np.array([1, 2, 1]), n_keys, np.array([5]))[0]

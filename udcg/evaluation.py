@@ -95,43 +95,45 @@ def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, 
     return first_codes, codes[n_first:][to_numpy(second.indices)], merged.dictionary
 
 
-def _sort_with_order(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
-    """``keys`` sorted and the row order that sorts them, for non-negative keys below
-    ``n_keys``. When key and row number fit in 63 bits together, one plain sort of
-    ``key << bits | row`` gives both (about 2x faster than argsort)."""
-    bits = max(len(keys) - 1, 1).bit_length()
-    if n_keys.bit_length() + bits > 63:
-        order = np.argsort(keys)
-        return keys[order], order
-    packed = keys << bits  # in-place steps below: fewer fresh pages on a first call
-    packed |= np.arange(len(keys), dtype=np.int64)
-    packed.sort()
-    order = packed & ((1 << bits) - 1)
-    packed >>= bits
-    return packed, order
-
-
-def _run_grades(
+def _judged_grades(
     qrel_keys: np.ndarray, grades: np.ndarray, n_keys: int, run_keys: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(sorted qrels keys, each run row's grade)``: the qrels keys sorted once and every run
-    key looked up in them by binary search; 0 for an unjudged pair."""
-    sorted_keys, order = _sort_with_order(qrel_keys, n_keys)
-    if not len(sorted_keys):
-        return sorted_keys, np.zeros(len(run_keys), dtype=grades.dtype)
-    pos = np.searchsorted(sorted_keys, run_keys)
-    np.minimum(pos, len(sorted_keys) - 1, out=pos)
-    unjudged = sorted_keys[pos] != run_keys
-    pos = order[pos]
-    del order  # each step frees what it no longer needs: fewer fresh pages on a first call
-    run_grades = grades[pos]
-    run_grades[unjudged] = 0
-    return sorted_keys, run_grades
+) -> tuple[bool, np.ndarray]:
+    """``(whether a qrels key repeats, the grade of every run key, 0 when unjudged)``.
+
+    The qrels keys are sorted once with ``grade - lowest`` in their low bits (``key << b |
+    code``), so the sort carries the grades along and every run key is found by one binary
+    search; both key arrays are shifted in place. When key and code do not fit in 63 bits
+    together, the rows are argsorted instead. Each step reuses or frees the arrays before it
+    (a first call in a process pays for every fresh page)."""
+    low = int(grades.min(initial=0))
+    bits = max(int(grades.max(initial=0)) - low, 1).bit_length()
+    if n_keys.bit_length() + bits > 63:
+        order = np.argsort(qrel_keys)
+        qrel_keys, grades, bits = qrel_keys[order], grades[order], 0
+    else:
+        qrel_keys <<= bits
+        qrel_keys += grades
+        qrel_keys -= low
+        qrel_keys.sort()
+        run_keys <<= bits
+    repeats = _has_adjacent_repeats(qrel_keys >> bits)
+    if not len(qrel_keys):
+        return repeats, np.zeros(len(run_keys), dtype=grades.dtype)
+    pos = np.searchsorted(qrel_keys, run_keys)
+    found = qrel_keys.take(pos, mode="clip")
+    found ^= run_keys  # the code where the key matches, at least 2**b where it does not
+    unjudged = found >= (1 << bits)
+    if bits:
+        found += low
+    else:
+        found = grades.take(pos, mode="clip")
+    del pos
+    found[unjudged] = 0
+    return repeats, found
 
 
-def _sorted_has_repeats(keys: np.ndarray) -> bool:
-    """True when ``keys`` holds a value twice; sorts ``keys`` in place."""
-    keys.sort()
+def _has_adjacent_repeats(keys: np.ndarray) -> bool:
+    """True when two neighbours of ``keys`` are equal (a repeat, for sorted keys)."""
     return bool((keys[1:] == keys[:-1]).any())
 
 
@@ -142,20 +144,34 @@ def _pair_keys(q: np.ndarray, d: np.ndarray, n_docs: int) -> np.ndarray:
     return keys
 
 
+def _graded_pairs(
+    q_qrels: np.ndarray,
+    d_qrels: np.ndarray,
+    grades: np.ndarray,
+    q_run: np.ndarray,
+    d_run: np.ndarray,
+    n_queries: int,
+    n_docs: int,
+) -> tuple[bool, np.ndarray, bool]:
+    """``(whether a qrels pair repeats, the grade of every run row, whether a run pair
+    repeats)`` from the query and document codes of both sides."""
+    run_keys = _pair_keys(q_run, d_run, n_docs)
+    qrels_repeats, run_grades = _judged_grades(
+        _pair_keys(q_qrels, d_qrels, n_docs), grades, n_queries * n_docs, run_keys
+    )
+    run_keys.sort()  # after the lookup, which reads them in file order
+    return qrels_repeats, run_grades, _has_adjacent_repeats(run_keys)
+
+
 def _duplicate_error(
-    what: str,
-    source: str | None,
-    keys: np.ndarray,
-    qids: pa.Array,
-    docs: pa.Array,
-    q: np.ndarray,
-    d: np.ndarray,
+    what: str, source: str | None, q: np.ndarray, d: np.ndarray, qids: pa.Array, docs: pa.Array
 ) -> UDCGInputError:
     """The error for a repeated (query, document) pair, located by line when read from a file."""
     if what == "qrels":
         locate_duplicate(source, ("qid", "iteration", "doc_id", "relevance"), "relevance")
     else:
         locate_duplicate(source, ("qid", "Q0", "doc_id", "rank", "score", "tag"), "score")
+    keys = _pair_keys(q, d, len(docs))
     order = np.argsort(keys, kind="stable")
     i = int(order[np.flatnonzero(keys[order][1:] == keys[order][:-1])[0] + 1])
     return UDCGInputError(
@@ -188,10 +204,27 @@ def _length_buckets(lengths: np.ndarray) -> list[np.ndarray]:
     return [np.flatnonzero(classes == c) for c in np.unique(classes)]
 
 
-def _measure(m: Measure, gains: np.ndarray, n_rel: np.ndarray, idcg: np.ndarray) -> np.ndarray:
+def _padded(gains: np.ndarray, q_ranked: np.ndarray, lengths: np.ndarray, queries: np.ndarray):
+    """The ranked gains of ``queries`` (ascending codes) as one zero-padded float row each;
+    ``q_ranked`` holds each row's query, grouped by query in code order."""
+    counts = lengths[queries]
+    width, total = int(counts.max()), int(counts.sum())
+    if total == len(gains) == len(queries) * width:  # every row, every list full: no scatter
+        return gains.reshape(len(queries), width).astype(np.float64)
+    rows = np.flatnonzero(np.isin(q_ranked, queries)) if total < len(gains) else slice(None)
+    row_of = np.zeros(len(lengths), dtype=np.intp)
+    row_of[queries] = np.arange(len(queries))
+    first_row = np.cumsum(lengths) - lengths
+    q = q_ranked[rows]
+    padded = np.zeros((len(queries), width))
+    padded[row_of[q], np.arange(len(q_ranked))[rows] - first_row[q]] = gains[rows]
+    return padded
+
+
+def _measure(m: Measure, gains: np.ndarray, is_rel: np.ndarray, n_rel: np.ndarray, idcg):
+    """``m`` per row of ``gains`` (>= 0); ``is_rel``: gains >= m.rel as floats."""
     if m.name == "nDCG":
-        return _kernels.ndcg(np.maximum(gains, 0.0), idcg, m.cutoff)
-    is_rel = (gains >= m.rel).astype(np.float64)
+        return _kernels.ndcg(gains, idcg, m.cutoff)
     if m.name == "AP":
         return _kernels.average_precision(is_rel, n_rel, m.cutoff)
     if m.name == "RR":
@@ -213,47 +246,31 @@ def evaluate_table(
 
 
 def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
-    # independent steps run side by side (udcg._threads): both encodings are Arrow's
-    (q_run, q_qrels, qid_names), (d_run, d_qrels, doc_names) = run_concurrently(
-        lambda: _encode(run.qids, qrels.qids), lambda: _encode(run.doc_ids, qrels.doc_ids)
-    )
+    q_run, q_qrels, qid_names = _encode(run.qids, qrels.qids)
+    d_run, d_qrels, doc_names = _encode(run.doc_ids, qrels.doc_ids)
     n_queries, n_docs = len(qid_names), max(len(doc_names), 1)
-
-    qrel_keys = _pair_keys(q_qrels, d_qrels, n_docs)
-    run_keys = _pair_keys(q_run, d_run, n_docs)
-    judged = np.zeros(n_queries, dtype=bool)
-    judged[q_qrels] = True
-    keep = judged[q_run]
-    q_kept = q_run[keep]
-    kept = (q_kept, run.scores[keep], run.doc_ids.take(from_numpy(np.flatnonzero(keep))))
     # the numpy work on this thread, Arrow's sort (its own memory pool) beside it
-    (sorted_keys, run_grades, run_repeats), order = run_concurrently(
-        lambda: (
-            *_run_grades(qrel_keys, qrels.relevance, n_queries * n_docs, run_keys),
-            _sorted_has_repeats(run_keys),  # after the lookup, which reads them in file order
-        ),
-        lambda: trec_order(*kept),
+    (qrels_repeats, run_grades, run_repeats), order = run_concurrently(
+        lambda: _graded_pairs(q_qrels, d_qrels, qrels.relevance, q_run, d_run, n_queries, n_docs),
+        lambda: trec_order(q_run, run.scores, run.doc_ids),
     )
-    if (sorted_keys[1:] == sorted_keys[:-1]).any():
-        raise _duplicate_error(
-            "qrels", qrels.source, qrel_keys, qid_names, doc_names, q_qrels, d_qrels
-        )
+    if qrels_repeats:
+        raise _duplicate_error("qrels", qrels.source, q_qrels, d_qrels, qid_names, doc_names)
     if run_repeats:
-        run_keys = _pair_keys(q_run, d_run, n_docs)  # the check sorted them
-        raise _duplicate_error("run", run.source, run_keys, qid_names, doc_names, q_run, d_run)
+        raise _duplicate_error("run", run.source, q_run, d_run, qid_names, doc_names)
 
-    q_ranked = q_kept[order]
-    gains = run_grades[keep][order].astype(np.float64)
-
+    q_ranked = q_run[order]
+    gains = run_grades[order]
+    del run_grades  # freed for reuse below
+    np.maximum(gains, 0, out=gains)  # linear gain; every binary level is >= 1
     lengths = np.bincount(q_ranked, minlength=n_queries)
+    judged = np.bincount(q_qrels, minlength=n_queries) > 0
+    # every retrieved-for query is scored; those the qrels do not judge are left out after
     evaluated = np.flatnonzero(lengths > 0)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    rank = np.arange(len(q_ranked)) - starts[q_ranked]
 
-    rel_levels = {m.rel for m in parsed if m.name in ("AP", "R")}
+    rel_levels = {m.rel for m in parsed if m.name != "nDCG"}
     n_rel = {
-        lvl: np.bincount(q_qrels, weights=qrels.relevance >= lvl, minlength=n_queries)
-        for lvl in rel_levels
+        lvl: np.bincount(q_qrels[qrels.relevance >= lvl], minlength=n_queries) for lvl in rel_levels
     }
     idcg = {
         m.cutoff: _ideal_dcg(q_qrels, qrels.relevance, n_queries, m.cutoff)
@@ -262,17 +279,19 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     }
 
     values = np.empty((n_queries, len(parsed)))
-    row_of = np.empty(n_queries, dtype=np.int64)
     for bucket in _length_buckets(lengths[evaluated]):
         queries = evaluated[bucket]
-        row_of[queries] = np.arange(len(queries))
-        in_bucket = np.isin(q_ranked, queries) if len(bucket) < len(evaluated) else slice(None)
-        padded = np.zeros((len(queries), int(lengths[queries].max())))
-        padded[row_of[q_ranked[in_bucket]], rank[in_bucket]] = gains[in_bucket]
+        padded = _padded(gains, q_ranked, lengths, queries)
+        is_rel = {lvl: (padded >= lvl).astype(np.float64) for lvl in rel_levels}
         for j, m in enumerate(parsed):
-            n_rel_m = n_rel[m.rel][queries] if m.name in ("AP", "R") else None
-            idcg_m = idcg[m.cutoff][queries] if m.name == "nDCG" else None
-            values[queries, j] = _measure(m, padded, n_rel_m, idcg_m)
+            values[queries, j] = _measure(
+                m,
+                padded,
+                is_rel.get(m.rel),
+                n_rel[m.rel][queries] if m.rel in n_rel else None,
+                idcg[m.cutoff][queries] if m.name == "nDCG" else None,
+            )
+    evaluated = evaluated[judged[evaluated]]
     names = qid_names.take(from_numpy(evaluated)).to_pylist()
     return Evaluation(names, parsed, values[evaluated])
 
