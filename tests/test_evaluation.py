@@ -250,26 +250,42 @@ def _huge_page_advice() -> bool:
     return current
 
 
-def test_huge_page_advice_is_off_during_evaluation_and_restored_after(
+def _memory_settings() -> tuple[bool, str]:
+    return _huge_page_advice(), pa.default_memory_pool().backend_name
+
+
+def test_huge_pages_are_off_during_evaluation_and_restored_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen = []
     precision = _kernels.precision
     monkeypatch.setattr(
-        _kernels, "precision", lambda *a: seen.append(_huge_page_advice()) or precision(*a)
+        _kernels, "precision", lambda *a: seen.append(_memory_settings()) or precision(*a)
     )
     before = _pages._set_madvise_hugepage(True)
+    outside = (True, pa.default_memory_pool().backend_name)
     try:
         evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, "P@1")
-        assert seen == [False]
-        assert _huge_page_advice() is True
+        assert seen == [(False, _pages._small_page_pool().backend_name)]
+        assert seen[0][1] in ("jemalloc", "system")  # not mimalloc's huge pages
+        assert _memory_settings() == outside
         empty = tmp_path / "empty.qrels"
         empty.write_text("\n")
         with pytest.raises(UDCGInputError):
             evaluate(empty, {"q": {"a": 1.0}}, "P@1")
-        assert _huge_page_advice() is True
+        assert _memory_settings() == outside
     finally:
         _pages._set_madvise_hugepage(before)
+
+
+def test_system_allocator_where_arrow_lacks_jemalloc(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> None:
+        raise NotImplementedError("jemalloc support is not enabled")
+
+    monkeypatch.setattr(pa, "jemalloc_memory_pool", missing)
+    assert _pages._small_page_pool().backend_name == "system"
+    qrels, run = _random_case(np.random.default_rng(5), n_queries=20)
+    _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
 
 
 @pytest.mark.parametrize("n_keys", [10**6, 2**62])  # grades in the key bits, argsort

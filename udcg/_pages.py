@@ -1,11 +1,14 @@
-"""Fresh memory for one large call: numpy's transparent-huge-page advice, glibc's threshold.
+"""Fresh memory for one large call: no transparent huge pages, glibc's threshold adapted.
 
-numpy advises the kernel to back every array of 4 MiB or more with 2 MiB pages. Where
-transparent huge pages are in ``madvise`` mode (the common default), each such page is
-allocated and zeroed whole on first touch, and a short-lived temporary pays that again on every
-fresh allocation. The TREC engine makes dozens of such temporaries per call: with the advice,
-the first evaluation of a 1M-line run in a process took 0.9-1.2 s, without it 0.6-0.7 s
-(``bench/bench_trec.py``); later calls reuse freed memory and do not change.
+numpy advises the kernel to back every array of 4 MiB or more with 2 MiB pages, and Arrow's
+default allocator (mimalloc) does the same for its whole arena. Where transparent huge pages
+are in ``madvise`` mode (the common default), each such page is allocated and zeroed whole on
+first touch; on a virtual machine that hands freed memory back to its host, a fresh 2 MiB page
+costs more again. The TREC engine's first call in a process touches some 200 MiB, mostly
+short-lived: with numpy's advice the first evaluation of a 1M-line run took 0.9-1.2 s, without
+it 0.6-0.7 s; with Arrow's mimalloc it keeps about 140 MiB in huge pages and takes 0.54-0.86 s
+right after another large process exits, 0.48-0.54 s on jemalloc (``bench/bench_trec.py``,
+``bench/first_call_faults.py``); later calls reuse freed memory either way.
 
 glibc's malloc maps every block of 128 KiB or more afresh (and unmaps it when freed) until the
 process frees one such mapped block; from then on, blocks up to that size come from the heap
@@ -21,6 +24,7 @@ import contextlib
 from collections.abc import Iterator
 
 import numpy as np
+import pyarrow as pa
 
 try:  # numpy >= 2
     from numpy._core.multiarray import _set_madvise_hugepage
@@ -31,13 +35,26 @@ except ImportError:  # numpy 1.x
 _ADAPT_BYTES = (32 << 20) - (1 << 16)
 
 
+def _small_page_pool() -> pa.MemoryPool:
+    """Arrow's jemalloc pool (4 KiB pages), or the system allocator where Arrow lacks it."""
+    try:
+        return pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        return pa.system_memory_pool()
+
+
 @contextlib.contextmanager
 def small_pages() -> Iterator[None]:
-    """Allocate numpy arrays without huge-page advice inside the block; restores the setting."""
-    previous = _set_madvise_hugepage(False)
+    """Inside the block numpy allocates without huge-page advice and Arrow allocates from a
+    pool without huge pages; both settings are restored after (Arrow buffers return to the
+    pool they came from)."""
+    previous_advice = _set_madvise_hugepage(False)
+    previous_pool = pa.default_memory_pool()
+    pa.set_memory_pool(_small_page_pool())
     # allocated and freed untouched (no pages), only to let glibc raise its mmap threshold
     np.empty(_ADAPT_BYTES, dtype=np.uint8)  # freed at once
     try:
         yield
     finally:
-        _set_madvise_hugepage(previous)
+        pa.set_memory_pool(previous_pool)
+        _set_madvise_hugepage(previous_advice)
