@@ -278,6 +278,19 @@ def test_huge_pages_are_off_during_evaluation_and_restored_after(
         _pages._set_madvise_hugepage(before)
 
 
+def test_overlapping_blocks_restore_the_outside_settings_when_the_last_one_leaves() -> None:
+    outside = _memory_settings()
+    first, second = _pages.small_pages(), _pages.small_pages()
+    first.__enter__()
+    inside = _memory_settings()
+    assert inside[0] is False and inside[1] != "mimalloc"
+    second.__enter__()
+    first.__exit__(None, None, None)  # another thread's block leaves first
+    assert _memory_settings() == inside
+    second.__exit__(None, None, None)
+    assert _memory_settings() == outside
+
+
 def test_system_allocator_where_arrow_lacks_jemalloc(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing() -> None:
         raise NotImplementedError("jemalloc support is not enabled")

@@ -21,6 +21,7 @@ in any process that has already freed a large array.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -43,18 +44,33 @@ def _small_page_pool() -> pa.MemoryPool:
         return pa.system_memory_pool()
 
 
+class _Settings:
+    """The process's settings while any ``small_pages`` block runs (blocks may overlap in
+    threads: the first to enter saves the outside settings, the last to leave restores them)."""
+
+    lock = threading.Lock()
+    depth = 0
+    outside: tuple[bool, pa.MemoryPool] | None = None
+
+
 @contextlib.contextmanager
 def small_pages() -> Iterator[None]:
     """Inside the block numpy allocates without huge-page advice and Arrow allocates from a
     pool without huge pages; both settings are restored after (Arrow buffers return to the
     pool they came from)."""
-    previous_advice = _set_madvise_hugepage(False)
-    previous_pool = pa.default_memory_pool()
-    pa.set_memory_pool(_small_page_pool())
+    with _Settings.lock:
+        if _Settings.depth == 0:
+            _Settings.outside = (_set_madvise_hugepage(False), pa.default_memory_pool())
+            pa.set_memory_pool(_small_page_pool())
+        _Settings.depth += 1
     # allocated and freed untouched (no pages), only to let glibc raise its mmap threshold
     np.empty(_ADAPT_BYTES, dtype=np.uint8)  # freed at once
     try:
         yield
     finally:
-        pa.set_memory_pool(previous_pool)
-        _set_madvise_hugepage(previous_advice)
+        with _Settings.lock:
+            _Settings.depth -= 1
+            if _Settings.depth == 0:
+                advice, pool = _Settings.outside
+                pa.set_memory_pool(pool)
+                _set_madvise_hugepage(advice)
