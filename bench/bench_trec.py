@@ -9,7 +9,8 @@ four measures for every query (each tool's own reader and evaluator, as a user c
 best of the next ``--repeats`` calls; "peak MiB" is the growth of the process's peak resident
 memory over its footprint after imports, during the cold call. With ``--rounds N`` every tool
 runs N times, the tools taking turns, and the table shows the medians (single runs on a shared
-host vary by 20-30%).
+host vary by 20-30%). ``--parity`` instead compares udcg's per-query values with pytrec_eval's
+on the same files and prints the largest absolute difference per measure.
 """
 
 from __future__ import annotations
@@ -81,6 +82,27 @@ def measure(tool: str, qrels: str, run: str, repeats: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+_PYTREC_NAMES = {"nDCG@10": "ndcg_cut_10", "AP": "map", "RR": "recip_rank", "P@10": "P_10"}
+
+
+def parity(qrels: str, run: str) -> None:
+    """Print max |udcg - pytrec_eval| per measure over every query both evaluate."""
+    import pytrec_eval
+
+    import udcg
+
+    ours = udcg.evaluate(qrels, run, list(_PYTREC_NAMES))
+    with open(qrels) as q, open(run) as r:
+        judged, ranked = pytrec_eval.parse_qrel(q), pytrec_eval.parse_run(r)
+    ref = pytrec_eval.RelevanceEvaluator(judged, set(_PYTREC_NAMES.values())).evaluate(ranked)
+    if set(ours) != set(ref):
+        sys.exit(f"query sets differ: {len(set(ours) ^ set(ref))} queries in only one")
+    print(f"{len(ours)} queries")
+    for name, ref_name in _PYTREC_NAMES.items():
+        diff = max(abs(ours[q][name] - ref[q][ref_name]) for q in ref)
+        print(f"{name}: max abs diff {diff:.2e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("qrels")
@@ -88,7 +110,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
+    parser.add_argument("--parity", action="store_true")
     args = parser.parse_args()
+    if args.parity:
+        parity(args.qrels, args.run)
+        return
     runs: dict[str, list[dict]] = {tool: [] for tool in args.tools}
     for round_ in range(args.rounds):
         for tool in args.tools:

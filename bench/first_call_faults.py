@@ -4,9 +4,12 @@ process, optionally right after another tool's process has run on the same files
     python bench/first_call_faults.py bench/data/qrels.trec bench/data/run.trec --rounds 3
     python bench/first_call_faults.py QRELS RUN --after ir_measures --rounds 3
 
-The fault count (``getrusage`` minor faults) is stable to a few pages from run to run, unlike
-the time, so it measures how much fresh memory a first call touches. ``--huge-pages`` leaves
-numpy's transparent-huge-page advice on inside the call (udcg turns it off).
+The fault count (``getrusage`` minor faults) varies by a few percent from run to run, far less
+than the time, so it measures how much fresh memory a first call touches; a fault on a
+transparent huge page counts once for 2 MiB, so the table also shows the process's memory in
+huge pages after the first call. udcg turns huge pages off inside the call: ``--huge-pages``
+leaves numpy's advice on, ``--mimalloc`` leaves Arrow's default pool (mimalloc, which asks
+for huge pages) in place of jemalloc.
 """
 
 from __future__ import annotations
@@ -21,9 +24,16 @@ from bench_trec import _WORKERS, TOOLS
 _CHILD = """
 import json, resource, sys, time
 import udcg
+import udcg._pages
 if {huge_pages}:
-    import udcg._pages
     udcg._pages._set_madvise_hugepage = lambda flag: True
+if {mimalloc}:
+    import pyarrow
+    udcg._pages._small_page_pool = pyarrow.default_memory_pool
+def huge_mib():
+    with open("/proc/self/smaps_rollup") as f:
+        kib = [int(line.split()[1]) for line in f if line.startswith("AnonHugePages")]
+    return kib[0] / 1024 if kib else float("nan")
 def usage():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_minflt, r.ru_stime, time.perf_counter()
@@ -34,6 +44,7 @@ for _ in range(2):
     udcg.evaluate_table(sys.argv[1], sys.argv[2], measures)
     after = usage()
     calls.append([round(a - b, 3) for a, b in zip(after, before)])
+    calls[-1].append(huge_mib())
 print(json.dumps(calls))
 """
 
@@ -50,21 +61,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--after", choices=TOOLS, help="run this tool's process first")
     parser.add_argument("--huge-pages", action="store_true")
+    parser.add_argument("--mimalloc", action="store_true")
     args = parser.parse_args()
-    print("| round | first call faults | sys s | wall s | second call faults | sys s | wall s |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| round | first call faults | sys s | wall s | huge-page MiB after"
+        " | second call faults | sys s | wall s |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for i in range(1, args.rounds + 1):
         if args.after:
             _run_tool(args.after, args.qrels, args.run)
-        child = _CHILD.format(huge_pages=args.huge_pages)
+        child = _CHILD.format(huge_pages=args.huge_pages, mimalloc=args.mimalloc)
         out = subprocess.run(
             [sys.executable, "-c", child, args.qrels, args.run],
             check=True,
             capture_output=True,
             text=True,
         )
-        (f1, s1, w1), (f2, s2, w2) = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {i} | {f1:.0f} | {s1:.3f} | {w1:.3f} | {f2:.0f} | {s2:.3f} | {w2:.3f} |")
+        (f1, s1, w1, h1), (f2, s2, w2, _) = json.loads(out.stdout.strip().splitlines()[-1])
+        print(
+            f"| {i} | {f1:.0f} | {s1:.3f} | {w1:.3f} | {h1:.0f} | {f2:.0f} | {s2:.3f} | {w2:.3f} |"
+        )
 
 
 if __name__ == "__main__":
