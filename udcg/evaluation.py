@@ -78,6 +78,7 @@ def _as_qrels(qrels: QrelsLike) -> Qrels:
 
 
 def _dictionary(strings: pa.Array) -> pa.DictionaryArray:
+    """``strings`` dictionary-encoded (as they are when read from a file)."""
     return strings if pa.types.is_dictionary(strings.type) else pc.dictionary_encode(strings)
 
 
@@ -204,7 +205,9 @@ def _length_buckets(lengths: np.ndarray) -> list[np.ndarray]:
     return [np.flatnonzero(classes == c) for c in np.unique(classes)]
 
 
-def _padded(gains: np.ndarray, q_ranked: np.ndarray, lengths: np.ndarray, queries: np.ndarray):
+def _padded(
+    gains: np.ndarray, q_ranked: np.ndarray, lengths: np.ndarray, queries: np.ndarray
+) -> np.ndarray:
     """The ranked gains of ``queries`` (ascending codes) as one zero-padded float row each;
     ``q_ranked`` holds each row's query, grouped by query in code order."""
     counts = lengths[queries]
@@ -221,8 +224,15 @@ def _padded(gains: np.ndarray, q_ranked: np.ndarray, lengths: np.ndarray, querie
     return padded
 
 
-def _measure(m: Measure, gains: np.ndarray, is_rel: np.ndarray, n_rel: np.ndarray, idcg):
-    """``m`` per row of ``gains`` (>= 0); ``is_rel``: gains >= m.rel as floats."""
+def _measure(
+    m: Measure,
+    gains: np.ndarray,
+    is_rel: np.ndarray | None,
+    n_rel: np.ndarray | None,
+    idcg: np.ndarray | None,
+) -> np.ndarray:
+    """``m`` per row of ``gains`` (>= 0); ``is_rel``: gains >= m.rel as floats (binary
+    measures), ``n_rel``: relevant judged documents per row (AP, R), ``idcg``: nDCG's."""
     if m.name == "nDCG":
         return _kernels.ndcg(gains, idcg, m.cutoff)
     if m.name == "AP":
@@ -270,7 +280,8 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
 
     rel_levels = {m.rel for m in parsed if m.name != "nDCG"}
     n_rel = {
-        lvl: np.bincount(q_qrels[qrels.relevance >= lvl], minlength=n_queries) for lvl in rel_levels
+        lvl: np.bincount(q_qrels[qrels.relevance >= lvl], minlength=n_queries)
+        for lvl in {m.rel for m in parsed if m.name in ("AP", "R")}
     }
     idcg = {
         m.cutoff: _ideal_dcg(q_qrels, qrels.relevance, n_queries, m.cutoff)
@@ -287,8 +298,8 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
             values[queries, j] = _measure(
                 m,
                 padded,
-                is_rel.get(m.rel),
-                n_rel[m.rel][queries] if m.rel in n_rel else None,
+                is_rel.get(m.rel) if m.name != "nDCG" else None,
+                n_rel[m.rel][queries] if m.name in ("AP", "R") else None,
                 idcg[m.cutoff][queries] if m.name == "nDCG" else None,
             )
     evaluated = evaluated[judged[evaluated]]
