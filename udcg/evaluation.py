@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from os import PathLike
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -165,13 +166,15 @@ def _graded_pairs(
 
 
 def _duplicate_error(
-    what: str, source: str | None, q: np.ndarray, d: np.ndarray, qids: pa.Array, docs: pa.Array
+    what: Literal["run", "qrels"],
+    source: str | None,
+    q: np.ndarray,
+    d: np.ndarray,
+    qids: pa.Array,
+    docs: pa.Array,
 ) -> UDCGInputError:
     """The error for a repeated (query, document) pair, located by line when read from a file."""
-    if what == "qrels":
-        locate_duplicate(source, ("qid", "iteration", "doc_id", "relevance"), "relevance")
-    else:
-        locate_duplicate(source, ("qid", "Q0", "doc_id", "rank", "score", "tag"), "score")
+    locate_duplicate(source, what)
     keys = _pair_keys(q, d, len(docs))
     order = np.argsort(keys, kind="stable")
     i = int(order[np.flatnonzero(keys[order][1:] == keys[order][:-1])[0] + 1])

@@ -32,8 +32,6 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import JUDGE_PROB_KEYS, Context, Passage, _lines
 from udcg.io.files import PathType
 from udcg.io.trec_files import (
-    _QRELS_COLUMNS,
-    _RUN_COLUMNS,
     Qrels,
     Run,
     locate_duplicate,
@@ -98,7 +96,7 @@ def _grades(qrels: Qrels) -> dict[str, dict[str, int]]:
     """``{qid: {doc_id: grade}}``; a repeated judgement is an error at its line."""
     grades = qrels.to_dict()
     if sum(map(len, grades.values())) < len(qrels):
-        locate_duplicate(qrels.source, _QRELS_COLUMNS, "relevance")
+        locate_duplicate(qrels.source, "qrels")
         raise UDCGInputError("a (query, document) pair is judged twice", path=qrels.source)
     return grades
 
@@ -140,7 +138,7 @@ def read_trec_contexts(
         qid, doc_id = qids[row], doc_ids[row]
         docs = seen.setdefault(qid, set())
         if doc_id in docs:
-            locate_duplicate(ranked.source, _RUN_COLUMNS, "score")
+            locate_duplicate(ranked.source, "run")
             raise UDCGInputError(f"duplicate document {doc_id!r} for query {qid!r}", field="run")
         docs.add(doc_id)
         if qid not in grades or len(docs) > k:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -212,10 +212,14 @@ def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: 
     return table["qid"].combine_chunks(), table["doc_id"].combine_chunks(), values
 
 
-def locate_duplicate(source: str | None, names: tuple[str, ...], value_field: str) -> None:
-    """Raise the file-and-line error for a duplicate (query, document) found in ``source``."""
+_LAYOUTS = {"run": (_RUN_COLUMNS, "score"), "qrels": (_QRELS_COLUMNS, "relevance")}
+
+
+def locate_duplicate(source: str | None, kind: Literal["run", "qrels"]) -> None:
+    """Raise the file-and-line error for a duplicate (query, document) found in ``source``,
+    a TREC file of ``kind``; nothing when there is no file."""
     if source is not None:
-        _scan(source, read_bytes(source), names, value_field)
+        _scan(source, read_bytes(source), *_LAYOUTS[kind])
 
 
 def read_trec_run(path: PathType) -> Run:
