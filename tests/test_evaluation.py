@@ -20,6 +20,7 @@ from udcg.io.trec_files import (
     read_trec_qrels,
     read_trec_run,
     run_from_dict,
+    trec_order,
 )
 from udcg.metrics import _kernels
 
@@ -170,6 +171,17 @@ def test_tie_break_is_document_id_descending() -> None:
     qrels = {"q": {"a": 1}}
     run = {"q": {"a": 1.0, "b": 1.0, "c": 1.0}}
     assert evaluate(qrels, run, "RR")["q"]["RR"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("form", ["plain", "dictionary", "chunked dictionary"])
+def test_trec_order_takes_ids_in_every_arrow_form(form: str) -> None:
+    qids, docs = pa.array(["q2", "q1", "q1", "q1"]), pa.array(["a", "b", "c", "d"])
+    if form != "plain":
+        qids, docs = qids.dictionary_encode(), docs.dictionary_encode()
+    if form == "chunked dictionary":
+        qids, docs = pa.chunked_array([qids[:2], qids[2:]]), pa.chunked_array([docs])
+    order = trec_order(qids, np.array([5.0, 1.0, 2.0, 2.0]), docs)
+    assert order.tolist() == [3, 2, 1, 0]  # q1 by score, the tie by doc id descending; q2
 
 
 def test_measure_parameters_and_means() -> None:

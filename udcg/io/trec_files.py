@@ -278,8 +278,11 @@ def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
     return Qrels(qids, doc_ids, np.asarray(values, dtype=np.int64))
 
 
-def _decoded(strings: pa.Array) -> pa.Array:
-    """Plain strings of a possibly dictionary-encoded array (Arrow sorts only plain ones)."""
+def _decoded(strings: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Plain strings of a possibly chunked, possibly dictionary-encoded array (Arrow sorts
+    only plain ones)."""
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
     return strings.dictionary_decode() if pa.types.is_dictionary(strings.type) else strings
 
 
@@ -290,7 +293,7 @@ def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
     """
     table = pa.Table.from_arrays(
         [
-            _decoded(qids) if isinstance(qids, pa.Array) else from_numpy(qids),
+            _decoded(qids) if isinstance(qids, pa.Array | pa.ChunkedArray) else from_numpy(qids),
             from_numpy(scores),
             _decoded(doc_ids),
         ],
