@@ -6,9 +6,10 @@ are in ``madvise`` mode (the common default), each such page is allocated and ze
 first touch; on a virtual machine that hands freed memory back to its host, a fresh 2 MiB page
 costs more again. The TREC engine's first call in a process touches some 200 MiB, mostly
 short-lived: with numpy's advice the first evaluation of a 1M-line run took 0.9-1.2 s, without
-it 0.6-0.7 s; with Arrow's mimalloc it keeps about 140 MiB in huge pages and takes 0.54-0.86 s
-right after another large process exits, 0.48-0.54 s on jemalloc (``bench/bench_trec.py``,
-``bench/first_call_faults.py``); later calls reuse freed memory either way.
+it 0.6-0.7 s; with Arrow's mimalloc it keeps about 140 MiB in huge pages and takes 0.66-0.67 s
+right after another large process exits, 0.42-0.54 s on jemalloc (``bench/bench_trec.py``;
+``bench/first_call_faults.py --after ir_measures [--mimalloc]``, docs/benchmarks.md); later
+calls reuse freed memory either way.
 
 glibc's malloc maps every block of 128 KiB or more afresh (and unmaps it when freed) until the
 process frees one such mapped block; from then on, blocks up to that size come from the heap
