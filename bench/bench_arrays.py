@@ -44,7 +44,7 @@ def threads_ab(binary: np.ndarray, rng: np.random.Generator, repeats: int) -> No
     graded = rng.integers(0, 4, binary.shape).astype(np.float64)
     calls = {
         "UDCG": lambda: metrics.udcg(binary, utility),
-        "nDCG graded": lambda: metrics.ndcg(graded),
+        "nDCG graded": lambda: metrics.context_ndcg(graded),
     }
     for name, call in calls.items():
         times: dict[str, list[float]] = {"1": [], default: []}

@@ -74,9 +74,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
+    from udcg.io.utility_sources import SOURCES
     from udcg.judge import load_judge
     from udcg.judge.cached import CachedJudge
-    from udcg.utility_sources import SOURCES
 
     questions, passages, answers, relevant = load_pairs(args.data, args.questions)
     judge = CachedJudge(load_judge(args.judge), args.cache)

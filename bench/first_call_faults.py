@@ -24,12 +24,12 @@ from bench_trec import _WORKERS, TOOLS
 _CHILD = """
 import json, resource, sys, time
 import udcg
-import udcg._pages
+import udcg.trec._pages
 if {huge_pages}:
-    udcg._pages._set_madvise_hugepage = lambda flag: True
+    udcg.trec._pages._set_madvise_hugepage = lambda flag: True
 if {mimalloc}:
     import pyarrow
-    udcg._pages._small_page_pool = pyarrow.default_memory_pool
+    udcg.trec._pages._small_page_pool = pyarrow.default_memory_pool
 def huge_mib():
     with open("/proc/self/smaps_rollup") as f:
         kib = [int(line.split()[1]) for line in f if line.startswith("AnonHugePages")]

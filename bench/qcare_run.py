@@ -7,7 +7,7 @@
 demo set (answers already in ``outcomes[smollm2-135m]``). ``nq``: the first ``--questions``
 questions of ../shared/data/nq-open-oracle.jsonl.gz, each with its gold passage at a seeded
 random position among k - 1 BM25 distractors drawn from the gold passages of the other
-questions in the same file; the judge then answers from each context (``udcg.annotate``
+questions in the same file; the judge then answers from each context (``udcg.labels.annotate``
 outcomes step). Every call goes through the judge cache (``--cache``), so a rerun resumes.
 Prints the labelling report (label, fallback and judge-call counts next to the reference
 pipeline's count for the same inputs) and the metric means; writes the labelled contexts to
@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from udcg.annotate import annotate
+from udcg.cli.qcare import format_report, format_scores
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
 from udcg.judge import EMBEDDED, load_judge
 from udcg.judge.cached import CachedJudge
+from udcg.labels.annotate import annotate
 from udcg.qcare import label_contexts, qcare_scores
-from udcg.qcare.__main__ import format_report, format_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 NQ = ROOT.parent / "shared" / "data" / "nq-open-oracle.jsonl.gz"

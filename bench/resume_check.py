@@ -3,8 +3,8 @@
     HF_HUB_OFFLINE=1 python bench/resume_check.py --questions 5
 
 Annotates the k=5 demo contexts of the first ``--questions`` questions with the embedded judge
-(abstention probabilities and end-to-end outcomes) three times, each through ``python -m
-udcg.annotate``: once uninterrupted with its own cache; once killed as soon as its cache holds
+(abstention probabilities and end-to-end outcomes) three times, each through ``python -m udcg
+annotate``: once uninterrupted with its own cache; once killed as soon as its cache holds
 ``--kill-after`` entries; then the killed run again on the same cache. Prints the cache hit
 counts of the rerun and whether its output is byte-identical to the uninterrupted run's.
 """
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from udcg.demo import SOURCE, build_contexts, load_source
+from udcg.data.demo import SOURCE, build_contexts, load_source
 from udcg.io.contexts import write_contexts
 
 
@@ -35,7 +35,15 @@ def entries(cache: Path) -> int:
 
 
 def annotate(src: Path, out: Path, cache: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "udcg.annotate", str(src), str(out), "--cache", str(cache)]
+    command = [
+        sys.executable,
+        "-m",
+        "udcg.labels.annotate",
+        str(src),
+        str(out),
+        "--cache",
+        str(cache),
+    ]
     command += ["--steps", "abstain", "outcomes"]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 

@@ -1,14 +1,29 @@
 """Shared fixtures: where the read-only benchmark data lives, the shipped examples, and the
-evaluate.py configuration as Hydra composes it."""
+evaluate.py configuration as Hydra composes it, and for the Q-CARE tests a deterministic
+stand-in judge whose decisions follow #tags:
+
+
+* query decomposition: the question split on ' and ' (garbage when it holds 'BROKEN');
+* answer decomposition: the answer split on ';' (garbage when it holds 'BROKEN');
+* coverage: the document holds every tag of the sub-query; relevance: the claim and the
+  sub-query share a tag; claims-cover: the claims hold every tag of the sub-query; support:
+  the document holds every tag of the claim. A text with '#unsure' gets an unusable reply.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
+
+from udcg.judge.base import Judge
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -47,3 +62,96 @@ def evaluate_config(tmp_path: Path) -> Callable[..., DictConfig]:
             )
 
     return compose_with
+
+
+TAG = re.compile(r"#\w+")
+
+
+def tags(text: str) -> set[str]:
+    return set(TAG.findall(text))
+
+
+def _field(text: str, name: str) -> str:
+    match = re.search(rf"{name}:\s*(.*?)(?:\n\n|$)", text, re.DOTALL)
+    assert match, (name, text)
+    return match.group(1)
+
+
+def decide(user: str) -> bool | None:
+    """The rule's Yes/No for one check prompt (None: unusable)."""
+    if "#unsure" in user:
+        return None
+    if "Does the DOCUMENT alone" in user:
+        return tags(_field(user, "QUESTION")) <= tags(_field(user, "DOCUMENT"))
+    if "Does the CLAIM give" in user:
+        return bool(tags(_field(user, "CLAIM")) & tags(_field(user, "QUESTION")))
+    if "Do the CLAIMS together" in user:
+        return tags(_field(user, "QUESTION")) <= tags(_field(user, "CLAIMS"))
+    if "Does the DOCUMENT support" in user:
+        return tags(_field(user, "CLAIM")) <= tags(_field(user, "DOCUMENT"))
+    raise AssertionError(user)
+
+
+def kind(user: str) -> str:
+    for marker, name in (
+        ("Split the QUERY", "query"),
+        ("List the atomic claims", "answer"),
+        ("Does the DOCUMENT alone", "coverage"),
+        ("Does the CLAIM give", "claim_relevance"),
+        ("Do the CLAIMS together", "claims_cover"),
+        ("Does the DOCUMENT support", "claim_support"),
+    ):
+        if marker in user:
+            return name
+    raise AssertionError(user)
+
+
+class TagJudge(Judge):
+    """``calls`` counts prompts by kind (first user message); ``logprobs=False`` makes
+    ``yes_prob`` unavailable, as on a server that ignores log-probs."""
+
+    name = "tag"
+    fingerprint = "tag-v1"
+
+    def __init__(self, logprobs: bool = True) -> None:
+        self.logprobs = logprobs
+        self.calls: Counter[str] = Counter()
+
+    def yes_prob(self, prompts: Sequence) -> np.ndarray:
+        if not self.logprobs:
+            raise NotImplementedError("this backend gives no log-probs")
+        out = []
+        for messages in prompts:
+            user = messages[1]["content"]
+            self.calls[kind(user)] += 1
+            verdict = decide(user)
+            out.append(np.nan if verdict is None else (0.9 if verdict else 0.2))
+        return np.array(out)
+
+    def generate(self, prompts: Sequence, max_new_tokens: int = 64) -> list[str]:
+        out = []
+        for messages in prompts:
+            user = messages[1]["content"]
+            what = kind(user)
+            self.calls[what if len(messages) == 2 else what + " retry"] += 1
+            if what == "query":
+                question = user.split("QUERY: ")[-1]
+                parts = question.split(" and ")
+                out.append("no idea" if "BROKEN" in question else json.dumps({"subqueries": parts}))
+            elif what == "answer":
+                answer = user.split("ANSWER: ")[-1]
+                claims = [c.strip() for c in answer.split(";")]
+                out.append("{broken" if "BROKEN" in answer else json.dumps({"claims": claims}))
+            else:
+                verdict = decide(user)
+                out.append("Maybe." if verdict is None else ("Yes." if verdict else "no"))
+        return out
+
+    def abstain_prob(self, questions, passages, mode="first_token") -> np.ndarray:
+        raise NotImplementedError
+
+
+@pytest.fixture
+def tag_judge() -> type[TagJudge]:
+    """The :class:`TagJudge` class (build it with or without log-probs)."""
+    return TagJudge

@@ -1,17 +1,49 @@
-"""udcg: retrieval metrics that predict what an LLM will answer."""
+"""udcg: retrieval metrics that predict what an LLM will answer.
 
+The names below are imported on first use, so ``import udcg`` stays cheap; the subpackages
+(``udcg.metrics``, ``udcg.trec``, ``udcg.theta``, ...) are imported as usual.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from udcg import _moved
 from udcg.errors import UDCGInputError
-from udcg.evaluation import Evaluation, evaluate, evaluate_table
-from udcg.io.trec_files import Qrels, Run, read_trec_qrels, read_trec_run
 
-__all__ = [
-    "Evaluation",
-    "Qrels",
-    "Run",
-    "UDCGInputError",
-    "evaluate",
-    "evaluate_table",
-    "read_trec_qrels",
-    "read_trec_run",
-]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+#: public name -> module that defines it
+_LAZY = {
+    "Evaluation": "udcg.trec.engine",
+    "evaluate": "udcg.trec.engine",
+    "evaluate_table": "udcg.trec.engine",
+    "Qrels": "udcg.io.trec_files",
+    "Run": "udcg.io.trec_files",
+    "read_trec_qrels": "udcg.io.trec_files",
+    "read_trec_run": "udcg.io.trec_files",
+    "UDCGTheta": "udcg.theta.estimator",
+}
+
+__all__ = ["UDCGInputError", *sorted(_LAZY)]
+
+_moved.install()
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from udcg.io.trec_files import Qrels, Run, read_trec_qrels, read_trec_run  # noqa: F401
+    from udcg.theta.estimator import UDCGTheta  # noqa: F401
+    from udcg.trec.engine import Evaluation, evaluate, evaluate_table  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'udcg' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,7 +1,7 @@
-"""``python -m udcg`` is ``python -m udcg.trec``."""
+"""``python -m udcg COMMAND`` is the ``udcg`` console script."""
 
 import sys
 
-from udcg.trec import main
+from udcg.cli.main import main
 
 sys.exit(main())

@@ -10,7 +10,15 @@ import pytest
 
 from udcg._threads import worker_count
 from udcg.errors import UDCGInputError
-from udcg.metrics import _arrays, average_precision, hits, ndcg, precision, reciprocal_rank, udcg
+from udcg.metrics import (
+    _arrays,
+    context_average_precision,
+    context_ndcg,
+    hits,
+    precision,
+    reciprocal_rank,
+    udcg,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,9 +48,11 @@ def test_blocked_metrics_equal_the_general_path_on_mixed_blocks() -> None:
     rows = labels.tolist()  # a list of lists takes the general path
     # the general path sorts every row (a fractional gain is in the batch); integer blocks
     # count grades instead: the same IDCG up to rounding
-    np.testing.assert_allclose(ndcg(labels), ndcg(rows), rtol=1e-15, atol=0)
-    np.testing.assert_allclose(ndcg(labels, k=4), ndcg(rows, k=4), rtol=1e-15, atol=0)
-    for metric in (average_precision, reciprocal_rank, hits):
+    np.testing.assert_allclose(context_ndcg(labels), context_ndcg(rows), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(
+        context_ndcg(labels, k=4), context_ndcg(rows, k=4), rtol=1e-15, atol=0
+    )
+    for metric in (context_average_precision, reciprocal_rank, hits):
         for level in (1, 2):
             np.testing.assert_array_equal(
                 metric(labels, rel_level=level), metric(rows, rel_level=level)
@@ -50,7 +60,9 @@ def test_blocked_metrics_equal_the_general_path_on_mixed_blocks() -> None:
     np.testing.assert_array_equal(precision(labels, k=5), precision(rows, k=5))
     np.testing.assert_array_equal(precision(labels), precision(rows))
     # integers and booleans are read block by block too
-    np.testing.assert_array_equal(ndcg(labels[:35].astype(np.int64)), ndcg(labels[:35]))
+    np.testing.assert_array_equal(
+        context_ndcg(labels[:35].astype(np.int64)), context_ndcg(labels[:35])
+    )
     np.testing.assert_array_equal(hits(labels[:21] > 0), hits(rows[:21]))
 
 
@@ -58,7 +70,7 @@ def test_blocked_metrics_equal_the_general_path_on_mixed_blocks() -> None:
 def test_a_bad_label_in_a_late_block_is_still_located(bad: float) -> None:
     labels = _mixed_labels(np.random.default_rng(4))
     labels[44, 2] = bad
-    for metric in (ndcg, average_precision, hits):
+    for metric in (context_ndcg, context_average_precision, hits):
         with pytest.raises(UDCGInputError, match="row 44"):
             metric(labels)
 
@@ -68,17 +80,17 @@ def test_results_do_not_depend_on_the_thread_count(
     threads: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     labels = _mixed_labels(np.random.default_rng(6))
-    two = ndcg(labels)
+    two = context_ndcg(labels)
     monkeypatch.setenv("UDCG_NUM_THREADS", threads)
     assert worker_count() == int(threads)
-    np.testing.assert_array_equal(ndcg(labels), two)
+    np.testing.assert_array_equal(context_ndcg(labels), two)
 
 
 @pytest.mark.parametrize("bad", ["many", "0", "-2"])
 def test_a_bad_thread_count_is_named(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UDCG_NUM_THREADS", bad)
     with pytest.raises(UDCGInputError, match="UDCG_NUM_THREADS must be a positive integer"):
-        ndcg(np.zeros((50, 6)))
+        context_ndcg(np.zeros((50, 6)))
 
 
 def test_blocked_udcg_equals_the_general_path() -> None:

@@ -13,10 +13,17 @@ from hypothesis import strategies as st
 
 from udcg import evaluate
 from udcg.errors import UDCGInputError
-from udcg.metrics import _kernels, average_precision, hits, ndcg, precision, reciprocal_rank
+from udcg.metrics import (
+    _kernels,
+    context_average_precision,
+    context_ndcg,
+    hits,
+    precision,
+    reciprocal_rank,
+)
 
 L3 = math.log2(3)
-ALL = (ndcg, average_precision, reciprocal_rank, precision, hits)
+ALL = (context_ndcg, context_average_precision, reciprocal_rank, precision, hits)
 
 # --- independent reference: pytrec_eval ------------------------------------------------------
 
@@ -49,8 +56,8 @@ def test_rag_lists_match_pytrec_eval(seed: int) -> None:
         qrels, {"ndcg", "map", "recip_rank", "P", "success"}
     ).evaluate(run)
     ours = {
-        "ndcg": ndcg(lists),
-        "map": average_precision(lists),
+        "ndcg": context_ndcg(lists),
+        "map": context_average_precision(lists),
         "recip_rank": reciprocal_rank(lists),
     }
     ours |= {f"P_{k}": precision(lists, k=k) for k in (5, 10, 15, 20, 30)}
@@ -85,8 +92,8 @@ def test_evaluate_dict_path_equals_array_functions(seed: int) -> None:
     qrels, run = _as_trec(lists)
     got = evaluate(qrels, run, ["nDCG", "AP", "RR", "P@5", "Hits@5"])
     expected = {
-        "nDCG": ndcg(lists),
-        "AP": average_precision(lists),
+        "nDCG": context_ndcg(lists),
+        "AP": context_average_precision(lists),
         "RR": reciprocal_rank(lists),
         "P@5": precision(lists, k=5),
         "Hits@5": hits(lists, k=5),
@@ -138,8 +145,8 @@ def test_array_fast_paths_equal_the_ragged_path_on_fractional_and_graded_labels(
     rows: list[list[float]], level: float
 ) -> None:
     arr = np.array(rows)
-    np.testing.assert_array_equal(ndcg(arr), ndcg(rows))
-    for f in (average_precision, reciprocal_rank, precision, hits):
+    np.testing.assert_array_equal(context_ndcg(arr), context_ndcg(rows))
+    for f in (context_average_precision, reciprocal_rank, precision, hits):
         np.testing.assert_array_equal(f(arr, rel_level=level), f(rows, rel_level=level))
 
 
@@ -163,29 +170,29 @@ def test_ideal_dcg_by_grade_counts_equals_sorting(rows: list[list[float]]) -> No
 
 
 def test_ndcg_binary_graded_and_cutoff() -> None:
-    np.testing.assert_allclose(ndcg([[1, 0, 1]]), [(1 + 1 / 2) / (1 + 1 / L3)])
-    np.testing.assert_allclose(ndcg([[0, 3, 2]]), [(3 / L3 + 2 / 2) / (3 + 2 / L3)])
-    np.testing.assert_allclose(ndcg([[0.5, 1.0]]), [(0.5 + 1 / L3) / (1 + 0.5 / L3)])
-    np.testing.assert_allclose(ndcg([[3, 2, 1, 0]]), [1.0])
-    assert ndcg([[0, 0, 0]]).tolist() == [0.0]
+    np.testing.assert_allclose(context_ndcg([[1, 0, 1]]), [(1 + 1 / 2) / (1 + 1 / L3)])
+    np.testing.assert_allclose(context_ndcg([[0, 3, 2]]), [(3 / L3 + 2 / 2) / (3 + 2 / L3)])
+    np.testing.assert_allclose(context_ndcg([[0.5, 1.0]]), [(0.5 + 1 / L3) / (1 + 0.5 / L3)])
+    np.testing.assert_allclose(context_ndcg([[3, 2, 1, 0]]), [1.0])
+    assert context_ndcg([[0, 0, 0]]).tolist() == [0.0]
     # k truncates the list; the ideal is that of the truncated list (the context the LLM sees)
-    assert ndcg([[0, 0, 1]], k=2).tolist() == [0.0]
-    np.testing.assert_allclose(ndcg([[1, 0, 2]], k=2), [1.0])
-    np.testing.assert_allclose(ndcg([[0, 1, 2]], k=2), [(1 / L3) / 1])
+    assert context_ndcg([[0, 0, 1]], k=2).tolist() == [0.0]
+    np.testing.assert_allclose(context_ndcg([[1, 0, 2]], k=2), [1.0])
+    np.testing.assert_allclose(context_ndcg([[0, 1, 2]], k=2), [(1 / L3) / 1])
     # k larger than the list changes nothing
-    np.testing.assert_allclose(ndcg([[1, 0, 1]], k=10), ndcg([[1, 0, 1]]))
+    np.testing.assert_allclose(context_ndcg([[1, 0, 1]], k=10), context_ndcg([[1, 0, 1]]))
     # ragged: each row is its own ideal
-    np.testing.assert_allclose(ndcg([[0, 1], [2], []]), [1 / L3, 1.0, 0.0])
+    np.testing.assert_allclose(context_ndcg([[0, 1], [2], []]), [1 / L3, 1.0, 0.0])
 
 
 def test_average_precision_hand_computed() -> None:
-    np.testing.assert_allclose(average_precision([[1, 0, 1, 0]]), [(1 + 2 / 3) / 2])
-    np.testing.assert_allclose(average_precision([[0, 2, 0, 3]]), [(1 / 2 + 2 / 4) / 2])
+    np.testing.assert_allclose(context_average_precision([[1, 0, 1, 0]]), [(1 + 2 / 3) / 2])
+    np.testing.assert_allclose(context_average_precision([[0, 2, 0, 3]]), [(1 / 2 + 2 / 4) / 2])
     # AP@k: relevant count of the truncated list
-    np.testing.assert_allclose(average_precision([[0, 1, 0, 1]], k=2), [0.5])
-    assert average_precision([[0, 0, 1]], k=2).tolist() == [0.0]
-    np.testing.assert_allclose(average_precision([[0, 1]], k=10), [0.5])
-    assert average_precision([[0, 0]]).tolist() == [0.0]
+    np.testing.assert_allclose(context_average_precision([[0, 1, 0, 1]], k=2), [0.5])
+    assert context_average_precision([[0, 0, 1]], k=2).tolist() == [0.0]
+    np.testing.assert_allclose(context_average_precision([[0, 1]], k=10), [0.5])
+    assert context_average_precision([[0, 0]]).tolist() == [0.0]
 
 
 def test_reciprocal_rank_hand_computed() -> None:
@@ -213,10 +220,12 @@ def test_hits_hand_computed() -> None:
 
 def test_rel_level() -> None:
     labels = [[1, 2, 0, 3]]
-    np.testing.assert_allclose(average_precision(labels), [(1 + 1 + 3 / 4) / 3])
-    np.testing.assert_allclose(average_precision(labels, rel_level=2), [(1 / 2 + 2 / 4) / 2])
-    np.testing.assert_allclose(average_precision(labels, rel_level=3), [1 / 4])
-    assert average_precision(labels, rel_level=4).tolist() == [0.0]
+    np.testing.assert_allclose(context_average_precision(labels), [(1 + 1 + 3 / 4) / 3])
+    np.testing.assert_allclose(
+        context_average_precision(labels, rel_level=2), [(1 / 2 + 2 / 4) / 2]
+    )
+    np.testing.assert_allclose(context_average_precision(labels, rel_level=3), [1 / 4])
+    assert context_average_precision(labels, rel_level=4).tolist() == [0.0]
     np.testing.assert_allclose(reciprocal_rank(labels, rel_level=2), [1 / 2])
     np.testing.assert_allclose(reciprocal_rank(labels, rel_level=3), [1 / 4])
     np.testing.assert_allclose(precision(labels, k=2, rel_level=2), [1 / 2])
@@ -227,7 +236,7 @@ def test_rel_level() -> None:
     assert hits([[0.5, 0.99]], rel_level=1).tolist() == [0.0]
     assert hits([[0.5, 0.99]], rel_level=0.5).tolist() == [1.0]
     # nDCG is graded: rel_level does not apply, and gains below 1 still count
-    assert ndcg([[0, 0.5]]).item() == pytest.approx(1 / L3)
+    assert context_ndcg([[0, 0.5]]).item() == pytest.approx(1 / L3)
 
 
 # --- properties ------------------------------------------------------------------------------
@@ -241,7 +250,7 @@ cutoffs = st.one_of(st.none(), st.integers(1, 25))
 @given(batches, cutoffs, st.integers(1, 3))
 def test_values_in_unit_interval(rows: list[list[int]], k: int | None, level: int) -> None:
     for f in ALL:
-        out = f(rows, k=k) if f is ndcg else f(rows, k=k, rel_level=level)
+        out = f(rows, k=k) if f is context_ndcg else f(rows, k=k, rel_level=level)
         assert out.shape == (len(rows),)
         assert ((out >= 0) & (out <= 1)).all(), (f.__name__, out)
 
@@ -250,15 +259,17 @@ def test_values_in_unit_interval(rows: list[list[int]], k: int | None, level: in
 def test_ndcg_is_one_for_a_sorted_list(gains: list[float]) -> None:
     assume(sum(gains) > 0)
     ordered = sorted(gains, reverse=True)
-    assert ndcg([ordered]).item() == pytest.approx(1.0, abs=1e-12)
+    assert context_ndcg([ordered]).item() == pytest.approx(1.0, abs=1e-12)
     for k in (1, 3, 30):
-        assert ndcg([ordered], k=k).item() == pytest.approx(1.0, abs=1e-12)
+        assert context_ndcg([ordered], k=k).item() == pytest.approx(1.0, abs=1e-12)
 
 
 @given(batches, st.floats(0.01, 1000), cutoffs)
 def test_ndcg_invariant_to_scaling_gains(rows: list[list[int]], c: float, k: int | None) -> None:
     scaled = [[c * g for g in row] for row in rows]
-    np.testing.assert_allclose(ndcg(scaled, k=k), ndcg(rows, k=k), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        context_ndcg(scaled, k=k), context_ndcg(rows, k=k), rtol=1e-9, atol=1e-12
+    )
 
 
 @given(rows_st, st.integers(1, 25), st.randoms(use_true_random=False))
@@ -277,14 +288,14 @@ def test_promoting_a_relevant_passage_does_not_hurt_ap_or_rr(row: list[int], dat
     i = data.draw(st.sampled_from(swaps))
     better = list(row)
     better[i - 1], better[i] = better[i], better[i - 1]
-    assert average_precision([better]).item() > average_precision([row]).item()
+    assert context_average_precision([better]).item() > context_average_precision([row]).item()
     assert reciprocal_rank([better]).item() >= reciprocal_rank([row]).item()
 
 
 @given(rows_st, st.integers(1, 10))
 def test_appending_irrelevant_passages_changes_nothing(row: list[int], extra: int) -> None:
     longer = row + [0] * extra
-    for f in (ndcg, average_precision, reciprocal_rank, hits):
+    for f in (context_ndcg, context_average_precision, reciprocal_rank, hits):
         assert f([longer]).item() == pytest.approx(f([row]).item(), abs=1e-12), f.__name__
 
 
@@ -323,7 +334,7 @@ def test_bad_labels_raise(f, labels) -> None:
 )
 def test_non_numeric_2d_array_raises_input_error(labels) -> None:
     with pytest.raises(UDCGInputError):
-        ndcg(labels)
+        context_ndcg(labels)
 
 
 @pytest.mark.parametrize("k", [0, -1, -10, 1.5, "3"])

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from udcg.cli.evaluate import run_evaluate
 from udcg.errors import UDCGInputError
 from udcg.pipeline.datasets import trec
-from udcg.pipeline.run import evaluate
 
 # q1: d2 has the top score; d1 and d3 tie at 2.0 -> d3 first (doc id descending); d4 is 4th.
 # q2: a three-way tie -> c, b, a. q3 in score order. q4 reversed against the rank column.
@@ -157,7 +157,7 @@ def test_evaluate_scores_the_trec_run_without_a_judge(
 ) -> None:
     cfg = evaluate_config(*_trec(_files(tmp_path)), "k=3")
     assert cfg.dataset.judge == "m" and cfg.dataset.k == 3  # ${judge} and ${k} interpolate
-    report, files = evaluate(cfg, tmp_path / "out")
+    report, files = run_evaluate(cfg, tmp_path / "out")
     assert report["setup"]["dataset"] == "trec" and report["setup"]["n_contexts"] == 4
     assert report["setup"]["accuracy"] == pytest.approx(0.5)
     assert report["means"]["UDCG"] == pytest.approx(sum(UDCG.values()) / 4)
@@ -172,7 +172,7 @@ def test_evaluate_asks_for_a_missing_file(tmp_path: Path, no_judge, evaluate_con
     files = _files(tmp_path)
     del files["qrels"]
     with pytest.raises(UDCGInputError, match=r"set dataset\.qrels=\.\.\."):
-        evaluate(evaluate_config(*_trec(files)), tmp_path / "out")
+        run_evaluate(evaluate_config(*_trec(files)), tmp_path / "out")
 
 
 def test_evaluate_reports_a_bad_file_with_its_line(
@@ -180,7 +180,7 @@ def test_evaluate_reports_a_bad_file_with_its_line(
 ) -> None:
     files = _files(tmp_path, outcomes="q1 1\nq2 yes\n")
     with pytest.raises(UDCGInputError, match=r"outcomes\.txt:2: field 'correct': 'yes'"):
-        evaluate(evaluate_config(*_trec(files)), tmp_path / "out")
+        run_evaluate(evaluate_config(*_trec(files)), tmp_path / "out")
 
 
 # ------------------------------------------------------------------------------- bad input

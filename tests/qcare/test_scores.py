@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from udcg.cli.qcare import main
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import coverage_matrices, read_contexts
 from udcg.qcare import agreement, fill_labels, qcare_scores
-from udcg.qcare.__main__ import main
 
 T, F = True, False
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
+from udcg.cli.hydra_config import build_retriever
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Passage
 from udcg.retrieval import (
@@ -20,7 +21,6 @@ from udcg.retrieval import (
     RandomRetriever,
     Ranking,
     Reversed,
-    build_retriever,
     rrf_fuse,
 )
 

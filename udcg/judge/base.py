@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from udcg.judge.prompts import Messages
+from udcg.judge.structured import JSONResult, generate_json
 
 AbstainMode = Literal["first_token", "sequence"]
 
@@ -47,20 +47,6 @@ def check_answer_inputs(
                 )
         checked.append(list(options))
     return questions, passages, checked
-
-
-@dataclass(frozen=True)
-class JSONResult:
-    """One ``generate_json`` outcome: the parsed value, or the failure after all retries."""
-
-    value: Any = None
-    error: str | None = None
-    attempts: int = 1
-    raw: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 class Judge(ABC):
@@ -123,6 +109,4 @@ class Judge(ABC):
         by ``validate(value)`` (raises ValueError to reject; a non-None return replaces the
         value); failed prompts alone are retried up to ``retries`` times. Failures are
         returned, never raised or dropped. See :func:`udcg.judge.structured.generate_json`."""
-        from udcg.judge.structured import generate_json
-
         return generate_json(self, prompts, validate, max_new_tokens, retries)

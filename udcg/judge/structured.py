@@ -10,15 +10,33 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from udcg.judge.base import JSONResult
 from udcg.judge.prompts import Messages
 
-if TYPE_CHECKING:
-    from udcg.judge.base import Judge
-
 Validator = Callable[[Any], Any]
+
+
+class Generates(Protocol):
+    """What the JSON logic needs of a judge: greedy completions."""
+
+    def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class JSONResult:
+    """One ``generate_json`` outcome: the parsed value, or the failure after all retries."""
+
+    value: Any = None
+    error: str | None = None
+    attempts: int = 1
+    raw: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
 
 # Exceptions a validator may raise to reject a value (a malformed value easily triggers the
 # last four inside a validator that only means to check it).
@@ -71,7 +89,7 @@ def _check(raw: str, validate: Validator | None) -> tuple[Any, str | None]:
 
 
 def generate_json(
-    judge: Judge,
+    judge: Generates,
     prompts: Sequence[Messages],
     validate: Validator | None = None,
     max_new_tokens: int = 256,

@@ -1,7 +1,7 @@
 """Vectorised ranking kernels on zero-padded ``[n_queries, depth]`` arrays.
 
 Both entry points use these: the RAG-list functions in :mod:`udcg.metrics` and the
-trec_eval-compatible engine in :mod:`udcg.evaluation`. Rows are ranked lists (position 0 is
+trec_eval-compatible engine in :mod:`udcg.trec.engine`. Rows are ranked lists (position 0 is
 rank 1); padding is 0, which adds nothing to any sum below.
 """
 

@@ -151,9 +151,13 @@ def _ndcg_block(block: np.ndarray) -> np.ndarray | None:
     return _kernels.ndcg(block, _kernels.ideal_dcg_of_rows(block, top))
 
 
-def ndcg(labels: Any, k: int | None = None) -> np.ndarray:
+def context_ndcg(labels: Any, k: int | None = None) -> np.ndarray:
     """``nDCG@k = DCG@k / IDCG@k`` with linear gain, ``DCG = sum_i g_i / log2(i + 1)``, the
-    ideal being the same list sorted by decreasing gain; 0 for a list with no gain."""
+    ideal being the same list sorted by decreasing gain; 0 for a list with no gain.
+
+    The context is all there is: unlike trec_eval's ``nDCG@k`` (:func:`udcg.evaluate`), whose
+    ideal ranks every judged document of the query, a relevant passage the retriever missed
+    does not lower this value."""
     _check_k(k)
     fast = _dense_per_row(labels, k, _ndcg_block)
     if fast is not None:
@@ -162,8 +166,11 @@ def ndcg(labels: Any, k: int | None = None) -> np.ndarray:
     return _kernels.ndcg(gains, _kernels.ideal_dcg_of_rows(gains))
 
 
-def average_precision(labels: Any, k: int | None = None, rel_level: float = 1) -> np.ndarray:
-    """``AP@k = (1/R) * sum_i rel_i * P@i`` with R the relevant passages in the list; 0 if R=0."""
+def context_average_precision(
+    labels: Any, k: int | None = None, rel_level: float = 1
+) -> np.ndarray:
+    """``AP@k = (1/R) * sum_i rel_i * P@i`` with R the relevant passages in the list; 0 if R=0
+    (trec_eval's ``AP`` divides by every relevant judged document instead)."""
     return _binary_metric("average_precision", labels, k, rel_level)[0]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from udcg import stats
-from udcg.training import compare, finite_or_none
+from udcg.pipeline.compare import compare, finite_or_none, is_relevant
 
 
 def correlations(
@@ -64,8 +64,9 @@ def paired_tests(
 def accuracy_by_gold_position(relevant: np.ndarray, correct: np.ndarray) -> list[dict[str, Any]]:
     """Mean correctness grouped by the 1-based position of the first relevant passage
     (``position`` None: no relevant passage in the list)."""
-    has = (relevant >= 0.5).any(axis=1)
-    first = np.where(has, np.argmax(relevant >= 0.5, axis=1) + 1, 0)
+    binary = is_relevant(relevant)
+    has = binary.any(axis=1)
+    first = np.where(has, np.argmax(binary, axis=1) + 1, 0)
     out = []
     for pos in np.unique(first):
         mask = first == pos

@@ -1,6 +1,6 @@
 """Evaluation datasets: questions + a corpus to retrieve from, or contexts already retrieved.
 
-Relevance of a corpus passage to a question is answer containment (:func:`udcg.answers.
+Relevance of a corpus passage to a question is answer containment (:func:`udcg.labels.answers.
 contains_answer`: a normalised acceptable answer occurs on word boundaries), the same rule as
 ``annotate --relevance string``.
 """
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from udcg.answers import normalize
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage, read_contexts
 from udcg.io.files import PathType, open_text
+from udcg.labels.answers import normalize
 from udcg.retrieval import Query
 
 
@@ -55,7 +55,7 @@ def _queries(rows: list[tuple[str, str, list[str]]], corpus: list[Passage]) -> l
 
 def demo_source(path: PathType | None = None, limit: int | None = 12) -> Dataset:
     """The shipped demo source: its first ``limit`` questions; corpus = every passage."""
-    from udcg.demo import SOURCE, load_source
+    from udcg.data.demo import SOURCE, load_source
 
     _check_limit(limit)
     questions = load_source(Path(path) if path else SOURCE)

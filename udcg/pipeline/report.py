@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from udcg.io.files import atomic_write
+from udcg.pipeline.plots import plot_weights, pyplot
 
 
 def _fmt(value: float | None, sign: bool = True) -> str:
@@ -63,18 +64,9 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_correlations(report: dict[str, Any], path: Path) -> None:
     """Bars of each metric's correlation with accuracy and its 95% CI."""
-    plt = _pyplot()
+    plt = pyplot()
     method = report["config"]["correlation"]
     rows = [r for r in report["correlations"] if r[method] is not None]
     est = np.array([r[method] for r in rows])
@@ -93,7 +85,7 @@ def plot_correlations(report: dict[str, Any], path: Path) -> None:
 
 def plot_gold_position(report: dict[str, Any], path: Path) -> None:
     """Accuracy by position of the first relevant passage (and with none)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = report["accuracy_by_gold_position"]
     labels = [str(r["position"]) if r["position"] is not None else "none" for r in rows]
     fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
@@ -112,8 +104,6 @@ def plot_gold_position(report: dict[str, Any], path: Path) -> None:
 
 def write_report(report: dict[str, Any], directory: Path, theta: Any = None) -> list[Path]:
     """Write report.json, report.md and the PNGs into ``directory``; return their paths."""
-    from udcg.training import plot_weights
-
     directory.mkdir(parents=True, exist_ok=True)
     plots = {"correlations.png": plot_correlations, "gold_position.png": plot_gold_position}
     report["plots"] = [*plots, *(["theta_weights.png"] if theta is not None else [])]

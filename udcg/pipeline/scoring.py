@@ -15,8 +15,9 @@ from udcg.io.contexts import (
     coverage_matrices,
     relevance_matrix,
 )
+from udcg.io.utility_sources import get_source
+from udcg.pipeline.compare import classic_metrics
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
-from udcg.utility_sources import get_source
 
 # metrics fitted on the outcomes of the run they score (each half on the other half): fine
 # for query-level correlations, but each run gets its own gamma or weights, so their means
@@ -117,7 +118,6 @@ def score_contexts(
     util = np.stack(get_source(utility).utilities(kept, judge))
     correct = correctness(kept, judge)
     qids = np.array([c.qid for c in kept], dtype=object)
-    binary = relevant >= 0.5
     scores: dict[str, np.ndarray] = {"UDCG": metrics.udcg(relevant, util)}
     if ablations:
         scores["UDCG w/o distraction"] = metrics.udcg(relevant, util, 0.0)
@@ -149,14 +149,6 @@ def score_contexts(
         scores["C-nDCG"] = metrics.c_ndcg(gains, k)
     else:
         notes.append("C-Prec and C-nDCG skipped: no coverage labels (set qcare=true)")
-    scores.update(
-        {
-            "nDCG": metrics.ndcg(relevant),
-            "MAP": metrics.average_precision(binary),
-            "MRR": metrics.reciprocal_rank(binary),
-            "Precision": metrics.precision(binary),
-            "Hits": metrics.hits(binary),
-        }
-    )
+    scores.update(classic_metrics(relevant, hits=True))
     runs = [c.run or "" for c in kept]
     return ScoreTable(qids, runs, relevant, util, correct, scores, gammas, notes, theta_models)

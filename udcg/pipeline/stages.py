@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.io.utility_sources import get_source
 from udcg.judge.base import Judge
 from udcg.pipeline.datasets import Dataset
 from udcg.retrieval import Retriever
-from udcg.utility_sources import get_source
 
 
 def stage_key(*parts: Any) -> str:
@@ -99,9 +99,9 @@ def annotate_contexts(
     max_new_tokens: int,
     qcare: bool,
 ) -> list[Context]:
-    """Judge labels for ``steps`` (see :func:`udcg.annotate.annotate`), then Q-CARE coverage
+    """Judge labels for ``steps`` (see :func:`udcg.labels.annotate.annotate`), then Q-CARE coverage
     labels (:func:`udcg.qcare.label_contexts`) when ``qcare`` and some are missing."""
-    from udcg.annotate import annotate
+    from udcg.labels.annotate import annotate
 
     out = list(contexts)
     if steps:

@@ -6,8 +6,9 @@ A member is named by the setup fields that differ across the sweep (``bm25``, ``
 row per member, never one merged row.
 
 ``python evaluate.py -m retriever=bm25,dense,hybrid`` writes ``sweep_summary.json`` and
-``sweep_summary.md`` into the sweep directory when the last job ends (:class:`SweepSummary`, a
-Hydra callback); :func:`write_summary` rebuilds them from the members' ``report.json`` files.
+``sweep_summary.md`` into the sweep directory when the last job ends (the Hydra callback
+:class:`udcg.cli.hydra_config.SweepSummary`); :func:`write_summary` rebuilds them from the
+members' ``report.json`` files.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import json
 import math
 from pathlib import Path
 from typing import Any
-
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
 
 from udcg import stats
 from udcg.io.files import atomic_write
@@ -116,13 +114,3 @@ def write_summary(sweep_dir: Path) -> Path | None:
     with atomic_write(path) as handle:
         handle.write(markdown(summary))
     return path
-
-
-class SweepSummary(Callback):
-    """Hydra callback: write the sweep summary when a multirun ends."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        path = write_summary(Path(config.hydra.sweep.dir))
-        if path is not None:
-            print(path.read_text())
-            print(f"sweep summary: {path}")

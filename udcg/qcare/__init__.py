@@ -8,10 +8,10 @@ decomposition, four Yes/No checks, and the coverage and generator metrics from t
   (``python -m udcg.qcare agreement``).
 """
 
+from udcg.labels.qcare.checks import YesNoChecker, parse_yes_no
+from udcg.labels.qcare.decompose import decompose_answers, decompose_queries
+from udcg.labels.qcare.label import QCareReport, label_contexts
 from udcg.qcare.agreement import AgreementRow, agreement, fill_labels
-from udcg.qcare.checks import YesNoChecker, parse_yes_no
-from udcg.qcare.decompose import decompose_answers, decompose_queries
-from udcg.qcare.pipeline import QCareReport, label_contexts
 from udcg.qcare.scores import METRICS, QCareScores, qcare_scores
 
 __all__ = [

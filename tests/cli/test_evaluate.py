@@ -1,0 +1,299 @@
+"""evaluate.py end to end on the demo source with a fake judge, pre-annotated input, the sweep
+summary, and one test per bad configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra.errors import MissingConfigException
+from scipy import stats as sps
+from sklearn.metrics import ndcg_score
+
+from udcg import metrics
+from udcg.cli.evaluate import run_evaluate
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.judge.base import Judge
+from udcg.pipeline.sweep import write_summary
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class WordJudge(Judge):
+    """Abstains unless question and passage share two words; answers with the prompt's first
+    60 characters of documents (so it is right when the first passage starts with the answer)."""
+
+    name = "fake"
+    fingerprint = "fake-word-judge-v1"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @staticmethod
+    def prob(question: str, passage: str) -> float:
+        shared = set(question.lower().split()) & set(passage.lower().split())
+        return 0.1 if len(shared) >= 2 else 0.8
+
+    def abstain_prob(self, questions, passages, mode="first_token") -> np.ndarray:
+        self.calls += 1
+        return np.array([self.prob(q, p) for q, p in zip(questions, passages, strict=True)])
+
+    @staticmethod
+    def likelihood(passage: str, answers: Sequence[str]) -> float:
+        return 0.6 if any(a.lower() in passage.lower() for a in answers) else 0.05
+
+    def answer_prob(self, questions, passages, answers) -> np.ndarray:
+        self.calls += 1
+        return np.array([self.likelihood(p, a) for p, a in zip(passages, answers, strict=True)])
+
+    def yes_prob(self, prompts) -> np.ndarray:
+        raise AssertionError("not used")
+
+    def generate(self, prompts: Sequence, max_new_tokens: int = 64) -> list[str]:
+        self.calls += 1
+        return [self.answer(p[-1]["content"]) for p in prompts]
+
+    @staticmethod
+    def answer(content: str) -> str:
+        return content.split("Document", 1)[-1][:60]
+
+
+@pytest.fixture
+def fake_judge(monkeypatch) -> WordJudge:
+    judge = WordJudge()
+    monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: judge)
+    return judge
+
+
+def test_demo_end_to_end_with_a_fake_judge(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    cfg = evaluate_config("dataset.limit=12", "k=4", "judge=fake")
+    report, files = run_evaluate(cfg, tmp_path / "out")
+    names = {f.name for f in files}
+    assert {"report.json", "report.md", "correlations.png", "gold_position.png"} <= names
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["means"] == report["means"]
+    assert "| UDCG |" in (tmp_path / "out" / "report.md").read_text()
+
+    (annotated,) = (tmp_path / "cache").glob("annotate-*.jsonl.gz")
+    contexts = list(read_contexts(annotated))
+    assert len(contexts) == 12 and all(len(c.passages) == 4 for c in contexts)
+    rel = np.array([[float(p.relevant) for p in c.passages] for c in contexts])
+    util = np.array(
+        [[1 - WordJudge.prob(c.question, p.text) for p in c.passages] for c in contexts]
+    )
+    correct = np.array([float(c.outcomes["fake"]["correct"]) for c in contexts])
+    assert report["setup"]["accuracy"] == pytest.approx(correct.mean())
+    assert report["means"]["UDCG"] == pytest.approx(metrics.udcg(rel, util).mean())
+    ideal_scores = np.tile(np.arange(4, 0, -1), (12, 1))
+    expected_ndcg = np.mean(
+        [ndcg_score([r], [s]) if r.any() else 0.0 for r, s in zip(rel, ideal_scores, strict=True)]
+    )
+    assert report["means"]["nDCG"] == pytest.approx(expected_ndcg)
+    row = next(r for r in report["correlations"] if r["metric"] == "UDCG")
+    assert row["spearman"] == pytest.approx(sps.spearmanr(metrics.udcg(rel, util), correct)[0])
+
+    calls = fake_judge.calls
+    again, _ = run_evaluate(cfg, tmp_path / "out2")
+    assert fake_judge.calls == calls and again["setup"]["cached_stages"] == ["retrieve", "annotate"]
+    assert again["correlations"] == report["correlations"]
+
+
+def test_answer_likelihood_utility(tmp_path: Path, fake_judge: WordJudge, evaluate_config) -> None:
+    cfg = evaluate_config("dataset.limit=12", "k=3", "judge=fake", "utility=answer_likelihood")
+    report, _ = run_evaluate(cfg, tmp_path / "out")
+    (annotated,) = (tmp_path / "cache").glob("annotate-*.jsonl.gz")
+    contexts = list(read_contexts(annotated))
+    assert all(not p.abstain_prob for c in contexts for p in c.passages)  # only the asked source
+    rel = np.array([[float(p.relevant) for p in c.passages] for c in contexts])
+    util = np.array(
+        [[WordJudge.likelihood(p.text, c.answers) for p in c.passages] for c in contexts]
+    )
+    assert report["setup"]["utility"] == "answer_likelihood"
+    assert report["means"]["UDCG"] == pytest.approx(metrics.udcg(rel, util).mean())
+
+
+def _annotated(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    contexts, udcg_values, correct = [], [], []
+    for i in range(30):
+        rel = rng.random(3) < 0.5
+        probs = rng.random(3)
+        ok = bool(rng.random() < 0.3 + 0.5 * rel.mean())
+        passages = [
+            Passage(doc_id=f"d{j}", text="t", relevant=bool(r), abstain_prob={"m": float(p)})
+            for j, (r, p) in enumerate(zip(rel, probs, strict=True))
+        ]
+        contexts.append(Context(f"q{i}", passages, outcomes={"m": {"correct": ok}}))
+        udcg_values.append(metrics.udcg([rel.astype(float)], [1 - probs])[0])
+        correct.append(float(ok))
+    write_contexts(path, contexts)
+    return np.array(udcg_values), np.array(correct)
+
+
+def test_annotated_input_needs_no_judge(tmp_path: Path, monkeypatch, evaluate_config) -> None:
+    def refuse(spec, **options):
+        raise AssertionError("no judge should be loaded")
+
+    monkeypatch.setattr("udcg.judge.load_judge", refuse)
+    udcg_values, correct = _annotated(tmp_path / "in.jsonl")
+    cfg = evaluate_config(
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'in.jsonl'}",
+        "retriever=given",
+        "judge=m",
+    )
+    report, _ = run_evaluate(cfg, tmp_path / "out")
+    row = next(r for r in report["correlations"] if r["metric"] == "UDCG")
+    assert row["spearman"] == pytest.approx(sps.spearmanr(udcg_values, correct)[0])
+    assert "UDCG-gamma" in report["means"]
+
+
+def test_crossfit_theta_is_reported_and_plotted(tmp_path: Path, evaluate_config) -> None:
+    _annotated(tmp_path / "in.jsonl")
+    cfg = evaluate_config(
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'in.jsonl'}",
+        "retriever=given",
+        "judge=m",
+        "theta_crossfit=true",
+    )
+    report, files = run_evaluate(cfg, tmp_path / "out")
+    assert "UDCG-theta (cross-fitted)" in report["means"]
+    halves = report["crossfit_theta_weights"]
+    assert len(halves) == 2 and all(len(h["alpha"]) == len(h["beta"]) == 3 for h in halves)
+    assert tmp_path / "out" / "theta_weights.png" in files
+
+
+def test_sweep_summary_over_two_retrievers(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    for i, name in enumerate(["bm25", "reversed", "oracle_first"]):
+        cfg = evaluate_config("dataset.limit=8", "k=3", "judge=fake", f"retriever={name}")
+        run_evaluate(cfg, tmp_path / "sweep" / f"{i}-{name}")
+    path = write_summary(tmp_path / "sweep")
+    summary = json.loads((tmp_path / "sweep" / "sweep_summary.json").read_text())
+    assert {r["run"] for r in summary["runs"]} == {"bm25", "reversed", "oracle_first"}
+    assert {a["metric"] for a in summary["ranking_agreement"]} == set(summary["runs"][0]["means"])
+    assert "Kendall tau-b" in path.read_text()
+
+
+# ------------------------------------------------------------------------ bad configuration
+
+
+def test_unknown_retriever(tmp_path: Path, evaluate_config) -> None:
+    with pytest.raises(MissingConfigException, match="retriever"):
+        evaluate_config("retriever=nope")
+
+
+def test_k_larger_than_the_corpus(tmp_path: Path, fake_judge: WordJudge, evaluate_config) -> None:
+    with pytest.raises(UDCGInputError, match=r"k=500 is larger than the corpus \(420 passages\)"):
+        run_evaluate(evaluate_config("k=500", "judge=fake"), tmp_path / "out")
+    assert fake_judge.calls == 0
+
+
+def test_weights_of_the_wrong_k(tmp_path: Path, fake_judge: WordJudge, evaluate_config) -> None:
+    from udcg.theta import UDCGTheta
+
+    rng = np.random.default_rng(0)
+    rel, util = (rng.random((40, 2)) < 0.5).astype(float), rng.random((40, 2))
+    model = UDCGTheta(k=2).fit(rel, util, (rng.random(40) < 0.5).astype(float))
+    model.save(tmp_path / "w.safetensors")
+    cfg = evaluate_config("k=3", "judge=fake", f"theta_weights={tmp_path / 'w.safetensors'}")
+    with pytest.raises(UDCGInputError, match="weights are for k=2, data has k=3"):
+        run_evaluate(cfg, tmp_path / "out")
+    assert fake_judge.calls == 0
+
+
+def test_weights_of_another_utility_source(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    from udcg.theta import UDCGTheta
+
+    rng = np.random.default_rng(0)
+    rel, util = (rng.random((40, 3)) < 0.5).astype(float), rng.random((40, 3))
+    model = UDCGTheta(k=3).fit(rel, util, (rng.random(40) < 0.5).astype(float))
+    model.save(tmp_path / "w.safetensors", card={"utility": "answer_likelihood"})
+    cfg = evaluate_config("k=3", "judge=fake", f"theta_weights={tmp_path / 'w.safetensors'}")
+    with pytest.raises(UDCGInputError, match="fitted on utility source 'answer_likelihood'"):
+        run_evaluate(cfg, tmp_path / "out")
+    assert fake_judge.calls == 0
+
+
+def test_judge_not_reachable(tmp_path: Path, evaluate_config) -> None:
+    cfg = evaluate_config(
+        "dataset.limit=2",
+        "judge=openai:m@http://127.0.0.1:9/v1",
+        "+judge_options.max_retries=0",
+        "+judge_options.timeout=2",
+    )
+    with pytest.raises(
+        UDCGInputError, match=r"judge 'openai:m@http://127\.0\.0\.1:9/v1' is not usable"
+    ):
+        run_evaluate(cfg, tmp_path / "out")
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_given_retriever_without_contexts(tmp_path: Path, evaluate_config) -> None:
+    with pytest.raises(UDCGInputError, match="retriever=given needs retrieved contexts"):
+        run_evaluate(evaluate_config("retriever=given"), tmp_path / "out")
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "evaluate.py", f"hydra.run.dir={tmp_path}", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    done = _cli(tmp_path, "k=1000", f"cache_dir={tmp_path}")
+    assert done.returncode == 2
+    assert "evaluate.py: error: field 'k': k=1000 is larger than the corpus" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = _cli(tmp_path, "retriever=nope")
+    assert done.returncode != 0 and "Available options" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_coverage_labels_in_the_input_give_c_prec_and_c_ndcg(
+    tmp_path: Path, evaluate_config
+) -> None:
+    _annotated(tmp_path / "in.jsonl")
+    contexts = list(read_contexts(tmp_path / "in.jsonl"))
+    covers = [[[j == 0, j == i % 3] for j in range(3)] for i in range(len(contexts))]
+    labelled = [
+        Context(
+            c.qid,
+            [replace(p, covers=cov) for p, cov in zip(c.passages, rows, strict=True)],
+            subqueries=["s1", "s2"],
+            outcomes=c.outcomes,
+        )
+        for c, rows in zip(contexts, covers, strict=True)
+    ]
+    write_contexts(tmp_path / "cov.jsonl", labelled)
+    cfg = evaluate_config(
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'cov.jsonl'}",
+        "retriever=given",
+        "judge=m",
+    )
+    report, _ = run_evaluate(cfg, tmp_path / "out")
+    gains = np.array([[sum(cov) / 2 for cov in rows] for rows in covers])
+    assert report["means"]["C-Prec"] == pytest.approx(gains.mean())
+    ideal = np.sort(gains, axis=1)[:, ::-1]
+    disc = 1 / np.log2(np.arange(2, 5))
+    assert report["means"]["C-nDCG"] == pytest.approx(np.mean((gains @ disc) / (ideal @ disc)))

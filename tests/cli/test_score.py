@@ -1,0 +1,88 @@
+"""python -m udcg.score: reuse fitted UDCG-theta weights and score contexts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from udcg import metrics
+from udcg.cli.score import main
+from udcg.io.contexts import write_contexts
+from udcg.theta import UDCGTheta
+from udcg.theta.simulate import simulate_contexts as simulate
+
+
+@pytest.fixture
+def fitted(tmp_path: Path) -> Path:
+    contexts = simulate(40, 3, seed=3)
+    rel = np.array([[p.relevant for p in c.passages] for c in contexts], dtype=float)
+    u = np.array([[1 - p.abstain_prob["sim"] for p in c.passages] for c in contexts])
+    correct = np.array([c.outcomes["sim"]["correct"] for c in contexts], dtype=float)
+    path = tmp_path / "w.safetensors"
+    UDCGTheta(3, val_fraction=0.0).fit(rel, u, correct).save(path)
+    return path
+
+
+def test_scores_match_the_library(tmp_path: Path, fitted: Path, capsys) -> None:
+    contexts = simulate(5, 3, seed=9) + simulate(2, 4, seed=1)
+    data, out = tmp_path / "c.jsonl", tmp_path / "scores.jsonl"
+    write_contexts(data, contexts)
+    assert main([str(data), "--judge", "sim", "--weights", str(fitted), "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == len(contexts)
+    model = UDCGTheta.load(fitted, k=3)
+    first = contexts[0]
+    rel = [[p.relevant for p in first.passages]]
+    u = [[1 - p.abstain_prob["sim"] for p in first.passages]]
+    assert rows[0]["UDCG-theta"] == pytest.approx(model.predict_proba(rel, u)[0], abs=1e-12)
+    assert rows[0]["UDCG"] == pytest.approx(metrics.udcg(rel, u)[0], abs=1e-12)
+    # contexts of another k are left empty, and the user is told
+    assert rows[-1]["UDCG-theta"] is None and rows[-1]["UDCG"] is not None
+    assert "do not have k=3 passages" in capsys.readouterr().err
+
+
+def test_missing_judge_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate(2, 3))
+    assert main([str(data), "--judge", "other"]) == 2
+    err = capsys.readouterr().err
+    assert f"{data}:1" in err and "abstain_prob.other" in err and "Traceback" not in err
+
+
+def test_answer_likelihood_utility_source(tmp_path: Path, fitted: Path, capsys) -> None:
+    contexts = simulate(6, 3, seed=4)
+    moved = [
+        replace(
+            c,
+            passages=[
+                replace(p, abstain_prob={}, answer_prob={"sim": 1 - p.abstain_prob["sim"]})
+                for p in c.passages
+            ],
+        )
+        for c in contexts
+    ]
+    ref, alt = tmp_path / "ref.jsonl", tmp_path / "alt.jsonl"
+    write_contexts(ref, contexts)
+    write_contexts(alt, moved)
+    outs = [tmp_path / "ref-scores.jsonl", tmp_path / "alt-scores.jsonl"]
+    assert main([str(ref), "--judge", "sim", "--out", str(outs[0])]) == 0
+    args = [str(alt), "--judge", "sim", "--utility", "answer_likelihood"]
+    assert main([*args, "--out", str(outs[1])]) == 0
+    assert "utility answer_likelihood" in capsys.readouterr().out
+    # u = answer_prob here equals u = 1 - abstain_prob there: the same UDCG values
+    first, second = ([json.loads(x)["UDCG"] for x in o.read_text().splitlines()] for o in outs)
+    assert first == second
+    u = [[p.answer_prob["sim"] for p in moved[0].passages]]
+    rel = [[p.relevant for p in moved[0].passages]]
+    assert second[0] == pytest.approx(metrics.udcg(rel, u)[0], abs=1e-12)
+    # the abstention field is not read for this source
+    assert main([str(ref), "--judge", "sim", "--utility", "answer_likelihood"]) == 2
+    assert "answer_prob.sim" in capsys.readouterr().err
+    # weights fitted on the reference source are refused for another one
+    assert main([*args, "--weights", str(fitted)]) == 2
+    err = capsys.readouterr().err
+    assert "fitted on utility source 'abstention'" in err and "Traceback" not in err

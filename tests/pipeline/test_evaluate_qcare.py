@@ -1,0 +1,64 @@
+"""evaluate.py with qcare=true: coverage labels from the judge feed C-Prec and C-nDCG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from udcg.cli.evaluate import run_evaluate
+from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+
+DOCS = ["capital #a", "river #b", "capital #a river #b", "nothing", "river #b again", "none"]
+
+
+def _contexts() -> list[Context]:
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(8):
+        texts = [DOCS[j] for j in rng.choice(len(DOCS), 3, replace=False)]
+        passages = [
+            Passage(doc_id=f"d{j}", text=t, relevant="#" in t, abstain_prob={"tag": 0.3})
+            for j, t in enumerate(texts)
+        ]
+        correct = bool(rng.random() < 0.5)
+        out.append(
+            Context(
+                f"q{i}",
+                passages,
+                question="capital #a and river #b",
+                outcomes={"tag": {"answer": "x", "correct": correct}},
+            )
+        )
+    return out
+
+
+def test_evaluate_with_qcare_labels_coverage_through_the_judge(
+    tmp_path: Path, tag_judge, monkeypatch, evaluate_config
+) -> None:
+    judge = tag_judge()
+    monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: judge)
+    write_contexts(tmp_path / "in.jsonl", _contexts())
+    cfg = evaluate_config(
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'in.jsonl'}",
+        "retriever=given",
+        "judge=tag",
+        "qcare=true",
+    )
+    report, _ = run_evaluate(cfg, tmp_path / "out")
+    (labelled,) = (tmp_path / "cache").glob("annotate-*.jsonl.gz")
+    contexts = list(read_contexts(labelled))
+    # the tag judge splits the question on ' and ' and says a chunk covers a sub-query when it
+    # holds the sub-query's tag: r_j = (#a in chunk + #b in chunk) / 2
+    assert all(c.subqueries == ["capital #a", "river #b"] for c in contexts)
+    r = np.array(
+        [[(("#a" in p.text) + ("#b" in p.text)) / 2 for p in c.passages] for c in contexts]
+    )
+    assert report["means"]["C-Prec"] == pytest.approx(r.mean())
+    ideal = -np.sort(-r, axis=1)
+    discounts = 1 / np.log2(np.arange(2, 5))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c_ndcg = np.where(ideal[:, 0] > 0, (r @ discounts) / (ideal @ discounts), 0.0)
+    assert report["means"]["C-nDCG"] == pytest.approx(c_ndcg.mean())

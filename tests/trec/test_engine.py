@@ -1,0 +1,328 @@
+"""trec_eval parity of udcg.evaluate against pytrec_eval, and its error handling."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import pytrec_eval
+
+from udcg import evaluate
+from udcg.errors import UDCGInputError
+from udcg.io.trec_files import (
+    Qrels,
+    Run,
+    qrels_from_dict,
+    read_trec_qrels,
+    read_trec_run,
+    run_from_dict,
+    trec_order,
+)
+from udcg.metrics import _kernels
+from udcg.trec import _pages
+from udcg.trec.engine import _judged_grades, evaluate_table
+
+# ir_measures name -> pytrec_eval name
+PARITY = {
+    "nDCG@1": "ndcg_cut_1",
+    "nDCG@3": "ndcg_cut_3",
+    "nDCG@10": "ndcg_cut_10",
+    "nDCG": "ndcg",
+    "AP": "map",
+    "AP@5": "map_cut_5",
+    "RR": "recip_rank",
+    "P@1": "P_1",
+    "P@5": "P_5",
+    "P@30": "P_30",
+    "R@5": "recall_5",
+    "R@100": "recall_100",
+    "Hits@1": "success_1",
+    "Hits@10": "success_10",
+}
+
+
+def _random_case(
+    rng: np.random.Generator, n_queries: int, depth: int | None = None
+) -> tuple[dict, dict]:
+    """Random qrels and run; every ranked list is ``depth`` long when given."""
+    qrels: dict[str, dict[str, int]] = {}
+    run: dict[str, dict[str, float]] = {}
+    for q in range(n_queries):
+        size = depth or int(rng.integers(1, 40))
+        pool = [f"d{i}" for i in rng.choice(200, size=size, replace=False)]
+        ranked = depth or int(rng.integers(0, len(pool) + 1))
+        # coarse scores: many ties, which trec_eval breaks by document id descending
+        run[f"q{q}"] = {d: float(rng.integers(0, 4)) for d in pool[:ranked]}
+        if rng.random() < 0.9:
+            judged = rng.choice(pool + [f"x{i}" for i in range(5)], size=int(rng.integers(1, 20)))
+            qrels[f"q{q}"] = {str(d): int(rng.choice([-1, 0, 0, 1, 2, 3])) for d in judged}
+    run = {q: docs for q, docs in run.items() if docs}
+    return qrels, run
+
+
+def _pytrec(qrels: dict, run: dict) -> dict:
+    return pytrec_eval.RelevanceEvaluator(qrels, set(PARITY.values())).evaluate(run)
+
+
+def _assert_parity(ours: dict, ref: dict) -> None:
+    assert set(ours) == set(ref)
+    for qid, values in ref.items():
+        for ours_name, ref_name in PARITY.items():
+            assert ours[qid][ours_name] == pytest.approx(values[ref_name], abs=1e-9), (
+                qid,
+                ours_name,
+            )
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_runs_with_ties_match_pytrec_eval(seed: int) -> None:
+    qrels, run = _random_case(np.random.default_rng(seed), n_queries=60)
+    _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fixed_depth_runs_match_pytrec_eval(seed: int) -> None:
+    # every list equally long: the engine reshapes the ranked rows instead of scattering
+    qrels, run = _random_case(np.random.default_rng(seed), n_queries=60, depth=25)
+    _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
+
+
+def test_shipped_example_matches_pytrec_eval(examples: Path) -> None:
+    qrels_path, run_path = examples / "trec" / "qrels.trec", examples / "trec" / "run.trec"
+    with open(qrels_path) as f:
+        qrels = pytrec_eval.parse_qrel(f)
+    with open(run_path) as f:
+        run = pytrec_eval.parse_run(f)
+    ours = evaluate(qrels_path, run_path, list(PARITY))
+    assert len(ours) > 40
+    _assert_parity(ours, _pytrec(qrels, run))
+
+
+def test_file_dict_and_object_entry_points_agree(tmp_path: Path) -> None:
+    qrels, run = _random_case(np.random.default_rng(11), n_queries=30)
+    run_path, qrels_path = tmp_path / "run.gz", tmp_path / "qrels.txt"
+    with gzip.open(run_path, "wt") as f:
+        for q, docs in run.items():
+            for rank, (d, s) in enumerate(docs.items(), start=1):
+                f.write(f"{q}\tQ0\t{d}  {rank} {s} tag\n")  # tabs, double spaces, gzip
+    with open(qrels_path, "w") as f:
+        f.writelines(f"{q} 0 {d} {r}\n" for q, docs in qrels.items() for d, r in docs.items())
+    from_dicts = evaluate(qrels, run, ["nDCG@10", "AP"])
+    assert evaluate(qrels_path, run_path, ["nDCG@10", "AP"]) == from_dicts
+    assert (
+        evaluate(read_trec_qrels(qrels_path), read_trec_run(run_path), ["nDCG@10", "AP"])
+        == from_dicts
+    )
+    assert read_trec_run(run_path).to_dict() == run
+    assert qrels_from_dict(qrels).to_dict() == read_trec_qrels(qrels_path).to_dict()
+
+
+def _recoded(strings: pa.Array, rng: np.random.Generator) -> pa.DictionaryArray:
+    """``strings`` as a dictionary array whose dictionary repeats values, holds unused ones
+    and is shuffled, with int8 or int16 indices."""
+    values = strings.to_pylist()
+    dictionary = sorted(set(values)) * 2 + ["unused"]
+    rng.shuffle(dictionary)
+    where = {v: i for i, v in enumerate(dictionary)}  # the last of the two copies
+    kind = np.int8 if len(dictionary) < 128 else np.int16
+    indices = pa.array(np.array([where[v] for v in values], dtype=kind))
+    return pa.DictionaryArray.from_arrays(indices, pa.array(dictionary))
+
+
+def test_dictionary_encoded_ids_evaluate_like_plain_strings() -> None:
+    rng = np.random.default_rng(13)
+    qrels, run = _random_case(rng, n_queries=40)
+    plain_run, plain_qrels = run_from_dict(run), qrels_from_dict(qrels)
+    coded_run = Run(
+        _recoded(plain_run.qids, rng), _recoded(plain_run.doc_ids, rng), plain_run.scores
+    )
+    coded_qrels = Qrels(
+        _recoded(plain_qrels.qids, rng), _recoded(plain_qrels.doc_ids, rng), plain_qrels.relevance
+    )
+    assert coded_run.to_dict() == run
+    assert evaluate(coded_qrels, coded_run, list(PARITY)) == evaluate(qrels, run, list(PARITY))
+
+
+@pytest.mark.parametrize("spacing", [" ", "\t", "  "])
+def test_plain_files_read_alike_whatever_the_spacing(tmp_path: Path, spacing: str) -> None:
+    # single spaces take Arrow's read of the file itself, the others the in-memory retry
+    qrels, run = _random_case(np.random.default_rng(12), n_queries=20)
+    run_path = tmp_path / "run.txt"
+    run_path.write_text(
+        "".join(
+            spacing.join((q, "Q0", d, str(rank), repr(s), "tag")) + "\n"
+            for q, docs in run.items()
+            for rank, (d, s) in enumerate(docs.items(), start=1)
+        )
+    )
+    assert read_trec_run(run_path).to_dict() == run
+    assert evaluate(qrels, run_path, ["nDCG@10", "AP"]) == evaluate(qrels, run, ["nDCG@10", "AP"])
+
+
+def test_queries_missing_from_either_side_are_ignored() -> None:
+    qrels = {"a": {"d1": 1}, "b": {"d2": 1}}
+    run = {"a": {"d1": 1.0}, "c": {"d9": 3.0}}
+    assert evaluate(qrels, run, "P@1") == {"a": {"P@1": 1.0}}
+
+
+def test_tie_break_is_document_id_descending() -> None:
+    qrels = {"q": {"a": 1}}
+    run = {"q": {"a": 1.0, "b": 1.0, "c": 1.0}}
+    assert evaluate(qrels, run, "RR")["q"]["RR"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("form", ["plain", "dictionary", "chunked dictionary"])
+def test_trec_order_takes_ids_in_every_arrow_form(form: str) -> None:
+    qids, docs = pa.array(["q2", "q1", "q1", "q1"]), pa.array(["a", "b", "c", "d"])
+    if form != "plain":
+        qids, docs = qids.dictionary_encode(), docs.dictionary_encode()
+    if form == "chunked dictionary":
+        qids, docs = pa.chunked_array([qids[:2], qids[2:]]), pa.chunked_array([docs])
+    order = trec_order(qids, np.array([5.0, 1.0, 2.0, 2.0]), docs)
+    assert order.tolist() == [3, 2, 1, 0]  # q1 by score, the tie by doc id descending; q2
+
+
+def test_measure_parameters_and_means() -> None:
+    qrels = {"q": {"a": 1, "b": 2}}
+    run = {"q": {"a": 2.0, "b": 1.0}}
+    table = evaluate_table(qrels, run, ["P(rel=2)@2", "P@2", "RR(rel=2)"])
+    assert table.to_dict() == {"q": {"P(rel=2)@2": 0.5, "P@2": 1.0, "RR(rel=2)": 0.5}}
+    assert table.mean() == {"P(rel=2)@2": 0.5, "P@2": 1.0, "RR(rel=2)": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "line", "fragment"),
+    [
+        ("run", "q1 Q0 d1 1 1.0 t\nq1 Q0 d2 2 0.5\n", 2, "expected 6 columns"),
+        (
+            "run",
+            "q1 Q0 d1 1 1.0 t\nq1 Q0 d2 2 high t\n",
+            2,
+            "field 'score': 'high' is not a number",
+        ),
+        ("run", "q1 Q0 d1 1 nan t\n", 1, "field 'score': 'nan' is not finite"),
+        ("run", "q1 Q0 d1 1 1.0 t\nq1 Q0 d2 2 inf t\n", 2, "not finite"),
+        (
+            "run",
+            "q1 Q0 d1 1 1.0 t\nq1 Q0 d1 2 0.5 t\n",
+            2,
+            "duplicate document 'd1' for query 'q1'",
+        ),
+        ("run", '{"qid": 1}\n', 1, "expected 6 columns"),
+        ("qrels", "q1 0 d1 1\nq1 0 d2\n", 2, "expected 4 columns"),
+        ("qrels", "q1 0 d1 1\nq1 0 d2 0.5\n", 2, "field 'relevance': '0.5' is not an integer"),
+        ("qrels", "q1 0 d1 1\nq1 0 d1 0\n", 2, "duplicate document 'd1'"),
+    ],
+)
+def test_bad_files_are_located(
+    tmp_path: Path, name: str, content: str, line: int, fragment: str
+) -> None:
+    path = tmp_path / f"{name}.txt"
+    path.write_text(content)
+    good = tmp_path / "good.txt"
+    good.write_text("q1 0 d1 1\n" if name == "run" else "q1 Q0 d1 1 1.0 t\n")
+    qrels, run = (good, path) if name == "run" else (path, good)
+    with pytest.raises(UDCGInputError) as err:
+        evaluate(qrels, run, "AP")
+    assert f"{path}:{line}: " in str(err.value)
+    assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"])
+def test_empty_files_are_errors(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "run.txt"
+    path.write_text(content)
+    with pytest.raises(UDCGInputError, match="empty file"):
+        read_trec_run(path)
+
+
+def test_bad_dict_values_are_errors() -> None:
+    with pytest.raises(UDCGInputError, match="not finite"):
+        run_from_dict({"q": {"d": float("nan")}})
+    with pytest.raises(UDCGInputError, match="not a number"):
+        run_from_dict({"q": {"d": "1.0"}})
+    with pytest.raises(UDCGInputError, match="not an integer grade"):
+        qrels_from_dict({"q": {"d": 1.5}})
+
+
+@pytest.mark.parametrize(
+    "measure", ["nDCG@x", "MAP@@1", "foo", "P", "P@0", "nDCG(rel=2)@3", "AP(rel=0)"]
+)
+def test_unknown_or_malformed_measures_are_errors(measure: str) -> None:
+    with pytest.raises(UDCGInputError, match="measures"):
+        evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}}, measure)
+
+
+def _huge_page_advice() -> bool:
+    """numpy's current huge-page advice setting (read by setting it back to what it was)."""
+    current = _pages._set_madvise_hugepage(True)
+    _pages._set_madvise_hugepage(current)
+    return current
+
+
+def _memory_settings() -> tuple[bool, str]:
+    return _huge_page_advice(), pa.default_memory_pool().backend_name
+
+
+def test_huge_pages_are_off_during_evaluation_and_restored_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+    precision = _kernels.precision
+    monkeypatch.setattr(
+        _kernels, "precision", lambda *a: seen.append(_memory_settings()) or precision(*a)
+    )
+    before = _pages._set_madvise_hugepage(True)
+    outside = (True, pa.default_memory_pool().backend_name)
+    try:
+        evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, "P@1")
+        assert seen == [(False, _pages._small_page_pool().backend_name)]
+        assert seen[0][1] in ("jemalloc", "system")  # not mimalloc's huge pages
+        assert _memory_settings() == outside
+        empty = tmp_path / "empty.qrels"
+        empty.write_text("\n")
+        with pytest.raises(UDCGInputError):
+            evaluate(empty, {"q": {"a": 1.0}}, "P@1")
+        assert _memory_settings() == outside
+    finally:
+        _pages._set_madvise_hugepage(before)
+
+
+def test_overlapping_blocks_restore_the_outside_settings_when_the_last_one_leaves() -> None:
+    outside = _memory_settings()
+    first, second = _pages.small_pages(), _pages.small_pages()
+    first.__enter__()
+    inside = _memory_settings()
+    assert inside[0] is False and inside[1] != "mimalloc"
+    second.__enter__()
+    first.__exit__(None, None, None)  # another thread's block leaves first
+    assert _memory_settings() == inside
+    second.__exit__(None, None, None)
+    assert _memory_settings() == outside
+
+
+def test_system_allocator_where_arrow_lacks_jemalloc(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> None:
+        raise NotImplementedError("jemalloc support is not enabled")
+
+    monkeypatch.setattr(pa, "jemalloc_memory_pool", missing)
+    assert _pages._small_page_pool().backend_name == "system"
+    qrels, run = _random_case(np.random.default_rng(5), n_queries=20)
+    _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
+
+
+@pytest.mark.parametrize("n_keys", [10**6, 2**62])  # grades in the key bits, argsort
+@pytest.mark.parametrize("span", [4, 1000])  # grade codes of 3 and 10 bits
+def test_judged_grades_match_a_dict_lookup(n_keys: int, span: int) -> None:
+    rng = np.random.default_rng(span)
+    qrel_keys = rng.choice(10**6, size=5000, replace=False).astype(np.int64)
+    grades = rng.integers(-1, span, size=5000)
+    run_keys = np.concatenate([rng.choice(qrel_keys, 3000), rng.integers(0, 10**6, 3000)])
+    expected = dict(zip(qrel_keys.tolist(), grades.tolist(), strict=True))
+    repeats, found = _judged_grades(qrel_keys.copy(), grades, n_keys, run_keys.copy())
+    assert not repeats
+    assert found.tolist() == [expected.get(k, 0) for k in run_keys.tolist()]
+    assert _judged_grades(np.array([3, 5, 3]), np.array([1, 2, 1]), n_keys, np.array([5]))[0]

@@ -1,0 +1,50 @@
+"""``udcg demo``: build the embedded demo set and annotate it with the judge (about 20 minutes
+on 2 CPU cores); see :mod:`udcg.data.demo` for what it holds."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from udcg.cli.common import run_cli
+from udcg.data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
+from udcg.io.contexts import write_contexts
+from udcg.judge import load_judge
+from udcg.judge.cached import CachedJudge
+from udcg.labels.annotate import annotate
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="udcg demo", description=__doc__.splitlines()[0].strip('"`')
+    )
+    parser.add_argument("--source", type=Path, default=SOURCE)
+    parser.add_argument("--out", type=Path, default=OUTPUT)
+    parser.add_argument("--judge", default="smollm2-135m")
+    parser.add_argument("--cache", help="judge cache (SQLite); default ~/.cache/udcg/judge.sqlite")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build, annotate and write the demo set."""
+    args = _parser().parse_args(argv)
+
+    def work() -> None:
+        contexts = build_contexts(load_source(args.source), args.seed)
+        judge = CachedJudge(load_judge(args.judge), args.cache)
+        annotated, report = annotate(contexts, judge, steps=STEPS)
+        write_contexts(args.out, annotated)
+        print(
+            f"wrote {len(annotated)} contexts to {args.out}: {report.pairs} passage pairs, "
+            f"{report.answer_pairs} answer-likelihood pairs, "
+            f"grades {dict(report.grades)}; "
+            f"cache hits {judge.cache.hits}, misses {judge.cache.misses}"
+        )
+
+    return run_cli("udcg demo", work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Q-CARE from the command line.
+
+    udcg qcare label IN.jsonl OUT.jsonl --judge smollm2-135m [--answers-from MODEL]
+    udcg qcare score LABELLED.jsonl [--answers-from MODEL] [--k 10] [--binary]
+    udcg qcare agreement JUDGE.jsonl HUMAN.jsonl [--answers-from MODEL] [--split-by run]
+
+``label`` adds sub-queries, coverage labels and (with ``--answers-from``) the claims and
+checks of ``outcomes[MODEL].answer``, through the cached judge, and prints label, fallback
+and judge-call counts. ``score`` prints the mean of each metric and why values are missing
+(``--out`` writes them per context). ``agreement`` prints Pearson and Spearman correlations
+between judge-based and human-based metrics per split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from udcg.cli.common import run_cli
+from udcg.io.contexts import read_contexts, write_contexts
+from udcg.io.files import atomic_write
+from udcg.labels.qcare.checks import CHECK_MODES
+from udcg.labels.qcare.label import CHECKS, QCareReport, check_inputs, label_contexts
+from udcg.qcare.agreement import agreement
+from udcg.qcare.scores import QCareScores, qcare_scores
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="udcg qcare", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    label = sub.add_parser("label", help="add Q-CARE labels through the judge")
+    label.add_argument("input", help="contexts JSONL (gzip ok)")
+    label.add_argument("output", help="labelled contexts JSONL (.gz compresses)")
+    label.add_argument("--judge", default="smollm2-135m", help="judge spec (see udcg.judge)")
+    label.add_argument("--answers-from", metavar="MODEL", help="label outcomes[MODEL].answer")
+    label.add_argument("--checks", choices=CHECK_MODES, default="auto")
+    label.add_argument("--retries", type=int, default=2, help="retries of malformed output")
+    label.add_argument("--cache", help="judge cache (SQLite); default ~/.cache/udcg/judge.sqlite")
+    for name, helptext in (("score", "metrics from labels"), ("agreement", "judge vs human")):
+        cmd = sub.add_parser(name, help=helptext)
+        if name == "score":
+            cmd.add_argument("input", help="labelled contexts JSONL")
+            cmd.add_argument("--out", help="write per-context metrics as JSONL")
+        else:
+            cmd.add_argument("judge_labels", help="judge-labelled contexts JSONL")
+            cmd.add_argument("human_labels", help="human-labelled contexts JSONL, same structure")
+            cmd.add_argument("--split-by", help="context field or extra key (e.g. run, split)")
+            cmd.add_argument(
+                "--no-fill", action="store_true", help="do not fill missing human labels"
+            )
+        cmd.add_argument("--answers-from", metavar="MODEL", help="generator metrics of MODEL")
+        cmd.add_argument("--k", type=_positive, help="truncate retrieved lists to k")
+        cmd.add_argument("--binary", action="store_true", help="binary coverage gains")
+    return parser
+
+
+def format_report(report: QCareReport, judge: str) -> str:
+    """Counts of a labelling run, as printed by ``label``."""
+    per_context = report.judge_calls / max(report.contexts, 1)
+    ref = report.reference_calls / max(report.contexts, 1)
+    lines = [
+        f"labelled {report.contexts} contexts ({report.questions} questions, "
+        f"{report.answers} answers) with {judge}: {report.subqueries} sub-queries, "
+        f"{report.claims} claims",
+    ]
+    for check in CHECKS:
+        counts = report.labels[check]
+        if report.prompts[check] or counts:
+            lines.append(
+                f"  {check:<16} {report.prompts[check]:>6} prompts: yes {counts['yes']}, "
+                f"no {counts['no']}, unusable {counts['unusable']}"
+            )
+    lines.append(
+        f"judge calls: {report.judge_calls} ({per_context:.1f} per context; the reference "
+        f"pipeline makes {report.reference_calls}, {ref:.1f} per context)"
+    )
+    routes = ", ".join(f"{k} {v}" for k, v in sorted(report.checks.items()))
+    lines.append(f"Yes/No labels: {routes or 'none'}")
+    if report.text_reason:
+        lines.append(f"log-probs unavailable, Yes/No parsed from text: {report.text_reason}")
+    fallbacks = {k: v for k, v in report.fallbacks.items() if k != "generation prompts"}
+    lines.append(
+        "fallbacks and special cases: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(fallbacks.items())) or "none")
+    )
+    return "\n".join(lines)
+
+
+def format_scores(scores: QCareScores) -> str:
+    """Mean of each metric and the count and reasons of missing values."""
+    lines = [f"{'metric':<16}{'mean':>8}{'n':>7}  missing"]
+    for name, mean in scores.means().items():
+        values = scores.values[name]
+        n = int((~np.ma.getmaskarray(values)).sum())
+        why = ", ".join(f"{r} {c}" for r, c in sorted(scores.missing[name].items())) or "-"
+        shown = "n/a" if mean is None else f"{mean:.3f}"
+        lines.append(f"{name:<16}{shown:>8}{n:>7}  {why}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for a user mistake)."""
+    args = _parser().parse_args(argv)
+
+    def work() -> None:
+        if args.command == "label":
+            from udcg.judge import load_judge
+            from udcg.judge.cached import CachedJudge
+
+            contexts = list(read_contexts(args.input))
+            check_inputs(contexts, args.answers_from)  # before the judge loads
+            judge = CachedJudge(load_judge(args.judge), args.cache)
+            labelled, report = label_contexts(
+                contexts, judge, args.answers_from, args.checks, args.retries
+            )
+            write_contexts(args.output, labelled)
+            print(format_report(report, judge.name))
+            print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}")
+        elif args.command == "score":
+            contexts = list(read_contexts(args.input))
+            scores = qcare_scores(contexts, args.answers_from, args.k, args.binary)
+            print(format_scores(scores))
+            if args.out:
+                _write_scores(args.out, contexts, scores)
+        else:
+            rows, filled = agreement(
+                list(read_contexts(args.judge_labels)),
+                list(read_contexts(args.human_labels)),
+                args.answers_from,
+                args.split_by,
+                args.k,
+                args.binary,
+                fill=not args.no_fill,
+            )
+            print(f"{'split':<14}{'metric':<16}{'n':>6}{'pearson':>10}{'spearman':>10}")
+            for row in rows:
+                print(
+                    f"{row.split:<14}{row.metric:<16}{row.n:>6}"
+                    f"{_cell(row.pearson):>10}{_cell(row.spearman):>10}"
+                )
+            if filled:
+                print("filled from the judge: " + ", ".join(f"{k} {v}" for k, v in filled.items()))
+
+    return run_cli("udcg qcare", work)
+
+
+def _cell(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.3f}"
+
+
+def _write_scores(path: str, contexts: list, scores: QCareScores) -> None:
+    with atomic_write(path) as handle:
+        for i, ctx in enumerate(contexts):
+            row = {"qid": ctx.qid, "run": ctx.run}
+            for name, values in scores.values.items():
+                row[name] = None if np.ma.getmaskarray(values)[i] else float(values.data[i])
+            handle.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""``udcg score CONTEXTS.jsonl --judge J [--utility SOURCE] [--weights W.safetensors]
+[--out F.jsonl]``.
+
+Scores each retrieved context with UDCG (at ``--gamma``), UDCG-theta (with fitted weights, for
+contexts of the weights' k) and nDCG, MAP, MRR, Precision; prints the means and, with
+``--out``, writes one JSON line per context. ``--utility`` picks the utility source (see
+:mod:`udcg.io.utility_sources`); weights fitted on another source are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from udcg import metrics
+from udcg.cli.common import run_cli
+from udcg.io.contexts import read_contexts, relevance_matrix
+from udcg.io.files import atomic_write
+from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, check_fitted_on, get_source
+from udcg.pipeline.compare import classic_metrics
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="udcg score", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "contexts", help="contexts JSONL (relevant and the utility source's field needed)"
+    )
+    parser.add_argument("--judge", required=True, help="judge model key in abstain_prob etc.")
+    parser.add_argument(
+        "--utility",
+        choices=list(SOURCES),
+        default=DEFAULT_SOURCE,
+        help="utility source: abstention (u = 1 - abstain_prob) or answer_likelihood "
+        "(u = answer_prob)",
+    )
+    parser.add_argument("--weights", help="UDCG-theta weights (.safetensors with its .json card)")
+    parser.add_argument("--gamma", type=float, default=1 / 3, help="UDCG gamma (default 1/3)")
+    parser.add_argument("--out", help="write per-context scores here (JSONL)")
+    return parser
+
+
+def score(args: argparse.Namespace) -> None:
+    """Compute, print and optionally write the scores."""
+    contexts = list(read_contexts(args.contexts))
+    relevant = relevance_matrix(contexts)
+    utility = get_source(args.utility).utilities(contexts, args.judge)
+    columns: dict[str, np.ndarray] = {
+        "UDCG": metrics.udcg(relevant, utility, args.gamma),
+        **classic_metrics(relevant),
+    }
+    if args.weights:
+        from udcg.theta import UDCGTheta
+
+        model = UDCGTheta.load(args.weights)
+        check_fitted_on(model.card_, args.utility)
+        k = len(model.alpha_)
+        rows = np.flatnonzero([len(c.passages) == k for c in contexts])
+        theta = np.full(len(contexts), np.nan)
+        if len(rows):
+            theta[rows] = model.predict_proba(
+                np.stack([relevant[i] for i in rows]), np.stack([utility[i] for i in rows])
+            )
+        columns["UDCG-theta"] = theta
+        if len(rows) < len(contexts):
+            print(
+                f"UDCG-theta: {len(contexts) - len(rows)} of {len(contexts)} contexts do not "
+                f"have k={k} passages and are left empty (null)",
+                file=sys.stderr,
+            )
+    print(f"{len(contexts)} contexts, judge {args.judge}, utility {args.utility}")
+    for name, values in columns.items():
+        defined = values[~np.isnan(values)]
+        mean = f"{defined.mean():.4f}" if len(defined) else "n/a"
+        print(f"{name:<12}\t{mean}\t(n={len(defined)})")
+    if args.out:
+        with atomic_write(args.out) as out:
+            for i, ctx in enumerate(contexts):
+                row = {
+                    name: (None if np.isnan(v[i]) else float(v[i])) for name, v in columns.items()
+                }
+                out.write(json.dumps({"qid": ctx.qid, "run": ctx.run, **row}) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for a user mistake)."""
+    args = _parser().parse_args(argv)
+    return run_cli("udcg score", lambda: score(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The evaluation pipeline behind ``evaluate.py``: check the configuration, retrieve, annotate
+through the judge, score every metric, correlate with accuracy, write the report."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from udcg.errors import UDCGInputError
+from udcg.io.utility_sources import check_fitted_on, get_source
+from udcg.judge.base import Judge
+from udcg.pipeline import correlate, report
+from udcg.pipeline.datasets import Dataset
+from udcg.pipeline.scoring import score_contexts
+from udcg.pipeline.stages import (
+    StageCache,
+    annotate_contexts,
+    missing_steps,
+    needs_coverage,
+    retrieve_contexts,
+    stage_key,
+)
+from udcg.retrieval import Retriever, check_depth
+
+GIVEN = "given"
+
+
+@dataclass(frozen=True)
+class EvaluateSettings:
+    """What ``evaluate`` does beyond the data and the retriever (``conf/evaluate.yaml``)."""
+
+    k: int = 3
+    judge: str = "smollm2-135m"
+    judge_options: dict[str, Any] = field(default_factory=dict)
+    utility: str = "abstention"
+    relevance: str = "string"
+    grader: str = "span"
+    max_new_tokens: int = 16
+    qcare: bool = False
+    ablations: bool = False
+    theta_weights: str | None = None
+    theta_crossfit: bool = False
+    correlation: str = "spearman"
+    n_bootstrap: int = 1000
+    seed: int = 0
+    cache_dir: Path = Path("outputs/evaluate/cache")
+
+
+def load_theta(path: str | None, k: int, utility: str) -> Any:
+    """UDCG-theta weights for k and the utility source (another k or source, or a bad file:
+    an error), or None without a path."""
+    if not path:
+        return None
+    from udcg.theta import UDCGTheta
+
+    model = UDCGTheta.load(path, k=k)
+    check_fitted_on(model.card_, utility, "utility=")
+    return model
+
+
+def connect_judge(settings: EvaluateSettings) -> Judge:
+    """The cached judge; a server judge gets one probe call, so an unreachable one stops the
+    run here."""
+    from udcg.judge import load_judge
+    from udcg.judge.cached import CachedJudge
+
+    spec = settings.judge
+    try:
+        inner = load_judge(spec, **settings.judge_options)
+        if spec.startswith("openai:"):
+            inner.generate([[{"role": "user", "content": "Reply OK."}]], max_new_tokens=1)
+    except UDCGInputError:
+        raise
+    except Exception as exc:  # any backend failure: connection refused, bad model, ...
+        raise UDCGInputError(
+            f"judge {spec!r} is not usable: {type(exc).__name__}: {exc}", field="judge"
+        ) from None
+    return CachedJudge(inner, Path(settings.cache_dir) / "judge.sqlite")
+
+
+def _settings_json(settings: EvaluateSettings) -> dict[str, Any]:
+    out = dict(vars(settings))
+    out["cache_dir"] = str(out["cache_dir"])
+    return out
+
+
+def _run_name(name: str, retriever: Any) -> str:
+    position = getattr(retriever, "position", None)  # GoldAt: one run name per position
+    return name if position is None else f"{name}@{position}"
+
+
+def _progress():
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} stages"),
+        TimeElapsedColumn(),
+        disable=not sys.stderr.isatty(),
+    )
+
+
+def evaluate(
+    dataset: Dataset,
+    retriever: tuple[str, Retriever] | None,
+    settings: EvaluateSettings,
+    output_dir: Path,
+    stage_id: Sequence[Any] = (),
+    config: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[Path]]:
+    """Run the pipeline; returns the report and its files.
+
+    ``retriever`` is ``(name, retriever)``, or None for a dataset that holds its retrieved
+    contexts (``retriever=given``). ``stage_id`` (plain JSON naming the dataset and retriever
+    settings) keys the cached retrieval stage; ``config`` is recorded in the report as given.
+    """
+    get_source(settings.utility)  # an unknown source fails here, naming the known ones
+    k = settings.k
+    given = retriever is None
+    if given != (dataset.contexts is not None):
+        raise UDCGInputError(
+            "dataset holds retrieved contexts: use retriever=given"
+            if not given
+            else "retriever=given needs retrieved contexts (dataset=jsonl, reference or trec)",
+            field="retriever",
+        )
+    theta = load_theta(settings.theta_weights, k, settings.utility)
+    cache = StageCache(settings.cache_dir)
+    judge: Judge | None = None
+    with _progress() as bar:
+        task = bar.add_task("retrieve", total=4)
+        if given:
+            name, contexts = GIVEN, dataset.contexts
+        else:
+            check_depth(k, dataset.corpus)
+            name, searcher = retriever
+            name = _run_name(name, searcher)
+            key = stage_key(*stage_id, k)
+            contexts = cache.run(
+                "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, k)
+            )
+        bar.update(task, advance=1, description="annotate")
+        steps = missing_steps(contexts, settings.judge, settings.utility, settings.relevance)
+        if steps or (settings.qcare and needs_coverage(contexts)):
+            judge = connect_judge(settings)
+            key = stage_key(
+                [c.to_json() for c in contexts],
+                judge.fingerprint,
+                steps,
+                settings.relevance,
+                settings.grader,
+                settings.max_new_tokens,
+                settings.qcare,
+            )
+            contexts = cache.run(
+                "annotate",
+                key,
+                lambda: annotate_contexts(
+                    contexts,
+                    judge,
+                    steps,
+                    settings.relevance,
+                    settings.grader,
+                    settings.max_new_tokens,
+                    settings.qcare,
+                ),
+            )
+        judge_name = judge.name if judge is not None else settings.judge
+        bar.update(task, advance=1, description="score")
+        table = score_contexts(
+            contexts,
+            k,
+            judge_name,
+            settings.utility,
+            theta,
+            settings.correlation,
+            settings.seed,
+            settings.ablations,
+            settings.theta_crossfit,
+        )
+        bar.update(task, advance=1, description="correlate")
+        args = (
+            table.scores,
+            table.correct,
+            table.qids,
+            settings.correlation,
+            settings.n_bootstrap,
+            settings.seed,
+        )
+        result = {
+            "setup": {
+                "dataset": dataset.name,
+                "run": name,
+                "k": k,
+                "judge": judge_name,
+                "utility": settings.utility,
+                "n_contexts": len(table.correct),
+                "n_queries": len(set(table.qids.tolist())),
+                "accuracy": float(table.correct.mean()),
+                "cached_stages": cache.hits,
+            },
+            "config": config if config is not None else _settings_json(settings),
+            "means": {m: float(np.mean(v)) for m, v in table.scores.items()},
+            "tuned_gammas": table.gammas,
+            "crossfit_theta_weights": [
+                {"alpha": m.alpha_.tolist(), "beta": m.beta_.tolist()} for m in table.theta_models
+            ],
+            "correlations": correlate.correlations(*args),
+            "paired_tests": correlate.paired_tests(*args),
+            "accuracy_by_gold_position": correlate.accuracy_by_gold_position(
+                table.relevant, table.correct
+            ),
+            "notes": dataset.notes + table.notes,
+        }
+        bar.update(task, advance=1, description="report")
+        if theta is None and table.theta_models:
+            theta = table.theta_models[0]  # the plot shows the weights fitted on half 1
+        files = report.write_report(result, output_dir, theta)
+    return result, files

@@ -1,0 +1,217 @@
+"""Fit UDCG-theta for one list size k, tune gamma, compare every metric on held-out queries.
+
+The steps behind ``python train.py k=5``: select the contexts with exactly k passages and the
+judge's labels, split them by query into train and held-out sets, fit UDCG-theta and tune
+gamma on the training queries, then correlate every metric with end-to-end correctness on the
+held-out queries (bootstrap CIs over queries) and export the weights with their card and a plot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from udcg import metrics
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Context
+from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.pipeline.compare import MetricRow, classic_metrics, compare, finite_or_none
+from udcg.pipeline.plots import plot_weights
+from udcg.theta import UDCGTheta, split_by_query, tune_gamma
+
+MIN_QUERIES_PER_SPLIT = 2
+
+
+@dataclass(frozen=True, eq=False)
+class LabelledSet:
+    """Contexts of one list size: ``relevant`` and ``utility`` ``[n, k]``, ``correct`` ``[n]``."""
+
+    qids: np.ndarray
+    relevant: np.ndarray
+    utility: np.ndarray
+    correct: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.correct)
+
+    def subset(self, index: np.ndarray) -> LabelledSet:
+        return LabelledSet(
+            self.qids[index], self.relevant[index], self.utility[index], self.correct[index]
+        )
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the labels, utilities, outcomes and query ids, in order."""
+        digest = hashlib.sha256()
+        for array in (self.relevant, self.utility, self.correct):
+            digest.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
+        digest.update("\n".join(self.qids.tolist()).encode())
+        return digest.hexdigest()
+
+
+@dataclass
+class Selection:
+    """What :func:`select` kept, and why it skipped the rest."""
+
+    data: LabelledSet
+    skipped: Counter = field(default_factory=Counter)
+
+
+def select(
+    contexts: Iterable[Context], k: int, judge: str, utility: str = DEFAULT_SOURCE
+) -> Selection:
+    """Contexts with exactly ``k`` passages, all labelled ``relevant``, with the judge's
+    utilities from source ``utility`` (see :mod:`udcg.io.utility_sources`) and an outcome
+    ``outcomes[judge].correct``; the rest are counted by reason."""
+    source = get_source(utility)
+    skipped: Counter = Counter()
+    qids, rel, util, correct = [], [], [], []
+    for ctx in contexts:
+        if len(ctx.passages) != k:
+            skipped[f"list size != {k}"] += 1
+            continue
+        labels = [p.relevant for p in ctx.passages]
+        if None in labels:
+            skipped["passage without 'relevant'"] += 1
+            continue
+        u = source.passage_utilities(ctx, judge)
+        if u is None:
+            skipped[f"passage without {source.field}.{judge}"] += 1
+            continue
+        outcome = ctx.outcomes.get(judge, {}).get("correct")
+        if outcome is None:
+            skipped[f"no outcomes.{judge}.correct"] += 1
+            continue
+        qids.append(ctx.qid)
+        rel.append(np.asarray(labels, dtype=np.float64))
+        util.append(u)
+        correct.append(float(outcome))
+    data = LabelledSet(
+        np.asarray(qids, dtype=object),
+        np.asarray(rel, dtype=np.float64).reshape(len(qids), k),
+        np.asarray(util, dtype=np.float64).reshape(len(qids), k),
+        np.asarray(correct, dtype=np.float64),
+    )
+    return Selection(data, skipped)
+
+
+def metric_scores(data: LabelledSet, model: UDCGTheta, gamma: float) -> dict[str, np.ndarray]:
+    """Per-context value of every compared metric."""
+    return {
+        "UDCG-theta": model.predict_proba(data.relevant, data.utility),
+        f"UDCG (gamma={gamma:.3g}, tuned)": metrics.udcg(data.relevant, data.utility, gamma),
+        "UDCG (gamma=1/3)": metrics.udcg(data.relevant, data.utility),
+        **classic_metrics(data.relevant),
+    }
+
+
+@dataclass
+class TrainReport:
+    """Everything ``train.py`` prints and exports."""
+
+    k: int
+    judge: str
+    n_train: int
+    n_test: int
+    n_train_queries: int
+    n_test_queries: int
+    gamma: float
+    gamma_train_correlation: float
+    rows: list[MetricRow]
+    skipped: dict[str, int]
+    fingerprint: str
+    weights_path: Path | None = None
+    plot_path: Path | None = None
+
+    def card(self, utility: str) -> dict[str, Any]:
+        """The JSON card entries written next to the weights."""
+        source = get_source(utility)
+        return {
+            "judge_model": self.judge,
+            "utility": utility,
+            "utility_field": source.field,
+            "utility_formula": source.formula,
+            "gamma": self.gamma,
+            "gamma_train_correlation": finite_or_none(self.gamma_train_correlation),
+            "training_data_fingerprint": self.fingerprint,
+            "sizes": {
+                "train_contexts": self.n_train,
+                "test_contexts": self.n_test,
+                "train_queries": self.n_train_queries,
+                "test_queries": self.n_test_queries,
+                "skipped": self.skipped,
+            },
+            "heldout": [row.to_json() for row in self.rows],
+        }
+
+
+def train(
+    contexts: Iterable[Context],
+    model: UDCGTheta,
+    judge: str,
+    utility: str = DEFAULT_SOURCE,
+    test_fraction: float = 0.3,
+    seed: int = 0,
+    method: str = "spearman",
+    n_resamples: int = 1000,
+    gamma_grid: Sequence[float] | None = None,
+    export_dir: Path | None = None,
+) -> TrainReport:
+    """Select, split by query, fit ``model`` and tune gamma, compare on held-out, export."""
+    k = model.k
+    selection = select(contexts, k, judge, utility)
+    data = selection.data
+    n_queries = len(set(data.qids.tolist()))
+    if n_queries < 2 * MIN_QUERIES_PER_SPLIT:
+        reasons = ", ".join(f"{n} {why}" for why, n in selection.skipped.items()) or "none skipped"
+        raise UDCGInputError(
+            f"{len(data)} contexts from {n_queries} queries have k={k} and judge {judge!r} labels "
+            f"({reasons}); a train/held-out split by query needs at least "
+            f"{2 * MIN_QUERIES_PER_SPLIT} queries",
+            field="data",
+        )
+    train_idx, test_idx = split_by_query(data.qids, test_fraction, seed)
+    train_set, test_set = data.subset(train_idx), data.subset(test_idx)
+    if len(set(test_set.qids.tolist())) < MIN_QUERIES_PER_SPLIT:
+        raise UDCGInputError(
+            f"test_fraction={test_fraction} leaves fewer than {MIN_QUERIES_PER_SPLIT} held-out "
+            f"queries out of {n_queries}",
+            field="test_fraction",
+        )
+    model.fit(train_set.relevant, train_set.utility, train_set.correct, groups=train_set.qids)
+    tuned = tune_gamma(
+        train_set.relevant, train_set.utility, train_set.correct, grid=gamma_grid, method=method
+    )
+    rows = compare(
+        metric_scores(test_set, model, tuned.gamma),
+        test_set.correct,
+        test_set.qids,
+        method,
+        n_resamples,
+        seed,
+    )
+    report = TrainReport(
+        k=k,
+        judge=judge,
+        n_train=len(train_set),
+        n_test=len(test_set),
+        n_train_queries=len(set(train_set.qids.tolist())),
+        n_test_queries=len(set(test_set.qids.tolist())),
+        gamma=float(tuned.gamma),
+        gamma_train_correlation=float(tuned.train_correlation),
+        rows=rows,
+        skipped=dict(selection.skipped),
+        fingerprint=train_set.fingerprint(),
+    )
+    if export_dir is not None:
+        export_dir = Path(export_dir)
+        report.weights_path = export_dir / f"udcg_theta_k{k}.safetensors"
+        model.save(report.weights_path, card=report.card(utility))
+        report.plot_path = export_dir / f"udcg_theta_k{k}.png"
+        plot_weights(model, report.plot_path, f"UDCG-theta weights, k={k}, judge {judge}")
+    return report

@@ -1,0 +1,321 @@
+"""trec_eval-compatible evaluation of a run against qrels, vectorised over queries.
+
+Semantics (those of trec_eval, checked against pytrec_eval): documents are ranked by score
+descending, ties broken by document id descending; unjudged documents have relevance 0; binary
+measures count relevance >= ``rel`` (1 by default); nDCG uses linear gain max(relevance, 0) and
+the ideal ranking of all judged documents of the query; AP and R divide by the number of
+relevant judged documents; queries of the run that are absent from the qrels are ignored, and
+so are judged queries that the run does not retrieve for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from os import PathLike
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from udcg._threads import run_concurrently
+from udcg.errors import UDCGInputError
+from udcg.io.arrow import from_numpy, to_numpy
+from udcg.io.trec_files import (
+    Qrels,
+    Run,
+    locate_duplicate,
+    qrels_from_dict,
+    read_trec_qrels,
+    read_trec_run,
+    run_from_dict,
+    trec_order,
+)
+from udcg.metrics import _kernels
+from udcg.trec._pages import small_pages
+from udcg.trec.measures import Measure, parse_measures
+
+QrelsLike = Qrels | Mapping[str, Mapping[str, int]] | str | PathLike[str]
+RunLike = Run | Mapping[str, Mapping[str, float]] | str | PathLike[str]
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluation:
+    """Per-query values: ``values[i, j]`` is measure ``measures[j]`` on query ``qids[i]``."""
+
+    qids: list[str]
+    measures: list[Measure]
+    values: np.ndarray
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        """``{qid: {measure: value}}``."""
+        names = [str(m) for m in self.measures]
+        return {
+            q: dict(zip(names, row, strict=True))
+            for q, row in zip(self.qids, self.values.tolist(), strict=True)
+        }
+
+    def mean(self) -> dict[str, float]:
+        """Mean of each measure over the evaluated queries (0 when there are none)."""
+        means = self.values.mean(axis=0) if len(self.qids) else np.zeros(len(self.measures))
+        return {str(m): float(v) for m, v in zip(self.measures, means, strict=True)}
+
+
+def _as_run(run: RunLike) -> Run:
+    if isinstance(run, Run):
+        return run
+    if isinstance(run, Mapping):
+        return run_from_dict(run)
+    return read_trec_run(run)
+
+
+def _as_qrels(qrels: QrelsLike) -> Qrels:
+    if isinstance(qrels, Qrels):
+        return qrels
+    if isinstance(qrels, Mapping):
+        return qrels_from_dict(qrels)
+    return read_trec_qrels(qrels)
+
+
+def _dictionary(strings: pa.Array) -> pa.DictionaryArray:
+    """``strings`` dictionary-encoded (as they are when read from a file)."""
+    return strings if pa.types.is_dictionary(strings.type) else pc.dictionary_encode(strings)
+
+
+def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """Integer codes of two string columns over one shared dictionary. Dictionary-encoded
+    columns (as read from files) are merged through their dictionaries, not row by row."""
+    first, second = _dictionary(first), _dictionary(second)
+    n_first = len(first.dictionary)
+    merged = pc.dictionary_encode(pa.concat_arrays([first.dictionary, second.dictionary]))
+    codes = to_numpy(merged.indices)  # int32, read in place
+    first_codes = to_numpy(first.indices).astype(np.int32, copy=False)
+    # codes follow first appearance, so a dictionary without repeats keeps its own codes
+    if not (codes[:n_first] == np.arange(n_first)).all():
+        first_codes = codes[:n_first][first_codes]
+    return first_codes, codes[n_first:][to_numpy(second.indices)], merged.dictionary
+
+
+def _judged_grades(
+    qrel_keys: np.ndarray, grades: np.ndarray, n_keys: int, run_keys: np.ndarray
+) -> tuple[bool, np.ndarray]:
+    """``(whether a qrels key repeats, the grade of every run key, 0 when unjudged)``.
+
+    The qrels keys are sorted once with ``grade - lowest`` in their low bits (``key << b |
+    code``), so the sort carries the grades along and every run key is found by one binary
+    search; both key arrays are shifted in place. When key and code do not fit in 63 bits
+    together, the rows are argsorted instead. Each step reuses or frees the arrays before it
+    (a first call in a process pays for every fresh page)."""
+    low = int(grades.min(initial=0))
+    bits = max(int(grades.max(initial=0)) - low, 1).bit_length()
+    if n_keys.bit_length() + bits > 63:
+        order = np.argsort(qrel_keys)
+        qrel_keys, grades, bits = qrel_keys[order], grades[order], 0
+    else:
+        qrel_keys <<= bits
+        qrel_keys += grades
+        qrel_keys -= low
+        qrel_keys.sort()
+        run_keys <<= bits
+    repeats = _has_adjacent_repeats(qrel_keys >> bits)
+    if not len(qrel_keys):
+        return repeats, np.zeros(len(run_keys), dtype=grades.dtype)
+    pos = np.searchsorted(qrel_keys, run_keys)
+    found = qrel_keys.take(pos, mode="clip")
+    found ^= run_keys  # the code where the key matches, at least 2**b where it does not
+    unjudged = found >= (1 << bits)
+    if bits:
+        found += low
+    else:
+        found = grades.take(pos, mode="clip")
+    del pos
+    found[unjudged] = 0
+    return repeats, found
+
+
+def _has_adjacent_repeats(keys: np.ndarray) -> bool:
+    """True when two neighbours of ``keys`` are equal (a repeat, for sorted keys)."""
+    return bool((keys[1:] == keys[:-1]).any())
+
+
+def _pair_keys(q: np.ndarray, d: np.ndarray, n_docs: int) -> np.ndarray:
+    """One int64 key per (query, document) code pair: ``q * n_docs + d``."""
+    keys = np.multiply(q, n_docs, dtype=np.int64)
+    keys += d
+    return keys
+
+
+def _graded_pairs(
+    q_qrels: np.ndarray,
+    d_qrels: np.ndarray,
+    grades: np.ndarray,
+    q_run: np.ndarray,
+    d_run: np.ndarray,
+    n_queries: int,
+    n_docs: int,
+) -> tuple[bool, np.ndarray, bool]:
+    """``(whether a qrels pair repeats, the grade of every run row, whether a run pair
+    repeats)`` from the query and document codes of both sides."""
+    run_keys = _pair_keys(q_run, d_run, n_docs)
+    qrels_repeats, run_grades = _judged_grades(
+        _pair_keys(q_qrels, d_qrels, n_docs), grades, n_queries * n_docs, run_keys
+    )
+    run_keys.sort()  # after the lookup, which reads them in file order
+    return qrels_repeats, run_grades, _has_adjacent_repeats(run_keys)
+
+
+def _duplicate_error(
+    what: Literal["run", "qrels"],
+    source: str | None,
+    q: np.ndarray,
+    d: np.ndarray,
+    qids: pa.Array,
+    docs: pa.Array,
+) -> UDCGInputError:
+    """The error for a repeated (query, document) pair, located by line when read from a file."""
+    locate_duplicate(source, what)
+    keys = _pair_keys(q, d, len(docs))
+    order = np.argsort(keys, kind="stable")
+    i = int(order[np.flatnonzero(keys[order][1:] == keys[order][:-1])[0] + 1])
+    return UDCGInputError(
+        f"duplicate document {docs[d[i]].as_py()!r} for query {qids[q[i]].as_py()!r}", field=what
+    )
+
+
+def _ideal_dcg(q: np.ndarray, grades: np.ndarray, n_queries: int, k: int | None) -> np.ndarray:
+    """IDCG@k per query: its judged gains sorted descending, counted per grade (no sort)."""
+    gains = np.maximum(grades, 0)
+    n_grades = int(gains.max(initial=0)) + 1
+    per_grade = np.bincount(np.multiply(q, n_grades, dtype=np.int64) + gains)
+    counts = np.zeros((n_queries, n_grades), dtype=np.int64)
+    counts.flat[: len(per_grade)] = per_grade
+    depth = int(counts[:, 1:].sum(axis=1).max(initial=0))
+    depth = depth if k is None else min(depth, k)
+    cumulative = np.concatenate(([0.0], np.cumsum(_kernels.discounts(depth))))
+    idcg = np.zeros(n_queries)
+    filled = np.zeros(n_queries, dtype=np.int64)
+    for grade in range(counts.shape[1] - 1, 0, -1):
+        end = np.minimum(filled + counts[:, grade], depth)
+        idcg += grade * (cumulative[end] - cumulative[np.minimum(filled, depth)])
+        filled += counts[:, grade]
+    return idcg
+
+
+def _length_buckets(lengths: np.ndarray) -> list[np.ndarray]:
+    """Group queries whose list lengths share a power-of-two class, bounding padding to 2x."""
+    classes = np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64)
+    return [np.flatnonzero(classes == c) for c in np.unique(classes)]
+
+
+def _padded(
+    gains: np.ndarray, q_ranked: np.ndarray, lengths: np.ndarray, queries: np.ndarray
+) -> np.ndarray:
+    """The ranked gains of ``queries`` (ascending codes) as one zero-padded float row each;
+    ``q_ranked`` holds each row's query, grouped by query in code order."""
+    counts = lengths[queries]
+    width, total = int(counts.max()), int(counts.sum())
+    if total == len(gains) == len(queries) * width:  # every row, every list full: no scatter
+        return gains.reshape(len(queries), width).astype(np.float64)
+    rows = np.flatnonzero(np.isin(q_ranked, queries)) if total < len(gains) else slice(None)
+    row_of = np.zeros(len(lengths), dtype=np.intp)
+    row_of[queries] = np.arange(len(queries))
+    first_row = np.cumsum(lengths) - lengths
+    q = q_ranked[rows]
+    padded = np.zeros((len(queries), width))
+    padded[row_of[q], np.arange(len(q_ranked))[rows] - first_row[q]] = gains[rows]
+    return padded
+
+
+def _measure(
+    m: Measure,
+    gains: np.ndarray,
+    is_rel: np.ndarray | None,
+    n_rel: np.ndarray | None,
+    idcg: np.ndarray | None,
+) -> np.ndarray:
+    """``m`` per row of ``gains`` (>= 0); ``is_rel``: gains >= m.rel as floats (binary
+    measures), ``n_rel``: relevant judged documents per row (AP, R), ``idcg``: nDCG's."""
+    if m.name == "nDCG":
+        return _kernels.ndcg(gains, idcg, m.cutoff)
+    if m.name == "AP":
+        return _kernels.average_precision(is_rel, n_rel, m.cutoff)
+    if m.name == "RR":
+        return _kernels.reciprocal_rank(is_rel, m.cutoff)
+    if m.name == "P":
+        return _kernels.precision(is_rel, m.cutoff)
+    if m.name == "R":
+        return _kernels.recall(is_rel, n_rel, m.cutoff)
+    return _kernels.hits(is_rel, m.cutoff)
+
+
+def evaluate_table(
+    qrels: QrelsLike, run: RunLike, measures: str | Measure | Iterable[str | Measure]
+) -> Evaluation:
+    """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths or dicts."""
+    parsed = parse_measures(measures)
+    with small_pages():
+        return _evaluate(parsed, _as_qrels(qrels), _as_run(run))
+
+
+def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
+    q_run, q_qrels, qid_names = _encode(run.qids, qrels.qids)
+    d_run, d_qrels, doc_names = _encode(run.doc_ids, qrels.doc_ids)
+    n_queries, n_docs = len(qid_names), max(len(doc_names), 1)
+    # the numpy work on this thread, Arrow's sort (its own memory pool) beside it
+    (qrels_repeats, run_grades, run_repeats), order = run_concurrently(
+        lambda: _graded_pairs(q_qrels, d_qrels, qrels.relevance, q_run, d_run, n_queries, n_docs),
+        lambda: trec_order(q_run, run.scores, run.doc_ids),
+    )
+    if qrels_repeats:
+        raise _duplicate_error("qrels", qrels.source, q_qrels, d_qrels, qid_names, doc_names)
+    if run_repeats:
+        raise _duplicate_error("run", run.source, q_run, d_run, qid_names, doc_names)
+
+    q_ranked = q_run[order]
+    gains = run_grades[order]
+    del run_grades  # freed for reuse below
+    np.maximum(gains, 0, out=gains)  # linear gain; every binary level is >= 1
+    lengths = np.bincount(q_ranked, minlength=n_queries)
+    judged = np.bincount(q_qrels, minlength=n_queries) > 0
+    # every retrieved-for query is scored; those the qrels do not judge are left out after
+    evaluated = np.flatnonzero(lengths > 0)
+
+    rel_levels = {m.rel for m in parsed if m.name != "nDCG"}
+    n_rel = {
+        lvl: np.bincount(q_qrels[qrels.relevance >= lvl], minlength=n_queries)
+        for lvl in {m.rel for m in parsed if m.name in ("AP", "R")}
+    }
+    idcg = {
+        m.cutoff: _ideal_dcg(q_qrels, qrels.relevance, n_queries, m.cutoff)
+        for m in parsed
+        if m.name == "nDCG"
+    }
+
+    values = np.empty((n_queries, len(parsed)))
+    for bucket in _length_buckets(lengths[evaluated]):
+        queries = evaluated[bucket]
+        padded = _padded(gains, q_ranked, lengths, queries)
+        is_rel = {lvl: (padded >= lvl).astype(np.float64) for lvl in rel_levels}
+        for j, m in enumerate(parsed):
+            values[queries, j] = _measure(
+                m,
+                padded,
+                is_rel.get(m.rel) if m.name != "nDCG" else None,
+                n_rel[m.rel][queries] if m.name in ("AP", "R") else None,
+                idcg[m.cutoff][queries] if m.name == "nDCG" else None,
+            )
+    evaluated = evaluated[judged[evaluated]]
+    names = qid_names.take(from_numpy(evaluated)).to_pylist()
+    return Evaluation(names, parsed, values[evaluated])
+
+
+def evaluate(
+    qrels: QrelsLike, run: RunLike, measures: str | Measure | Iterable[str | Measure]
+) -> dict[str, dict[str, float]]:
+    """Per-query values ``{qid: {measure: value}}``, equal to pytrec_eval's for the same inputs.
+
+    ``measures`` use ir_measures names: ``nDCG@10``, ``AP``, ``AP@100``, ``RR``, ``P@5``,
+    ``R@100``, ``Hits@10``.
+    """
+    return evaluate_table(qrels, run, measures).to_dict()
