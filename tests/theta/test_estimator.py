@@ -73,8 +73,10 @@ def fitted(small):
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_unpenalised_fit_equals_sklearn_logistic_regression(small, bias):
-    rel, u, correct, _ = small
-    model = UDCGTheta(5, bias=bias, val_fraction=0.0).fit(rel, u, correct)
+    # the defaults (L-BFGS, no validation split) give the optimum on the data passed to fit
+    rel, u, correct, groups = small
+    model = UDCGTheta(5, bias=bias, l2=0).fit(rel, u, correct, groups=groups)
+    assert model.split_[1].size == 0 and not model.early_stopped_
     ref = sklearn_logreg(bias).fit(features(rel, u), correct)
     np.testing.assert_allclose(model.alpha_, ref.coef_[0, :5], atol=1e-3, rtol=0)
     np.testing.assert_allclose(model.beta_, ref.coef_[0, 5:], atol=1e-3, rtol=0)
@@ -109,7 +111,7 @@ def test_bce_with_logits_matches_torch():
 
 def test_recovers_generating_weights_and_u_shape():
     rel, u, correct, groups = simulate(20_000, seed=0)
-    model = UDCGTheta(5).fit(rel, u, correct, groups=groups)
+    model = UDCGTheta(5, val_fraction=0.2).fit(rel, u, correct, groups=groups)
     assert np.abs(model.alpha_ - ALPHA).max() < 0.25
     assert np.abs(model.beta_ - BETA).max() < 0.25
     middle = model.alpha_[2]
@@ -140,6 +142,7 @@ def test_early_stopping_keeps_the_best_validation_weights(small):
     model = UDCGTheta(5, bias=True, optimizer="adam", patience=3)
     model.fit(rel, u, correct, groups=groups)
     assert model.early_stopped_
+    assert model.split_[1].size > 0  # Adam holds out 20% of the queries by default
     val_loss = model.history_["val_loss"]
     assert np.argmin(val_loss) < len(val_loss) - 1  # it did get worse before stopping
     _, val_idx = model.split_
@@ -189,11 +192,13 @@ def test_same_seed_gives_byte_identical_weights(small, tmp_path):
     rel, u, correct, groups = small
     paths = []
     for i in range(2):
-        model = UDCGTheta(5, bias=True, seed=7).fit(rel, u, correct, groups=groups)
+        model = UDCGTheta(5, bias=True, seed=7, val_fraction=0.2).fit(
+            rel, u, correct, groups=groups
+        )
         paths.append(tmp_path / f"run{i}.safetensors")
         model.save(paths[-1])
     assert paths[0].read_bytes() == paths[1].read_bytes()
-    other = UDCGTheta(5, bias=True, seed=8).fit(rel, u, correct, groups=groups)
+    other = UDCGTheta(5, bias=True, seed=8, val_fraction=0.2).fit(rel, u, correct, groups=groups)
     assert not np.array_equal(other.split_[1], model.split_[1])
 
 

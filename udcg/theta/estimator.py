@@ -50,6 +50,7 @@ FORMAT_VERSION = 1
 _OPTIMIZERS = ("lbfgs", "adam")
 _DEFAULT_LR = {"lbfgs": 1.0, "adam": 0.05}
 _DEFAULT_MAX_EPOCHS = {"lbfgs": 100, "adam": 200}
+_DEFAULT_VAL_FRACTION = {"lbfgs": 0.0, "adam": 0.2}
 # card keys written by save(); a user-supplied card may not override them
 _RESERVED = ("format", "format_version", "k", "bias", "l2", "weights_sha256", "tensors")
 
@@ -146,7 +147,10 @@ class UDCGTheta:
     lr: learning rate; ``None``: 1.0 for L-BFGS, 0.05 for Adam.
     patience: epochs without a lower validation loss before early stopping.
     val_fraction: fraction of *queries* held out for validation (early stopping, best-epoch
-        weights); 0 trains on everything and stops on convergence only.
+        weights); 0 trains on everything and stops on convergence only. ``None``: 0 for
+        L-BFGS, whose full-batch optimum on the data passed to ``fit`` needs no early stopping
+        (with ``l2=0`` it is scikit-learn's unpenalised logistic regression), and 0.2 for
+        Adam.
     tol: convergence when the largest gradient component of the objective is ``<= tol``.
     seed: seed of the train/validation split (the weights start at zero; nothing else is
         random, so one seed gives bit-identical weights on one machine).
@@ -169,7 +173,7 @@ class UDCGTheta:
         max_epochs: int | None = None,
         lr: float | None = None,
         patience: int = 10,
-        val_fraction: float = 0.2,
+        val_fraction: float | None = None,
         tol: float = 1e-10,
         seed: int | None = 0,
         accelerator: str = "auto",
@@ -273,7 +277,10 @@ class UDCGTheta:
         x = _features(relevant, utility, k, "the model is set up")
         y = binary_vector(correct, "correct", x.shape[0], "relevant")
         codes = query_codes(groups, x.shape[0], "relevant")
-        train_idx, val_idx = split_by_query(codes, self.val_fraction, self.seed)
+        val_fraction = self.val_fraction
+        if val_fraction is None:
+            val_fraction = _DEFAULT_VAL_FRACTION[self.optimizer]
+        train_idx, val_idx = split_by_query(codes, val_fraction, self.seed)
         y_train = y[train_idx]
         if y_train.min() == y_train.max():
             raise UDCGInputError(
