@@ -82,8 +82,8 @@ def main() -> None:
     print("| metric | input | ms | numpy mean ms | ratio |")
     print("| --- | --- | ---: | ---: | ---: |")
     functions = {
-        "nDCG": metrics.ndcg,
-        "AP": metrics.average_precision,
+        "nDCG": metrics.context_ndcg,
+        "AP": metrics.context_average_precision,
         "RR": metrics.reciprocal_rank,
         "P@k": lambda x: metrics.precision(x, k=args.k),
         "Hits@k": lambda x: metrics.hits(x, k=args.k),
