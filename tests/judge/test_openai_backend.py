@@ -502,7 +502,7 @@ def test_openai_logprob_format_yes_no_and_abstain():
         np.testing.assert_allclose(values, [0.3, 0.3])
         with pytest.raises(NotImplementedError, match="sequence"):
             judge.abstain_prob(["q"], ["p"], mode="sequence")
-        with pytest.raises(ValueError, match="one passage per question"):
+        with pytest.raises(UDCGInputError, match="one passage per question"):
             judge.abstain_prob(["q"], [])
 
 
@@ -559,12 +559,35 @@ def test_fingerprint_and_url_handling():
         moved.fingerprint == OpenAIJudge("m", "http://h2:2/v1", server_id="vllm-prod").fingerprint
     )
     assert moved.name == "judge"
-    with pytest.raises(ValueError, match="credentials"):
-        OpenAIJudge("m", "http://user:pw@127.0.0.1:8000/v1")
-    with pytest.raises(ValueError, match="http"):
-        OpenAIJudge("m", "127.0.0.1:8000")
-    with pytest.raises(ValueError, match="top_logprobs"):
-        OpenAIJudge("m", "http://127.0.0.1:8000", top_logprobs=21)
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "message"),
+    [
+        ({"base_url": "http://user:pw@127.0.0.1:8000/v1"}, "base_url", "credentials"),
+        ({"base_url": "127.0.0.1:8000"}, "base_url", "http"),
+        ({"base_url": "http://127.0.0.1:8000/v1?x=1"}, "base_url", "query string"),
+        ({"model": ""}, "model", "name of the model"),
+        ({"top_logprobs": 21}, "top_logprobs", "1..20"),
+        ({"abstain_token": ""}, "abstain_token", "non-empty"),
+        ({"max_concurrency": 0}, "max_concurrency", ">= 1"),
+        ({"max_retries": -1}, "max_retries", ">= 0"),
+        ({"timeout": 0}, "timeout", "> 0"),
+        ({"backoff": -0.5}, "backoff", ">= 0"),
+    ],
+)
+def test_option_mistakes_name_the_option(options, field, message):
+    arguments = {"model": "m", "base_url": "http://127.0.0.1:8000", **options}
+    with pytest.raises(UDCGInputError, match=message) as err:
+        OpenAIJudge(**arguments)
+    assert err.value.field == field and f"field '{field}'" in str(err.value)
+
+
+def test_mode_mistakes_name_the_option():
+    judge = OpenAIJudge("m", "http://127.0.0.1:8000", abstain_token="NO")
+    with pytest.raises(UDCGInputError, match="first_token") as err:
+        judge.abstain_prob(["q"], ["p"], mode="greedy")
+    assert err.value.field == "mode"
 
 
 # -- answer likelihoods from /v1/completions with echo -------------------------------------------

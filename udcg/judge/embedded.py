@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.judge.local import TransformersJudge, _file_digest
+from udcg.judge.file_digest import file_sha256
+from udcg.judge.local import TransformersJudge
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         weights = {p.name: p.stat().st_size for p in tmp.glob("*.safetensors")}
-        stamp = {**expected, "sha256": _file_digest(gguf_dir / EMBEDDED_GGUF), "weights": weights}
+        stamp = {**expected, "sha256": file_sha256(gguf_dir / EMBEDDED_GGUF), "weights": weights}
         (tmp / _STAMP).write_text(json.dumps(stamp, indent=1))
         tmp.chmod(0o755)  # mkdtemp makes it private; a model copy is not secret
         if target.exists():  # stale or corrupt copy: move it aside, then drop it

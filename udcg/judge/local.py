@@ -1,33 +1,16 @@
 """A judge running a causal LM in-process with ``transformers`` (CPU or CUDA).
 
-Abstention scoring does far less work than the reference one-prompt-at-a-time loop while
-reading exactly the same token ids:
-
-* the token prefix shared by every prompt (chat template, system message, ``Document:``) is run
-  once per judge and its key/value cache reused for every batch;
-* pairs that share a passage (the same passage judged for several questions) also share the
-  passage's key/value cache: the passage runs once, only the question tails run per pair;
-* variable-length suffixes are right-padded in length-sorted batches under a token budget, and
-  read at each row's last real token (a causal mask keeps padding invisible to real tokens);
-* the vocabulary projection runs only at the gathered positions, never over whole sequences;
-* identical prompts are scored once.
-
-Answer likelihoods (:meth:`TransformersJudge.answer_prob`) run on the same engine: each
-acceptable answer is one row (prompt + answer tokens), rows of one passage share its key/value
-cache (so several answers to one (question, passage) pair reuse the whole prompt), and the
-vocabulary projection runs only at the positions that predict answer tokens.
+:class:`TransformersJudge` loads the model, builds and tokenises the prompts (the reference
+abstention prompt, rendered by the model's chat template) and reads each operation's
+probabilities from hidden states that :class:`~udcg.judge.scoring_engine.ScoringEngine`
+computes in batches, sharing the key/value caches of common prefixes and passages.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import logging
-import math
 import os
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,49 +18,19 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.judge.base import AbstainMode, Judge, check_answer_inputs
+from udcg.judge.file_digest import file_sha256
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
+from udcg.judge.scoring_engine import (
+    ForwardStats,
+    ScoringEngine,
+    common_prefix_len,
+    plan_batches,
+)
 
 log = logging.getLogger(__name__)
 
 YES_WORDS = ("Yes", " Yes")
 NO_WORDS = ("No", " No")
-# Shared runs shorter than this are not worth a separate forward pass.
-_MIN_SHARED_TOKENS = 8
-_PREFIX_CACHE_SIZE = 4
-# Cost model of one forward pass, in tokens: a fixed per-call cost, and small batches run as
-# slowly as this many tokens (matrix products too thin to use the cores well).
-_BATCH_OVERHEAD_TOKENS = 32
-_SMALL_BATCH_TOKENS = 128
-# Segment key/value caches held at once, in units of max_batch_tokens.
-_SEGMENT_CHUNK_BATCHES = 4
-
-
-@dataclass
-class ForwardStats:
-    """Token accounting of the forward passes of one call (for benchmarks and logs)."""
-
-    rows: int = 0
-    unique_rows: int = 0
-    prompt_tokens: int = 0  # tokens of all prompts, as a one-at-a-time loop would run them
-    computed_tokens: int = 0  # real tokens that went through the model
-    padded_tokens: int = 0  # padding that went through the model
-    batches: int = 0
-
-
-def _common_prefix_len(a: Sequence[int], b: Sequence[int], limit: int | None = None) -> int:
-    n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _check_texts(values: Sequence[Any], what: str) -> list[str]:
@@ -110,13 +63,12 @@ class TransformersJudge(Judge):
         Most rows per forward pass; default 16 on CPU, 64 on CUDA.
     max_batch_tokens:
         Most (padded) new tokens per forward pass: rows per batch <=
-        max_batch_tokens // longest row. Default 1024 on CPU (larger batches ran slower on a
-        2-core AVX2 machine: activations fall out of cache), 16384 on CUDA.
+        max_batch_tokens // longest row. Default 1024 on CPU (larger batches let activations
+        fall out of the CPU caches), 16384 on CUDA.
     max_generate_tokens:
         The same bound for :meth:`generate` batches (prompt + new tokens per row). Decoding
         reads every weight once per step whatever the batch size, so wider batches pay off:
-        default 8192 on CPU (``bench/bench_generate.py``: 47 s instead of 121 s at 1024 on 2
-        idle cores, same outputs), 65536 on CUDA.
+        default 8192 on CPU, 65536 on CUDA.
     max_passage_tokens:
         Truncation policy of :meth:`abstain_prob`: a passage longer than this many tokens (its own
         tokenization, no special tokens) is cut to its first ``max_passage_tokens`` tokens (the head
@@ -131,7 +83,8 @@ class TransformersJudge(Judge):
 
     ``abstain_prob`` reads the same token ids as the reference loop (chat template rendered to
     text, then tokenised with the tokenizer's default special tokens), so ``first_token`` values
-    equal the reference's up to floating-point reassociation.
+    equal the reference's up to floating-point reassociation. ``last_stats`` holds the token
+    accounting (:class:`~udcg.judge.scoring_engine.ForwardStats`) of the latest scoring call.
     """
 
     def __init__(
@@ -179,28 +132,27 @@ class TransformersJudge(Judge):
         self.source = source
         self.gguf_file = gguf_file
         on_cuda = self.device.type == "cuda"
-        self.batch_size = int(batch_size or (64 if on_cuda else 16))
-        self.max_batch_tokens = int(max_batch_tokens or (16384 if on_cuda else 1024))
-        self.max_generate_tokens = int(max_generate_tokens or (65536 if on_cuda else 8192))
-        for what, value in (
-            ("batch_size", self.batch_size),
-            ("max_batch_tokens", self.max_batch_tokens),
-            ("max_generate_tokens", self.max_generate_tokens),
-        ):
+        limits = {
+            "batch_size": int(batch_size or (64 if on_cuda else 16)),
+            "max_batch_tokens": int(max_batch_tokens or (16384 if on_cuda else 1024)),
+            "max_generate_tokens": int(max_generate_tokens or (65536 if on_cuda else 8192)),
+        }
+        for what, value in limits.items():
             if value < 1:
                 raise UDCGInputError(f"must be >= 1, got {value}", field=what)
+        self.engine = ScoringEngine(
+            self.model,
+            self.device,
+            pad_token_id=self.tokenizer.pad_token_id or 0,
+            batch_size=limits["batch_size"],
+            max_batch_tokens=limits["max_batch_tokens"],
+        )
+        self.max_generate_tokens = limits["max_generate_tokens"]
         self.max_passage_tokens = max_passage_tokens
         self.share_passages = bool(share_passages)
         self.n_truncated = 0
         self.last_stats = ForwardStats()
-        self._prefix_kv: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
         self._abstain_prefix: tuple[int, ...] | None = None
-
-        self._decoder = self.model.get_decoder()
-        self._lm_head = self.model.get_output_embeddings()
-        self._softcap = getattr(self.model.config, "final_logit_softcapping", None)
-        params = inspect.signature(self._decoder.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
         marker = self.tokenizer.encode(ABSTAIN_MARKER, add_special_tokens=False)
         if not marker:
@@ -210,6 +162,24 @@ class TransformersJudge(Judge):
         self.no_ids = self._single_token_ids(NO_WORDS)
 
         self._weights = self._weights_id(source_id)
+
+    @property
+    def batch_size(self) -> int:
+        """Most rows per forward pass (scoring and :meth:`generate`)."""
+        return self.engine.batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        self.engine.batch_size = value
+
+    @property
+    def max_batch_tokens(self) -> int:
+        """Most (padded) new tokens per scoring forward pass."""
+        return self.engine.max_batch_tokens
+
+    @max_batch_tokens.setter
+    def max_batch_tokens(self, value: int) -> None:
+        self.engine.max_batch_tokens = value
 
     # ------------------------------------------------------------------ identity
 
@@ -221,7 +191,7 @@ class TransformersJudge(Judge):
             if self.gguf_file is not None:
                 gguf = path / self.gguf_file
                 if gguf.is_file():
-                    digest = _file_digest(gguf)[:16]
+                    digest = file_sha256(gguf)[:16]
                     source_id += f"|gguf={self.gguf_file}:{gguf.stat().st_size}:{digest}"
                 else:
                     source_id += f"|gguf={self.gguf_file}"
@@ -280,7 +250,7 @@ class TransformersJudge(Judge):
         if self._abstain_prefix is None:
             probes = [("who is a", "alpha beta"), ("what is b", "gamma delta")]
             ids = self._encode([self._render(abstain_messages(q, p)) for q, p in probes])
-            self._abstain_prefix = tuple(ids[0][: _common_prefix_len(ids[0], ids[1])])
+            self._abstain_prefix = tuple(ids[0][: common_prefix_len(ids[0], ids[1])])
         return self._abstain_prefix
 
     # ------------------------------------------------------------------ public API
@@ -328,12 +298,12 @@ class TransformersJudge(Judge):
         target_t = torch.tensor(targets, device=self.device)
 
         def reduce(hidden: Any, _rows: list[Any]) -> Any:  # [B, n_out, H] -> [B] log P(marker)
-            logp = self._log_softmax(hidden)
+            logp = self.engine.log_softmax(hidden)
             picked = logp.gather(-1, target_t.expand(logp.shape[0], -1).unsqueeze(-1))
             return picked.squeeze(-1).sum(-1)
 
         groups = passages if self.share_passages else None
-        logp = self._score(rows, n_out, reduce, prefix=prefix, groups=groups)
+        logp, self.last_stats = self.engine.score(rows, n_out, reduce, prefix=prefix, groups=groups)
         return np.exp(logp)
 
     def answer_prob(
@@ -385,14 +355,14 @@ class TransformersJudge(Judge):
             for b, t in enumerate(batch):
                 target[b, width - len(t) :] = torch.tensor(t)
             valid, target = valid.to(self.device), target.to(self.device)
-            logp = self._log_softmax(hidden[valid])  # vocabulary only where an answer is read
+            logp = self.engine.log_softmax(hidden[valid])  # vocabulary only where an answer is read
             picked = logp.gather(-1, target[valid].unsqueeze(-1)).squeeze(-1)
             owner = torch.arange(len(batch), device=self.device).unsqueeze(1).expand(-1, width)
             sums = torch.zeros(len(batch), device=self.device).index_add(0, owner[valid], picked)
             return sums / n.to(self.device)
 
         groups = [passages[i] for i, _ in flat] if self.share_passages else None
-        mean_logp = self._score(
+        mean_logp, self.last_stats = self.engine.score(
             rows,
             width,
             reduce,
@@ -417,11 +387,12 @@ class TransformersJudge(Judge):
         no = torch.tensor(self.no_ids, device=self.device)
 
         def reduce(hidden: Any, _rows: list[Any]) -> Any:
-            logp = self._log_softmax(hidden)[:, 0, :]
+            logp = self.engine.log_softmax(hidden)[:, 0, :]
             margin = torch.logsumexp(logp[:, yes], -1) - torch.logsumexp(logp[:, no], -1)
             return torch.sigmoid(margin)  # P(yes)/(P(yes)+P(no)) without underflow
 
-        return self._score(rows, 1, reduce, prefix=None, groups=None)
+        values, self.last_stats = self.engine.score(rows, 1, reduce, prefix=None, groups=None)
+        return values
 
     def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
         """Greedy completions (chat template, generation prompt), batched with left padding.
@@ -437,8 +408,11 @@ class TransformersJudge(Judge):
         if pad is None:
             pad = self.tokenizer.eos_token_id
         with torch.inference_mode():
-            batches = self._batches(
-                order, lambda i: len(rows[i]) + max_new_tokens, self.max_generate_tokens
+            batches = plan_batches(
+                order,
+                lambda i: len(rows[i]) + max_new_tokens,
+                self.batch_size,
+                self.max_generate_tokens,
             )
             for batch in batches:
                 width = max(len(rows[i]) for i in batch)
@@ -457,325 +431,3 @@ class TransformersJudge(Judge):
                 for b, i in enumerate(batch):
                     out[i] = self.tokenizer.decode(gen[b, width:], skip_special_tokens=True)
         return out
-
-    # ------------------------------------------------------------------ engine
-
-    def _log_softmax(self, hidden: Any) -> Any:
-        import torch
-
-        logits = self._lm_head(hidden).float()
-        if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
-        return torch.log_softmax(logits, dim=-1)
-
-    def _batches(
-        self, order: list[int], cost: Callable[[int], int], max_tokens: int | None = None
-    ) -> Iterator[list[int]]:
-        """Cut ``order`` (sorted by ascending ``cost``, a length) into consecutive batches.
-
-        Dynamic programming over the cut points minimises the modelled time of all batches,
-        ``max(rows x longest, _SMALL_BATCH_TOKENS) + _BATCH_OVERHEAD_TOKENS`` each (padding
-        costs as much as real tokens; tiny batches and every forward call have a fixed cost),
-        under ``batch_size`` rows and ``max_tokens`` (default ``max_batch_tokens``) padded tokens
-        per batch."""
-        max_tokens = max_tokens or self.max_batch_tokens
-        lengths = [max(1, cost(i)) for i in order]
-        n = len(lengths)
-        best = [0.0] + [math.inf] * n
-        cut = [0] * (n + 1)
-        for end in range(1, n + 1):
-            longest = lengths[end - 1]
-            for rows in range(1, min(self.batch_size, end) + 1):
-                tokens = rows * longest
-                if rows > 1 and tokens > max_tokens:
-                    break
-                c = best[end - rows] + max(tokens, _SMALL_BATCH_TOKENS) + _BATCH_OVERHEAD_TOKENS
-                if c < best[end]:
-                    best[end], cut[end] = c, end - rows
-        spans = []
-        end = n
-        while end > 0:
-            spans.append((cut[end], end))
-            end = cut[end]
-        for lo, hi in reversed(spans):
-            yield order[lo:hi]
-
-    def _prefix_cache(self, prefix: tuple[int, ...], stats: ForwardStats) -> list[tuple[Any, Any]]:
-        """Per-layer (keys, values) of ``prefix`` with batch size 1, computed once (LRU)."""
-        import torch
-
-        kv = self._prefix_kv.get(prefix)
-        if kv is not None:
-            self._prefix_kv.move_to_end(prefix)
-            return kv
-        ids = torch.tensor([prefix], device=self.device)
-        out = self._decoder(input_ids=ids, use_cache=True)
-        stats.computed_tokens += len(prefix)
-        stats.batches += 1
-        kv = self._cache_tensors(out)
-        self._prefix_kv[prefix] = kv
-        while len(self._prefix_kv) > _PREFIX_CACHE_SIZE:
-            self._prefix_kv.popitem(last=False)
-        return kv
-
-    def _cache_tensors(self, out: Any) -> list[tuple[Any, Any]]:
-        cache = getattr(out, "cache", None)
-        if cache is None:
-            cache = out.past_key_values
-        return [(layer.keys, layer.values) for layer in cache.layers]
-
-    def _make_cache(self, kv: list[tuple[Any, Any]]) -> Any:
-        from transformers import DynamicCache
-
-        return DynamicCache(ddp_cache_data=kv, config=self.model.config)
-
-    def _score(
-        self,
-        rows: list[list[int]],
-        n_out: int,
-        reduce: Callable[[Any, list[Any]], Any],
-        *,
-        prefix: tuple[int, ...] | None,
-        groups: Sequence[Any] | None,
-        row_data: Sequence[Any] | None = None,
-    ) -> np.ndarray:
-        """Run every row and return ``reduce(hidden states at its last n_out positions, data)``,
-        ``data`` being the batch rows' entries of ``row_data`` (hashable; None when not given).
-
-        ``prefix``: token ids that rows are expected to start with (the per-call common prefix
-        when None); ``groups``: rows with an equal key (e.g. the same passage) share the key/value
-        cache of their common tokens after the prefix.
-        """
-        import torch
-
-        stats = ForwardStats(rows=len(rows), prompt_tokens=sum(len(r) - n_out + 1 for r in rows))
-        # identical rows (with identical data) are scored once
-        data = [None] * len(rows) if row_data is None else list(row_data)
-        unique: dict[tuple[tuple[int, ...], Any], int] = {}
-        slot = [
-            unique.setdefault((tuple(r), d), len(unique)) for r, d in zip(rows, data, strict=True)
-        ]
-        urows = [list(r) for r, _ in unique]
-        udata = [d for _, d in unique]
-
-        def read(hidden: Any, batch: list[int]) -> Any:
-            return reduce(hidden, [udata[i] for i in batch])
-
-        ukeys: list[Any] = [None] * len(urows)
-        if groups is not None:
-            for i, s in enumerate(slot):
-                ukeys[s] = groups[i]
-        stats.unique_rows = len(urows)
-
-        if prefix is None:
-            first = urows[0]
-            plen = min(len(r) for r in urows) - n_out
-            for r in urows[1:]:
-                plen = _common_prefix_len(first, r, plen)
-            prefix = tuple(first[:plen]) if plen >= _MIN_SHARED_TOKENS else ()
-        plen = len(prefix)
-        with_prefix = [
-            i for i, r in enumerate(urows) if len(r) - plen >= n_out and tuple(r[:plen]) == prefix
-        ]
-        without = sorted(set(range(len(urows))) - set(with_prefix)) if plen else []
-        if not plen:
-            with_prefix = list(range(len(urows)))
-
-        results: list[Any] = [None] * len(urows)
-        with torch.inference_mode():
-            if with_prefix:
-                self._score_group(urows, with_prefix, prefix, ukeys, n_out, read, results, stats)
-            if without:
-                self._score_group(urows, without, (), ukeys, n_out, read, results, stats)
-        values = torch.stack([results[s] for s in slot]).double().cpu().numpy()
-        self.last_stats = stats
-        return values
-
-    def _score_group(
-        self,
-        rows: list[list[int]],
-        members: list[int],
-        prefix: tuple[int, ...],
-        keys: list[Any],
-        n_out: int,
-        reduce: Callable[[Any, list[int]], Any],
-        results: list[Any],
-        stats: ForwardStats,
-    ) -> None:
-        plen = len(prefix)
-        prefix_kv = self._prefix_cache(prefix, stats) if plen else None
-        # units: (shared segment after the prefix, member rows); singletons have no segment
-        by_key: dict[Any, list[int]] = {}
-        singles: list[int] = []
-        for i in members:
-            if keys[i] is None:
-                singles.append(i)
-            else:
-                by_key.setdefault(keys[i], []).append(i)
-        units: list[tuple[list[int], list[int]]] = []
-        for idx in by_key.values():
-            if len(idx) < 2:
-                singles.extend(idx)
-                continue
-            cap = min(len(rows[i]) for i in idx) - plen - n_out
-            seg = len(rows[idx[0]]) - plen
-            for i in idx[1:]:
-                seg = _common_prefix_len(rows[idx[0]][plen:], rows[i][plen:], seg)
-            seg = min(seg, cap)
-            if seg >= _MIN_SHARED_TOKENS:
-                units.append((rows[idx[0]][plen : plen + seg], idx))
-            else:
-                singles.extend(idx)
-
-        # rows without a shared segment: tails straight after the prefix
-        order = sorted(singles, key=lambda i: len(rows[i]))
-        for batch in self._batches(order, lambda i: len(rows[i]) - plen):
-            tails = [rows[i][plen:] for i in batch]
-            out = self._forward_tails(prefix_kv, plen, None, [0] * len(batch), tails, n_out, stats)
-            self._store(results, batch, reduce(out, batch))
-
-        # rows sharing a segment: chunks of segments (sorted by length) run first, then the
-        # tails of all their rows on top of them
-        units.sort(key=lambda u: len(u[0]))
-        budget = _SEGMENT_CHUNK_BATCHES * self.max_batch_tokens
-        chunk: list[tuple[list[int], list[int]]] = []
-        for unit in units:
-            if chunk and len(unit[0]) * (len(chunk) + 1) > budget:
-                self._score_chunk(rows, chunk, prefix_kv, plen, n_out, reduce, results, stats)
-                chunk = []
-            chunk.append(unit)
-        if chunk:
-            self._score_chunk(rows, chunk, prefix_kv, plen, n_out, reduce, results, stats)
-
-    def _store(self, results: list[Any], batch: list[int], values: Any) -> None:
-        for b, i in enumerate(batch):
-            results[i] = values[b]
-
-    def _score_chunk(
-        self,
-        rows: list[list[int]],
-        chunk: list[tuple[list[int], list[int]]],
-        prefix_kv: list[tuple[Any, Any]] | None,
-        plen: int,
-        n_out: int,
-        reduce: Callable[[Any, list[int]], Any],
-        results: list[Any],
-        stats: ForwardStats,
-    ) -> None:
-        import torch
-
-        segs = [seg for seg, _ in chunk]
-        leads = [idx[0] for _, idx in chunk]
-        width_all = max(len(seg) for seg in segs)
-        store: list[tuple[Any, Any]] = []
-        # pass 1: each unit's first row whole (segment + its own tail), keeping the segment's
-        # keys/values for the unit's other rows
-        by_length = sorted(range(len(chunk)), key=lambda u: len(rows[leads[u]]))
-        for batch in self._batches(by_length, lambda u: len(rows[leads[u]]) - plen):
-            rest = [rows[leads[u]][plen:] for u in batch]
-            out, kv = self._forward_tails(
-                prefix_kv, plen, None, [0] * len(batch), rest, n_out, stats, keep_kv=True
-            )
-            firsts = [leads[u] for u in batch]
-            self._store(results, firsts, reduce(out, firsts))
-            if not store:
-                # zeros, not garbage: masked keys get weight 0, and 0 x NaN would still be NaN
-                store = [
-                    (
-                        k.new_zeros((len(segs), k.shape[1], width_all, k.shape[-1])),
-                        v.new_zeros((len(segs), v.shape[1], width_all, v.shape[-1])),
-                    )
-                    for k, v in kv
-                ]
-            for b, u in enumerate(batch):
-                w = len(segs[u])  # the shared segment only; the rest stays zero
-                for (sk, sv), (k, v) in zip(store, kv, strict=True):
-                    sk[u, :, :w] = k[b, :, :w]
-                    sv[u, :, :w] = v[b, :, :w]
-        # pass 2: the other rows' tails on top of prefix + segment, sorted by tail length (tail
-        # padding costs full forward work, segment padding only a little attention)
-        unit_of = {i: u for u, (_, idx) in enumerate(chunk) for i in idx[1:]}
-        order = sorted(unit_of, key=lambda i: len(rows[i]) - len(segs[unit_of[i]]))
-        for batch in self._batches(order, lambda i: len(rows[i]) - plen - len(segs[unit_of[i]])):
-            units = [unit_of[i] for i in batch]
-            seg_lens = [len(segs[u]) for u in units]
-            width = max(seg_lens)
-            sel = torch.tensor(units, device=self.device)
-            kv = [(k[sel, :, :width], v[sel, :, :width]) for k, v in store]
-            tails = [rows[i][plen + len(segs[u]) :] for i, u in zip(batch, units, strict=True)]
-            out = self._forward_tails(prefix_kv, plen, kv, seg_lens, tails, n_out, stats)
-            self._store(results, batch, reduce(out, batch))
-
-    def _right_pad(self, seqs: list[list[int]], width: int) -> tuple[Any, Any]:
-        import torch
-
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for b, s in enumerate(seqs):
-            ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[b, : len(s)] = 1
-        return ids, mask
-
-    def _forward_tails(
-        self,
-        prefix_kv: list[tuple[Any, Any]] | None,
-        plen: int,
-        seg_kv: list[tuple[Any, Any]] | None,
-        seg_lens: list[int],
-        tails: list[list[int]],
-        n_out: int,
-        stats: ForwardStats,
-        keep_kv: bool = False,
-    ) -> Any:
-        """Hidden states at the last ``n_out`` real positions of each tail: [B, n_out, hidden]
-        (with ``keep_kv``, also the tails' per-layer keys/values, [B, heads, longest, dim]).
-
-        Key/value layout per row: [prefix | segment (right-padded) | tail (right-padded)]; the
-        2-D attention mask hides both paddings and positions are the rows' true positions."""
-        import torch
-
-        n, width = len(tails), max(len(t) for t in tails)
-        seg_width = max(seg_lens)
-        ids, tail_mask = self._right_pad(tails, width)
-        seg_mask = torch.zeros((n, seg_width), dtype=torch.long)
-        for b, s in enumerate(seg_lens):
-            seg_mask[b, :s] = 1
-        mask = torch.cat([torch.ones((n, plen), dtype=torch.long), seg_mask, tail_mask], dim=1)
-        pos = torch.arange(width).expand(n, -1) + (plen + torch.tensor(seg_lens)).unsqueeze(1)
-
-        layers: list[tuple[Any, Any]] = []
-        if prefix_kv is not None or seg_kv is not None:
-            for layer in range(len(prefix_kv if prefix_kv is not None else seg_kv)):
-                parts_k, parts_v = [], []
-                if prefix_kv is not None:
-                    k, v = prefix_kv[layer]
-                    parts_k.append(k.expand(n, -1, -1, -1))
-                    parts_v.append(v.expand(n, -1, -1, -1))
-                if seg_kv is not None and seg_width:
-                    k, v = seg_kv[layer]
-                    parts_k.append(k)
-                    parts_v.append(v)
-                layers.append((torch.cat(parts_k, dim=2), torch.cat(parts_v, dim=2)))
-        kwargs: dict[str, Any] = {}
-        if layers:
-            kwargs[self._cache_kw] = self._make_cache(layers)
-        out = self._decoder(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=pos.to(self.device),
-            use_cache=bool(layers) or keep_kv,
-            **kwargs,
-        )
-        hidden = out.last_hidden_state
-        lens = torch.tensor([len(t) for t in tails], device=self.device)
-        at = (lens.unsqueeze(1) - n_out + torch.arange(n_out, device=self.device)).clamp_min(0)
-        gathered = hidden.gather(1, at.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        real = sum(len(t) for t in tails)
-        stats.batches += 1
-        stats.computed_tokens += real
-        stats.padded_tokens += n * width - real
-        if keep_kv:
-            past = plen + seg_width
-            return gathered, [(k[:, :, past:], v[:, :, past:]) for k, v in self._cache_tensors(out)]
-        return gathered

@@ -1,0 +1,194 @@
+"""Reading the JSON replies of OpenAI-compatible servers: pure functions, no I/O.
+
+Every function raises :class:`ReplyError` for a reply it cannot use; the caller prefixes where
+the reply came from (URL, item).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from udcg.judge.openai_http import JudgeServerError, snippet
+
+YES_TOKENS = frozenset({"Yes", " Yes"})
+NO_TOKENS = frozenset({"No", " No"})
+ECHO_FIELDS = ("tokens", "token_logprobs", "text_offset")
+# Log-probs a little above 0 are rounding; larger ones are errors.
+_LOGPROB_SLACK = 1e-4
+
+
+class ReplyError(JudgeServerError):
+    """A reply that lacks a field, or holds values that cannot be used."""
+
+
+def _logprob(value: float, what: str) -> float:
+    """``value`` as a log-prob, clamped to <= 0; NaN and positive values are errors."""
+    if math.isnan(value) or value > _LOGPROB_SLACK:
+        raise ReplyError(f"invalid log-prob {value!r}{what}")
+    return min(value, 0.0)
+
+
+def logsumexp(values: list[float]) -> float:
+    """log(sum(exp(values))) without overflow; ``values`` must not be empty."""
+    top = max(values)
+    if top == -math.inf:
+        return top
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def sigmoid(x: float) -> float:
+    """1 / (1 + exp(-x)) without overflow."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
+
+
+def first_choice(reply: Any) -> dict[str, Any]:
+    """The first entry of the reply's ``choices`` list."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ReplyError(f"reply has no 'choices' list: {snippet(str(reply))}")
+    return choices[0]
+
+
+def message_text(choice: Mapping[str, Any]) -> str:
+    """The text of a chat completion choice (``message.content``)."""
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(text, str):
+        raise ReplyError(
+            f"reply has no text in 'choices[0].message.content': {snippet(str(choice))}"
+        )
+    return text
+
+
+def first_token_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:
+    """Token text -> log-prob of the top alternatives for a choice's first generated token.
+
+    Reads the OpenAI chat format (``logprobs.content[0]`` with its ``top_logprobs`` list; vLLM,
+    llama.cpp's llama-server) and the completions format (``logprobs.top_logprobs[0]`` mapping,
+    llama-cpp-python); the chosen token counts as an alternative too. A token listed twice keeps
+    its largest log-prob.
+    """
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        raise ReplyError(
+            f"the reply has no log-probs ('choices[0].logprobs' is "
+            f"{type(logprobs).__name__}); the server ignores 'logprobs'/'top_logprobs'"
+            " (transformers serve does; vLLM, llama.cpp's llama-server and llama-cpp-python"
+            " return them)"
+        )
+    found: dict[str, float] = {}
+
+    def add(token: Any, logprob: Any) -> None:
+        if token is None and logprob is None:
+            return
+        if not isinstance(token, str) or isinstance(logprob, bool):
+            raise ReplyError(f"malformed log-prob entry {token!r}: {logprob!r}")
+        try:
+            value = float(logprob)
+        except (TypeError, ValueError):
+            raise ReplyError(f"malformed log-prob entry {token!r}: {logprob!r}") from None
+        value = _logprob(value, f" for token {token!r}")
+        found[token] = max(value, found.get(token, -math.inf))
+
+    content = logprobs.get("content")
+    legacy = logprobs.get("top_logprobs")
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        first = content[0]
+        for entry in first.get("top_logprobs") or []:
+            if not isinstance(entry, dict):
+                raise ReplyError(f"malformed top_logprobs entry {entry!r}")
+            add(entry.get("token"), entry.get("logprob"))
+        add(first.get("token"), first.get("logprob"))
+    elif isinstance(legacy, list) and legacy and isinstance(legacy[0], dict):
+        for token, logprob in legacy[0].items():
+            add(token, logprob)
+        tokens, token_logprobs = logprobs.get("tokens"), logprobs.get("token_logprobs")
+        if isinstance(tokens, list) and isinstance(token_logprobs, list) and tokens:
+            add(tokens[0], token_logprobs[0])
+    if not found:
+        raise ReplyError(
+            f"the reply has no top log-probs for the first token: {snippet(str(logprobs))}"
+        )
+    return found
+
+
+def yes_ratio(top: Mapping[str, float], top_k: int) -> tuple[float, bool]:
+    """(P(Yes) / (P(Yes) + P(No)), whether a bound was used) from the top-``top_k`` first-token
+    log-probs ``top``, summing the probabilities of :data:`YES_TOKENS` and of :data:`NO_TOKENS`.
+
+    When only one side is among the top-k, the other is taken at its upper bound, the smallest
+    top-k probability; when neither is, the ratio is undefined and an error.
+    """
+    yes = [lp for token, lp in top.items() if token in YES_TOKENS]
+    no = [lp for token, lp in top.items() if token in NO_TOKENS]
+    if not yes and not no:
+        best = sorted(top, key=top.get, reverse=True)[:5]  # type: ignore[arg-type]
+        raise ReplyError(
+            f"neither 'Yes' nor 'No' is among the top {top_k} first tokens (top: {best}),"
+            " so P(Yes)/(P(Yes)+P(No)) is undefined"
+        )
+    floor = min(top.values())
+    log_yes = logsumexp(yes) if yes else floor
+    log_no = logsumexp(no) if no else floor
+    bounded = not yes or not no
+    if log_yes == -math.inf and log_no == -math.inf:
+        raise ReplyError("both P(Yes) and P(No) are 0")
+    if log_no == -math.inf:
+        return 1.0, bounded
+    if log_yes == -math.inf:
+        return 0.0, bounded
+    return sigmoid(log_yes - log_no), bounded
+
+
+def token_prob(top: Mapping[str, float], token: str) -> tuple[float, bool]:
+    """(probability of ``token``, whether a bound was used) from the top-k log-probs ``top``:
+    a token not among them gets its upper bound, the smallest top-k probability."""
+    if token in top:
+        return math.exp(top[token]), False
+    return math.exp(min(top.values())), True
+
+
+def echoed_answer_logprob(choice: Mapping[str, Any], prompt_chars: int, answer: str) -> float:
+    """Mean log-prob of the echoed tokens of ``answer``, the text after the first
+    ``prompt_chars`` characters of a ``/v1/completions`` prompt sent with ``echo``.
+
+    The answer's tokens are those whose text offsets fall inside it; a token that spans the end
+    of the prompt and the start of the answer is an error, as is a reply without prompt
+    log-probs (``logprobs`` with ``tokens``, ``token_logprobs`` and ``text_offset``).
+    """
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict) or not all(
+        isinstance(logprobs.get(f), list) for f in ECHO_FIELDS
+    ):
+        raise ReplyError(
+            f"the reply has no prompt log-probs ('choices[0].logprobs' needs "
+            f"{', '.join(ECHO_FIELDS)}); the server does not return log-probs of echoed "
+            "prompts (vLLM does; chat-only servers, llama.cpp's llama-server and "
+            "llama-cpp-python without logits_all do not), so answer likelihoods cannot be "
+            "read from it"
+        )
+    start, end = prompt_chars, prompt_chars + len(answer)
+    picked: list[float] = []
+    for token, logprob, offset in zip(*(logprobs[f] for f in ECHO_FIELDS), strict=False):
+        if not isinstance(offset, int) or offset >= end:
+            if isinstance(offset, int):
+                break
+            raise ReplyError(f"malformed text offset {offset!r}")
+        if offset < start:
+            if isinstance(token, str) and offset + len(token) > start:
+                raise ReplyError(
+                    f"token {token!r} spans the end of the prompt and the start of answer "
+                    f"{answer!r}; its tokens cannot be scored apart"
+                )
+            continue
+        if isinstance(logprob, bool) or not isinstance(logprob, int | float):
+            raise ReplyError(f"malformed log-prob {logprob!r}")
+        picked.append(_logprob(float(logprob), ""))
+    if not picked:
+        raise ReplyError(f"no echoed token starts inside answer {answer!r}")
+    return sum(picked) / len(picked)
