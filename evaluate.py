@@ -5,19 +5,16 @@ python evaluate.py -m retriever=bm25,dense,hybrid   # sweep + one summary across
 python evaluate.py dataset=nq_open dataset.limit=500 k=5 theta_weights=udcg_theta_k5.safetensors
 """
 
-import sys
-
 import hydra
 from omegaconf import DictConfig
 
+from udcg.cli.common import Outcome
 from udcg.cli.evaluate import main as run
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
-def main(cfg: DictConfig) -> None:
-    status = run(cfg)
-    if status:
-        sys.exit(status)
+def main(cfg: DictConfig) -> Outcome:
+    return run(cfg)
 
 
 if __name__ == "__main__":

@@ -5,19 +5,16 @@ python train.py -m k=1,3,5,10
 python train.py data=jsonl data.path=my_contexts.jsonl judge=my-judge k=10
 """
 
-import sys
-
 import hydra
 from omegaconf import DictConfig
 
+from udcg.cli.common import Outcome
 from udcg.cli.train import main as run
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> None:
-    status = run(cfg)
-    if status:
-        sys.exit(status)
+def main(cfg: DictConfig) -> Outcome:
+    return run(cfg)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,9 @@ TOOLS = ("udcg", "pytrec_eval", "ranx", "ir_measures")
 
 _WORKERS = {
     "udcg": """
-import udcg
+from udcg import evaluate_table  # udcg's names load on first use: load the engine now
 def work(qrels, run):
-    return udcg.evaluate_table(qrels, run, ["nDCG@10", "AP", "RR", "P@10"]).values
+    return evaluate_table(qrels, run, ["nDCG@10", "AP", "RR", "P@10"]).values
 """,
     "pytrec_eval": """
 import pytrec_eval

@@ -3,13 +3,14 @@ process, optionally right after another tool's process has run on the same files
 
     python bench/first_call_faults.py bench/data/qrels.trec bench/data/run.trec --rounds 3
     python bench/first_call_faults.py QRELS RUN --after ir_measures --rounds 3
+    python bench/first_call_faults.py QRELS RUN --pool mimalloc
 
 The fault count (``getrusage`` minor faults) varies by a few percent from run to run, far less
 than the time, so it measures how much fresh memory a first call touches; a fault on a
 transparent huge page counts once for 2 MiB, so the table also shows the process's memory in
-huge pages after the first call. udcg turns huge pages off inside the call: ``--huge-pages``
-leaves numpy's advice on, ``--mimalloc`` leaves Arrow's default pool (mimalloc, which asks
-for huge pages) in place of jemalloc.
+huge pages after the first call. udcg turns huge pages off inside the call and gives Arrow
+jemalloc: ``--huge-pages`` leaves numpy's advice on, ``--pool`` puts another Arrow pool in its
+place (``mimalloc``, Arrow's default, asks for huge pages; ``system`` is glibc's malloc).
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ _CHILD = """
 import json, resource, sys, time
 import udcg
 import udcg.trec._pages
+from udcg import evaluate_table  # loads the engine before the first call is measured
 if {huge_pages}:
     udcg.trec._pages._set_madvise_hugepage = lambda flag: True
-if {mimalloc}:
+if {pool!r} != "jemalloc":
     import pyarrow
-    udcg.trec._pages._small_page_pool = pyarrow.default_memory_pool
+    udcg.trec._pages._small_page_pool = getattr(pyarrow, {pool!r} + "_memory_pool")
 def huge_mib():
     with open("/proc/self/smaps_rollup") as f:
         kib = [int(line.split()[1]) for line in f if line.startswith("AnonHugePages")]
@@ -41,7 +43,7 @@ measures = ["nDCG@10", "AP", "RR", "P@10"]
 calls = []
 for _ in range(2):
     before = usage()
-    udcg.evaluate_table(sys.argv[1], sys.argv[2], measures)
+    evaluate_table(sys.argv[1], sys.argv[2], measures)
     after = usage()
     calls.append([round(a - b, 3) for a, b in zip(after, before)])
     calls[-1].append(huge_mib())
@@ -61,7 +63,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--after", choices=TOOLS, help="run this tool's process first")
     parser.add_argument("--huge-pages", action="store_true")
-    parser.add_argument("--mimalloc", action="store_true")
+    parser.add_argument("--pool", choices=["jemalloc", "system", "mimalloc"], default="jemalloc")
     args = parser.parse_args()
     print(
         "| round | first call faults | sys s | wall s | huge-page MiB after"
@@ -71,7 +73,7 @@ def main() -> None:
     for i in range(1, args.rounds + 1):
         if args.after:
             _run_tool(args.after, args.qrels, args.run)
-        child = _CHILD.format(huge_pages=args.huge_pages, mimalloc=args.mimalloc)
+        child = _CHILD.format(huge_pages=args.huge_pages, pool=args.pool)
         out = subprocess.run(
             [sys.executable, "-c", child, args.qrels, args.run],
             check=True,

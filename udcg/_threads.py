@@ -6,11 +6,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from udcg.errors import UDCGInputError
+
+#: the variables OpenBLAS reads for its thread count
+_BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def worker_count() -> int:
@@ -25,6 +28,16 @@ def worker_count() -> int:
     return min(8, len(available) if available else os.cpu_count() or 1)
 
 
+def one_blas_thread() -> None:
+    """For a command whose numpy work has no large matrix products: unless the environment
+    sets a BLAS thread count, OpenBLAS starts without its thread pool. OpenBLAS starts one
+    thread per core when numpy is imported, which costs a short command a visible part of its
+    run time. Call it before numpy is imported; afterwards it does nothing."""
+    if "numpy" in sys.modules or any(os.environ.get(v) for v in _BLAS_THREAD_VARIABLES):
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+
 def map_concurrently(work: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
     """``[work(item) for item in items]`` on up to ``worker_count()`` threads; the first
     exception raised by a call propagates."""
@@ -32,6 +45,8 @@ def map_concurrently(work: Callable[[Any], Any], items: Iterable[Any]) -> list[A
     workers = min(len(items), worker_count())
     if workers < 2:
         return [work(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor  # only where threads run
+
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(work, items))
 
@@ -44,6 +59,8 @@ def run_concurrently(*calls: Callable[[], Any]) -> list[Any]:
     workers = min(len(calls), worker_count()) - 1
     if workers < 1:
         return [call() for call in calls]
+    from concurrent.futures import ThreadPoolExecutor  # only where threads run
+
     with ThreadPoolExecutor(workers) as pool:
         others = [pool.submit(call) for call in calls[1:]]
         first = calls[0]()

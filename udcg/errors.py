@@ -33,3 +33,8 @@ class UDCGInputError(ValueError):
             where += ": "
         what = f"field '{self.field}': " if self.field is not None else ""
         return f"{where}{what}{self.reason}"
+
+
+class UDCGWarning(UserWarning):
+    """Something the user should know about a result that still runs (for instance a fit with
+    few contexts per parameter). Command-line entry points print it as one line on stderr."""

@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats as sps
 
 from udcg.errors import UDCGInputError
-from udcg.validation import float_vector, query_codes
+from udcg.validation import float_vector, query_codes, show
 
 Method = Literal["spearman", "kendall", "pearson"]
 METHODS: tuple[str, ...] = ("spearman", "kendall", "pearson")
@@ -119,7 +119,7 @@ def _check_options(n_resamples: int, confidence: float) -> None:
         raise UDCGInputError(f"must be at least 1, got {n_resamples}", field="n_resamples")
     if not (isinstance(confidence, (int, float)) and 0.0 < float(confidence) < 1.0):
         raise UDCGInputError(
-            f"must be a number strictly between 0 and 1, got {confidence!r}", field="confidence"
+            f"must be a number strictly between 0 and 1, got {show(confidence)}", field="confidence"
         )
 
 
@@ -387,7 +387,7 @@ def _system_values(values: Mapping[str, float], name: str) -> dict[str, float]:
             number = float(value)
         except (TypeError, ValueError):
             raise UDCGInputError(
-                f"system {system!r}: expected a number, got {value!r}", field=name
+                f"system {system!r}: expected a number, got {show(value)}", field=name
             ) from None
         if not math.isfinite(number):
             raise UDCGInputError(f"system {system!r}: NaN or infinite value", field=name)

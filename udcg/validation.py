@@ -1,13 +1,70 @@
-"""Validation of the 1-D inputs shared by the statistics and the estimators: per-context
-values (scores, correctness) and per-context query ids."""
+"""Checks shared by the whole package: option values (a positive integer k, a fraction, one
+of a few choices), the 1-D inputs of the statistics and the estimators (per-context values,
+per-context query ids), and how a wrong value is shown in a message."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from udcg.errors import UDCGInputError
+
+
+def show(value: Any) -> str:
+    """``value`` as an error message shows it: numbers plainly (``1.2``, not
+    ``np.float64(1.2)``), anything else as its ``repr`` (strings quoted)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool | int | float):
+        return str(value)
+    return repr(value)
+
+
+def integer(value: Any, name: str) -> int:
+    """``value`` as an int (numpy integers accepted, booleans refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise UDCGInputError(f"must be an integer, got {show(value)}", field=name)
+    return int(value)
+
+
+def positive_int(value: Any, name: str) -> int:
+    """``value`` as an int >= 1 (numpy integers accepted, booleans refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise UDCGInputError(f"must be a positive integer, got {show(value)}", field=name)
+    return int(value)
+
+
+def open_fraction(value: Any, name: str) -> float:
+    """``value`` as a float strictly between 0 and 1."""
+    is_number = isinstance(value, int | float | np.integer | np.floating)
+    if isinstance(value, bool) or not is_number or not 0.0 < float(value) < 1.0:
+        raise UDCGInputError(
+            f"must be a number strictly between 0 and 1, got {show(value)}", field=name
+        )
+    return float(value)
+
+
+def boolean(value: Any, name: str) -> bool:
+    """``value`` as a bool (``True``/``False`` only)."""
+    if not isinstance(value, bool | np.bool_):
+        raise UDCGInputError(f"must be true or false, got {show(value)}", field=name)
+    return bool(value)
+
+
+def nonempty_str(value: Any, name: str) -> str:
+    """``value`` if it is a non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise UDCGInputError(f"must be a non-empty string, got {show(value)}", field=name)
+    return value
+
+
+def one_of(value: Any, name: str, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``."""
+    if value not in choices:
+        raise UDCGInputError(f"must be one of {', '.join(choices)}, got {show(value)}", field=name)
+    return value
 
 
 def float_vector(
@@ -40,7 +97,7 @@ def binary_vector(
     bad = (out != 0) & (out != 1)
     if bad.any():
         pos = int(np.argmax(bad))
-        raise UDCGInputError(f"position {pos}: {out[pos]!r} is not 0/1", field=name)
+        raise UDCGInputError(f"position {pos}: {show(out[pos])} is not 0/1", field=name)
     return out
 
 

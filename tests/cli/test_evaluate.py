@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra.errors import MissingConfigException
+from matplotlib.axes import Axes
 from scipy import stats as sps
 from sklearn.metrics import ndcg_score
 
 from udcg import metrics
-from udcg.cli.evaluate import run_evaluate
-from udcg.errors import UDCGInputError
+from udcg.cli.evaluate import main, run_evaluate
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
 from udcg.judge.base import Judge
 from udcg.pipeline.sweep import write_summary
@@ -70,6 +71,7 @@ class WordJudge(Judge):
 def fake_judge(monkeypatch) -> WordJudge:
     judge = WordJudge()
     monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: judge)
+    monkeypatch.setattr("udcg.pipeline.evaluation.check_hub_judge", lambda spec: None)
     return judge
 
 
@@ -157,6 +159,12 @@ def test_annotated_input_needs_no_judge(tmp_path: Path, monkeypatch, evaluate_co
     assert "UDCG-gamma" in report["means"]
 
 
+CROSSFIT_WARNING = (
+    "UDCG-theta (cross-fitted on each half) fits 6 parameters on 15 contexts (2.5 contexts per "
+    "parameter, fewer than 20): its weights may not generalise; use more queries or a smaller k"
+)
+
+
 def test_crossfit_theta_is_reported_and_plotted(tmp_path: Path, evaluate_config) -> None:
     _annotated(tmp_path / "in.jsonl")
     cfg = evaluate_config(
@@ -166,11 +174,70 @@ def test_crossfit_theta_is_reported_and_plotted(tmp_path: Path, evaluate_config)
         "judge=m",
         "theta_crossfit=true",
     )
-    report, files = run_evaluate(cfg, tmp_path / "out")
+    with pytest.warns(UDCGWarning) as warned:
+        report, files = run_evaluate(cfg, tmp_path / "out")
+    assert [str(w.message) for w in warned] == [CROSSFIT_WARNING]
     assert "UDCG-theta (cross-fitted)" in report["means"]
     halves = report["crossfit_theta_weights"]
     assert len(halves) == 2 and all(len(h["alpha"]) == len(h["beta"]) == 3 for h in halves)
     assert tmp_path / "out" / "theta_weights.png" in files
+
+
+def test_crossfit_warning_is_one_line_on_stderr(
+    tmp_path: Path, evaluate_config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _annotated(tmp_path / "in.jsonl")
+    cfg = evaluate_config(
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'in.jsonl'}",
+        "retriever=given",
+        "judge=m",
+        "theta_crossfit=true",
+    )
+    assert main(cfg).status == 0
+    assert capsys.readouterr().err == f"evaluate.py: warning: {CROSSFIT_WARNING}\n"
+
+
+def test_undefined_correlations_say_why_everywhere(
+    tmp_path: Path, evaluate_config, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every context has its one relevant passage first: nDCG, MAP, MRR, Precision and Hits
+    are constant, so their correlations are undefined; the table, the summary, report.md,
+    report.json and correlations.png say so in the same words."""
+    rng = np.random.default_rng(1)
+    contexts = [
+        Context(
+            f"q{i}",
+            [
+                Passage(doc_id=f"d{j}", relevant=j == 0, abstain_prob={"m": float(rng.random())})
+                for j in range(3)
+            ],
+            outcomes={"m": {"correct": bool(rng.random() < 0.5)}},
+        )
+        for i in range(20)
+    ]
+    write_contexts(tmp_path / "in.jsonl", contexts)
+    labels = []  # the texts written on the plots
+    real_text = Axes.text
+
+    def text(ax: Axes, x: float, y: float, s: str, **kwargs):
+        labels.append((x, y, s))
+        return real_text(ax, x, y, s, **kwargs)
+
+    monkeypatch.setattr(Axes, "text", text)
+    cfg = evaluate_config(
+        "dataset=jsonl", f"dataset.path={tmp_path / 'in.jsonl'}", "retriever=given", "judge=m"
+    )
+    assert main(cfg).status == 0
+    out = tmp_path / "out"
+    said = "undefined (metric is constant)"
+    assert f"  nDCG         spearman {said}" in capsys.readouterr().out.splitlines()
+    assert f"| nDCG | 1.000 | {said} | | | |" in (out / "report.md").read_text().splitlines()
+    rows = json.loads((out / "report.json").read_text())["correlations"]
+    undefined = {r["metric"] for r in rows if r["undefined"] == "metric is constant"}
+    assert undefined == {"nDCG", "MAP", "MRR", "Precision", "Hits"}
+    position = {r["metric"]: i for i, r in enumerate(rows)}
+    assert sorted(labels) == sorted((position[m], 0, said) for m in undefined)
 
 
 def test_sweep_summary_over_two_retrievers(

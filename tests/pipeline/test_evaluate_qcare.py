@@ -39,6 +39,7 @@ def test_evaluate_with_qcare_labels_coverage_through_the_judge(
 ) -> None:
     judge = tag_judge()
     monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: judge)
+    monkeypatch.setattr("udcg.pipeline.evaluation.check_hub_judge", lambda spec: None)
     write_contexts(tmp_path / "in.jsonl", _contexts())
     cfg = evaluate_config(
         "dataset=jsonl",

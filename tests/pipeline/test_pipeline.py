@@ -1,4 +1,5 @@
-"""Pipeline pieces: datasets, stage cache, cross-fitted gamma, gold positions, sweep summary."""
+"""Pipeline pieces: datasets, stage cache, cross-fitted gamma, gold positions, sweep summary,
+the early check of a judge that cannot load."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage
 from udcg.pipeline.correlate import accuracy_by_gold_position
 from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
+from udcg.pipeline.evaluation import check_hub_judge
 from udcg.pipeline.scoring import crossfit_gamma, crossfit_theta, score_contexts
 from udcg.pipeline.stages import StageCache, missing_steps, stage_key
 from udcg.pipeline.sweep import markdown, member_names, summarize
@@ -228,3 +230,35 @@ def test_sweep_members_of_one_retriever_stay_apart() -> None:
     assert member_names(mixed) == ["bm25, utility=abstention", "dense, utility=answer_likelihood"]
     same = [_report("bm25", 0.1, {"UDCG": 0.2}), _report("bm25", 0.2, {"UDCG": 0.3})]
     assert member_names(same) == ["bm25 #1", "bm25 #2"]
+
+
+# ---------------------------------------------------------------- a judge that cannot load
+
+
+def test_hub_judge_offline_fails_at_once(monkeypatch, tmp_path: Path) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(UDCGInputError) as raised:
+        check_hub_judge("nosuch/model")
+    assert str(raised.value) == (
+        "field 'judge': 'nosuch/model' is not a local path and not in the Hugging Face cache, "
+        "and offline mode is on (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE): give a local path or "
+        "download the model first"
+    )
+    for fine in ("smollm2-135m", "openai:m@http://h/v1", "precomputed:x.jsonl", str(tmp_path)):
+        check_hub_judge(fine)
+
+
+def test_hub_judge_with_the_hub_unreachable_fails_at_once(monkeypatch) -> None:
+    from huggingface_hub import constants
+
+    def refuse(address, timeout):
+        assert timeout <= 3
+        raise OSError("no route")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")
+    monkeypatch.setattr("socket.create_connection", refuse)
+    with pytest.raises(UDCGInputError, match=r"and hub\.invalid cannot be reached: give a local"):
+        check_hub_judge("nosuch/model")

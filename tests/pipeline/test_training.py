@@ -13,11 +13,17 @@ import pytest
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.pipeline.settings import TrainSettings
 from udcg.pipeline.training import select, train
 from udcg.theta import UDCGTheta
 from udcg.theta.simulate import simulate_contexts as simulate
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _settings(k: int, **options) -> TrainSettings:
+    """Settings for simulated contexts (judge "sim"), with a short bootstrap by default."""
+    return TrainSettings(**{"k": k, "judge": "sim", "n_bootstrap": 50, **options})
 
 
 def test_select_counts_what_it_skips() -> None:
@@ -76,13 +82,11 @@ def test_select_reads_the_chosen_utility_source() -> None:
 
 def test_train_with_answer_likelihood_names_it_in_the_card(tmp_path: Path) -> None:
     contexts = simulate(40, 4, seed=3)
-    by_abstention = train(contexts, UDCGTheta(4), judge="sim", n_resamples=50)
+    by_abstention = train(contexts, UDCGTheta(4), _settings(4))
     report = train(
         _as_answer_likelihood(contexts),
         UDCGTheta(4),
-        judge="sim",
-        utility="answer_likelihood",
-        n_resamples=50,
+        _settings(4, utility="answer_likelihood"),
         export_dir=tmp_path,
     )
     # the same utilities from the other field: the same training data and results
@@ -95,7 +99,7 @@ def test_train_with_answer_likelihood_names_it_in_the_card(tmp_path: Path) -> No
 
 def test_train_reports_heldout_correlations_and_exports(tmp_path: Path) -> None:
     model = UDCGTheta(5, val_fraction=0.0)
-    report = train(simulate(120, 5), model, judge="sim", n_resamples=200, export_dir=tmp_path)
+    report = train(simulate(120, 5), model, _settings(5, n_bootstrap=200), export_dir=tmp_path)
     names = [row.metric for row in report.rows]
     assert names[0] == "UDCG-theta" and {"nDCG", "MAP", "MRR", "Precision"} <= set(names)
     by_name = {row.metric: row.result for row in report.rows}
@@ -114,7 +118,7 @@ def test_train_reports_heldout_correlations_and_exports(tmp_path: Path) -> None:
 
 def test_too_few_queries_is_a_clear_error() -> None:
     with pytest.raises(UDCGInputError, match="needs at least 4 queries"):
-        train(simulate(3, 5), UDCGTheta(5), judge="sim")
+        train(simulate(3, 5), UDCGTheta(5), _settings(5))
 
 
 def _run_train(*overrides: str) -> subprocess.CompletedProcess:
@@ -160,15 +164,11 @@ def test_same_seed_gives_byte_identical_weights(tmp_path: Path) -> None:
     contexts = simulate(40, 4, seed=5)
     paths = []
     for run in ("a", "b"):
-        report = train(
-            contexts, UDCGTheta(4), judge="sim", n_resamples=50, export_dir=tmp_path / run
-        )
+        report = train(contexts, UDCGTheta(4), _settings(4), export_dir=tmp_path / run)
         paths.append(report.weights_path)
     assert paths[0].read_bytes() == paths[1].read_bytes()
-    other = train(contexts, UDCGTheta(4, seed=1), judge="sim", seed=1, n_resamples=50)
-    assert (
-        other.fingerprint != train(contexts, UDCGTheta(4), judge="sim", n_resamples=50).fingerprint
-    )
+    other = train(contexts, UDCGTheta(4, seed=1), _settings(4, seed=1))
+    assert other.fingerprint != train(contexts, UDCGTheta(4), _settings(4)).fingerprint
 
 
 def test_train_py_answer_likelihood_on_the_shipped_demo(tmp_path: Path) -> None:
@@ -183,3 +183,16 @@ def test_train_py_answer_likelihood_on_the_shipped_demo(tmp_path: Path) -> None:
     card = json.loads((tmp_path / "udcg_theta_k5.json").read_text())
     assert card["utility"] == "answer_likelihood" and card["utility_field"] == "answer_prob"
     assert card["judge_model"] == "smollm2-135m"
+
+
+def test_the_card_stores_the_tuned_gamma_as_a_clean_decimal(tmp_path: Path) -> None:
+    report = train(simulate(60, 4, seed=2), UDCGTheta(4), _settings(4), export_dir=tmp_path)
+    text = report.weights_path.with_suffix(".json").read_text()
+    gamma = json.loads(text)["gamma"]
+    assert gamma == report.gamma and (gamma == 1 / 3 or round(gamma, 3) == gamma)
+    assert f'"gamma": {gamma!r}' in text
+
+
+def test_settings_and_model_of_another_k_are_refused() -> None:
+    with pytest.raises(UDCGInputError, match=r"^field 'model\.k': the model is for k=3, not k=4$"):
+        train(simulate(10, 4), UDCGTheta(3), _settings(4))

@@ -353,7 +353,7 @@ def test_fit_input_errors(small):
         UDCGTheta(5).fit(rel, u * 2, correct)
     with pytest.raises(UDCGInputError, match="optimizer"):
         UDCGTheta(5, optimizer="sgd").fit(rel, u, correct)
-    with pytest.raises(UDCGInputError, match="k must be a positive integer"):
+    with pytest.raises(UDCGInputError, match="field 'k': must be a positive integer, got 0"):
         UDCGTheta(0).fit(rel, u, correct)
     with pytest.raises(UDCGInputError, match="not fitted"):
         UDCGTheta(5).predict_proba(rel, u)

@@ -38,6 +38,14 @@ def test_default_grid_includes_zero_the_paper_default_and_two():
     assert (np.diff(DEFAULT_GRID) > 0).all()
 
 
+def test_default_grid_holds_clean_decimals():
+    """1.95, not 1.9500000000000002: a tuned gamma prints and stores as the user reads it."""
+    steps = [g for g in DEFAULT_GRID.tolist() if g != 1.0 / 3.0]
+    assert steps == [i / 40 for i in range(81)]
+    assert all(len(repr(g)) <= 5 for g in steps)
+    assert 1.95 in steps
+
+
 def test_curve_matches_udcg_and_correlation():
     rel, u, correct = simulate(500, 0.7, seed=2)
     grid = [0.0, 0.25, 0.7, 1.5]

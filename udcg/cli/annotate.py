@@ -2,22 +2,30 @@
 [--relevance string|llm] [--grader span|llm]``: judge labels for a contexts file (see
 :mod:`udcg.labels.annotate` for what each step writes). Every call goes through the on-disk
 cache, so an interrupted run resumes where it stopped; the output is written atomically at the
-end."""
+end. ``-`` as IN reads standard input, as OUT writes standard output (the counts then go to
+stderr)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from udcg.cli.common import run_cli
+from udcg.cli.common import info_stream, run_cli
 from udcg.io.contexts import read_contexts, write_contexts
-from udcg.labels.annotate import DEFAULT_STEPS, STEPS, annotate, check_inputs
+from udcg.labels.annotate import (
+    DEFAULT_STEPS,
+    GRADERS,
+    RELEVANCE_MODES,
+    STEPS,
+    annotate,
+    check_inputs,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="udcg annotate", description=__doc__.splitlines()[0])
-    parser.add_argument("input", help="contexts JSONL (gzip ok)")
-    parser.add_argument("output", help="annotated contexts JSONL (.gz compresses)")
+    parser.add_argument("input", help="contexts JSONL (gzip ok; - reads stdin)")
+    parser.add_argument("output", help="annotated contexts JSONL (.gz compresses; - is stdout)")
     parser.add_argument("--judge", default="smollm2-135m", help="judge spec (see udcg.judge)")
     parser.add_argument(
         "--steps",
@@ -26,8 +34,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=STEPS,
         help=f"default: {' '.join(DEFAULT_STEPS)}",
     )
-    parser.add_argument("--relevance", choices=["string", "llm"], default="string")
-    parser.add_argument("--grader", choices=["span", "llm"], default="span")
+    parser.add_argument("--relevance", choices=RELEVANCE_MODES, default="string")
+    parser.add_argument("--grader", choices=GRADERS, default="span")
     parser.add_argument("--mode", choices=["first_token", "sequence"], default="first_token")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--cache", help="judge cache (SQLite); default ~/.cache/udcg/judge.sqlite")
@@ -50,14 +58,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         write_contexts(args.output, annotated)
         cache = judge.cache
+        out = info_stream(args.output)
         print(
             f"annotated {report.contexts} contexts with {judge.name}: {report.pairs} passage "
             f"pairs, {report.answer_pairs} answer-likelihood pairs, "
             f"{report.relevance_checks} relevance checks, {report.answers} answers; "
-            f"cache hits {cache.hits}, misses {cache.misses}"
+            f"cache hits {cache.hits}, misses {cache.misses}",
+            file=out,
         )
         if report.grades:
-            print("grades: " + ", ".join(f"{g} {n}" for g, n in sorted(report.grades.items())))
+            grades = ", ".join(f"{g} {n}" for g, n in sorted(report.grades.items()))
+            print(f"grades: {grades}", file=out)
         for what, n in report.failures.items():
             print(f"failures: {n} {what}", file=sys.stderr)
 

@@ -1,23 +1,106 @@
-"""Shared behaviour of command-line entry points: user mistakes become one line, exit 2."""
+"""Shared behaviour of command-line entry points: a user mistake is one line and exit status 2,
+a library warning is one line, a closed output pipe ends the command quietly.
+
+A reader of standard output that stops early (``udcg trec QRELS RUN -q | head -1``) ends the
+command as it ends Unix tools: nothing on stderr, exit status 141 (128 + SIGPIPE, what a shell
+reports for a tool killed by a broken pipe).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TextIO
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
+from udcg.io.files import STDIO
+
+#: Exit status after a broken pipe on standard output (128 + SIGPIPE).
+BROKEN_PIPE = 141
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a command ended: its exit status and, for a failure, the line printed on stderr."""
+
+    status: int
+    error: str | None = None
+
+
+def one_line(text: str) -> str:
+    """``text`` with its lines joined by spaces (a backend's message may span several)."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+@contextmanager
+def one_line_warnings(prog: str) -> Iterator[None]:
+    """Show every :class:`UDCGWarning` (each time) as ``PROG: warning: ...`` on stderr."""
+    original = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, UDCGWarning):
+            print(f"{prog}: warning: {one_line(str(message))}", file=sys.stderr)
+        else:
+            original(message, category, *args, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", UDCGWarning)
+        warnings.showwarning = show
+        yield
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so the interpreter's last flush does not fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stream)
+        pass
+
+
+def _attempt(main: Callable[[], int | None], catch_all: bool) -> Outcome:
+    try:
+        status = main() or 0
+        sys.stdout.flush()  # a closed pipe is reported here, not at interpreter exit
+        return Outcome(status)
+    except UDCGInputError as exc:
+        return Outcome(2, f"error: {one_line(str(exc))}")
+    except BrokenPipeError:
+        _quiet_stdout()
+        return Outcome(BROKEN_PIPE)
+    except OSError as exc:
+        return Outcome(2, f"error: {exc.filename or ''}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        return Outcome(130, "interrupted")
+    except Exception as exc:
+        if not catch_all:
+            raise
+        traceback.print_exc()
+        return Outcome(1, f"failed: {type(exc).__name__}: {one_line(str(exc))}")
+
+
+def run_command(prog: str, main: Callable[[], int | None], catch_all: bool = False) -> Outcome:
+    """Run ``main`` with one-line warnings; report a user mistake (UDCGInputError, an
+    unreadable file) as one line on stderr without a traceback. ``catch_all`` also turns any
+    other exception into a failed outcome (status 1), its traceback printed."""
+    with one_line_warnings(prog):
+        outcome = _attempt(main, catch_all)
+    if outcome.error is not None:
+        print(f"{prog}: {outcome.error}", file=sys.stderr)
+    return outcome
 
 
 def run_cli(prog: str, main: Callable[[], int | None]) -> int:
-    """Run ``main``; report UDCGInputError (and unreadable files) without a traceback."""
-    try:
-        return main() or 0
-    except UDCGInputError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"{prog}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    """:func:`run_command` for an argparse command; returns the exit status."""
+    return run_command(prog, main).status
+
+
+def info_stream(*outputs: str | None) -> TextIO:
+    """Where a command prints its summary: stderr when one of ``outputs`` is ``-`` (the data
+    goes to stdout), else stdout."""
+    return sys.stderr if STDIO in outputs else sys.stdout

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from udcg.cli.common import run_cli
+from udcg.cli.common import info_stream, run_cli
 from udcg.data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
 from udcg.io.contexts import write_contexts
 from udcg.judge import load_judge
@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="udcg demo", description=__doc__.splitlines()[0].strip('"`')
     )
     parser.add_argument("--source", type=Path, default=SOURCE)
-    parser.add_argument("--out", type=Path, default=OUTPUT)
+    parser.add_argument("--out", type=Path, default=OUTPUT, help="- writes to stdout")
     parser.add_argument("--judge", default="smollm2-135m")
     parser.add_argument("--cache", help="judge cache (SQLite); default ~/.cache/udcg/judge.sqlite")
     parser.add_argument("--seed", type=int, default=0)
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             f"wrote {len(annotated)} contexts to {args.out}: {report.pairs} passage pairs, "
             f"{report.answer_pairs} answer-likelihood pairs, "
             f"grades {dict(report.grades)}; "
-            f"cache hits {judge.cache.hits}, misses {judge.cache.misses}"
+            f"cache hits {judge.cache.hits}, misses {judge.cache.misses}",
+            file=info_stream(str(args.out)),
         )
 
     return run_cli("udcg demo", work)

@@ -1,5 +1,10 @@
 """Hydra wiring shared by ``train.py`` and ``evaluate.py``: objects built from ``_target_``
-configs with errors that name the option, typed settings for the library, the sweep callback.
+configs with errors that name the option the user typed, the jobs' error handling, and the
+sweep callbacks.
+
+A single run that fails prints one line and exits (status 2 for a user mistake). A sweep member
+that fails prints the same line and returns, so the sweep goes on; :class:`SweepFailures` lists
+the failed members when the sweep ends and exits with the highest status among them.
 
 Hydra and OmegaConf are imported here and in the two entry points only; the library takes the
 typed arguments built below.
@@ -7,19 +12,28 @@ typed arguments built below.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn
 from hydra.errors import InstantiationException
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from udcg.cli.common import Outcome, run_command
 from udcg.errors import UDCGInputError
-from udcg.pipeline.evaluation import EvaluateSettings
+from udcg.pipeline.settings import EvaluateSettings, Settings, TrainSettings
 from udcg.pipeline.sweep import write_summary
 from udcg.retrieval import Retriever
+
+S = TypeVar("S", bound=Settings)
 
 
 def plain(cfg: Any) -> Any:
@@ -27,66 +41,129 @@ def plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
 
 
-def build(cfg: Any, option: str) -> Any:
-    """``instantiate(cfg)``; a missing value or a failing constructor is a UDCGInputError naming
-    ``option`` (the config group the user sets), a UDCGInputError from inside passes through."""
+def as_node(cfg: Any) -> DictConfig:
+    """``cfg`` as a config node (a plain dict is converted)."""
+    return cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+
+
+def option_name(cfg: DictConfig, group: str, key: str) -> str:
+    """The option a user types for ``key`` of config group ``group`` (node ``cfg``): the
+    interpolated one for ``key: ${k}`` (``k``), else ``group.key`` (``dataset.limit``)."""
+    raw = OmegaConf.to_container(cfg, resolve=False).get(key)
+    if isinstance(raw, str) and raw.startswith("${") and raw.endswith("}"):
+        return raw[2:-1]
+    return f"{group}.{key}"
+
+
+def as_option(exc: UDCGInputError, cfg: DictConfig, group: str) -> UDCGInputError:
+    """``exc`` naming the option behind its field when the field is a key of ``cfg`` (an
+    error located in a file keeps its field)."""
+    if exc.path is not None or exc.field is None or exc.field not in cfg:
+        return exc
+    return UDCGInputError(exc.reason, field=option_name(cfg, group, exc.field))
+
+
+def build(cfg: Any, option: str, drop: tuple[str, ...] = ()) -> Any:
+    """``instantiate(cfg)`` without the keys in ``drop``; a missing value or a failing
+    constructor is a UDCGInputError naming the option (``option`` is the config group the user
+    sets), a UDCGInputError from inside names the option behind its field."""
+    cfg = as_node(cfg)
     try:
-        return instantiate(cfg)
+        spec = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as exc:
         raise UDCGInputError(
             f"set {exc.full_key}=... (no value given)", field=str(exc.full_key)
         ) from None
+    try:
+        return instantiate({k: v for k, v in spec.items() if k not in drop})
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, UDCGInputError):
-            raise cause from None
+            raise as_option(cause, cfg, option) from None
         reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
         raise UDCGInputError(f"cannot build {option}: {reason}", field=option) from None
 
 
-def build_retriever(config: Any) -> tuple[str, Retriever]:
+def build_retriever(cfg: Any) -> tuple[str, Retriever]:
     """``(name, retriever)`` from a config with ``name`` and a ``_target_`` to instantiate."""
-    spec = dict(plain(config))
-    name = spec.pop("name", None)
-    if not name or "_target_" not in spec:
+    cfg = as_node(cfg)
+    if not cfg.get("name") or "_target_" not in cfg:
         raise UDCGInputError(
             "a retriever config needs 'name' and '_target_' (see conf/retriever/)",
             field="retriever",
         )
-    retriever = build(spec, "retriever")
+    retriever = build(cfg, "retriever", drop=("name",))
     if not isinstance(retriever, Retriever):
         raise UDCGInputError(
-            f"{spec['_target_']} has no retrieve(queries, corpus, k)", field="retriever"
+            f"{cfg._target_} has no retrieve(queries, corpus, k)", field="retriever"
         )
-    return str(name), retriever
+    return str(cfg.name), retriever
+
+
+def _settings(cfg: DictConfig, kind: type[S], **given: Any) -> S:
+    """``kind`` (a settings dataclass) from the top-level options of ``cfg`` it has fields for,
+    and ``given``."""
+    names = [f.name for f in fields(kind) if f.name in cfg and f.name not in given]
+    return kind(**{name: plain(cfg[name]) for name in names}, **given)
+
+
+def train_settings(cfg: DictConfig) -> TrainSettings:
+    """The checked settings of ``conf/train.yaml``."""
+    return _settings(cfg, TrainSettings)
 
 
 def evaluate_settings(cfg: DictConfig) -> EvaluateSettings:
-    """The typed settings of ``conf/evaluate.yaml``."""
-    return EvaluateSettings(
-        k=cfg.k,
-        judge=cfg.judge,
-        judge_options=plain(cfg.judge_options) or {},
-        utility=cfg.utility,
-        relevance=cfg.relevance,
-        grader=cfg.grader,
-        max_new_tokens=cfg.max_new_tokens,
-        qcare=cfg.qcare,
-        ablations=cfg.ablations,
-        theta_weights=cfg.theta_weights,
-        theta_crossfit=cfg.theta_crossfit,
-        correlation=cfg.correlation,
-        n_bootstrap=cfg.n_bootstrap,
-        seed=cfg.seed,
-        cache_dir=Path(cfg.cache_dir),
-    )
+    """The checked settings of ``conf/evaluate.yaml``."""
+    return _settings(cfg, EvaluateSettings, cache_dir=Path(cfg.cache_dir))
 
 
-class SweepSummary(Callback):
-    """Hydra callback: write the sweep summary when a multirun ends."""
+def _in_sweep() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def run_job(prog: str, work: Callable[[], int | None]) -> Outcome:
+    """Run one Hydra job (:func:`udcg.cli.common.run_command`). A single run exits with the
+    status of a failure; a sweep member returns its outcome, so the sweep goes on (an
+    interrupt stops it)."""
+    sweep = _in_sweep()
+    outcome = run_command(prog, work, catch_all=sweep)
+    if outcome.status and (not sweep or outcome.status == 130):
+        sys.exit(outcome.status)
+    return outcome
+
+
+class SweepFailures(Callback):
+    """Hydra callback: collect the sweep members that failed; when the sweep ends, list them
+    with their error on stderr and exit with the highest of their statuses."""
+
+    def __init__(self) -> None:
+        self.members = 0
+        self.failed: list[tuple[str, Outcome]] = []
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        self.members += 1
+        outcome = job_return.return_value
+        if isinstance(outcome, Outcome) and outcome.status:
+            num = job_return.hydra_cfg.hydra.job.num if job_return.hydra_cfg else "?"
+            self.failed.append((f"#{num} {' '.join(job_return.overrides or [])}", outcome))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.failed:
+            return
+        prog = f"{config.hydra.job.name}.py"
+        lines = [f"{prog}: {len(self.failed)} of {self.members} sweep members failed:"]
+        lines += [f"  {name}: {outcome.error or 'failed'}" for name, outcome in self.failed]
+        print("\n".join(lines), file=sys.stderr)
+        sys.exit(max(outcome.status for _, outcome in self.failed))
+
+
+class SweepSummary(SweepFailures):
+    """Hydra callback: write the summary of the members' reports when a sweep ends, then list
+    the failed members (:class:`SweepFailures`)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         path = write_summary(Path(config.hydra.sweep.dir))
         if path is not None:
             print(path.read_text())
             print(f"sweep summary: {path}")
+        super().on_multirun_end(config, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -44,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    return importlib.import_module(command[0]).main(args[1:])
+    run = importlib.import_module(command[0]).main
+    gc.freeze()  # the modules just imported live as long as the process
+    return run(args[1:])
 
 
 if __name__ == "__main__":

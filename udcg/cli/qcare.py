@@ -8,7 +8,8 @@
 checks of ``outcomes[MODEL].answer``, through the cached judge, and prints label, fallback
 and judge-call counts. ``score`` prints the mean of each metric and why values are missing
 (``--out`` writes them per context). ``agreement`` prints Pearson and Spearman correlations
-between judge-based and human-based metrics per split.
+between judge-based and human-based metrics per split. ``-`` as an input file reads standard
+input; as OUT or ``--out`` it writes standard output, and the counts or means go to stderr.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from udcg.cli.common import run_cli
+from udcg.cli.common import info_stream, run_cli
 from udcg.io.contexts import read_contexts, write_contexts
 from udcg.io.files import atomic_write
 from udcg.labels.qcare.checks import CHECK_MODES
@@ -126,12 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 contexts, judge, args.answers_from, args.checks, args.retries
             )
             write_contexts(args.output, labelled)
-            print(format_report(report, judge.name))
-            print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}")
+            out = info_stream(args.output)
+            print(format_report(report, judge.name), file=out)
+            print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}", file=out)
         elif args.command == "score":
             contexts = list(read_contexts(args.input))
             scores = qcare_scores(contexts, args.answers_from, args.k, args.binary)
-            print(format_scores(scores))
+            print(format_scores(scores), file=info_stream(args.out))
             if args.out:
                 _write_scores(args.out, contexts, scores)
         else:

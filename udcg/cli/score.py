@@ -3,7 +3,8 @@
 
 Scores each retrieved context with UDCG (at ``--gamma``), UDCG-theta (with fitted weights, for
 contexts of the weights' k) and nDCG, MAP, MRR, Precision; prints the means and, with
-``--out``, writes one JSON line per context. ``--utility`` picks the utility source (see
+``--out``, writes one JSON line per context (``--out -``: to standard output, the means then
+to stderr). ``-`` as CONTEXTS reads standard input. ``--utility`` picks the utility source (see
 :mod:`udcg.io.utility_sources`); weights fitted on another source are refused.
 """
 
@@ -16,7 +17,7 @@ import sys
 import numpy as np
 
 from udcg import metrics
-from udcg.cli.common import run_cli
+from udcg.cli.common import info_stream, run_cli
 from udcg.io.contexts import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, check_fitted_on, get_source
@@ -26,7 +27,8 @@ from udcg.pipeline.compare import classic_metrics
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="udcg score", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "contexts", help="contexts JSONL (relevant and the utility source's field needed)"
+        "contexts",
+        help="contexts JSONL (relevant and the utility source's field needed; - reads stdin)",
     )
     parser.add_argument("--judge", required=True, help="judge model key in abstain_prob etc.")
     parser.add_argument(
@@ -38,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--weights", help="UDCG-theta weights (.safetensors with its .json card)")
     parser.add_argument("--gamma", type=float, default=1 / 3, help="UDCG gamma (default 1/3)")
-    parser.add_argument("--out", help="write per-context scores here (JSONL)")
+    parser.add_argument("--out", help="write per-context scores here (JSONL; - is stdout)")
     return parser
 
 
@@ -70,11 +72,12 @@ def score(args: argparse.Namespace) -> None:
                 f"have k={k} passages and are left empty (null)",
                 file=sys.stderr,
             )
-    print(f"{len(contexts)} contexts, judge {args.judge}, utility {args.utility}")
+    out = info_stream(args.out)
+    print(f"{len(contexts)} contexts, judge {args.judge}, utility {args.utility}", file=out)
     for name, values in columns.items():
         defined = values[~np.isnan(values)]
         mean = f"{defined.mean():.4f}" if len(defined) else "n/a"
-        print(f"{name:<12}\t{mean}\t(n={len(defined)})")
+        print(f"{name:<12}\t{mean}\t(n={len(defined)})", file=out)
     if args.out:
         with atomic_write(args.out) as out:
             for i, ctx in enumerate(contexts):

@@ -1,18 +1,20 @@
-"""The door behind ``train.py``: a composed Hydra config in, the training pipeline run with
-typed arguments, the held-out comparison and the exported files out."""
+"""The door behind ``train.py``: a composed Hydra config in, its options checked before any
+work, the training pipeline run with typed arguments, the held-out comparison and the exported
+files out."""
 
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from udcg.cli.hydra_config import build
+from udcg.cli.common import Outcome
+from udcg.cli.hydra_config import as_option, build, run_job, train_settings
 from udcg.errors import UDCGInputError
 from udcg.pipeline.compare import format_table
 from udcg.pipeline.training import TrainReport, train
+from udcg.theta import UDCGTheta
 
 
 def write_history(path: Path, history: dict[str, list[float]]) -> None:
@@ -24,33 +26,30 @@ def write_history(path: Path, history: dict[str, list[float]]) -> None:
             writer.writerow([epoch, *values])
 
 
-def run_train(cfg: DictConfig) -> TrainReport:
-    """Build the model and data of ``cfg`` (conf/train.yaml), train, export, write the history."""
+def build_model(cfg: DictConfig) -> UDCGTheta:
+    """The model of ``cfg.model`` with its parameters checked now (fit would check them after
+    the data is read), errors naming the option (``model.l2``, ``trainer.max_epochs``)."""
     model = build(cfg.model, "model")
-    report = train(
-        build(cfg.data, "data"),
-        model,
-        judge=cfg.judge,
-        utility=cfg.utility,
-        test_fraction=cfg.test_fraction,
-        seed=cfg.seed,
-        method=cfg.correlation,
-        n_resamples=cfg.n_bootstrap,
-        gamma_grid=cfg.gamma_grid,
-        export_dir=Path(cfg.export_dir),
-    )
+    try:
+        model._check_params()  # the estimator's own checks, run before any work
+    except UDCGInputError as exc:
+        raise as_option(exc, cfg.model, "model") from None
+    return model
+
+
+def run_train(cfg: DictConfig) -> TrainReport:
+    """Check the options of ``cfg`` (conf/train.yaml), build the model and data, train,
+    export, write the history."""
+    settings = train_settings(cfg)
+    model = build_model(cfg)
+    report = train(build(cfg.data, "data"), model, settings, Path(cfg.export_dir))
     if cfg.logger.history_csv:
         write_history(Path(cfg.export_dir) / cfg.logger.history_csv, model.history_)
     return report
 
 
-def main(cfg: DictConfig) -> int:
-    """Train and print the comparison; a user mistake is one line on stderr and exit status 2."""
-    try:
-        report = run_train(cfg)
-    except UDCGInputError as exc:
-        print(f"train.py: error: {exc}", file=sys.stderr)
-        return 2
+def show_report(report: TrainReport) -> None:
+    """Print the sizes, the tuned gamma, the held-out comparison and the exported files."""
     print(
         f"UDCG-theta k={report.k}, judge {report.judge}: trained on {report.n_train} contexts "
         f"({report.n_train_queries} queries), held out {report.n_test} contexts "
@@ -58,4 +57,9 @@ def main(cfg: DictConfig) -> int:
     )
     print(format_table(report.rows))
     print(f"weights: {report.weights_path}\nplot:    {report.plot_path}")
-    return 0
+
+
+def main(cfg: DictConfig) -> Outcome:
+    """Train and print the comparison; a user mistake is one line on stderr, exit status 2
+    (a sweep member's failure is listed when the sweep ends)."""
+    return run_job("train.py", lambda: show_report(run_train(cfg)))

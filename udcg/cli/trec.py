@@ -1,18 +1,25 @@
 """``udcg trec QRELS RUN -m nDCG@10 AP RR P@10 [-q] [--format text|json|csv]``.
 
 Prints the mean of each measure over the evaluated queries (and, with ``-q``, one row per query)
-like trec_eval: ``measure<TAB>qid<TAB>value`` with ``all`` for the mean.
+like trec_eval: ``measure<TAB>qid<TAB>value`` with ``all`` for the mean. ``-`` for QRELS or RUN
+reads standard input.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
-import sys
+from udcg._threads import one_blas_thread
 
-from udcg.cli.common import run_cli
-from udcg.trec.engine import Evaluation, evaluate_table
+one_blas_thread()  # a short command: before numpy is imported (see udcg._threads)
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+
+from udcg.cli.common import run_cli  # noqa: E402
+from udcg.errors import UDCGInputError  # noqa: E402
+from udcg.io.files import STDIO  # noqa: E402
+from udcg.trec.engine import Evaluation, evaluate_table  # noqa: E402
 
 DEFAULT_MEASURES = ["nDCG@10", "AP", "RR", "P@10"]
 
@@ -22,8 +29,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="udcg trec",
         description="Evaluate a TREC run against qrels with trec_eval semantics.",
     )
-    parser.add_argument("qrels", help="qrels file: qid iteration doc_id relevance (gzip ok)")
-    parser.add_argument("run", help="run file: qid Q0 doc_id rank score tag (gzip ok)")
+    parser.add_argument(
+        "qrels", help="qrels file: qid iteration doc_id relevance (gzip ok; - reads stdin)"
+    )
+    parser.add_argument(
+        "run", help="run file: qid Q0 doc_id rank score tag (gzip ok; - reads stdin)"
+    )
     parser.add_argument(
         "-m",
         "--measures",
@@ -72,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
 
     def work() -> None:
+        if args.qrels == args.run == STDIO:
+            raise UDCGInputError("QRELS and RUN cannot both be - (standard input)")
         write_result(
             evaluate_table(args.qrels, args.run, args.measures), args.per_query, args.format
         )

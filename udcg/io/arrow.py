@@ -1,10 +1,23 @@
-"""Zero-copy moves between Arrow and numpy for primitive columns without nulls.
+"""Zero-copy moves between Arrow and numpy for primitive columns without nulls, and the few
+Arrow compute kernels the TREC readers and engine call.
 
 ``pa.array(ndarray)`` and ``Array.to_numpy()`` probe for pandas, which imports it when it is
-installed (about 0.6 s per process); going through the buffers avoids that and copies nothing.
+installed (a large import); going through the buffers avoids that and copies nothing.
+
+The kernels are called through ``call_function`` of Arrow's compiled compute module
+(``pyarrow._compute``). Importing the public ``pyarrow.compute`` also builds a documented
+Python wrapper for each of Arrow's several hundred functions, which a command-line run would
+pay at every start for the four it uses; where a pyarrow release lays the compiled module out
+differently, the public module is used instead. Array methods such as ``take`` or
+``dictionary_encode`` import the public module themselves, so the code that runs per
+evaluation calls the helpers below instead.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,3 +48,97 @@ def from_numpy(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(
         _ARROW_TYPES[values.dtype], len(values), [None, pa.py_buffer(values)]
     )
+
+
+@functools.cache
+def _compute() -> Any:
+    """``pyarrow._compute`` when it has what the helpers call, else ``pyarrow.compute``."""
+    try:
+        from pyarrow import _compute as kernels
+
+        for name in ("call_function", "SortOptions", "ArraySortOptions"):
+            getattr(kernels, name)
+    except (ImportError, AttributeError):
+        import pyarrow.compute as kernels
+    return kernels
+
+
+def dictionary_encode(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """``values`` as a dictionary array (codes in order of first appearance)."""
+    return _compute().call_function("dictionary_encode", [values])
+
+
+def encoded(strings: pa.ChunkedArray) -> pa.DictionaryArray:
+    """A string column as one dictionary array, encoded in one pass over its chunks (one hash
+    table for the whole column; codes in order of first appearance)."""
+    chunks = dictionary_encode(strings).chunks
+    if not chunks:
+        return pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], strings.type))
+    if len(chunks) == 1:
+        return chunks[0]
+    # the chunks share one growing hash table, so the last chunk's dictionary holds every
+    # value with the code it has in every chunk: copy the codes into one array (Arrow's own
+    # concatenation compares or merges the chunks' dictionaries first)
+    codes = np.empty(len(strings), dtype=np.int32)
+    start = 0
+    for chunk in chunks:
+        codes[start : start + len(chunk)] = to_numpy(chunk.indices)
+        start += len(chunk)
+    return pa.DictionaryArray.from_arrays(from_numpy(codes), chunks[-1].dictionary)
+
+
+def one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array: its only chunk as it is, or its chunks concatenated."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def take(values: pa.Array, indices: np.ndarray | pa.Array) -> pa.Array:
+    """``values[indices]``."""
+    if isinstance(indices, np.ndarray):
+        indices = from_numpy(indices.astype(np.int64, copy=False))
+    return _compute().call_function("take", [values, indices])
+
+
+def decoded(strings: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Plain values of a possibly chunked, possibly dictionary-encoded array."""
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    if pa.types.is_dictionary(strings.type):
+        return take(strings.dictionary, strings.indices)
+    return strings
+
+
+def sort_indices(table: pa.Table, keys: Sequence[tuple[str, str]]) -> np.ndarray:
+    """Row indices that sort ``table`` by ``keys`` (``(column, "ascending"|"descending")``),
+    stable."""
+    kernels = _compute()
+    return to_numpy(kernels.call_function("sort_indices", [table], kernels.SortOptions(keys)))
+
+
+def string_ranks(strings: pa.Array) -> np.ndarray:
+    """The position of each of ``strings`` in their byte-wise ascending order (ties in order
+    of appearance)."""
+    kernels = _compute()
+    order = to_numpy(
+        kernels.call_function("array_sort_indices", [strings], kernels.ArraySortOptions())
+    )
+    ranks = np.empty(len(order), dtype=np.int64)
+    ranks[order] = np.arange(len(order))
+    return ranks
+
+
+def has_any_byte(strings: pa.Array, values: bytes) -> bool:
+    """Whether any of ``strings`` (plain strings) contains one of the bytes ``values``;
+    read from the array's data buffer, so any ASCII byte is found wherever it is."""
+    if not len(strings):
+        return False
+    offset_type = np.int64 if pa.types.is_large_string(strings.type) else np.int32
+    _, offsets, data = strings.buffers()
+    if data is None:
+        return False
+    bounds = np.frombuffer(offsets, dtype=offset_type)[
+        strings.offset : strings.offset + len(strings) + 1
+    ]
+    wanted = np.zeros(256, dtype=bool)
+    wanted[list(values)] = True
+    return bool(wanted[np.frombuffer(data, dtype=np.uint8)[bounds[0] : bounds[-1]]].any())

@@ -1,12 +1,16 @@
-"""File helpers shared by every reader and writer: transparent gzip and atomic writes."""
+"""File helpers shared by every reader and writer: transparent gzip, located read errors
+(a corrupt gzip stream, invalid UTF-8) and atomic writes."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import io
 import os
+import sys
 import tempfile
+import zlib
 from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
@@ -31,15 +35,29 @@ class _GzipReader(gzip.GzipFile):
             self._raw.close()
 
 
+#: The path that means standard input to a reader and standard output to a writer.
+STDIO = "-"
+
+
+@functools.cache
+def _stdin_bytes(stream: IO[bytes]) -> bytes:
+    """All of standard input, read once: a reader may open ``-`` more than once."""
+    return stream.read()
+
+
 def open_binary(path: PathType) -> IO[bytes]:
     """Open ``path`` for binary reading, decompressing gzip (by magic bytes, not by name).
-    The file is opened once and its first bytes peeked, so pipes work too."""
-    path = Path(path)
-    if not path.exists():
-        raise UDCGInputError("no such file", path=path)
-    if path.is_dir():
-        raise UDCGInputError("is a directory, expected a file", path=path)
-    raw = open(path, "rb")  # handed to the caller, who closes it
+    The file is opened once and its first bytes peeked, so pipes work too; ``-`` reads
+    standard input."""
+    if os.fspath(path) == STDIO:
+        raw = io.BufferedReader(io.BytesIO(_stdin_bytes(sys.stdin.buffer)))
+    else:
+        path = Path(path)
+        if not path.exists():
+            raise UDCGInputError("no such file", path=path)
+        if path.is_dir():
+            raise UDCGInputError("is a directory, expected a file", path=path)
+        raw = open(path, "rb")  # handed to the caller, who closes it
     if raw.peek(2)[:2] == b"\x1f\x8b":
         return _GzipReader(raw)
     return raw
@@ -50,10 +68,51 @@ def open_text(path: PathType) -> IO[str]:
     return io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="")
 
 
+#: What reading a damaged file raises: gzip's errors (``BadGzipFile`` is an ``OSError``).
+_READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def _unreadable(path: PathType, exc: BaseException, line: int | None = None) -> UDCGInputError:
+    return UDCGInputError(f"cannot read the file: {exc}", path=path, line=line)
+
+
 def read_bytes(path: PathType) -> bytes:
-    """The whole (decompressed) content of ``path``."""
-    with open_binary(path) as handle:
-        return handle.read()
+    """The whole (decompressed) content of ``path``. A damaged gzip stream or a failed read is
+    a :class:`~udcg.errors.UDCGInputError` at the line where the readable content stops."""
+    chunks: list[bytes] = []
+    try:
+        with open_binary(path) as handle:
+            if not isinstance(handle, gzip.GzipFile):
+                return handle.read()
+            while chunk := handle.read(1 << 20):
+                chunks.append(chunk)
+    except _READ_ERRORS as exc:
+        line = sum(chunk.count(b"\n") for chunk in chunks) + 1
+        raise _unreadable(path, exc, line) from None
+    return b"".join(chunks)
+
+
+def numbered_lines(path: PathType) -> Iterator[tuple[int, str]]:
+    """``(line_number, text)`` for every line of ``path`` (gzip detected), each decoded as
+    UTF-8 on its own so that invalid bytes are located; a leading BOM is dropped. Lines keep
+    their ending; a damaged gzip stream is an error at the line it breaks."""
+    line_no = 0
+    try:
+        with open_binary(path) as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise UDCGInputError(
+                        f"not valid UTF-8 (byte {exc.start + 1} of the line)",
+                        path=path,
+                        line=line_no,
+                    ) from None
+                if line_no == 1 and text.startswith("\ufeff"):
+                    text = text[1:]
+                yield line_no, text
+    except _READ_ERRORS as exc:
+        raise _unreadable(path, exc, line_no + 1) from None
 
 
 @contextlib.contextmanager
@@ -61,8 +120,12 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     """Write to a temporary file beside ``path`` and rename it into place on success.
 
     After a crash or an exception the target is untouched: either the old content or the
-    complete new content, never half a file. A ``.gz`` suffix compresses the output.
+    complete new content, never half a file. A ``.gz`` suffix compresses the output. ``-``
+    writes to standard output, uncompressed.
     """
+    if os.fspath(path) == STDIO:
+        yield sys.stdout.buffer if "b" in mode else sys.stdout
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

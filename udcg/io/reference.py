@@ -8,7 +8,7 @@ items::
                     "models_info": {"meta-llama/Llama-3.2-3B-Instruct": {"no_res_prob": 2e-06}}}],
       "udcg": {"meta-llama/Llama-3.2-3B-Instruct": 0.555}}]
 
-Mapping to :class:`~udcg.io.contexts.Context`: ``example_id`` -> ``qid``, ``is_relevant`` ->
+Mapping to :class:`~udcg.io.context_model.Context`: ``example_id`` -> ``qid``, ``is_relevant`` ->
 ``relevant``, ``models_info[model].no_res_prob`` -> ``abstain_prob[model]``. The item-level
 ``udcg`` scores and any other unknown key stay in ``extra``; other keys under
 ``models_info[model]`` are kept too (in the passage's ``extra["models_info"]``) and merged back
@@ -32,22 +32,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import (
-    Context,
-    Passage,
-    _check_unique_ids,
-    _covers,
-    _finite,
-    _identifier,
-    _kind,
-    _object,
-    _optional_str,
-    _outcomes,
-    _probability,
-    _relevance,
-    _str_list,
-    _Where,
-)
+from udcg.io import context_checks as check
+from udcg.io.context_checks import Where
+from udcg.io.context_model import Context, Passage
 from udcg.io.files import PathType, atomic_write, read_bytes
 
 __all__ = ["read_reference_json", "write_reference_json"]
@@ -75,10 +62,12 @@ def _decode(path: PathType) -> str:
     return text.removeprefix("\ufeff")
 
 
-def _malformed(path: PathType, exc: json.JSONDecodeError) -> UDCGInputError:
-    return UDCGInputError(
-        f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno
-    )
+def _malformed(path: PathType, exc: ValueError | RecursionError, line: int) -> UDCGInputError:
+    """The error for what :mod:`json` raised decoding a value that starts at ``line`` (a
+    syntax error gives its own line)."""
+    if isinstance(exc, json.JSONDecodeError):
+        line = exc.lineno
+    return UDCGInputError(check.json_problem(exc), path=path, line=line)
 
 
 def _items(path: PathType, text: str) -> list[tuple[int, Any]]:
@@ -107,33 +96,33 @@ def _items(path: PathType, text: str) -> list[tuple[int, Any]]:
                     closed = True
                 else:
                     break
-        except json.JSONDecodeError as exc:
-            raise _malformed(path, exc) from None
+        except (ValueError, RecursionError) as exc:
+            raise _malformed(path, exc, line) from None
         if closed and _WS.match(text, pos + 1).end() == len(text):
             return items
     try:
         whole = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _malformed(path, exc) from None
+    except (ValueError, RecursionError) as exc:
+        raise _malformed(path, exc, text.count("\n", 0, _WS.match(text).end()) + 1) from None
     if isinstance(whole, list):  # pragma: no cover - the scan above accepts every valid list
         return [(1, item) for item in whole]
     raise UDCGInputError(
-        f"expected a JSON list of items (reference UDCG format), got {_kind(whole)}", path=path
+        f"expected a JSON list of items (reference UDCG format), got {check.kind(whole)}", path=path
     )
 
 
-def _reference_passage(obj: Any, name: str, where: _Where, n_sub: int | None) -> Passage:
-    obj = _object(obj, name, where)
+def _reference_passage(obj: Any, name: str, where: Where, n_sub: int | None) -> Passage:
+    obj = check.json_object(obj, name, where)
     extra = {k: v for k, v in obj.items() if k not in _PASSAGE_KEYS}
     abstain: dict[str, float] = {}
     info_rest: dict[str, dict[str, Any]] = {}
     info = obj.get("models_info")
     if info is not None:
-        for model, entry in _object(info, f"{name}.models_info", where).items():
-            entry = _object(entry, f"{name}.models_info.{model}", where)
+        for model, entry in check.json_object(info, f"{name}.models_info", where).items():
+            entry = check.json_object(entry, f"{name}.models_info.{model}", where)
             prob = entry.get("no_res_prob")
             if prob is not None:
-                abstain[model] = _probability(
+                abstain[model] = check.probability(
                     prob, f"{name}.models_info.{model}.no_res_prob", where
                 )
             rest = {k: v for k, v in entry.items() if k != "no_res_prob"}
@@ -144,38 +133,38 @@ def _reference_passage(obj: Any, name: str, where: _Where, n_sub: int | None) ->
     doc_id = obj.get("doc_id")
     score = obj.get("score")
     return Passage(
-        doc_id=None if doc_id is None else _identifier(doc_id, f"{name}.doc_id", where),
-        text=_optional_str(obj.get("text"), f"{name}.text", where),
-        score=None if score is None else _finite(score, f"{name}.score", where),
-        relevant=_relevance(obj.get("is_relevant"), f"{name}.is_relevant", where),
+        doc_id=None if doc_id is None else check.identifier(doc_id, f"{name}.doc_id", where),
+        text=check.optional_str(obj.get("text"), f"{name}.text", where),
+        score=None if score is None else check.finite(score, f"{name}.score", where),
+        relevant=check.relevance(obj.get("is_relevant"), f"{name}.is_relevant", where),
         abstain_prob=abstain,
-        covers=_covers(obj.get("covers"), f"{name}.covers", where, n_sub),
+        covers=check.covers(obj.get("covers"), f"{name}.covers", where, n_sub),
         extra=extra,
     )
 
 
 def _reference_item(obj: Any, index: int, path: PathType, line: int) -> Context:
-    where = _Where(path, line, prefix=f"[{index}]")
+    where = Where(path, line, prefix=f"[{index}]")
     if not isinstance(obj, dict):
-        raise where.error("", f"must be an object (one item per query), got {_kind(obj)}")
+        raise where.error("", f"must be an object (one item per query), got {check.kind(obj)}")
     for key in ("example_id", "passages"):
         if key not in obj:
             raise where.error(f".{key}", "missing (every item needs 'example_id' and 'passages')")
-    subqueries = _str_list(obj.get("subqueries"), ".subqueries", where)
+    subqueries = check.str_list(obj.get("subqueries"), ".subqueries", where)
     n_sub = None if subqueries is None else len(subqueries)
     raw = obj["passages"]
     if not isinstance(raw, list):
-        raise where.error(".passages", f"must be a list of passage objects, got {_kind(raw)}")
+        raise where.error(".passages", f"must be a list of passage objects, got {check.kind(raw)}")
     passages = [_reference_passage(p, f".passages[{i}]", where, n_sub) for i, p in enumerate(raw)]
-    _check_unique_ids(passages, where, ".passages")
+    check.unique_ids([p.doc_id for p in passages], where, ".passages")
     return Context(
-        qid=_identifier(obj["example_id"], ".example_id", where),
+        qid=check.identifier(obj["example_id"], ".example_id", where),
         passages=passages,
-        run=_optional_str(obj.get("run"), ".run", where),
-        question=_optional_str(obj.get("question"), ".question", where),
-        answers=_str_list(obj.get("answers"), ".answers", where),
+        run=check.optional_str(obj.get("run"), ".run", where),
+        question=check.optional_str(obj.get("question"), ".question", where),
+        answers=check.str_list(obj.get("answers"), ".answers", where),
         subqueries=subqueries,
-        outcomes=_outcomes(obj.get("outcomes"), ".outcomes", where),
+        outcomes=check.outcomes(obj.get("outcomes"), ".outcomes", where),
         extra={k: v for k, v in obj.items() if k not in _ITEM_KEYS},
         source=where.source(),
     )

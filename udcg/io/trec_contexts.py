@@ -24,13 +24,12 @@ located at its line of the run file; a repeated (query, document) in any file is
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import JUDGE_PROB_KEYS, Context, Passage, _lines
-from udcg.io.files import PathType
+from udcg.io.context_model import JUDGE_PROB_KEYS, Context, Passage
+from udcg.io.files import PathType, numbered_lines, open_binary
 from udcg.io.trec_files import (
     Qrels,
     Run,
@@ -40,15 +39,17 @@ from udcg.io.trec_files import (
     split_columns,
     trec_order,
 )
+from udcg.validation import positive_int
 
 __all__ = ["read_outcomes", "read_trec_contexts", "read_utilities"]
 
 _TRUE, _FALSE = frozenset({"1", "true"}), frozenset({"0", "false"})
+_BOM = "\ufeff".encode()
 
 
 def _rows(path: PathType, names: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
     """``(line_number, columns)`` of every non-blank line, each with exactly ``len(names)``."""
-    for number, text in _lines(path):
+    for number, text in numbered_lines(path):
         fields = split_columns(text, names, path, number)
         if fields:
             yield number, fields
@@ -101,12 +102,19 @@ def _grades(qrels: Qrels) -> dict[str, dict[str, int]]:
     return grades
 
 
-def _run_line(run: Run, row: int) -> int | None:
-    """The file line of row ``row`` of ``run`` (its ``row + 1``-th non-blank line)."""
+def _run_line(run: Run, qid: str, doc_id: str) -> int | None:
+    """The first line of the run file that ranks ``doc_id`` for ``qid`` (in its first and
+    third columns; Arrow also ends a row at a lone carriage return, which does not end a line
+    in an editor); ``None`` when no line holds them or the run was not read from a file."""
     if run.source is None:
         return None
-    numbers = (n for n, text in _lines(run.source) if text.strip())
-    return next(itertools.islice(numbers, row, None))
+    wanted = [qid.encode(), doc_id.encode()]
+    with open_binary(run.source) as handle:
+        for number, raw in enumerate(handle, start=1):
+            rows = (raw.removeprefix(_BOM) if number == 1 else raw).split(b"\r")
+            if any(row.split()[0:3:2] == wanted for row in rows):
+                return number
+    return None
 
 
 def read_trec_contexts(
@@ -126,8 +134,7 @@ def read_trec_contexts(
             f"expected one of {', '.join(JUDGE_PROB_KEYS)}, got {utility_field!r}",
             field="utility_field",
         )
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise UDCGInputError(f"expected a positive integer, got {k!r}", field="k")
+    positive_int(k, "k")
     ranked, grades = read_trec_run(run), _grades(read_trec_qrels(qrels))
     probs, correct = read_utilities(utilities), read_outcomes(outcomes)
     qids, doc_ids = ranked.qids.to_pylist(), ranked.doc_ids.to_pylist()
@@ -139,7 +146,12 @@ def read_trec_contexts(
         docs = seen.setdefault(qid, set())
         if doc_id in docs:
             locate_duplicate(ranked.source, "run")
-            raise UDCGInputError(f"duplicate document {doc_id!r} for query {qid!r}", field="run")
+            raise UDCGInputError(
+                f"duplicate document {doc_id!r} for query {qid!r}",
+                path=run,
+                line=_run_line(ranked, qid, doc_id),
+                field="doc_id",
+            )
         docs.add(doc_id)
         if qid not in grades or len(docs) > k:
             continue
@@ -148,7 +160,7 @@ def read_trec_contexts(
                 raise UDCGInputError(
                     f"query {qid!r} has no outcome in {outcomes}",
                     path=run,
-                    line=_run_line(ranked, row),
+                    line=_run_line(ranked, qid, doc_id),
                     field="outcomes",
                 )
             contexts.append(
@@ -158,7 +170,7 @@ def read_trec_contexts(
             raise UDCGInputError(
                 f"document {doc_id!r} of query {qid!r} has no {utility_field} in {utilities}",
                 path=run,
-                line=_run_line(ranked, row),
+                line=_run_line(ranked, qid, doc_id),
                 field="utilities",
             )
         contexts[-1].passages.append(
@@ -171,7 +183,7 @@ def read_trec_contexts(
         )
     skipped = sum(qid not in grades for qid in seen)
     if not contexts:
-        raise UDCGInputError(f"no query of the run {run} has qrels in {qrels}", field="qrels")
+        raise UDCGInputError(f"no query of the run {run} has qrels here", path=qrels, field="qrels")
     notes = (
         [f"{skipped} of {len(seen)} run queries have no qrels and were skipped (as trec_eval)"]
         if skipped

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +20,22 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 
 from udcg.errors import UDCGInputError
-from udcg.io.arrow import from_numpy, to_numpy
+from udcg.io.arrow import (
+    decoded,
+    encoded,
+    from_numpy,
+    has_any_byte,
+    one_chunk,
+    sort_indices,
+    to_numpy,
+)
 from udcg.io.files import PathType, atomic_write, open_binary, read_bytes
+from udcg.validation import show
 
 _RUN_COLUMNS = ("qid", "Q0", "doc_id", "rank", "score", "tag")
+_BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which Arrow's parser skips
 _QRELS_COLUMNS = ("qid", "iteration", "doc_id", "relevance")
 
 
@@ -87,27 +96,68 @@ def _parse_table(data: bytes, names: tuple[str, ...], types: dict[str, pa.DataTy
 def _read_csv(
     source: bytes | pa.NativeFile, names: tuple[str, ...], types: dict[str, pa.DataType]
 ) -> pa.Table:
+    # the ignored columns are read too, only to see empty fields: two spaces in a row make
+    # one, which shifts the columns of a line with a field too few
+    ignored = [name for name in names if name not in types]
+    table = _csv_table(source, names, {**types, **dict.fromkeys(ignored, pa.string())})
+    for name in ignored:
+        if any(_has_empty(chunk) for chunk in table[name].chunks):
+            raise pa.ArrowInvalid(f"an empty {name} field")
+    table = table.drop_columns(ignored)
+    for name in ("qid", "doc_id"):
+        # the evaluation needs codes: one hash table per column, over all of its blocks
+        ids = encoded(table[name])
+        ids.dictionary.validate(full=True)  # UTF-8, once per distinct id: ArrowInvalid if not
+        if has_any_byte(ids.dictionary, b"\t\v\f"):  # a tab splits columns too: misread
+            raise pa.ArrowInvalid(f"whitespace other than spaces inside a {name}")
+        if _has_empty(ids.dictionary):
+            raise pa.ArrowInvalid(f"an empty {name}")
+        table = table.set_column(table.column_names.index(name), name, ids)
+    return table
+
+
+def _has_empty(strings: pa.Array) -> bool:
+    """Whether any of ``strings`` (plain strings) is the empty string."""
+    if not len(strings):
+        return False
+    start = strings.offset
+    offsets = np.frombuffer(strings.buffers()[1], np.int32)[start : start + len(strings) + 1]
+    return bool((offsets[1:] == offsets[:-1]).any())
+
+
+def _csv_table(
+    source: bytes | pa.NativeFile, names: tuple[str, ...], types: dict[str, pa.DataType]
+) -> pa.Table:
+    import pyarrow.csv as pa_csv  # only where a file is parsed
+
     return pa_csv.read_csv(
         pa.BufferReader(pa.py_buffer(source)) if isinstance(source, bytes) else source,
-        # Arrow's thread pool: median first call 0.66 s vs 0.96 s single-threaded on the
-        # 1M-line bench, 2 cores (`bash bench/ab_trec.sh 1fcc05a 3877b6f 6`)
-        read_options=pa_csv.ReadOptions(column_names=list(names), use_threads=True),
+        # on the calling thread: Arrow's thread pool parses blocks in parallel but costs more
+        # CPU time in all (thread start-up, fresh memory for every thread)
+        read_options=pa_csv.ReadOptions(column_names=list(names), use_threads=False),
         parse_options=pa_csv.ParseOptions(delimiter=" ", quote_char=False),
         convert_options=pa_csv.ConvertOptions(
             column_types=types,
             include_columns=list(types),
             strings_can_be_null=False,
             null_values=[],
+            check_utf8=False,  # checked on each id column's dictionary (``_read_csv``)
         ),
     )
+
+
+_ASCII_SPACE = " \t\n\r\v\f"  # what bytes.split(), so _single_spaced, splits on
+_ASCII_SPACES = re.compile(f"[{_ASCII_SPACE}]+")
 
 
 def split_columns(
     line: str, names: tuple[str, ...], path: PathType | None, number: int
 ) -> list[str]:
-    """The whitespace-separated columns of ``line``: none for a blank line, else exactly
-    ``len(names)`` (an error at ``path:number`` otherwise)."""
-    fields = line.split()
+    """The columns of ``line``, separated by ASCII whitespace as in the normalised parse (other
+    spaces belong to an id): none for a blank line, else exactly ``len(names)`` (an error at
+    ``path:number`` otherwise)."""
+    fields = _ASCII_SPACES.split(line.strip(_ASCII_SPACE))
+    fields = fields if fields != [""] else []
     if fields and len(fields) != len(names):
         raise UDCGInputError(
             f"expected {len(names)} columns ({' '.join(names)}), found {len(fields)}",
@@ -120,6 +170,7 @@ def split_columns(
 def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str) -> None:
     """Walk the file line by line and raise UDCGInputError at the first bad line."""
     seen: dict[str, set[str]] = {}
+    data = data.removeprefix(_BOM)  # as Arrow drops it
     for number, raw in enumerate(data.split(b"\n"), start=1):
         try:
             line = raw.decode("utf-8")
@@ -143,16 +194,20 @@ def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str)
         docs.add(row["doc_id"])
 
 
+_INT64 = re.compile(r"-?[0-9]{1,19}")
+
+
 def _check_value(text: str, field: str, path: PathType | None, line: int | None) -> None:
+    """Refuse what Arrow does not parse (Python also takes ``+1``, ``1_000``, other digits)."""
     if field == "relevance":
-        try:
-            int(text)
-        except ValueError:
+        if not (_INT64.fullmatch(text) and -(2**63) <= int(text) < 2**63):
             raise UDCGInputError(
                 f"{text!r} is not an integer grade", path=path, line=line, field=field
-            ) from None
+            )
         return
     try:
+        if not text.isascii() or "_" in text:
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         raise UDCGInputError(
@@ -183,15 +238,14 @@ def _arrow_table(
 
 
 def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: pa.DataType):
-    # ids dictionary-encoded while parsing, in parallel per block: the evaluation needs their
-    # codes, and no column of a million strings is built
-    ids = pa.dictionary(pa.int32(), pa.string())
-    types = {"qid": ids, "doc_id": ids, value_field: value_type}
+    # ids parsed as strings and dictionary-encoded after (``_read_csv``): one hash table per
+    # column costs less than one per block and the merge of their dictionaries
+    types = {"qid": pa.string(), "doc_id": pa.string(), value_field: value_type}
     table = _arrow_table(path, names, types)
     data = None
     if table is None:
         data = read_bytes(path)
-        if not data or data.isspace():
+        if not data.removeprefix(_BOM).strip():
             raise UDCGInputError("empty file", path=path)
         try:
             table = _parse_table(data, names, types)
@@ -208,8 +262,7 @@ def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: 
     values = to_numpy(table[value_field])
     if value_field == "score" and not np.isfinite(values).all():
         scan()
-    table = table.unify_dictionaries()  # one dictionary per column instead of one per block
-    return table["qid"].combine_chunks(), table["doc_id"].combine_chunks(), values
+    return one_chunk(table["qid"]), one_chunk(table["doc_id"]), values
 
 
 _LAYOUTS = {"run": (_RUN_COLUMNS, "score"), "qrels": (_QRELS_COLUMNS, "relevance")}
@@ -250,7 +303,9 @@ def _from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, pa.Array
         values.extend(docs.values())
     for q, d, v in zip(qids, doc_ids, values, strict=True):
         if isinstance(v, bool) or not isinstance(v, int | float | np.number):
-            raise UDCGInputError(f"query {q!r}, document {d!r}: {v!r} is not a number", field=name)
+            raise UDCGInputError(
+                f"query {q!r}, document {d!r}: {show(v)} is not a number", field=name
+            )
     return pa.array(qids, pa.string()), pa.array(doc_ids, pa.string()), values
 
 
@@ -261,7 +316,7 @@ def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
     if not np.isfinite(scores).all():
         i = int(np.argmin(np.isfinite(scores)))
         raise UDCGInputError(
-            f"query {qids[i]}, document {doc_ids[i]}: score {scores[i]!r} is not finite",
+            f"query {qids[i]}, document {doc_ids[i]}: score {show(scores[i])} is not finite",
             field="run",
         )
     return Run(qids, doc_ids, scores)
@@ -273,17 +328,9 @@ def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
     for q, d, v in zip(qids, doc_ids, values, strict=True):
         if int(v) != v:
             raise UDCGInputError(
-                f"query {q}, document {d}: {v!r} is not an integer grade", field="qrels"
+                f"query {q}, document {d}: {show(v)} is not an integer grade", field="qrels"
             )
     return Qrels(qids, doc_ids, np.asarray(values, dtype=np.int64))
-
-
-def _decoded(strings: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Plain strings of a possibly chunked, possibly dictionary-encoded array (Arrow sorts
-    only plain ones)."""
-    if isinstance(strings, pa.ChunkedArray):
-        strings = strings.combine_chunks()
-    return strings.dictionary_decode() if pa.types.is_dictionary(strings.type) else strings
 
 
 def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
@@ -291,16 +338,16 @@ def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
     descending (the tie-break trec_eval applies). ``qids``: query ids or integer codes (Arrow
     or numpy), ``scores``: float array, ``doc_ids``: Arrow strings, plain or dictionary-encoded.
     """
+    # Arrow sorts plain strings only: dictionary-encoded ids are decoded first
     table = pa.Table.from_arrays(
         [
-            _decoded(qids) if isinstance(qids, pa.Array | pa.ChunkedArray) else from_numpy(qids),
+            decoded(qids) if isinstance(qids, pa.Array | pa.ChunkedArray) else from_numpy(qids),
             from_numpy(scores),
-            _decoded(doc_ids),
+            decoded(doc_ids),
         ],
         names=["q", "s", "d"],
     )
-    keys = [("q", "ascending"), ("s", "descending"), ("d", "descending")]
-    return to_numpy(pc.sort_indices(table, sort_keys=keys))
+    return sort_indices(table, [("q", "ascending"), ("s", "descending"), ("d", "descending")])
 
 
 def write_trec_run(path: PathType, run: Run, tag: str = "udcg") -> None:

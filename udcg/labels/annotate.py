@@ -35,6 +35,9 @@ STEPS = ("abstain", "answer_likelihood", "relevance", "outcomes")
 #: Steps run when none are named (answer likelihoods are asked for explicitly).
 DEFAULT_STEPS = ("abstain", "relevance", "outcomes")
 GRADES = ("CORRECT", "INCORRECT", "ABSTAINED")
+#: How ``relevance`` labels passages and how ``outcomes`` grades answers.
+RELEVANCE_MODES = ("string", "llm")
+GRADERS = ("span", "llm")
 T = TypeVar("T")
 
 
@@ -141,7 +144,7 @@ def annotate(
         raise UDCGInputError(
             f"unknown step {unknown[0]!r}; known: {', '.join(STEPS)}", field="steps"
         )
-    if relevance not in ("string", "llm") or grader not in ("span", "llm"):
+    if relevance not in RELEVANCE_MODES or grader not in GRADERS:
         raise UDCGInputError("relevance is string|llm and grader is span|llm", field="options")
     check_inputs(contexts, steps, relevance)
     report = AnnotationReport(contexts=len(contexts))

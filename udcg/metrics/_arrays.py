@@ -14,6 +14,7 @@ import numpy as np
 
 from udcg._threads import map_concurrently
 from udcg.errors import UDCGInputError
+from udcg.validation import show
 
 ArrayLike2D = np.ndarray | Sequence[Sequence[float]]
 
@@ -97,7 +98,7 @@ def check_range(values: np.ndarray, name: str, low: float, high: float) -> None:
         return
     row, col = (int(i) for i in np.argwhere((values < low) | (values > high))[0])
     raise UDCGInputError(
-        f"row {row}, position {col}: {values[row, col]!r} is outside [{low}, {high}]",
+        f"row {row}, position {col}: {show(values[row, col])} is outside [{low}, {high}]",
         field=name,
     )
 
@@ -219,7 +220,7 @@ def as_padded_matrices(
     if bad.any():
         q, r, c = (int(x) for x in np.argwhere(bad)[0])
         raise UDCGInputError(
-            f"query {q}, {axes[0]} row {r}, {axes[1]} column {c}: {cube[q, r, c]!r} is not "
+            f"query {q}, {axes[0]} row {r}, {axes[1]} column {c}: {show(cube[q, r, c])} is not "
             "a boolean (expected True/False or 0/1)",
             field=name,
         )

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from udcg.errors import UDCGInputError
 from udcg.metrics import _kernels
 from udcg.metrics._arrays import as_padded, as_padded_matrices, check_range, unpad
+from udcg.validation import positive_int
 
 __all__ = ["c_ndcg", "c_precision", "coverage"]
 
@@ -48,8 +48,8 @@ def coverage(covers: Any, binary: bool = False) -> Any:
 
 
 def _gains(coverage_values: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1):
-        raise UDCGInputError(f"k must be a positive integer, got {k!r}", field="k")
+    if k is not None:
+        positive_int(k, "k")
     r, lengths = as_padded(coverage_values, "coverage_values")
     check_range(r, "coverage_values", 0.0, 1.0)
     if k is not None:

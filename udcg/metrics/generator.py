@@ -38,6 +38,7 @@ import numpy as np
 from udcg.errors import UDCGInputError
 from udcg.metrics._arrays import as_padded, as_padded_matrices
 from udcg.metrics._kernels import safe_divide
+from udcg.validation import show
 
 __all__ = ["completeness", "conciseness", "verifiableness"]
 
@@ -49,7 +50,7 @@ def _bool_rows(values: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     if bad.any():
         q, s = (int(x) for x in np.argwhere(bad)[0])
         raise UDCGInputError(
-            f"query {q}, position {s}: {padded[q, s]!r} is not a boolean "
+            f"query {q}, position {s}: {show(padded[q, s])} is not a boolean "
             "(expected True/False or 0/1)",
             field=name,
         )

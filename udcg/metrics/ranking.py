@@ -31,6 +31,7 @@ from udcg.metrics._arrays import (
     finite_non_negative,
     non_negative_max,
 )
+from udcg.validation import positive_int
 
 _CODEBOOK_MAX_WIDTH = 16
 
@@ -45,8 +46,8 @@ _BINARY_KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 
 def _check_k(k: int | None) -> None:
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1):
-        raise UDCGInputError(f"k must be a positive integer, got {k!r}", field="k")
+    if k is not None:
+        positive_int(k, "k")
 
 
 def _validated(labels: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -31,6 +31,7 @@ from udcg.metrics._arrays import (
     in_unit_interval,
     unpad,
 )
+from udcg.validation import show
 
 __all__ = ["udcg", "udcg_terms", "utility"]
 
@@ -70,9 +71,9 @@ def utility(abstain_prob: Any = None, abstain_logprob: Any = None) -> Any:
 
 def _check_gamma(gamma: Any) -> float:
     if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.integer | np.floating):
-        raise UDCGInputError(f"gamma must be a real number, got {gamma!r}", field="gamma")
+        raise UDCGInputError(f"gamma must be a real number, got {show(gamma)}", field="gamma")
     if not math.isfinite(gamma) or gamma < 0:
-        raise UDCGInputError(f"gamma must be finite and >= 0, got {gamma!r}", field="gamma")
+        raise UDCGInputError(f"gamma must be finite and >= 0, got {show(gamma)}", field="gamma")
     return float(gamma)
 
 
@@ -89,7 +90,11 @@ def _aligned(relevant: Any, utility: Any) -> tuple[Any, Any]:
     missing = [q for q in relevant if q not in utility]
     extra = [q for q in utility if q not in relevant]
     if missing or extra:
-        what = f"no entry for query {missing[0]!r}" if missing else f"unknown query {extra[0]!r}"
+        what = (
+            f"no entry for query {show(missing[0])}"
+            if missing
+            else f"unknown query {show(extra[0])}"
+        )
         raise UDCGInputError(f"{what} (relevant and utility need the same qids)", field="utility")
     keys = list(relevant)
     return [relevant[q] for q in keys], [utility[q] for q in keys]

@@ -40,12 +40,14 @@ def classic_metrics(
 
 @dataclass(frozen=True)
 class MetricRow:
-    """Held-out agreement of one metric with correctness."""
+    """Held-out agreement of one metric with correctness; ``undefined`` says why the
+    correlations are undefined (None when they are defined)."""
 
     metric: str
     result: stats.CorrelationResult
     kendall: float
     pearson: float
+    undefined: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         r = self.result
@@ -55,12 +57,41 @@ class MetricRow:
             "ci95": [finite_or_none(r.low), finite_or_none(r.high)],
             "kendall": finite_or_none(self.kendall),
             "pearson": finite_or_none(self.pearson),
+            "undefined": self.undefined,
         }
 
 
 def finite_or_none(value: float) -> float | None:
     """``value`` as a float, or None (JSON null) when it is NaN or infinite."""
     return float(value) if np.isfinite(value) else None
+
+
+def undefined_reason(values: np.ndarray, correct: np.ndarray) -> str | None:
+    """Why a correlation of ``values`` with ``correct`` is undefined (a constant side), or
+    None when it is defined."""
+    if np.ptp(correct) == 0:
+        return "correctness is constant"
+    if np.ptp(values) == 0:
+        return "metric is constant"
+    return None
+
+
+def show_correlation(value: float | None, undefined: str | None = None) -> str:
+    """A correlation as every table, report and plot shows it: ``+0.462``, or
+    ``undefined (metric is constant)``."""
+    if undefined is not None:
+        return f"undefined ({undefined})"
+    if value is None or not np.isfinite(value):
+        return "undefined"
+    return f"{value:+.3f}"
+
+
+def show_interval(low: float | None, high: float | None) -> str:
+    """A confidence interval as ``[-0.120, +0.330]``; ``[undefined]`` when every resample was
+    undefined."""
+    if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
+        return "[undefined]"
+    return f"[{low:+.3f}, {high:+.3f}]"
 
 
 def compare(
@@ -83,20 +114,25 @@ def compare(
                 result,
                 stats.correlation(values, correct, "kendall"),
                 stats.correlation(values, correct, "pearson"),
+                undefined_reason(np.asarray(values), np.asarray(correct)),
             )
         )
     return rows
 
 
 def format_table(rows: Sequence[MetricRow]) -> str:
-    """A plain-text table of held-out correlations."""
+    """A plain-text table of held-out correlations; a metric whose correlations are undefined
+    gets one cell that says why."""
     method = rows[0].result.method if rows else "spearman"
     width = max(len(r.metric) for r in rows)
     lines = [f"{'metric':<{width}}  {method:>8}  {'95% CI':>17}  {'kendall':>8}  {'pearson':>8}"]
     for r in rows:
-        ci = f"[{r.result.low:+.3f}, {r.result.high:+.3f}]"
+        if r.undefined is not None:
+            lines.append(f"{r.metric:<{width}}  {show_correlation(None, r.undefined)}")
+            continue
         lines.append(
-            f"{r.metric:<{width}}  {r.result.estimate:>+8.3f}  {ci:>17}  "
-            f"{r.kendall:>+8.3f}  {r.pearson:>+8.3f}"
+            f"{r.metric:<{width}}  {show_correlation(r.result.estimate):>8}  "
+            f"{show_interval(r.result.low, r.result.high):>17}  "
+            f"{show_correlation(r.kendall):>8}  {show_correlation(r.pearson):>8}"
         )
     return "\n".join(lines)

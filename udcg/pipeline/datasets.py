@@ -17,6 +17,7 @@ from udcg.io.contexts import Context, Passage, read_contexts
 from udcg.io.files import PathType, open_text
 from udcg.labels.answers import normalize
 from udcg.retrieval import Query
+from udcg.validation import positive_int
 
 
 @dataclass
@@ -31,9 +32,16 @@ class Dataset:
     notes: list[str] = field(default_factory=list)
 
 
+#: Where the file of :func:`nq_open` comes from.
+NQ_OPEN_SOURCE = (
+    "the Lost in the Middle NQ-open oracle file (nq-open-oracle.jsonl.gz in qa_data/ of "
+    "github.com/nelson-liu/lost-in-the-middle)"
+)
+
+
 def _check_limit(limit: int | None) -> None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise UDCGInputError(f"expected a positive integer or null, got {limit!r}", field="limit")
+    if limit is not None:
+        positive_int(limit, "limit")
 
 
 def answer_relevance(
@@ -70,37 +78,40 @@ def demo_source(path: PathType | None = None, limit: int | None = 12) -> Dataset
 
 def nq_open(path: PathType, limit: int | None = 200) -> Dataset:
     """NQ-open with gold passages (``{"question", "answers", "ctxs": [{"title", "text",
-    "isgold"}]}`` per line): the first ``limit`` questions; corpus = every gold passage of the
-    file, de-duplicated by text."""
+    "isgold"}]}`` per line; :data:`NQ_OPEN_SOURCE`): the first ``limit`` questions; corpus =
+    every gold passage of the file, de-duplicated by text."""
     _check_limit(limit)
+    if not Path(path).exists():
+        raise UDCGInputError(
+            f"no such file; dataset=nq_open reads {NQ_OPEN_SOURCE}: download it and set "
+            "dataset.path=...",
+            path=path,
+        )
     rows, corpus, seen = [], [], {}
-    try:
-        with open_text(path) as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                    question, answers = obj["question"], list(obj["answers"])
-                    gold = [c for c in obj["ctxs"] if c.get("isgold")]
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise UDCGInputError(
-                        f"not an NQ-open line ({exc})", path=path, line=number
-                    ) from None
-                for ctx in gold:
-                    if ctx["text"] not in seen:
-                        seen[ctx["text"]] = len(corpus)
-                        corpus.append(
-                            Passage(
-                                doc_id=f"nq-gold-{len(corpus)}",
-                                text=ctx["text"],
-                                extra={"title": ctx.get("title")},
-                            )
+    with open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                question, answers = obj["question"], list(obj["answers"])
+                gold = [c for c in obj["ctxs"] if c.get("isgold")]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise UDCGInputError(
+                    f"not an NQ-open line ({exc})", path=path, line=number
+                ) from None
+            for ctx in gold:
+                if ctx["text"] not in seen:
+                    seen[ctx["text"]] = len(corpus)
+                    corpus.append(
+                        Passage(
+                            doc_id=f"nq-gold-{len(corpus)}",
+                            text=ctx["text"],
+                            extra={"title": ctx.get("title")},
                         )
-                if limit is None or len(rows) < limit:
-                    rows.append((f"nq-{number}", question, answers))
-    except FileNotFoundError:
-        raise UDCGInputError("no such file", path=path) from None
+                    )
+            if limit is None or len(rows) < limit:
+                rows.append((f"nq-{number}", question, answers))
     return Dataset("nq_open", _queries(rows, corpus), corpus)
 
 

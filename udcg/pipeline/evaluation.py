@@ -3,20 +3,22 @@ through the judge, score every metric, correlate with accuracy, write the report
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.io.utility_sources import check_fitted_on, get_source
+from udcg.io.utility_sources import check_fitted_on
 from udcg.judge.base import Judge
 from udcg.pipeline import correlate, report
 from udcg.pipeline.datasets import Dataset
 from udcg.pipeline.scoring import score_contexts
+from udcg.pipeline.settings import EvaluateSettings
 from udcg.pipeline.stages import (
     StageCache,
     annotate_contexts,
@@ -28,27 +30,6 @@ from udcg.pipeline.stages import (
 from udcg.retrieval import Retriever, check_depth
 
 GIVEN = "given"
-
-
-@dataclass(frozen=True)
-class EvaluateSettings:
-    """What ``evaluate`` does beyond the data and the retriever (``conf/evaluate.yaml``)."""
-
-    k: int = 3
-    judge: str = "smollm2-135m"
-    judge_options: dict[str, Any] = field(default_factory=dict)
-    utility: str = "abstention"
-    relevance: str = "string"
-    grader: str = "span"
-    max_new_tokens: int = 16
-    qcare: bool = False
-    ablations: bool = False
-    theta_weights: str | None = None
-    theta_crossfit: bool = False
-    correlation: str = "spearman"
-    n_bootstrap: int = 1000
-    seed: int = 0
-    cache_dir: Path = Path("outputs/evaluate/cache")
 
 
 def load_theta(path: str | None, k: int, utility: str) -> Any:
@@ -63,14 +44,58 @@ def load_theta(path: str | None, k: int, utility: str) -> Any:
     return model
 
 
+def _in_hub_cache(spec: str) -> bool:
+    """Whether the Hugging Face cache holds model ``spec`` (its config.json)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(spec, "config.json"), str)
+    except ValueError:  # not a repo id
+        return False
+
+
+def _offline() -> str | None:
+    """Why the Hugging Face hub cannot be used (offline mode, no route), or None."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "offline mode is on (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)"
+    url = urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=3).close()
+    except OSError:
+        return f"{url.hostname} cannot be reached"
+    return None
+
+
+def check_hub_judge(spec: str) -> None:
+    """A transformers judge that cannot load fails here, at once, not after the hub client's
+    retries: an id that is not a local path and not in the Hugging Face cache while offline."""
+    from udcg.judge import EMBEDDED
+
+    if spec == EMBEDDED or spec.startswith(("openai:", "precomputed:")):
+        return
+    if Path(spec).expanduser().exists() or _in_hub_cache(spec):
+        return
+    offline = _offline()
+    if offline is not None:
+        raise UDCGInputError(
+            f"{spec!r} is not a local path and not in the Hugging Face cache, and {offline}: "
+            "give a local path or download the model first",
+            field="judge",
+        )
+
+
 def connect_judge(settings: EvaluateSettings) -> Judge:
-    """The cached judge; a server judge gets one probe call, so an unreachable one stops the
-    run here."""
+    """The cached judge; a hub id that cannot load offline stops the run at once
+    (:func:`check_hub_judge`), a server judge gets one probe call, so an unreachable one
+    stops the run here."""
     from udcg.judge import load_judge
     from udcg.judge.cached import CachedJudge
 
     spec = settings.judge
     try:
+        check_hub_judge(spec)
         inner = load_judge(spec, **settings.judge_options)
         if spec.startswith("openai:"):
             inner.generate([[{"role": "user", "content": "Reply OK."}]], max_new_tokens=1)
@@ -120,7 +145,6 @@ def evaluate(
     contexts (``retriever=given``). ``stage_id`` (plain JSON naming the dataset and retriever
     settings) keys the cached retrieval stage; ``config`` is recorded in the report as given.
     """
-    get_source(settings.utility)  # an unknown source fails here, naming the known ones
     k = settings.k
     given = retriever is None
     if given != (dataset.contexts is not None):
@@ -130,15 +154,17 @@ def evaluate(
             else "retriever=given needs retrieved contexts (dataset=jsonl, reference or trec)",
             field="retriever",
         )
+    if not given:
+        check_depth(k, dataset.corpus)
     theta = load_theta(settings.theta_weights, k, settings.utility)
     cache = StageCache(settings.cache_dir)
-    judge: Judge | None = None
+    # retrieved contexts always need the judge: connect before the work, not after it
+    judge = None if given else connect_judge(settings)
     with _progress() as bar:
         task = bar.add_task("retrieve", total=4)
         if given:
             name, contexts = GIVEN, dataset.contexts
         else:
-            check_depth(k, dataset.corpus)
             name, searcher = retriever
             name = _run_name(name, searcher)
             key = stage_key(*stage_id, k)
@@ -148,7 +174,8 @@ def evaluate(
         bar.update(task, advance=1, description="annotate")
         steps = missing_steps(contexts, settings.judge, settings.utility, settings.relevance)
         if steps or (settings.qcare and needs_coverage(contexts)):
-            judge = connect_judge(settings)
+            if judge is None:
+                judge = connect_judge(settings)
             key = stage_key(
                 [c.to_json() for c in contexts],
                 judge.fingerprint,

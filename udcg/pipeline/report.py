@@ -9,13 +9,20 @@ from typing import Any
 import numpy as np
 
 from udcg.io.files import atomic_write
+from udcg.pipeline.compare import show_correlation, show_interval
 from udcg.pipeline.plots import plot_weights, pyplot
 
 
-def _fmt(value: float | None, sign: bool = True) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:+.3f}" if sign else f"{value:.3f}"
+def _correlation_row(row: dict[str, Any], method: str, mean: float) -> str:
+    """One metric's line of the correlation table; an undefined correlation says why."""
+    if row.get("undefined"):
+        reason = show_correlation(None, row["undefined"])
+        return f"| {row['metric']} | {mean:.3f} | {reason} | | | |"
+    return (
+        f"| {row['metric']} | {mean:.3f} | {show_correlation(row[method])} | "
+        f"{show_interval(*row['ci95'])} | {show_correlation(row['kendall'])} | "
+        f"{show_correlation(row['pearson'])} |"
+    )
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -35,12 +42,7 @@ def markdown(report: dict[str, Any]) -> str:
         "| --- | ---: | ---: | --- | ---: | ---: |",
     ]
     for row in report["correlations"]:
-        low, high = row["ci95"]
-        lines.append(
-            f"| {row['metric']} | {_fmt(report['means'][row['metric']], False)} | "
-            f"{_fmt(row[method])} | [{_fmt(low)}, {_fmt(high)}] | {_fmt(row['kendall'])} | "
-            f"{_fmt(row['pearson'])} |"
-        )
+        lines.append(_correlation_row(row, method, report["means"][row["metric"]]))
     lines += ["", "## Accuracy by position of the first relevant passage", ""]
     lines += ["| position | contexts | accuracy |", "| --- | ---: | ---: |"]
     for row in report["accuracy_by_gold_position"]:
@@ -53,8 +55,8 @@ def markdown(report: dict[str, Any]) -> str:
         for t in tests:
             low, high = t["ci95"]
             lines.append(
-                f"| {t['a']} | {t['b']} | {_fmt(t['difference'])} | [{_fmt(low)}, {_fmt(high)}] "
-                f"| {t['p_value']:.3f} |"
+                f"| {t['a']} | {t['b']} | {show_correlation(t['difference'])} | "
+                f"{show_interval(low, high)} | {t['p_value']:.3f} |"
             )
     else:
         lines.append("No pair of metrics differs significantly (see report.json for all pairs).")
@@ -64,16 +66,27 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _bar(row: dict[str, Any], method: str) -> tuple[float, float, float]:
+    """``(estimate, low, high)`` of one bar: 0 for an undefined correlation, a missing bound
+    at the estimate."""
+    est = row[method] if row[method] is not None else 0.0
+    low, high = (est if bound is None else bound for bound in row["ci95"])
+    return est, low, high
+
+
 def plot_correlations(report: dict[str, Any], path: Path) -> None:
-    """Bars of each metric's correlation with accuracy and its 95% CI."""
+    """Bars of each metric's correlation with accuracy and its 95% CI; an undefined correlation
+    gets no bar but its reason, written at 0."""
     plt = pyplot()
     method = report["config"]["correlation"]
-    rows = [r for r in report["correlations"] if r[method] is not None]
-    est = np.array([r[method] for r in rows])
-    low = np.array([r["ci95"][0] if r["ci95"][0] is not None else r[method] for r in rows])
-    high = np.array([r["ci95"][1] if r["ci95"][1] is not None else r[method] for r in rows])
+    rows = report["correlations"]
+    est, low, high = (np.array(v) for v in zip(*(_bar(r, method) for r in rows), strict=True))
     fig, ax = plt.subplots(figsize=(7, 3.8), dpi=120)
     ax.bar(range(len(rows)), est, yerr=[est - low, high - est], capsize=3, color="tab:blue")
+    for i, row in enumerate(rows):
+        if row[method] is None:
+            label = show_correlation(None, row.get("undefined"))
+            ax.text(i, 0, label, rotation=90, ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(rows)), [r["metric"] for r in rows], rotation=30, ha="right")
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_ylabel(f"{method} with correctness")

@@ -17,6 +17,7 @@ from udcg.io.contexts import (
 )
 from udcg.io.utility_sources import get_source
 from udcg.pipeline.compare import classic_metrics
+from udcg.pipeline.fit_size import warn_if_few_contexts
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
 
 # metrics fitted on the outcomes of the run they score (each half on the other half): fine
@@ -77,11 +78,12 @@ def crossfit_theta(
     no penalty, all of the half: plain logistic regression on the 2k UDCG terms) on each half of
     the queries and score the other half with it."""
     values = np.full(len(correct), np.nan)
-    models = []
-    for fit, apply in _halves(qids, seed):
-        model = UDCGTheta(relevant.shape[1], val_fraction=0.0, seed=seed)
+    halves = _halves(qids, seed)
+    models = [UDCGTheta(relevant.shape[1], val_fraction=0.0, seed=seed) for _ in halves]
+    smallest = min(len(fit) for fit, _ in halves)
+    warn_if_few_contexts(smallest, models[0], "UDCG-theta (cross-fitted on each half)")
+    for model, (fit, apply) in zip(models, halves, strict=True):
         model.fit(relevant[fit], utility[fit], correct[fit], groups=qids[fit])
-        models.append(model)
         values[apply] = model.predict_proba(relevant[apply], utility[apply])
     return values, models
 

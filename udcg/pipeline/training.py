@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,9 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context
 from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.pipeline.compare import MetricRow, classic_metrics, compare, finite_or_none
+from udcg.pipeline.fit_size import warn_if_few_contexts
 from udcg.pipeline.plots import plot_weights
+from udcg.pipeline.settings import TrainSettings
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
 
 MIN_QUERIES_PER_SPLIT = 2
@@ -153,51 +155,56 @@ class TrainReport:
 def train(
     contexts: Iterable[Context],
     model: UDCGTheta,
-    judge: str,
-    utility: str = DEFAULT_SOURCE,
-    test_fraction: float = 0.3,
-    seed: int = 0,
-    method: str = "spearman",
-    n_resamples: int = 1000,
-    gamma_grid: Sequence[float] | None = None,
+    settings: TrainSettings | None = None,
     export_dir: Path | None = None,
 ) -> TrainReport:
-    """Select, split by query, fit ``model`` and tune gamma, compare on held-out, export."""
-    k = model.k
-    selection = select(contexts, k, judge, utility)
+    """Select, split by query, fit ``model`` and tune gamma, compare on held-out, export.
+
+    ``settings`` default to :class:`TrainSettings` for the model's k."""
+    if settings is None:
+        settings = TrainSettings(k=model.k)
+    k = settings.k
+    if model.k != k:
+        raise UDCGInputError(f"the model is for k={model.k}, not k={k}", field="model.k")
+    selection = select(contexts, k, settings.judge, settings.utility)
     data = selection.data
     n_queries = len(set(data.qids.tolist()))
     if n_queries < 2 * MIN_QUERIES_PER_SPLIT:
         reasons = ", ".join(f"{n} {why}" for why, n in selection.skipped.items()) or "none skipped"
         raise UDCGInputError(
-            f"{len(data)} contexts from {n_queries} queries have k={k} and judge {judge!r} labels "
-            f"({reasons}); a train/held-out split by query needs at least "
-            f"{2 * MIN_QUERIES_PER_SPLIT} queries",
+            f"{len(data)} contexts from {n_queries} queries have k={k} and judge "
+            f"{settings.judge!r} labels ({reasons}); a train/held-out split by query needs at "
+            f"least {2 * MIN_QUERIES_PER_SPLIT} queries",
             field="data",
         )
-    train_idx, test_idx = split_by_query(data.qids, test_fraction, seed)
+    train_idx, test_idx = split_by_query(data.qids, settings.test_fraction, settings.seed)
     train_set, test_set = data.subset(train_idx), data.subset(test_idx)
     if len(set(test_set.qids.tolist())) < MIN_QUERIES_PER_SPLIT:
         raise UDCGInputError(
-            f"test_fraction={test_fraction} leaves fewer than {MIN_QUERIES_PER_SPLIT} held-out "
-            f"queries out of {n_queries}",
+            f"test_fraction={settings.test_fraction} leaves fewer than {MIN_QUERIES_PER_SPLIT} "
+            f"held-out queries out of {n_queries}",
             field="test_fraction",
         )
+    warn_if_few_contexts(len(train_set), model)
     model.fit(train_set.relevant, train_set.utility, train_set.correct, groups=train_set.qids)
     tuned = tune_gamma(
-        train_set.relevant, train_set.utility, train_set.correct, grid=gamma_grid, method=method
+        train_set.relevant,
+        train_set.utility,
+        train_set.correct,
+        grid=settings.gamma_grid,
+        method=settings.correlation,
     )
     rows = compare(
         metric_scores(test_set, model, tuned.gamma),
         test_set.correct,
         test_set.qids,
-        method,
-        n_resamples,
-        seed,
+        settings.correlation,
+        settings.n_bootstrap,
+        settings.seed,
     )
     report = TrainReport(
         k=k,
-        judge=judge,
+        judge=settings.judge,
         n_train=len(train_set),
         n_test=len(test_set),
         n_train_queries=len(set(train_set.qids.tolist())),
@@ -211,7 +218,7 @@ def train(
     if export_dir is not None:
         export_dir = Path(export_dir)
         report.weights_path = export_dir / f"udcg_theta_k{k}.safetensors"
-        model.save(report.weights_path, card=report.card(utility))
+        model.save(report.weights_path, card=report.card(settings.utility))
         report.plot_path = export_dir / f"udcg_theta_k{k}.png"
-        plot_weights(model, report.plot_path, f"UDCG-theta weights, k={k}, judge {judge}")
+        plot_weights(model, report.plot_path, f"UDCG-theta weights, k={k}, judge {settings.judge}")
     return report

@@ -11,6 +11,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Passage
+from udcg.validation import positive_int
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,7 @@ class Retriever(Protocol):
 
 def check_depth(k: int, corpus: Sequence[Passage]) -> None:
     """A list size the corpus can fill: 1 <= k <= len(corpus)."""
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise UDCGInputError(f"k must be a positive integer, got {k!r}", field="k")
+    positive_int(k, "k")
     if k > len(corpus):
         raise UDCGInputError(f"k={k} is larger than the corpus ({len(corpus)} passages)", field="k")
 

@@ -21,6 +21,7 @@ import hashlib
 import inspect
 import json
 import math
+import sys
 import warnings
 from collections.abc import Mapping
 from os import PathLike
@@ -30,11 +31,11 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.files import atomic_write
 from udcg.metrics._arrays import as_fixed
 from udcg.metrics.udcg import udcg_terms
-from udcg.validation import binary_vector, query_codes
+from udcg.validation import binary_vector, positive_int, query_codes, show
 
 __all__ = [
     "FORMAT",
@@ -55,7 +56,7 @@ _DEFAULT_VAL_FRACTION = {"lbfgs": 0.0, "adam": 0.2}
 _RESERVED = ("format", "format_version", "k", "bias", "l2", "weights_sha256", "tensors")
 
 
-class UDCGThetaConvergenceWarning(UserWarning):
+class UDCGThetaConvergenceWarning(UDCGWarning):
     """Training stopped at ``max_epochs`` before the optimizer converged."""
 
 
@@ -70,9 +71,7 @@ def card_path(path: str | PathLike[str]) -> Path:
 
 
 def _check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise UDCGInputError(f"k must be a positive integer, got {k!r}", field="k")
-    return int(k)
+    return positive_int(k, "k")
 
 
 def _features(relevant: Any, utility: Any, k: int, what: str) -> np.ndarray:
@@ -104,9 +103,9 @@ def split_by_query(
     gives an empty validation split. Indices are sorted.
     """
     if isinstance(val_fraction, bool) or not isinstance(val_fraction, int | float | np.floating):
-        raise UDCGInputError(f"expected a number, got {val_fraction!r}", field="val_fraction")
+        raise UDCGInputError(f"expected a number, got {show(val_fraction)}", field="val_fraction")
     if not 0.0 <= float(val_fraction) < 1.0:
-        raise UDCGInputError(f"must be in [0, 1), got {val_fraction!r}", field="val_fraction")
+        raise UDCGInputError(f"must be in [0, 1), got {show(val_fraction)}", field="val_fraction")
     labels = np.asarray(groups)
     codes = query_codes(labels, labels.shape[0] if labels.ndim else 0)
     n = codes.shape[0]
@@ -225,12 +224,12 @@ class UDCGTheta:
     def _check_params(self) -> dict[str, Any]:
         k = _check_k(self.k)
         if not isinstance(self.bias, bool | np.bool_):
-            raise UDCGInputError(f"expected True or False, got {self.bias!r}", field="bias")
+            raise UDCGInputError(f"expected True or False, got {show(self.bias)}", field="bias")
         l2 = self.l2
         if isinstance(l2, bool) or not isinstance(l2, int | float | np.integer | np.floating):
-            raise UDCGInputError(f"expected a number, got {l2!r}", field="l2")
+            raise UDCGInputError(f"expected a number, got {show(l2)}", field="l2")
         if not math.isfinite(l2) or l2 < 0:
-            raise UDCGInputError(f"must be finite and >= 0, got {l2!r}", field="l2")
+            raise UDCGInputError(f"must be finite and >= 0, got {show(l2)}", field="l2")
         if self.optimizer not in _OPTIMIZERS:
             raise UDCGInputError(
                 f"unknown optimizer {self.optimizer!r}; expected one of {', '.join(_OPTIMIZERS)}",
@@ -241,18 +240,20 @@ class UDCGTheta:
             max_epochs = _DEFAULT_MAX_EPOCHS[self.optimizer]
         if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < 1:
             raise UDCGInputError(
-                f"expected a positive integer, got {max_epochs!r}", field="max_epochs"
+                f"expected a positive integer, got {show(max_epochs)}", field="max_epochs"
             )
         lr = _DEFAULT_LR[self.optimizer] if self.lr is None else self.lr
         if isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 < lr < math.inf:
-            raise UDCGInputError(f"expected a positive number, got {lr!r}", field="lr")
+            raise UDCGInputError(f"expected a positive number, got {show(lr)}", field="lr")
         if isinstance(self.patience, bool) or not isinstance(self.patience, int):
-            raise UDCGInputError(f"expected an integer, got {self.patience!r}", field="patience")
+            raise UDCGInputError(
+                f"expected an integer, got {show(self.patience)}", field="patience"
+            )
         if self.patience < 1:
-            raise UDCGInputError(f"must be >= 1, got {self.patience!r}", field="patience")
+            raise UDCGInputError(f"must be >= 1, got {show(self.patience)}", field="patience")
         tol = self.tol
         if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 < tol < math.inf:
-            raise UDCGInputError(f"expected a positive number, got {tol!r}", field="tol")
+            raise UDCGInputError(f"expected a positive number, got {show(tol)}", field="tol")
         return {
             "k": k,
             "bias": bool(self.bias),
@@ -431,7 +432,7 @@ class UDCGTheta:
             )
         try:
             card = json.loads(cpath.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # also bad UTF-8, too deep, too many digits
             raise UDCGInputError(f"model card is not valid JSON ({exc})", path=cpath) from None
         if not isinstance(card, dict):
             raise UDCGInputError("model card must be a JSON object", path=cpath)
@@ -451,10 +452,15 @@ class UDCGTheta:
             raise UDCGInputError(exc.reason, path=cpath, field="k") from None
         bias = card.get("bias")
         if not isinstance(bias, bool):
-            raise UDCGInputError(f"expected true or false, got {bias!r}", path=cpath, field="bias")
+            raise UDCGInputError(
+                f"expected true or false, got {show(bias)}", path=cpath, field="bias"
+            )
         l2 = card.get("l2", 0.0)
-        if isinstance(l2, bool) or not isinstance(l2, int | float) or not l2 >= 0:
-            raise UDCGInputError(f"expected a number >= 0, got {l2!r}", path=cpath, field="l2")
+        is_number = isinstance(l2, int | float) and not isinstance(l2, bool)
+        if not is_number or not 0 <= l2 <= sys.float_info.max:  # a float, not NaN or inf
+            raise UDCGInputError(
+                f"expected a finite number >= 0, got {show(l2)}", path=cpath, field="l2"
+            )
         if k is not None and _check_k(k) != card_k:
             raise UDCGInputError(f"weights are for k={card_k}, data has k={k}", path=path)
 
@@ -470,6 +476,10 @@ class UDCGTheta:
             tensors = st_load(blob)
         except (SafetensorError, ValueError, OSError) as exc:
             raise UDCGInputError(f"not a valid safetensors file ({exc})", path=path) from None
+        except KeyError as exc:  # a dtype numpy does not have, such as BF16
+            raise UDCGInputError(
+                f"a tensor has dtype {exc.args[0]}, which numpy cannot read", path=path
+            ) from None
         expected = {"alpha": (card_k,), "beta": (card_k,), "intercept": ()}
         for name, shape in expected.items():
             if name not in tensors:
@@ -487,7 +497,7 @@ class UDCGTheta:
         intercept = float(tensors["intercept"])
         if not bias and intercept != 0.0:
             raise UDCGInputError(
-                f"the card says bias=false but the intercept is {intercept!r}", path=path
+                f"the card says bias=false but the intercept is {show(intercept)}", path=path
             )
         model = cls(k=card_k, bias=bias, l2=float(l2))
         model.alpha_ = tensors["alpha"].astype(np.float64)

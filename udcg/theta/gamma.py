@@ -20,12 +20,12 @@ from udcg.errors import UDCGInputError
 from udcg.metrics._arrays import as_padded
 from udcg.metrics.udcg import udcg
 from udcg.stats import METHODS, correlation
-from udcg.validation import float_vector
+from udcg.validation import float_vector, show
 
-__all__ = ["DEFAULT_GRID", "GammaResult", "tune_gamma"]
+__all__ = ["DEFAULT_GRID", "GammaResult", "check_grid", "tune_gamma"]
 
-# 0, 0.025, ..., 2 plus the paper's default 1/3
-DEFAULT_GRID = np.union1d(np.linspace(0.0, 2.0, 81), [1.0 / 3.0])
+# 0, 0.025, ..., 2 (rounded: 1.95, not 1.9500000000000002) plus the paper's default 1/3
+DEFAULT_GRID = np.union1d(np.linspace(0.0, 2.0, 81).round(3), [1.0 / 3.0])
 
 
 @dataclass(frozen=True)
@@ -43,23 +43,25 @@ class GammaResult:
     method: str = "spearman"
 
 
-def _check_grid(grid: Any) -> np.ndarray:
+def check_grid(grid: Any, name: str = "grid") -> np.ndarray:
+    """The gammas to try as a float array (finite, >= 0); None: :data:`DEFAULT_GRID`. Errors
+    name the option ``name``."""
     if grid is None:
         return DEFAULT_GRID.copy()
     try:
         values = np.asarray(grid, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise UDCGInputError(f"expected a 1-D sequence of numbers ({exc})", field="grid") from None
+        raise UDCGInputError(f"expected a 1-D sequence of numbers ({exc})", field=name) from None
     if values.ndim != 1 or values.size == 0:
         raise UDCGInputError(
             f"expected a non-empty 1-D sequence of gammas, got shape {list(values.shape)}",
-            field="grid",
+            field=name,
         )
     bad = ~np.isfinite(values) | (values < 0)
     if bad.any():
         pos = int(np.argmax(bad))
         raise UDCGInputError(
-            f"position {pos}: gamma must be finite and >= 0, got {values[pos]!r}", field="grid"
+            f"position {pos}: gamma must be finite and >= 0, got {show(values[pos])}", field=name
         )
     return values
 
@@ -80,7 +82,9 @@ def _as_lists(relevant: Any, utility: Any, correct: Any) -> tuple[Any, Any, Any]
         extra = [q for q in other if q not in relevant]
         if missing or extra:
             what = (
-                f"no entry for query {missing[0]!r}" if missing else f"unknown query {extra[0]!r}"
+                f"no entry for query {show(missing[0])}"
+                if missing
+                else f"unknown query {show(extra[0])}"
             )
             raise UDCGInputError(f"{what} (every input needs the same qids)", field=name)
     return [relevant[q] for q in keys], [utility[q] for q in keys], [correct[q] for q in keys]
@@ -106,7 +110,7 @@ def tune_gamma(
         raise UDCGInputError(
             f"unknown method {method!r}; expected one of {', '.join(METHODS)}", field="method"
         )
-    gammas = _check_grid(grid)
+    gammas = check_grid(grid)
     relevant, utility, correct = _as_lists(relevant, utility, correct)
     udcg(relevant, utility, 0.0)  # validates both inputs with the metric's own messages
     rel, lengths = as_padded(relevant, "relevant")

@@ -4,12 +4,14 @@ numpy advises the kernel to back every array of 4 MiB or more with 2 MiB pages, 
 default allocator (mimalloc) does the same for its whole arena. Where transparent huge pages
 are in ``madvise`` mode (the common default), each such page is allocated and zeroed whole on
 first touch; on a virtual machine that hands freed memory back to its host, a fresh 2 MiB page
-costs more again. The TREC engine's first call in a process touches some 200 MiB, mostly
-short-lived: with numpy's advice the first evaluation of a 1M-line run took 0.9-1.2 s, without
-it 0.6-0.7 s; with Arrow's mimalloc it keeps about 140 MiB in huge pages and takes 0.66-0.67 s
-right after another large process exits, 0.42-0.54 s on jemalloc (``bench/bench_trec.py``;
-``bench/first_call_faults.py --after ir_measures [--mimalloc]``, docs/benchmarks.md); later
-calls reuse freed memory either way.
+costs more again. The TREC engine's first call in a process touches a few hundred MiB, mostly
+short-lived, so inside ``small_pages`` numpy gives no advice and Arrow allocates from jemalloc
+(4 KiB pages, only what it hands out is touched, freed memory kept for the next call).
+``bench/first_call_faults.py`` measures the effect (docs/benchmarks.md).
+
+numpy's switch for the advice is private (``numpy._core.multiarray._set_madvise_hugepage``):
+it is looked up when an evaluation first runs, not when udcg is imported, and where a numpy
+release lacks it the advice is left as it is.
 
 glibc's malloc maps every block of 128 KiB or more afresh (and unmaps it when freed) until the
 process frees one such mapped block; from then on, blocks up to that size come from the heap
@@ -22,23 +24,44 @@ in any process that has already freed a large array.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
-try:  # numpy >= 2
-    from numpy._core.multiarray import _set_madvise_hugepage
-except ImportError:  # numpy 1.x
-    from numpy.core.multiarray import _set_madvise_hugepage
-
-
 _ADAPT_BYTES = (32 << 20) - (1 << 16)
 
 
+@functools.cache
+def _numpy_switch() -> Callable[[bool], bool] | None:
+    """numpy's private huge-page advice switch, or None where this numpy has none."""
+    try:  # numpy >= 2
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        try:  # numpy 1.x
+            from numpy.core.multiarray import _set_madvise_hugepage
+        except ImportError:
+            return None
+    return _set_madvise_hugepage
+
+
+def _set_madvise_hugepage(enabled: bool) -> bool:
+    """Turn numpy's huge-page advice on or off; returns the previous setting. Where numpy has
+    no such switch nothing changes and the answer is False."""
+    switch = _numpy_switch()
+    if switch is None:
+        return False
+    try:
+        return bool(switch(enabled))
+    except TypeError:  # a changed private signature: leave numpy's setting alone
+        return False
+
+
 def _small_page_pool() -> pa.MemoryPool:
-    """Arrow's jemalloc pool (4 KiB pages), or the system allocator where Arrow lacks it."""
+    """Arrow's jemalloc pool (4 KiB pages, keeps freed memory for the next call), or the
+    system allocator where Arrow lacks it."""
     try:
         return pa.jemalloc_memory_pool()
     except NotImplementedError:

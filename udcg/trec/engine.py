@@ -17,11 +17,10 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from udcg._threads import run_concurrently
 from udcg.errors import UDCGInputError
-from udcg.io.arrow import from_numpy, to_numpy
+from udcg.io.arrow import dictionary_encode, string_ranks, take, to_numpy
 from udcg.io.trec_files import (
     Qrels,
     Run,
@@ -80,7 +79,7 @@ def _as_qrels(qrels: QrelsLike) -> Qrels:
 
 def _dictionary(strings: pa.Array) -> pa.DictionaryArray:
     """``strings`` dictionary-encoded (as they are when read from a file)."""
-    return strings if pa.types.is_dictionary(strings.type) else pc.dictionary_encode(strings)
+    return strings if pa.types.is_dictionary(strings.type) else dictionary_encode(strings)
 
 
 def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -88,7 +87,7 @@ def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, 
     columns (as read from files) are merged through their dictionaries, not row by row."""
     first, second = _dictionary(first), _dictionary(second)
     n_first = len(first.dictionary)
-    merged = pc.dictionary_encode(pa.concat_arrays([first.dictionary, second.dictionary]))
+    merged = dictionary_encode(pa.concat_arrays([first.dictionary, second.dictionary]))
     codes = to_numpy(merged.indices)  # int32, read in place
     first_codes = to_numpy(first.indices).astype(np.int32, copy=False)
     # codes follow first appearance, so a dictionary without repeats keeps its own codes
@@ -100,12 +99,24 @@ def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, 
 def _judged_grades(
     qrel_keys: np.ndarray, grades: np.ndarray, n_keys: int, run_keys: np.ndarray
 ) -> tuple[bool, np.ndarray]:
-    """``(whether a qrels key repeats, the grade of every run key, 0 when unjudged)``.
+    """``(whether a qrels key repeats, the grade of every run key, 0 when unjudged)``; both
+    key arrays are changed in place (see ``_lookup``)."""
+    repeats, found, _ = _lookup(qrel_keys, grades, n_keys, run_keys)
+    return repeats, found
+
+
+def _lookup(
+    qrel_keys: np.ndarray, grades: np.ndarray, n_keys: int, run_keys: np.ndarray
+) -> tuple[bool, np.ndarray, bool]:
+    """``(whether a qrels key repeats, the grade of every run key (0 when unjudged), whether a
+    run key repeats)``.
 
     The qrels keys are sorted once with ``grade - lowest`` in their low bits (``key << b |
-    code``), so the sort carries the grades along and every run key is found by one binary
-    search; both key arrays are shifted in place. When key and code do not fit in 63 bits
-    together, the rows are argsorted instead. Each step reuses or frees the arrays before it
+    code``), in place, so the sort carries the grades along; when key and code do not fit in
+    63 bits together, the rows are argsorted instead. The run keys are looked up in ascending
+    order, so that consecutive binary searches take nearly the same path through the qrels
+    keys (far fewer cache misses and mispredicted branches than in file order), and the
+    grades are put back in file order after. Each step reuses or frees the arrays before it
     (a first call in a process pays for every fresh page)."""
     low = int(grades.min(initial=0))
     bits = max(int(grades.max(initial=0)) - low, 1).bit_length()
@@ -117,13 +128,17 @@ def _judged_grades(
         qrel_keys += grades
         qrel_keys -= low
         qrel_keys.sort()
-        run_keys <<= bits
     repeats = _has_adjacent_repeats(qrel_keys >> bits)
+    run_order = np.argsort(run_keys)
+    wanted = run_keys.take(run_order)
+    run_repeats = _has_adjacent_repeats(wanted)
     if not len(qrel_keys):
-        return repeats, np.zeros(len(run_keys), dtype=grades.dtype)
-    pos = np.searchsorted(qrel_keys, run_keys)
+        return repeats, np.zeros(len(run_keys), dtype=grades.dtype), run_repeats
+    wanted <<= bits
+    pos = np.searchsorted(qrel_keys, wanted)
     found = qrel_keys.take(pos, mode="clip")
-    found ^= run_keys  # the code where the key matches, at least 2**b where it does not
+    found ^= wanted  # the code where the key matches, at least 2**b where it does not
+    del wanted
     unjudged = found >= (1 << bits)
     if bits:
         found += low
@@ -131,7 +146,10 @@ def _judged_grades(
         found = grades.take(pos, mode="clip")
     del pos
     found[unjudged] = 0
-    return repeats, found
+    del unjudged
+    in_file_order = np.empty_like(found)
+    in_file_order[run_order] = found
+    return repeats, in_file_order, run_repeats
 
 
 def _has_adjacent_repeats(keys: np.ndarray) -> bool:
@@ -157,12 +175,87 @@ def _graded_pairs(
 ) -> tuple[bool, np.ndarray, bool]:
     """``(whether a qrels pair repeats, the grade of every run row, whether a run pair
     repeats)`` from the query and document codes of both sides."""
-    run_keys = _pair_keys(q_run, d_run, n_docs)
-    qrels_repeats, run_grades = _judged_grades(
-        _pair_keys(q_qrels, d_qrels, n_docs), grades, n_queries * n_docs, run_keys
+    merged = _merged_lookup(q_qrels, d_qrels, grades, q_run, d_run, n_queries * n_docs, n_docs)
+    if merged is not None:
+        return merged
+    return _lookup(
+        _pair_keys(q_qrels, d_qrels, n_docs),
+        grades,
+        n_queries * n_docs,
+        _pair_keys(q_run, d_run, n_docs),
     )
-    run_keys.sort()  # after the lookup, which reads them in file order
-    return qrels_repeats, run_grades, _has_adjacent_repeats(run_keys)
+
+
+_BLOCK = 1 << 16  # rows per block where a step goes block by block
+
+
+def _merged_lookup(
+    q_qrels: np.ndarray,
+    d_qrels: np.ndarray,
+    grades: np.ndarray,
+    q_run: np.ndarray,
+    d_run: np.ndarray,
+    n_keys: int,
+    n_docs: int,
+) -> tuple[bool, np.ndarray, bool] | None:
+    """What ``_graded_pairs`` returns, from one sort of both sides' keys together; None when
+    a key, a side bit and a row number or grade code do not fit in 63 bits.
+
+    Each qrels row becomes ``key << (b + 1) | grade - lowest`` and each run row ``key << (b +
+    1) | 1 << b | row``, so after the sort every key's judgement comes right before its run
+    row: a run row is judged when the entry before it has the same key, and its row number
+    says where its grade goes. Two neighbours with the same key and the same side are a
+    repeated pair. One sort of both sides costs less than a binary search per run row."""
+    n_run = len(q_run)
+    low = int(grades.min(initial=0))
+    low_bits = max((int(grades.max(initial=0)) - low).bit_length(), (n_run - 1).bit_length(), 1)
+    shift = low_bits + 1
+    if max(n_keys - 1, 0).bit_length() + shift > 63:
+        return None
+    merged = np.empty(1 + len(grades) + n_run, dtype=np.int64)
+    merged[0] = -1  # below every entry: each entry has one before it
+    judged = merged[1 : 1 + len(grades)]
+    np.multiply(q_qrels, n_docs, out=judged, dtype=np.int64)
+    judged += d_qrels
+    judged <<= shift
+    judged += grades
+    judged -= low
+    ranked = merged[1 + len(grades) :]
+    np.multiply(q_run, n_docs, out=ranked, dtype=np.int64)
+    ranked += d_run
+    ranked <<= shift
+    numbers = np.arange(1 << low_bits, (1 << low_bits) + min(n_run, _BLOCK))  # side bit, row
+    for start in range(0, n_run, _BLOCK):  # block by block: no array of every row number
+        block = ranked[start : start + _BLOCK]
+        block += numbers[: len(block)]
+        numbers += _BLOCK
+    merged.sort()
+    same = np.empty(len(merged) - 1, dtype=bool)  # same[i]: entries i and i + 1 share a key
+    is_run = np.empty(len(merged), dtype=bool)
+    for start in range(0, len(merged), _BLOCK):  # no full-size temporaries
+        stop = min(start + _BLOCK, len(merged))
+        keys = merged[start : stop + 1] >> shift
+        np.equal(keys[1:], keys[:-1], out=same[start : start + len(keys) - 1])
+        np.not_equal(merged[start:stop] & (1 << low_bits), 0, out=is_run[start:stop])
+    is_run[0] = False
+    repeated = same & (is_run[1:] == is_run[:-1])
+    if repeated.any():
+        qrels_repeat = bool((repeated & ~is_run[1:]).any())
+        return qrels_repeat, np.zeros(n_run, dtype=grades.dtype), not qrels_repeat
+    at = np.flatnonzero(is_run)
+    del is_run, repeated
+    mask = (1 << low_bits) - 1
+    rows = merged[at]
+    rows &= mask
+    at -= 1  # the entry before each run row
+    found = merged[at]
+    found &= mask
+    found += low
+    found[~same[at]] = 0  # unjudged
+    del same, merged
+    run_grades = at if grades.dtype == at.dtype else np.empty(n_run, grades.dtype)  # at is spent
+    run_grades[rows] = found
+    return False, run_grades, False
 
 
 def _duplicate_error(
@@ -183,13 +276,23 @@ def _duplicate_error(
     )
 
 
-def _ideal_dcg(q: np.ndarray, grades: np.ndarray, n_queries: int, k: int | None) -> np.ndarray:
-    """IDCG@k per query: its judged gains sorted descending, counted per grade (no sort)."""
-    gains = np.maximum(grades, 0)
-    n_grades = int(gains.max(initial=0)) + 1
-    per_grade = np.bincount(np.multiply(q, n_grades, dtype=np.int64) + gains)
+def _grade_counts(q: np.ndarray, grades: np.ndarray, n_queries: int) -> np.ndarray:
+    """``counts[query, g]``: the query's judged documents of gain ``g`` (grades below 0 count
+    as gain 0), from one bincount of ``query * n_grades + gain``."""
+    n_grades = max(int(grades.max(initial=0)), 0) + 1
+    keys = np.multiply(q, n_grades, dtype=np.int64)
+    keys += grades if grades.min(initial=0) >= 0 else np.maximum(grades, 0)
+    per_grade = np.bincount(keys)
+    del keys
     counts = np.zeros((n_queries, n_grades), dtype=np.int64)
     counts.flat[: len(per_grade)] = per_grade
+    return counts
+
+
+def _ideal_dcg(counts: np.ndarray, k: int | None) -> np.ndarray:
+    """IDCG@k per query from its grade counts (``_grade_counts``): the judged gains sorted
+    descending, without a sort."""
+    n_queries = counts.shape[0]
     depth = int(counts[:, 1:].sum(axis=1).max(initial=0))
     depth = depth if k is None else min(depth, k)
     cumulative = np.concatenate(([0.0], np.cumsum(_kernels.discounts(depth))))
@@ -205,7 +308,69 @@ def _ideal_dcg(q: np.ndarray, grades: np.ndarray, n_queries: int, k: int | None)
 def _length_buckets(lengths: np.ndarray) -> list[np.ndarray]:
     """Group queries whose list lengths share a power-of-two class, bounding padding to 2x."""
     classes = np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64)
-    return [np.flatnonzero(classes == c) for c in np.unique(classes)]
+    if len(classes) and (classes == classes[0]).all():
+        return [np.arange(len(classes))]
+    return [np.flatnonzero(classes == c) for c in np.flatnonzero(np.bincount(classes))]
+
+
+def _file_ranking(
+    q: np.ndarray, scores: np.ndarray, d: np.ndarray, doc_names: pa.Array
+) -> tuple[bool, np.ndarray | None]:
+    """``(True, order)`` when the rows already come in trec_eval's order up to ties: grouped
+    by query in ascending code order, scores descending within each query, as run files are
+    written. ``order`` is then None (no tied scores) or the row order with each run of tied
+    scores sorted by document id descending; ``(False, None)`` when the rows need the full
+    sort."""
+    n = len(q)
+    if n < 2:
+        return True, None
+    if (q[1:] < q[:-1]).any():
+        return False, None
+    tied = q[1:] == q[:-1]  # tied[i]: row i + 1 ties with row i (same query, same score)
+    if (tied & (scores[1:] > scores[:-1])).any():
+        return False, None
+    tied &= scores[1:] == scores[:-1]
+    n_tied = int(np.count_nonzero(tied))
+    if not n_tied:
+        return True, None
+    starts = np.empty(n, dtype=bool)  # a row that does not tie with the row before it
+    starts[0] = True
+    np.logical_not(tied, out=starts[1:])
+    rows = None  # every row, when ties are common
+    if 4 * n_tied < n:
+        in_tie = np.zeros(n, dtype=bool)
+        in_tie[1:] = tied
+        in_tie[:-1] |= tied
+        rows = np.flatnonzero(in_tie)
+        starts, d = starts[rows], d[rows]
+    group = np.cumsum(starts)
+    # document ids descending within a run of ties: ranks of the ids these rows hold
+    present = np.zeros(len(doc_names), dtype=bool)
+    present[d] = True
+    used = np.flatnonzero(present)
+    descending = np.zeros(len(doc_names), dtype=np.int64)
+    descending[used] = len(used) - 1 - string_ranks(take(doc_names, used))
+    key = group * len(used)
+    key += descending[d]
+    order = _argsort_distinct(key)
+    if rows is None:
+        return True, order
+    full = np.arange(n)
+    full[rows] = rows[order]
+    return True, full
+
+
+def _argsort_distinct(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for non-negative keys, as a plain sort of ``key << b
+    | position`` (cheaper than an argsort) where that fits in 63 bits."""
+    bits = max(len(keys) - 1, 1).bit_length()
+    if int(keys.max(initial=0)).bit_length() + bits > 63:
+        return np.argsort(keys, kind="stable")
+    packed = keys << bits
+    packed += np.arange(len(keys))
+    packed.sort()
+    packed &= (1 << bits) - 1
+    return packed
 
 
 def _padded(
@@ -255,42 +420,51 @@ def evaluate_table(
     """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths or dicts."""
     parsed = parse_measures(measures)
     with small_pages():
-        return _evaluate(parsed, _as_qrels(qrels), _as_run(run))
+        if isinstance(qrels, str | PathLike) and isinstance(run, str | PathLike):
+            # two files, each parsed on its own thread (Arrow's parser releases the GIL); the
+            # qrels on this one, so that its errors come first, as in a serial read
+            judged, ranked = run_concurrently(lambda: _as_qrels(qrels), lambda: _as_run(run))
+        else:
+            judged, ranked = _as_qrels(qrels), _as_run(run)
+        return _evaluate(parsed, judged, ranked)
 
 
 def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     q_run, q_qrels, qid_names = _encode(run.qids, qrels.qids)
     d_run, d_qrels, doc_names = _encode(run.doc_ids, qrels.doc_ids)
     n_queries, n_docs = len(qid_names), max(len(doc_names), 1)
-    # the numpy work on this thread, Arrow's sort (its own memory pool) beside it
-    (qrels_repeats, run_grades, run_repeats), order = run_concurrently(
-        lambda: _graded_pairs(q_qrels, d_qrels, qrels.relevance, q_run, d_run, n_queries, n_docs),
-        lambda: trec_order(q_run, run.scores, run.doc_ids),
-    )
+
+    def graded() -> tuple[bool, np.ndarray, bool]:
+        return _graded_pairs(q_qrels, d_qrels, qrels.relevance, q_run, d_run, n_queries, n_docs)
+
+    ranked, order = _file_ranking(q_run, run.scores, d_run, doc_names)
+    if ranked:
+        qrels_repeats, run_grades, run_repeats = graded()
+    else:  # the numpy work on this thread, Arrow's sort (its own memory pool) beside it
+        (qrels_repeats, run_grades, run_repeats), order = run_concurrently(
+            graded, lambda: trec_order(q_run, run.scores, run.doc_ids)
+        )
     if qrels_repeats:
         raise _duplicate_error("qrels", qrels.source, q_qrels, d_qrels, qid_names, doc_names)
     if run_repeats:
         raise _duplicate_error("run", run.source, q_run, d_run, qid_names, doc_names)
 
-    q_ranked = q_run[order]
-    gains = run_grades[order]
+    q_ranked = q_run if order is None else q_run[order]
+    gains = run_grades if order is None else run_grades[order]
     del run_grades  # freed for reuse below
     np.maximum(gains, 0, out=gains)  # linear gain; every binary level is >= 1
     lengths = np.bincount(q_ranked, minlength=n_queries)
-    judged = np.bincount(q_qrels, minlength=n_queries) > 0
+    counts = _grade_counts(q_qrels, qrels.relevance, n_queries)
+    judged = counts.sum(axis=1) > 0
     # every retrieved-for query is scored; those the qrels do not judge are left out after
     evaluated = np.flatnonzero(lengths > 0)
 
     rel_levels = {m.rel for m in parsed if m.name != "nDCG"}
+    # relevant judged documents per query: those of gain >= lvl (>= 1, so clipping is moot)
     n_rel = {
-        lvl: np.bincount(q_qrels[qrels.relevance >= lvl], minlength=n_queries)
-        for lvl in {m.rel for m in parsed if m.name in ("AP", "R")}
+        lvl: counts[:, lvl:].sum(axis=1) for lvl in {m.rel for m in parsed if m.name in ("AP", "R")}
     }
-    idcg = {
-        m.cutoff: _ideal_dcg(q_qrels, qrels.relevance, n_queries, m.cutoff)
-        for m in parsed
-        if m.name == "nDCG"
-    }
+    idcg = {m.cutoff: _ideal_dcg(counts, m.cutoff) for m in parsed if m.name == "nDCG"}
 
     values = np.empty((n_queries, len(parsed)))
     for bucket in _length_buckets(lengths[evaluated]):
@@ -306,7 +480,7 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
                 idcg[m.cutoff][queries] if m.name == "nDCG" else None,
             )
     evaluated = evaluated[judged[evaluated]]
-    names = qid_names.take(from_numpy(evaluated)).to_pylist()
+    names = take(qid_names, evaluated).to_pylist()
     return Evaluation(names, parsed, values[evaluated])
 
 

@@ -1,0 +1,84 @@
+"""What every argparse command shares (udcg.cli.common): one-line errors and warnings, a quiet
+end on a closed pipe, ``-`` for standard input and output."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import udcg.cli.score
+import udcg.cli.trec
+from udcg.cli.common import BROKEN_PIPE, run_cli
+from udcg.errors import UDCGInputError, UDCGWarning
+from udcg.io.contexts import write_contexts
+from udcg.theta.simulate import simulate_contexts as simulate
+
+TREC = Path(__file__).resolve().parents[2] / "examples" / "trec"
+QRELS, RUN = TREC / "qrels.trec", TREC / "run.trec"
+
+
+def test_a_closed_pipe_ends_quietly_with_status_141() -> None:
+    """``udcg trec QRELS RUN -q | head -1``, the reader gone before the first write."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "udcg", "trec", str(QRELS), str(RUN), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == BROKEN_PIPE == 141
+    assert stderr == b""
+
+
+def test_errors_and_warnings_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    def fails() -> None:
+        raise UDCGInputError("cannot connect\nretry later", field="judge")
+
+    assert run_cli("udcg x", fails) == 2
+    assert capsys.readouterr().err == "udcg x: error: field 'judge': cannot connect retry later\n"
+
+    def warns() -> None:
+        for _ in range(2):  # shown each time, not once per place
+            warnings.warn("few contexts", UDCGWarning, stacklevel=1)
+
+    assert run_cli("udcg x", warns) == 0
+    assert capsys.readouterr().err == "udcg x: warning: few contexts\n" * 2
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+def test_trec_reads_a_dash_from_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert udcg.cli.trec.main([str(QRELS), str(RUN), "-q"]) == 0
+    from_files = capsys.readouterr().out
+    _stdin(monkeypatch, RUN.read_bytes())
+    assert udcg.cli.trec.main([str(QRELS), "-", "-q"]) == 0
+    assert capsys.readouterr().out == from_files
+
+
+def test_trec_refuses_stdin_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    assert udcg.cli.trec.main(["-", "-"]) == 2
+    assert capsys.readouterr().err == (
+        "udcg trec: error: QRELS and RUN cannot both be - (standard input)\n"
+    )
+
+
+def test_score_from_stdin_to_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_contexts(tmp_path / "c.jsonl", simulate(5, 3, per_query=1))
+    _stdin(monkeypatch, (tmp_path / "c.jsonl").read_bytes())
+    assert udcg.cli.score.main(["-", "--judge", "sim", "--out", "-"]) == 0
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines()]
+    assert len(rows) == 5 and {"qid", "UDCG", "nDCG"} <= set(rows[0])
+    assert captured.err.startswith("5 contexts, judge sim, utility abstention\nUDCG")

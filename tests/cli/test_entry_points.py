@@ -1,0 +1,313 @@
+"""train.py and evaluate.py as a user runs them: every option checked before any work, a
+mistake is exactly one line on stderr naming the option typed, exit status 2; warnings are one
+line; a sweep goes on past a failed member and lists the failures at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.theta.simulate import simulate_contexts as simulate
+
+REPO = Path(__file__).resolve().parents[2]
+NQ_SOURCE = (
+    "the Lost in the Middle NQ-open oracle file (nq-open-oracle.jsonl.gz in qa_data/ of "
+    "github.com/nelson-liu/lost-in-the-middle)"
+)
+
+
+def run(script: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` from the repository root, offline."""
+    return subprocess.run(
+        [sys.executable, script, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=300,
+    )
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, line: str) -> None:
+    """Exit status 2 and ``line`` alone on stderr: no traceback, no Hydra banner."""
+    assert done.stderr.splitlines() == [line], done.stderr
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "Error executing job" not in done.stderr
+
+
+# one line per bad option: (script, overrides, the line on stderr)
+BAD_OPTIONS = {
+    "k=abc": (
+        "train.py",
+        ["k=abc"],
+        "train.py: error: field 'k': must be a positive integer, got 'abc'",
+    ),
+    "k=-1": (
+        "train.py",
+        ["k=-1"],
+        "train.py: error: field 'k': must be a positive integer, got -1",
+    ),
+    "k=1.5": (
+        "train.py",
+        ["k=1.5"],
+        "train.py: error: field 'k': must be a positive integer, got 1.5",
+    ),
+    "k=0": ("train.py", ["k=0"], "train.py: error: field 'k': must be a positive integer, got 0"),
+    "evaluate k=abc": (
+        "evaluate.py",
+        ["k=abc"],
+        "evaluate.py: error: field 'k': must be a positive integer, got 'abc'",
+    ),
+    "evaluate k=0": (
+        "evaluate.py",
+        ["k=0"],
+        "evaluate.py: error: field 'k': must be a positive integer, got 0",
+    ),
+    "missing data file": (
+        "train.py",
+        ["data=jsonl", "data.path=missing.jsonl"],
+        "train.py: error: missing.jsonl: no such file",
+    ),
+    "test_fraction": (
+        "train.py",
+        ["test_fraction=1.5"],
+        "train.py: error: field 'test_fraction': must be a number strictly between 0 and 1, "
+        "got 1.5",
+    ),
+    "test_fraction before the data": (
+        "train.py",
+        ["test_fraction=0", "data=jsonl", "data.path=missing.jsonl"],
+        "train.py: error: field 'test_fraction': must be a number strictly between 0 and 1, got 0",
+    ),
+    "correlation": (
+        "train.py",
+        ["correlation=foo"],
+        "train.py: error: field 'correlation': must be one of spearman, kendall, pearson, "
+        "got 'foo'",
+    ),
+    "n_bootstrap": (
+        "train.py",
+        ["n_bootstrap=0"],
+        "train.py: error: field 'n_bootstrap': must be a positive integer, got 0",
+    ),
+    "seed": (
+        "train.py",
+        ["seed=abc"],
+        "train.py: error: field 'seed': must be an integer, got 'abc'",
+    ),
+    "gamma_grid": (
+        "train.py",
+        ["gamma_grid=[1,-2]"],
+        "train.py: error: field 'gamma_grid': position 1: gamma must be finite and >= 0, got -2.0",
+    ),
+    "utility": (
+        "train.py",
+        ["utility=nope"],
+        "train.py: error: field 'utility': unknown utility source 'nope'; known: abstention, "
+        "answer_likelihood",
+    ),
+    "model.l2": (
+        "train.py",
+        ["model.l2=-1"],
+        "train.py: error: field 'model.l2': must be finite and >= 0, got -1",
+    ),
+    "trainer.max_epochs": (
+        "train.py",
+        ["trainer.max_epochs=0"],
+        "train.py: error: field 'trainer.max_epochs': expected a positive integer, got 0",
+    ),
+    "evaluate correlation": (
+        "evaluate.py",
+        ["correlation=foo"],
+        "evaluate.py: error: field 'correlation': must be one of spearman, kendall, pearson, "
+        "got 'foo'",
+    ),
+    "relevance": (
+        "evaluate.py",
+        ["relevance=x"],
+        "evaluate.py: error: field 'relevance': must be one of string, llm, got 'x'",
+    ),
+    "grader": (
+        "evaluate.py",
+        ["grader=x"],
+        "evaluate.py: error: field 'grader': must be one of span, llm, got 'x'",
+    ),
+    "qcare": (
+        "evaluate.py",
+        ["qcare=maybe"],
+        "evaluate.py: error: field 'qcare': must be true or false, got 'maybe'",
+    ),
+    "dataset.limit": (
+        "evaluate.py",
+        ["dataset.limit=0"],
+        "evaluate.py: error: field 'dataset.limit': must be a positive integer, got 0",
+    ),
+    "evaluate utility": (
+        "evaluate.py",
+        ["utility=nope"],
+        "evaluate.py: error: field 'utility': unknown utility source 'nope'; known: abstention, "
+        "answer_likelihood",
+    ),
+    "unknown dataset option": (
+        "evaluate.py",
+        ["+dataset.foo=1"],
+        "evaluate.py: error: field 'dataset': cannot build dataset: TypeError: demo_source() got "
+        "an unexpected keyword argument 'foo'",
+    ),
+    "k larger than the corpus": (
+        "evaluate.py",
+        ["k=1000"],
+        "evaluate.py: error: field 'k': k=1000 is larger than the corpus (420 passages)",
+    ),
+    "unknown judge offline": (
+        "evaluate.py",
+        ["judge=nosuch/model"],
+        "evaluate.py: error: field 'judge': 'nosuch/model' is not a local path and not in the "
+        "Hugging Face cache, and offline mode is on (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE): "
+        "give a local path or download the model first",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_option_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every BAD_OPTIONS case, a few at a time (each pays the interpreter start-up)."""
+    tmp = tmp_path_factory.mktemp("bad")
+
+    def one(item: tuple[int, str]) -> subprocess.CompletedProcess:
+        i, name = item
+        script, overrides, _ = BAD_OPTIONS[name]
+        out = tmp / str(i)
+        extra = [f"cache_dir={out / 'cache'}"] if script == "evaluate.py" else []
+        return run(script, *overrides, *extra, f"hydra.run.dir={out}")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = pool.map(one, enumerate(BAD_OPTIONS))
+        return dict(zip(BAD_OPTIONS, done, strict=True))
+
+
+@pytest.mark.parametrize("name", list(BAD_OPTIONS))
+def test_a_bad_option_is_one_line_naming_it(bad_option_runs: dict, name: str) -> None:
+    assert_one_line_error(bad_option_runs[name], BAD_OPTIONS[name][2])
+
+
+def test_a_file_that_fails_while_read_is_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    done = run("train.py", "data=jsonl", f"data.path={empty}", f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(done, f"train.py: error: {empty}: empty file: no contexts")
+
+
+def test_nq_open_without_its_file_says_where_it_comes_from(tmp_path: Path) -> None:
+    path = tmp_path / "nq-open-oracle.jsonl.gz"
+    done = run(
+        "evaluate.py",
+        "dataset=nq_open",
+        f"dataset.path={path}",
+        f"cache_dir={tmp_path / 'cache'}",
+        f"hydra.run.dir={tmp_path}",
+    )
+    assert_one_line_error(
+        done,
+        f"evaluate.py: error: {path}: no such file; dataset=nq_open reads {NQ_SOURCE}: "
+        "download it and set dataset.path=...",
+    )
+
+
+def test_few_contexts_per_parameter_warn_and_undefined_correlations_say_why(
+    tmp_path: Path,
+) -> None:
+    """k=10 on the demo: 20 weights on 42 training contexts; Precision is constant."""
+    done = run("train.py", "k=10", "n_bootstrap=50", f"hydra.run.dir={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "train.py: warning: UDCG-theta fits 20 parameters on 42 contexts (2.1 contexts per "
+        "parameter, fewer than 20): its weights may not generalise; use more queries or a "
+        "smaller k"
+    ]
+    rows = {line.split("  ")[0].strip(): line for line in done.stdout.splitlines()}
+    assert rows["Precision"].split() == ["Precision", "undefined", "(metric", "is", "constant)"]
+    assert "nan" not in done.stdout
+    card = json.loads((tmp_path / "udcg_theta_k10.json").read_text())
+    precision = next(row for row in card["heldout"] if row["metric"] == "Precision")
+    assert precision["undefined"] == "metric is constant"
+
+
+# ------------------------------------------------------------------------------- sweeps
+
+
+def _annotated(path: Path, n: int = 24) -> None:
+    """Contexts of 3 passages with the judge 'm' labels (relevance, utility, outcome)."""
+    rng = np.random.default_rng(0)
+    contexts = []
+    for i in range(n):
+        passages = [
+            Passage(doc_id=f"d{j}", relevant=bool(rng.random() < 0.5), abstain_prob={"m": p})
+            for j, p in enumerate(rng.random(3).tolist())
+        ]
+        contexts.append(Context(f"q{i}", passages, outcomes={"m": {"correct": i % 3 == 0}}))
+    write_contexts(path, contexts)
+
+
+def test_train_sweep_goes_on_past_a_failed_member(tmp_path: Path) -> None:
+    data = tmp_path / "contexts.jsonl"
+    write_contexts(data, simulate(40, 3))
+    sweep = tmp_path / "sweep"
+    done = run(
+        "train.py",
+        "-m",
+        "k=7,3",
+        "data=jsonl",
+        f"data.path={data}",
+        "judge=sim",
+        "n_bootstrap=50",
+        f"hydra.sweep.dir={sweep}",
+    )
+    error = (
+        "error: field 'data': 0 contexts from 0 queries have k=7 and judge 'sim' labels "
+        "(240 list size != 7); a train/held-out split by query needs at least 4 queries"
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"train.py: {error}",
+        "train.py: 1 of 2 sweep members failed:",
+        f"  #0 k=7 data=jsonl data.path={data} judge=sim n_bootstrap=50: {error}",
+    ]
+    assert (sweep / "k3" / "udcg_theta_k3.safetensors").is_file()
+
+
+def test_evaluate_sweep_goes_on_past_a_failed_member(tmp_path: Path) -> None:
+    data = tmp_path / "in.jsonl"
+    _annotated(data)
+    sweep = tmp_path / "sweep"
+    done = run(
+        "evaluate.py",
+        "-m",
+        "k=4,3",
+        "dataset=jsonl",
+        f"dataset.path={data}",
+        "retriever=given",
+        "judge=m",
+        "n_bootstrap=50",
+        f"cache_dir={tmp_path / 'cache'}",
+        f"hydra.sweep.dir={sweep}",
+    )
+    error = "error: field 'k': no context has k=4 passages"
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"evaluate.py: {error}",
+        "evaluate.py: 1 of 2 sweep members failed:",
+        f"  #0 k=4 dataset=jsonl dataset.path={data} retriever=given judge=m n_bootstrap=50 "
+        f"cache_dir={tmp_path / 'cache'}: {error}",
+    ]
+    summary = json.loads((sweep / "sweep_summary.json").read_text())
+    assert [r["run"] for r in summary["runs"]] == ["given"]
+    assert "sweep summary:" in done.stdout

@@ -1,0 +1,94 @@
+"""The typed options of the two pipelines (``conf/train.yaml``, ``conf/evaluate.yaml``).
+
+Each settings object checks its values when it is built, before any work starts: a wrong value
+is a :class:`~udcg.errors.UDCGInputError` whose field is the option as the user types it
+(``test_fraction``, ``correlation``), never a parameter name inside the library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from udcg.errors import UDCGInputError
+from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.labels.annotate import GRADERS, RELEVANCE_MODES
+from udcg.stats import METHODS
+from udcg.theta.gamma import check_grid
+from udcg.validation import (
+    boolean,
+    integer,
+    nonempty_str,
+    one_of,
+    open_fraction,
+    positive_int,
+    show,
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Options of both pipelines: list size, judge, utility source, and how metrics are
+    correlated with correctness."""
+
+    k: int = 5
+    judge: str = "smollm2-135m"
+    utility: str = DEFAULT_SOURCE
+    correlation: str = "spearman"
+    n_bootstrap: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        positive_int(self.k, "k")
+        nonempty_str(self.judge, "judge")
+        get_source(self.utility)  # an unknown source names the known ones
+        one_of(self.correlation, "correlation", METHODS)
+        positive_int(self.n_bootstrap, "n_bootstrap")
+        integer(self.seed, "seed")
+
+
+@dataclass(frozen=True)
+class TrainSettings(Settings):
+    """``train``'s options beyond the data and the model: the share of queries held out and
+    the gammas tried (None: :data:`udcg.theta.DEFAULT_GRID`)."""
+
+    test_fraction: float = 0.3
+    gamma_grid: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        open_fraction(self.test_fraction, "test_fraction")
+        check_grid(self.gamma_grid, "gamma_grid")
+
+
+@dataclass(frozen=True)
+class EvaluateSettings(Settings):
+    """``evaluate``'s options beyond the data and the retriever."""
+
+    k: int = 3
+    judge_options: Mapping[str, Any] = field(default_factory=dict)
+    relevance: str = "string"
+    grader: str = "span"
+    max_new_tokens: int = 16
+    qcare: bool = False
+    ablations: bool = False
+    theta_weights: str | None = None
+    theta_crossfit: bool = False
+    cache_dir: Path = Path("outputs/evaluate/cache")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.judge_options, Mapping):
+            raise UDCGInputError(
+                f"must be a mapping of backend options, got {show(self.judge_options)}",
+                field="judge_options",
+            )
+        one_of(self.relevance, "relevance", RELEVANCE_MODES)
+        one_of(self.grader, "grader", GRADERS)
+        positive_int(self.max_new_tokens, "max_new_tokens")
+        for name in ("qcare", "ablations", "theta_crossfit"):
+            boolean(getattr(self, name), name)
+        if self.theta_weights is not None:
+            nonempty_str(self.theta_weights, "theta_weights")
