@@ -4,7 +4,7 @@ per-context query ids), and how a wrong value is shown in a message."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -123,3 +123,38 @@ def query_codes(groups: Any, n: int, length_of: str = "the contexts") -> np.ndar
     except TypeError:  # ids of mixed types
         _, codes = np.unique(labels.astype(str), return_inverse=True)
     return np.asarray(codes, dtype=np.int64).reshape(-1)
+
+
+def by_query(**inputs: Any) -> list[Any] | None:
+    """Inputs given as mappings ``{qid: value}`` as lists in the order of the first one's keys;
+    None when no input is a mapping. Mixing mappings and sequences, or mappings with different
+    qids, is an error naming the input that differs."""
+    names = list(inputs)
+    maps = [isinstance(v, Mapping) for v in inputs.values()]
+    if not any(maps):
+        return None
+    if not all(maps):
+        listed = (
+            " and ".join([", ".join(names[:-1]), names[-1]])
+            if len(names) > 2
+            else (" and ".join(names))
+        )
+        both = "both" if len(names) == 2 else "all"
+        raise UDCGInputError(
+            f"{listed} must {both} be mappings {{qid: ...}} or {both} be arrays/lists",
+            field=names[maps.index(False)] if maps[0] else names[0],
+        )
+    first = inputs[names[0]]
+    keys = list(first)
+    for name in names[1:]:
+        other = inputs[name]
+        missing = [q for q in keys if q not in other]
+        extra = [q for q in other if q not in first]
+        if missing or extra:
+            what = (
+                f"no entry for query {show(missing[0])}"
+                if missing
+                else f"unknown query {show(extra[0])}"
+            )
+            raise UDCGInputError(f"{what} (every input needs the same qids)", field=name)
+    return [[inputs[name][q] for q in keys] for name in names]

@@ -16,7 +16,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import read_contexts
 from udcg.io.reference import read_reference_json
 from udcg.io.trec_contexts import read_trec_contexts
-from udcg.io.trec_files import read_trec_qrels, read_trec_run
+from udcg.io.trec_files import read_trec_qrels, read_trec_run, run_from_dict, write_trec_run
 from udcg.theta import UDCGTheta
 
 RUN = b"q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5 t\n" * 50
@@ -99,3 +99,10 @@ def test_a_bfloat16_tensor_is_a_located_error(tmp_path: Path):
     (tmp_path / "m.json").write_text(json.dumps(card))
     with pytest.raises(UDCGInputError, match=r"m\.safetensors: a tensor has dtype BF16"):
         UDCGTheta.load(path, k=2)
+
+
+def test_a_written_run_reads_back_the_same(tmp_path: Path) -> None:
+    # numpy 2 scalars once wrote their repr (np.float64(11.1)) into the score column
+    run = {"q1": {"d1": 11.1, "d2": 0.1 + 0.2, "d3": -3.0}, "q2": {"d9": 1e-300}}
+    write_trec_run(tmp_path / "run.trec", run_from_dict(run))
+    assert read_trec_run(tmp_path / "run.trec").to_dict() == run

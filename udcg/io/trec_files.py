@@ -362,4 +362,4 @@ def write_trec_run(path: PathType, run: Run, tag: str = "udcg") -> None:
         for q, d, s in zip(qids, docs, scores, strict=True):
             rank = rank + 1 if q == previous else 1
             previous = q
-            out.write(f"{q} Q0 {d} {rank} {s!r} {tag}\n")
+            out.write(f"{q} Q0 {d} {rank} {float(s)!r} {tag}\n")

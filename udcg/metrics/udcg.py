@@ -31,7 +31,7 @@ from udcg.metrics._arrays import (
     in_unit_interval,
     unpad,
 )
-from udcg.validation import show
+from udcg.validation import by_query, show
 
 __all__ = ["udcg", "udcg_terms", "utility"]
 
@@ -79,25 +79,8 @@ def _check_gamma(gamma: Any) -> float:
 
 def _aligned(relevant: Any, utility: Any) -> tuple[Any, Any]:
     """Mappings ``{qid: sequence}`` become lists in the order of ``relevant``'s keys."""
-    rel_map, u_map = isinstance(relevant, Mapping), isinstance(utility, Mapping)
-    if not rel_map and not u_map:
-        return relevant, utility
-    if rel_map != u_map:
-        raise UDCGInputError(
-            "relevant and utility must both be mappings {qid: sequence} or both be arrays/lists",
-            field="utility" if rel_map else "relevant",
-        )
-    missing = [q for q in relevant if q not in utility]
-    extra = [q for q in utility if q not in relevant]
-    if missing or extra:
-        what = (
-            f"no entry for query {show(missing[0])}"
-            if missing
-            else f"unknown query {show(extra[0])}"
-        )
-        raise UDCGInputError(f"{what} (relevant and utility need the same qids)", field="utility")
-    keys = list(relevant)
-    return [relevant[q] for q in keys], [utility[q] for q in keys]
+    aligned = by_query(relevant=relevant, utility=utility)
+    return (relevant, utility) if aligned is None else (aligned[0], aligned[1])
 
 
 def _dense_pair(relevant: Any, utility: Any) -> bool:

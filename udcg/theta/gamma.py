@@ -10,7 +10,6 @@ to choose gamma and is optimistic: report the correlation on held-out contexts (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,7 @@ from udcg.errors import UDCGInputError
 from udcg.metrics._arrays import as_padded
 from udcg.metrics.udcg import udcg
 from udcg.stats import METHODS, correlation
-from udcg.validation import float_vector, show
+from udcg.validation import by_query, float_vector, show
 
 __all__ = ["DEFAULT_GRID", "GammaResult", "check_grid", "tune_gamma"]
 
@@ -68,26 +67,8 @@ def check_grid(grid: Any, name: str = "grid") -> np.ndarray:
 
 def _as_lists(relevant: Any, utility: Any, correct: Any) -> tuple[Any, Any, Any]:
     """Mappings ``{qid: ...}`` become sequences in the order of ``relevant``'s keys."""
-    maps = [isinstance(v, Mapping) for v in (relevant, utility, correct)]
-    if not any(maps):
-        return relevant, utility, correct
-    if not all(maps):
-        raise UDCGInputError(
-            "relevant, utility and correct must all be mappings {qid: ...} or all be arrays/lists",
-            field="correct" if maps[0] else "relevant",
-        )
-    keys = list(relevant)
-    for name, other in (("utility", utility), ("correct", correct)):
-        missing = [q for q in keys if q not in other]
-        extra = [q for q in other if q not in relevant]
-        if missing or extra:
-            what = (
-                f"no entry for query {show(missing[0])}"
-                if missing
-                else f"unknown query {show(extra[0])}"
-            )
-            raise UDCGInputError(f"{what} (every input needs the same qids)", field=name)
-    return [relevant[q] for q in keys], [utility[q] for q in keys], [correct[q] for q in keys]
+    aligned = by_query(relevant=relevant, utility=utility, correct=correct)
+    return (relevant, utility, correct) if aligned is None else tuple(aligned)
 
 
 def tune_gamma(
