@@ -19,6 +19,8 @@ _LAZY = {
     "Evaluation": "udcg.trec.engine",
     "evaluate": "udcg.trec.engine",
     "evaluate_table": "udcg.trec.engine",
+    "compare": "udcg.trec.comparison",
+    "ComparisonReport": "udcg.trec.comparison",
     "Qrels": "udcg.io.trec_files",
     "Run": "udcg.io.trec_files",
     "read_trec_qrels": "udcg.io.trec_files",
@@ -33,6 +35,7 @@ _moved.install()
 if TYPE_CHECKING:  # the lazy names, for type checkers
     from udcg.io.trec_files import Qrels, Run, read_trec_qrels, read_trec_run  # noqa: F401
     from udcg.theta.estimator import UDCGTheta  # noqa: F401
+    from udcg.trec.comparison import ComparisonReport, compare  # noqa: F401
     from udcg.trec.engine import Evaluation, evaluate, evaluate_table  # noqa: F401
 
 
