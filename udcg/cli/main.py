@@ -10,6 +10,8 @@ from collections.abc import Sequence
 #: command -> (module with ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "trec": ("udcg.cli.trec", "evaluate a TREC run against qrels (trec_eval semantics)"),
+    "compare": ("udcg.cli.compare", "compare runs with paired significance tests"),
+    "contexts": ("udcg.cli.contexts", "join a TREC run with topics and a collection"),
     "annotate": ("udcg.cli.annotate", "judge labels for a contexts file"),
     "score": ("udcg.cli.score", "UDCG, UDCG-theta and classic metrics per context"),
     "qcare": ("udcg.cli.qcare", "Q-CARE labels, scores and judge-human agreement"),

@@ -93,7 +93,7 @@ def read_outcomes(path: PathType) -> dict[str, bool]:
     return out
 
 
-def _grades(qrels: Qrels) -> dict[str, dict[str, int]]:
+def judged_grades(qrels: Qrels) -> dict[str, dict[str, int]]:
     """``{qid: {doc_id: grade}}``; a repeated judgement is an error at its line."""
     grades = qrels.to_dict()
     if sum(map(len, grades.values())) < len(qrels):
@@ -102,7 +102,7 @@ def _grades(qrels: Qrels) -> dict[str, dict[str, int]]:
     return grades
 
 
-def _run_line(run: Run, qid: str, doc_id: str) -> int | None:
+def run_line(run: Run, qid: str, doc_id: str) -> int | None:
     """The first line of the run file that ranks ``doc_id`` for ``qid`` (in its first and
     third columns; Arrow also ends a row at a lone carriage return, which does not end a line
     in an editor); ``None`` when no line holds them or the run was not read from a file."""
@@ -135,7 +135,7 @@ def read_trec_contexts(
             field="utility_field",
         )
     positive_int(k, "k")
-    ranked, grades = read_trec_run(run), _grades(read_trec_qrels(qrels))
+    ranked, grades = read_trec_run(run), judged_grades(read_trec_qrels(qrels))
     probs, correct = read_utilities(utilities), read_outcomes(outcomes)
     qids, doc_ids = ranked.qids.to_pylist(), ranked.doc_ids.to_pylist()
     scores = ranked.scores.tolist()
@@ -149,7 +149,7 @@ def read_trec_contexts(
             raise UDCGInputError(
                 f"duplicate document {doc_id!r} for query {qid!r}",
                 path=run,
-                line=_run_line(ranked, qid, doc_id),
+                line=run_line(ranked, qid, doc_id),
                 field="doc_id",
             )
         docs.add(doc_id)
@@ -160,7 +160,7 @@ def read_trec_contexts(
                 raise UDCGInputError(
                     f"query {qid!r} has no outcome in {outcomes}",
                     path=run,
-                    line=_run_line(ranked, qid, doc_id),
+                    line=run_line(ranked, qid, doc_id),
                     field="outcomes",
                 )
             contexts.append(
@@ -170,7 +170,7 @@ def read_trec_contexts(
             raise UDCGInputError(
                 f"document {doc_id!r} of query {qid!r} has no {utility_field} in {utilities}",
                 path=run,
-                line=_run_line(ranked, qid, doc_id),
+                line=run_line(ranked, qid, doc_id),
                 field="utilities",
             )
         contexts[-1].passages.append(
