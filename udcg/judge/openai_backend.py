@@ -201,6 +201,19 @@ class OpenAIJudge(Judge):
         choice = self._chat(messages, max_tokens=1, logprobs=True, top_logprobs=self.top_logprobs)
         return self._read(self._api + "/chat/completions", first_token_logprobs, choice)
 
+    def _values(
+        self, results: list[tuple[float, bool]], counter: str, warning: str, **fields: str
+    ) -> np.ndarray:
+        """The values of ``(value, is_bound)`` results; bounds are counted under ``counter`` and
+        warned about once per call (``warning`` formatted with ``n``, ``total``, ``top`` and
+        ``fields``)."""
+        bounded = sum(bound for _, bound in results)
+        if bounded:
+            self.http.count(counter, bounded)
+            text = warning.format(n=bounded, total=len(results), top=self.top_logprobs, **fields)
+            warnings.warn(text, stacklevel=3)
+        return np.asarray([value for value, _ in results], dtype=np.float64)
+
     # -- operations ---------------------------------------------------------------------------
 
     def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
@@ -219,17 +232,12 @@ class OpenAIJudge(Judge):
             top = self._first_token_logprobs(messages)
             return self._read(f"{url}: item {i}", yes_ratio, top, self.top_logprobs)
 
-        results = self.http.map(one, list(prompts))
-        bounded = sum(b for _, b in results)
-        if bounded:
-            self.http.count("yes_no_bound", bounded)
-            warnings.warn(
-                f"yes_prob: for {bounded} of {len(results)} prompts only one of Yes/No was"
-                f" among the top {self.top_logprobs} tokens; the other was taken at its upper"
-                " bound (the smallest top-k probability)",
-                stacklevel=2,
-            )
-        return np.asarray([v for v, _ in results], dtype=np.float64)
+        return self._values(
+            self.http.map(one, list(prompts)),
+            "yes_no_bound",
+            "yes_prob: for {n} of {total} prompts only one of Yes/No was among the top {top}"
+            " tokens; the other was taken at its upper bound (the smallest top-k probability)",
+        )
 
     def abstain_prob(
         self, questions: Sequence[str], passages: Sequence[str], mode: AbstainMode = "first_token"
@@ -255,17 +263,13 @@ class OpenAIJudge(Judge):
         def one(i: int, pair: tuple[str, str]) -> tuple[float, bool]:
             return token_prob(self._first_token_logprobs(abstain_messages(*pair)), marker)
 
-        results = self.http.map(one, list(zip(questions, passages, strict=True)))
-        bounded = sum(b for _, b in results)
-        if bounded:
-            self.http.count("abstain_bound", bounded)
-            warnings.warn(
-                f"abstain_prob: for {bounded} of {len(results)} pairs the token {marker!r} was"
-                f" not among the top {self.top_logprobs}; its probability was set to its upper"
-                " bound, the smallest top-k probability",
-                stacklevel=2,
-            )
-        return np.asarray([v for v, _ in results], dtype=np.float64)
+        return self._values(
+            self.http.map(one, list(zip(questions, passages, strict=True))),
+            "abstain_bound",
+            "abstain_prob: for {n} of {total} pairs the token {marker} was not among the top"
+            " {top}; its probability was set to its upper bound, the smallest top-k probability",
+            marker=repr(marker),
+        )
 
     def answer_prob(
         self,
