@@ -6,10 +6,10 @@ The names below are imported on first use, so ``import udcg`` stays cheap; the s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from udcg import _moved
+from udcg._lazy import lazy_attributes
 from udcg.errors import UDCGInputError
 
 __version__ = "0.2.0"
@@ -39,14 +39,4 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from udcg.trec.engine import Evaluation, evaluate, evaluate_table  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'udcg' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes("udcg", _LAZY, globals())

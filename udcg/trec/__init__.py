@@ -7,8 +7,9 @@ The names below are imported on first use, so ``python -m udcg.trec`` can set up
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from udcg._lazy import lazy_attributes
 
 #: public name -> module that defines it
 _LAZY = {
@@ -30,14 +31,4 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from udcg.trec.measures import Measure, parse_measures  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'udcg.trec' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes("udcg.trec", _LAZY, globals())

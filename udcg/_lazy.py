@@ -1,0 +1,28 @@
+"""Package attributes imported on first use (PEP 562), so importing a package stays cheap."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy_attributes(
+    package: str, names: Mapping[str, str], namespace: dict[str, Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package``: ``names`` maps each public name to the
+    module that defines it; a name is imported when first read and then kept in
+    ``namespace`` (the package's globals)."""
+
+    def getattr_(name: str) -> Any:
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(set(namespace) | set(names))
+
+    return getattr_, dir_
