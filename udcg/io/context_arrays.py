@@ -26,7 +26,6 @@ __all__ = [
 
 
 def _missing(ctx: Context, index: int, name: str, hint: str = "") -> UDCGInputError:
-    path, line = ctx.source if ctx.source is not None else (None, None)
     where = (
         f"qid {short(ctx.qid)}"
         if ctx.source is not None
@@ -34,7 +33,7 @@ def _missing(ctx: Context, index: int, name: str, hint: str = "") -> UDCGInputEr
     )
     if ctx.run is not None:
         where += f", run {short(ctx.run)}"
-    return UDCGInputError(f"missing ({where}){hint}", path=path, line=line, field=name)
+    return UDCGInputError(f"missing ({where}){hint}", field=name, **ctx.location())
 
 
 def relevance_matrix(contexts: Iterable[Context]) -> list[np.ndarray]:

@@ -110,6 +110,12 @@ class Context:
     extra: dict[str, Any] = field(default_factory=dict)
     source: tuple[str, int] | None = field(default=None, compare=False, repr=False)
 
+    def location(self) -> dict[str, Any]:
+        """``{"path": file, "line": line}`` of the line the context was read from (both None
+        for a context built in memory), ready to pass to :class:`UDCGInputError`."""
+        path, line = self.source if self.source is not None else (None, None)
+        return {"path": path, "line": line}
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: known keys in :data:`CONTEXT_KEYS` order, then ``extra``."""
         out: dict[str, Any] = {}

@@ -94,11 +94,6 @@ def parse_grade(text: str) -> str | None:
     return word if word in GRADES else None
 
 
-def _where(ctx: Context) -> dict[str, Any]:
-    path, line = ctx.source if ctx.source else (None, None)
-    return {"path": path, "line": line}
-
-
 def check_inputs(contexts: Sequence[Context], steps: Sequence[str], relevance: str) -> None:
     """Check every field the chosen steps need before any LLM call."""
     needs_answers = [s for s in ("answer_likelihood", "relevance", "outcomes") if s in steps]
@@ -110,22 +105,24 @@ def check_inputs(contexts: Sequence[Context], steps: Sequence[str], relevance: s
     )
     for ctx in contexts:
         if needs_question and not (ctx.question and ctx.question.strip()):
-            raise UDCGInputError("missing or empty", field="question", **_where(ctx))
+            raise UDCGInputError("missing or empty", field="question", **ctx.location())
         if needs_answers and not ctx.answers:
             raise UDCGInputError(
                 f"missing: step {', '.join(needs_answers)} needs acceptable answers",
                 field="answers",
-                **_where(ctx),
+                **ctx.location(),
             )
         if "answer_likelihood" in steps:
             for j, answer in enumerate(ctx.answers or []):
                 if not answer.strip():
-                    raise UDCGInputError("empty answer", field=f"answers[{j}]", **_where(ctx))
+                    raise UDCGInputError("empty answer", field=f"answers[{j}]", **ctx.location())
         if not ctx.passages:
-            raise UDCGInputError("no passages to annotate", field="passages", **_where(ctx))
+            raise UDCGInputError("no passages to annotate", field="passages", **ctx.location())
         for i, passage in enumerate(ctx.passages):
             if passage.text is None or not passage.text.strip():
-                raise UDCGInputError("missing or empty", field=f"passages[{i}].text", **_where(ctx))
+                raise UDCGInputError(
+                    "missing or empty", field=f"passages[{i}].text", **ctx.location()
+                )
 
 
 def annotate(

@@ -82,12 +82,10 @@ def _split_of(ctx: Context, split_by: str | None) -> str:
         return ALL
     value = getattr(ctx, split_by) if split_by in CONTEXT_KEYS else ctx.extra.get(split_by)
     if value is None:
-        path, line = ctx.source if ctx.source else (None, None)
         raise UDCGInputError(
             f"missing: needed to split contexts (qid {ctx.qid!r})",
-            path=path,
-            line=line,
             field=split_by,
+            **ctx.location(),
         )
     return str(value)
 
@@ -117,12 +115,10 @@ def agreement(
     for human in human_contexts:
         judge = by_key.get((human.qid, human.run))
         if judge is None:
-            path, line = human.source if human.source else (None, None)
             raise UDCGInputError(
                 f"no judge-labelled context with qid {human.qid!r} and run {human.run!r}",
-                path=path,
-                line=line,
                 field="qid",
+                **human.location(),
             )
         if fill:
             human, more = fill_labels(human, judge, answers_from)

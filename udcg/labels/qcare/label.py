@@ -63,11 +63,6 @@ class QCareReport:
         )
 
 
-def _where(ctx: Context) -> dict[str, Any]:
-    path, line = ctx.source if ctx.source else (None, None)
-    return {"path": path, "line": line}
-
-
 def answer_of(ctx: Context, model: str) -> str:
     """``outcomes[model].answer`` of a context, or a located error."""
     answer = ctx.outcomes.get(model, {}).get("answer")
@@ -77,7 +72,7 @@ def answer_of(ctx: Context, model: str) -> str:
         raise UDCGInputError(
             f"missing or not a string (qid {ctx.qid!r}){hint}",
             field=f"outcomes.{model}.answer",
-            **_where(ctx),
+            **ctx.location(),
         )
     return answer
 
@@ -86,10 +81,12 @@ def check_inputs(contexts: Sequence[Context], answers_from: str | None) -> None:
     """Every field the pipeline needs, checked before any judge call."""
     for ctx in contexts:
         if not (ctx.question and ctx.question.strip()):
-            raise UDCGInputError("missing or empty", field="question", **_where(ctx))
+            raise UDCGInputError("missing or empty", field="question", **ctx.location())
         for i, passage in enumerate(ctx.passages):
             if passage.text is None or not passage.text.strip():
-                raise UDCGInputError("missing or empty", field=f"passages[{i}].text", **_where(ctx))
+                raise UDCGInputError(
+                    "missing or empty", field=f"passages[{i}].text", **ctx.location()
+                )
         if answers_from is not None:
             answer_of(ctx, answers_from)
 
