@@ -15,11 +15,29 @@ import pytest
 
 import udcg.cli.trec
 from udcg import evaluate, evaluate_table
+from udcg.io.weights import ThetaWeights, write_weights
 
 TREC = Path(__file__).resolve().parents[2] / "examples" / "trec"
 QRELS, RUN = TREC / "qrels.trec", TREC / "run.trec"
 MEASURES = ["nDCG@10", "AP", "RR", "P@5", "Hits@5"]
 DEFAULT = ["nDCG@10", "AP", "RR", "P@10"]
+UTILITY = ["nDCG@10", "UDCG@5", "UDCG(gamma=0.5)@3", "UDCGtheta@5"]
+
+
+def _write_utilities(path: Path) -> Path:
+    """P(abstain) for every (query, document) of the example run but q0's 8th (d131)."""
+    rng = np.random.default_rng(0)
+    lines = [line.split() for line in RUN.read_text().splitlines()]
+    assert lines[7][:4] == ["q0", "Q0", "d131", "8"]
+    kept = lines[:7] + lines[8:]
+    path.write_text("".join(f"{q}\t{d}\t{rng.random()!r}\n" for q, _, d, *_ in kept))
+    return path
+
+
+def _write_weights(path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    write_weights(path, ThetaWeights(rng.normal(size=5), rng.normal(size=5)))
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +46,14 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Comple
     tmp = tmp_path_factory.mktemp("trec")
     bad_run = tmp / "bad_run.trec"
     bad_run.write_text("q0 Q0 d1 1 2.5 t\nq0 Q0 d2 2\n")
+    utilities = _write_utilities(tmp / "u.tsv")
+    weights = _write_weights(tmp / "theta_k5.safetensors")
+    with_utilities = ["--utilities", utilities, "--weights", weights]
     cases = {
+        "utility_q": [QRELS, RUN, "-m", *UTILITY, "-q", *with_utilities],
+        "utility_json": [QRELS, RUN, "-m", *UTILITY, "--format", "json", *with_utilities],
+        "theta_no_weights": [QRELS, RUN, "-m", "UDCGtheta@5", "--utilities", utilities],
+        "missing_utility": [QRELS, RUN, "-m", "UDCG@10", "--utilities", utilities],
         "default": [QRELS, RUN],
         "text_q": [QRELS, RUN, "-m", *MEASURES, "-q"],
         "json_q": [QRELS, RUN, "-m", *MEASURES, "-q", "--format", "json"],
@@ -50,7 +75,7 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Comple
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=60)
         done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    done["paths"] = {"bad_run": bad_run}
+    done["paths"] = {"bad_run": bad_run, "utilities": utilities, "weights": weights}
     return done
 
 
@@ -116,6 +141,32 @@ def test_csv_header_and_rows(cli) -> None:
     assert means == evaluate_table(QRELS, RUN, MEASURES).mean()
 
 
+def test_utility_measures_rows_like_the_others(cli) -> None:
+    paths = cli["paths"]
+    kwargs = {"utilities": paths["utilities"], "weights": paths["weights"]}
+    ours = evaluate(QRELS, RUN, UTILITY, **kwargs)
+    rows = _text_rows(_ok(cli["utility_q"]))
+    per_query = [r for r in rows if r[1] != "all"]
+    assert len(per_query) == len(ours) * len(UTILITY)
+    for m, q, v in per_query:
+        assert v == f"{ours[q][m]:.4f}", (m, q)
+    assert [m for m, q, _ in rows if q == "all"] == [*UTILITY, "num_q"]
+    payload = json.loads(_ok(cli["utility_json"]))
+    assert payload == {
+        "mean": evaluate_table(QRELS, RUN, UTILITY, **kwargs).mean(),
+        "num_queries": len(ours),
+    }
+
+
+def test_utility_measures_say_what_is_missing(cli) -> None:
+    _assert_user_error(cli["theta_no_weights"], "UDCGtheta@5", "--weights")
+    _assert_user_error(
+        cli["missing_utility"],
+        f"{cli['paths']['utilities']}: field 'utilities': no utility for query 'q0' "
+        "document 'd131'",
+    )
+
+
 def _assert_user_error(result: subprocess.CompletedProcess, *needles: str) -> None:
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stderr.startswith("udcg trec: error:"), result.stderr
@@ -165,4 +216,8 @@ def test_main_user_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     bad_score.write_text("q0 Q0 d1 1 2.5 t\nq0 Q0 d2 2 2.0 t\nq0 Q0 d3 3 high t\n")
     _main_error(capsys, [QRELS, bad_score], f"{bad_score}:3", "high")
     _main_error(capsys, [QRELS, RUN, "-m", "P"], "P@10")
+    _main_error(capsys, [QRELS, RUN, "-m", "UDCG@5"], "--utilities")
+    _main_error(capsys, [QRELS, RUN, "-m", "hits@5"], "HitCount@5", "Hits@5")
+    _main_error(capsys, [QRELS, RUN, "--utility-field", "p"], "utility_field", "abstain_prob")
+    _main_error(capsys, ["-", RUN, "--utilities", "-"], "standard input")
     _main_error(capsys, [QRELS, RUN, "-m", "P@0"], "P@0")

@@ -1,8 +1,10 @@
-"""``udcg trec QRELS RUN -m nDCG@10 AP RR P@10 [-q] [--format text|json|csv]``.
+"""``udcg trec QRELS RUN -m nDCG@10 AP RR P@10 [-q] [--format text|json|csv]``, and with
+utilities ``udcg trec QRELS RUN -m UDCG@5 UDCGtheta@5 --utilities U [--utility-field F]
+[--weights W.safetensors ...]``.
 
 Prints the mean of each measure over the evaluated queries (and, with ``-q``, one row per query)
-like trec_eval: ``measure<TAB>qid<TAB>value`` with ``all`` for the mean. ``-`` for QRELS or RUN
-reads standard input.
+like trec_eval: ``measure<TAB>qid<TAB>value`` with ``all`` for the mean. ``-`` for QRELS, RUN or
+the utilities reads standard input (one of them at most).
 """
 
 from __future__ import annotations
@@ -41,8 +43,27 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         default=DEFAULT_MEASURES,
         metavar="MEASURE",
-        help="ir_measures names, e.g. nDCG@10 AP AP@100 RR P@5 R@100 Hits@10 "
+        help="ir_measures names, e.g. nDCG@10 AP AP@100 RR P@5 R@100 Hits@10 HitCount@10, "
+        "pytrec_eval names (ndcg_cut_10, map, P_5...), UDCG@5 UDCG(gamma=0.5)@5 UDCGtheta@5 "
         f"(default: {' '.join(DEFAULT_MEASURES)})",
+    )
+    parser.add_argument(
+        "--utilities",
+        metavar="FILE",
+        help="for UDCG measures: TSV lines 'qid doc_id value' or JSONL lines "
+        '{"qid", "doc_id", FIELD: value} (gzip ok; - reads stdin)',
+    )
+    parser.add_argument(
+        "--utility-field",
+        metavar="{abstain_prob,answer_prob,utility}",
+        help="what the utilities' values are: abstain_prob (P(abstain), u = 1 - p; the TSV "
+        "default), answer_prob (u = p) or utility (u); a JSONL line says it by its key",
+    )
+    parser.add_argument(
+        "--weights",
+        nargs="+",
+        metavar="FILE",
+        help="UDCG-theta weights (.safetensors with its .json card) for UDCGtheta@k, one per k",
     )
     parser.add_argument("-q", "--per-query", action="store_true", help="also print each query")
     parser.add_argument("--format", choices=["text", "json", "csv"], default="text")
@@ -83,11 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
 
     def work() -> None:
-        if args.qrels == args.run == STDIO:
-            raise UDCGInputError("QRELS and RUN cannot both be - (standard input)")
-        write_result(
-            evaluate_table(args.qrels, args.run, args.measures), args.per_query, args.format
+        if [args.qrels, args.run, args.utilities].count(STDIO) > 1:
+            raise UDCGInputError("only one of QRELS, RUN and --utilities can be - (standard input)")
+        if args.utility_field is not None:  # checked even when no UDCG measure reads it
+            from udcg.io.utilities import check_field
+
+            check_field(args.utility_field)
+        result = evaluate_table(
+            args.qrels,
+            args.run,
+            args.measures,
+            utilities=args.utilities,
+            utility_field=args.utility_field,
+            weights=args.weights,
         )
+        write_result(result, args.per_query, args.format)
 
     return run_cli("udcg trec", work)
 

@@ -237,7 +237,9 @@ def _arrow_table(
     return table if table.num_rows else None
 
 
-def _read(path: PathType, names: tuple[str, ...], value_field: str, value_type: pa.DataType):
+def read_columns(path: PathType, names: tuple[str, ...], value_field: str, value_type: pa.DataType):
+    """``(qids, doc_ids, values)`` of a whitespace-separated file with the columns ``names``
+    (ids dictionary-encoded, ``value_field`` as ``value_type``); errors name file and line."""
     # ids parsed as strings and dictionary-encoded after (``_read_csv``): one hash table per
     # column costs less than one per block and the merge of their dictionaries
     types = {"qid": pa.string(), "doc_id": pa.string(), value_field: value_type}
@@ -277,17 +279,19 @@ def locate_duplicate(source: str | None, kind: Literal["run", "qrels"]) -> None:
 
 def read_trec_run(path: PathType) -> Run:
     """Read a TREC run file (``qid Q0 doc_id rank score tag``); gzip is detected."""
-    qids, doc_ids, scores = _read(path, _RUN_COLUMNS, "score", pa.float64())
+    qids, doc_ids, scores = read_columns(path, _RUN_COLUMNS, "score", pa.float64())
     return Run(qids, doc_ids, scores.astype(np.float64, copy=False), str(path))
 
 
 def read_trec_qrels(path: PathType) -> Qrels:
     """Read a TREC qrels file (``qid iteration doc_id relevance``); gzip is detected."""
-    qids, doc_ids, grades = _read(path, _QRELS_COLUMNS, "relevance", pa.int64())
+    qids, doc_ids, grades = read_columns(path, _QRELS_COLUMNS, "relevance", pa.int64())
     return Qrels(qids, doc_ids, grades.astype(np.int64, copy=False), str(path))
 
 
-def _from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, pa.Array, list]:
+def columns_from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, pa.Array, list]:
+    """``(qids, doc_ids, values)`` of ``{qid: {doc_id: value}}``; a malformed entry is an error
+    naming ``name`` (the argument) and the query."""
     if not isinstance(data, Mapping):
         raise UDCGInputError(
             f"expected {{qid: {{doc_id: {field}}}}}, got {type(data).__name__}", field=name
@@ -311,7 +315,7 @@ def _from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, pa.Array
 
 def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
     """A Run from ``{qid: {doc_id: score}}``."""
-    qids, doc_ids, values = _from_dict(data, "score", "run")
+    qids, doc_ids, values = columns_from_dict(data, "score", "run")
     scores = np.asarray(values, dtype=np.float64)
     if not np.isfinite(scores).all():
         i = int(np.argmin(np.isfinite(scores)))
@@ -324,7 +328,7 @@ def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
 
 def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
     """Qrels from ``{qid: {doc_id: relevance}}`` with integer grades."""
-    qids, doc_ids, values = _from_dict(data, "relevance", "qrels")
+    qids, doc_ids, values = columns_from_dict(data, "relevance", "qrels")
     for q, d, v in zip(qids, doc_ids, values, strict=True):
         if int(v) != v:
             raise UDCGInputError(

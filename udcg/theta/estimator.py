@@ -11,17 +11,15 @@ cross-entropy (+ ``l2 / 2 * ||[alpha, beta]||^2``): logistic regression, so with
 regularisation its optimum is unique and matches any other logistic-regression solver.
 
 Fitted weights are data: :meth:`UDCGTheta.save` writes a safetensors file (``alpha``, ``beta``,
-``intercept``) and a JSON card beside it; :meth:`UDCGTheta.load` checks one against the other.
-Loading and scoring need numpy and safetensors only; fitting needs torch and lightning.
+``intercept``) and a JSON card beside it; :meth:`UDCGTheta.load` checks one against the other
+(both through :mod:`udcg.io.weights`). Loading and scoring need numpy and safetensors only;
+fitting needs torch and lightning.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import math
-import sys
 import warnings
 from collections.abc import Mapping
 from os import PathLike
@@ -32,7 +30,14 @@ import numpy as np
 from scipy.special import expit
 
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.files import atomic_write
+from udcg.io.weights import (
+    FORMAT,
+    FORMAT_VERSION,
+    ThetaWeights,
+    card_path,
+    read_weights,
+    write_weights,
+)
 from udcg.metrics._arrays import as_fixed
 from udcg.metrics.udcg import udcg_terms
 from udcg.validation import binary_vector, positive_int, query_codes, show
@@ -46,24 +51,14 @@ __all__ = [
     "split_by_query",
 ]
 
-FORMAT = "udcg-theta"
-FORMAT_VERSION = 1
 _OPTIMIZERS = ("lbfgs", "adam")
 _DEFAULT_LR = {"lbfgs": 1.0, "adam": 0.05}
 _DEFAULT_MAX_EPOCHS = {"lbfgs": 100, "adam": 200}
 _DEFAULT_VAL_FRACTION = {"lbfgs": 0.0, "adam": 0.2}
-# card keys written by save(); a user-supplied card may not override them
-_RESERVED = ("format", "format_version", "k", "bias", "l2", "weights_sha256", "tensors")
 
 
 class UDCGThetaConvergenceWarning(UDCGWarning):
     """Training stopped at ``max_epochs`` before the optimizer converged."""
-
-
-def card_path(path: str | PathLike[str]) -> Path:
-    """The JSON card beside a weights file: ``dir/name.safetensors`` -> ``dir/name.json``."""
-    path = Path(path)
-    return path.with_name(path.stem + ".json")
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,44 +367,13 @@ class UDCGTheta:
         records ``format``, ``format_version``, ``k``, ``bias``, ``l2``, the tensors' shapes and
         the SHA-256 of the weights file, plus every entry of ``card`` (JSON-serialisable: judge
         model, gamma, training-data fingerprint, held-out correlation...). Each file is
-        written atomically. Returns the card's path.
+        written atomically (:func:`udcg.io.weights.write_weights`). Returns the card's path.
         """
         self._check_fitted()
-        from safetensors.numpy import save as st_save
-
-        extra = dict(card or {})
-        clash = [key for key in extra if key in _RESERVED]
-        if clash:
-            raise UDCGInputError(
-                f"card key {clash[0]!r} is reserved (reserved: {', '.join(_RESERVED)})",
-                field="card",
-            )
-        tensors = {
-            "alpha": np.ascontiguousarray(self.alpha_, dtype=np.float64),
-            "beta": np.ascontiguousarray(self.beta_, dtype=np.float64),
-            "intercept": np.asarray(float(self.intercept_), dtype=np.float64),
-        }
-        blob = st_save(tensors, metadata={"format": FORMAT})
-        meta = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "k": len(self.alpha_),
-            "bias": bool(self.bias),
-            "l2": float(self.l2),
-            "tensors": {name: list(t.shape) for name, t in tensors.items()},
-            "weights_sha256": hashlib.sha256(blob).hexdigest(),
-        }
-        try:
-            text = json.dumps({**meta, **extra}, indent=2, sort_keys=True, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise UDCGInputError(f"card is not JSON-serialisable ({exc})", field="card") from None
-        path = Path(path)
-        with atomic_write(path, "wb") as handle:
-            handle.write(blob)
-        target = card_path(path)
-        with atomic_write(target, "w") as handle:
-            handle.write(text + "\n")
-        return target
+        weights = ThetaWeights(
+            self.alpha_, self.beta_, float(self.intercept_), bool(self.bias), float(self.l2)
+        )
+        return write_weights(path, weights, card)
 
     @classmethod
     def load(cls, path: str | PathLike[str], k: int | None = None) -> UDCGTheta:
@@ -417,91 +381,13 @@ class UDCGTheta:
 
         ``k``: the list size the caller's data has; an error if the weights are for another.
         A missing or corrupted file, a card that does not describe the weights, or a card of
-        another format raise :class:`UDCGInputError`. The card's entries are in ``card_``.
+        another format raise :class:`UDCGInputError` (:func:`udcg.io.weights.read_weights`).
+        The card's entries are in ``card_``.
         """
-        from safetensors import SafetensorError
-        from safetensors.numpy import load as st_load
-
-        path = Path(path)
-        cpath = card_path(path)
-        if not path.is_file():
-            raise UDCGInputError("no such weights file", path=path)
-        if not cpath.is_file():
-            raise UDCGInputError(
-                f"no model card {cpath.name} next to the weights (save() writes both)", path=cpath
-            )
-        try:
-            card = json.loads(cpath.read_text(encoding="utf-8"))
-        except (ValueError, RecursionError) as exc:  # also bad UTF-8, too deep, too many digits
-            raise UDCGInputError(f"model card is not valid JSON ({exc})", path=cpath) from None
-        if not isinstance(card, dict):
-            raise UDCGInputError("model card must be a JSON object", path=cpath)
-        if card.get("format") != FORMAT:
-            raise UDCGInputError(
-                f"not a UDCG-theta card (format {card.get('format')!r})", path=cpath
-            )
-        if card.get("format_version") != FORMAT_VERSION:
-            raise UDCGInputError(
-                f"unsupported format_version {card.get('format_version')!r} "
-                f"(this version reads {FORMAT_VERSION})",
-                path=cpath,
-            )
-        try:
-            card_k = _check_k(card.get("k"))
-        except UDCGInputError as exc:
-            raise UDCGInputError(exc.reason, path=cpath, field="k") from None
-        bias = card.get("bias")
-        if not isinstance(bias, bool):
-            raise UDCGInputError(
-                f"expected true or false, got {show(bias)}", path=cpath, field="bias"
-            )
-        l2 = card.get("l2", 0.0)
-        is_number = isinstance(l2, int | float) and not isinstance(l2, bool)
-        if not is_number or not 0 <= l2 <= sys.float_info.max:  # a float, not NaN or inf
-            raise UDCGInputError(
-                f"expected a finite number >= 0, got {show(l2)}", path=cpath, field="l2"
-            )
-        if k is not None and _check_k(k) != card_k:
-            raise UDCGInputError(f"weights are for k={card_k}, data has k={k}", path=path)
-
-        blob = path.read_bytes()
-        digest = card.get("weights_sha256")
-        if digest is not None and digest != hashlib.sha256(blob).hexdigest():
-            raise UDCGInputError(
-                f"weights file does not match its card {cpath.name} (SHA-256 differs): "
-                "corrupted, truncated or replaced",
-                path=path,
-            )
-        try:
-            tensors = st_load(blob)
-        except (SafetensorError, ValueError, OSError) as exc:
-            raise UDCGInputError(f"not a valid safetensors file ({exc})", path=path) from None
-        except KeyError as exc:  # a dtype numpy does not have, such as BF16
-            raise UDCGInputError(
-                f"a tensor has dtype {exc.args[0]}, which numpy cannot read", path=path
-            ) from None
-        expected = {"alpha": (card_k,), "beta": (card_k,), "intercept": ()}
-        for name, shape in expected.items():
-            if name not in tensors:
-                raise UDCGInputError(f"tensor {name!r} is missing", path=path)
-            if tensors[name].shape != shape:
-                raise UDCGInputError(
-                    f"tensor {name!r} has shape {list(tensors[name].shape)} but the card says "
-                    f"k={card_k} (expected {list(shape)})",
-                    path=path,
-                )
-            if tensors[name].dtype.kind != "f" or not np.isfinite(tensors[name]).all():
-                raise UDCGInputError(
-                    f"tensor {name!r} must hold finite floating-point values", path=path
-                )
-        intercept = float(tensors["intercept"])
-        if not bias and intercept != 0.0:
-            raise UDCGInputError(
-                f"the card says bias=false but the intercept is {show(intercept)}", path=path
-            )
-        model = cls(k=card_k, bias=bias, l2=float(l2))
-        model.alpha_ = tensors["alpha"].astype(np.float64)
-        model.beta_ = tensors["beta"].astype(np.float64)
-        model.intercept_ = intercept
-        model.card_ = card
+        weights = read_weights(path, k)
+        model = cls(k=weights.k, bias=weights.bias, l2=weights.l2)
+        model.alpha_ = weights.alpha
+        model.beta_ = weights.beta
+        model.intercept_ = weights.intercept
+        model.card_ = weights.card
         return model

@@ -5,7 +5,8 @@ descending, ties broken by document id descending; unjudged documents have relev
 measures count relevance >= ``rel`` (1 by default); nDCG uses linear gain max(relevance, 0) and
 the ideal ranking of all judged documents of the query; AP and R divide by the number of
 relevant judged documents; queries of the run that are absent from the qrels are ignored, and
-so are judged queries that the run does not retrieve for.
+so are judged queries that the run does not retrieve for. The utility measures (UDCG@k,
+UDCGtheta@k) are in :mod:`udcg.trec.utility_measures`, imported only when one is asked for.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from os import PathLike
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +34,11 @@ from udcg.io.trec_files import (
 )
 from udcg.metrics import _kernels
 from udcg.trec._pages import small_pages
-from udcg.trec.measures import Measure, parse_measures
+from udcg.trec.measures import UTILITY_MEASURES, Measure, parse_measures
+
+if TYPE_CHECKING:
+    from udcg.io.utilities import Utilities, UtilitiesLike
+    from udcg.trec.utility_measures import UtilityPlan, WeightsLike
 
 QrelsLike = Qrels | Mapping[str, Mapping[str, int]] | str | PathLike[str]
 RunLike = Run | Mapping[str, Mapping[str, float]] | str | PathLike[str]
@@ -411,14 +416,31 @@ def _measure(
         return _kernels.precision(is_rel, m.cutoff)
     if m.name == "R":
         return _kernels.recall(is_rel, n_rel, m.cutoff)
+    if m.name == "HitCount":  # ranx's hits@k: relevant documents in the top k
+        return is_rel[:, : m.cutoff].sum(axis=1)
     return _kernels.hits(is_rel, m.cutoff)
 
 
 def evaluate_table(
-    qrels: QrelsLike, run: RunLike, measures: str | Measure | Iterable[str | Measure]
+    qrels: QrelsLike,
+    run: RunLike,
+    measures: str | Measure | Iterable[str | Measure],
+    *,
+    utilities: Utilities | UtilitiesLike | None = None,
+    utility_field: str | None = None,
+    weights: WeightsLike | Iterable[WeightsLike] | None = None,
 ) -> Evaluation:
-    """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths or dicts."""
+    """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths or dicts.
+
+    ``utilities``, ``utility_field`` and ``weights`` serve the utility measures (UDCG@k,
+    UDCGtheta@k; see :func:`evaluate`) and are not read when none is asked for.
+    """
     parsed = parse_measures(measures)
+    plan = None
+    if any(m.name in UTILITY_MEASURES for m in parsed):
+        from udcg.trec import utility_measures
+
+        plan = utility_measures.plan(parsed, utilities, utility_field, weights)
     with small_pages():
         if isinstance(qrels, str | PathLike) and isinstance(run, str | PathLike):
             # two files, each parsed on its own thread (Arrow's parser releases the GIL); the
@@ -426,10 +448,37 @@ def evaluate_table(
             judged, ranked = run_concurrently(lambda: _as_qrels(qrels), lambda: _as_run(run))
         else:
             judged, ranked = _as_qrels(qrels), _as_run(run)
-        return _evaluate(parsed, judged, ranked)
+        return _evaluate(parsed, judged, ranked, plan)
 
 
-def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
+def _ranked_utilities(
+    utilities: Utilities,
+    qid_names: pa.Array,
+    doc_names: pa.Array,
+    q_run: np.ndarray,
+    d_run: np.ndarray,
+    order: np.ndarray | None,
+) -> np.ndarray:
+    """The utility of every run row, in ranked order (``order``), NaN where none is given;
+    looked up like the grades, with each utility's row number + 1 (0: missing) as its grade."""
+    _, q_u, qids = _encode(qid_names, utilities.qids)  # keeps the run's codes (unique names)
+    _, d_u, docs = _encode(doc_names, utilities.doc_ids)
+    n_docs = max(len(docs), 1)
+    _, found, _ = _lookup(
+        _pair_keys(q_u, d_u, n_docs),
+        np.arange(1, len(utilities) + 1),
+        len(qids) * n_docs,
+        _pair_keys(q_run, d_run, n_docs),
+    )
+    u = np.full(len(found), np.nan)
+    given = found > 0
+    u[given] = utilities.values[found[given] - 1]
+    return u if order is None else u[order]
+
+
+def _evaluate(
+    parsed: list[Measure], qrels: Qrels, run: Run, plan: UtilityPlan | None = None
+) -> Evaluation:
     q_run, q_qrels, qid_names = _encode(run.qids, qrels.qids)
     d_run, d_qrels, doc_names = _encode(run.doc_ids, qrels.doc_ids)
     n_queries, n_docs = len(qid_names), max(len(doc_names), 1)
@@ -458,8 +507,20 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
     judged = counts.sum(axis=1) > 0
     # every retrieved-for query is scored; those the qrels do not judge are left out after
     evaluated = np.flatnonzero(lengths > 0)
+    u_ranked = None
+    if plan is not None:
+        u_ranked = _ranked_utilities(plan.utilities, qid_names, doc_names, q_run, d_run, order)
+        plan.check_ranked(
+            u_ranked,
+            q_ranked,
+            lengths,
+            judged & (lengths > 0),
+            qid_names,
+            lambda i: doc_names[int(d_run[i if order is None else order[i]])].as_py(),
+            run.source,
+        )
 
-    rel_levels = {m.rel for m in parsed if m.name != "nDCG"}
+    rel_levels = {m.rel for m in parsed if m.name not in ("nDCG", *UTILITY_MEASURES)}
     # relevant judged documents per query: those of gain >= lvl (>= 1, so clipping is moot)
     n_rel = {
         lvl: counts[:, lvl:].sum(axis=1) for lvl in {m.rel for m in parsed if m.name in ("AP", "R")}
@@ -471,7 +532,11 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
         queries = evaluated[bucket]
         padded = _padded(gains, q_ranked, lengths, queries)
         is_rel = {lvl: (padded >= lvl).astype(np.float64) for lvl in rel_levels}
+        u_padded = None if u_ranked is None else _padded(u_ranked, q_ranked, lengths, queries)
         for j, m in enumerate(parsed):
+            if m.name in UTILITY_MEASURES:
+                values[queries, j] = plan.score(m, padded, u_padded, lengths[queries])
+                continue
             values[queries, j] = _measure(
                 m,
                 padded,
@@ -485,11 +550,28 @@ def _evaluate(parsed: list[Measure], qrels: Qrels, run: Run) -> Evaluation:
 
 
 def evaluate(
-    qrels: QrelsLike, run: RunLike, measures: str | Measure | Iterable[str | Measure]
+    qrels: QrelsLike,
+    run: RunLike,
+    measures: str | Measure | Iterable[str | Measure],
+    *,
+    utilities: Utilities | UtilitiesLike | None = None,
+    utility_field: str | None = None,
+    weights: WeightsLike | Iterable[WeightsLike] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per-query values ``{qid: {measure: value}}``, equal to pytrec_eval's for the same inputs.
 
     ``measures`` use ir_measures names: ``nDCG@10``, ``AP``, ``AP@100``, ``RR``, ``P@5``,
-    ``R@100``, ``Hits@10``.
+    ``R@100``, ``Hits@10``, ``HitCount@10`` (pytrec_eval's names too: ``ndcg_cut_10``...).
+
+    Utility measures: ``UDCG@k`` (``UDCG(gamma=0.5)@k``; gamma 1/3 by default) and
+    ``UDCGtheta@k`` score each query's top k documents with ``utilities`` per (query,
+    document): a dict ``{qid: {doc_id: value}}`` or a TSV/JSONL file (:mod:`udcg.io.utilities`).
+    ``utility_field`` says what a value is: ``abstain_prob`` (the default, u = 1 - p),
+    ``answer_prob`` (u = p) or ``utility`` (u itself); a JSONL line says it by its key.
+    ``weights``: UDCG-theta weight files (or :class:`udcg.io.weights.ThetaWeights`), one per
+    UDCGtheta cutoff, matched by the k of their card. Semantics in
+    :mod:`udcg.trec.utility_measures`.
     """
-    return evaluate_table(qrels, run, measures).to_dict()
+    return evaluate_table(
+        qrels, run, measures, utilities=utilities, utility_field=utility_field, weights=weights
+    ).to_dict()

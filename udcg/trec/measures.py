@@ -1,67 +1,140 @@
 """Measures named in ir_measures syntax: ``nDCG@10``, ``AP``, ``AP@100``, ``RR@10``, ``P@5``,
-``P(rel=2)@5``, ``R@100``, ``Hits@10`` (alias ``Success@10``)."""
+``P(rel=2)@5``, ``R@100``, ``Hits@10`` (alias ``Success@10``), ``HitCount@10``, and the
+utility measures ``UDCG@5``, ``UDCG(gamma=0.5)@5``, ``UDCGtheta@5`` (alias ``UDCG-theta@5``).
+
+Names are case-insensitive. Aliases: ``MAP`` (AP), ``MRR`` (RR), ranx's ``hit_rate@k`` (Hits@k)
+and pytrec_eval's names ``ndcg``, ``ndcg_cut_10``, ``map``, ``map_cut_100``, ``recip_rank``,
+``P_10``, ``recall_100``, ``success_10``. ranx's ``hits@k`` counts the relevant documents in the
+top k, while ``Hits@k`` is 1 if there is any: that spelling is refused, naming ``HitCount@k``
+(the count) and ``Hits@k``.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from udcg.errors import UDCGInputError
+from udcg.metrics.udcg import DEFAULT_GAMMA
 
-#: canonical name -> (needs a cutoff, accepts ``rel=``)
-MEASURES: dict[str, tuple[bool, bool]] = {
-    "nDCG": (False, False),
-    "AP": (False, True),
-    "RR": (False, True),
-    "P": (True, True),
-    "R": (False, True),
-    "Hits": (False, True),
+#: canonical name -> (needs a cutoff, parameters it accepts)
+MEASURES: dict[str, tuple[bool, tuple[str, ...]]] = {
+    "nDCG": (False, ()),
+    "AP": (False, ("rel",)),
+    "RR": (False, ("rel",)),
+    "P": (True, ("rel",)),
+    "R": (False, ("rel",)),
+    "Hits": (False, ("rel",)),
+    "HitCount": (False, ("rel",)),
+    "UDCG": (True, ("rel", "gamma")),
+    "UDCGtheta": (True, ("rel",)),
 }
-_ALIASES = {name.lower(): name for name in MEASURES} | {"success": "Hits", "map": "AP", "mrr": "RR"}
-_SYNTAX = re.compile(r"^(?P<name>[A-Za-z]+)(?:\((?P<params>[^)]*)\))?(?:@(?P<cutoff>\d+))?$")
+#: measures of the passages' utilities (they need utilities; UDCGtheta also weights)
+UTILITY_MEASURES = ("UDCG", "UDCGtheta")
+_ALIASES = {name.lower(): name for name in MEASURES} | {
+    "success": "Hits",
+    "hit_rate": "Hits",
+    "map": "AP",
+    "mrr": "RR",
+    "recip_rank": "RR",
+    "udcg-theta": "UDCGtheta",
+}
+#: pytrec_eval's ``name_k`` -> canonical name
+_PYTREC_CUT = {"ndcg_cut": "nDCG", "map_cut": "AP", "p": "P", "recall": "R", "success": "Hits"}
+_PYTREC = re.compile(r"^(?P<name>ndcg_cut|map_cut|P|recall|success)_(?P<cutoff>\d+)$", re.I)
+_SYNTAX = re.compile(
+    r"^(?P<name>[A-Za-z][A-Za-z_-]*)(?:\((?P<params>[^)]*)\))?(?:@(?P<cutoff>\d+))?$"
+)
+_PARAM = re.compile(r"\s*(?P<key>[A-Za-z]+)\s*=\s*(?P<value>[^,\s]+)\s*")
 
 
 @dataclass(frozen=True)
 class Measure:
-    """One measure: its canonical name, optional cutoff k and binary relevance level."""
+    """One measure: its canonical name, optional cutoff k, binary relevance level and, for
+    UDCG, gamma (1/3 when not given)."""
 
     name: str
     cutoff: int | None = None
     rel: int = 1
+    gamma: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.name == "UDCG" and self.gamma is None:
+            object.__setattr__(self, "gamma", DEFAULT_GAMMA)
 
     def __str__(self) -> str:
-        params = f"(rel={self.rel})" if self.rel != 1 else ""
+        params = [f"rel={self.rel}"] if self.rel != 1 else []
+        if self.gamma is not None and self.gamma != DEFAULT_GAMMA:
+            params.append(f"gamma={self.gamma!r}")
+        shown = f"({','.join(params)})" if params else ""
         cutoff = f"@{self.cutoff}" if self.cutoff is not None else ""
-        return f"{self.name}{params}{cutoff}"
+        return f"{self.name}{shown}{cutoff}"
+
+
+def _known() -> str:
+    return ", ".join(f"{n}@k" if MEASURES[n][0] else f"{n}[@k]" for n in MEASURES)
+
+
+def _params(text: str, name: str, params: str) -> dict[str, int | float]:
+    """``{"rel": int, "gamma": float}`` from ``key=value, ...``; what ``name`` does not
+    accept, a repeat or a bad value is an error."""
+    accepted = MEASURES[name][1]
+    parsed: dict[str, int | float] = {}
+    for item in params.split(","):
+        match = _PARAM.fullmatch(item)
+        key = match["key"] if match else None
+        if key in parsed:
+            raise UDCGInputError(f"{text!r}: {key} is given twice", field="measures")
+        if key not in accepted:
+            hint = f"{name} accepts " + ", ".join(accepted) if accepted else f"{name} takes none"
+            raise UDCGInputError(
+                f"{text!r}: unsupported parameter {item.strip()!r}; {hint}", field="measures"
+            )
+        value = match["value"]
+        if key == "rel":
+            if not value.isdigit() or int(value) < 1:
+                raise UDCGInputError(f"{text!r}: rel must be an integer >= 1", field="measures")
+            parsed[key] = int(value)
+        else:
+            try:
+                gamma = float(value)
+            except ValueError:
+                gamma = math.nan
+            if not (math.isfinite(gamma) and gamma >= 0):
+                raise UDCGInputError(
+                    f"{text!r}: gamma must be a finite number >= 0", field="measures"
+                )
+            parsed[key] = gamma
+    return parsed
 
 
 def parse_measure(text: str) -> Measure:
     """Parse one measure name; unknown names and bad parameters raise UDCGInputError."""
-    match = _SYNTAX.match(text.strip())
+    text = text.strip()
+    pytrec = _PYTREC.match(text)
+    if pytrec:
+        return Measure(_PYTREC_CUT[pytrec["name"].lower()], int(pytrec["cutoff"]))
+    match = _SYNTAX.match(text)
+    if match and match["name"] == "hits":
+        k = match["cutoff"] or "k"
+        raise UDCGInputError(
+            f"{text!r} is ambiguous: ranx's hits@{k} counts the relevant documents in the top "
+            f"{k} (use HitCount@{k} for that); Hits@{k} (alias Success@{k}) is 1 if any of "
+            f"the top {k} is relevant",
+            field="measures",
+        )
     name = _ALIASES.get(match["name"].lower()) if match else None
     if match is None or name is None:
-        known = ", ".join(f"{n}@k" if MEASURES[n][0] else f"{n}[@k]" for n in MEASURES)
-        raise UDCGInputError(f"unknown measure {text!r}; known: {known}", field="measures")
-    needs_cutoff, accepts_rel = MEASURES[name]
+        raise UDCGInputError(f"unknown measure {text!r}; known: {_known()}", field="measures")
     cutoff = int(match["cutoff"]) if match["cutoff"] else None
-    if cutoff is None and needs_cutoff:
+    if cutoff is None and MEASURES[name][0]:
         raise UDCGInputError(f"{name} needs a cutoff, e.g. {name}@10", field="measures")
     if cutoff == 0:
         raise UDCGInputError(f"{text!r}: the cutoff must be at least 1", field="measures")
-    rel = 1
-    if match["params"]:
-        param = re.fullmatch(r"\s*rel\s*=\s*(\d+)\s*", match["params"])
-        if param is None or not accepts_rel:
-            raise UDCGInputError(
-                f"{text!r}: unsupported parameter {match['params']!r}"
-                + ("; only rel=N is accepted" if accepts_rel else f"; {name} takes none"),
-                field="measures",
-            )
-        rel = int(param[1])
-        if rel < 1:
-            raise UDCGInputError(f"{text!r}: rel must be at least 1", field="measures")
-    return Measure(name, cutoff, rel)
+    params = _params(text, name, match["params"]) if match["params"] else {}
+    return Measure(name, cutoff, **params)
 
 
 def parse_measures(measures: str | Measure | Iterable[str | Measure]) -> list[Measure]:

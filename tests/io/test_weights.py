@@ -1,0 +1,59 @@
+"""UDCG-theta weight files in the data layer: written and read without the estimator, read
+the same by ``UDCGTheta.load``, with the card's checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from udcg.errors import UDCGInputError
+from udcg.io.weights import ThetaWeights, card_path, read_weights, write_weights
+from udcg.theta import UDCGTheta
+
+
+def _weights() -> ThetaWeights:
+    return ThetaWeights(np.array([0.5, -1.0, 2.0]), np.array([-0.25, 0.0, 1.5]), 0.75, bias=True)
+
+
+def test_round_trip_and_card(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    assert write_weights(path, _weights(), {"judge": "j", "utility": "abstention"}) == card_path(
+        path
+    )
+    loaded = read_weights(path, k=3)
+    assert loaded.k == 3 and loaded.bias is True and loaded.intercept == 0.75
+    assert loaded.path == path and loaded.card["judge"] == "j"
+    np.testing.assert_array_equal(loaded.alpha, _weights().alpha)
+    np.testing.assert_array_equal(loaded.beta, _weights().beta)
+    card = json.loads(card_path(path).read_text())
+    assert card["k"] == 3 and card["tensors"] == {"alpha": [3], "beta": [3], "intercept": []}
+
+
+def test_the_estimator_reads_and_writes_the_same_files(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    write_weights(path, _weights())
+    model = UDCGTheta.load(path, k=3)
+    np.testing.assert_array_equal(model.alpha_, _weights().alpha)
+    assert model.intercept_ == 0.75 and model.bias is True
+    again = tmp_path / "again.safetensors"
+    model.save(again)
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_checks(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    write_weights(path, _weights())
+    with pytest.raises(UDCGInputError, match="weights are for k=3, data has k=5"):
+        read_weights(path, k=5)
+    with pytest.raises(UDCGInputError, match="reserved"):
+        write_weights(path, _weights(), {"k": 2})
+    card = json.loads(card_path(path).read_text())
+    card_path(path).write_text(json.dumps({**card, "bias": False}))
+    with pytest.raises(UDCGInputError, match=r"bias=false but the intercept is 0\.75"):
+        read_weights(path)
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.raises(UDCGInputError, match="SHA-256"):
+        read_weights(path)
