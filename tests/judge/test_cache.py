@@ -58,6 +58,8 @@ def test_cache_key_is_canonical_and_discriminating():
 
 
 def test_default_location_follows_env(monkeypatch, tmp_path):
+    # the real default, not the test-wide one under tmp_path (tests/conftest.py)
+    monkeypatch.setattr("udcg.judge.cache.default_cache_path", default_cache_path)
     monkeypatch.setenv("UDCG_CACHE_DIR", str(tmp_path / "c"))
     assert default_cache_path() == tmp_path / "c" / "judge.sqlite"
     with JudgeCache() as cache:

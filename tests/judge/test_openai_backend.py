@@ -216,6 +216,45 @@ def test_cached_openai_judge_asks_server_once(llama_server, tmp_path):
     assert inner.stats["requests"] == requests and judge.cache.hits == 2
 
 
+def _labelled_input(path: Path) -> None:
+    from udcg.io.contexts import Context, Passage, write_contexts
+
+    passages = [Passage(doc_id="a", text="Paris is the capital of France."), Passage(text="Rome.")]
+    write_contexts(
+        path,
+        [
+            Context("q1", passages, question="What is the capital of France?", answers=["Paris"]),
+            Context("q2", passages[::-1], question="Where is Rome?", answers=["Italy"]),
+        ],
+    )
+
+
+@pytest.mark.filterwarnings("ignore:abstain_prob.*upper bound")
+def test_annotate_command_through_the_server_labels_under_the_model_name(
+    llama_server, tmp_path, capsys
+):
+    from udcg.cli.annotate import main
+    from udcg.io.contexts import read_contexts
+    from udcg.judge import judge_key
+    from udcg.pipeline.stages import missing_steps
+
+    _labelled_input(tmp_path / "in.jsonl")
+    spec = f"openai:smollm2@{llama_server}"
+    args = [
+        str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"), "--judge", spec,
+        "--steps", "abstain", "relevance", "outcomes", "--max-new-tokens", "4",
+        "--max-concurrency", "2", "--timeout", "60", "--cache", str(tmp_path / "judge.sqlite"),
+    ]  # fmt: skip
+    assert main(args) == 0
+    assert "annotated 2 contexts with smollm2:" in capsys.readouterr().out
+    labelled = list(read_contexts(tmp_path / "out.jsonl"))
+    assert all(set(p.abstain_prob) == {"smollm2"} for c in labelled for p in c.passages)
+    assert all(set(c.outcomes) == {"smollm2"} for c in labelled)
+    assert missing_steps(labelled, judge_key(spec), "abstention", "string") == []
+    assert main(args) == 0  # the second run asks the server nothing
+    assert "cache hits 6, misses 0" in capsys.readouterr().out  # 4 pairs, 2 answers
+
+
 # -- against transformers serve: generate only ----------------------------------------------------
 
 
@@ -303,7 +342,8 @@ Reply = tuple[int, dict[str, str], Any]
 
 
 class ScriptedServer:
-    """Loopback HTTP server: ``reply(path, body, headers) -> (status, headers, body)``."""
+    """Loopback HTTP server: ``reply(path, body, headers) -> (status, headers, body)`` (a GET
+    has body None)."""
 
     def __init__(self, reply: Callable[[str, Any, dict[str, str]], Reply]) -> None:
         self.requests: list[tuple[str, Any, dict[str, str]]] = []
@@ -311,6 +351,9 @@ class ScriptedServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.do_POST()
+
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
                 body = json.loads(raw) if raw else None
@@ -380,6 +423,51 @@ def _fast(url: str, **kwargs: Any) -> OpenAIJudge:
     options = {"max_retries": 2, "timeout": 5.0, "backoff": 0.01, "max_backoff": 0.05}
     options.update(kwargs)
     return OpenAIJudge("m", url, **options)
+
+
+def _with_models(reply: Callable[[str, Any, dict[str, str]], Reply], status: int = 200):
+    """``reply`` behind ``GET /v1/models``, which answers ``status``."""
+
+    def serve(path, body, headers):
+        if body is None and path.endswith("/models"):
+            return status, {}, {"object": "list", "data": [{"id": "m"}]}
+        return reply(path, body, headers)
+
+    return serve
+
+
+def test_probe_of_a_closed_port_is_one_line_within_seconds():
+    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    judge = OpenAIJudge("m", url)  # 60 s timeout and 5 retries: the probe uses neither
+    start = time.monotonic()
+    with pytest.raises(UDCGInputError) as err:
+        judge.probe()
+    assert time.monotonic() - start < 10 and judge.stats["requests"] == 1
+    assert str(err.value) == (
+        f"field 'judge': the server at {url} does not answer (connection refused)"
+    )
+
+
+def test_probe_of_a_server_that_hangs_or_refuses_the_key(monkeypatch):
+    def hang(path, body, headers):
+        time.sleep(2)
+        return 200, {}, {}
+
+    with ScriptedServer(hang) as server:
+        with pytest.raises(UDCGInputError, match=r"does not answer \(no reply within 0.3 s\)"):
+            _fast(server.url).probe(timeout=0.3)
+    monkeypatch.setenv("UDCG_TEST_KEY", "wrong-key")
+    with ScriptedServer(_with_models(lambda *_: (500, {}, {}), status=401)) as server:
+        with pytest.raises(UDCGInputError) as err:
+            _fast(server.url, api_key_env="UDCG_TEST_KEY").probe()
+        assert str(err.value) == (
+            f"field 'judge': the server at {server.url} refuses the API key (HTTP 401): check "
+            "the environment variable UDCG_TEST_KEY"
+        )
+        assert server.requests[0][0] == "/v1/models"
+    # any other reply is an answer: a server without /v1/models passes
+    with ScriptedServer(_with_models(lambda *_: (500, {}, {}), status=404)) as server:
+        _fast(server.url).probe()
 
 
 def test_retries_503_and_429_then_succeeds():
@@ -672,3 +760,26 @@ def test_answer_prob_limitations_are_clear_errors(tmp_path):
         judge = _fast(server.url, template_tokenizer=str(tmp_path))
         with pytest.raises(JudgeServerError, match="log-probs of echoed prompts"):
             judge.answer_prob(["q"], ["p"], [["Paris"]])
+
+
+def test_answer_likelihood_from_the_command_line(tmp_path, capsys):
+    from udcg.cli.annotate import main
+    from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+
+    _tiny_tokenizer(tmp_path / "tokenizer")
+    passages = [Passage(doc_id="a", text="In 1901."), Passage(doc_id="b", text="a, b")]
+    write_contexts(
+        tmp_path / "in.jsonl", [Context("q", passages, question="when", answers=["1901"])]
+    )
+    with ScriptedServer(_with_models(_echo_server(WORDS))) as server:
+        args = [
+            str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"),
+            "--judge", f"openai:m@{server.url}", "--steps", "answer_likelihood",
+            "--template-tokenizer", str(tmp_path / "tokenizer"), "--max-concurrency", "2",
+            "--max-retries", "0", "--timeout", "5", "--judge-option", "top_logprobs=5",
+            "--cache", str(tmp_path / "judge.sqlite"),
+        ]  # fmt: skip
+        assert main(args) == 0, capsys.readouterr().err
+    (context,) = read_contexts(tmp_path / "out.jsonl")
+    expected = _expected_answer_prob(["1901"])
+    assert [p.answer_prob for p in context.passages] == [{"m": pytest.approx(expected)}] * 2

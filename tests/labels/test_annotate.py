@@ -159,7 +159,7 @@ def test_cli_answer_likelihood_with_precomputed_judge(tmp_path: Path, capsys) ->
     assert main([*args, "--steps", "answer_likelihood", *cache]) == 0
     assert "2 answer-likelihood pairs" in capsys.readouterr().out
     annotated = list(read_contexts(out))
-    assert [p.answer_prob["precomputed"] for p in annotated[1].passages] == [0.01, 0.6]
+    assert [p.answer_prob["p"] for p in annotated[1].passages] == [0.01, 0.6]
     # the abstention step of the same judge asks for what the file does not hold: an error
     assert main([*args, "--steps", "abstain", *cache]) == 2
     assert "no precomputed abstain_prob" in capsys.readouterr().err
@@ -206,7 +206,7 @@ def test_cli_with_precomputed_judge(tmp_path: Path, capsys) -> None:
     ]
     assert main([*args, "--cache", str(tmp_path / "cache.sqlite")]) == 0
     annotated = list(read_contexts(out))
-    assert [p.abstain_prob["precomputed"] for p in annotated[1].passages] == [0.7, 0.2]
+    assert [p.abstain_prob["p"] for p in annotated[1].passages] == [0.7, 0.2]
     assert "cache hits 0, misses 2" in capsys.readouterr().out
     assert main([*args, "--cache", str(tmp_path / "cache.sqlite")]) == 0
     assert "cache hits 2, misses 0" in capsys.readouterr().out

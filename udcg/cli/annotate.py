@@ -1,9 +1,10 @@
 """``udcg annotate IN.jsonl OUT.jsonl --judge smollm2-135m --steps abstain relevance outcomes
 [--relevance string|llm] [--grader span|llm]``: judge labels for a contexts file (see
-:mod:`udcg.labels.annotate` for what each step writes). Every call goes through the on-disk
-cache, so an interrupted run resumes where it stopped; the output is written atomically at the
-end. ``-`` as IN reads standard input, as OUT writes standard output (the counts then go to
-stderr)."""
+:mod:`udcg.labels.annotate` for what each step writes), stored under the judge's key
+(``--judge-name``, else the spec without connection details). Judge options and the cache:
+:mod:`udcg.cli.judge_args`. Every call goes through the shared on-disk cache, so an
+interrupted run resumes where it stopped; the output is written atomically at the end. ``-``
+as IN reads standard input, as OUT writes standard output (the counts then go to stderr)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import argparse
 import sys
 
 from udcg.cli.common import info_stream, run_cli
+from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.io.contexts import read_contexts, write_contexts
 from udcg.labels.annotate import (
     DEFAULT_STEPS,
@@ -26,7 +28,6 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="udcg annotate", description=__doc__.splitlines()[0])
     parser.add_argument("input", help="contexts JSONL (gzip ok; - reads stdin)")
     parser.add_argument("output", help="annotated contexts JSONL (.gz compresses; - is stdout)")
-    parser.add_argument("--judge", default="smollm2-135m", help="judge spec (see udcg.judge)")
     parser.add_argument(
         "--steps",
         nargs="+",
@@ -38,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--grader", choices=GRADERS, default="span")
     parser.add_argument("--mode", choices=["first_token", "sequence"], default="first_token")
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--cache", help="judge cache (SQLite); default ~/.cache/udcg/judge.sqlite")
+    add_judge_arguments(parser)
     return parser
 
 
@@ -47,12 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
 
     def work() -> None:
-        from udcg.judge import load_judge
-        from udcg.judge.cached import CachedJudge
-
+        check_judge_arguments(args)
         contexts = list(read_contexts(args.input))
         check_inputs(contexts, args.steps, args.relevance)
-        judge = CachedJudge(load_judge(args.judge), args.cache)
+        judge = open_cli_judge(args)
         annotated, report = annotate(
             contexts, judge, args.steps, args.relevance, args.grader, args.mode, args.max_new_tokens
         )

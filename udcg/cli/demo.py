@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 from udcg.cli.common import info_stream, run_cli
+from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
 from udcg.io.contexts import write_contexts
-from udcg.judge import load_judge
-from udcg.judge.cached import CachedJudge
 from udcg.labels.annotate import annotate
 
 
@@ -21,9 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--source", type=Path, default=SOURCE)
     parser.add_argument("--out", type=Path, default=OUTPUT, help="- writes to stdout")
-    parser.add_argument("--judge", default="smollm2-135m")
-    parser.add_argument("--cache", help="judge cache (SQLite); default ~/.cache/udcg/judge.sqlite")
     parser.add_argument("--seed", type=int, default=0)
+    add_judge_arguments(parser)
     return parser
 
 
@@ -32,8 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
 
     def work() -> None:
+        check_judge_arguments(args)
         contexts = build_contexts(load_source(args.source), args.seed)
-        judge = CachedJudge(load_judge(args.judge), args.cache)
+        judge = open_cli_judge(args)
         annotated, report = annotate(contexts, judge, steps=STEPS)
         write_contexts(args.out, annotated)
         print(

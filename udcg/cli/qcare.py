@@ -5,11 +5,12 @@
     udcg qcare agreement JUDGE.jsonl HUMAN.jsonl [--answers-from MODEL] [--split-by run]
 
 ``label`` adds sub-queries, coverage labels and (with ``--answers-from``) the claims and
-checks of ``outcomes[MODEL].answer``, through the cached judge, and prints label, fallback
-and judge-call counts. ``score`` prints the mean of each metric and why values are missing
-(``--out`` writes them per context). ``agreement`` prints Pearson and Spearman correlations
-between judge-based and human-based metrics per split. ``-`` as an input file reads standard
-input; as OUT or ``--out`` it writes standard output, and the counts or means go to stderr.
+checks of ``outcomes[MODEL].answer``, through the cached judge (options and cache:
+:mod:`udcg.cli.judge_args`), and prints label, fallback and judge-call counts. ``score``
+prints the mean of each metric and why values are missing (``--out`` writes them per context).
+``agreement`` prints Pearson and Spearman correlations between judge-based and human-based
+metrics per split. ``-`` as an input file reads standard input; as OUT or ``--out`` it writes
+standard output, and the counts or means go to stderr.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from udcg.cli.common import info_stream, run_cli
+from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.io.contexts import read_contexts, write_contexts
 from udcg.io.files import atomic_write
 from udcg.labels.qcare.checks import CHECK_MODES
@@ -44,11 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     label = sub.add_parser("label", help="add Q-CARE labels through the judge")
     label.add_argument("input", help="contexts JSONL (gzip ok)")
     label.add_argument("output", help="labelled contexts JSONL (.gz compresses)")
-    label.add_argument("--judge", default="smollm2-135m", help="judge spec (see udcg.judge)")
     label.add_argument("--answers-from", metavar="MODEL", help="label outcomes[MODEL].answer")
     label.add_argument("--checks", choices=CHECK_MODES, default="auto")
     label.add_argument("--retries", type=int, default=2, help="retries of malformed output")
-    label.add_argument("--cache", help="judge cache (SQLite); default ~/.cache/udcg/judge.sqlite")
+    add_judge_arguments(label)
     for name, helptext in (("score", "metrics from labels"), ("agreement", "judge vs human")):
         cmd = sub.add_parser(name, help=helptext)
         if name == "score":
@@ -117,12 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def work() -> None:
         if args.command == "label":
-            from udcg.judge import load_judge
-            from udcg.judge.cached import CachedJudge
-
+            check_judge_arguments(args)
             contexts = list(read_contexts(args.input))
             check_inputs(contexts, args.answers_from)  # before the judge loads
-            judge = CachedJudge(load_judge(args.judge), args.cache)
+            judge = open_cli_judge(args)
             labelled, report = label_contexts(
                 contexts, judge, args.answers_from, args.checks, args.retries
             )

@@ -4,7 +4,9 @@
 Scores each retrieved context with UDCG (at ``--gamma``), UDCG-theta (with fitted weights, for
 contexts of the weights' k) and nDCG, MAP, MRR, Precision; prints the means and, with
 ``--out``, writes one JSON line per context (``--out -``: to standard output, the means then
-to stderr). ``-`` as CONTEXTS reads standard input. ``--utility`` picks the utility source (see
+to stderr). ``-`` as CONTEXTS reads standard input. ``--judge`` takes the spec the contexts
+were annotated with (labels are read under its key, :func:`udcg.judge.judge_key`) or the key
+itself; ``--judge-name`` names the key outright. ``--utility`` picks the utility source (see
 :mod:`udcg.io.utility_sources`); weights fitted on another source are refused.
 """
 
@@ -21,6 +23,7 @@ from udcg.cli.common import info_stream, run_cli
 from udcg.io.contexts import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, check_fitted_on, get_source
+from udcg.judge.spec import judge_key
 from udcg.pipeline.compare import classic_metrics
 
 
@@ -30,7 +33,12 @@ def _parser() -> argparse.ArgumentParser:
         "contexts",
         help="contexts JSONL (relevant and the utility source's field needed; - reads stdin)",
     )
-    parser.add_argument("--judge", required=True, help="judge model key in abstain_prob etc.")
+    parser.add_argument(
+        "--judge",
+        required=True,
+        help="the judge whose labels to read: its spec as given to annotate, or its key",
+    )
+    parser.add_argument("--judge-name", metavar="NAME", help="the key the labels are stored under")
     parser.add_argument(
         "--utility",
         choices=list(SOURCES),
@@ -46,9 +54,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def score(args: argparse.Namespace) -> None:
     """Compute, print and optionally write the scores."""
+    judge = judge_key(args.judge, args.judge_name)
     contexts = list(read_contexts(args.contexts))
     relevant = relevance_matrix(contexts)
-    utility = get_source(args.utility).utilities(contexts, args.judge)
+    utility = get_source(args.utility).utilities(contexts, judge)
     columns: dict[str, np.ndarray] = {
         "UDCG": metrics.udcg(relevant, utility, args.gamma),
         **classic_metrics(relevant),
@@ -73,7 +82,7 @@ def score(args: argparse.Namespace) -> None:
                 file=sys.stderr,
             )
     out = info_stream(args.out)
-    print(f"{len(contexts)} contexts, judge {args.judge}, utility {args.utility}", file=out)
+    print(f"{len(contexts)} contexts, judge {judge}, utility {args.utility}", file=out)
     for name, values in columns.items():
         defined = values[~np.isnan(values)]
         mean = f"{defined.mean():.4f}" if len(defined) else "n/a"

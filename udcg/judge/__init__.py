@@ -8,40 +8,63 @@
 * ``"precomputed:PATH"``: abstention probabilities from a JSONL file;
 * anything else: a transformers model id or local path (CUDA when present).
 
-Wrap it in :class:`~udcg.judge.cached.CachedJudge` to cache every call on disk.
+Its labels are stored under :func:`judge_key` (see :mod:`udcg.judge.spec`). ``open_judge``
+is what the commands use: the backend, probed (a server that does not answer is an error
+before any work), behind the shared on-disk cache (:class:`~udcg.judge.cached.CachedJudge`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from udcg.judge.base import JSONResult, Judge
+from udcg.judge.options import check_options
+from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED, judge_key, split_openai
 
-EMBEDDED = "smollm2-135m"
+if TYPE_CHECKING:
+    from udcg.judge.cache import JudgeCache
+    from udcg.judge.cached import CachedJudge
 
 
-def load_judge(spec: str, **options: Any) -> Judge:
-    """A judge backend from its spec string (see the module docstring)."""
+def load_judge(spec: str, name: str | None = None, **options: Any) -> Judge:
+    """A judge backend from its spec string (see the module docstring), named
+    ``judge_key(spec, name)``. ``options`` go to the backend; one it does not take, or a value
+    of the wrong type, is an error listing the options it takes."""
+    check_options(spec, options)
+    key = judge_key(spec, name)
     if spec == EMBEDDED:
         from udcg.judge.embedded import load_embedded_judge
 
-        return load_embedded_judge(**options)
-    if spec.startswith("openai:"):
+        return load_embedded_judge(name=key, **options)
+    if spec.startswith(OPENAI):
         from udcg.judge.openai_backend import OpenAIJudge
 
-        model, sep, base_url = spec.removeprefix("openai:").partition("@")
-        if not sep or not model or not base_url:
-            from udcg.errors import UDCGInputError
-
-            raise UDCGInputError(f"expected openai:MODEL@BASE_URL, got {spec!r}", field="judge")
-        return OpenAIJudge(model, base_url, **options)
-    if spec.startswith("precomputed:"):
+        return OpenAIJudge(*split_openai(spec), name=key, **options)
+    if spec.startswith(PRECOMPUTED):
         from udcg.judge.precomputed import PrecomputedJudge
 
-        return PrecomputedJudge(spec.removeprefix("precomputed:"), **options)
+        return PrecomputedJudge(spec.removeprefix(PRECOMPUTED), name=key, **options)
     from udcg.judge.local import TransformersJudge
 
-    return TransformersJudge(spec, **options)
+    return TransformersJudge(spec, name=key, **options)
 
 
-__all__ = ["EMBEDDED", "JSONResult", "Judge", "load_judge"]
+def open_judge(
+    spec: str,
+    name: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    cache: JudgeCache | str | os.PathLike[str] | None = None,
+) -> CachedJudge:
+    """:func:`load_judge`, probed (:meth:`Judge.probe`: a server that does not answer fails
+    here, in seconds), behind the on-disk cache ``cache`` (None: the shared default,
+    :func:`udcg.judge.cache.default_cache_path`)."""
+    from udcg.judge.cached import CachedJudge
+
+    judge = load_judge(spec, name=name, **dict(options or {}))
+    judge.probe()
+    return CachedJudge(judge, cache)
+
+
+__all__ = ["EMBEDDED", "JSONResult", "Judge", "judge_key", "load_judge", "open_judge"]

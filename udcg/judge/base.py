@@ -50,11 +50,17 @@ def check_answer_inputs(
 
 
 class Judge(ABC):
-    """A scoring LLM. ``name`` keys the values it produces (e.g. ``abstain_prob[name]``);
-    ``fingerprint`` identifies backend + model + settings for the cache."""
+    """A scoring LLM. ``name`` keys the values it produces (e.g. ``abstain_prob[name]``; the
+    backends default it to :func:`udcg.judge.spec.judge_key` of their spec); ``fingerprint``
+    identifies backend + model + settings for the cache."""
 
     name: str
     fingerprint: str
+
+    def probe(self) -> None:  # noqa: B027 (a hook: in-process backends have nothing to check)
+        """Check, in seconds, that the judge can answer (a server backend asks its server);
+        raises :class:`~udcg.errors.UDCGInputError` when it cannot. In-process backends have
+        nothing to check."""
 
     @abstractmethod
     def abstain_prob(

@@ -99,6 +99,9 @@ class CachedJudge(Judge):
             raise AttributeError(attribute)
         return getattr(self.inner, attribute)
 
+    def probe(self) -> None:
+        self.inner.probe()
+
     # -- the shared lookup / compute / store loop ---------------------------------------------
 
     def _cached(

@@ -26,6 +26,7 @@ from udcg.judge.scoring_engine import (
     common_prefix_len,
     plan_batches,
 )
+from udcg.judge.spec import local_key
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ class TransformersJudge(Judge):
     model_id_or_path:
         Hub id or local directory (with ``gguf_file``: the directory holding that GGUF file).
     name:
-        Key of the values this judge produces; defaults to the last path component.
+        Key of the values this judge produces; defaults to the id or path as given
+        (:func:`~udcg.judge.spec.local_key`).
     device:
         ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
     dtype:
@@ -128,7 +130,7 @@ class TransformersJudge(Judge):
         if self.tokenizer.chat_template is None:
             raise UDCGInputError(f"model {source!r} has no chat template")
 
-        self.name = name or Path(source.rstrip("/")).name
+        self.name = name or local_key(source)
         self.source = source
         self.gguf_file = gguf_file
         on_cuda = self.device.type == "cuda"

@@ -15,6 +15,10 @@ The API key is read from the environment variable ``api_key_env`` (default
 the judge, logged, or put in its ``fingerprint``, ``repr`` or error messages (any echo of it in
 a server reply is masked). Servers that need no key work with the variable unset.
 
+:meth:`OpenAIJudge.probe` (called by :func:`udcg.judge.open_judge` before any work) asks
+``/v1/models`` once, within 5 s and without retries, so that a server that does not answer is
+one line naming its URL instead of a traceback after every retry.
+
 Operations:
 
 * ``generate``: ``/v1/chat/completions`` at temperature 0, the reply's message content.
@@ -79,6 +83,9 @@ from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
 __all__ = ["JudgeServerError", "OpenAIJudge"]
 
 R = TypeVar("R")
+
+#: Seconds :meth:`OpenAIJudge.probe` waits for the server.
+PROBE_TIMEOUT = 5.0
 
 
 class OpenAIJudge(Judge):
@@ -179,6 +186,24 @@ class OpenAIJudge(Judge):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def probe(self, timeout: float = PROBE_TIMEOUT) -> None:
+        """One GET of ``/v1/models`` within ``timeout`` seconds (at most the judge's own),
+        never retried: any reply but HTTP 401/403 counts as an answer. A server that does
+        not answer, or refuses the API key, is a one-line error naming its URL."""
+        url = self._api + "/models"
+        try:
+            status = self.http.status(url, min(timeout, self.http.timeout))
+        except JudgeServerError as exc:
+            raise UDCGInputError(
+                f"the server at {self.base_url} does not answer ({exc})", field="judge"
+            ) from None
+        if status in (401, 403):
+            raise UDCGInputError(
+                f"the server at {self.base_url} refuses the API key (HTTP {status}): check the "
+                f"environment variable {self.http.api_key_env}",
+                field="judge",
+            )
 
     def _read(self, where: str, parse: Callable[..., R], *args: Any) -> R:
         """``parse(*args)``, its :class:`ReplyError` re-raised with ``where`` in front."""

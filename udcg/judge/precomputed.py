@@ -22,17 +22,19 @@ from udcg.errors import UDCGInputError
 from udcg.io.files import PathType, open_text
 from udcg.judge.base import AbstainMode, Judge, check_answer_inputs
 from udcg.judge.prompts import Messages
+from udcg.judge.spec import precomputed_key
 
 #: Stored values: probability field -> its log-probability alternative.
 VALUES = {"abstain_prob": "abstain_logprob", "answer_prob": "answer_logprob"}
 
 
 class PrecomputedJudge(Judge):
-    """A judge that only looks up the abstention and answer probabilities it was given."""
+    """A judge that only looks up the abstention and answer probabilities it was given;
+    ``name`` defaults to the file's name without ``.gz`` and ``.jsonl``."""
 
-    def __init__(self, path: PathType, name: str = "precomputed") -> None:
+    def __init__(self, path: PathType, name: str | None = None) -> None:
         self.path = Path(path)
-        self.name = name
+        self.name = name or precomputed_key(self.path)
         self._probs: dict[str, dict[tuple[str, str], float]] = {v: {} for v in VALUES}
         digest = hashlib.sha256()
         with open_text(self.path) as handle:

@@ -7,14 +7,13 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.utility_sources import check_fitted_on
-from udcg.judge.base import Judge
 from udcg.pipeline import correlate, report
 from udcg.pipeline.datasets import Dataset
 from udcg.pipeline.scoring import score_contexts
@@ -28,6 +27,9 @@ from udcg.pipeline.stages import (
     stage_key,
 )
 from udcg.retrieval import Retriever, check_depth
+
+if TYPE_CHECKING:
+    from udcg.judge.cached import CachedJudge
 
 GIVEN = "given"
 
@@ -86,26 +88,23 @@ def check_hub_judge(spec: str) -> None:
         )
 
 
-def connect_judge(settings: EvaluateSettings) -> Judge:
-    """The cached judge; a hub id that cannot load offline stops the run at once
-    (:func:`check_hub_judge`), a server judge gets one probe call, so an unreachable one
-    stops the run here."""
-    from udcg.judge import load_judge
-    from udcg.judge.cached import CachedJudge
+def connect_judge(settings: EvaluateSettings) -> CachedJudge:
+    """The judge as every command opens it (:func:`udcg.judge.open_judge`: probed, behind the
+    judge cache ``judge_cache``, by default the shared one); a hub id that cannot load offline
+    stops the run at once (:func:`check_hub_judge`), and so does a server that does not
+    answer."""
+    from udcg.judge import open_judge
 
     spec = settings.judge
     try:
         check_hub_judge(spec)
-        inner = load_judge(spec, **settings.judge_options)
-        if spec.startswith("openai:"):
-            inner.generate([[{"role": "user", "content": "Reply OK."}]], max_new_tokens=1)
+        return open_judge(spec, settings.judge_name, settings.judge_options, settings.judge_cache)
     except UDCGInputError:
         raise
-    except Exception as exc:  # any backend failure: connection refused, bad model, ...
+    except Exception as exc:  # any other backend failure: a bad model, a bad file, ...
         raise UDCGInputError(
             f"judge {spec!r} is not usable: {type(exc).__name__}: {exc}", field="judge"
         ) from None
-    return CachedJudge(inner, Path(settings.cache_dir) / "judge.sqlite")
 
 
 def _settings_json(settings: EvaluateSettings) -> dict[str, Any]:
@@ -172,13 +171,15 @@ def evaluate(
                 "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, k)
             )
         bar.update(task, advance=1, description="annotate")
-        steps = missing_steps(contexts, settings.judge, settings.utility, settings.relevance)
+        label_key = settings.judge_key
+        steps = missing_steps(contexts, label_key, settings.utility, settings.relevance)
         if steps or (settings.qcare and needs_coverage(contexts)):
             if judge is None:
                 judge = connect_judge(settings)
             key = stage_key(
                 [c.to_json() for c in contexts],
                 judge.fingerprint,
+                label_key,
                 steps,
                 settings.relevance,
                 settings.grader,
@@ -198,12 +199,11 @@ def evaluate(
                     settings.qcare,
                 ),
             )
-        judge_name = judge.name if judge is not None else settings.judge
         bar.update(task, advance=1, description="score")
         table = score_contexts(
             contexts,
             k,
-            judge_name,
+            label_key,
             settings.utility,
             theta,
             settings.correlation,
@@ -225,12 +225,13 @@ def evaluate(
                 "dataset": dataset.name,
                 "run": name,
                 "k": k,
-                "judge": judge_name,
+                "judge": label_key,
                 "utility": settings.utility,
                 "n_contexts": len(table.correct),
                 "n_queries": len(set(table.qids.tolist())),
                 "accuracy": float(table.correct.mean()),
                 "cached_stages": cache.hits,
+                "judge_cache": None if judge is None else judge.cache.stats(),
             },
             "config": config if config is not None else _settings_json(settings),
             "means": {m: float(np.mean(v)) for m, v in table.scores.items()},

@@ -1,4 +1,4 @@
-"""The typed options of the two pipelines (``conf/train.yaml``, ``conf/evaluate.yaml``).
+"""The typed options of the two pipelines (``udcg/conf/train.yaml``, ``udcg/conf/evaluate.yaml``).
 
 Each settings object checks its values when it is built, before any work starts: a wrong value
 is a :class:`~udcg.errors.UDCGInputError` whose field is the option as the user types it
@@ -14,6 +14,8 @@ from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.judge.options import check_options
+from udcg.judge.spec import judge_key
 from udcg.labels.annotate import GRADERS, RELEVANCE_MODES
 from udcg.stats import METHODS
 from udcg.theta.gamma import check_grid
@@ -30,11 +32,13 @@ from udcg.validation import (
 
 @dataclass(frozen=True)
 class Settings:
-    """Options of both pipelines: list size, judge, utility source, and how metrics are
-    correlated with correctness."""
+    """Options of both pipelines: list size, judge (its labels are read under
+    :attr:`judge_key`: ``judge_name``, else the spec without connection details), utility
+    source, and how metrics are correlated with correctness."""
 
     k: int = 5
     judge: str = "smollm2-135m"
+    judge_name: str | None = None
     utility: str = DEFAULT_SOURCE
     correlation: str = "spearman"
     n_bootstrap: int = 1000
@@ -43,10 +47,16 @@ class Settings:
     def __post_init__(self) -> None:
         positive_int(self.k, "k")
         nonempty_str(self.judge, "judge")
+        judge_key(self.judge, self.judge_name)  # a malformed spec or empty name fails here
         get_source(self.utility)  # an unknown source names the known ones
         one_of(self.correlation, "correlation", METHODS)
         positive_int(self.n_bootstrap, "n_bootstrap")
         integer(self.seed, "seed")
+
+    @property
+    def judge_key(self) -> str:
+        """The key the judge's labels are stored under (:func:`udcg.judge.judge_key`)."""
+        return judge_key(self.judge, self.judge_name)
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,9 @@ class TrainSettings(Settings):
 
 @dataclass(frozen=True)
 class EvaluateSettings(Settings):
-    """``evaluate``'s options beyond the data and the retriever."""
+    """``evaluate``'s options beyond the data and the retriever. ``cache_dir`` holds the
+    stage outputs; ``judge_cache`` is the judge's SQLite cache (None: the one every command
+    shares, :func:`udcg.judge.cache.default_cache_path`)."""
 
     k: int = 3
     judge_options: Mapping[str, Any] = field(default_factory=dict)
@@ -77,6 +89,7 @@ class EvaluateSettings(Settings):
     theta_weights: str | None = None
     theta_crossfit: bool = False
     cache_dir: Path = Path("outputs/evaluate/cache")
+    judge_cache: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -85,6 +98,9 @@ class EvaluateSettings(Settings):
                 f"must be a mapping of backend options, got {show(self.judge_options)}",
                 field="judge_options",
             )
+        check_options(self.judge, self.judge_options, "judge_options.")
+        if self.judge_cache is not None:
+            nonempty_str(self.judge_cache, "judge_cache")
         one_of(self.relevance, "relevance", RELEVANCE_MODES)
         one_of(self.grader, "grader", GRADERS)
         positive_int(self.max_new_tokens, "max_new_tokens")

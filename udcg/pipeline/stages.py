@@ -2,9 +2,10 @@
 
 ``retrieve`` (queries + corpus -> contexts) and ``annotate`` (contexts -> judge labels) write
 ``<cache_dir>/<stage>-<key>.jsonl.gz``; a rerun with the same configuration reads them back. The
-judge's own SQLite cache (``<cache_dir>/judge.sqlite``) sits underneath, so a run interrupted
-midway, or another sweep member asking for the same (question, passage) pairs, recomputes
-nothing it already has.
+judge's own SQLite cache sits underneath (by default the one every command shares, see
+:func:`udcg.judge.cache.default_cache_path`), so a run interrupted midway, another sweep member
+or a ``udcg annotate`` run asking for the same (question, passage) pairs recomputes nothing it
+already has.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def retrieve_contexts(dataset: Dataset, name: str, retriever: Retriever, k: int)
 def missing_steps(
     contexts: Sequence[Context], judge: str, utility: str, relevance: str
 ) -> list[str]:
-    """The annotate steps whose labels some context still lacks (relevance=llm: always)."""
+    """The annotate steps whose labels under key ``judge`` (the judge's
+    :func:`~udcg.judge.judge_key`) some context still lacks (relevance=llm: always)."""
     source = get_source(utility)
     passages = [p for c in contexts for p in c.passages]
     steps = []

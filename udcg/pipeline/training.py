@@ -166,14 +166,14 @@ def train(
     k = settings.k
     if model.k != k:
         raise UDCGInputError(f"the model is for k={model.k}, not k={k}", field="model.k")
-    selection = select(contexts, k, settings.judge, settings.utility)
+    selection = select(contexts, k, settings.judge_key, settings.utility)
     data = selection.data
     n_queries = len(set(data.qids.tolist()))
     if n_queries < 2 * MIN_QUERIES_PER_SPLIT:
         reasons = ", ".join(f"{n} {why}" for why, n in selection.skipped.items()) or "none skipped"
         raise UDCGInputError(
             f"{len(data)} contexts from {n_queries} queries have k={k} and judge "
-            f"{settings.judge!r} labels ({reasons}); a train/held-out split by query needs at "
+            f"{settings.judge_key!r} labels ({reasons}); a train/held-out split by query needs at "
             f"least {2 * MIN_QUERIES_PER_SPLIT} queries",
             field="data",
         )
@@ -204,7 +204,7 @@ def train(
     )
     report = TrainReport(
         k=k,
-        judge=settings.judge,
+        judge=settings.judge_key,
         n_train=len(train_set),
         n_test=len(test_set),
         n_train_queries=len(set(train_set.qids.tolist())),
@@ -220,5 +220,7 @@ def train(
         report.weights_path = export_dir / f"udcg_theta_k{k}.safetensors"
         model.save(report.weights_path, card=report.card(settings.utility))
         report.plot_path = export_dir / f"udcg_theta_k{k}.png"
-        plot_weights(model, report.plot_path, f"UDCG-theta weights, k={k}, judge {settings.judge}")
+        plot_weights(
+            model, report.plot_path, f"UDCG-theta weights, k={k}, judge {settings.judge_key}"
+        )
     return report

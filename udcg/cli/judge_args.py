@@ -1,0 +1,105 @@
+"""The judge arguments of ``udcg annotate``, ``udcg qcare label`` and ``udcg demo``: the spec,
+the key its labels are stored under, every backend option, and the cache.
+
+``--judge-option KEY=VALUE`` (repeatable) sets any option of the backend; a value that reads as
+JSON (``8``, ``2.5``, ``true``, ``null``, ``{"a": 1}``) is taken as such, ``True``/``False``
+as booleans, anything else as a string. ``--max-concurrency``, ``--timeout``, ``--max-retries``
+and ``--template-tokenizer`` are the same options spelt as flags (a flag wins over
+``--judge-option``). An option the backend does not take is one line listing those it takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING, Any
+
+from udcg.judge import EMBEDDED, judge_key, open_judge
+from udcg.judge.options import check_options
+
+if TYPE_CHECKING:
+    from udcg.judge.cached import CachedJudge
+
+#: Backend options with a flag of their own: (flag, type, metavar, help).
+FLAGS: tuple[tuple[str, type, str, str], ...] = (
+    ("--max-concurrency", int, "N", "server requests in flight at once (openai judge)"),
+    ("--timeout", float, "SECONDS", "per server request (openai judge)"),
+    ("--max-retries", int, "N", "retries of a failed server request (openai judge)"),
+    (
+        "--template-tokenizer",
+        str,
+        "ID",
+        "tokenizer whose chat template builds answer-likelihood prompts (openai judge)",
+    ),
+)
+_WORDS = {"true": True, "false": False}
+
+
+def option_value(text: str) -> Any:
+    """A ``--judge-option`` value: JSON when it reads as JSON, True/False, else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _WORDS.get(text.lower(), text)
+
+
+def judge_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` as ``(KEY, value)`` (argparse type of ``--judge-option``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), option_value(value)
+
+
+def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--judge``, ``--judge-name``, ``--judge-option``, the option flags and ``--cache``."""
+    group = parser.add_argument_group("judge")
+    group.add_argument(
+        "--judge",
+        default=EMBEDDED,
+        help="judge spec: smollm2-135m, a transformers id or path, openai:MODEL@BASE_URL or "
+        "precomputed:FILE.jsonl (default: %(default)s)",
+    )
+    group.add_argument(
+        "--judge-name",
+        metavar="NAME",
+        help="key the labels are stored under (default: the spec without connection details: "
+        "MODEL for openai:MODEL@BASE_URL, the file name for precomputed:FILE)",
+    )
+    group.add_argument(
+        "--judge-option",
+        dest="judge_options",
+        metavar="KEY=VALUE",
+        type=judge_option,
+        action="append",
+        default=[],
+        help="backend option, repeatable (e.g. batch_size=8, extra_body='{\"a\": 1}')",
+    )
+    for flag, kind, metavar, helptext in FLAGS:
+        group.add_argument(flag, type=kind, metavar=metavar, help=helptext)
+    group.add_argument(
+        "--cache",
+        help="judge cache (SQLite); default $UDCG_CACHE_DIR/judge.sqlite, else "
+        "~/.cache/udcg/judge.sqlite, shared by every command",
+    )
+
+
+def judge_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The backend options of ``args``: ``--judge-option`` pairs, then the flags that are set."""
+    options = dict(args.judge_options)
+    for flag, *_ in FLAGS:
+        name = flag.removeprefix("--").replace("-", "_")
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    return options
+
+
+def check_judge_arguments(args: argparse.Namespace) -> None:
+    """Check the spec, the name and the options, before any work."""
+    check_options(args.judge, judge_options(args))
+    judge_key(args.judge, args.judge_name)
+
+
+def open_cli_judge(args: argparse.Namespace) -> CachedJudge:
+    """The judge of ``args`` as :func:`udcg.judge.open_judge` opens it (probed, cached)."""
+    return open_judge(args.judge, args.judge_name, judge_options(args), args.cache)

@@ -1,0 +1,98 @@
+"""The options a judge backend accepts, checked before the backend is built: an option it does
+not take, or a value of the wrong type, is one line listing the options it takes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from udcg.errors import UDCGInputError
+from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED
+from udcg.validation import show
+
+#: Annotation words of backend parameters -> (accepted types, how a message names them).
+_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "bool": ((bool,), "true or false"),
+    "int": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
+    "str": ((str,), "a string"),
+    "None": ((type(None),), "null"),
+}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A judge backend as the options check sees it: a label for messages and the keyword
+    parameters a user may set."""
+
+    label: str
+    parameters: Mapping[str, inspect.Parameter]
+
+
+def _keywords(function: Callable[..., Any], *fixed: str) -> dict[str, inspect.Parameter]:
+    """The named parameters of ``function`` except ``fixed`` (set from the spec)."""
+    return {
+        name: p
+        for name, p in inspect.signature(function).parameters.items()
+        if name not in fixed and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+
+
+def backend_of(spec: str) -> Backend:
+    """The backend that :func:`udcg.judge.load_judge` builds for ``spec``."""
+    if spec == EMBEDDED:
+        from udcg.judge.embedded import load_embedded_judge
+        from udcg.judge.local import TransformersJudge
+
+        model = _keywords(TransformersJudge, "model_id_or_path", "name", "gguf_file", "source_id")
+        return Backend(f"embedded judge ({EMBEDDED})", {**model, **_keywords(load_embedded_judge)})
+    if spec.startswith(OPENAI):
+        from udcg.judge.openai_backend import OpenAIJudge
+
+        return Backend("openai judge", _keywords(OpenAIJudge, "model", "base_url", "name"))
+    if spec.startswith(PRECOMPUTED):
+        from udcg.judge.precomputed import PrecomputedJudge
+
+        return Backend("precomputed judge", _keywords(PrecomputedJudge, "path", "name"))
+    from udcg.judge.local import TransformersJudge
+
+    return Backend("transformers judge", _keywords(TransformersJudge, "model_id_or_path", "name"))
+
+
+def _expected(parameter: inspect.Parameter) -> tuple[tuple[type, ...], str] | None:
+    """The types a value of ``parameter`` may have, from its annotation (None: not checked)."""
+    words = [w.strip() for w in str(parameter.annotation).split("|")]
+    if not all(w in _TYPES for w in words):
+        return None
+    kinds = tuple(t for w in words for t in _TYPES[w][0])
+    return kinds, " or ".join(_TYPES[w][1] for w in words)
+
+
+def check_options(spec: str, options: Mapping[str, Any], prefix: str = "") -> None:
+    """Every option in ``options`` is a parameter of ``spec``'s backend with a value of its
+    type; a mistake is an error whose field is ``prefix`` + the option and whose message lists
+    the backend's options."""
+    backend = backend_of(spec)
+    for key, value in options.items():
+        field = f"{prefix}{key}"
+        if key == "name":
+            raise UDCGInputError(
+                "the key of the labels is set with judge_name (--judge-name), not as a backend "
+                "option",
+                field=field,
+            )
+        parameter = backend.parameters.get(key)
+        if parameter is None:
+            accepted = ", ".join(sorted(backend.parameters)) or "none"
+            raise UDCGInputError(
+                f"not an option of the {backend.label}; its options: {accepted}", field=field
+            )
+        expected = _expected(parameter)
+        if expected is None:
+            continue
+        kinds, words = expected
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            raise UDCGInputError(f"must be {words}, got {show(value)}", field=field)
