@@ -23,6 +23,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from udcg.cli.hydra_config import CONF_DIR
 from udcg.judge.base import Judge
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,11 +47,11 @@ def examples() -> Path:
 
 @pytest.fixture
 def evaluate_config(tmp_path: Path) -> Callable[..., DictConfig]:
-    """``compose(*overrides)``: conf/evaluate.yaml as ``python evaluate.py OVERRIDES`` sees it,
+    """``compose(*overrides)``: udcg/conf/evaluate.yaml as ``udcg evaluate OVERRIDES`` sees it,
     with the stage cache and outputs under ``tmp_path`` and a short bootstrap."""
 
     def compose_with(*overrides: str) -> DictConfig:
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(
                 "evaluate",
                 overrides=[
@@ -155,3 +156,12 @@ class TagJudge(Judge):
 def tag_judge() -> type[TagJudge]:
     """The :class:`TagJudge` class (build it with or without log-probs)."""
     return TagJudge
+
+
+@pytest.fixture(autouse=True)
+def shared_judge_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The judge cache every command shares by default, moved under the test's ``tmp_path``
+    (the converted embedded model stays where it is)."""
+    path = tmp_path / "shared" / "judge.sqlite"
+    monkeypatch.setattr("udcg.judge.cache.default_cache_path", lambda: path)
+    return path

@@ -68,7 +68,7 @@ def test_trec_reads_a_dash_from_stdin(
 def test_trec_refuses_stdin_twice(capsys: pytest.CaptureFixture[str]) -> None:
     assert udcg.cli.trec.main(["-", "-"]) == 2
     assert capsys.readouterr().err == (
-        "udcg trec: error: QRELS and RUN cannot both be - (standard input)\n"
+        "udcg trec: error: only one of QRELS, RUN and --utilities can be - (standard input)\n"
     )
 
 

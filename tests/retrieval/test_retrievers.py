@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from udcg.cli.hydra_config import build_retriever
+from udcg.cli.hydra_config import CONF_DIR, build_retriever
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Passage
 from udcg.retrieval import (
@@ -24,7 +23,6 @@ from udcg.retrieval import (
     rrf_fuse,
 )
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 TEXTS = [
     "canberra is the capital city of australia",
     "sydney is the largest city of australia",
@@ -118,7 +116,7 @@ def test_k_larger_than_corpus() -> None:
     "name", ["bm25", "hybrid", "oracle_first", "random", "reversed", "gold_at"]
 )
 def test_every_config_builds_and_retrieves(name: str) -> None:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("evaluate", overrides=[f"retriever={name}"])
     built_name, retriever = build_retriever(cfg.retriever)
     assert built_name == name

@@ -1,21 +1,36 @@
-"""The door behind ``evaluate.py``: a composed Hydra config in, its options checked before any
-work, the evaluation pipeline run with typed arguments, a short summary out."""
+"""The door behind ``udcg evaluate`` and the repository's ``evaluate.py``: a composed Hydra
+config in, its options checked before any work, the evaluation pipeline run with typed
+arguments, a short summary out.
+
+``udcg evaluate ARGS`` and ``python evaluate.py ARGS`` are the same run through
+:func:`hydra_main` (configs in ``udcg/conf``, outputs under the working directory).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import hydra
 from omegaconf import DictConfig
 
 from udcg.cli.common import Outcome
-from udcg.cli.hydra_config import build, build_retriever, evaluate_settings, plain, run_job
+from udcg.cli.hydra_config import (
+    CONF_DIR,
+    build,
+    build_retriever,
+    evaluate_settings,
+    plain,
+    run_hydra,
+    run_job,
+)
 from udcg.pipeline.compare import show_correlation
 from udcg.pipeline.evaluation import GIVEN, evaluate
 
 
 def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Path]]:
-    """Check the options of ``cfg`` (conf/evaluate.yaml), build its dataset and retriever and
+    """Check the options of ``cfg`` (udcg/conf/evaluate.yaml), build its dataset and retriever and
     run the pipeline."""
     settings = evaluate_settings(cfg)
     dataset = build(cfg.dataset, "dataset")
@@ -47,4 +62,15 @@ def show_summary(report: dict[str, Any], files: list[Path]) -> None:
 def main(cfg: DictConfig) -> Outcome:
     """Run, print the summary; a user mistake is one line on stderr, exit status 2 (a sweep
     member's failure is listed when the sweep ends)."""
-    return run_job("evaluate.py", lambda: show_summary(*run_evaluate(cfg, Path(cfg.output_dir))))
+    return run_job("evaluate", lambda: show_summary(*run_evaluate(cfg, Path(cfg.output_dir))))
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
+def hydra_main(cfg: DictConfig) -> Outcome:
+    """The Hydra application: ``python evaluate.py ARGS`` and ``udcg evaluate ARGS``."""
+    return main(cfg)
+
+
+def command(argv: Sequence[str]) -> int:
+    """``udcg evaluate [OVERRIDES]``: Hydra's arguments after the command; the exit status."""
+    return run_hydra("evaluate", hydra_main, argv)

@@ -1,6 +1,11 @@
-"""Hydra wiring shared by ``train.py`` and ``evaluate.py``: objects built from ``_target_``
-configs with errors that name the option the user typed, the jobs' error handling, and the
-sweep callbacks.
+"""Hydra wiring shared by ``udcg train``/``udcg evaluate`` and the repository's ``train.py``/
+``evaluate.py``: where the configs are, objects built from ``_target_`` configs with errors that
+name the option the user typed, the jobs' error handling, and the sweep callbacks.
+
+The configs ship inside the package (``udcg/conf/``, package data): the ``@hydra.main`` of
+:mod:`udcg.cli.train` and :mod:`udcg.cli.evaluate` points at :data:`CONF_DIR`, an absolute path
+found from this file, so the same configs are found from a clone (``python train.py``), an
+editable install or a wheel, whatever the working directory.
 
 A single run that fails prints one line and exits (status 2 for a user mistake). A sweep member
 that fails prints the same line and returns, so the sweep goes on; :class:`SweepFailures` lists
@@ -13,7 +18,9 @@ typed arguments built below.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,12 +35,54 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from udcg.cli.common import Outcome, run_command
+from udcg.cli.extras import missing_module_error
 from udcg.errors import UDCGInputError
 from udcg.pipeline.settings import EvaluateSettings, Settings, TrainSettings
 from udcg.pipeline.sweep import write_summary
 from udcg.retrieval import Retriever
 
 S = TypeVar("S", bound=Settings)
+
+#: The Hydra config groups shipped with the package (``udcg/conf``).
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+#: The name a job's messages start with when it runs as a ``udcg`` command (``udcg train``);
+#: None: the repository's script, ``train.py`` or ``evaluate.py``.
+_COMMAND: ContextVar[str | None] = ContextVar("udcg_hydra_command", default=None)
+
+
+def prog_name(job: str) -> str:
+    """What the messages of Hydra job ``job`` (``train``) start with: ``udcg train`` through
+    the console script, else the script's name ``train.py``."""
+    return _COMMAND.get() or f"{job}.py"
+
+
+@contextmanager
+def _as_command(prog: str, argv: Sequence[str]) -> Iterator[None]:
+    """Hydra reads its arguments from ``sys.argv`` (and shows ``sys.argv[0]`` in its usage):
+    ``prog`` and ``argv`` while the block runs."""
+    saved = sys.argv
+    token = _COMMAND.set(prog)
+    sys.argv = [prog, *argv]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+        _COMMAND.reset(token)
+
+
+def run_hydra(job: str, entry: Callable[[], Any], argv: Sequence[str]) -> int:
+    """``udcg JOB ARGS``: run ``entry`` (a function decorated with ``@hydra.main``) on the
+    Hydra arguments ``argv`` (overrides, ``-m``, ``--help``, ``--cfg job``, ...) as the
+    repository's ``JOB.py ARGS`` runs; returns the exit status."""
+    with _as_command(f"udcg {job}", argv):
+        try:
+            entry()
+        except SystemExit as exc:
+            if exc.code is None or isinstance(exc.code, int):
+                return exc.code or 0
+            raise
+    return 0
 
 
 def plain(cfg: Any) -> Any:
@@ -89,7 +138,7 @@ def build_retriever(cfg: Any) -> tuple[str, Retriever]:
     cfg = as_node(cfg)
     if not cfg.get("name") or "_target_" not in cfg:
         raise UDCGInputError(
-            "a retriever config needs 'name' and '_target_' (see conf/retriever/)",
+            "a retriever config needs 'name' and '_target_' (see udcg/conf/retriever/)",
             field="retriever",
         )
     retriever = build(cfg, "retriever", drop=("name",))
@@ -108,12 +157,12 @@ def _settings(cfg: DictConfig, kind: type[S], **given: Any) -> S:
 
 
 def train_settings(cfg: DictConfig) -> TrainSettings:
-    """The checked settings of ``conf/train.yaml``."""
+    """The checked settings of ``udcg/conf/train.yaml``."""
     return _settings(cfg, TrainSettings)
 
 
 def evaluate_settings(cfg: DictConfig) -> EvaluateSettings:
-    """The checked settings of ``conf/evaluate.yaml``."""
+    """The checked settings of ``udcg/conf/evaluate.yaml``."""
     return _settings(cfg, EvaluateSettings, cache_dir=Path(cfg.cache_dir))
 
 
@@ -121,12 +170,28 @@ def _in_sweep() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def run_job(prog: str, work: Callable[[], int | None]) -> Outcome:
-    """Run one Hydra job (:func:`udcg.cli.common.run_command`). A single run exits with the
-    status of a failure; a sweep member returns its outcome, so the sweep goes on (an
-    interrupt stops it)."""
+def _with_extras(work: Callable[[], int | None]) -> Callable[[], int | None]:
+    """``work`` where a missing optional dependency is a user mistake naming its extra."""
+
+    def guarded() -> int | None:
+        try:
+            return work()
+        except ModuleNotFoundError as exc:
+            message = missing_module_error(exc)
+            if message is None:
+                raise
+            raise UDCGInputError(message) from None
+
+    return guarded
+
+
+def run_job(job: str, work: Callable[[], int | None]) -> Outcome:
+    """Run one job of Hydra job ``job`` (``train``; :func:`udcg.cli.common.run_command`,
+    messages start with :func:`prog_name`). A single run exits with the status of a failure;
+    a sweep member returns its outcome, so the sweep goes on (an interrupt stops it). A
+    missing optional dependency is one line naming the extra to install (status 2)."""
     sweep = _in_sweep()
-    outcome = run_command(prog, work, catch_all=sweep)
+    outcome = run_command(prog_name(job), _with_extras(work), catch_all=sweep)
     if outcome.status and (not sweep or outcome.status == 130):
         sys.exit(outcome.status)
     return outcome
@@ -150,7 +215,7 @@ class SweepFailures(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.failed:
             return
-        prog = f"{config.hydra.job.name}.py"
+        prog = prog_name(config.hydra.job.name)
         lines = [f"{prog}: {len(self.failed)} of {self.members} sweep members failed:"]
         lines += [f"  {name}: {outcome.error or 'failed'}" for name, outcome in self.failed]
         print("\n".join(lines), file=sys.stderr)

@@ -7,21 +7,37 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-#: command -> (module with ``main(argv) -> int``, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "trec": ("udcg.cli.trec", "evaluate a TREC run against qrels (trec_eval semantics)"),
-    "compare": ("udcg.cli.compare", "compare runs with paired significance tests"),
-    "contexts": ("udcg.cli.contexts", "join a TREC run with topics and a collection"),
-    "annotate": ("udcg.cli.annotate", "judge labels for a contexts file"),
-    "score": ("udcg.cli.score", "UDCG, UDCG-theta and classic metrics per context"),
-    "qcare": ("udcg.cli.qcare", "Q-CARE labels, scores and judge-human agreement"),
-    "demo": ("udcg.cli.demo", "rebuild the embedded demo set with the judge"),
+from udcg.cli.extras import missing_extras, missing_module_error, needs
+
+#: command -> (``module`` with ``main(argv) -> int``, or ``module:function``; one-line help;
+#: the extras it needs, checked before the command's module is imported)
+COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "trec": ("udcg.cli.trec", "evaluate a TREC run against qrels (trec_eval semantics)", ()),
+    "compare": ("udcg.cli.compare", "compare runs with paired significance tests", ()),
+    "contexts": ("udcg.cli.contexts", "join a TREC run with topics and a collection", ()),
+    "annotate": ("udcg.cli.annotate", "judge labels for a contexts file", ()),
+    "score": ("udcg.cli.score", "UDCG, UDCG-theta and classic metrics per context", ()),
+    "qcare": ("udcg.cli.qcare", "Q-CARE labels, scores and judge-human agreement", ()),
+    "demo": ("udcg.cli.demo", "rebuild the embedded demo set with the judge", ("judge",)),
+    "train": (
+        "udcg.cli.train:command",
+        "fit UDCG-theta, tune gamma, compare metrics (Hydra: udcg train k=5)",
+        ("train",),
+    ),
+    "evaluate": (
+        "udcg.cli.evaluate:command",
+        "which metric predicts answers, which retriever to ship (Hydra)",
+        ("train", "judge", "retrieval"),
+    ),
 }
+
+#: extras to name first for a missing module that several extras provide (torch)
+_JUDGE_FIRST = ("judge",)
 
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines = [f"  {name:<{width}}  {text}" for name, (_, text, _) in COMMANDS.items()]
     return (
         "usage: udcg [--version] COMMAND [ARGS]\n\ncommands:\n"
         + "\n".join(lines)
@@ -30,7 +46,8 @@ def _usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch to the command's module; returns the exit status (2 for a usage mistake)."""
+    """Dispatch to the command's module; returns the exit status (2 for a usage mistake or a
+    missing extra)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(_usage(), file=sys.stdout if args else sys.stderr)
@@ -47,9 +64,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    run = importlib.import_module(command[0]).main
-    gc.freeze()  # the modules just imported live as long as the process
-    return run(args[1:])
+    target, _, extras = command
+    prog = f"udcg {args[0]}"
+    missing = missing_extras(extras)
+    if missing:
+        print(f"{prog}: error: {needs(missing)}", file=sys.stderr)
+        return 2
+    module, _, function = target.partition(":")
+    try:
+        run = getattr(importlib.import_module(module), function or "main")
+        gc.freeze()  # the modules just imported live as long as the process
+        return run(args[1:])
+    except ModuleNotFoundError as exc:  # an optional dependency imported on the way
+        message = missing_module_error(exc, prefer=extras or _JUDGE_FIRST)
+        if message is None:
+            raise
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

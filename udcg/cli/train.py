@@ -1,16 +1,23 @@
-"""The door behind ``train.py``: a composed Hydra config in, its options checked before any
-work, the training pipeline run with typed arguments, the held-out comparison and the exported
-files out."""
+"""The door behind ``udcg train`` and the repository's ``train.py``: a composed Hydra config
+in, its options checked before any work, the training pipeline run with typed arguments, the
+held-out comparison and the exported files out.
+
+``udcg train k=5`` and ``python train.py k=5`` are the same run: both go through
+:func:`hydra_main` (configs in ``udcg/conf``, outputs in ``outputs/train/k5/<time>/`` under the
+working directory).
+"""
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
 
+import hydra
 from omegaconf import DictConfig
 
 from udcg.cli.common import Outcome
-from udcg.cli.hydra_config import as_option, build, run_job, train_settings
+from udcg.cli.hydra_config import CONF_DIR, as_option, build, run_hydra, run_job, train_settings
 from udcg.errors import UDCGInputError
 from udcg.pipeline.compare import format_table
 from udcg.pipeline.training import TrainReport, train
@@ -38,7 +45,7 @@ def build_model(cfg: DictConfig) -> UDCGTheta:
 
 
 def run_train(cfg: DictConfig) -> TrainReport:
-    """Check the options of ``cfg`` (conf/train.yaml), build the model and data, train,
+    """Check the options of ``cfg`` (udcg/conf/train.yaml), build the model and data, train,
     export, write the history."""
     settings = train_settings(cfg)
     model = build_model(cfg)
@@ -62,4 +69,15 @@ def show_report(report: TrainReport) -> None:
 def main(cfg: DictConfig) -> Outcome:
     """Train and print the comparison; a user mistake is one line on stderr, exit status 2
     (a sweep member's failure is listed when the sweep ends)."""
-    return run_job("train.py", lambda: show_report(run_train(cfg)))
+    return run_job("train", lambda: show_report(run_train(cfg)))
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def hydra_main(cfg: DictConfig) -> Outcome:
+    """The Hydra application: ``python train.py ARGS`` and ``udcg train ARGS``."""
+    return main(cfg)
+
+
+def command(argv: Sequence[str]) -> int:
+    """``udcg train [OVERRIDES]``: Hydra's arguments after the command; the exit status."""
+    return run_hydra("train", hydra_main, argv)

@@ -1,7 +1,7 @@
 """Retrievers for evaluation sweeps: BM25, dense, hybrid (RRF) and controls.
 
 Each retriever has ``retrieve(queries, corpus, k) -> list[Ranking]``; ``evaluate.py`` builds
-one from its Hydra config (``conf/retriever/*.yaml``).
+one from its Hydra config (``udcg/conf/retriever/*.yaml``).
 """
 
 from __future__ import annotations
