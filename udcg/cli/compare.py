@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from udcg.cli.common import run_cli
-from udcg.cli.trec import DEFAULT_MEASURES
+from udcg.cli.trec import add_measures_argument
 from udcg.errors import UDCGInputError
 from udcg.io.files import STDIO
 from udcg.trec.comparison import ComparisonReport, compare
@@ -27,14 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("qrels", help="qrels file: qid iteration doc_id relevance (gzip ok)")
     parser.add_argument("runs", nargs="+", metavar="run", help="two or more TREC run files")
-    parser.add_argument(
-        "-m",
-        "--measures",
-        nargs="+",
-        default=DEFAULT_MEASURES,
-        metavar="MEASURE",
-        help=f"ir_measures names (default: {' '.join(DEFAULT_MEASURES)})",
-    )
+    add_measures_argument(parser)
     parser.add_argument("--test", choices=TESTS, default="t", help="paired test (default: t)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level")
     parser.add_argument(

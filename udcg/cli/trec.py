@@ -26,6 +26,20 @@ from udcg.trec.engine import Evaluation, evaluate_table  # noqa: E402
 DEFAULT_MEASURES = ["nDCG@10", "AP", "RR", "P@10"]
 
 
+def add_measures_argument(parser: argparse.ArgumentParser) -> None:
+    """``-m/--measures`` as ``udcg trec`` and ``udcg compare`` take it."""
+    parser.add_argument(
+        "-m",
+        "--measures",
+        nargs="+",
+        default=DEFAULT_MEASURES,
+        metavar="MEASURE",
+        help="ir_measures names, e.g. nDCG@10 AP AP@100 RR P@5 R@100 Hits@10 HitCount@10, "
+        "pytrec_eval names (ndcg_cut_10, map, P_5...), UDCG@5 UDCG(gamma=0.5)@5 UDCGtheta@5 "
+        f"(default: {' '.join(DEFAULT_MEASURES)})",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="udcg trec",
@@ -37,16 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "run", help="run file: qid Q0 doc_id rank score tag (gzip ok; - reads stdin)"
     )
-    parser.add_argument(
-        "-m",
-        "--measures",
-        nargs="+",
-        default=DEFAULT_MEASURES,
-        metavar="MEASURE",
-        help="ir_measures names, e.g. nDCG@10 AP AP@100 RR P@5 R@100 Hits@10 HitCount@10, "
-        "pytrec_eval names (ndcg_cut_10, map, P_5...), UDCG@5 UDCG(gamma=0.5)@5 UDCGtheta@5 "
-        f"(default: {' '.join(DEFAULT_MEASURES)})",
-    )
+    add_measures_argument(parser)
     parser.add_argument(
         "--utilities",
         metavar="FILE",
