@@ -1,4 +1,4 @@
-"""python -m udcg.score: reuse fitted UDCG-theta weights and score contexts."""
+"""udcg score: reuse fitted UDCG-theta weights, score contexts, means per run and k."""
 
 from __future__ import annotations
 
@@ -86,3 +86,24 @@ def test_answer_likelihood_utility_source(tmp_path: Path, fitted: Path, capsys) 
     assert main([*args, "--weights", str(fitted)]) == 2
     err = capsys.readouterr().err
     assert "fitted on utility source 'abstention'" in err and "Traceback" not in err
+
+
+def test_means_per_run_and_k(tmp_path: Path, capsys) -> None:
+    runs = {
+        ("bm25", 3): simulate(6, 3, seed=1),
+        ("dense", 3): simulate(5, 3, seed=2),
+        ("bm25", 5): simulate(4, 5, seed=3),
+    }
+    contexts = [replace(c, run=run) for (run, _), cs in runs.items() for c in cs]
+    write_contexts(tmp_path / "c.jsonl", contexts)
+    assert main([str(tmp_path / "c.jsonl"), "--judge", "sim"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = {tuple(line.split("\t")[:2]): line.split("\t") for line in lines[2:]}
+    assert lines[1].split("\t")[:5] == ["run", "k", "n", "UDCG", "nDCG"]
+    for (run, k), group in [*runs.items(), (("all", ""), contexts)]:
+        rel = [[float(p.relevant) for p in c.passages] for c in group]
+        u = [[1 - p.abstain_prob["sim"] for p in c.passages] for c in group]
+        row = table[(run, str(k))]
+        assert row[2] == str(len(group))
+        assert float(row[3]) == pytest.approx(metrics.udcg(rel, u).mean(), abs=5e-5)
+        assert float(row[4]) == pytest.approx(metrics.context_ndcg(rel).mean(), abs=5e-5)

@@ -52,6 +52,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def means_table(columns: dict[str, np.ndarray], groups: list[tuple[str, int]]) -> str:
+    """Tab-separated means of every column per (run, k), then over all contexts; a column
+    with no defined value in a group shows ``n/a`` (UDCG-theta for another k)."""
+    keys = sorted(set(groups))
+    rows = [("run", "k", "n", *columns)]
+    for label, members in [
+        *((key, [g == key for g in groups]) for key in keys),
+        (("all", ""), [True] * len(groups)),
+    ]:
+        mask = np.asarray(members, dtype=bool)
+        means = []
+        for values in columns.values():
+            defined = values[mask & ~np.isnan(values)]
+            means.append(f"{defined.mean():.4f}" if len(defined) else "n/a")
+        rows.append((str(label[0]), str(label[1]), str(int(mask.sum())), *means))
+    return "\n".join("\t".join(row) for row in rows)
+
+
 def score(args: argparse.Namespace) -> None:
     """Compute, print and optionally write the scores."""
     judge = judge_key(args.judge, args.judge_name)
@@ -83,10 +101,8 @@ def score(args: argparse.Namespace) -> None:
             )
     out = info_stream(args.out)
     print(f"{len(contexts)} contexts, judge {judge}, utility {args.utility}", file=out)
-    for name, values in columns.items():
-        defined = values[~np.isnan(values)]
-        mean = f"{defined.mean():.4f}" if len(defined) else "n/a"
-        print(f"{name:<12}\t{mean}\t(n={len(defined)})", file=out)
+    groups = [(c.run or "-", len(c.passages)) for c in contexts]
+    print(means_table(columns, groups), file=out)
     if args.out:
         with atomic_write(args.out) as out:
             for i, ctx in enumerate(contexts):
