@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow.compute as pc
 
 from udcg.errors import UDCGInputError
 from udcg.io.trec_files import Qrels
-from udcg.trec.engine import QrelsLike, RunLike, _as_qrels, evaluate_table
+from udcg.trec.engine import QrelsLike, RunLike, as_qrels, evaluate_table, import_pandas
 from udcg.trec.measures import Measure, parse_measures
 from udcg.trec.significance import TESTS, holm, paired_test
 from udcg.validation import integer, nonempty_str, one_of, open_fraction, positive_int
+
+if TYPE_CHECKING:
+    from udcg.io.utilities import Utilities, UtilitiesLike
+    from udcg.trec.utility_measures import WeightsLike
 
 Test = Literal["t", "randomization", "bootstrap"]
 CORRECTIONS: tuple[str, ...] = ("holm",)
@@ -120,8 +124,7 @@ class ComparisonReport:
     def to_dataframe(self) -> Any:
         """One row per comparison (measure, system, other, both means, difference, p-values,
         significant) as a pandas DataFrame; needs pandas."""
-        import pandas as pd
-
+        pd = import_pandas("ComparisonReport.to_dataframe()")
         return pd.DataFrame(
             [
                 {
@@ -235,15 +238,20 @@ def _latex(text: str) -> str:
 
 def _judged_qids(qrels: QrelsLike) -> tuple[Qrels, list[str]]:
     """``(the qrels as read, the ids of the queries they judge, sorted)``."""
-    judged = _as_qrels(qrels)
+    judged = as_qrels(qrels)
     return judged, sorted(pc.unique(judged.qids).to_pylist())
 
 
 def _per_query(
-    qrels: Qrels, run: RunLike, measures: list[Measure], row_of: dict[str, int]
+    qrels: Qrels,
+    run: RunLike,
+    measures: list[Measure],
+    row_of: dict[str, int],
+    options: dict[str, Any],
 ) -> np.ndarray:
-    """``[n_judged, n_measures]`` values of ``run``; 0 for a judged query it does not rank."""
-    result = evaluate_table(qrels, run, measures)
+    """``[n_judged, n_measures]`` values of ``run``; 0 for a judged query it does not rank.
+    ``options``: the utility measures' keyword arguments of ``evaluate_table``."""
+    result = evaluate_table(qrels, run, measures, **options)
     values = np.zeros((len(row_of), len(measures)))
     values[[row_of[q] for q in result.qids]] = result.values
     return values
@@ -302,6 +310,9 @@ def compare(
     n_resamples: int = 10000,
     seed: int | None = 0,
     baseline: str | None = None,
+    utilities: Utilities | UtilitiesLike | None = None,
+    utility_field: str | None = None,
+    weights: WeightsLike | Iterable[WeightsLike] | None = None,
 ) -> ComparisonReport:
     """Evaluate each run of ``runs`` (name -> run file, dict or Run) against ``qrels`` and
     test every pair of systems (or each against ``baseline``) on every measure.
@@ -311,6 +322,11 @@ def compare(
     resampled, differences shifted to mean 0); all two-sided, see :mod:`udcg.trec.significance`.
     ``correction="holm"`` adjusts the p-values of the comparisons of each measure with
     Holm-Bonferroni; a comparison is significant when its (adjusted) p-value is <= ``alpha``.
+
+    ``qrels`` and the runs may be anything :func:`udcg.trec.engine.evaluate_table` accepts
+    (files, dicts, udcg or ranx objects, DataFrames, ir_measures Qrel/ScoredDoc lists).
+    ``utilities``, ``utility_field`` and ``weights`` go to ``evaluate_table`` for the utility
+    measures (UDCG@k, UDCGtheta@k), the same for every run.
     """
     systems = _check_options(runs, test, alpha, correction, n_resamples, seed, baseline)
     parsed = parse_measures(measures)
@@ -322,7 +338,8 @@ def compare(
             field="qrels",
         )
     row_of = {q: i for i, q in enumerate(qids)}
-    values = np.stack([_per_query(judged, runs[s], parsed, row_of) for s in systems])
+    options = {"utilities": utilities, "utility_field": utility_field, "weights": weights}
+    values = np.stack([_per_query(judged, runs[s], parsed, row_of, options) for s in systems])
     pairs = _pairs(systems, baseline)
     # differences[:, pair, measure] -> one column per test
     differences = np.stack([values[i] - values[j] for i, j in pairs], axis=1)

@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from os import PathLike
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
 from udcg._threads import run_concurrently
 from udcg.errors import UDCGInputError
+from udcg.io import interop
 from udcg.io.arrow import dictionary_encode, string_ranks, take, to_numpy
 from udcg.io.trec_files import (
     Qrels,
@@ -40,8 +41,9 @@ if TYPE_CHECKING:
     from udcg.io.utilities import Utilities, UtilitiesLike
     from udcg.trec.utility_measures import UtilityPlan, WeightsLike
 
-QrelsLike = Qrels | Mapping[str, Mapping[str, int]] | str | PathLike[str]
-RunLike = Run | Mapping[str, Mapping[str, float]] | str | PathLike[str]
+#: besides these: ranx Qrels/Run, pandas DataFrames and iterables of ir_measures Qrel/ScoredDoc
+QrelsLike = Qrels | Mapping[str, Mapping[str, int]] | str | PathLike[str] | Any
+RunLike = Run | Mapping[str, Mapping[str, float]] | str | PathLike[str] | Any
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,21 +67,48 @@ class Evaluation:
         means = self.values.mean(axis=0) if len(self.qids) else np.zeros(len(self.measures))
         return {str(m): float(v) for m, v in zip(self.measures, means, strict=True)}
 
+    def to_dataframe(self) -> Any:
+        """A pandas DataFrame: column ``qid``, then one column per measure (named as in
+        :meth:`to_dict`), one row per query; needs pandas."""
+        pd = import_pandas("Evaluation.to_dataframe()")
+        frame = pd.DataFrame(self.values, columns=[str(m) for m in self.measures])
+        frame.insert(0, "qid", list(self.qids))
+        return frame
 
-def _as_run(run: RunLike) -> Run:
+
+def import_pandas(what: str) -> Any:
+    """The pandas module, or an ImportError saying that ``what`` needs it."""
+    try:
+        import pandas
+    except ImportError as exc:
+        raise ImportError(f"{what} needs pandas: pip install pandas") from exc
+    return pandas
+
+
+def as_run(run: RunLike) -> Run:
+    """``run`` as a :class:`Run`: a Run, a TREC run file, ``{qid: {doc_id: score}}``, a ranx
+    Run, a DataFrame (``q_id``/``qid``/``query_id``, ``doc_id``/``docno``, ``score``) or an
+    iterable of ir_measures ``ScoredDoc`` (see :mod:`udcg.io.interop`)."""
     if isinstance(run, Run):
         return run
     if isinstance(run, Mapping):
         return run_from_dict(run)
-    return read_trec_run(run)
+    if isinstance(run, str | PathLike):
+        return read_trec_run(run)
+    return interop.to_run(run)
 
 
-def _as_qrels(qrels: QrelsLike) -> Qrels:
+def as_qrels(qrels: QrelsLike) -> Qrels:
+    """``qrels`` as :class:`Qrels`: Qrels, a TREC qrels file, ``{qid: {doc_id: grade}}``, a
+    ranx Qrels, a DataFrame (``q_id``/``qid``/``query_id``, ``doc_id``/``docno``,
+    ``relevance``/``label``/``rel``/``score``) or an iterable of ir_measures ``Qrel``."""
     if isinstance(qrels, Qrels):
         return qrels
     if isinstance(qrels, Mapping):
         return qrels_from_dict(qrels)
-    return read_trec_qrels(qrels)
+    if isinstance(qrels, str | PathLike):
+        return read_trec_qrels(qrels)
+    return interop.to_qrels(qrels)
 
 
 def _dictionary(strings: pa.Array) -> pa.DictionaryArray:
@@ -430,7 +459,9 @@ def evaluate_table(
     utility_field: str | None = None,
     weights: WeightsLike | Iterable[WeightsLike] | None = None,
 ) -> Evaluation:
-    """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths or dicts.
+    """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths, dicts, ranx
+    Run/Qrels, pandas DataFrames or iterables of ir_measures ScoredDoc/Qrel (:func:`as_run`,
+    :func:`as_qrels`); ``measures`` may be ir_measures measure objects too.
 
     ``utilities``, ``utility_field`` and ``weights`` serve the utility measures (UDCG@k,
     UDCGtheta@k; see :func:`evaluate`) and are not read when none is asked for.
@@ -445,9 +476,9 @@ def evaluate_table(
         if isinstance(qrels, str | PathLike) and isinstance(run, str | PathLike):
             # two files, each parsed on its own thread (Arrow's parser releases the GIL); the
             # qrels on this one, so that its errors come first, as in a serial read
-            judged, ranked = run_concurrently(lambda: _as_qrels(qrels), lambda: _as_run(run))
+            judged, ranked = run_concurrently(lambda: as_qrels(qrels), lambda: as_run(run))
         else:
-            judged, ranked = _as_qrels(qrels), _as_run(run)
+            judged, ranked = as_qrels(qrels), as_run(run)
         return _evaluate(parsed, judged, ranked, plan)
 
 

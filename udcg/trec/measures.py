@@ -2,7 +2,9 @@
 ``P(rel=2)@5``, ``R@100``, ``Hits@10`` (alias ``Success@10``), ``HitCount@10``, and the
 utility measures ``UDCG@5``, ``UDCG(gamma=0.5)@5``, ``UDCGtheta@5`` (alias ``UDCG-theta@5``).
 
-Names are case-insensitive. Aliases: ``MAP`` (AP), ``MRR`` (RR), ranx's ``hit_rate@k`` (Hits@k)
+Names are case-insensitive; ir_measures measure objects (``ir_measures.nDCG@10``,
+``ir_measures.P(rel=2)@5``) are read by their name (``str(measure)``), without importing
+ir_measures. Aliases: ``MAP`` (AP), ``MRR`` (RR), ranx's ``hit_rate@k`` (Hits@k)
 and pytrec_eval's names ``ndcg``, ``ndcg_cut_10``, ``map``, ``map_cut_100``, ``recip_rank``,
 ``P_10``, ``recall_100``, ``success_10``. ranx's ``hits@k`` counts the relevant documents in the
 top k, while ``Hits@k`` is 1 if there is any: that spelling is refused, naming ``HitCount@k``
@@ -137,10 +139,36 @@ def parse_measure(text: str) -> Measure:
     return Measure(name, cutoff, **params)
 
 
+def _is_ir_measures(measure: object) -> bool:
+    """Whether ``measure`` is an ir_measures measure object (``ir_measures.nDCG@10``), told by
+    its type's module so that ir_measures is never imported here."""
+    return (type(measure).__module__ or "").split(".")[0] == "ir_measures"
+
+
+def _parse_one(measure: object) -> Measure:
+    if isinstance(measure, Measure):
+        return measure
+    if isinstance(measure, str):
+        return parse_measure(measure)
+    if _is_ir_measures(measure):  # its str is its ir_measures name: nDCG@10, P(rel=2)@5
+        return parse_measure(str(measure))
+    raise UDCGInputError(
+        f"expected a measure name, a Measure or an ir_measures measure, got "
+        f"{type(measure).__name__}",
+        field="measures",
+    )
+
+
 def parse_measures(measures: str | Measure | Iterable[str | Measure]) -> list[Measure]:
-    """Parse a name, a Measure, or an iterable of them; duplicates are kept once, in order."""
-    items = [measures] if isinstance(measures, str | Measure) else list(measures)
+    """Parse a name, a Measure or an ir_measures measure object (``ir_measures.nDCG@10``), or
+    an iterable of them; duplicates are kept once, in order."""
+    single = isinstance(measures, str | Measure) or _is_ir_measures(measures)
+    if not single and not isinstance(measures, Iterable):
+        raise UDCGInputError(
+            f"expected a measure or a list of measures, got {type(measures).__name__}",
+            field="measures",
+        )
+    items = [measures] if single else list(measures)
     if not items:
         raise UDCGInputError("no measure given", field="measures")
-    parsed = [m if isinstance(m, Measure) else parse_measure(m) for m in items]
-    return list(dict.fromkeys(parsed))
+    return list(dict.fromkeys(_parse_one(m) for m in items))
