@@ -38,3 +38,8 @@ class UDCGInputError(ValueError):
 class UDCGWarning(UserWarning):
     """Something the user should know about a result that still runs (for instance a fit with
     few contexts per parameter). Command-line entry points print it as one line on stderr."""
+
+
+class UDCGServiceError(RuntimeError):
+    """A service the toolkit calls (a judge server) failed; commands print its message as one
+    line and exit with status 1."""

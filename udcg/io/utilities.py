@@ -16,6 +16,14 @@ Every value is in [0, 1]. Inputs:
   FIELD: value}`` per line, FIELD one of the three above: the line says what its value is. With
   ``utility_field`` every line must hold that key; without, each line holds exactly one of the
   three and all lines the same one.
+* an annotated contexts JSONL (its first line has a ``passages`` key: what ``udcg contexts``
+  then ``udcg annotate`` write), read with a ``judge_key``: each passage's
+  ``abstain_prob[judge_key]`` (or ``answer_prob[judge_key]`` with ``utility_field``) is the
+  value of (``qid``, ``doc_id``). Without ``judge_key`` the file must hold one judge's values;
+  without ``utility_field`` one of the two fields (both: an error naming them). A passage
+  without the judge's value is left out (a top-k document without one is the evaluation's
+  located error); a (query, document) repeated with another value is an error, with the same
+  value (contexts of two runs in one file) it counts once.
 
 Files may be gzip-compressed (detected by content), ``-`` reads standard input, blank lines are
 skipped. A malformed line or a repeated (query, document) is ``FILE:LINE: field 'x': ...``.
@@ -171,18 +179,148 @@ def _read_jsonl(path: PathType, utility_field: str | None) -> Utilities:
     )
 
 
-def _is_jsonl(path: PathType) -> bool:
-    """Whether the first non-blank line of ``path`` starts with ``{``."""
+def _file_kind(path: PathType) -> str:
+    """``tsv``, ``jsonl`` or ``contexts``: the first non-blank line starts with ``{`` for JSONL;
+    a JSONL first line with a ``passages`` key makes a contexts file."""
     for _, text in numbered_lines(path):
-        if text.strip():
-            return text.lstrip().startswith("{")
-    return False
+        if not text.strip():
+            continue
+        if not text.lstrip().startswith("{"):
+            return "tsv"
+        try:
+            first = json.loads(text)
+        except (ValueError, RecursionError):
+            return "jsonl"  # the JSONL reader words the error at its line
+        return "contexts" if isinstance(first, dict) and "passages" in first else "jsonl"
+    return "tsv"
 
 
-def read_utility_file(path: PathType, utility_field: str | None = None) -> Utilities:
-    """Utilities from a TSV or JSONL file (see the module docstring)."""
+def _context_values(
+    path: PathType,
+) -> tuple[list[tuple[str, str, str, str, float, Where]], dict[str, set[str]]]:
+    """Every judge value of every passage: ``(qid, doc_id, field, key, value, where)``, and
+    which judge keys each field holds."""
+    found: list[tuple[str, str, str, str, float, Where]] = []
+    keys: dict[str, set[str]] = {field: set() for field in JUDGE_PROB_KEYS}
+    for number, text in numbered_lines(path):
+        if not text.strip():
+            continue
+        where = Where(path, number)
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise UDCGInputError(json_problem(exc), path=path, line=number) from None
+        if not isinstance(obj, dict):
+            raise UDCGInputError(f"expected a JSON object, got {kind(obj)}", path=path, line=number)
+        qid = identifier(obj.get("qid"), "qid", where)
+        passages = obj.get("passages")
+        if not isinstance(passages, list):
+            raise where.error("passages", f"expected a list, got {kind(passages)}")
+        for i, passage in enumerate(passages):
+            at = Where(path, number, f"passages[{i}].")
+            if not isinstance(passage, dict):
+                raise UDCGInputError(
+                    f"expected a JSON object, got {kind(passage)}",
+                    path=path,
+                    line=number,
+                    field=f"passages[{i}]",
+                )
+            doc_id = identifier(passage.get("doc_id"), "doc_id", at)
+            for field in JUDGE_PROB_KEYS:
+                values = passage.get(field)
+                if values is None:
+                    continue
+                if not isinstance(values, dict):
+                    raise at.error(field, f"expected a JSON object, got {kind(values)}")
+                for key, value in values.items():
+                    p = probability(value, f"{field}.{key}", at)
+                    found.append((qid, doc_id, field, key, p, at))
+                    keys[field].add(key)
+    return found, keys
+
+
+def _pick(
+    keys: dict[str, set[str]], utility_field: str | None, judge_key: str | None, path: PathType
+) -> tuple[str, str]:
+    """The (field, judge key) to read from a contexts file, or the error saying what it holds."""
+    if utility_field == "utility":
+        raise UDCGInputError(
+            "a contexts file holds judge probabilities: utility_field abstain_prob or answer_prob",
+            path=path,
+            field="utility_field",
+        )
+    held = ", ".join(f"{field}[{key}]" for field in JUDGE_PROB_KEYS for key in sorted(keys[field]))
+    fields = [utility_field] if utility_field else list(JUDGE_PROB_KEYS)
+    if judge_key is None:
+        candidates = {key for field in fields for key in keys[field]}
+        if len(candidates) != 1:
+            what = f"judges {held}" if candidates else "no judge values"
+            raise UDCGInputError(
+                f"holds {what}; a judge key (--judge-key, judge_key=) picks one",
+                path=path,
+                field="judge_key",
+            )
+        judge_key = candidates.pop()
+    fields_asked, fields = fields, [field for field in fields if judge_key in keys[field]]
+    if not fields:
+        wanted = " or ".join(f"{field}[{judge_key}]" for field in fields_asked)
+        raise UDCGInputError(
+            f"no passage holds {wanted} (it holds {held or 'no judge values'})",
+            path=path,
+            field="judge_key",
+        )
+    if len(fields) > 1:
+        raise UDCGInputError(
+            f"holds both abstain_prob[{judge_key}] and answer_prob[{judge_key}]; "
+            "utility_field (--utility-field) picks one",
+            path=path,
+            field="utility_field",
+        )
+    return fields[0], judge_key
+
+
+def _read_contexts(path: PathType, utility_field: str | None, judge_key: str | None) -> Utilities:
+    found, keys = _context_values(path)
+    field, judge_key = _pick(keys, utility_field, judge_key, path)
+    values: dict[tuple[str, str], float] = {}
+    for qid, doc_id, f, key, p, at in found:
+        if f != field or key != judge_key:
+            continue
+        earlier = values.setdefault((qid, doc_id), p)
+        if earlier != p:
+            raise at.error(
+                f"{field}.{key}",
+                f"{p!r} for document {doc_id!r} of query {qid!r}, which an earlier line "
+                f"gives {earlier!r}",
+            )
+    pairs = list(values)
+    u = _to_utility(np.fromiter(values.values(), np.float64, len(values)), field)
+    return Utilities(
+        pa.array([q for q, _ in pairs], pa.string()),
+        pa.array([d for _, d in pairs], pa.string()),
+        u,
+        field,
+        str(path),
+    )
+
+
+def read_utility_file(
+    path: PathType, utility_field: str | None = None, judge_key: str | None = None
+) -> Utilities:
+    """Utilities from a TSV, JSONL or annotated contexts file (see the module docstring);
+    ``judge_key`` picks a judge's values in a contexts file (only there)."""
     check_field(utility_field)
-    if _is_jsonl(path):
+    file_kind = _file_kind(path)
+    if judge_key is not None and file_kind != "contexts":
+        raise UDCGInputError(
+            "a judge key reads an annotated contexts file (lines with 'passages'); "
+            f"this is a {file_kind.upper()} utilities file",
+            path=path,
+            field="judge_key",
+        )
+    if file_kind == "contexts":
+        return _read_contexts(path, utility_field, judge_key)
+    if file_kind == "jsonl":
         return _read_jsonl(path, utility_field)
     return _read_tsv(path, utility_field or DEFAULT_FIELD)
 

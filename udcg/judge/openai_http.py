@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGServiceError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -37,7 +37,7 @@ _ERRNO = re.compile(r"^\[Errno -?\d+\]")
 _SNIPPET = 300
 
 
-class JudgeServerError(RuntimeError):
+class JudgeServerError(UDCGServiceError):
     """An OpenAI-compatible server could not be reached, refused a request, or sent a reply
     that cannot be used."""
 
