@@ -1,11 +1,11 @@
 """Q-CARE (Choi et al., arXiv 2608.11238) through the shared judge: sub-query and claim
 decomposition, four Yes/No checks, and the coverage and generator metrics from those labels.
 
-* :func:`label_contexts` writes the labels into contexts (``python -m udcg.qcare label``);
+* :func:`label_contexts` writes the labels into contexts (``udcg qcare label``);
 * :func:`qcare_scores` computes C-Prec, C-nDCG, Completeness, Conciseness and
-  Verifiableness from judge or human labels (``python -m udcg.qcare score``);
+  Verifiableness from judge or human labels (``udcg qcare score``);
 * :func:`agreement` compares judge-based and human-based metrics
-  (``python -m udcg.qcare agreement``).
+  (``udcg qcare agreement``).
 """
 
 from udcg.labels.qcare.checks import YesNoChecker, parse_yes_no
