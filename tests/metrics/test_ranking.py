@@ -349,3 +349,8 @@ def test_bad_k_raises(f, k) -> None:
 @given(st.integers(1, 5))
 def test_numpy_integer_k_is_accepted(k: int) -> None:
     assert precision([[1, 0, 1]], k=np.int64(k)).tolist() == precision([[1, 0, 1]], k=k).tolist()
+
+
+def test_an_ideal_graded_list_scores_at_most_one() -> None:
+    # hypothesis found this: the IDCG table and the DCG sum rounded apart by one ulp
+    assert context_ndcg([[3, 2, 2, 2, 2, 2]]).item() == 1.0

@@ -103,9 +103,11 @@ def ideal_dcg_of_rows(gains: np.ndarray, top: float | None = None) -> np.ndarray
 
 def ndcg(gains: np.ndarray, ideal_dcg: np.ndarray, k: int | None = None) -> np.ndarray:
     """``nDCG@k = DCG@k / IDCG@k``, 0 when IDCG is 0. Gains are >= 0 and the ideal counts
-    every gain of the list, so DCG is 0 wherever IDCG is."""
+    every gain of the list, so DCG is 0 wherever IDCG is. An IDCG summed in another order than
+    the DCG (the graded tables) can fall an ulp below it: values are capped at 1."""
     values = dcg(gains, k)
-    return np.divide(values, ideal_dcg, out=values, where=ideal_dcg > 0)
+    np.divide(values, ideal_dcg, out=values, where=ideal_dcg > 0)
+    return np.minimum(values, 1.0, out=values)
 
 
 def average_precision(
