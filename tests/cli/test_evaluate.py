@@ -290,7 +290,9 @@ def test_weights_of_another_utility_source(
     model = UDCGTheta(k=3).fit(rel, util, (rng.random(40) < 0.5).astype(float))
     model.save(tmp_path / "w.safetensors", card={"utility": "answer_likelihood"})
     cfg = evaluate_config("k=3", "judge=fake", f"theta_weights={tmp_path / 'w.safetensors'}")
-    with pytest.raises(UDCGInputError, match="fitted on utility source 'answer_likelihood'"):
+    with pytest.raises(
+        UDCGInputError, match="fitted with utility source 'answer_likelihood', not 'abstention'"
+    ):
         run_evaluate(cfg, tmp_path / "out")
     assert fake_judge.calls == 0
 
@@ -360,3 +362,45 @@ def test_coverage_labels_in_the_input_give_c_prec_and_c_ndcg(
     ideal = np.sort(gains, axis=1)[:, ::-1]
     disc = 1 / np.log2(np.arange(2, 5))
     assert report["means"]["C-nDCG"] == pytest.approx(np.mean((gains @ disc) / (ideal @ disc)))
+
+
+def test_weights_of_another_judge_refused_then_allowed_and_recorded(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    from udcg.theta import UDCGTheta
+
+    rng = np.random.default_rng(0)
+    rel, util = (rng.random((40, 3)) < 0.5).astype(float), rng.random((40, 3))
+    model = UDCGTheta(k=3).fit(rel, util, (rng.random(40) < 0.5).astype(float))
+    folder = tmp_path / "theta"
+    model.save_pretrained(folder, card={"judge_model": "other", "abstention_mode": "first_token"})
+    options = ("dataset.limit=8", "k=3", "judge=fake", f"theta_weights={folder}")
+    with pytest.raises(UDCGInputError) as info:
+        run_evaluate(evaluate_config(*options), tmp_path / "out")
+    assert str(info.value) == (
+        "field 'judge': the weights were fitted with judge 'other', not 'fake' "
+        "(allow_mismatch=[judge] to use them anyway)"
+    )
+    assert fake_judge.calls == 0
+    cfg = evaluate_config(*options, "allow_mismatch=[judge]")
+    report, _ = run_evaluate(cfg, tmp_path / "out")
+    (note,) = report["setup"]["theta_weights_overrides"]
+    assert note.startswith("field 'judge'") and note.endswith("(allowed on purpose)")
+    assert f"UDCG-theta weights: {note}" in report["notes"]
+    # the mode this pipeline annotates with is checked too
+    model.save_pretrained(folder, card={"judge_model": "fake", "abstention_mode": "sequence"})
+    with pytest.raises(UDCGInputError, match="abstention mode 'sequence', not 'first_token'"):
+        run_evaluate(evaluate_config(*options), tmp_path / "out2")
+
+
+def test_allow_mismatch_names_known_fields() -> None:
+    from udcg.pipeline.settings import EvaluateSettings
+
+    assert EvaluateSettings(allow_mismatch=["judge", "prompt"]).allow_mismatch == [
+        "judge",
+        "prompt",
+    ]
+    with pytest.raises(UDCGInputError, match="must be one of k, utility, judge, prompt, mode"):
+        EvaluateSettings(allow_mismatch=["judges"])
+    with pytest.raises(UDCGInputError, match="must be a list of fields"):
+        EvaluateSettings(allow_mismatch="judge")

@@ -85,7 +85,10 @@ def test_answer_likelihood_utility_source(tmp_path: Path, fitted: Path, capsys) 
     # weights fitted on the reference source are refused for another one
     assert main([*args, "--weights", str(fitted)]) == 2
     err = capsys.readouterr().err
-    assert "fitted on utility source 'abstention'" in err and "Traceback" not in err
+    assert (
+        "fitted with utility source 'abstention', not 'answer_likelihood'" in err
+        and "Traceback" not in err
+    )
 
 
 def test_means_per_run_and_k(tmp_path: Path, capsys) -> None:
@@ -107,3 +110,66 @@ def test_means_per_run_and_k(tmp_path: Path, capsys) -> None:
         assert row[2] == str(len(group))
         assert float(row[3]) == pytest.approx(metrics.udcg(rel, u).mean(), abs=5e-5)
         assert float(row[4]) == pytest.approx(metrics.context_ndcg(rel).mean(), abs=5e-5)
+
+
+@pytest.fixture
+def folder(tmp_path: Path, fitted: Path) -> Path:
+    """The weights of ``fitted`` as a folder fitted with judge 'sim', mode first_token."""
+    path = tmp_path / "theta"
+    card = {"judge_model": "sim", "abstention_mode": "first_token"}
+    UDCGTheta.load(fitted).save_pretrained(path, card=card)
+    return path
+
+
+def _edit_config(folder: Path, **entries) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **entries}))
+
+
+@pytest.mark.parametrize(
+    ("field", "edit", "extra", "message"),
+    [
+        ("k", {}, [], "field 'k': the weights were fitted with k 3, not '5'"),
+        ("judge", {"judge_model": "other"}, [], "with judge 'other', not 'sim'"),
+        ("mode", {}, ["--mode", "sequence"], "abstention mode 'first_token', not 'sequence'"),
+        ("prompt", "one character", [], "field 'prompt': the weights were fitted with prompt"),
+        (
+            "utility",
+            {"utility": "answer_likelihood"},
+            [],
+            "utility source 'answer_likelihood', not 'abstention'",
+        ),
+    ],
+)
+def test_mismatches_are_refused_and_can_be_allowed(
+    tmp_path: Path, folder: Path, capsys, field, edit, extra, message
+) -> None:
+    from udcg.judge.prompts import ABSTAIN_SYSTEM, ABSTAIN_USER, prompt_record
+
+    if edit == "one character":
+        edit = {"prompt": prompt_record(ABSTAIN_SYSTEM.replace("NO-RESPONSE", "NO RESPONSE"))}
+        assert edit["prompt"]["user"] == ABSTAIN_USER
+    _edit_config(folder, **edit)
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate(8, 5 if field == "k" else 3, seed=4))
+    args = [str(data), "--judge", "sim", "--weights", str(folder), *extra]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert f"(--allow-mismatch {field} to use them anyway)" in err
+    out = tmp_path / "s.jsonl"
+    assert main([*args, "--allow-mismatch", field, "--out", str(out)]) == 0
+    assert "allowed on purpose" in capsys.readouterr().err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(any(n.startswith(f"field '{field}'") for n in r["weights_overrides"]) for r in rows)
+    if field != "k":
+        assert all(r["UDCG-theta"] is not None for r in rows)
+
+
+def test_matching_folder_scores_without_overrides(tmp_path: Path, folder: Path) -> None:
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate(8, 3, seed=4))
+    out = tmp_path / "s.jsonl"
+    args = [str(data), "--judge", "sim", "--weights", str(folder), "--mode", "first_token"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert all("weights_overrides" not in json.loads(x) for x in out.read_text().splitlines())

@@ -148,6 +148,13 @@ def test_train_py_end_to_end(tmp_path: Path) -> None:
     assert (out / "udcg_theta_k5.safetensors").is_file()
     assert (out / "udcg_theta_k5.json").is_file()
     assert (out / "udcg_theta_k5.png").is_file()
+    # the weights folder: the same weights, byte-identical predictions
+    folder = UDCGTheta.from_pretrained(out / "udcg_theta_k5", k=5)
+    single = UDCGTheta.load(out / "udcg_theta_k5.safetensors", k=5)
+    rel, u = np.eye(5, dtype=bool), np.full((5, 5), 0.7)
+    assert folder.predict_proba(rel, u).tobytes() == single.predict_proba(rel, u).tobytes()
+    assert (out / "udcg_theta_k5" / "README.md").read_text().startswith("---\nlibrary_name: udcg")
+    assert f"folder:  {out / 'udcg_theta_k5'}" in done.stdout
     assert (out / "history.csv").read_text().startswith("epoch,train_loss")
 
 

@@ -216,7 +216,9 @@ def test_udcg_theta_needs_k_ranked_documents(tmp_path: Path) -> None:
 def test_weights_of_another_utility_source_are_refused(tmp_path: Path) -> None:
     path = _weights(tmp_path, 1, seed=0, utility="answer_likelihood")
     qrels, run, probs = {"q": {"d": 1}}, {"q": {"d": 1.0}}, {"q": {"d": 0.4}}
-    with pytest.raises(UDCGInputError, match="fitted on utility source 'answer_likelihood'"):
+    with pytest.raises(
+        UDCGInputError, match="fitted with utility source 'answer_likelihood', not 'abstention'"
+    ):
         evaluate(qrels, run, "UDCGtheta@1", utilities=probs, weights=path)
     fine = evaluate(
         qrels, run, "UDCGtheta@1", utilities=probs, weights=path, utility_field="answer_prob"
@@ -224,6 +226,26 @@ def test_weights_of_another_utility_source_are_refused(tmp_path: Path) -> None:
     assert 0 < fine["q"]["UDCGtheta@1"] < 1
     # ready utilities carry no source: accepted
     evaluate(qrels, run, "UDCGtheta@1", utilities=probs, weights=path, utility_field="utility")
+
+
+def test_another_utility_source_allowed_on_purpose_is_recorded(tmp_path: Path) -> None:
+    from udcg.errors import UDCGWarning
+    from udcg.io.weights import write_pretrained
+
+    folder = tmp_path / "theta"
+    write_pretrained(folder, ThetaWeights(np.array([1.5]), np.array([-1.0])), {"utility": "x"})
+    qrels, run, probs = {"q": {"d": 1}}, {"q": {"d": 1.0}}, {"q": {"d": 0.4}}
+    with pytest.raises(UDCGInputError) as err:
+        evaluate(qrels, run, "UDCGtheta@1", utilities=probs, weights=folder)
+    assert str(err.value) == (
+        "field 'utility': the weights were fitted with utility source 'x', not 'abstention' "
+        "(allow_mismatch=['utility'] or udcg trec --allow-mismatch utility to use them anyway)"
+    )
+    with pytest.warns(UDCGWarning, match=r"UDCGtheta@1 weights: field 'utility'.*on purpose"):
+        got = evaluate(
+            qrels, run, "UDCGtheta@1", utilities=probs, weights=folder, allow_mismatch=["utility"]
+        )
+    assert got["q"]["UDCGtheta@1"] == pytest.approx(1 / (1 + np.exp(-1.5 * 0.6)))
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -282,3 +304,23 @@ def test_the_table_keeps_the_measure_order_and_names(tmp_path: Path) -> None:
     assert [str(m) for m in table.measures] == ["AP", "UDCG(gamma=0.5)@5", "UDCG@5"]
     assert table.values.shape == (len(table.qids), 3)
     assert np.isfinite(table.values).all()
+
+
+def test_udcg_trec_allow_mismatch_utility(tmp_path: Path, capsys) -> None:
+    from udcg.cli.trec import main
+    from udcg.io.weights import write_pretrained
+
+    folder = tmp_path / "theta"
+    write_pretrained(folder, ThetaWeights(np.array([1.5]), np.array([-1.0])), {"utility": "x"})
+    (tmp_path / "qrels").write_text("q 0 d 1\n")
+    (tmp_path / "run").write_text("q Q0 d 1 1.0 r\n")
+    (tmp_path / "u.tsv").write_text("q d 0.4\n")
+    args = [str(tmp_path / n) for n in ("qrels", "run")]
+    args += ["-m", "UDCGtheta@1", "--utilities", str(tmp_path / "u.tsv"), "--weights", str(folder)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "field 'utility'" in err and "--allow-mismatch utility to use them anyway" in err
+    assert main([*args, "--allow-mismatch", "utility"]) == 0
+    captured = capsys.readouterr()
+    assert "UDCGtheta@1" in captured.out
+    assert "field 'utility'" in captured.err and "allowed on purpose" in captured.err

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "contexts": ("udcg.cli.contexts", "join a TREC run with topics and a collection", ()),
     "annotate": ("udcg.cli.annotate", "judge labels for a contexts file", ()),
     "score": ("udcg.cli.score", "UDCG, UDCG-theta and classic metrics per context", ()),
+    "weights": ("udcg.cli.weights", "show UDCG-theta weights: card, checks, alpha/beta", ()),
     "qcare": ("udcg.cli.qcare", "Q-CARE labels, scores and judge-human agreement", ()),
     "demo": ("udcg.cli.demo", "rebuild the embedded demo set with the judge", ("judge",)),
     "train": (

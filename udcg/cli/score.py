@@ -1,5 +1,5 @@
-"""``udcg score CONTEXTS.jsonl --judge J [--utility SOURCE] [--weights W.safetensors]
-[--out F.jsonl]``.
+"""``udcg score CONTEXTS.jsonl --judge J [--utility SOURCE] [--weights DIR_OR_FILE]
+[--mode MODE] [--allow-mismatch FIELD]... [--out F.jsonl]``.
 
 Scores each retrieved context with UDCG (at ``--gamma``), UDCG-theta (with fitted weights, for
 contexts of the weights' k) and nDCG, MAP, MRR, Precision; prints the means and, with
@@ -7,7 +7,13 @@ contexts of the weights' k) and nDCG, MAP, MRR, Precision; prints the means and,
 to stderr). ``-`` as CONTEXTS reads standard input. ``--judge`` takes the spec the contexts
 were annotated with (labels are read under its key, :func:`udcg.judge.judge_key`) or the key
 itself; ``--judge-name`` names the key outright. ``--utility`` picks the utility source (see
-:mod:`udcg.io.utility_sources`); weights fitted on another source are refused.
+:mod:`udcg.io.utility_sources`).
+
+Weights are checked against what they are applied to (:func:`udcg.io.weights.check_compatible`):
+their k against the contexts' sizes, the utility source, the judge key, the abstention prompt's
+SHA-256 against this udcg's prompt, and the abstention mode against ``--mode`` (not checked
+without it). A difference is refused unless ``--allow-mismatch FIELD`` is given; each allowed
+difference is printed on stderr and recorded as ``weights_overrides`` in every ``--out`` line.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from udcg import metrics
 from udcg.cli.common import info_stream, run_cli
 from udcg.io.contexts import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write
-from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, check_fitted_on, get_source
+from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
+from udcg.io.weights import MISMATCH_FIELDS, check_compatible
 from udcg.judge.spec import judge_key
 from udcg.pipeline.compare import classic_metrics
 
@@ -46,7 +53,26 @@ def _parser() -> argparse.ArgumentParser:
         help="utility source: abstention (u = 1 - abstain_prob) or answer_likelihood "
         "(u = answer_prob)",
     )
-    parser.add_argument("--weights", help="UDCG-theta weights (.safetensors with its .json card)")
+    parser.add_argument(
+        "--weights",
+        help="UDCG-theta weights: a folder of save_pretrained/train.py, or a .safetensors file "
+        "with its .json card",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["first_token", "sequence"],
+        help="the abstention mode the utilities were annotated with (checked against the "
+        "weights; not checked when not given)",
+    )
+    parser.add_argument(
+        "--allow-mismatch",
+        action="append",
+        default=[],
+        choices=list(MISMATCH_FIELDS),
+        metavar="FIELD",
+        help="use weights fitted with another FIELD on purpose (repeatable; "
+        f"{', '.join(MISMATCH_FIELDS)}); recorded in the output",
+    )
     parser.add_argument("--gamma", type=float, default=1 / 3, help="UDCG gamma (default 1/3)")
     parser.add_argument("--out", help="write per-context scores here (JSONL; - is stdout)")
     return parser
@@ -81,11 +107,25 @@ def score(args: argparse.Namespace) -> None:
         **classic_metrics(relevant),
     }
     if args.weights:
+        from udcg.judge.prompts import prompt_record
         from udcg.theta import UDCGTheta
 
-        model = UDCGTheta.load(args.weights)
-        check_fitted_on(model.card_, args.utility)
+        model = UDCGTheta.from_pretrained(args.weights)
         k = len(model.alpha_)
+        sizes = sorted({len(c.passages) for c in contexts})
+        overrides = check_compatible(
+            model.card_,
+            {
+                "k": None if k in sizes else ", ".join(map(str, sizes)),
+                "utility": args.utility,
+                "judge": judge,
+                "prompt": prompt_record()["sha256"],
+                "mode": args.mode,
+            },
+            args.allow_mismatch,
+        )
+        for note in overrides:
+            print(f"UDCG-theta: {note}", file=sys.stderr)
         rows = np.flatnonzero([len(c.passages) == k for c in contexts])
         theta = np.full(len(contexts), np.nan)
         if len(rows):
@@ -99,6 +139,8 @@ def score(args: argparse.Namespace) -> None:
                 f"have k={k} passages and are left empty (null)",
                 file=sys.stderr,
             )
+    else:
+        overrides = []
     out = info_stream(args.out)
     print(f"{len(contexts)} contexts, judge {judge}, utility {args.utility}", file=out)
     groups = [(c.run or "-", len(c.passages)) for c in contexts]
@@ -109,6 +151,8 @@ def score(args: argparse.Namespace) -> None:
                 row = {
                     name: (None if np.isnan(v[i]) else float(v[i])) for name, v in columns.items()
                 }
+                if overrides:
+                    row["weights_overrides"] = overrides
                 out.write(json.dumps({"qid": ctx.qid, "run": ctx.run, **row}) + "\n")
 
 

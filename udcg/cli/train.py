@@ -64,6 +64,7 @@ def show_report(report: TrainReport) -> None:
     )
     print(format_table(report.rows))
     print(f"weights: {report.weights_path}\nplot:    {report.plot_path}")
+    print(f"folder:  {report.model_dir} (UDCGTheta.from_pretrained, udcg weights show)")
 
 
 def main(cfg: DictConfig) -> Outcome:

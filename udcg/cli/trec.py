@@ -76,7 +76,17 @@ def _parser() -> argparse.ArgumentParser:
         "--weights",
         nargs="+",
         metavar="FILE",
-        help="UDCG-theta weights (.safetensors with its .json card) for UDCGtheta@k, one per k",
+        help="UDCG-theta weights for UDCGtheta@k, one per k: folders of save_pretrained/train.py "
+        "or .safetensors files with their .json card",
+    )
+    parser.add_argument(
+        "--allow-mismatch",
+        action="append",
+        default=[],
+        choices=["utility"],
+        metavar="FIELD",
+        help="use weights fitted on another utility source on purpose (a warning records it; "
+        "judge, prompt and mode are not in a utilities file and are not checked)",
     )
     parser.add_argument("-q", "--per-query", action="store_true", help="also print each query")
     parser.add_argument("--format", choices=["text", "json", "csv"], default="text")
@@ -137,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             utilities=utilities,
             utility_field=args.utility_field,
             weights=args.weights,
+            allow_mismatch=args.allow_mismatch,
         )
         write_result(result, args.per_query, args.format)
 

@@ -8,7 +8,12 @@ weights of::
 The card ``<stem>.json`` records ``format``, ``format_version``, ``k``, ``bias``, ``l2``, the
 tensors' shapes and the SHA-256 of the weights file, plus free entries (judge, utility source,
 gamma, training-data fingerprint, held-out correlations...). Reading checks one against the
-other. Needs ``safetensors`` (the ``train`` extra), imported when a file is read or written.
+other.
+
+A weights *folder* (:func:`write_pretrained`, the Hugging Face layout) holds the same tensors
+in ``model.safetensors``, the same card as ``config.json`` and a ``README.md`` model card
+(:mod:`udcg.io.model_card`); :func:`read_weights` reads a folder or a single file. Needs
+``safetensors`` (the ``train`` extra), imported when a file is read or written.
 """
 
 from __future__ import annotations
@@ -29,14 +34,26 @@ from udcg.io.files import atomic_write
 from udcg.validation import positive_int, show
 
 __all__ = [
+    "CONFIG_NAME",
     "FORMAT",
     "FORMAT_VERSION",
+    "MISMATCH_FIELDS",
+    "README_NAME",
     "RESERVED",
+    "WEIGHTS_NAME",
     "ThetaWeights",
     "card_path",
+    "check_compatible",
     "read_weights",
+    "weights_files",
+    "write_pretrained",
     "write_weights",
 ]
+
+#: the files of a weights folder
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+README_NAME = "README.md"
 
 FORMAT = "udcg-theta"
 FORMAT_VERSION = 1
@@ -68,12 +85,10 @@ def card_path(path: str | PathLike[str]) -> Path:
     return path.with_name(path.stem + ".json")
 
 
-def write_weights(
-    path: str | PathLike[str], weights: ThetaWeights, card: Mapping[str, Any] | None = None
-) -> Path:
-    """Write ``weights`` to ``path`` (safetensors) and its card beside it, each atomically;
-    ``card`` holds the free entries (JSON-serialisable, none of :data:`RESERVED`). Returns the
-    card's path."""
+def _encode(
+    weights: ThetaWeights, card: Mapping[str, Any] | None
+) -> tuple[bytes, dict[str, Any], str]:
+    """``(safetensors blob, full card, card JSON text)`` of ``weights`` and the free entries."""
     from safetensors.numpy import save as st_save
 
     extra = dict(card or {})
@@ -97,10 +112,21 @@ def write_weights(
         "tensors": {name: list(t.shape) for name, t in tensors.items()},
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
     }
+    full = {**meta, **extra}
     try:
-        text = json.dumps({**meta, **extra}, indent=2, sort_keys=True, allow_nan=False)
+        text = json.dumps(full, indent=2, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise UDCGInputError(f"card is not JSON-serialisable ({exc})", field="card") from None
+    return blob, json.loads(text), text
+
+
+def write_weights(
+    path: str | PathLike[str], weights: ThetaWeights, card: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``weights`` to ``path`` (safetensors) and its card beside it, each atomically;
+    ``card`` holds the free entries (JSON-serialisable, none of :data:`RESERVED`). Returns the
+    card's path."""
+    blob, _, text = _encode(weights, card)
     path = Path(path)
     with atomic_write(path, "wb") as handle:
         handle.write(blob)
@@ -108,6 +134,36 @@ def write_weights(
     with atomic_write(target, "w") as handle:
         handle.write(text + "\n")
     return target
+
+
+def write_pretrained(
+    directory: str | PathLike[str], weights: ThetaWeights, card: Mapping[str, Any] | None = None
+) -> Path:
+    """Write a weights folder: ``model.safetensors``, ``config.json`` (the card, as
+    :func:`write_weights` writes it) and ``README.md`` (the model card rendered from the
+    config, :func:`udcg.io.model_card.render`). Each file is written atomically; other files
+    in the folder are left alone. Returns the folder."""
+    from udcg.io.model_card import render
+
+    blob, full, text = _encode(weights, card)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with atomic_write(directory / WEIGHTS_NAME, "wb") as handle:
+        handle.write(blob)
+    with atomic_write(directory / CONFIG_NAME, "w") as handle:
+        handle.write(text + "\n")
+    with atomic_write(directory / README_NAME, "w") as handle:
+        handle.write(render(full, alpha=weights.alpha, beta=weights.beta))
+    return directory
+
+
+def weights_files(path: str | PathLike[str]) -> tuple[Path, Path]:
+    """``(weights file, card file)`` of a weights folder (``model.safetensors`` and
+    ``config.json``) or of a single ``.safetensors`` file (its ``<stem>.json`` card)."""
+    path = Path(path)
+    if path.is_dir():
+        return path / WEIGHTS_NAME, path / CONFIG_NAME
+    return path, card_path(path)
 
 
 def _read_card(cpath: Path) -> tuple[dict[str, Any], int, bool, float]:
@@ -172,14 +228,14 @@ def _read_tensors(path: Path, blob: bytes, k: int) -> dict[str, np.ndarray]:
 
 
 def read_weights(path: str | PathLike[str], k: int | None = None) -> ThetaWeights:
-    """The weights in ``path`` and its card (see the module docstring), every check done.
+    """The weights in ``path`` (a weights folder or a ``.safetensors`` file) and its card
+    (see the module docstring), every check done.
 
     ``k``: the list size the caller's data has; an error if the weights are for another. A
     missing or corrupted file, a card that does not describe the weights (SHA-256, shapes,
     bias), or a card of another format raise :class:`UDCGInputError`.
     """
-    path = Path(path)
-    cpath = card_path(path)
+    path, cpath = weights_files(path)
     if not path.is_file():
         raise UDCGInputError("no such weights file", path=path)
     if not cpath.is_file():
@@ -212,3 +268,63 @@ def read_weights(path: str | PathLike[str], k: int | None = None) -> ThetaWeight
         card=card,
         path=path,
     )
+
+
+#: what :func:`check_compatible` compares: field -> (card key, what it is called in errors)
+MISMATCH_FIELDS: dict[str, tuple[str, str]] = {
+    "k": ("k", "k"),
+    "utility": ("utility", "utility source"),
+    "judge": ("judge_model", "judge"),
+    "prompt": ("prompt", "prompt SHA-256"),
+    "mode": ("abstention_mode", "abstention mode"),
+}
+
+
+def _card_value(card: Mapping[str, Any], name: str) -> Any:
+    key = MISMATCH_FIELDS[name][0]
+    value = card.get(key)
+    if name == "utility" and value is None:
+        return "abstention"  # cards that predate the option were all fitted on it
+    if name == "prompt":
+        return value.get("sha256") if isinstance(value, Mapping) else None
+    return value
+
+
+def check_compatible(
+    card: Mapping[str, Any],
+    applied: Mapping[str, Any],
+    allow_mismatch: Any = (),
+    option: str = "--allow-mismatch {field}",
+) -> list[str]:
+    """Refuse weights whose card differs from what they are applied to.
+
+    ``applied`` maps fields of :data:`MISMATCH_FIELDS` (``k``, ``utility``, ``judge``,
+    ``prompt``: the prompt's SHA-256, ``mode``) to the value on the applying side; a field
+    that side does not know (absent or None) is not checked, nor one the card does not record
+    (older cards). A difference raises a one-line :class:`UDCGInputError` naming both values,
+    unless its field is in ``allow_mismatch`` (``option``, with ``{field}``, is how the message
+    says to allow it); returns one note per mismatch allowed on purpose, to record in the output.
+    """
+    allowed = [allow_mismatch] if isinstance(allow_mismatch, str) else list(allow_mismatch or ())
+    for name in allowed:
+        if name not in MISMATCH_FIELDS:
+            raise UDCGInputError(
+                f"unknown field {name!r} (choose from {', '.join(MISMATCH_FIELDS)})",
+                field="allow_mismatch",
+            )
+    notes = []
+    for name, value in applied.items():
+        if name not in MISMATCH_FIELDS:
+            raise UDCGInputError(f"unknown field {name!r}", field="applied")
+        fitted = _card_value(card, name)
+        if value is None or fitted is None or fitted == value:
+            continue
+        what = MISMATCH_FIELDS[name][1]
+        message = f"the weights were fitted with {what} {fitted!r}, not {value!r}"
+        if name in allowed:
+            notes.append(f"field {name!r}: {message} (allowed on purpose)")
+            continue
+        raise UDCGInputError(
+            f"field {name!r}: {message} ({option.format(field=name)} to use them anyway)"
+        )
+    return notes

@@ -4,6 +4,9 @@ assistant's reply (teacher-forced)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 Messages = list[dict[str, str]]
 
 ABSTAIN_MARKER = "NO-RESPONSE"
@@ -15,13 +18,24 @@ ABSTAIN_SYSTEM = (
     "Do not try to respond based on your own knowledge."
 )
 
+#: the user turn of the abstention prompt (``str.format`` fields ``passage`` and ``question``)
+ABSTAIN_USER = "Document: {passage}\nQuestion: {question}\nAnswer:"
+
 
 def abstain_messages(question: str, passage: str) -> Messages:
     """The reference abstention prompt for one question and one passage."""
     return [
         {"role": "system", "content": ABSTAIN_SYSTEM},
-        {"role": "user", "content": f"Document: {passage}\nQuestion: {question}\nAnswer:"},
+        {"role": "user", "content": ABSTAIN_USER.format(passage=passage, question=question)},
     ]
+
+
+def prompt_record(system: str = ABSTAIN_SYSTEM, user: str = ABSTAIN_USER) -> dict[str, str]:
+    """The abstention prompt as weights record it: ``system`` and ``user`` templates and
+    ``sha256``, the SHA-256 of the JSON list ``[system, user]`` (UTF-8): one character changed
+    in either template changes the hash."""
+    blob = json.dumps([system, user], ensure_ascii=False).encode("utf-8")
+    return {"system": system, "user": user, "sha256": hashlib.sha256(blob).hexdigest()}
 
 
 def answer_likelihood_messages(question: str, passage: str, answer: str) -> Messages:

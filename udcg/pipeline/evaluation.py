@@ -13,7 +13,9 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.io.utility_sources import check_fitted_on
+from udcg.io.weights import check_compatible
+from udcg.judge.prompts import prompt_record
+from udcg.judge.spec import PRECOMPUTED
 from udcg.pipeline import correlate, report
 from udcg.pipeline.datasets import Dataset
 from udcg.pipeline.scoring import score_contexts
@@ -34,16 +36,28 @@ if TYPE_CHECKING:
 GIVEN = "given"
 
 
-def load_theta(path: str | None, k: int, utility: str) -> Any:
-    """UDCG-theta weights for k and the utility source (another k or source, or a bad file:
-    an error), or None without a path."""
+def load_theta(
+    path: str | None,
+    k: int,
+    utility: str,
+    judge: str | None = None,
+    prompt: str | None = None,
+    mode: str | None = None,
+    allow_mismatch: Sequence[str] = (),
+) -> tuple[Any, list[str]]:
+    """``(weights, notes)``: UDCG-theta weights (a folder or a single file) checked against
+    what they are applied to (:func:`udcg.io.weights.check_compatible`: k, utility source,
+    judge key, prompt SHA-256, abstention mode; None: not known, not checked; weights for
+    another k are refused, always), with a note per
+    mismatch allowed on purpose; ``(None, [])`` without a path."""
     if not path:
-        return None
+        return None, []
     from udcg.theta import UDCGTheta
 
-    model = UDCGTheta.load(path, k=k)
-    check_fitted_on(model.card_, utility, "utility=")
-    return model
+    model = UDCGTheta.from_pretrained(path, k=k)  # another k cannot score this data at all
+    applied = {"utility": utility, "judge": judge, "prompt": prompt, "mode": mode}
+    notes = check_compatible(model.card_, applied, allow_mismatch, "allow_mismatch=[{field}]")
+    return model, notes
 
 
 def _in_hub_cache(spec: str) -> bool:
@@ -155,7 +169,17 @@ def evaluate(
         )
     if not given:
         check_depth(k, dataset.corpus)
-    theta = load_theta(settings.theta_weights, k, settings.utility)
+    # the prompt and mode this pipeline annotates with; a precomputed judge's are unknown
+    own_labels = not settings.judge.startswith(PRECOMPUTED)
+    theta, theta_notes = load_theta(
+        settings.theta_weights,
+        k,
+        settings.utility,
+        settings.judge_key,
+        prompt_record()["sha256"] if own_labels else None,
+        "first_token" if own_labels else None,
+        settings.allow_mismatch,
+    )
     cache = StageCache(settings.cache_dir)
     # retrieved contexts always need the judge: connect before the work, not after it
     judge = None if given else connect_judge(settings)
@@ -227,6 +251,7 @@ def evaluate(
                 "k": k,
                 "judge": label_key,
                 "utility": settings.utility,
+                "theta_weights_overrides": theta_notes,
                 "n_contexts": len(table.correct),
                 "n_queries": len(set(table.qids.tolist())),
                 "accuracy": float(table.correct.mean()),
@@ -244,7 +269,11 @@ def evaluate(
             "accuracy_by_gold_position": correlate.accuracy_by_gold_position(
                 table.relevant, table.correct
             ),
-            "notes": dataset.notes + table.notes,
+            "notes": [
+                *dataset.notes,
+                *table.notes,
+                *(f"UDCG-theta weights: {note}" for note in theta_notes),
+            ],
         }
         bar.update(task, advance=1, description="report")
         if theta is None and table.theta_models:

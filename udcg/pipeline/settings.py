@@ -14,6 +14,7 @@ from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.io.weights import MISMATCH_FIELDS
 from udcg.judge.options import check_options
 from udcg.judge.spec import judge_key
 from udcg.labels.annotate import GRADERS, RELEVANCE_MODES
@@ -87,6 +88,7 @@ class EvaluateSettings(Settings):
     qcare: bool = False
     ablations: bool = False
     theta_weights: str | None = None
+    allow_mismatch: Sequence[str] = ()
     theta_crossfit: bool = False
     cache_dir: Path = Path("outputs/evaluate/cache")
     judge_cache: str | None = None
@@ -108,3 +110,10 @@ class EvaluateSettings(Settings):
             boolean(getattr(self, name), name)
         if self.theta_weights is not None:
             nonempty_str(self.theta_weights, "theta_weights")
+        if isinstance(self.allow_mismatch, str) or not isinstance(self.allow_mismatch, Sequence):
+            raise UDCGInputError(
+                f"must be a list of fields, got {show(self.allow_mismatch)}",
+                field="allow_mismatch",
+            )
+        for name in self.allow_mismatch:
+            one_of(name, "allow_mismatch", tuple(MISMATCH_FIELDS))

@@ -3,7 +3,10 @@
 The steps behind ``python train.py k=5``: select the contexts with exactly k passages and the
 judge's labels, split them by query into train and held-out sets, fit UDCG-theta and tune
 gamma on the training queries, then correlate every metric with end-to-end correctness on the
-held-out queries (bootstrap CIs over queries) and export the weights with their card and a plot.
+held-out queries (bootstrap CIs over queries) and export the weights with their card and a plot:
+a weights folder ``udcg_theta_k{k}/`` (:meth:`UDCGTheta.save_pretrained`: ``model.safetensors``,
+``config.json``, ``README.md`` model card, ``weights.png``) and the single-file export
+``udcg_theta_k{k}.safetensors`` + ``.json`` + ``.png`` beside it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from udcg.pipeline.settings import TrainSettings
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
 
 MIN_QUERIES_PER_SPLIT = 2
+#: the alpha/beta plot in a weights folder, shown by its README.md
+FIGURE_NAME = "weights.png"
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,12 +134,21 @@ class TrainReport:
     fingerprint: str
     weights_path: Path | None = None
     plot_path: Path | None = None
+    model_dir: Path | None = None
+    correlation: str = "spearman"
 
     def card(self, utility: str) -> dict[str, Any]:
         """The JSON card entries written next to the weights."""
         source = get_source(utility)
         return {
             "judge_model": self.judge,
+            "correlation": self.correlation,
+            "training_data_description": (
+                f"{self.n_train} training contexts ({self.n_train_queries} queries) of exactly "
+                f"k={self.k} passages with judge {self.judge!r} utilities and end-to-end "
+                f"correctness labels; {self.n_test} contexts ({self.n_test_queries} queries) "
+                "held out for the correlations"
+            ),
             "utility": utility,
             "utility_field": source.field,
             "utility_formula": source.formula,
@@ -214,6 +228,7 @@ def train(
         rows=rows,
         skipped=dict(selection.skipped),
         fingerprint=train_set.fingerprint(),
+        correlation=settings.correlation,
     )
     if export_dir is not None:
         export_dir = Path(export_dir)
@@ -223,4 +238,8 @@ def train(
         plot_weights(
             model, report.plot_path, f"UDCG-theta weights, k={k}, judge {settings.judge_key}"
         )
+        report.model_dir = export_dir / f"udcg_theta_k{k}"
+        card = {**report.card(settings.utility), "figure": FIGURE_NAME}
+        model.save_pretrained(report.model_dir, card=card)
+        (report.model_dir / FIGURE_NAME).write_bytes(report.plot_path.read_bytes())
     return report

@@ -12,7 +12,11 @@ regularisation its optimum is unique and matches any other logistic-regression s
 
 Fitted weights are data: :meth:`UDCGTheta.save` writes a safetensors file (``alpha``, ``beta``,
 ``intercept``) and a JSON card beside it; :meth:`UDCGTheta.load` checks one against the other
-(both through :mod:`udcg.io.weights`). Loading and scoring need numpy and safetensors only;
+(both through :mod:`udcg.io.weights`). :meth:`UDCGTheta.save_pretrained` writes a weights
+folder (``model.safetensors``, ``config.json``, ``README.md`` model card) that records what
+decides whether the weights apply (judge, prompt and its hash, abstention mode, utility source,
+udcg version...); :meth:`UDCGTheta.from_pretrained` reads a folder, a single-file export or a
+Hugging Face Hub id. Loading and scoring need numpy and safetensors only;
 fitting needs torch and lightning.
 """
 
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
+import re
 import warnings
 from collections.abc import Mapping
 from os import PathLike
@@ -30,12 +36,15 @@ import numpy as np
 from scipy.special import expit
 
 from udcg.errors import UDCGInputError, UDCGWarning
+from udcg.io.utility_sources import DEFAULT_SOURCE
 from udcg.io.weights import (
     FORMAT,
     FORMAT_VERSION,
     ThetaWeights,
     card_path,
+    check_compatible,
     read_weights,
+    write_pretrained,
     write_weights,
 )
 from udcg.metrics._arrays import as_fixed
@@ -48,8 +57,63 @@ __all__ = [
     "UDCGTheta",
     "UDCGThetaConvergenceWarning",
     "card_path",
+    "pretrained_config",
     "split_by_query",
 ]
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+def pretrained_config(card: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The free entries of a weights folder's ``config.json``: what is known here (the udcg
+    version, the abstention prompt templates and their SHA-256 from
+    :func:`udcg.judge.prompts.prompt_record`), ``None`` for what is not, then ``card``'s
+    entries over them."""
+    from udcg import __version__
+    from udcg.judge.prompts import prompt_record
+
+    return {
+        "udcg_version": __version__,
+        "judge_model": None,
+        "utility": DEFAULT_SOURCE,
+        "abstention_mode": None,
+        "prompt": prompt_record(),
+        "judge_serving": None,  # dtype or quantisation, template tokenizer
+        "generator": None,
+        "gamma": None,
+        "training_data_fingerprint": None,
+        "training_data_description": None,
+        "license": None,
+        "heldout": [],
+        **dict(card or {}),
+    }
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    """The local folder of hub model ``repo_id`` (downloaded), or a one-line error."""
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE:
+        raise UDCGInputError(
+            f"{repo_id!r} is not a local path and HF_HUB_OFFLINE is set: cannot fetch it from "
+            "the Hugging Face Hub (download it where the network allows, pass its folder)",
+            field="weights",
+        )
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UDCGInputError(
+            f"{repo_id!r} is not a local path; fetching it needs huggingface_hub "
+            "(pip install huggingface_hub)",
+            field="weights",
+        ) from None
+    try:
+        return Path(snapshot_download(repo_id))
+    except Exception as exc:  # network, auth, missing repo: one line, whichever it is
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UDCGInputError(
+            f"cannot fetch {repo_id!r} from the Hugging Face Hub ({reason})", field="weights"
+        ) from None
+
 
 _OPTIMIZERS = ("lbfgs", "adam")
 _DEFAULT_LR = {"lbfgs": 1.0, "adam": 0.05}
@@ -377,7 +441,8 @@ class UDCGTheta:
 
     @classmethod
     def load(cls, path: str | PathLike[str], k: int | None = None) -> UDCGTheta:
-        """A fitted :class:`UDCGTheta` from a weights file and its card (see :meth:`save`).
+        """A fitted :class:`UDCGTheta` from a weights file and its card (see :meth:`save`),
+        or from a weights folder (see :meth:`save_pretrained`).
 
         ``k``: the list size the caller's data has; an error if the weights are for another.
         A missing or corrupted file, a card that does not describe the weights, or a card of
@@ -391,3 +456,39 @@ class UDCGTheta:
         model.intercept_ = weights.intercept
         model.card_ = weights.card
         return model
+
+    def save_pretrained(
+        self, directory: str | PathLike[str], card: Mapping[str, Any] | None = None
+    ) -> Path:
+        """Write a weights folder: ``model.safetensors`` (as :meth:`save`), ``config.json``
+        (the card: format, k, bias, l2, weights SHA-256 and :func:`pretrained_config` with
+        ``card``'s entries: judge, utility source, abstention mode, prompt and its hash, judge
+        serving, generator, udcg version, gamma, training data, licence, held-out
+        correlations) and a ``README.md`` model card with Hub metadata. Returns the folder."""
+        self._check_fitted()
+        weights = ThetaWeights(
+            self.alpha_, self.beta_, float(self.intercept_), bool(self.bias), float(self.l2)
+        )
+        return write_pretrained(directory, weights, pretrained_config(card))
+
+    def check_compatible(self, allow_mismatch: Any = (), **applied: Any) -> list[str]:
+        """Refuse these weights for data they were not fitted for: ``applied`` gives what the
+        data has (``k``, ``utility``, ``judge``, ``prompt``: the prompt's SHA-256, ``mode``;
+        None or absent: not checked); a difference from the card raises a one-line
+        :class:`UDCGInputError` naming both values unless its field is in ``allow_mismatch``.
+        Returns a note per mismatch allowed on purpose (:func:`udcg.io.weights.check_compatible`).
+        """
+        self._check_fitted()
+        card = {"k": len(self.alpha_), **getattr(self, "card_", {})}
+        return check_compatible(card, applied, allow_mismatch, "allow_mismatch=['{field}']")
+
+    @classmethod
+    def from_pretrained(cls, source: str | PathLike[str], k: int | None = None) -> UDCGTheta:
+        """A fitted :class:`UDCGTheta` from a weights folder (:meth:`save_pretrained`), a
+        single-file export (:meth:`save`) or a Hugging Face Hub id ``org/name`` that is not a
+        local path (downloaded with ``huggingface_hub.snapshot_download``; with
+        ``HF_HUB_OFFLINE`` set it fails at once). Every check of :meth:`load` is done."""
+        path = Path(source)
+        if not path.exists() and _HUB_ID.fullmatch(str(source)):
+            path = _hub_snapshot(str(source))
+        return cls.load(path, k)

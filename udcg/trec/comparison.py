@@ -9,7 +9,7 @@ qrels do not judge are ignored.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -313,6 +313,7 @@ def compare(
     utilities: Utilities | UtilitiesLike | None = None,
     utility_field: str | None = None,
     weights: WeightsLike | Iterable[WeightsLike] | None = None,
+    allow_mismatch: Sequence[str] = (),
 ) -> ComparisonReport:
     """Evaluate each run of ``runs`` (name -> run file, dict or Run) against ``qrels`` and
     test every pair of systems (or each against ``baseline``) on every measure.
@@ -325,8 +326,8 @@ def compare(
 
     ``qrels`` and the runs may be anything :func:`udcg.trec.engine.evaluate_table` accepts
     (files, dicts, udcg or ranx objects, DataFrames, ir_measures Qrel/ScoredDoc lists).
-    ``utilities``, ``utility_field`` and ``weights`` go to ``evaluate_table`` for the utility
-    measures (UDCG@k, UDCGtheta@k), the same for every run.
+    ``utilities``, ``utility_field``, ``weights`` and ``allow_mismatch`` go to
+    ``evaluate_table`` for the utility measures (UDCG@k, UDCGtheta@k), the same for every run.
     """
     systems = _check_options(runs, test, alpha, correction, n_resamples, seed, baseline)
     parsed = parse_measures(measures)
@@ -338,7 +339,12 @@ def compare(
             field="qrels",
         )
     row_of = {q: i for i, q in enumerate(qids)}
-    options = {"utilities": utilities, "utility_field": utility_field, "weights": weights}
+    options = {
+        "utilities": utilities,
+        "utility_field": utility_field,
+        "weights": weights,
+        "allow_mismatch": allow_mismatch,
+    }
     values = np.stack([_per_query(judged, runs[s], parsed, row_of, options) for s in systems])
     pairs = _pairs(systems, baseline)
     # differences[:, pair, measure] -> one column per test

@@ -11,7 +11,7 @@ UDCGtheta@k) are in :mod:`udcg.trec.utility_measures`, imported only when one is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal
@@ -458,20 +458,22 @@ def evaluate_table(
     utilities: Utilities | UtilitiesLike | None = None,
     utility_field: str | None = None,
     weights: WeightsLike | Iterable[WeightsLike] | None = None,
+    allow_mismatch: Sequence[str] = (),
 ) -> Evaluation:
     """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths, dicts, ranx
     Run/Qrels, pandas DataFrames or iterables of ir_measures ScoredDoc/Qrel (:func:`as_run`,
     :func:`as_qrels`); ``measures`` may be ir_measures measure objects too.
 
     ``utilities``, ``utility_field`` and ``weights`` serve the utility measures (UDCG@k,
-    UDCGtheta@k; see :func:`evaluate`) and are not read when none is asked for.
+    UDCGtheta@k; see :func:`evaluate`) and are not read when none is asked for;
+    ``allow_mismatch`` lists weight-card fields to override on purpose (``utility``).
     """
     parsed = parse_measures(measures)
     plan = None
     if any(m.name in UTILITY_MEASURES for m in parsed):
         from udcg.trec import utility_measures
 
-        plan = utility_measures.plan(parsed, utilities, utility_field, weights)
+        plan = utility_measures.plan(parsed, utilities, utility_field, weights, allow_mismatch)
     with small_pages():
         if isinstance(qrels, str | PathLike) and isinstance(run, str | PathLike):
             # two files, each parsed on its own thread (Arrow's parser releases the GIL); the
@@ -588,6 +590,7 @@ def evaluate(
     utilities: Utilities | UtilitiesLike | None = None,
     utility_field: str | None = None,
     weights: WeightsLike | Iterable[WeightsLike] | None = None,
+    allow_mismatch: Sequence[str] = (),
 ) -> dict[str, dict[str, float]]:
     """Per-query values ``{qid: {measure: value}}``, equal to pytrec_eval's for the same inputs.
 
@@ -600,9 +603,16 @@ def evaluate(
     ``utility_field`` says what a value is: ``abstain_prob`` (the default, u = 1 - p),
     ``answer_prob`` (u = p) or ``utility`` (u itself); a JSONL line says it by its key.
     ``weights``: UDCG-theta weight files (or :class:`udcg.io.weights.ThetaWeights`), one per
-    UDCGtheta cutoff, matched by the k of their card. Semantics in
+    UDCGtheta cutoff, matched by the k of their card; weights fitted on another utility source
+    are refused unless ``allow_mismatch=["utility"]``. Semantics in
     :mod:`udcg.trec.utility_measures`.
     """
     return evaluate_table(
-        qrels, run, measures, utilities=utilities, utility_field=utility_field, weights=weights
+        qrels,
+        run,
+        measures,
+        utilities=utilities,
+        utility_field=utility_field,
+        weights=weights,
+        allow_mismatch=allow_mismatch,
     ).to_dict()

@@ -13,7 +13,11 @@ grade is >= ``rel`` (1 by default; unjudged: not relevant), with utilities ``u``
 
       UDCG_theta = sigmoid( b + sum_i alpha_i * rel_i * u_i + sum_i beta_i * (1 - rel_i) * u_i )
 
-  a scored query with fewer than k ranked documents is an error.
+  a scored query with fewer than k ranked documents is an error. The weights (a folder or a
+  ``.safetensors`` file, :mod:`udcg.io.weights`) must be for k (never overridable) and fitted
+  on the utility source the utilities hold (``allow_mismatch=["utility"]`` overrides it, with
+  a :class:`~udcg.errors.UDCGWarning` that says so). A utilities file records neither judge,
+  prompt nor abstention mode: those are not checked here.
 
 A document ranked within the top k of a scored query without a utility is an error naming the
 query and the document, never a silent value. Queries the qrels do not judge are not scored.
@@ -21,17 +25,17 @@ query and the document, never a silent value. Queries the qrels do not judge are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from os import PathLike
 
 import numpy as np
 import pyarrow as pa
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.utilities import Utilities, UtilitiesLike, as_utilities, check_field, source_of
-from udcg.io.utility_sources import DEFAULT_SOURCE
-from udcg.io.weights import ThetaWeights, read_weights
+from udcg.io.weights import ThetaWeights, check_compatible, read_weights
 from udcg.metrics.udcg import udcg, udcg_terms
 from udcg.trec.measures import UTILITY_MEASURES, Measure
 
@@ -132,18 +136,18 @@ def _weights_by_k(
     return {m.cutoff: by_k[m.cutoff] for m in theta}
 
 
-def _check_source(weights: dict[int, ThetaWeights], utilities: Utilities) -> None:
+def _check_source(
+    weights: dict[int, ThetaWeights], utilities: Utilities, allow_mismatch: Sequence[str] = ()
+) -> None:
     """Weights fitted on one utility source are refused for utilities of another (unknown
-    for ready utilities, ``utility_field="utility"``)."""
+    for ready utilities, ``utility_field="utility"``), unless ``allow_mismatch`` holds
+    ``utility``: then a :class:`UDCGWarning` records it."""
     source = source_of(utilities.field)
+    applied = {"utility": None if source is None else source.name}
+    option = "allow_mismatch=['{field}'] or udcg trec --allow-mismatch {field}"
     for w in weights.values():
-        fitted_on = w.card.get("utility", DEFAULT_SOURCE)
-        if source is not None and source.name != fitted_on:
-            raise UDCGInputError(
-                f"the weights for k={w.k} were fitted on utility source {fitted_on!r}, but the "
-                f"utilities hold {utilities.field} (source {source.name!r})",
-                field="utility_field",
-            )
+        for note in check_compatible(w.card, applied, allow_mismatch, option):
+            warnings.warn(f"UDCGtheta@{w.k} weights: {note}", UDCGWarning, stacklevel=4)
 
 
 def plan(
@@ -151,6 +155,7 @@ def plan(
     utilities: Utilities | UtilitiesLike | None,
     utility_field: str | None,
     weights: WeightsLike | Iterable[WeightsLike] | None,
+    allow_mismatch: Sequence[str] = (),
 ) -> UtilityPlan | None:
     """The checked inputs of the utility measures among ``measures`` (None when there are
     none); the weights are read before the utilities, both before the run."""
@@ -162,7 +167,7 @@ def plan(
         raise _needs(wanted[0], "utilities")
     by_k = _weights_by_k(wanted, weights)
     loaded = as_utilities(utilities, utility_field)
-    _check_source(by_k, loaded)
+    _check_source(by_k, loaded, allow_mismatch)
     return UtilityPlan(loaded, by_k, max(m.cutoff for m in wanted))
 
 

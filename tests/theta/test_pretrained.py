@@ -1,0 +1,159 @@
+"""Weights folders: save_pretrained / from_pretrained, the model card, old exports, tampering."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from udcg import __version__
+from udcg.errors import UDCGInputError
+from udcg.judge.prompts import ABSTAIN_SYSTEM, ABSTAIN_USER, prompt_record
+from udcg.pipeline.settings import TrainSettings
+from udcg.pipeline.training import train
+from udcg.theta import UDCGTheta
+from udcg.theta.simulate import simulate_contexts as simulate
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory):
+    """``train`` at k=5 on simulated contexts, exported: (report, model, contexts)."""
+    out = tmp_path_factory.mktemp("train")
+    contexts = simulate(80, 5)
+    model = UDCGTheta(5, val_fraction=0.0)
+    settings = TrainSettings(k=5, judge="sim", n_bootstrap=50)
+    report = train(contexts, model, settings, export_dir=out)
+    return report, model, contexts
+
+
+def _data(n: int = 40, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    return rng.random((n, k)) < 0.4, rng.random((n, k))
+
+
+def test_train_writes_a_folder_that_round_trips_byte_identically(trained) -> None:
+    report, model, _ = trained
+    folder = report.model_dir
+    names = {p.name for p in folder.iterdir()}
+    assert {"model.safetensors", "config.json", "README.md", "weights.png"} <= names
+    loaded = UDCGTheta.from_pretrained(folder)
+    rel, u = _data()
+    assert loaded.predict_proba(rel, u).tobytes() == model.predict_proba(rel, u).tobytes()
+    assert loaded.alpha_.tobytes() == model.alpha_.tobytes()
+    # the single-file export beside it still loads, with the same weights
+    old = UDCGTheta.from_pretrained(report.weights_path)
+    assert old.predict_proba(rel, u).tobytes() == model.predict_proba(rel, u).tobytes()
+
+
+def test_config_records_what_decides_compatibility(trained) -> None:
+    report, _, _ = trained
+    config = json.loads((report.model_dir / "config.json").read_text())
+    assert config["format"] == "udcg-theta" and config["k"] == 5
+    assert config["judge_model"] == "sim" and config["utility"] == "abstention"
+    assert config["udcg_version"] == __version__
+    assert config["prompt"] == {
+        "system": ABSTAIN_SYSTEM,
+        "user": ABSTAIN_USER,
+        "sha256": prompt_record()["sha256"],
+    }
+    for key in ("abstention_mode", "judge_serving", "generator", "license"):
+        assert key in config  # null where training does not know it
+    assert config["gamma"] == report.gamma
+    assert config["training_data_fingerprint"] == report.fingerprint
+    assert "k=5 passages" in config["training_data_description"]
+    assert config["heldout"][0]["metric"] == "UDCG-theta"
+    assert len(config["weights_sha256"]) == 64
+
+
+def test_readme_front_matter_parses(trained) -> None:
+    report, _, _ = trained
+    text = (report.model_dir / "README.md").read_text()
+    assert text.startswith("---\n")
+    front = yaml.safe_load(text.split("---\n")[1])
+    assert front["library_name"] == "udcg"
+    assert front["license"] == "other"
+    assert "udcg-theta" in front["tags"]
+    assert front["base_model"] == "sim"
+    results = front["model-index"][0]["results"]
+    theta = report.rows[0]
+    metrics = [m for r in results for m in r["metrics"]]
+    assert metrics[0]["name"] == "UDCG-theta held-out correlation"
+    assert metrics[0]["value"] == pytest.approx(theta.result.estimate)
+    assert "![alpha and beta by position](weights.png)" in text
+    assert "| 5 |" in text and prompt_record()["sha256"] in text
+
+
+def test_prompt_hash_changes_with_one_character() -> None:
+    assert prompt_record(ABSTAIN_SYSTEM + " ")["sha256"] != prompt_record()["sha256"]
+    assert (
+        prompt_record(user=ABSTAIN_USER.replace("Answer", "answer"))["sha256"]
+        != (prompt_record()["sha256"])
+    )
+
+
+def test_save_pretrained_overrides_and_old_exports_load(tmp_path: Path) -> None:
+    model = UDCGTheta(3, bias=True)
+    model.alpha_, model.beta_, model.intercept_ = np.array([1.0, 0.5, 0.2]), -np.ones(3), 0.25
+    model.save_pretrained(tmp_path / "m", card={"license": "mit", "abstention_mode": "sequence"})
+    loaded = UDCGTheta.from_pretrained(str(tmp_path / "m"), k=3)
+    assert loaded.card_["license"] == "mit" and loaded.card_["abstention_mode"] == "sequence"
+    assert loaded.intercept_ == 0.25 and loaded.bias is True
+    model.save(tmp_path / "old.safetensors", card={"judge_model": "j"})
+    old = UDCGTheta.from_pretrained(tmp_path / "old.safetensors")
+    assert old.card_["judge_model"] == "j" and "prompt" not in old.card_
+    with pytest.raises(UDCGInputError, match="weights are for k=3, data has k=4"):
+        UDCGTheta.from_pretrained(tmp_path / "m", k=4)
+
+
+def test_tampered_weights_fail_the_sha256_check(trained, tmp_path: Path) -> None:
+    report, _, _ = trained
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    for name in ("model.safetensors", "config.json", "README.md"):
+        (folder / name).write_bytes((report.model_dir / name).read_bytes())
+    blob = bytearray((folder / "model.safetensors").read_bytes())
+    blob[-3] ^= 0x01  # one byte of a tensor
+    (folder / "model.safetensors").write_bytes(bytes(blob))
+    with pytest.raises(UDCGInputError) as info:
+        UDCGTheta.from_pretrained(folder)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(folder / "model.safetensors") in message and "SHA-256" in message
+
+
+def test_hub_id_offline_fails_at_once_in_one_line(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UDCGInputError) as info:
+        UDCGTheta.from_pretrained("some-org/udcg-theta-k5")
+    message = str(info.value)
+    assert "HF_HUB_OFFLINE" in message and "some-org/udcg-theta-k5" in message
+    assert "\n" not in message
+    # a path that does not exist and is not a hub id: no such file
+    with pytest.raises(UDCGInputError, match="no such weights file"):
+        UDCGTheta.from_pretrained("missing/dir/w.safetensors")
+
+
+def test_check_compatible_in_python(trained) -> None:
+    report, _, _ = trained
+    model = UDCGTheta.from_pretrained(report.model_dir)
+    sha = prompt_record()["sha256"]
+    assert model.check_compatible(k=5, judge="sim", utility="abstention", prompt=sha) == []
+    other = prompt_record(ABSTAIN_SYSTEM[:-1])["sha256"]
+    with pytest.raises(UDCGInputError) as info:
+        model.check_compatible(prompt=other)
+    assert str(info.value) == (
+        f"field 'prompt': the weights were fitted with prompt SHA-256 {sha!r}, not {other!r} "
+        "(allow_mismatch=['prompt'] to use them anyway)"
+    )
+    with pytest.raises(UDCGInputError, match="fitted with k 5, not 3"):
+        model.check_compatible(k=3)
+    (note,) = model.check_compatible(["judge"], judge="other")
+    assert note == (
+        "field 'judge': the weights were fitted with judge 'sim', not 'other' (allowed on purpose)"
+    )
+    with pytest.raises(UDCGInputError, match="unknown field 'judges'"):
+        model.check_compatible(["judges"], judge="other")

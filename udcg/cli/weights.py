@@ -1,0 +1,98 @@
+"""``udcg weights show DIR_OR_FILE``: the card of UDCG-theta weights, checked.
+
+Reads a weights folder (``model.safetensors`` + ``config.json``, :meth:`UDCGTheta.save_pretrained`)
+or a single-file export (``.safetensors`` + ``.json`` card) with every check of
+:func:`udcg.io.weights.read_weights`, the SHA-256 of the weights included, then prints k, the
+judge, utility source, abstention mode, prompt hash, udcg version, gamma, the held-out
+correlations and a table of alpha and beta per position. A file that fails a check is one line
+on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from udcg.cli.common import run_cli
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="udcg weights", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = commands.add_parser("show", help="print the card and verify the SHA-256")
+    show.add_argument("path", metavar="DIR_OR_FILE", help="a weights folder or .safetensors file")
+    return parser
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def card_text(card: Mapping[str, Any], alpha: Any, beta: Any, intercept: float) -> str:
+    """The lines ``udcg weights show`` prints for a checked card and its weights."""
+    prompt = card.get("prompt")
+    lines = [
+        f"format:          {card.get('format')} v{card.get('format_version')}",
+        f"k:               {card.get('k')}",
+        f"judge:           {_value(card.get('judge_model'))}",
+        f"utility source:  {_value(card.get('utility', 'abstention'))}",
+        f"abstention mode: {_value(card.get('abstention_mode'))}",
+        f"prompt SHA-256:  {_value(prompt.get('sha256') if isinstance(prompt, Mapping) else None)}",
+        f"judge serving:   {_value(card.get('judge_serving'))}",
+        f"generator:       {_value(card.get('generator'))}",
+        f"udcg version:    {_value(card.get('udcg_version'))}",
+        f"gamma:           {_value(card.get('gamma'))}",
+        f"bias, l2:        {card.get('bias')}, {card.get('l2')} (intercept {intercept:.6g})",
+        f"license:         {_value(card.get('license'))}",
+        f"training data:   {_value(card.get('training_data_fingerprint'))}",
+        f"weights SHA-256: {card.get('weights_sha256')} (verified)",
+    ]
+    rows = card.get("heldout")
+    if isinstance(rows, list) and rows:
+        method = str(card.get("correlation") or "spearman")
+        lines += ["", f"held-out correlation ({method}) with end-to-end correctness:"]
+        lines.append(f"  {'metric':<20} {method:>9}  95% CI")
+        for row in rows:
+            if not isinstance(row, Mapping):
+                continue
+            ci = row.get("ci95")
+            ci_text = (
+                f"[{_value(ci[0])}, {_value(ci[1])}]"
+                if isinstance(ci, list) and len(ci) == 2
+                else "n/a"
+            )
+            lines.append(
+                f"  {_value(row.get('metric')):<20} {_value(row.get(method)):>9}  {ci_text}"
+            )
+    lines += ["", f"  {'position':>8} {'alpha':>12} {'beta':>12}"]
+    lines += [
+        f"  {i:>8} {a:>12.6g} {b:>12.6g}"
+        for i, (a, b) in enumerate(zip(alpha, beta, strict=True), start=1)
+    ]
+    return "\n".join(lines)
+
+
+def show(path: str) -> None:
+    """Read ``path`` with every check and print its card."""
+    from udcg.io.weights import read_weights
+
+    weights = read_weights(path)
+    print(f"weights: {weights.path}")
+    print(card_text(weights.card, weights.alpha, weights.beta, weights.intercept))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for a user mistake or a file that fails a
+    check)."""
+    args = _parser().parse_args(argv)
+    return run_cli("udcg weights", lambda: show(args.path))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
