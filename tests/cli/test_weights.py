@@ -33,7 +33,7 @@ def test_show_prints_the_card_and_verifies(tmp_path: Path, model: UDCGTheta, cap
         "abstention mode: first_token",
         f"prompt SHA-256:  {prompt_record()['sha256']}",
         "(verified)",
-        "UDCG-theta                0.41  [0.3, 0.52]",
+        "UDCG-theta    +0.410  [+0.300, +0.520]",
     ):
         assert text in out
     assert out.splitlines()[-3].split() == ["1", "1.25", "-1"]

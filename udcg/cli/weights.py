@@ -34,6 +34,11 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def _signed(value: Any) -> str:
+    """A correlation as the tables print it (``+0.462``), or ``undefined``."""
+    return f"{value:+.3f}" if isinstance(value, int | float) else "undefined"
+
+
 def card_text(card: Mapping[str, Any], alpha: Any, beta: Any, intercept: float) -> str:
     """The lines ``udcg weights show`` prints for a checked card and its weights."""
     prompt = card.get("prompt")
@@ -53,22 +58,21 @@ def card_text(card: Mapping[str, Any], alpha: Any, beta: Any, intercept: float) 
         f"training data:   {_value(card.get('training_data_fingerprint'))}",
         f"weights SHA-256: {card.get('weights_sha256')} (verified)",
     ]
-    rows = card.get("heldout")
-    if isinstance(rows, list) and rows:
+    rows = [r for r in card.get("heldout") or [] if isinstance(r, Mapping)]
+    if rows:
         method = str(card.get("correlation") or "spearman")
+        width = max(len("metric"), *(len(_value(r.get("metric"))) for r in rows))
         lines += ["", f"held-out correlation ({method}) with end-to-end correctness:"]
-        lines.append(f"  {'metric':<20} {method:>9}  95% CI")
+        lines.append(f"  {'metric':<{width}} {method:>9}  95% CI")
         for row in rows:
-            if not isinstance(row, Mapping):
-                continue
             ci = row.get("ci95")
             ci_text = (
-                f"[{_value(ci[0])}, {_value(ci[1])}]"
+                f"[{_signed(ci[0])}, {_signed(ci[1])}]"
                 if isinstance(ci, list) and len(ci) == 2
                 else "n/a"
             )
             lines.append(
-                f"  {_value(row.get('metric')):<20} {_value(row.get(method)):>9}  {ci_text}"
+                f"  {_value(row.get('metric')):<{width}} {_signed(row.get(method)):>9}  {ci_text}"
             )
     lines += ["", f"  {'position':>8} {'alpha':>12} {'beta':>12}"]
     lines += [
