@@ -32,9 +32,10 @@ skipped. A malformed line or a repeated (query, document) is ``FILE:LINE: field 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from os import PathLike
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -140,22 +141,28 @@ def _line_field(obj: dict, utility_field: str | None, where: Where) -> str:
     return held[0]
 
 
-def _read_jsonl(path: PathType, utility_field: str | None) -> Utilities:
-    qids: list[str] = []
-    doc_ids: list[str] = []
-    values: list[float] = []
-    seen: set[tuple[str, str]] = set()
-    file_field: str | None = None
+def _json_objects(path: PathType) -> Iterator[tuple[dict[str, Any], Where]]:
+    """Each non-blank line of a JSONL file as a JSON object with its location; anything else
+    is an error at its line."""
     for number, text in numbered_lines(path):
         if not text.strip():
             continue
-        where = Where(path, number)
         try:
             obj = json.loads(text)
         except (ValueError, RecursionError) as exc:
             raise UDCGInputError(json_problem(exc), path=path, line=number) from None
         if not isinstance(obj, dict):
             raise UDCGInputError(f"expected a JSON object, got {kind(obj)}", path=path, line=number)
+        yield obj, Where(path, number)
+
+
+def _read_jsonl(path: PathType, utility_field: str | None) -> Utilities:
+    qids: list[str] = []
+    doc_ids: list[str] = []
+    values: list[float] = []
+    seen: set[tuple[str, str]] = set()
+    file_field: str | None = None
+    for obj, where in _json_objects(path):
         field = _line_field(obj, utility_field, where)
         if file_field is not None and field != file_field:
             raise where.error(field, f"earlier lines hold {file_field}; a file holds one kind")
@@ -202,29 +209,15 @@ def _context_values(
     which judge keys each field holds."""
     found: list[tuple[str, str, str, str, float, Where]] = []
     keys: dict[str, set[str]] = {field: set() for field in JUDGE_PROB_KEYS}
-    for number, text in numbered_lines(path):
-        if not text.strip():
-            continue
-        where = Where(path, number)
-        try:
-            obj = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise UDCGInputError(json_problem(exc), path=path, line=number) from None
-        if not isinstance(obj, dict):
-            raise UDCGInputError(f"expected a JSON object, got {kind(obj)}", path=path, line=number)
+    for obj, where in _json_objects(path):
         qid = identifier(obj.get("qid"), "qid", where)
         passages = obj.get("passages")
         if not isinstance(passages, list):
             raise where.error("passages", f"expected a list, got {kind(passages)}")
         for i, passage in enumerate(passages):
-            at = Where(path, number, f"passages[{i}].")
+            at = Where(path, where.line, f"passages[{i}].")
             if not isinstance(passage, dict):
-                raise UDCGInputError(
-                    f"expected a JSON object, got {kind(passage)}",
-                    path=path,
-                    line=number,
-                    field=f"passages[{i}]",
-                )
+                raise where.error(f"passages[{i}]", f"expected a JSON object, got {kind(passage)}")
             doc_id = identifier(passage.get("doc_id"), "doc_id", at)
             for field in JUDGE_PROB_KEYS:
                 values = passage.get(field)
