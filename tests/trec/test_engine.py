@@ -23,7 +23,7 @@ from udcg.io.trec_files import (
 )
 from udcg.metrics import _kernels
 from udcg.trec import _pages
-from udcg.trec.engine import _judged_grades, evaluate_table
+from udcg.trec.engine import _lookup, evaluate_table
 
 # ir_measures name -> pytrec_eval name
 PARITY = {
@@ -322,7 +322,7 @@ def test_judged_grades_match_a_dict_lookup(n_keys: int, span: int) -> None:
     grades = rng.integers(-1, span, size=5000)
     run_keys = np.concatenate([rng.choice(qrel_keys, 3000), rng.integers(0, 10**6, 3000)])
     expected = dict(zip(qrel_keys.tolist(), grades.tolist(), strict=True))
-    repeats, found = _judged_grades(qrel_keys.copy(), grades, n_keys, run_keys.copy())
+    repeats, found, _ = _lookup(qrel_keys.copy(), grades, n_keys, run_keys.copy())
     assert not repeats
     assert found.tolist() == [expected.get(k, 0) for k in run_keys.tolist()]
-    assert _judged_grades(np.array([3, 5, 3]), np.array([1, 2, 1]), n_keys, np.array([5]))[0]
+    assert _lookup(np.array([3, 5, 3]), np.array([1, 2, 1]), n_keys, np.array([5]))[0]

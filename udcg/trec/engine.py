@@ -130,15 +130,6 @@ def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, 
     return first_codes, codes[n_first:][to_numpy(second.indices)], merged.dictionary
 
 
-def _judged_grades(
-    qrel_keys: np.ndarray, grades: np.ndarray, n_keys: int, run_keys: np.ndarray
-) -> tuple[bool, np.ndarray]:
-    """``(whether a qrels key repeats, the grade of every run key, 0 when unjudged)``; both
-    key arrays are changed in place (see ``_lookup``)."""
-    repeats, found, _ = _lookup(qrel_keys, grades, n_keys, run_keys)
-    return repeats, found
-
-
 def _lookup(
     qrel_keys: np.ndarray, grades: np.ndarray, n_keys: int, run_keys: np.ndarray
 ) -> tuple[bool, np.ndarray, bool]:
