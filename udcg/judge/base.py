@@ -49,6 +49,41 @@ def check_answer_inputs(
     return questions, passages, checked
 
 
+def judge_values(values: Any, upper_bound: Any = None) -> JudgeValues:
+    """``values`` as float64 :class:`JudgeValues`; ``upper_bound`` a boolean mask (default: none
+    is a bound)."""
+    out = np.asarray(values, dtype=np.float64).view(JudgeValues)
+    mask = np.zeros(out.shape, dtype=bool) if upper_bound is None else np.asarray(upper_bound)
+    if mask.shape != out.shape:
+        raise ValueError(f"upper_bound has shape {mask.shape}, values {out.shape}")
+    out.upper_bound = mask.astype(bool)
+    return out
+
+
+class JudgeValues(np.ndarray):
+    """Float64 judge values that know which of them are only upper bounds.
+
+    ``upper_bound[i]`` is True when value i is the upper bound of the true probability, not the
+    probability (a server returned the top-k log-probs and the token asked for was not among
+    them). Backends that never produce bounds may return plain arrays; read the mask with
+    :func:`upper_bounds`.
+    """
+
+    upper_bound: np.ndarray
+
+    def __array_finalize__(self, obj: Any) -> None:
+        mask = getattr(obj, "upper_bound", None)
+        if mask is None or getattr(mask, "shape", None) != self.shape:
+            mask = np.zeros(self.shape, dtype=bool)
+        self.upper_bound = mask
+
+
+def upper_bounds(values: Any) -> np.ndarray:
+    """The upper-bound mask of judge values (all False for a plain array)."""
+    mask = getattr(values, "upper_bound", None)
+    return np.zeros(np.shape(values), dtype=bool) if mask is None else np.asarray(mask, bool)
+
+
 class Judge(ABC):
     """A scoring LLM. ``name`` keys the values it produces (e.g. ``abstain_prob[name]``; the
     backends default it to :func:`udcg.judge.spec.judge_key` of their spec); ``fingerprint``

@@ -77,6 +77,13 @@ from udcg.judge.openai_replies import (
     token_prob,
     yes_ratio,
 )
+from udcg.judge.openai_requests import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    echo_body,
+    first_token_body,
+    generate_body,
+)
 from udcg.judge.openai_tokenizer import first_token_text
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
 
@@ -214,17 +221,12 @@ class OpenAIJudge(Judge):
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _chat(self, messages: Messages, **options: Any) -> dict[str, Any]:
-        """The first choice of a chat completion at temperature 0."""
-        url = self._api + "/chat/completions"
-        body = {**self.extra_body, "model": self.model, "messages": messages, "temperature": 0.0}
-        body.update(options)
-        return self._read(url, first_choice, self.http.post(url, body))
-
     def _first_token_logprobs(self, messages: Messages) -> dict[str, float]:
         """Token text -> log-prob of the top alternatives for the first generated token."""
-        choice = self._chat(messages, max_tokens=1, logprobs=True, top_logprobs=self.top_logprobs)
-        return self._read(self._api + "/chat/completions", first_token_logprobs, choice)
+        url = self._api + CHAT_PATH
+        body = first_token_body(self.model, messages, self.extra_body, self.top_logprobs)
+        choice = self._read(url, first_choice, self.http.post(url, body))
+        return self._read(url, first_token_logprobs, choice)
 
     def _values(
         self, results: list[tuple[float, bool]], counter: str, warning: str, **fields: str
@@ -242,16 +244,17 @@ class OpenAIJudge(Judge):
     # -- operations ---------------------------------------------------------------------------
 
     def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
-        url = self._api + "/chat/completions"
+        url = self._api + CHAT_PATH
 
         def one(i: int, messages: Messages) -> str:
-            choice = self._chat(messages, max_tokens=int(max_new_tokens))
+            body = generate_body(self.model, messages, self.extra_body, max_new_tokens)
+            choice = self._read(url, first_choice, self.http.post(url, body))
             return self._read(f"{url}: item {i}", message_text, choice)
 
         return self.http.map(one, list(prompts))
 
     def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
-        url = self._api + "/chat/completions"
+        url = self._api + CHAT_PATH
 
         def one(i: int, messages: Messages) -> tuple[float, bool]:
             top = self._first_token_logprobs(messages)
@@ -339,16 +342,8 @@ class OpenAIJudge(Judge):
 
     def _answer_mean_logprob(self, prompt: str, answer: str, item: int) -> float:
         """Mean log-prob of the tokens of ``answer`` after ``prompt``, from echoed log-probs."""
-        url = self._api + "/completions"
-        body = {
-            **self.extra_body,
-            "model": self.model,
-            "prompt": prompt + answer,
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "echo": True,
-            "logprobs": 1,
-        }
+        url = self._api + COMPLETIONS_PATH
+        body = echo_body(self.model, prompt + answer, self.extra_body)
         choice = self._read(url, first_choice, self.http.post(url, body))
         return self._read(f"{url}: item {item}", echoed_answer_logprob, choice, len(prompt), answer)
 
