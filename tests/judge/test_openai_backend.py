@@ -294,6 +294,14 @@ def test_transformers_serve_generates_but_has_no_logprobs(transformers_server):
 Reply = tuple[int, dict[str, str], Any]
 
 
+class _LoopbackServer(ThreadingHTTPServer):
+    """A thread per request, and a listen backlog deep enough for a client's full window (the
+    default of 5 drops the connections beyond it for a second)."""
+
+    daemon_threads = True
+    request_queue_size = 256
+
+
 class ScriptedServer:
     """Loopback HTTP server: ``reply(path, body, headers) -> (status, headers, body)`` (a GET
     has body None)."""
@@ -329,8 +337,7 @@ class ScriptedServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _LoopbackServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

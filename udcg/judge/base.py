@@ -1,9 +1,19 @@
-"""The judge interface: every LLM call of the toolkit goes through one of these methods."""
+"""The judge interface: every LLM call of the toolkit goes through one of these methods.
+
+Streaming contract. A backend whose class sets ``streams_results = True`` accepts a keyword-only
+``on_result: OnResult | None = None`` on :meth:`Judge.abstain_prob`, :meth:`Judge.answer_prob`,
+:meth:`Judge.yes_prob` and :meth:`Judge.generate`, and calls ``on_result(i, value,
+upper_bound)`` exactly once per input index ``i``, as soon as that item is done (in any order),
+from the thread that called the method, before the method returns. ``value`` is what the method
+returns at position i (a float, or the str of ``generate``); ``upper_bound`` is True when the
+value is only an upper bound (see :class:`JudgeValues`). When the method raises, items not yet
+reported are never reported. Backends with ``streams_results = False`` take no ``on_result``.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -12,6 +22,9 @@ from udcg.judge.prompts import Messages
 from udcg.judge.structured import JSONResult, generate_json
 
 AbstainMode = Literal["first_token", "sequence"]
+
+#: ``on_result(i, value, upper_bound)`` of a streaming judge (see the module docstring).
+OnResult = Callable[[int, Any, bool], None]
 
 #: How :meth:`Judge.answer_prob` turns token log-probs into one value (part of cache keys).
 ANSWER_NORMALISATION = "max_over_answers(exp(mean_token_logprob))"
@@ -87,10 +100,12 @@ def upper_bounds(values: Any) -> np.ndarray:
 class Judge(ABC):
     """A scoring LLM. ``name`` keys the values it produces (e.g. ``abstain_prob[name]``; the
     backends default it to :func:`udcg.judge.spec.judge_key` of their spec); ``fingerprint``
-    identifies backend + model + settings for the cache."""
+    identifies backend + model + settings for the cache. ``streams_results`` says whether the
+    judge takes ``on_result`` and reports items as they finish (see the module docstring)."""
 
     name: str
     fingerprint: str
+    streams_results: bool = False
 
     def probe(self) -> None:  # noqa: B027 (a hook: in-process backends have nothing to check)
         """Check, in seconds, that the judge can answer (a server backend asks its server);
@@ -145,9 +160,13 @@ class Judge(ABC):
         validate: Callable[[Any], Any] | None = None,
         max_new_tokens: int = 256,
         retries: int = 2,
+        *,
+        schema: Mapping[str, Any] | None = None,
     ) -> list[JSONResult]:
         """Completions parsed as JSON (the first object/array, code fences tolerated), checked
         by ``validate(value)`` (raises ValueError to reject; a non-None return replaces the
         value); failed prompts alone are retried up to ``retries`` times. Failures are
-        returned, never raised or dropped. See :func:`udcg.judge.structured.generate_json`."""
+        returned, never raised or dropped. See :func:`udcg.judge.structured.generate_json`.
+        ``schema`` (a JSON schema of the value) lets a server constrain its output to it;
+        backends without constrained output ignore it."""
         return generate_json(self, prompts, validate, max_new_tokens, retries)

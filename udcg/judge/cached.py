@@ -2,11 +2,24 @@
 
 Every operation looks up one key per item (see :func:`udcg.judge.cache.cache_key`: the judge's
 fingerprint, the operation, the item's chat messages and the call's options), then computes the
-missing items with the wrapped judge in batched calls of at most ``chunk_size`` items, committing
-each chunk to the cache as soon as it is done: a run killed midway loses at most the chunk in
-flight, and the next run computes only what is still missing. Identical items within one call are
-computed once. Results come back in input order and are the values the wrapped judge returned
-(floats round-trip exactly through JSON).
+missing items with the wrapped judge. Identical items within one call are computed once. Results
+come back in input order and are the values the wrapped judge returned (floats round-trip
+exactly through JSON).
+
+* When the wrapped judge streams (``streams_results``, see :mod:`udcg.judge.base`), all the
+  missing items go to it in one call and each result is stored as it arrives: what finished since
+  the last commit is committed together, at least every ``commit_interval`` seconds (0.2) and
+  whenever ``commit_size`` results wait. A run killed midway (even by SIGKILL) loses only what
+  finished within the last moment; the next run computes only what is still missing. The cached
+  judge then streams too: ``on_result`` reports cache hits at once and computed items as they
+  arrive.
+* Otherwise the missing items go in calls of at most ``chunk_size`` items, each chunk committed
+  as soon as it is done: a run killed midway loses at most the chunk in flight.
+
+``abstain_prob``, ``yes_prob`` and ``answer_prob`` return :class:`~udcg.judge.base.JudgeValues`:
+a value the wrapped judge marked as an upper bound is stored with that mark (as
+``{"value": v, "upper_bound": true}``; other values as plain numbers, the form every entry had
+before bounds were marked, so such entries read as exact) and comes back marked.
 
 What is not cached:
 
@@ -25,18 +38,21 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 from udcg.judge.base import (
     ANSWER_NORMALISATION,
     AbstainMode,
     JSONResult,
     Judge,
+    JudgeValues,
+    OnResult,
     check_answer_inputs,
+    judge_values,
+    upper_bounds,
 )
 from udcg.judge.cache import JudgeCache, cache_key, canonical_json, finite_json
 from udcg.judge.prompts import Messages, abstain_messages
@@ -65,12 +81,70 @@ def _float_or_none(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def encode_value(value: float, upper_bound: bool) -> float | dict[str, Any] | None:
+    """The cached form of a judge value: the number, or ``{"value": v, "upper_bound": true}``
+    for an upper bound; None (not cached) when it is not finite."""
+    number = _float_or_none(value)
+    if number is None or not upper_bound:
+        return number
+    return {"value": number, "upper_bound": True}
+
+
+def decode_value(stored: Any) -> tuple[float, bool]:
+    """(value, is upper bound) of a cached judge value (a plain number is exact)."""
+    if isinstance(stored, Mapping):
+        return float(stored["value"]), bool(stored.get("upper_bound", False))
+    return float(stored), False
+
+
+class GroupCommit:
+    """Buffers cache writes and commits them together: when ``size`` entries wait, every
+    ``interval`` seconds from a background thread, and at :meth:`close`."""
+
+    def __init__(self, cache: JudgeCache, interval: float = 0.2, size: int = 256) -> None:
+        self.cache = cache
+        self.size = size
+        self.interval = interval
+        self._pending: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="udcg-cache-commit", daemon=True)
+        self._thread.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.flush()
+
+    def add(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._pending[key] = value
+            full = len(self._pending) >= self.size
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit what waits, in one transaction."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if pending:
+            self.cache.put_many(pending)
+
+    def close(self) -> None:
+        """Stop the background commits and commit what waits."""
+        self._stop.set()
+        self._thread.join()
+        self.flush()
+
+
 class CachedJudge(Judge):
     """Wraps any :class:`Judge`; same ``name`` and ``fingerprint``, same results, cached.
 
     ``cache`` is a :class:`JudgeCache`, a path to its SQLite file, or None for the default
-    location. ``inner_calls`` counts the batched calls made to the wrapped judge and ``uncached``
-    the computed results that were not stored (see the module docstring).
+    location. ``chunk_size`` bounds the calls to a wrapped judge that does not stream;
+    ``commit_interval`` and ``commit_size`` pace the commits of one that does.
+    ``inner_calls`` counts the calls made to the wrapped judge and ``uncached`` the computed
+    results that were not stored (see the module docstring). It streams iff the wrapped judge
+    does.
     """
 
     def __init__(
@@ -78,12 +152,21 @@ class CachedJudge(Judge):
         judge: Judge,
         cache: JudgeCache | str | os.PathLike[str] | None = None,
         chunk_size: int = 64,
+        commit_interval: float = 0.2,
+        commit_size: int = 256,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        if commit_interval <= 0 or commit_size < 1:
+            raise ValueError(
+                f"commit_interval must be > 0 and commit_size >= 1, got {commit_interval} and"
+                f" {commit_size}"
+            )
         self.inner = judge
         self.cache = cache if isinstance(cache, JudgeCache) else JudgeCache(cache)
         self.chunk_size = int(chunk_size)
+        self.commit_interval = float(commit_interval)
+        self.commit_size = int(commit_size)
         self.name = judge.name
         self.fingerprint = judge.fingerprint
         self.inner_calls = 0
@@ -99,6 +182,10 @@ class CachedJudge(Judge):
             raise AttributeError(attribute)
         return getattr(self.inner, attribute)
 
+    @property
+    def streams_results(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.inner, "streams_results", False))
+
     def probe(self) -> None:
         self.inner.probe()
 
@@ -109,54 +196,118 @@ class CachedJudge(Judge):
         operation: str,
         payloads: Sequence[Any],
         params: dict[str, Any],
-        compute: Callable[[list[int]], Sequence[Any]],
-        encode: Callable[[Any], Any],
-        decode: Callable[[Any], Any],
-    ) -> list[Any]:
-        """Results for ``payloads``: decoded cache hits, else ``compute(indices)`` by chunks.
+        compute: Callable[[list[int], OnResult | None], Sequence[Any]],
+        encode: Callable[[Any, bool], Any],
+        decode: Callable[[Any], tuple[Any, bool]],
+        on_result: OnResult | None = None,
+        streamed: bool = False,
+    ) -> tuple[list[Any], list[bool]]:
+        """(results, upper-bound flags) for ``payloads``: decoded cache hits, else
+        ``compute(indices, sink)`` of all the misses at once with a ``sink`` that stores each
+        result as it arrives when ``streamed``, else by chunks (``sink`` None).
 
-        ``encode`` turns a computed result into its cached JSON value, or None to not store it.
+        ``encode(result, bound)`` turns a computed result into its cached JSON value, or None to
+        not store it; ``decode`` reverses it. ``on_result(i, result, bound)`` hears of every
+        item, hits first.
         """
         keys = [cache_key(self.fingerprint, operation, payload, params) for payload in payloads]
         found = self.cache.get_many(keys)
         results: list[Any] = [_MISSING] * len(keys)
-        todo: dict[str, int] = {}
+        flags = [False] * len(keys)
+        todo: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
             if key in found:
-                results[i] = decode(found[key])
-            elif key not in todo:
-                todo[key] = i
-        computed: dict[str, Any] = {}
-        pending = list(todo.items())
-        for start in range(0, len(pending), self.chunk_size):
-            chunk = pending[start : start + self.chunk_size]
-            indices = [i for _, i in chunk]
-            self.inner_calls += 1
-            out = list(compute(indices))
-            if len(out) != len(indices):
+                results[i], flags[i] = decode(found[key])
+                if on_result is not None:
+                    on_result(i, results[i], flags[i])
+            else:
+                todo.setdefault(key, []).append(i)
+        pending = list(todo)
+        if not pending:
+            return results, flags
+        committer = GroupCommit(self.cache, self.commit_interval, self.commit_size)
+
+        def record(key: str, result: Any, bound: bool) -> None:
+            if results[todo[key][0]] is not _MISSING:
+                return
+            encoded = encode(result, bound)
+            if encoded is None:
+                self.uncached += 1
+            else:
+                committer.add(key, encoded)
+            for i in todo[key]:
+                results[i], flags[i] = result, bound
+                if on_result is not None:
+                    on_result(i, result, bound)
+
+        def check(out: Sequence[Any], asked: int) -> None:
+            if len(out) != asked:
                 raise RuntimeError(
-                    f"judge {self.name!r} returned {len(out)} results for {len(indices)} inputs"
+                    f"judge {self.name!r} returned {len(out)} results for {asked} inputs"
                     f" ({operation})"
                 )
-            store: dict[str, Any] = {}
-            for (key, _), result in zip(chunk, out, strict=True):
-                computed[key] = result
-                encoded = encode(result)
-                if encoded is None:
-                    self.uncached += 1
-                else:
-                    store[key] = encoded
-            self.cache.put_many(store)
-        for i, key in enumerate(keys):
-            if results[i] is _MISSING:
-                results[i] = computed[key]
-        return results
+
+        try:
+            if streamed:
+                self.inner_calls += 1
+                indices = [todo[key][0] for key in pending]
+                out = compute(indices, lambda j, result, bound: record(pending[j], result, bound))
+                check(out, len(indices))
+                for key, result, bound in zip(pending, out, upper_bounds(out), strict=True):
+                    record(key, result, bool(bound))
+            else:
+                for start in range(0, len(pending), self.chunk_size):
+                    chunk = pending[start : start + self.chunk_size]
+                    self.inner_calls += 1
+                    out = compute([todo[key][0] for key in chunk], None)
+                    check(out, len(chunk))
+                    for key, result, bound in zip(chunk, out, upper_bounds(out), strict=True):
+                        record(key, result, bool(bound))
+                    committer.flush()
+        finally:
+            committer.close()
+        return results, flags
+
+    def _values(
+        self,
+        operation: str,
+        payloads: Sequence[Any],
+        params: dict[str, Any],
+        compute: Callable[[list[int], OnResult | None], Any],
+        on_result: OnResult | None,
+    ) -> JudgeValues:
+        """:meth:`_cached` of an operation returning floats, as :class:`JudgeValues`."""
+
+        def floats(indices: list[int], sink: OnResult | None) -> JudgeValues:
+            out = compute(indices, sink)
+            return judge_values(out, upper_bounds(out))
+
+        values, flags = self._cached(
+            operation,
+            payloads,
+            params,
+            floats,
+            encode_value,
+            decode_value,
+            on_result,
+            self.streams_results,
+        )
+        return judge_values(values, flags)
+
+    def _streaming(self, sink: OnResult | None) -> dict[str, Any]:
+        """The keyword arguments that pass ``sink`` to the wrapped judge (none without one)."""
+        return {} if sink is None else {"on_result": sink}
 
     # -- operations ---------------------------------------------------------------------------
 
     def abstain_prob(
-        self, questions: Sequence[str], passages: Sequence[str], mode: AbstainMode = "first_token"
-    ) -> np.ndarray:
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        mode: AbstainMode = "first_token",
+        *,
+        on_result: OnResult | None = None,
+    ) -> JudgeValues:
         questions, passages = list(questions), list(passages)
         if len(questions) != len(passages):
             raise ValueError(
@@ -165,25 +316,24 @@ class CachedJudge(Judge):
             )
         payloads = [abstain_messages(q, p) for q, p in zip(questions, passages, strict=True)]
 
-        def compute(indices: list[int]) -> np.ndarray:
-            return np.asarray(
-                self.inner.abstain_prob(
-                    [questions[i] for i in indices], [passages[i] for i in indices], mode=mode
-                ),
-                dtype=np.float64,
+        def compute(indices: list[int], sink: OnResult | None) -> Any:
+            return self.inner.abstain_prob(
+                [questions[i] for i in indices],
+                [passages[i] for i in indices],
+                mode=mode,
+                **self._streaming(sink),
             )
 
-        values = self._cached(
-            "abstain_prob", payloads, {"mode": mode}, compute, _float_or_none, float
-        )
-        return np.asarray(values, dtype=np.float64)
+        return self._values("abstain_prob", payloads, {"mode": mode}, compute, on_result)
 
     def answer_prob(
         self,
         questions: Sequence[str],
         passages: Sequence[str],
         answers: Sequence[Sequence[str]],
-    ) -> np.ndarray:
+        *,
+        on_result: OnResult | None = None,
+    ) -> JudgeValues:
         """Cached per (abstention prompt, set of acceptable answers): the key holds the pair's
         messages and its distinct answers in sorted order (the max does not depend on their
         order), and the call's parameters name the normalisation."""
@@ -193,34 +343,42 @@ class CachedJudge(Judge):
             for q, p, a in zip(questions, passages, answers, strict=True)
         ]
 
-        def compute(indices: list[int]) -> np.ndarray:
-            return np.asarray(
-                self.inner.answer_prob(
-                    [questions[i] for i in indices],
-                    [passages[i] for i in indices],
-                    [answers[i] for i in indices],
-                ),
-                dtype=np.float64,
+        def compute(indices: list[int], sink: OnResult | None) -> Any:
+            return self.inner.answer_prob(
+                [questions[i] for i in indices],
+                [passages[i] for i in indices],
+                [answers[i] for i in indices],
+                **self._streaming(sink),
             )
 
         params = {"normalisation": ANSWER_NORMALISATION}
-        values = self._cached("answer_prob", payloads, params, compute, _float_or_none, float)
-        return np.asarray(values, dtype=np.float64)
+        return self._values("answer_prob", payloads, params, compute, on_result)
 
-    def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
+    def yes_prob(
+        self, prompts: Sequence[Messages], *, on_result: OnResult | None = None
+    ) -> JudgeValues:
         prompts = list(prompts)
 
-        def compute(indices: list[int]) -> np.ndarray:
-            return np.asarray(self.inner.yes_prob([prompts[i] for i in indices]), dtype=np.float64)
+        def compute(indices: list[int], sink: OnResult | None) -> Any:
+            return self.inner.yes_prob([prompts[i] for i in indices], **self._streaming(sink))
 
-        values = self._cached("yes_prob", prompts, {}, compute, _float_or_none, float)
-        return np.asarray(values, dtype=np.float64)
+        return self._values("yes_prob", prompts, {}, compute, on_result)
 
-    def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
+    def generate(
+        self,
+        prompts: Sequence[Messages],
+        max_new_tokens: int = 64,
+        *,
+        on_result: OnResult | None = None,
+    ) -> list[str]:
         prompts = list(prompts)
 
-        def compute(indices: list[int]) -> list[str]:
-            out = self.inner.generate([prompts[i] for i in indices], max_new_tokens=max_new_tokens)
+        def compute(indices: list[int], sink: OnResult | None) -> list[str]:
+            out = self.inner.generate(
+                [prompts[i] for i in indices],
+                max_new_tokens=max_new_tokens,
+                **self._streaming(sink),
+            )
             for text in out:
                 if not isinstance(text, str):
                     raise TypeError(
@@ -228,9 +386,17 @@ class CachedJudge(Judge):
                     )
             return out
 
-        return self._cached(
-            "generate", prompts, {"max_new_tokens": int(max_new_tokens)}, compute, str, str
+        texts, _ = self._cached(
+            "generate",
+            prompts,
+            {"max_new_tokens": int(max_new_tokens)},
+            compute,
+            lambda text, _: str(text),
+            lambda stored: (str(stored), False),
+            on_result,
+            self.streams_results,
         )
+        return texts
 
     def generate_json(
         self,
@@ -238,8 +404,14 @@ class CachedJudge(Judge):
         validate: Any = None,
         max_new_tokens: int = 256,
         retries: int = 2,
+        *,
+        schema: Mapping[str, Any] | None = None,
     ) -> list[JSONResult]:
+        """Cached per prompt, validator name and options; a ``schema`` is part of the key (when
+        given) and passed to the wrapped judge. Calls go by chunks (``generate_json`` does not
+        stream)."""
         prompts = list(prompts)
+        asked = {} if schema is None else {"schema": schema}
         validator = _validator_id(validate)
         if validator is None:
             if id(validate) not in self._warned_validators:
@@ -252,20 +424,21 @@ class CachedJudge(Judge):
                 )
             self.inner_calls += 1
             out = self.inner.generate_json(
-                prompts, validate, max_new_tokens=max_new_tokens, retries=retries
+                prompts, validate, max_new_tokens=max_new_tokens, retries=retries, **asked
             )
             self.uncached += len(out)
             return out
 
-        def compute(indices: list[int]) -> list[JSONResult]:
+        def compute(indices: list[int], _: OnResult | None) -> list[JSONResult]:
             return self.inner.generate_json(
                 [prompts[i] for i in indices],
                 validate,
                 max_new_tokens=max_new_tokens,
                 retries=retries,
+                **asked,
             )
 
-        def encode(result: JSONResult) -> dict[str, Any] | None:
+        def encode(result: JSONResult, _: bool) -> dict[str, Any] | None:
             if not result.ok or not finite_json(result.value):
                 return None
             stored = {"value": result.value, "attempts": result.attempts, "raw": list(result.raw)}
@@ -275,14 +448,15 @@ class CachedJudge(Judge):
                 return None
             return stored
 
-        def decode(stored: dict[str, Any]) -> JSONResult:
-            return JSONResult(
-                value=stored["value"], attempts=int(stored["attempts"]), raw=list(stored["raw"])
-            )
+        def decode(stored: dict[str, Any]) -> tuple[JSONResult, bool]:
+            value, attempts, raw = stored["value"], int(stored["attempts"]), list(stored["raw"])
+            return JSONResult(value=value, attempts=attempts, raw=raw), False
 
         params = {
             "max_new_tokens": int(max_new_tokens),
             "retries": int(retries),
             "validate": validator,
+            **asked,
         }
-        return self._cached("generate_json", prompts, params, compute, encode, decode)
+        results, _ = self._cached("generate_json", prompts, params, compute, encode, decode)
+        return results

@@ -1,12 +1,15 @@
 """Judge backend for any OpenAI-compatible chat server (vLLM, llama.cpp's llama-server,
 llama-cpp-python, ``transformers serve``, hosted APIs), for scaling the judge out.
 
-Requests go out concurrently (at most ``max_concurrency`` at once) through
-:class:`~udcg.judge.openai_http.JudgeHTTPClient`: connection errors, timeouts and HTTP
-408/409/425/429/5xx replies are retried up to ``max_retries`` times with exponential backoff
-(``backoff``, capped at ``max_backoff``; a numeric ``Retry-After`` header is honoured); other
-HTTP errors, malformed JSON and replies missing a field are not retried. Every failure raises
-:class:`JudgeServerError`, naming the URL and the reason; no value is ever NaN or silently 0.
+Requests go out through :class:`~udcg.judge.openai_http.JudgeHTTPClient`, which keeps up to
+``max_concurrency`` of them (default 64) in flight over a whole call, on an asyncio loop: as one
+ends the next starts. Connection errors, timeouts (``timeout`` seconds per request) and HTTP
+408/409/425/429/5xx replies are retried up to ``max_retries`` times with exponential backoff and
+jitter (``backoff``, capped at ``max_backoff``; a ``Retry-After`` header, in seconds or as an
+HTTP date, is honoured within the same cap); other HTTP errors, malformed JSON and replies
+missing a field are not retried; the first failure cancels the rest of the call. Every failure
+raises :class:`JudgeServerError`, naming the URL and the reason; no value is ever NaN or
+silently 0.
 Replies are read by :mod:`udcg.judge.openai_replies`, the server's tokenizer is asked by
 :mod:`udcg.judge.openai_tokenizer`.
 
@@ -19,6 +22,10 @@ a server reply is masked). Servers that need no key work with the variable unset
 ``/v1/models`` once, within 5 s and without retries, so that a server that does not answer is
 one line naming its URL instead of a traceback after every retry.
 
+The judge streams (``streams_results``): ``abstain_prob``, ``answer_prob``, ``yes_prob`` and
+``generate`` take ``on_result(i, value, upper_bound)``, called in the calling thread as soon as
+item i is done (see :class:`~udcg.judge.base.Judge`).
+
 Operations:
 
 * ``generate``: ``/v1/chat/completions`` at temperature 0, the reply's message content.
@@ -26,16 +33,18 @@ Operations:
   default, the OpenAI maximum). P(Yes) / (P(Yes) + P(No)) is computed from the first token's top
   log-probs, with Yes = the tokens ``"Yes"`` and ``" Yes"`` and No = ``"No"`` and ``" No"``
   (their probabilities summed), as in the local backend. When only one of the two is among the
-  top-k, the other's probability is taken at its upper bound, the smallest top-k probability,
-  and counted in ``stats["yes_no_bound"]`` with a warning; when neither is, the ratio is
-  undefined and :class:`JudgeServerError` is raised.
+  top-k, the other's probability is taken at its upper bound, the smallest top-k probability;
+  such a value is marked in the returned :class:`~udcg.judge.base.JudgeValues`' ``upper_bound``
+  mask and counted in ``stats["yes_no_bound"]`` (one warning per judge). When neither is among
+  the top-k, the ratio is undefined and :class:`JudgeServerError` is raised.
 * ``abstain_prob(mode="first_token")``: the reference abstention prompt, one token with top
   log-probs; the probability of the top token whose text equals the first token of
   ``NO-RESPONSE`` exactly. That token's text is ``abstain_token`` when given, else it is asked of
   the server's tokenizer (``/tokenize`` + ``/detokenize`` of vLLM and llama.cpp's server,
   ``/extras/tokenize`` of llama-cpp-python), else ``"NO"`` with a warning. When it is not among
   the top-k, P(abstain) is below the smallest top-k probability; that bound (at most
-  1/top_logprobs) is returned and counted in ``stats["abstain_bound"]`` with a warning.
+  1/top_logprobs) is returned, marked in ``upper_bound`` and counted in
+  ``stats["abstain_bound"]`` (one warning per judge).
 * ``abstain_prob(mode="sequence")`` raises NotImplementedError: it needs the teacher-forced
   probabilities of every marker token after the chat template's assistant prefix, which chat
   completion APIs do not return. Use the local transformers backend for it.
@@ -50,22 +59,40 @@ Operations:
   (chat-only servers, llama.cpp's llama-server, llama-cpp-python without ``logits_all``), it
   fails with a message naming the limitation.
 
+* ``generate_json``: with ``structured_output="auto"`` (the default) the completions ask for
+  JSON output, ``response_format`` ``{"type": "json_schema", ...}`` when the caller passes a
+  ``schema``, else ``{"type": "json_object"}``; the replies are parsed and validated as for any
+  backend (:mod:`udcg.judge.structured`). A server that refuses the field (HTTP 400/422 naming
+  it) is asked without it for the rest of the judge's life (``stats
+  ["structured_output_refused"]`` counts the refusals). ``structured_output="off"`` never sends
+  it. The option is not part of the fingerprint: it changes no request but those of
+  ``generate_json``, whose results pass the same parsing and validator either way.
+
 Servers that ignore ``logprobs`` (``transformers serve`` as of transformers 5) can serve
 ``generate`` and ``generate_json`` only; log-prob operations then fail with a message saying so.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.judge.base import AbstainMode, Judge, check_answer_inputs
+from udcg.judge.base import (
+    AbstainMode,
+    JSONResult,
+    Judge,
+    JudgeValues,
+    OnResult,
+    check_answer_inputs,
+    judge_values,
+)
 from udcg.judge.cache import canonical_json
 from udcg.judge.openai_http import JudgeHTTPClient, JudgeServerError, split_base_url
 from udcg.judge.openai_replies import (
@@ -74,6 +101,7 @@ from udcg.judge.openai_replies import (
     first_choice,
     first_token_logprobs,
     message_text,
+    refuses_response_format,
     token_prob,
     yes_ratio,
 )
@@ -83,19 +111,41 @@ from udcg.judge.openai_requests import (
     echo_body,
     first_token_body,
     generate_body,
+    json_response_format,
 )
 from udcg.judge.openai_tokenizer import first_token_text
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
+from udcg.judge.structured import Completions, generate_json
 
 __all__ = ["JudgeServerError", "OpenAIJudge"]
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 #: Seconds :meth:`OpenAIJudge.probe` waits for the server.
 PROBE_TIMEOUT = 5.0
+#: ``structured_output`` values: ask for JSON output in ``generate_json`` when the server
+#: accepts it, or never.
+STRUCTURED_OUTPUT = ("auto", "off")
+
+#: The warning of each kind of bound, given once per judge (counts are in ``stats``).
+BOUND_WARNINGS = {
+    "abstain_bound": (
+        "abstain_prob: the abstention token was not among the server's top log-probs for some"
+        " pairs; their values are upper bounds (the smallest top-k probability), marked in the"
+        " result's upper_bound mask and counted in the judge's stats['abstain_bound']"
+    ),
+    "yes_no_bound": (
+        "yes_prob: only one of Yes/No was among the server's top log-probs for some prompts; the"
+        " other was taken at its upper bound (the smallest top-k probability), marked in the"
+        " result's upper_bound mask and counted in the judge's stats['yes_no_bound']"
+    ),
+}
 
 
 class OpenAIJudge(Judge):
+    streams_results = True
+
     """A judge served by an OpenAI-compatible HTTP server; see the module docstring.
 
     ``model`` is the model name the server expects; ``base_url`` its API root (``/v1`` is added
@@ -104,8 +154,10 @@ class OpenAIJudge(Judge):
     deployment moves to another address. ``extra_body`` is merged into every request (e.g.
     ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM) and is part of the
     fingerprint. ``template_tokenizer`` (a transformers tokenizer id or local path, part of the
-    fingerprint) renders prompts for ``answer_prob``. ``stats`` counts HTTP attempts
-    (``requests``), ``retries`` and the bounds used (``yes_no_bound``, ``abstain_bound``).
+    fingerprint) renders prompts for ``answer_prob``. ``structured_output`` (``"auto"`` or
+    ``"off"``) says whether ``generate_json`` asks for JSON output. ``stats`` counts HTTP
+    attempts (``requests``), ``retries`` and the bounds used (``yes_no_bound``,
+    ``abstain_bound``).
     Option mistakes raise :class:`~udcg.errors.UDCGInputError` naming the option.
     """
 
@@ -115,7 +167,7 @@ class OpenAIJudge(Judge):
         base_url: str = "http://127.0.0.1:8000/v1",
         name: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
-        max_concurrency: int = 8,
+        max_concurrency: int = 64,
         timeout: float = 60.0,
         max_retries: int = 5,
         *,
@@ -126,6 +178,7 @@ class OpenAIJudge(Judge):
         server_id: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
         template_tokenizer: str | None = None,
+        structured_output: str = "auto",
     ) -> None:
         if not model:
             raise UDCGInputError("must be the name of the model on the server", field="model")
@@ -133,6 +186,10 @@ class OpenAIJudge(Judge):
             raise UDCGInputError(f"must be within 1..20, got {top_logprobs}", field="top_logprobs")
         if abstain_token is not None and not abstain_token:
             raise UDCGInputError("must be a non-empty token text, or None", field="abstain_token")
+        if structured_output not in STRUCTURED_OUTPUT:
+            raise UDCGInputError(
+                f"must be 'auto' or 'off', got {structured_output!r}", field="structured_output"
+            )
         self.http = JudgeHTTPClient(
             model,
             api_key_env=api_key_env,
@@ -149,6 +206,7 @@ class OpenAIJudge(Judge):
         self.top_logprobs = int(top_logprobs)
         self.extra_body = dict(extra_body or {})
         self.template_tokenizer = template_tokenizer
+        self.structured_output = structured_output
         settings: dict[str, Any] = {
             "model": model,
             "server": server_id or self.base_url,
@@ -164,6 +222,9 @@ class OpenAIJudge(Judge):
         self._lock = threading.Lock()
         self._template: Any = None
         self._resolved_abstain_token: str | None = None
+        # False once the server refused ``response_format``; kinds of bound already warned of.
+        self._structured = structured_output == "auto"
+        self._warned: set[str] = set()
 
     @property
     def stats(self) -> Counter[str]:
@@ -221,55 +282,118 @@ class OpenAIJudge(Judge):
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _first_token_logprobs(self, messages: Messages) -> dict[str, float]:
+    async def _first_token_logprobs(self, messages: Messages) -> dict[str, float]:
         """Token text -> log-prob of the top alternatives for the first generated token."""
         url = self._api + CHAT_PATH
         body = first_token_body(self.model, messages, self.extra_body, self.top_logprobs)
-        choice = self._read(url, first_choice, self.http.post(url, body))
+        choice = self._read(url, first_choice, await self.http.apost(url, body))
         return self._read(url, first_token_logprobs, choice)
 
-    def _values(
-        self, results: list[tuple[float, bool]], counter: str, warning: str, **fields: str
-    ) -> np.ndarray:
-        """The values of ``(value, is_bound)`` results; bounds are counted under ``counter`` and
-        warned about once per call (``warning`` formatted with ``n``, ``total``, ``top`` and
-        ``fields``)."""
-        bounded = sum(bound for _, bound in results)
-        if bounded:
-            self.http.count(counter, bounded)
-            text = warning.format(n=bounded, total=len(results), top=self.top_logprobs, **fields)
-            warnings.warn(text, stacklevel=3)
-        return np.asarray([value for value, _ in results], dtype=np.float64)
+    def _bounded(
+        self,
+        one: Callable[[int, T], Awaitable[tuple[float, bool]]],
+        items: Sequence[T],
+        kind: str,
+        on_result: OnResult | None,
+    ) -> JudgeValues:
+        """:class:`JudgeValues` of ``(value, is_bound)`` results, each streamed to
+        ``on_result``; bounds are counted in ``stats[kind]`` and warned about once per judge
+        and kind."""
+
+        async def counted(i: int, item: T) -> tuple[float, bool]:
+            value, bound = await one(i, item)
+            if bound:
+                self.http.count(kind)
+            return value, bound
+
+        deliver = None if on_result is None else lambda i, r: on_result(i, r[0], r[1])
+        results = self.http.map(counted, items, deliver)
+        values = judge_values([v for v, _ in results], [b for _, b in results])
+        if values.upper_bound.any() and kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(BOUND_WARNINGS[kind], stacklevel=3)
+        return values
 
     # -- operations ---------------------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
+    def generate(
+        self,
+        prompts: Sequence[Messages],
+        max_new_tokens: int = 64,
+        *,
+        on_result: OnResult | None = None,
+    ) -> list[str]:
+        return self._generate(prompts, max_new_tokens, None, on_result)
+
+    def _generate(
+        self,
+        prompts: Sequence[Messages],
+        max_new_tokens: int,
+        response_format: Mapping[str, Any] | None,
+        on_result: OnResult | None = None,
+    ) -> list[str]:
+        """Greedy completions; with ``response_format`` (while the server accepts the field:
+        a refusal naming it drops it for the rest of the judge's life)."""
         url = self._api + CHAT_PATH
 
-        def one(i: int, messages: Messages) -> str:
+        async def one(i: int, messages: Messages) -> str:
             body = generate_body(self.model, messages, self.extra_body, max_new_tokens)
-            choice = self._read(url, first_choice, self.http.post(url, body))
+            reply = None
+            if response_format is not None and self._structured:
+                try:
+                    reply = await self.http.apost(url, {**body, "response_format": response_format})
+                except JudgeServerError as exc:
+                    if not refuses_response_format(exc):
+                        raise
+                    self._structured = False
+                    self.http.count("structured_output_refused")
+            if reply is None:
+                reply = await self.http.apost(url, body)
+            choice = self._read(url, first_choice, reply)
             return self._read(f"{url}: item {i}", message_text, choice)
 
-        return self.http.map(one, list(prompts))
+        deliver = None if on_result is None else lambda i, text: on_result(i, text, False)
+        return self.http.map(one, list(prompts), deliver)
 
-    def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
+    def generate_json(
+        self,
+        prompts: Sequence[Messages],
+        validate: Callable[[Any], Any] | None = None,
+        max_new_tokens: int = 256,
+        retries: int = 2,
+        *,
+        schema: Mapping[str, Any] | None = None,
+    ) -> list[JSONResult]:
+        """:meth:`Judge.generate_json`, asking the server for JSON output (see the module
+        docstring); replies are parsed and validated the same way either way."""
+        response_format = None
+        if self.structured_output == "auto":
+            response_format = json_response_format(schema)
+
+        def ask(batch: Sequence[Messages], tokens: int = 64) -> list[str]:
+            return self._generate(batch, tokens, response_format)
+
+        return generate_json(Completions(ask), prompts, validate, max_new_tokens, retries)
+
+    def yes_prob(
+        self, prompts: Sequence[Messages], *, on_result: OnResult | None = None
+    ) -> JudgeValues:
         url = self._api + CHAT_PATH
 
-        def one(i: int, messages: Messages) -> tuple[float, bool]:
-            top = self._first_token_logprobs(messages)
+        async def one(i: int, messages: Messages) -> tuple[float, bool]:
+            top = await self._first_token_logprobs(messages)
             return self._read(f"{url}: item {i}", yes_ratio, top, self.top_logprobs)
 
-        return self._values(
-            self.http.map(one, list(prompts)),
-            "yes_no_bound",
-            "yes_prob: for {n} of {total} prompts only one of Yes/No was among the top {top}"
-            " tokens; the other was taken at its upper bound (the smallest top-k probability)",
-        )
+        return self._bounded(one, list(prompts), "yes_no_bound", on_result)
 
     def abstain_prob(
-        self, questions: Sequence[str], passages: Sequence[str], mode: AbstainMode = "first_token"
-    ) -> np.ndarray:
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        mode: AbstainMode = "first_token",
+        *,
+        on_result: OnResult | None = None,
+    ) -> JudgeValues:
         if mode == "sequence":
             raise NotImplementedError(
                 "OpenAIJudge cannot compute abstain_prob(mode='sequence'): it needs the"
@@ -285,28 +409,26 @@ class OpenAIJudge(Judge):
                 f" and {len(passages)} passages"
             )
         if not questions:
-            return np.zeros(0, dtype=np.float64)
+            return judge_values(np.zeros(0))
         marker = self.abstain_token_text()
 
-        def one(i: int, pair: tuple[str, str]) -> tuple[float, bool]:
-            return token_prob(self._first_token_logprobs(abstain_messages(*pair)), marker)
+        async def one(i: int, pair: tuple[str, str]) -> tuple[float, bool]:
+            return token_prob(await self._first_token_logprobs(abstain_messages(*pair)), marker)
 
-        return self._values(
-            self.http.map(one, list(zip(questions, passages, strict=True))),
-            "abstain_bound",
-            "abstain_prob: for {n} of {total} pairs the token {marker} was not among the top"
-            " {top}; its probability was set to its upper bound, the smallest top-k probability",
-            marker=repr(marker),
-        )
+        pairs = list(zip(questions, passages, strict=True))
+        return self._bounded(one, pairs, "abstain_bound", on_result)
 
     def answer_prob(
         self,
         questions: Sequence[str],
         passages: Sequence[str],
         answers: Sequence[Sequence[str]],
+        *,
+        on_result: OnResult | None = None,
     ) -> np.ndarray:
         """Max over acceptable answers of exp(mean log-prob of the answer's tokens), read from
-        ``/v1/completions`` with ``echo`` (see the module docstring)."""
+        ``/v1/completions`` with ``echo`` (see the module docstring); pair i reaches
+        ``on_result`` once all its answers are read."""
         questions, passages, answers = check_answer_inputs(questions, passages, answers)
         if not questions:
             return np.zeros(0, dtype=np.float64)
@@ -314,13 +436,21 @@ class OpenAIJudge(Judge):
             self._render(abstain_messages(q, p)) for q, p in zip(questions, passages, strict=True)
         ]
         flat = [(i, a) for i, options in enumerate(answers) for a in dict.fromkeys(options)]
-
-        def one(k: int, item: tuple[int, str]) -> float:
-            i, answer = item
-            return self._answer_mean_logprob(prompts[i], answer, k)
-
         best = np.zeros(len(questions), dtype=np.float64)
-        np.maximum.at(best, [i for i, _ in flat], np.exp(self.http.map(one, flat)))
+        left = Counter(i for i, _ in flat)
+
+        async def one(k: int, item: tuple[int, str]) -> float:
+            i, answer = item
+            return await self._answer_mean_logprob(prompts[i], answer, k)
+
+        def done(k: int, mean_logprob: float) -> None:
+            i = flat[k][0]
+            best[i] = max(best[i], math.exp(mean_logprob))
+            left[i] -= 1
+            if left[i] == 0 and on_result is not None:
+                on_result(i, float(best[i]), False)
+
+        self.http.map(one, flat, done)
         return best
 
     def _render(self, messages: Messages) -> str:
@@ -340,11 +470,11 @@ class OpenAIJudge(Judge):
             messages, tokenize=False, add_generation_prompt=True
         )
 
-    def _answer_mean_logprob(self, prompt: str, answer: str, item: int) -> float:
+    async def _answer_mean_logprob(self, prompt: str, answer: str, item: int) -> float:
         """Mean log-prob of the tokens of ``answer`` after ``prompt``, from echoed log-probs."""
         url = self._api + COMPLETIONS_PATH
         body = echo_body(self.model, prompt + answer, self.extra_body)
-        choice = self._read(url, first_choice, self.http.post(url, body))
+        choice = self._read(url, first_choice, await self.http.apost(url, body))
         return self._read(f"{url}: item {item}", echoed_answer_logprob, choice, len(prompt), answer)
 
     # -- the first token of the abstention marker ---------------------------------------------

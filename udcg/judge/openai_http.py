@@ -1,28 +1,43 @@
-"""HTTP client of the OpenAI-compatible judge: pooled connections, retries, key handling.
+"""HTTP client of the OpenAI-compatible judge: requests kept in flight, retries, key handling.
 
-Requests go out concurrently (at most ``max_concurrency`` at once, from a thread pool over one
-pooled ``httpx`` client). Connection errors, timeouts and HTTP 408/409/425/429/5xx replies are
-retried up to ``max_retries`` times with exponential backoff and jitter (a numeric
-``Retry-After`` header is honoured, capped at ``max_backoff``); other HTTP errors and malformed
-JSON are not retried. Every failure raises :class:`JudgeServerError`, naming the URL and the
-reason.
+:meth:`JudgeHTTPClient.map` keeps up to ``max_concurrency`` requests in flight over the whole
+item list (a sliding window: as one ends the next starts, with no barrier between groups of
+items), on an asyncio event loop: one worker per request in flight, each with its own
+``httpx.AsyncClient`` holding one kept-alive connection (one pool shared by all would cost time
+quadratic in the connections: httpcore scans its whole pool at every request). The loop runs in
+a helper thread for the duration of the call, so the synchronous methods also work from a thread
+that already runs an event loop (Jupyter); results reach the caller's ``on_result`` in the
+calling thread, as they finish.
 
-The API key is read from the environment variable ``api_key_env`` when the connection pool is
-built, sent as a bearer token, and never stored, logged or put in error messages (any echo of it
-in a server reply is masked).
+Each request is limited to ``timeout`` seconds in all. Connection errors, timeouts and HTTP
+408/409/425/429/5xx replies are retried up to ``max_retries`` times with exponential backoff
+(``backoff * 2**attempt``, times a random jitter in [0.5, 1.5]) or, when the reply carries a
+``Retry-After`` header (seconds or an HTTP date), after the time it asks for; every wait is
+capped at ``max_backoff``. Other HTTP errors and malformed JSON are not retried. Every failure
+raises :class:`JudgeServerError`, naming the URL and the reason.
+
+The API key is read from the environment variable ``api_key_env`` when a call opens its
+connection pool, sent as a bearer token, and never stored, logged or put in error messages (any
+echo of it in a server reply is masked).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
+import email.utils
+import functools
 import os
+import queue
 import random
 import re
+import ssl
 import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -35,11 +50,30 @@ R = TypeVar("R")
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _ERRNO = re.compile(r"^\[Errno -?\d+\]")
 _SNIPPET = 300
+#: Seconds the calling thread waits for the next result before checking the loop thread again.
+_POLL = 0.5
+#: Seconds the calling thread lets results gather before handling them together.
+_BATCH = 0.01
+
+# The client of the worker running in the current asyncio context (set by ``connection``).
+_POOL: contextvars.ContextVar[httpx.AsyncClient] = contextvars.ContextVar("udcg_judge_pool")
+
+
+@functools.lru_cache(maxsize=1)
+def _tls() -> ssl.SSLContext:
+    """One TLS context per process for every connection (loading the CA bundle takes ~50 ms)."""
+    return httpx.create_ssl_context()
 
 
 class JudgeServerError(UDCGServiceError):
     """An OpenAI-compatible server could not be reached, refused a request, or sent a reply
-    that cannot be used."""
+    that cannot be used. ``status`` is the HTTP status of a refused request (else None) and
+    ``reply`` the start of the server's reply to it (for callers that react to a refusal)."""
+
+    def __init__(self, message: str, status: int | None = None, reply: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reply = reply
 
 
 def snippet(text: str) -> str:
@@ -80,20 +114,53 @@ def split_base_url(base_url: str) -> tuple[str, str, str]:
     return origin + api, origin + api, origin + root
 
 
+def retry_after(header: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait per a ``Retry-After`` header: a number of seconds, or an HTTP date
+    (``now``, default the current time, is the reference); None when absent or unreadable."""
+    if header is None:
+        return None
+    try:
+        return max(0.0, float(header))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # HTTP dates are GMT
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def transport_reason(exc: BaseException) -> str:
+    """Why a connection failed, from the innermost OS error behind ``exc`` when there is one
+    (``[Errno 111] Connection refused``), else ``exc``'s own text."""
+    cause: BaseException | None = exc
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        errno = getattr(cause, "errno", None)
+        if isinstance(cause, OSError) and isinstance(errno, int):
+            return f"[Errno {errno}] {os.strerror(errno)}"
+        cause = cause.__cause__ or cause.__context__
+    return str(exc) or type(exc).__name__
+
+
 class JudgeHTTPClient:
-    """JSON POSTs to one server with retries, and a bounded thread pool to send many at once.
+    """JSON requests to one server with retries, up to ``max_concurrency`` of them in flight.
 
     ``model`` (the served model's name) and ``api_key_env`` only word the hints of HTTP 404 and
     401/403 errors. ``stats`` counts HTTP attempts (``requests``) and ``retries``; callers may
-    count their own events there with :meth:`count`. The connection pool is built on first use
-    and is not pickled.
+    count their own events there with :meth:`count`. Each call of :meth:`map`, :meth:`post` or
+    :meth:`status` opens its own connections and closes them at its end, so the client holds
+    no connection, thread or loop between calls and pickles as plain settings.
     """
 
     def __init__(
         self,
         model: str,
         api_key_env: str = "OPENAI_API_KEY",
-        max_concurrency: int = 8,
+        max_concurrency: int = 64,
         timeout: float = 60.0,
         max_retries: int = 5,
         backoff: float = 0.5,
@@ -118,80 +185,137 @@ class JudgeHTTPClient:
         self.max_backoff = float(max_backoff)
         self.stats: Counter[str] = Counter()
         self._stats_lock = threading.Lock()
-        self._client_lock = threading.Lock()
-        self._client: httpx.Client | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for transient in ("_client", "_stats_lock", "_client_lock"):
-            state.pop(transient)
+        state.pop("_stats_lock")
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._stats_lock = threading.Lock()
-        self._client_lock = threading.Lock()
-        self._client = None
-
-    def _pool(self) -> httpx.Client:
-        with self._client_lock:
-            if self._client is None:
-                headers = {"Accept": "application/json"}
-                key = os.environ.get(self.api_key_env)
-                if key:
-                    headers["Authorization"] = f"Bearer {key}"
-                self._client = httpx.Client(
-                    timeout=httpx.Timeout(self.timeout),
-                    limits=httpx.Limits(
-                        max_connections=self.max_concurrency,
-                        max_keepalive_connections=self.max_concurrency,
-                    ),
-                    headers=headers,
-                )
-            return self._client
 
     def close(self) -> None:
-        """Close the connection pool (a later request opens a new one)."""
-        with self._client_lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+        """Nothing to release: every call closes its own connections."""
 
     def count(self, what: str, n: int = 1) -> None:
         """Add ``n`` to ``stats[what]`` (thread-safe)."""
         with self._stats_lock:
             self.stats[what] += n
 
-    def error(self, message: str) -> JudgeServerError:
+    def error(self, message: str, status: int | None = None, reply: str = "") -> JudgeServerError:
         """A :class:`JudgeServerError` with ``message``, the API key masked in it."""
         key = os.environ.get(self.api_key_env)
         if key and len(key) >= 4:
-            message = message.replace(key, "***")
-        return JudgeServerError(message)
+            message, reply = message.replace(key, "***"), reply.replace(key, "***")
+        return JudgeServerError(message, status, reply)
 
-    def post(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
-        """POST ``body`` as JSON and return the decoded JSON reply, retrying transient failures
-        ``retries`` times (default ``max_retries``)."""
+    # -- running coroutines from synchronous code ----------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[None]:
+        """A client with one kept-alive connection for the requests of the current asyncio
+        context (:meth:`apost` uses it), closed at the end of the block."""
+        headers = {"Accept": "application/json"}
+        key = os.environ.get(self.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            headers=headers,
+            verify=_tls(),
+        )
+        async with client:
+            token = _POOL.set(client)
+            try:
+                yield
+            finally:
+                _POOL.reset(token)
+
+    def run(
+        self,
+        work: Callable[[Callable[[Any], None]], Coroutine[Any, Any, R]],
+        on_event: Callable[[Any], None] | None = None,
+    ) -> R:
+        """Run ``work(emit)`` on an event loop in a helper thread and return its result; every
+        ``emit(event)`` reaches ``on_event(event)`` in the calling thread, in order, before this
+        returns. An exception of the work, or of ``on_event``, is raised here; the loop is then
+        cancelled."""
+        events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        loop = asyncio.new_event_loop()
+        task: asyncio.Task[R] | None = None
+
+        def main() -> None:
+            nonlocal task
+            try:
+                task = loop.create_task(work(emit))
+                events.put(("done", loop.run_until_complete(task)))
+            except BaseException as exc:  # handed to the calling thread
+                events.put(("error", exc))
+            finally:
+                loop.close()
+
+        def emit(event: Any) -> None:
+            events.put(("event", event))
+
+        thread = threading.Thread(target=main, name="udcg-judge-loop", daemon=True)
+        thread.start()
+        try:
+            while True:
+                try:
+                    batch = [events.get(timeout=_POLL)]
+                except queue.Empty:
+                    continue
+                while not events.empty():
+                    batch.append(events.get())
+                for kind, payload in batch:
+                    if kind == "event":
+                        if on_event is not None:
+                            on_event(payload)
+                    elif kind == "error":
+                        raise payload
+                    else:
+                        return payload
+                # Wake up at most every _BATCH seconds: the loop thread then rarely waits for
+                # the GIL on this thread's behalf.
+                time.sleep(_BATCH)
+        except BaseException:
+            if not loop.is_closed():
+                try:
+                    loop.call_soon_threadsafe(lambda: task is not None and task.cancel())
+                except RuntimeError:  # the loop closed meanwhile
+                    pass
+            raise
+        finally:
+            thread.join()
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def apost(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
+        """POST ``body`` as JSON on the current :meth:`connection` and return the decoded JSON
+        reply, retrying transient failures ``retries`` times (default ``max_retries``)."""
         retries = self.max_retries if retries is None else retries
-        client = self._pool()
+        pool = _POOL.get()
         last = "no attempt made"
         for attempt in range(retries + 1):
-            retry_after: float | None = None
+            wait: float | None = None
             self.count("requests")
             try:
-                response = client.post(url, json=body)
-            except httpx.TimeoutException:
+                response = await asyncio.wait_for(pool.post(url, json=body), self.timeout)
+            except (asyncio.TimeoutError, httpx.TimeoutException):
                 last = f"timed out after {self.timeout:g} s"
             except httpx.TransportError as exc:
-                last = f"connection failed ({type(exc).__name__}: {exc})"
+                last = f"connection failed ({type(exc).__name__}: {transport_reason(exc)})"
             else:
                 status = response.status_code
                 if status in RETRY_STATUS:
                     last = f"HTTP {status}: {snippet(response.text)}"
-                    retry_after = _retry_after(response)
+                    wait = retry_after(response.headers.get("retry-after"))
                 elif status >= 400:
+                    text = snippet(response.text)
                     raise self.error(
-                        f"{url}: HTTP {status}{self._hint(status)}: {snippet(response.text)}"
+                        f"{url}: HTTP {status}{self._hint(status)}: {text}", status, text
                     )
                 else:
                     try:
@@ -203,28 +327,40 @@ class JudgeHTTPClient:
                         ) from None
             if attempt < retries:
                 self.count("retries")
-                if retry_after is not None:
-                    delay = min(self.max_backoff, max(0.0, retry_after))
-                else:
-                    delay = min(self.max_backoff, self.backoff * 2**attempt)
-                    delay *= random.uniform(0.5, 1.5)
-                time.sleep(delay)
+                if wait is None:
+                    wait = self.backoff * 2**attempt * random.uniform(0.5, 1.5)
+                await asyncio.sleep(min(self.max_backoff, wait))
         raise self.error(
             f"{url}: server unreachable or failing after {retries + 1} attempt(s): {last}"
         )
+
+    def post(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
+        """:meth:`apost` of one request, from synchronous code."""
+
+        async def one(_: Callable[[Any], None]) -> Any:
+            async with self.connection():
+                return await self.apost(url, body, retries)
+
+        return self.run(one)
 
     def status(self, url: str, timeout: float) -> int:
         """The HTTP status of one GET of ``url`` within ``timeout`` seconds, never retried; a
         :class:`JudgeServerError` saying why when no reply came (``connection refused``,
         ``no reply within 5 s``)."""
-        self.count("requests")
-        try:
-            return self._pool().get(url, timeout=timeout).status_code
-        except httpx.TimeoutException:
-            raise self.error(f"no reply within {timeout:g} s") from None
-        except httpx.TransportError as exc:
-            reason = _ERRNO.sub("", str(exc)).strip() or type(exc).__name__
-            raise self.error(reason[:1].lower() + reason[1:]) from None
+
+        async def get(_: Callable[[Any], None]) -> int:
+            self.count("requests")
+            try:
+                async with self.connection():
+                    reply = await asyncio.wait_for(_POOL.get().get(url, timeout=timeout), timeout)
+            except (asyncio.TimeoutError, httpx.TimeoutException):
+                raise self.error(f"no reply within {timeout:g} s") from None
+            except httpx.TransportError as exc:
+                reason = _ERRNO.sub("", transport_reason(exc)).strip()
+                raise self.error(reason[:1].lower() + reason[1:]) from None
+            return reply.status_code
+
+        return self.run(get)
 
     def _hint(self, status: int) -> str:
         if status in (401, 403):
@@ -233,33 +369,51 @@ class JudgeHTTPClient:
             return f" (check base_url and that the server serves model {self.model!r})"
         return ""
 
-    def map(self, function: Callable[[int, T], R], items: Sequence[T]) -> list[R]:
-        """``function(i, item)`` for every item, at most ``max_concurrency`` at a time, in order.
+    def map(
+        self,
+        function: Callable[[int, T], Awaitable[R]],
+        items: Sequence[T],
+        on_result: Callable[[int, R], None] | None = None,
+    ) -> list[R]:
+        """``await function(i, item)`` for every item, in input order, with up to
+        ``max_concurrency`` of them in flight at any time: as one ends, the next starts.
 
-        The first failure (in input order among those that failed) is raised once the requests
-        in flight have ended; requests not yet started are cancelled.
+        ``on_result(i, result)`` is called in the calling thread as soon as item ``i`` is done,
+        once per item. The first failure cancels the requests in flight and those not started,
+        and is raised.
         """
         if not items:
             return []
         workers = min(self.max_concurrency, len(items))
-        if workers == 1:
-            return [function(i, item) for i, item in enumerate(items)]
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="udcg-openai")
-        try:
-            futures = [pool.submit(function, i, item) for i, item in enumerate(items)]
-            wait(futures, return_when=FIRST_EXCEPTION)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        for future in futures:
-            if not future.cancelled() and future.exception() is not None:
-                raise future.exception()  # type: ignore[misc]
-        return [future.result() for future in futures]
+        results: list[Any] = [None] * len(items)
 
+        async def window(emit: Callable[[Any], None]) -> None:
+            upcoming = iter(enumerate(items))
+            failures: list[BaseException] = []
 
-def _retry_after(response: httpx.Response) -> float | None:
-    """The numeric ``Retry-After`` header of ``response`` in seconds, if it has one."""
-    header = response.headers.get("retry-after")
-    try:
-        return float(header) if header is not None else None
-    except ValueError:
-        return None
+            async def worker() -> None:
+                try:
+                    async with self.connection():
+                        for i, item in upcoming:
+                            results[i] = await function(i, item)
+                            emit(i)
+                except Exception as exc:
+                    failures.append(exc)
+                    raise
+
+            tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if failures:
+                raise failures[0]
+
+        def deliver(i: int) -> None:
+            if on_result is not None:
+                on_result(i, results[i])
+
+        self.run(window, deliver)
+        return results

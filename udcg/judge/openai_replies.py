@@ -23,6 +23,15 @@ class ReplyError(JudgeServerError):
     """A reply that lacks a field, or holds values that cannot be used."""
 
 
+def refuses_response_format(error: JudgeServerError) -> bool:
+    """True when ``error`` is a server's refusal of the ``response_format`` field: HTTP 400 or
+    422 whose reply names the field or its JSON types."""
+    reply = error.reply.lower()
+    return error.status in (400, 422) and any(
+        word in reply for word in ("response_format", "json_schema", "json_object")
+    )
+
+
 def _logprob(value: float, what: str) -> float:
     """``value`` as a log-prob, clamped to <= 0; NaN and positive values are errors."""
     if math.isnan(value) or value > _LOGPROB_SLACK:

@@ -53,3 +53,11 @@ def echo_body(model: str, prompt: str, extra_body: Mapping[str, Any]) -> dict[st
         "echo": True,
         "logprobs": 1,
     }
+
+
+def json_response_format(schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``response_format`` field asking for JSON output: ``{"type": "json_schema", ...}``
+    constraining it to ``schema`` when given, else ``{"type": "json_object"}``."""
+    if schema is None:
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": dict(schema)}}

@@ -25,6 +25,17 @@ class Generates(Protocol):
 
 
 @dataclass(frozen=True)
+class Completions:
+    """A :class:`Generates` made of a function ``ask(prompts, max_new_tokens)`` (e.g. a backend's
+    completions with options of its own, such as a requested output format)."""
+
+    ask: Callable[[Sequence[Messages], int], list[str]]
+
+    def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
+        return self.ask(prompts, max_new_tokens)
+
+
+@dataclass(frozen=True)
 class JSONResult:
     """One ``generate_json`` outcome: the parsed value, or the failure after all retries."""
 
