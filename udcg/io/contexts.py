@@ -46,6 +46,7 @@ __all__ = [
     "Passage",
     "abstain_probs",
     "answer_probs",
+    "context_line",
     "correctness",
     "coverage_matrices",
     "judge_probs",
@@ -103,10 +104,12 @@ def write_contexts(path: PathType, contexts: Iterable[Context]) -> int:
     count = 0
     with atomic_write(path) as handle:
         for ctx in contexts:
-            line = json.dumps(
-                ctx.to_json(), ensure_ascii=False, allow_nan=False, default=_numpy_scalar
-            )
-            handle.write(line)
-            handle.write("\n")
+            handle.write(context_line(ctx))
             count += 1
     return count
+
+
+def context_line(ctx: Context) -> str:
+    """One context as the JSONL line :func:`write_contexts` writes, ending in a newline."""
+    line = json.dumps(ctx.to_json(), ensure_ascii=False, allow_nan=False, default=_numpy_scalar)
+    return line + "\n"

@@ -5,6 +5,9 @@ JSON of (judge fingerprint, operation, input, parameters), to a JSON value. Writ
 transactions: a process killed at any point (even by SIGKILL) leaves every committed transaction
 readable and never a half-written one, and several processes may read and write the same file at
 once (SQLite serialises the writers; a writer waits up to ``timeout`` seconds for the lock).
+
+WAL needs a local filesystem, so machines do not share one file: each writes its own, and
+:meth:`JudgeCache.merge_from` (``udcg cache merge``) joins them afterwards.
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from udcg.errors import UDCGInputError
+
 CACHE_FILENAME = "judge.sqlite"
 _KEY_VERSION = 1
-_SELECT_BATCH = 500  # keys per SELECT ... IN (...), under SQLite's bound-variable limit
+SELECT_BATCH = 500  # keys per SELECT ... IN (...), under SQLite's bound-variable limit
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS judge_cache (
@@ -135,8 +141,8 @@ class JudgeCache:
         found: dict[str, Any] = {}
         with self._lock:
             conn = self._connection()
-            for start in range(0, len(wanted), _SELECT_BATCH):
-                batch = wanted[start : start + _SELECT_BATCH]
+            for start in range(0, len(wanted), SELECT_BATCH):
+                batch = wanted[start : start + SELECT_BATCH]
                 marks = ",".join("?" * len(batch))
                 rows = conn.execute(
                     f"SELECT key, value FROM judge_cache WHERE key IN ({marks})", batch
@@ -210,6 +216,82 @@ class JudgeCache:
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "writes": self.writes}
+
+    def summary(self) -> dict[str, Any]:
+        """``entries`` and the ``oldest`` and ``newest`` write times (Unix seconds, None when
+        empty) of the whole file."""
+        with self._lock:
+            entries, oldest, newest = (
+                self._connection()
+                .execute("SELECT COUNT(*), MIN(created), MAX(created) FROM judge_cache")
+                .fetchone()
+            )
+        return {"entries": entries, "oldest": oldest, "newest": newest}
+
+    @staticmethod
+    def check_file(path: str | os.PathLike[str]) -> Path:
+        """``path``, checked (read-only) to be an existing judge cache file."""
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise UDCGInputError("no such cache file", path=path)
+        try:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                table = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'judge_cache'"
+                ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as exc:
+            raise UDCGInputError(f"not a judge cache ({exc})", path=path) from None
+        if table is None:
+            raise UDCGInputError("not a judge cache (no judge_cache table)", path=path)
+        return path
+
+    def merge_from(self, source: str | os.PathLike[str]) -> MergeCounts:
+        """Copy into this cache, in one transaction, the entries of the cache file ``source``
+        whose keys it lacks. A key in both keeps this cache's value; the counts tell how many
+        such values were equal and how many differed."""
+        source = self.check_file(source)
+        if source.resolve() == self.path.resolve():
+            raise UDCGInputError("is the destination cache itself", path=source)
+        with self._lock:
+            conn = self._connection()
+            conn.execute("ATTACH DATABASE ? AS source", (str(source),))
+            try:
+                return self._merge_attached(conn)
+            finally:
+                conn.execute("DETACH DATABASE source")
+
+    def _merge_attached(self, conn: sqlite3.Connection) -> MergeCounts:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            same, differ = conn.execute(
+                "SELECT COALESCE(SUM(s.value = d.value), 0), COALESCE(SUM(s.value != d.value), 0)"
+                " FROM source.judge_cache AS s JOIN main.judge_cache AS d ON d.key = s.key"
+            ).fetchone()
+            conn.execute(
+                "INSERT OR IGNORE INTO main.judge_cache (key, value, created)"
+                " SELECT key, value, created FROM source.judge_cache"
+            )
+            added = conn.execute("SELECT changes()").fetchone()[0]
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self.writes += added
+        return MergeCounts(added=added, same=same, conflicts=differ)
+
+
+@dataclass(frozen=True)
+class MergeCounts:
+    """What :meth:`JudgeCache.merge_from` did: entries ``added``; keys already present with the
+    ``same`` value; keys already present with another value (``conflicts``, left as they were)."""
+
+    added: int
+    same: int
+    conflicts: int
 
 
 def finite_json(value: Any) -> bool:

@@ -13,23 +13,30 @@
   by normalised sub-span match (``span``) or by the judge as CORRECT / INCORRECT / ABSTAINED
   (``llm``; an unparsable grade is counted and leaves ``correct`` unset, never a silent 0).
 
+A value the judge could only bound from above (a server's top log-probs did not hold the token
+asked for, :func:`udcg.judge.base.upper_bounds`) is kept and its field listed under the judge's
+name in the passage's ``bounds``: ``"bounds": {"JUDGE": ["abstain_prob"]}`` (fields
+``abstain_prob``, ``answer_prob``, ``relevance_prob``; no ``bounds`` key when every value is
+exact). :attr:`AnnotationReport.bounds` counts them.
+
 Every call goes through the judge (wrap it in the on-disk cache so that an interrupted run
-resumes where it stopped). The command line is ``udcg annotate`` (:mod:`udcg.cli.annotate`).
+resumes where it stopped). Large files are annotated chunk by chunk (:mod:`udcg.labels.stream`).
+The command line is ``udcg annotate`` (:mod:`udcg.cli.annotate`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context
+from udcg.io.contexts import Context, Passage
 from udcg.judge.base import AbstainMode, Judge
 from udcg.judge.prompts import Messages, answer_messages
 from udcg.labels.answers import contains_answer, grade_span
-from udcg.labels.batches import in_batches
+from udcg.labels.batches import judge_call
 
 STEPS = ("abstain", "answer_likelihood", "relevance", "outcomes")
 #: Steps run when none are named (answer likelihoods are asked for explicitly).
@@ -38,7 +45,8 @@ GRADES = ("CORRECT", "INCORRECT", "ABSTAINED")
 #: How ``relevance`` labels passages and how ``outcomes`` grades answers.
 RELEVANCE_MODES = ("string", "llm")
 GRADERS = ("span", "llm")
-T = TypeVar("T")
+#: Passage ``extra`` key listing, per judge, the value fields that are only upper bounds.
+BOUNDS = "bounds"
 
 
 @dataclass
@@ -52,6 +60,14 @@ class AnnotationReport:
     answers: int = 0
     failures: Counter = field(default_factory=Counter)
     grades: Counter = field(default_factory=Counter)
+    #: value field (``abstain_prob``, ``answer_prob``, ``relevance_prob``) -> distinct judge
+    #: values that are only upper bounds
+    bounds: Counter = field(default_factory=Counter)
+
+    def add(self, other: AnnotationReport) -> None:
+        """Add the counts of ``other`` (another chunk of the same run) to these."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 def relevance_messages(question: str, answers: Sequence[str], passage: str) -> Messages:
@@ -94,8 +110,8 @@ def parse_grade(text: str) -> str | None:
     return word if word in GRADES else None
 
 
-def check_inputs(contexts: Sequence[Context], steps: Sequence[str], relevance: str) -> None:
-    """Check every field the chosen steps need before any LLM call."""
+def check_inputs(contexts: Iterable[Context], steps: Sequence[str], relevance: str) -> int:
+    """Check every field the chosen steps need before any LLM call; the number of contexts."""
     needs_answers = [s for s in ("answer_likelihood", "relevance", "outcomes") if s in steps]
     needs_question = (
         "abstain" in steps
@@ -103,7 +119,9 @@ def check_inputs(contexts: Sequence[Context], steps: Sequence[str], relevance: s
         or "outcomes" in steps
         or relevance == "llm"
     )
+    count = 0
     for ctx in contexts:
+        count += 1
         if needs_question and not (ctx.question and ctx.question.strip()):
             raise UDCGInputError("missing or empty", field="question", **ctx.location())
         if needs_answers and not ctx.answers:
@@ -123,6 +141,35 @@ def check_inputs(contexts: Sequence[Context], steps: Sequence[str], relevance: s
                 raise UDCGInputError(
                     "missing or empty", field=f"passages[{i}].text", **ctx.location()
                 )
+    return count
+
+
+def with_bound(passage: Passage, name: str, value_field: str, bound: bool) -> Passage:
+    """``passage`` with ``value_field`` listed under ``extra["bounds"][name]`` when ``bound``,
+    and removed from that list otherwise (an empty list or mapping is dropped)."""
+    marks = passage.extra.get(BOUNDS, {})
+    listed = value_field in marks.get(name, [])
+    if bound == listed:
+        return passage
+    fields = [f for f in marks.get(name, []) if f != value_field] + [value_field] * bound
+    new_marks = {k: v for k, v in marks.items() if k != name} | ({name: fields} if fields else {})
+    extra = {k: v for k, v in passage.extra.items() if k != BOUNDS}
+    return replace(passage, extra=extra | ({BOUNDS: new_marks} if new_marks else {}))
+
+
+def _judged(
+    judge: Judge,
+    keys: list[Any],
+    work: Callable[..., Sequence[Any]],
+    label: str,
+    batch: int,
+    report: AnnotationReport,
+    value_field: str,
+) -> dict[Any, tuple[float, bool]]:
+    """``key -> (value, is an upper bound)`` for each distinct key, counted in ``report``."""
+    values, bounds = judge_call(judge, keys, work, label, batch)
+    report.bounds[value_field] += int(bounds.sum())
+    return {k: (float(v), bool(b)) for k, v, b in zip(keys, values, bounds, strict=True)}
 
 
 def annotate(
@@ -135,7 +182,11 @@ def annotate(
     max_new_tokens: int = 32,
     batch: int = 64,
 ) -> tuple[list[Context], AnnotationReport]:
-    """New contexts with the requested labels added (inputs are not modified)."""
+    """New contexts with the requested labels added (inputs are not modified).
+
+    Each step hands the judge all its distinct calls at once when the judge streams results
+    (``streams_results``), else in batches of ``batch``.
+    """
     unknown = [s for s in steps if s not in STEPS]
     if unknown:
         raise UDCGInputError(
@@ -153,39 +204,47 @@ def annotate(
     if "abstain" in steps:
         pairs = sorted({(c.question, p.text) for c in out for p in c.passages})
         report.pairs = len(pairs)
-        probs = in_batches(
+        lookup = _judged(
+            judge,
             pairs,
-            batch,
-            lambda chunk: judge.abstain_prob([q for q, _ in chunk], [t for _, t in chunk], mode),
+            lambda chunk, **kw: judge.abstain_prob(
+                [q for q, _ in chunk], [t for _, t in chunk], mode, **kw
+            ),
             "abstention",
+            batch,
+            report,
+            "abstain_prob",
         )
-        lookup = dict(zip(pairs, probs, strict=True))
         for ctx in out:
-            ctx.passages[:] = [
-                replace(
-                    p, abstain_prob={**p.abstain_prob, name: float(lookup[(ctx.question, p.text)])}
-                )
-                for p in ctx.passages
-            ]
+            new = []
+            for p in ctx.passages:
+                prob, bound = lookup[(ctx.question, p.text)]
+                p = replace(p, abstain_prob={**p.abstain_prob, name: prob})
+                new.append(with_bound(p, name, "abstain_prob", bound))
+            ctx.passages[:] = new
 
     if "answer_likelihood" in steps:
         triples = sorted({(c.question, tuple(c.answers), p.text) for c in out for p in c.passages})
         report.answer_pairs = len(triples)
-        likelihoods = in_batches(
+        lookup = _judged(
+            judge,
             triples,
-            batch,
-            lambda chunk: judge.answer_prob(
-                [q for q, _, _ in chunk], [t for _, _, t in chunk], [a for _, a, _ in chunk]
+            lambda chunk, **kw: judge.answer_prob(
+                [q for q, _, _ in chunk], [t for _, _, t in chunk], [a for _, a, _ in chunk], **kw
             ),
             "answer likelihood",
+            batch,
+            report,
+            "answer_prob",
         )
-        lookup = dict(zip(triples, likelihoods, strict=True))
         for ctx in out:
             key = (ctx.question, tuple(ctx.answers))
-            ctx.passages[:] = [
-                replace(p, answer_prob={**p.answer_prob, name: float(lookup[(*key, p.text)])})
-                for p in ctx.passages
-            ]
+            new = []
+            for p in ctx.passages:
+                prob, bound = lookup[(*key, p.text)]
+                p = replace(p, answer_prob={**p.answer_prob, name: prob})
+                new.append(with_bound(p, name, "answer_prob", bound))
+            ctx.passages[:] = new
 
     if "relevance" in steps:
         if relevance == "string":
@@ -198,44 +257,54 @@ def annotate(
                 {(c.question, tuple(c.answers), p.text) for c in out for p in c.passages}
             )
             report.relevance_checks = len(triples)
-            soft = in_batches(
+            lookup = _judged(
+                judge,
                 triples,
-                batch,
-                lambda chunk: judge.yes_prob([relevance_messages(q, a, t) for q, a, t in chunk]),
+                lambda chunk, **kw: judge.yes_prob(
+                    [relevance_messages(q, a, t) for q, a, t in chunk], **kw
+                ),
                 "relevance",
+                batch,
+                report,
+                "relevance_prob",
             )
-            lookup = dict(zip(triples, soft, strict=True))
             for ctx in out:
                 key = (ctx.question, tuple(ctx.answers))
                 new = []
                 for p in ctx.passages:
-                    prob = float(lookup[(*key, p.text)])
+                    prob, bound = lookup[(*key, p.text)]
                     extra = {
                         **p.extra,
                         "relevance_prob": {**p.extra.get("relevance_prob", {}), name: prob},
                     }
-                    new.append(replace(p, relevant=prob >= 0.5, extra=extra))
+                    p = replace(p, relevant=prob >= 0.5, extra=extra)
+                    new.append(with_bound(p, name, "relevance_prob", bound))
                 ctx.passages[:] = new
 
     if "outcomes" in steps:
         prompts = [answer_messages(c.question, [p.text for p in c.passages]) for c in out]
         report.answers = len(prompts)
-        answers = in_batches(
-            prompts, batch, lambda chunk: judge.generate(list(chunk), max_new_tokens), "answers"
+        answers, _ = judge_call(
+            judge,
+            prompts,
+            lambda chunk, **kw: judge.generate(list(chunk), max_new_tokens, **kw),
+            "answers",
+            batch,
         )
         if grader == "span":
             grades: list[str | None] = [
                 grade_span(a, c.answers) for a, c in zip(answers, out, strict=True)
             ]
         else:
-            texts = in_batches(
+            texts, _ = judge_call(
+                judge,
                 [
                     grader_messages(c.question, c.answers, a)
                     for a, c in zip(answers, out, strict=True)
                 ],
-                batch,
-                lambda chunk: judge.generate(list(chunk), 4),
+                lambda chunk, **kw: judge.generate(list(chunk), 4, **kw),
                 "grading",
+                batch,
             )
             grades = [parse_grade(t) for t in texts]
         for ctx, answer, grade in zip(out, answers, grades, strict=True):

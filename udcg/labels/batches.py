@@ -1,10 +1,14 @@
-"""Judge work in batches with a progress bar: the one loop every annotation step uses."""
+"""Judge work with a progress bar: the loops every annotation step uses."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+
+import numpy as np
+
+from udcg.judge.base import upper_bounds
 
 T = TypeVar("T")
 
@@ -13,12 +17,59 @@ def in_batches(
     items: Sequence[Any], batch: int, work: Callable[[Sequence[Any]], Sequence[T]], label: str
 ) -> list[T]:
     """``work`` over ``items`` in batches, with a progress bar on stderr."""
+    return judge_batches(items, batch, work, label)[0]
+
+
+def judge_batches(
+    items: Sequence[Any],
+    batch: int,
+    work: Callable[[Sequence[Any]], Sequence[T]],
+    label: str,
+    leave: bool = True,
+) -> tuple[list[T], np.ndarray]:
+    """``work`` over ``items`` in batches (progress bar on stderr, kept when done if
+    ``leave``); the results and their upper-bound mask (:func:`udcg.judge.base.upper_bounds`
+    of each batch's result)."""
     from tqdm.auto import tqdm
 
     out: list[T] = []
-    with tqdm(total=len(items), desc=label, unit="call", disable=None, file=sys.stderr) as bar:
+    masks = [np.zeros(0, dtype=bool)]
+    bar = tqdm(
+        total=len(items), desc=label, unit="call", disable=None, file=sys.stderr, leave=leave
+    )
+    with bar:
         for start in range(0, len(items), batch):
             chunk = items[start : start + batch]
-            out.extend(work(chunk))
+            values = work(chunk)
+            out.extend(values)
+            masks.append(upper_bounds(values))
             bar.update(len(chunk))
-    return out
+    return out, np.concatenate(masks)
+
+
+def judge_call(
+    judge: Any,
+    items: Sequence[Any],
+    work: Callable[..., Sequence[T]],
+    label: str,
+    batch: int = 64,
+) -> tuple[list[T], np.ndarray]:
+    """``work(items)`` through ``judge``: the results and their upper-bound mask.
+
+    A judge with ``streams_results = True`` gets all ``items`` in one call (it keeps many
+    requests in flight) and moves the progress bar from ``on_result``, once per finished item;
+    any other judge gets batches of ``batch`` items, the bar moving per batch. The bar is
+    cleared when done (a run annotates many chunks).
+    """
+    if not getattr(judge, "streams_results", False):
+        return judge_batches(items, batch, work, label, leave=False)
+    if not items:
+        return [], np.zeros(0, dtype=bool)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=len(items), desc=label, unit="call", disable=None, file=sys.stderr, leave=False
+    )
+    with bar:
+        values = work(items, on_result=lambda i, value, bound: bar.update(1))
+    return list(values), upper_bounds(values)

@@ -1,0 +1,83 @@
+"""Merging judge caches: counts against a dict reference, the destination wins, CLI lines."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from udcg.cli.main import main
+from udcg.errors import UDCGInputError
+from udcg.judge.cache import JudgeCache
+
+
+def _rows(path: Path) -> dict[str, object]:
+    with sqlite3.connect(path) as conn:
+        return {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM judge_cache")}
+
+
+def _fill(path: Path, items: dict[str, object]) -> Path:
+    with JudgeCache(path) as cache:
+        cache.put_many(items)
+    return path
+
+
+def test_merge_matches_a_dict_reference(tmp_path: Path) -> None:
+    a = {"k1": 0.25, "k2": "text", "k3": {"value": [1, 2]}}
+    b = {"k2": "text", "k3": {"value": [1, 3]}, "k4": 0.5, "k5": 1.0}
+    c = {"k5": 2.0, "k6": None}
+    dest = _fill(tmp_path / "dest.sqlite", a)
+    sources = [_fill(tmp_path / "b.sqlite", b), _fill(tmp_path / "c.sqlite", c)]
+    reference = dict(a)
+    expected = []
+    for items in (b, c):
+        same = sum(k in reference and reference[k] == v for k, v in items.items())
+        differ = sum(k in reference and reference[k] != v for k, v in items.items())
+        added = {k: v for k, v in items.items() if k not in reference}
+        reference.update(added)
+        expected.append((len(added), same, differ))
+    with JudgeCache(dest) as cache:
+        got = [cache.merge_from(s) for s in sources]
+        assert cache.writes == sum(e[0] for e in expected)
+    assert [(g.added, g.same, g.conflicts) for g in got] == expected == [(2, 1, 1), (1, 0, 1)]
+    assert _rows(dest) == reference  # the first file to hold a key wins
+    assert _rows(sources[0]) == b  # sources untouched
+
+
+def test_merge_refuses_what_is_not_a_cache(tmp_path: Path) -> None:
+    dest = _fill(tmp_path / "d.sqlite", {"k": 1})
+    (tmp_path / "text.sqlite").write_text("not sqlite at all, " * 100)
+    with sqlite3.connect(tmp_path / "other.sqlite") as conn:
+        conn.execute("CREATE TABLE t (x)")
+    with JudgeCache(dest) as cache:
+        for name, message in [
+            ("text.sqlite", "not a judge cache"),
+            ("other.sqlite", "no judge_cache table"),
+            ("missing.sqlite", "no such cache file"),
+            ("d.sqlite", "destination cache itself"),
+        ]:
+            with pytest.raises(UDCGInputError, match=message):
+                cache.merge_from(tmp_path / name)
+    assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_cli_merge_and_stats(tmp_path: Path, capsys) -> None:
+    a = _fill(tmp_path / "a.sqlite", {"k1": 1, "k2": 2})
+    b = _fill(tmp_path / "b.sqlite", {"k2": 3, "k3": 3})
+    out = tmp_path / "m.sqlite"
+    assert main(["cache", "merge", str(out), str(a), str(b)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{a}: 2 added, 0 already there",
+        f"{b}: 1 added, 0 already there, 1 with a different value (kept as in {out})",
+        f"{out}: 3 entries",
+    ]
+    assert _rows(out) == {"k1": 1, "k2": 2, "k3": 3}
+    assert main(["cache", "stats", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: 3 entries, written 20")
+    assert main(["cache", "merge", str(tmp_path / "new.sqlite"), str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"udcg cache merge: error: {tmp_path / 'nope'}: no such cache file\n"
+    assert not (tmp_path / "new.sqlite").exists()
+    assert main(["cache", "stats", str(tmp_path / "nope")]) == 2

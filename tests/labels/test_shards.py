@@ -1,0 +1,108 @@
+"""Shards: the split by query id, sharded runs merged back byte for byte, and merge errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from udcg.cli.annotate import main as annotate_main
+from udcg.cli.main import main as udcg_main
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.labels.shards import in_shard, merge_shards, order_shards, parse_shard, shard_of
+
+
+def _contexts() -> list[Context]:
+    out = []
+    for i in range(30):
+        q = f"q{i % 11}"
+        passages = [Passage(doc_id=f"d{j}", text=f"text {i % 5} {j}") for j in range(2)]
+        out.append(Context(q, passages, run=f"run{i // 11}", question=f"what {q}", answers=["x"]))
+    return out
+
+
+def test_shard_of_is_blake2b_modulo() -> None:
+    for qid in ["q1", "é", "", "a" * 300]:
+        digest = hashlib.blake2b(qid.encode(), digest_size=8).hexdigest()
+        assert shard_of(qid, 7) == int(digest, 16) % 7 + 1
+    contexts = _contexts()
+    split = [list(in_shard(contexts, (i, 3))) for i in (1, 2, 3)]
+    flat = [c for part in split for c in part]
+    assert sorted(map(id, flat)) == sorted(map(id, contexts))  # each exactly once
+    for part in split:  # a query never spans two shards; input order is kept
+        assert not {c.qid for c in part} & {c.qid for p in split if p is not part for c in p}
+        assert [contexts.index(c) for c in part] == sorted(contexts.index(c) for c in part)
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "2", "a/b", "1/0"])
+def test_parse_shard_rejects(text: str) -> None:
+    with pytest.raises(UDCGInputError, match="expected I/N"):
+        parse_shard(text)
+    assert parse_shard(" 2 / 4 ") == (2, 4)
+
+
+def _probs(path: Path, contexts: list[Context]) -> Path:
+    pairs = sorted({(c.question, p.text) for c in contexts for p in c.passages})
+    with path.open("w") as handle:
+        for n, (q, t) in enumerate(pairs):
+            row = {"question": q, "passage": t, "abstain_prob": n / len(pairs)}
+            handle.write(json.dumps(row) + "\n")
+    return path
+
+
+def test_sharded_runs_merge_to_the_unsharded_bytes(tmp_path: Path, capsys) -> None:
+    contexts = _contexts()
+    src = tmp_path / "in.jsonl"
+    write_contexts(src, contexts)
+    judge = ["--judge", f"precomputed:{_probs(tmp_path / 'p.jsonl', contexts)}"]
+    base = [*judge, "--steps", "abstain", "relevance", "--chunk", "4"]
+    whole = tmp_path / "whole.jsonl"
+    assert annotate_main([str(src), str(whole), *base, "--cache", str(tmp_path / "c.sqlite")]) == 0
+    parts = [tmp_path / "out" / f"part-{i}-of-3.jsonl" for i in (1, 2, 3)]
+    for i, part in enumerate(parts, start=1):
+        cache = ["--cache", str(tmp_path / f"c{i}.sqlite")]
+        assert annotate_main([str(src), str(part), *base, "--shard", f"{i}/3", *cache]) == 0
+    capsys.readouterr()
+    merged = tmp_path / "merged.jsonl"
+    shuffled = [parts[2], parts[0], parts[1]]  # part-I-of-N names are put in order
+    assert udcg_main(["merge-shards", str(src), str(merged), *map(str, shuffled)]) == 0
+    assert capsys.readouterr().out == "merged 30 contexts from 3 shards\n"
+    assert merged.read_bytes() == whole.read_bytes()
+    assert sum(len(p.read_bytes().splitlines()) for p in parts) == 30
+
+    # errors: one line, exit 2, output untouched
+    merged.unlink()
+    renamed = [tmp_path / f"s{i}.jsonl" for i in (1, 2, 3)]
+    for part, new in zip(parts, renamed, strict=True):
+        new.write_bytes(part.read_bytes())
+    cases = [
+        ([parts[0], parts[2]], "missing shard 2 of 3"),
+        ([parts[0], parts[1], parts[1], parts[2]], "given twice"),
+        ([renamed[1], renamed[0], renamed[2]], "give all 3 shard files of this input, in order"),
+        (renamed[:2], "give all 2 shard files"),
+    ]
+    for shards, message in cases:
+        assert udcg_main(["merge-shards", str(src), str(merged), *map(str, shards)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.splitlines()) == 1 and not merged.exists()
+    lines = parts[1].read_bytes().splitlines(keepends=True)
+    renamed[1].write_bytes(b"".join(lines[:-1]))  # an incomplete shard
+    with pytest.raises(UDCGInputError, match="ends before the context of query"):
+        merge_shards(src, renamed, merged)
+    renamed[1].write_bytes(b"".join(lines) + lines[0])  # one context too many
+    with pytest.raises(UDCGInputError, match="more contexts than its shard") as err:
+        merge_shards(src, renamed, merged)
+    assert err.value.line == len(lines) + 1 and not merged.exists()
+
+
+def test_order_shards_keeps_other_names_as_given() -> None:
+    assert order_shards(["b.jsonl", "a.jsonl"]) == ["b.jsonl", "a.jsonl"]
+    assert order_shards(["x/part-2-of-2.jsonl", "x/part-1-of-2.jsonl"]) == [
+        "x/part-1-of-2.jsonl",
+        "x/part-2-of-2.jsonl",
+    ]
+    with pytest.raises(UDCGInputError, match="different splits"):
+        order_shards(["part-1-of-2.jsonl", "part-2-of-3.jsonl"])
