@@ -1,0 +1,317 @@
+"""``udcg batch export|import``: the judge calls of ``udcg annotate`` as an offline batch job
+(OpenAI Batch API, ``vllm run-batch``), with the same labels as the online path.
+
+``udcg batch export IN.jsonl requests.jsonl --judge openai:MODEL@URL [--steps ...]`` writes one
+request line per distinct judge call that ``udcg annotate`` with the same arguments would make
+and that the judge cache does not hold yet (custom_id: the call's cache key), and
+``requests.calls.jsonl``, which says which call each request is. ``--max-lines N`` splits the
+requests into ``requests-001.jsonl``, ``requests-002.jsonl``... (the OpenAI Batch API takes at
+most 50,000 lines per file). With ``--grader llm`` the grading prompts hold the generated
+answers: when answers are still missing, the export holds the answers only, and after their
+import a second export holds the grading calls.
+
+``udcg batch import results.jsonl [...] --calls requests.calls.jsonl [...] --judge <same>``
+reads batch output lines as the online backend reads replies and stores each value in the judge
+cache under its custom_id; a line that cannot be used (a batch error, a status other than 200,
+a reply without log-probs, a custom_id in no calls file) is reported with its file and line and
+not stored (exit status 1). ``udcg annotate IN OUT --judge <same>`` then answers every call from
+the cache; ``--contexts IN.jsonl --output OUT.jsonl`` does that here, with a judge that computes
+nothing (a missing result is an error naming the context).
+
+The abstention marker's first token must be known: ``--judge-option abstain_token=TEXT``, else
+the server's tokenizer is asked (as online); with neither, a file with abstention calls is an
+error. The judge options must be the ones ``udcg annotate`` gets (same cache fingerprint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from udcg.cli.annotate import add_step_arguments
+from udcg.cli.common import info_stream, run_cli
+from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import read_contexts, write_contexts
+from udcg.judge import load_judge
+from udcg.judge.batch_files import (
+    OPENAI_MAX_LINES,
+    Call,
+    ChatSettings,
+    ReplyError,
+    RequestWriter,
+    read_calls,
+    read_results,
+    reply_value,
+)
+from udcg.judge.batch_judges import BatchRecorder, RefusingJudge, ReplayJudge, call_identity
+from udcg.judge.cached import CachedJudge
+from udcg.judge.openai_backend import OpenAIJudge
+from udcg.judge.openai_http import split_base_url
+from udcg.judge.openai_tokenizer import first_token_text
+from udcg.judge.prompts import ABSTAIN_MARKER
+from udcg.judge.spec import OPENAI
+from udcg.labels.annotate import (
+    annotate,
+    check_inputs,
+)
+from udcg.labels.batches import in_batches
+
+#: Steps whose calls a batch file can hold (answer likelihoods need /v1/completions with echo).
+EXPORTABLE_STEPS = ("abstain", "relevance", "outcomes")
+#: Line errors printed one by one before the rest are only counted.
+SHOWN_ERRORS = 20
+_CHUNK = 512
+
+
+def _add_annotation_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``udcg annotate`` that decide which judge calls are made."""
+    add_step_arguments(parser, EXPORTABLE_STEPS)
+    add_judge_arguments(parser)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="udcg batch", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="export|import")
+    export = commands.add_parser(
+        "export", help="write the judge requests of a contexts file as a batch input file"
+    )
+    export.add_argument("input", help="contexts JSONL (gzip ok; - reads stdin)")
+    export.add_argument("output", help="requests JSONL; the calls file is written beside it")
+    export.add_argument(
+        "--max-lines",
+        type=int,
+        metavar="N",
+        help=f"split the requests into files of at most N lines (OpenAI: {OPENAI_MAX_LINES})",
+    )
+    _add_annotation_arguments(export)
+    imports = commands.add_parser(
+        "import", help="store batch results in the judge cache (and label a contexts file)"
+    )
+    imports.add_argument("results", nargs="+", help="batch output JSONL files")
+    imports.add_argument(
+        "--calls", nargs="+", required=True, help="the calls files written by the export"
+    )
+    imports.add_argument("--contexts", help="contexts JSONL to label from the cache")
+    imports.add_argument("--output", help="labelled contexts JSONL (with --contexts)")
+    _add_annotation_arguments(imports)
+    return parser
+
+
+def _openai_judge(args: argparse.Namespace) -> OpenAIJudge:
+    """The judge of ``args`` as ``udcg annotate`` builds it (same fingerprint), not probed."""
+    check_judge_arguments(args)
+    if not args.judge.startswith(OPENAI):
+        raise UDCGInputError(
+            "batch files hold requests to an OpenAI-compatible server: expected "
+            f"openai:MODEL@BASE_URL, got {args.judge!r}",
+            field="judge",
+        )
+    judge = load_judge(args.judge, args.judge_name, **judge_options(args))
+    assert isinstance(judge, OpenAIJudge)
+    return judge
+
+
+def abstain_marker(judge: OpenAIJudge) -> str:
+    """The text of the first token of NO-RESPONSE: ``abstain_token``, else the server
+    tokenizer's answer; an error when neither is known (a batch cannot guess it)."""
+    if judge.abstain_token is not None:
+        return judge.abstain_token
+    root = split_base_url(judge.base_url)[2]
+    text = first_token_text(judge.http, root, judge.model, ABSTAIN_MARKER)
+    if text is None:
+        raise UDCGInputError(
+            f"the first token of {ABSTAIN_MARKER} is unknown: no tokenizer endpoint of "
+            f"{judge.base_url} answered; pass --judge-option abstain_token=TEXT (and the same "
+            "option to udcg annotate)",
+            field="abstain_token",
+        )
+    return text
+
+
+def _chat(judge: OpenAIJudge) -> ChatSettings:
+    return ChatSettings(judge.model, judge.extra_body, judge.top_logprobs)
+
+
+# -- export ---------------------------------------------------------------------------------------
+
+
+def _export(args: argparse.Namespace) -> None:
+    judge = _openai_judge(args)
+    contexts = list(read_contexts(args.input))
+    check_inputs(contexts, args.steps, args.relevance)
+    if "abstain" in args.steps:
+        abstain_marker(judge)
+    grading = "outcomes" in args.steps and args.grader == "llm"
+    with RequestWriter(args.output, args.max_lines) as writer:
+        recorder = BatchRecorder(judge.name, judge.fingerprint, _chat(judge), writer, args.cache)
+
+        def record(steps: list[str], grader: str) -> None:
+            annotate(
+                contexts,
+                recorder.judge,
+                steps,
+                args.relevance,
+                grader,
+                max_new_tokens=args.max_new_tokens,
+            )
+
+        record(args.steps, "span" if grading else args.grader)
+        answers_missing = recorder.counts["generate"]
+        if grading and not answers_missing:
+            record(["outcomes"], "llm")
+    counts = ", ".join(f"{op} {n}" for op, n in sorted(recorder.counts.items())) or "none"
+    files = ", ".join(str(p) for p in writer.paths)
+    cache = recorder.judge.cache
+    print(
+        f"wrote {writer.count} requests ({counts}) to {files}; calls: {writer.calls}; "
+        f"cache hits {cache.hits}, misses {cache.misses}"
+    )
+    if grading and answers_missing:
+        print(
+            f"the LLM grading of {answers_missing} answers waits for them: run this batch, "
+            "import its results, then export again"
+        )
+
+
+# -- import ---------------------------------------------------------------------------------------
+
+
+def _read_calls(paths: list[str], fingerprint: str) -> dict[str, Call]:
+    calls: dict[str, Call] = {}
+    for path in paths:
+        for call in read_calls(path, fingerprint):
+            calls[call.custom_id] = call
+    return calls
+
+
+def _parse_results(
+    paths: list[str], calls: Mapping[str, Call], marker: Callable[[], str], top_logprobs: int
+) -> tuple[dict[str, tuple[Call, Any, bool]], list[str]]:
+    """The usable results of ``paths`` (custom_id -> (call, value, is_bound)) and one message
+    per line that is not usable."""
+    parsed: dict[str, tuple[Call, Any, bool]] = {}
+    errors: list[str] = []
+    for path in paths:
+        for result in read_results(path):
+            where = f"{result.path}:{result.line}: "
+            if result.custom_id is not None:
+                where += f"custom_id {result.custom_id}: "
+            if result.error is not None:
+                errors.append(where + result.error)
+                continue
+            call = calls.get(result.custom_id or "")
+            if call is None:
+                errors.append(where + "in no calls file (--calls)")
+                continue
+            token = marker() if call.operation == "abstain_prob" else None
+            try:
+                value, bound = reply_value(call.operation, result.body, token, top_logprobs)
+            except ReplyError as exc:
+                errors.append(where + str(exc))
+                continue
+            parsed[call.custom_id] = (call, value, bound)
+    return parsed, errors
+
+
+def _store(cached: CachedJudge, calls: list[Call]) -> None:
+    """Ask ``cached`` (over a :class:`ReplayJudge`) for every call, which stores the misses."""
+    groups: dict[tuple[str, Any], list[Call]] = defaultdict(list)
+    for call in calls:
+        extra = call.args.get("mode", call.args.get("max_new_tokens"))
+        groups[(call.operation, extra)].append(call)
+    for (operation, extra), group in sorted(groups.items(), key=lambda item: str(item[0])):
+        if operation == "abstain_prob":
+
+            def work(chunk: list[Call], mode: Any = extra) -> Any:
+                questions = [c.args["question"] for c in chunk]
+                return cached.abstain_prob(questions, [c.args["passage"] for c in chunk], mode)
+        elif operation == "yes_prob":
+
+            def work(chunk: list[Call]) -> Any:
+                return cached.yes_prob([c.args["messages"] for c in chunk])
+        else:
+
+            def work(chunk: list[Call], limit: Any = extra) -> Any:
+                return cached.generate([c.args["messages"] for c in chunk], limit)
+
+        in_batches(group, _CHUNK, work, f"import {operation}")
+
+
+def _import(args: argparse.Namespace) -> int:
+    if (args.contexts is None) != (args.output is None):
+        raise UDCGInputError("--contexts and --output go together", field="output")
+    judge = _openai_judge(args)
+    contexts = None
+    if args.contexts is not None:
+        contexts = list(read_contexts(args.contexts))
+        check_inputs(contexts, args.steps, args.relevance)
+    calls = _read_calls(args.calls, judge.fingerprint)
+    markers: list[str] = []
+
+    def marker() -> str:
+        if not markers:
+            markers.append(abstain_marker(judge))
+        return markers[0]
+
+    parsed, errors = _parse_results(args.results, calls, marker, judge.top_logprobs)
+    results = {call_identity(c.operation, c.args): (v, b) for c, v, b in parsed.values()}
+    cached = CachedJudge(ReplayJudge(judge.name, judge.fingerprint, results), args.cache)
+    _store(cached, [c for c, _, _ in parsed.values()])
+    stored = cached.cache.get_many(parsed)
+    if len(stored) != len(parsed):
+        raise RuntimeError(
+            f"{len(parsed) - len(stored)} imported results are not in the cache under their "
+            "custom_id: the cache keys of this judge differ from the export's"
+        )
+    for message in errors[:SHOWN_ERRORS]:
+        print(f"udcg batch import: error: {message}", file=sys.stderr)
+    if len(errors) > SHOWN_ERRORS:
+        print(
+            f"udcg batch import: error: ... and {len(errors) - SHOWN_ERRORS} more lines",
+            file=sys.stderr,
+        )
+    out = info_stream(args.output)
+    operations = defaultdict(int)
+    for call, _, _ in parsed.values():
+        operations[call.operation] += 1
+    counts = ", ".join(f"{op} {n}" for op, n in sorted(operations.items())) or "none"
+    bounds = sum(bound for _, _, bound in parsed.values())
+    print(
+        f"imported {len(parsed)} results ({counts}; {bounds} upper bounds) into "
+        f"{cached.cache.path}; {len(errors)} lines with errors; "
+        f"{len(set(calls) - set(parsed))} exported calls without a result",
+        file=out,
+    )
+    if contexts is not None:
+        refusing = CachedJudge(RefusingJudge(judge.name, judge.fingerprint, contexts), args.cache)
+        annotated, report = annotate(
+            contexts,
+            refusing,
+            args.steps,
+            args.relevance,
+            args.grader,
+            max_new_tokens=args.max_new_tokens,
+        )
+        write_contexts(args.output, annotated)
+        print(
+            f"annotated {report.contexts} contexts with {judge.name} from the cache "
+            f"(hits {refusing.cache.hits}) into {args.output}",
+            file=out,
+        )
+    return 1 if errors else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for a user mistake, 1 for unusable results)."""
+    args = _parser().parse_args(argv)
+    if args.command == "export":
+        return run_cli("udcg batch export", lambda: _export(args))
+    return run_cli("udcg batch import", lambda: _import(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
