@@ -6,6 +6,10 @@ JSON (``8``, ``2.5``, ``true``, ``null``, ``{"a": 1}``) is taken as such, ``True
 as booleans, anything else as a string. ``--max-concurrency``, ``--timeout``, ``--max-retries``
 and ``--template-tokenizer`` are the same options spelt as flags (a flag wins over
 ``--judge-option``). An option the backend does not take is one line listing those it takes.
+
+``--engine ray`` runs the judge calls on Ray actors (:mod:`udcg.judge.ray_engine`, the ``ray``
+extra): ``--ray-address``, ``--ray-workers``, ``--ray-gpus-per-worker`` and ``--ray-servers``
+set :class:`~udcg.judge.ray_engine.RayOptions`; they need ``--engine ray``.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from udcg.cli.extras import missing_extras, needs
+from udcg.errors import UDCGInputError
 from udcg.judge import EMBEDDED, judge_key, open_judge
 from udcg.judge.options import check_options
+from udcg.judge.ray_engine import ENGINES, RayOptions, ray_options
 
 if TYPE_CHECKING:
     from udcg.judge.cached import CachedJudge
@@ -31,6 +38,18 @@ FLAGS: tuple[tuple[str, type, str, str], ...] = (
         "ID",
         "tokenizer whose chat template builds answer-likelihood prompts (openai judge)",
     ),
+)
+#: Ray options with a flag: (flag, RayOptions field, type, metavar, help).
+RAY_FLAGS: tuple[tuple[str, str, type, str, str], ...] = (
+    ("--ray-address", "address", str, "ADDR", "Ray cluster to join (auto: this machine's)"),
+    (
+        "--ray-workers",
+        "workers",
+        int,
+        "N",
+        "Ray actors (default: cluster GPUs / GPUs per worker, else CPUs)",
+    ),
+    ("--ray-gpus-per-worker", "gpus_per_worker", float, "G", "GPUs per actor (default: 0)"),
 )
 _WORDS = {"true": True, "false": False}
 
@@ -78,6 +97,21 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, kind, metavar, helptext in FLAGS:
         group.add_argument(flag, type=kind, metavar=metavar, help=helptext)
     group.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="local",
+        help="where judge calls run: this process, or Ray actors (default: %(default)s)",
+    )
+    for flag, _, kind, metavar, helptext in RAY_FLAGS:
+        group.add_argument(flag, type=kind, metavar=metavar, help=helptext)
+    group.add_argument(
+        "--ray-servers",
+        nargs="+",
+        metavar="URL",
+        help="base URLs of a pool of servers of the openai judge's deployment, one per actor "
+        "in turn",
+    )
+    group.add_argument(
         "--cache",
         help="judge cache (SQLite); default $UDCG_CACHE_DIR/judge.sqlite, else "
         "~/.cache/udcg/judge.sqlite, shared by every command",
@@ -94,12 +128,30 @@ def judge_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def engine(args: argparse.Namespace) -> RayOptions | None:
+    """The Ray options of ``args`` (None for ``--engine local``, which takes no Ray flag)."""
+    values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field, *_ in RAY_FLAGS}
+    values["servers"] = args.ray_servers
+    given = {key: value for key, value in values.items() if value is not None}
+    if args.engine == "local":
+        if given:
+            flags = [flag for flag, field, *_ in RAY_FLAGS if field in given]
+            flags += ["--ray-servers"] * ("servers" in given)
+            raise UDCGInputError(f"{', '.join(flags)} needs --engine ray")
+        return None
+    return ray_options(given, "--ray-")
+
+
 def check_judge_arguments(args: argparse.Namespace) -> None:
-    """Check the spec, the name and the options, before any work."""
+    """Check the spec, the name, the options and the engine, before any work (``--engine
+    ray`` without the ``ray`` extra is one line naming it)."""
     check_options(args.judge, judge_options(args))
     judge_key(args.judge, args.judge_name)
+    if engine(args) is not None and missing_extras(["ray"]):
+        raise UDCGInputError(needs(["ray"]))
 
 
 def open_cli_judge(args: argparse.Namespace) -> CachedJudge:
-    """The judge of ``args`` as :func:`udcg.judge.open_judge` opens it (probed, cached)."""
-    return open_judge(args.judge, args.judge_name, judge_options(args), args.cache)
+    """The judge of ``args`` as :func:`udcg.judge.open_judge` opens it (probed, cached; on
+    Ray actors with ``--engine ray``)."""
+    return open_judge(args.judge, args.judge_name, judge_options(args), args.cache, engine(args))

@@ -10,7 +10,9 @@
 
 Its labels are stored under :func:`judge_key` (see :mod:`udcg.judge.spec`). ``open_judge``
 is what the commands use: the backend, probed (a server that does not answer is an error
-before any work), behind the shared on-disk cache (:class:`~udcg.judge.cached.CachedJudge`).
+before any work), behind the shared on-disk cache (:class:`~udcg.judge.cached.CachedJudge`);
+with ``engine`` (:class:`~udcg.judge.ray_engine.RayOptions`) its calls run on Ray actors
+(:class:`~udcg.judge.ray_engine.RayJudge`), results and cache entries unchanged.
 """
 
 from __future__ import annotations
@@ -20,35 +22,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from udcg.judge.base import JSONResult, Judge
-from udcg.judge.options import check_options
-from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED, judge_key, split_openai
+from udcg.judge.loading import load_judge
+from udcg.judge.spec import EMBEDDED, judge_key
 
 if TYPE_CHECKING:
     from udcg.judge.cache import JudgeCache
     from udcg.judge.cached import CachedJudge
-
-
-def load_judge(spec: str, name: str | None = None, **options: Any) -> Judge:
-    """A judge backend from its spec string (see the module docstring), named
-    ``judge_key(spec, name)``. ``options`` go to the backend; one it does not take, or a value
-    of the wrong type, is an error listing the options it takes."""
-    check_options(spec, options)
-    key = judge_key(spec, name)
-    if spec == EMBEDDED:
-        from udcg.judge.embedded import load_embedded_judge
-
-        return load_embedded_judge(name=key, **options)
-    if spec.startswith(OPENAI):
-        from udcg.judge.openai_backend import OpenAIJudge
-
-        return OpenAIJudge(*split_openai(spec), name=key, **options)
-    if spec.startswith(PRECOMPUTED):
-        from udcg.judge.precomputed import PrecomputedJudge
-
-        return PrecomputedJudge(spec.removeprefix(PRECOMPUTED), name=key, **options)
-    from udcg.judge.local import TransformersJudge
-
-    return TransformersJudge(spec, name=key, **options)
+    from udcg.judge.ray_engine import RayOptions
 
 
 def open_judge(
@@ -56,14 +36,22 @@ def open_judge(
     name: str | None = None,
     options: Mapping[str, Any] | None = None,
     cache: JudgeCache | str | os.PathLike[str] | None = None,
+    engine: RayOptions | None = None,
 ) -> CachedJudge:
     """:func:`load_judge`, probed (:meth:`Judge.probe`: a server that does not answer fails
     here, in seconds), behind the on-disk cache ``cache`` (None: the shared default,
-    :func:`udcg.judge.cache.default_cache_path`)."""
+    :func:`udcg.judge.cache.default_cache_path`). With ``engine`` the judge is a
+    :class:`~udcg.judge.ray_engine.RayJudge` on those Ray options (each actor's judge probed)."""
     from udcg.judge.cached import CachedJudge
 
-    judge = load_judge(spec, name=name, **dict(options or {}))
-    judge.probe()
+    judge: Judge
+    if engine is None:
+        judge = load_judge(spec, name=name, **dict(options or {}))
+        judge.probe()
+    else:
+        from udcg.judge.ray_engine import RayJudge
+
+        judge = RayJudge(spec, name, options, engine)
     return CachedJudge(judge, cache)
 
 

@@ -1,0 +1,266 @@
+"""RayJudge against the single-process judge built from the same spec: the same values, bound
+masks, name and fingerprint, on a local Ray instance (2 CPUs, started once for the module);
+a worker killed midway changes nothing in the output, and a rerun answers from the cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from udcg.errors import UDCGInputError
+from udcg.judge import load_judge
+from udcg.judge.base import upper_bounds
+from udcg.judge.cached import CachedJudge
+from udcg.judge.ray_engine import RayJudge, RayOptions, engine_options, ray_options
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _digest(text: str) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+class ChatServer:
+    """A loopback OpenAI-compatible chat server, deterministic per prompt: generation replies
+    ``reply-<hash>``, log-prob requests give Yes/No log-probs from the hash (``No`` left out of
+    the top tokens for every third hash: an upper bound). Each request waits ``delay`` s."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.chats = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._send({"object": "list", "data": [{"id": "m"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                outer.chats += 1
+                time.sleep(outer.delay)
+                self._send(outer.reply(body))
+
+            def _send(self, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        h = _digest(json.dumps(body["messages"]))
+        logprobs = None
+        if body.get("logprobs"):
+            top = {"Yes": -(h % 97) / 20, "Other": -9.0}
+            if h % 3:
+                top["No"] = -(h % 89) / 20
+            logprobs = {
+                "content": [
+                    {
+                        "token": "Yes",
+                        "logprob": top["Yes"],
+                        "top_logprobs": [{"token": t, "logprob": v} for t, v in top.items()],
+                    }
+                ]
+            }
+        message = {"role": "assistant", "content": f"reply-{h}"}
+        return {"choices": [{"index": 0, "message": message, "logprobs": logprobs}]}
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _prompts(n: int) -> list[list[dict[str, str]]]:
+    return [[{"role": "user", "content": f"is passage {i} relevant?"}] for i in range(n)]
+
+
+@pytest.fixture
+def precomputed(tmp_path: Path) -> tuple[str, list[str], list[str]]:
+    rng = random.Random(0)
+    questions = [f"question {i % 5}" for i in range(23)]
+    passages = [f"passage {i}" for i in range(23)]
+    rows = [
+        {"question": q, "passage": p, "abstain_prob": rng.random(), "answer_prob": rng.random()}
+        for q, p in zip(questions, passages, strict=True)
+    ]
+    path = tmp_path / "llama3.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return f"precomputed:{path}", questions, passages
+
+
+def test_precomputed_values_and_identity_match_the_single_process_judge(precomputed) -> None:
+    spec, questions, passages = precomputed
+    local = load_judge(spec)
+    judge = RayJudge(spec, engine=RayOptions(workers=2, piece_size=3))
+    try:
+        assert (
+            (judge.name, judge.fingerprint)
+            == (local.name, local.fingerprint)
+            == (
+                "llama3",
+                local.fingerprint,
+            )
+        )
+        seen: dict[int, float] = {}
+        out = judge.abstain_prob(
+            questions, passages, on_result=lambda i, v, b: seen.setdefault(i, v)
+        )
+        expected = local.abstain_prob(questions, passages)
+        assert np.array_equal(out, expected) and not upper_bounds(out).any()
+        assert seen == dict(enumerate(expected.tolist()))  # once per item, the same value
+        answers = [["x"]] * len(questions)
+        assert np.array_equal(
+            judge.answer_prob(questions, passages, answers),
+            local.answer_prob(questions, passages, answers),
+        )
+        assert len(judge.abstain_prob([], [])) == 0
+    finally:
+        judge.close()
+
+
+def test_an_error_in_a_worker_is_raised_as_itself(precomputed) -> None:
+    spec, questions, _ = precomputed
+    judge = RayJudge(spec, engine=RayOptions(workers=1))
+    try:
+        with pytest.raises(UDCGInputError, match="no precomputed"):
+            judge.abstain_prob(questions[:2], ["unknown passage", "another"])
+    finally:
+        judge.close()
+    with pytest.raises(UDCGInputError, match="no such file"):
+        RayJudge("precomputed:/nonexistent/file.jsonl", engine=RayOptions(workers=1))
+
+
+def test_a_pool_of_servers_gives_the_single_server_results_and_fingerprint() -> None:
+    first, second = ChatServer(), ChatServer()
+    try:
+        spec = f"openai:m@{first.url}"
+        engine = RayOptions(workers=3, servers=(first.url, second.url), piece_size=2)
+        judge = RayJudge(spec, options={"max_concurrency": 2}, engine=engine)
+        local = load_judge(spec, max_concurrency=2)
+        assert (judge.name, judge.fingerprint) == (local.name, local.fingerprint)
+        prompts = _prompts(17)
+        bounds: dict[int, bool] = {}
+        with pytest.warns(UserWarning, match="upper bound"):
+            expected = local.yes_prob(prompts)
+        out = judge.yes_prob(prompts, on_result=lambda i, v, b: bounds.setdefault(i, b))
+        assert np.array_equal(out, expected)
+        assert np.array_equal(upper_bounds(out), upper_bounds(expected))
+        assert upper_bounds(out).any() and not upper_bounds(out).all()
+        assert [bounds[i] for i in range(17)] == upper_bounds(expected).tolist()
+        assert judge.generate(prompts, max_new_tokens=4) == local.generate(prompts, 4)
+        assert first.chats > 0 and second.chats > 0  # both servers of the pool were used
+        judge.close()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_worker_killed_midway_changes_nothing_and_a_rerun_hits_the_cache(tmp_path) -> None:
+    server = ChatServer(delay=0.05)
+    try:
+        spec = f"openai:m@{server.url}"
+        options = {"max_concurrency": 1}
+        engine = RayOptions(workers=2, piece_size=2, in_flight=1)
+        prompts = _prompts(24)
+        expected = [
+            ChatServer.reply({"messages": p})["choices"][0]["message"]["content"] for p in prompts
+        ]
+        ray_judge = RayJudge(spec, options=options, engine=engine)
+        victim = ray_judge.pids[0]
+
+        def kill_when_busy() -> None:
+            while server.chats < 6:
+                time.sleep(0.01)
+            os.kill(victim, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_when_busy)
+        killer.start()
+        cached = CachedJudge(ray_judge, tmp_path / "judge.sqlite")
+        assert cached.generate(prompts, max_new_tokens=4) == expected
+        killer.join()
+        _, _, pid = ray.get(ray_judge.actors[0].identity.remote())
+        assert pid != victim  # the actor was restarted
+        ray_judge.close()
+
+        rerun = CachedJudge(load_judge(spec, **options), tmp_path / "judge.sqlite")
+        before = server.chats
+        assert rerun.generate(prompts, max_new_tokens=4) == expected
+        assert rerun.cache.hits == len(prompts) and server.chats == before
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"workers": 0}, "ray.workers"),
+        ({"gpus_per_worker": -1}, "ray.gpus_per_worker"),
+        ({"servers": "http://a"}, "ray.servers"),
+        ({"address": ""}, "ray.address"),
+        ({"nodes": 3}, "ray.nodes"),
+    ],
+)
+def test_a_wrong_ray_option_names_its_field(values: dict[str, Any], field: str) -> None:
+    with pytest.raises(UDCGInputError, match=re.escape(f"field '{field}'")):
+        ray_options(values, "ray.")
+
+
+def test_engine_options() -> None:
+    assert engine_options("local", {"workers": 2}) is None
+    assert engine_options("ray", {"servers": ["http://a/v1"]}) == RayOptions(
+        servers=("http://a/v1",)
+    )
+    with pytest.raises(UDCGInputError, match="field 'engine'"):
+        engine_options("spark", {})
+
+
+def test_evaluate_settings_check_the_engine_and_open_a_ray_judge(precomputed, tmp_path) -> None:
+    from udcg.pipeline.evaluation import connect_judge
+    from udcg.pipeline.settings import EvaluateSettings
+
+    spec, questions, passages = precomputed
+    with pytest.raises(UDCGInputError, match=r"field 'ray\.workers'"):
+        EvaluateSettings(judge=spec, engine="ray", ray={"workers": 0})
+    with pytest.raises(UDCGInputError, match="field 'ray'"):
+        EvaluateSettings(judge=spec, engine="ray", ray=[1])
+    settings = EvaluateSettings(
+        judge=spec, engine="ray", ray={"workers": 1}, judge_cache=str(tmp_path / "c.sqlite")
+    )
+    judge = connect_judge(settings)
+    assert isinstance(judge.inner, RayJudge) and len(judge.inner.actors) == 1
+    assert np.array_equal(
+        judge.abstain_prob(questions, passages), load_judge(spec).abstain_prob(questions, passages)
+    )
+    judge.inner.close()

@@ -1,0 +1,407 @@
+"""Judge calls spread over a Ray cluster (the ``ray`` extra): :class:`RayJudge`.
+
+Each of N Ray actors builds the judge from its spec in its own process
+(:func:`udcg.judge.load_judge`: a transformers model per GPU worker, or a client of an
+OpenAI-compatible server). A call splits its items into pieces of ``piece_size``, keeps at most
+``in_flight`` pieces queued per actor, and reports every item (``on_result``) as its piece comes
+back; the results are returned in input order, upper-bound masks kept. An actor that dies is
+restarted by Ray (up to ``max_restarts`` times) and its pieces rerun there; an actor past its
+restarts hands its pieces to the live ones. Only the calling process sees the results, so the
+on-disk cache (:class:`~udcg.judge.cached.CachedJudge` around this judge) has one writer and a
+killed driver resumes from it.
+
+``address`` joins a running cluster (``auto``: the one this machine belongs to); without it a
+Ray instance already started in this process is used, else a local one is started. A Ray
+instance is never shut down here. Importing this module does not import ``ray``.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from udcg.errors import UDCGInputError, UDCGServiceError
+from udcg.judge.base import (
+    AbstainMode,
+    Judge,
+    OnResult,
+    check_answer_inputs,
+    judge_values,
+    upper_bounds,
+)
+from udcg.judge.options import check_options
+from udcg.judge.prompts import Messages
+from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED, judge_key, split_openai
+from udcg.validation import integer, one_of, positive_int, show
+
+#: How judge calls run: in this process, or on Ray actors.
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where and how :class:`RayJudge` runs: the cluster ``address`` (None: a Ray instance of
+    this process, else a local one), the number of actors ``workers`` (None: the cluster's
+    GPUs / ``gpus_per_worker``, else its CPUs), the GPUs each actor holds, the base URLs of a
+    pool of servers of one deployment (assigned round-robin to the actors; openai judges),
+    items per piece, pieces queued per actor, Ray restarts per actor, and the seconds the
+    actors have to start (load their judge) before the call fails. An actor holds one CPU,
+    none for an openai judge (its process waits on its server)."""
+
+    address: str | None = None
+    workers: int | None = None
+    gpus_per_worker: float = 0.0
+    servers: tuple[str, ...] = ()
+    piece_size: int = 8
+    in_flight: int = 2
+    max_restarts: int = 3
+    start_timeout: float = 300.0
+
+
+def _number(value: Any, field: str, least: float | None) -> float:
+    """``value`` as a float >= ``least`` (None: > 0)."""
+    low = 0.0 if least is None else least
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value < low
+        or (least is None and value == 0)
+    ):
+        bound = "> 0" if least is None else f">= {least:g}"
+        raise UDCGInputError(f"must be a number {bound}, got {show(value)}", field=field)
+    return float(value)
+
+
+def ray_options(values: Mapping[str, Any], prefix: str = "") -> RayOptions:
+    """:class:`RayOptions` from a mapping of its fields, checked; a mistake names the field as
+    ``prefix`` + its name."""
+    if not isinstance(values, Mapping):
+        raise UDCGInputError(
+            f"must be a mapping of Ray options, got {show(values)}", field=prefix.rstrip(".")
+        )
+    fields = RayOptions.__dataclass_fields__
+    for key in values:
+        if key not in fields:
+            raise UDCGInputError(
+                f"not a Ray option; the options: {', '.join(fields)}", field=f"{prefix}{key}"
+            )
+    got = {**{k: f.default for k, f in fields.items()}, **values}
+    address, servers = got["address"], got["servers"]
+    if address is not None and not (isinstance(address, str) and address.strip()):
+        raise UDCGInputError(
+            f"must be a cluster address, got {show(address)}", field=f"{prefix}address"
+        )
+    if got["workers"] is not None:
+        positive_int(got["workers"], f"{prefix}workers")
+    if isinstance(servers, str) or not isinstance(servers, Sequence):
+        raise UDCGInputError(
+            f"must be a list of URLs, got {show(servers)}", field=f"{prefix}servers"
+        )
+    for i, url in enumerate(servers):
+        if not (isinstance(url, str) and url.strip()):
+            raise UDCGInputError(f"must be a URL, got {show(url)}", field=f"{prefix}servers[{i}]")
+    for name in ("piece_size", "in_flight"):
+        positive_int(got[name], f"{prefix}{name}")
+    if integer(got["max_restarts"], f"{prefix}max_restarts") < 0:
+        raise UDCGInputError(
+            f"must be >= 0, got {got['max_restarts']}", field=f"{prefix}max_restarts"
+        )
+    return RayOptions(
+        **{
+            **got,
+            "gpus_per_worker": _number(got["gpus_per_worker"], f"{prefix}gpus_per_worker", 0),
+            "servers": tuple(servers),
+            "start_timeout": _number(got["start_timeout"], f"{prefix}start_timeout", None),
+        }
+    )
+
+
+def engine_options(
+    engine: str, values: Mapping[str, Any], prefix: str = "ray."
+) -> RayOptions | None:
+    """The Ray options for ``engine``, checked (None for ``local``)."""
+    one_of(engine, "engine", ENGINES)
+    options = ray_options(values, prefix)
+    return None if engine == "local" else options
+
+
+def worker_specs(
+    spec: str, options: Mapping[str, Any], servers: Sequence[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The (spec, options) each worker builds its judge from, one per server of ``servers``
+    (one for all when empty): an openai spec points at each server in turn, with
+    ``server_id`` (unless set) the spec's own URL, so every worker has the single-process
+    judge's fingerprint; a local file or folder is made absolute (a worker may run elsewhere
+    in the file system)."""
+    if servers and not spec.startswith(OPENAI):
+        raise UDCGInputError(
+            "a pool of servers needs an openai:MODEL@BASE_URL judge", field="servers"
+        )
+    if spec.startswith(OPENAI):
+        from udcg.judge.openai_http import split_base_url
+
+        model, base_url = split_openai(spec)
+        pinned = {"server_id": split_base_url(base_url)[0], **options}
+        return [(f"{OPENAI}{model}@{url}", pinned) for url in servers] or [(spec, dict(options))]
+    if spec.startswith(PRECOMPUTED):
+        path = Path(spec.removeprefix(PRECOMPUTED)).expanduser()
+        return [(PRECOMPUTED + str(path.resolve()), dict(options))]
+    if spec != EMBEDDED and Path(spec).expanduser().exists():
+        return [(str(Path(spec).expanduser().resolve()), dict(options))]
+    return [(spec, dict(options))]
+
+
+class JudgeWorker:
+    """The body of a Ray actor: one judge built by :func:`udcg.judge.load_judge`. A failure
+    to build it is raised by :meth:`identity`, as a task error the driver can show."""
+
+    def __init__(self, spec: str, name: str, options: Mapping[str, Any]) -> None:
+        from udcg.judge.loading import load_judge
+
+        self.judge: Judge | None = None
+        self.error: Exception | None = None
+        try:
+            self.judge = load_judge(spec, name, **options)
+        except Exception as exc:  # shown by identity(), not by Ray's actor-death report
+            self.error = exc
+
+    def identity(self) -> tuple[str, str, int]:
+        """``(name, fingerprint, process id)`` of the judge, probed."""
+        if self.judge is None:
+            raise self.error or RuntimeError("no judge")
+        self.judge.probe()
+        return self.judge.name, self.judge.fingerprint, os.getpid()
+
+    def run(
+        self, operation: str, columns: Sequence[Sequence[Any]], params: Mapping[str, Any]
+    ) -> tuple[list[Any], list[bool]]:
+        """``operation`` of the judge on one piece: its values and upper-bound mask."""
+        assert self.judge is not None
+        out = getattr(self.judge, operation)(*columns, **params)
+        if operation == "generate":
+            return list(out), [False] * len(out)
+        return np.asarray(out, dtype=np.float64).tolist(), upper_bounds(out).tolist()
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+def connect(address: str | None) -> None:
+    """Join the cluster at ``address``, or use this process's Ray instance, else start a
+    local one (quiet: no dashboard, worker logs not forwarded)."""
+    import logging
+
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    ray.init(
+        address=address,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+    )
+
+
+def default_workers(options: RayOptions) -> int:
+    """Actors when ``workers`` is unset: cluster GPUs / ``gpus_per_worker``, else CPUs."""
+    if options.workers is not None:
+        return options.workers
+    resources = _ray().cluster_resources()
+    if options.gpus_per_worker > 0:
+        return max(1, int(resources.get("GPU", 0) // options.gpus_per_worker))
+    return max(1, int(resources.get("CPU", 1)))
+
+
+def _kill(actors: list[Any]) -> None:
+    ray = _ray()
+    if not ray.is_initialized():
+        return
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
+
+
+class RayJudge(Judge):
+    """A judge whose calls run on Ray actors (see the module docstring); same ``name`` and
+    ``fingerprint`` as the judge :func:`udcg.judge.load_judge` builds from the same spec,
+    name and options, so its results share that judge's cache entries. ``pids`` are the
+    actors' process ids (as first started). :meth:`close` ends the actors."""
+
+    streams_results = True
+
+    def __init__(
+        self,
+        spec: str,
+        name: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        engine: RayOptions | None = None,
+    ) -> None:
+        engine = engine or RayOptions()
+        options = dict(options or {})
+        check_options(spec, options)
+        key = judge_key(spec, name)
+        builds = worker_specs(spec, options, engine.servers)
+        connect(engine.address)
+        ray = _ray()
+        actor = ray.remote(
+            num_cpus=0 if spec.startswith(OPENAI) else 1,  # a server client mostly waits
+            num_gpus=engine.gpus_per_worker,
+            max_restarts=engine.max_restarts,
+            max_task_retries=-1,
+        )(JudgeWorker)
+        n = default_workers(engine)
+        self.engine = engine
+        self.actors = [
+            actor.remote(build_spec, key, build_options)
+            for build_spec, build_options in (builds[i % len(builds)] for i in range(n))
+        ]
+        self._closer = weakref.finalize(self, _kill, list(self.actors))
+        refs = [a.identity.remote() for a in self.actors]
+        ready, _ = ray.wait(refs, num_returns=n, timeout=engine.start_timeout)
+        if len(ready) < n:
+            self.close()
+            raise UDCGInputError(
+                f"{n - len(ready)} of {n} Ray workers did not start within "
+                f"{engine.start_timeout:g} s (cluster: {_ray().cluster_resources()}): ask for "
+                "fewer workers or fewer GPUs per worker"
+            )
+        identities = self._get(refs)
+        self.name, self.fingerprint, _ = identities[0]
+        self.pids = [pid for _, _, pid in identities]
+        differ = {fp for _, fp, _ in identities} - {self.fingerprint}
+        if differ:
+            self.close()
+            raise UDCGInputError(
+                f"the Ray workers' judges differ ({self.fingerprint} vs {differ.pop()}): the "
+                "servers of a pool must serve one deployment; set server_id",
+                field="judge",
+            )
+        self._alive = list(range(n))
+
+    def __repr__(self) -> str:
+        return f"RayJudge(name={self.name!r}, workers={len(self.actors)})"
+
+    def close(self) -> None:
+        """End the actors (the Ray instance stays)."""
+        self._closer()
+
+    @staticmethod
+    def _get(refs: Any) -> Any:
+        """``ray.get``, a task's own exception raised as itself."""
+        ray = _ray()
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
+
+    def _map(
+        self,
+        operation: str,
+        columns: Sequence[Sequence[Any]],
+        params: Mapping[str, Any],
+        on_result: OnResult | None,
+    ) -> tuple[list[Any], np.ndarray]:
+        """Values and upper-bound mask of ``operation`` on the items (rows of ``columns``),
+        computed by pieces on the actors, ``on_result`` called per item as pieces finish."""
+        ray = _ray()
+        n = len(columns[0])
+        size = self.engine.piece_size
+        todo = deque(range(0, n, size))
+        values: list[Any] = [None] * n
+        bounds = np.zeros(n, dtype=bool)
+        pending: dict[Any, tuple[int, int]] = {}
+
+        def submit(worker: int) -> None:
+            start = todo.popleft()
+            piece = [list(column[start : start + size]) for column in columns]
+            ref = self.actors[worker].run.remote(operation, piece, dict(params))
+            pending[ref] = (worker, start)
+
+        for _ in range(self.engine.in_flight):
+            for worker in self._alive:
+                if todo:
+                    submit(worker)
+        while pending:
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            worker, start = pending.pop(ref)
+            try:
+                out, mask = self._get(ref)
+            except ray.exceptions.RayActorError:
+                # past its restarts: its pieces go to the live actors
+                if worker in self._alive:
+                    self._alive.remove(worker)
+                if not self._alive:
+                    raise UDCGServiceError(
+                        f"every Ray worker of judge {self.name!r} died"
+                    ) from None
+                todo.appendleft(start)
+                busy = [w for w, _ in pending.values()]
+                worker = min(self._alive, key=busy.count)
+                submit(worker)
+                continue
+            for offset, (value, bound) in enumerate(zip(out, mask, strict=True)):
+                i = start + offset
+                values[i], bounds[i] = value, bound
+                if on_result is not None:
+                    on_result(i, value, bool(bound))
+            if todo and worker in self._alive:
+                submit(worker)
+        return values, bounds
+
+    def _floats(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        values, bounds = self._map(*args, **kwargs)
+        return judge_values(np.asarray(values, dtype=np.float64), bounds)
+
+    def abstain_prob(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        mode: AbstainMode = "first_token",
+        *,
+        on_result: OnResult | None = None,
+    ) -> np.ndarray:
+        if len(questions) != len(passages):
+            raise UDCGInputError(f"{len(questions)} questions but {len(passages)} passages")
+        return self._floats(
+            "abstain_prob", [list(questions), list(passages)], {"mode": mode}, on_result
+        )
+
+    def answer_prob(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        answers: Sequence[Sequence[str]],
+        *,
+        on_result: OnResult | None = None,
+    ) -> np.ndarray:
+        columns = check_answer_inputs(questions, passages, answers)
+        return self._floats("answer_prob", list(columns), {}, on_result)
+
+    def yes_prob(
+        self, prompts: Sequence[Messages], *, on_result: OnResult | None = None
+    ) -> np.ndarray:
+        return self._floats("yes_prob", [list(prompts)], {}, on_result)
+
+    def generate(
+        self,
+        prompts: Sequence[Messages],
+        max_new_tokens: int = 64,
+        *,
+        on_result: OnResult | None = None,
+    ) -> list[str]:
+        values, _ = self._map(
+            "generate", [list(prompts)], {"max_new_tokens": max_new_tokens}, on_result
+        )
+        return values
