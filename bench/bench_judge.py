@@ -1,19 +1,30 @@
 """Abstention probabilities on NQ: the reference one-pair-at-a-time loop against
-``TransformersJudge.abstain_prob``, same model (embedded SmolLM2-135M-Instruct, float32), one run.
+``TransformersJudge.abstain_prob``, same model (embedded SmolLM2-135M-Instruct, float32), at
+several job sizes in one run.
 
-    HF_HUB_OFFLINE=1 python bench/bench_judge.py
+    HF_HUB_OFFLINE=1 python bench/bench_judge.py --pairs 50 80 200 500 --json /tmp/bench_judge.json
 
-Pairs: the first ``--questions`` NQ-open questions, each with its own gold passage and with the
-next question's gold passage (so every passage is judged for two questions), 500 by default.
-The pairs are split into ``--rounds`` rounds; every round runs each method on the same pairs,
-alternating which goes first, so a noisy shared CPU weighs on all methods alike. Throughput is
-total pairs / total time per method. The third method switches off passage sharing to show how
-much comes from the prefix cache, length bucketing and last-position logits alone.
+Pairs: consecutive NQ-open questions, each with its own gold passage and with the next question's
+gold passage (so every passage is judged for two questions). What is timed is what a user runs:
+one ``judge.abstain_prob(questions, passages)`` call on a loaded judge, against the reference loop
+over the same pairs. Loading the judge (``load_embedded_judge``, its warm-up included) is common
+to both and reported on its own.
+
+Every size runs ``--rounds`` rounds, each on its own fresh slice of ``size`` pairs (no pair is
+scored twice in the run); every round runs each method once on its slice, the method order
+alternating from round to round (over all sizes), so a noisy shared CPU weighs on both alike.
+Throughput is pairs / wall time summed over the size's rounds; the per-round speed-ups and the
+ratio of process CPU times (less sensitive to other processes on the machine) are shown too.
+Before the rounds, the first ``abstain_prob`` call of the process is timed on its own slice and
+the same pairs are scored again: the difference is what a cold first call pays.
+
+Breakdown of the batched time: seconds inside forward passes (the rest is tokenisation, batch
+planning and key/value copies), padding share (padding tokens / tokens run), and the passage
+sharing hit rate (rows that ran only their tail on top of another row's passage cache).
 
 FLOPs are estimated as 2 x (non-embedding parameters) x (tokens run through the model), the
 vocabulary projection left out (the reference computes it at every position, the batched path
-only at the read positions). Peak: cores x 2 FMA units x 8 fp32 lanes (AVX2) x 2 flops x clock,
-clock from /proc/cpuinfo ("cpu MHz", the nominal clock; boost clocks make the real peak higher).
+only at the read positions).
 """
 
 from __future__ import annotations
@@ -22,23 +33,27 @@ import argparse
 import gzip
 import json
 import os
-import resource
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 NQ = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nq-open-oracle.jsonl.gz"
+REFERENCE, BATCHED = "reference loop", "abstain_prob"
 
 
 def load_pairs(path: Path, n_questions: int) -> tuple[list[str], list[str]]:
+    """Question-major pairs: question i with gold i, then with gold i+1 (wrapping)."""
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for _, line in zip(range(n_questions), fh, strict=False)]
+    if len(rows) < n_questions:
+        raise SystemExit(f"{path} has {len(rows)} questions, this run needs {n_questions}")
     questions = [r["question"] for r in rows]
     golds = [r["ctxs"][0]["text"] for r in rows]
     qs, ps = [], []
-    for i, q in enumerate(questions):  # question-major: a question's two pairs are adjacent
+    for i, q in enumerate(questions):
         qs += [q, q]
         ps += [golds[i], golds[(i + 1) % len(golds)]]
     return qs, ps
@@ -49,9 +64,9 @@ def reference_loop(judge, questions: list[str], passages: list[str]) -> tuple[np
     position, probability of the first NO-RESPONSE token. Returns values and tokens run."""
     import torch
 
-    tok, model = judge.tokenizer, judge.model
     from udcg.judge.prompts import ABSTAIN_MARKER, abstain_messages
 
+    tok, model = judge.tokenizer, judge.model
     marker = tok.encode(ABSTAIN_MARKER, add_special_tokens=False)[0]
     out, tokens = [], 0
     for q, p in zip(questions, passages, strict=True):
@@ -66,46 +81,56 @@ def reference_loop(judge, questions: list[str], passages: list[str]) -> tuple[np
     return np.array(out), tokens
 
 
-def reset_peak_rss() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
+@dataclass
+class SizeResult:
+    """Sums over one size's rounds."""
 
+    pairs: int
+    wall: dict[str, float] = field(default_factory=lambda: {REFERENCE: 0.0, BATCHED: 0.0})
+    cpu: dict[str, float] = field(default_factory=lambda: {REFERENCE: 0.0, BATCHED: 0.0})
+    ratios: list[float] = field(default_factory=list)
+    diffs: list[float] = field(default_factory=list)
+    reference_tokens: int = 0
+    forward_s: float = 0.0
+    batches: int = 0
+    needed: int = 0  # real tokens the batched path ran
+    padded: int = 0
+    rows: int = 0
+    shared_rows: int = 0
 
-def peak_rss_mib() -> float:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cpu_peak_gflops(cores: int) -> tuple[float, float]:
-    mhz = []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("cpu MHz"):
-                mhz.append(float(line.split(":")[1]))
-    except OSError:
-        pass
-    ghz = (max(mhz) if mhz else 2.0 * 1000) / 1000
-    return cores * 2 * 8 * 2 * ghz, ghz
+    def row(self) -> dict[str, float]:
+        ref, bat = self.wall[REFERENCE], self.wall[BATCHED]
+        n = self.pairs * len(self.ratios)
+        return {
+            "pairs": self.pairs,
+            "rounds": len(self.ratios),
+            "reference_pairs_per_s": n / ref,
+            "batched_pairs_per_s": n / bat,
+            "speedup": ref / bat,
+            "speedup_cpu_time": self.cpu[REFERENCE] / self.cpu[BATCHED],
+            "speedup_per_round": self.ratios,
+            "batched_forward_share": self.forward_s / bat,
+            "batches_per_call": self.batches / len(self.ratios),
+            "padding_share": self.padded / max(self.needed + self.padded, 1),
+            "tokens_run_vs_reference": (self.needed + self.padded) / self.reference_tokens,
+            "sharing_hit_rate": self.shared_rows / max(self.rows, 1),
+            "max_abs_diff": max(self.diffs),
+        }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--questions", type=int, default=250)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--pairs", type=int, nargs="+", default=[50, 80, 200, 500])
+    parser.add_argument("--rounds", type=int, default=2, help="rounds (fresh slices) per size")
     parser.add_argument("--batch-size", type=int, default=None, help="judge default if unset")
     parser.add_argument("--max-batch-tokens", type=int, default=None, help="judge default")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    parser.add_argument("--no-warm-up", action="store_true", help="load the judge without it")
     parser.add_argument("--data", type=Path, default=NQ)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
+    if min(args.pairs) < 1 or args.rounds < 1:
+        parser.error("--pairs and --rounds must be >= 1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
@@ -114,117 +139,110 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    qs, ps = load_pairs(args.data, args.questions)
-    judge = load_embedded_judge(batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens)
-    n_params = sum(
-        p.numel() for n, p in judge.model.named_parameters() if "embed_tokens" not in n
-    )  # lm_head is tied to the embeddings
+    first = args.pairs[0]
+    needed = first + sum(args.pairs) * args.rounds
+    qs, ps = load_pairs(args.data, needed // 2 + 1)
+    t0 = time.perf_counter()
+    judge = load_embedded_judge(
+        batch_size=args.batch_size,
+        max_batch_tokens=args.max_batch_tokens,
+        warm_up=not args.no_warm_up,
+    )
+    load_s = time.perf_counter() - t0
+    n_params = sum(p.numel() for n, p in judge.model.named_parameters() if "embed_tokens" not in n)
+
+    # the process's first call, then the same pairs again
+    cold_q, cold_p = qs[:first], ps[:first]
+    t0 = time.perf_counter()
+    judge.abstain_prob(cold_q, cold_p)
+    cold_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    judge.abstain_prob(cold_q, cold_p)
+    warm_s = time.perf_counter() - t0
+
     threads = torch.get_num_threads()
-    cores = min(os.cpu_count() or threads, threads)
-    peak, ghz = cpu_peak_gflops(cores)
+    results = {size: SizeResult(size) for size in dict.fromkeys(args.pairs)}
 
-    def batched(share: bool):
-        def run(q: list[str], p: list[str]) -> tuple[np.ndarray, int]:
-            judge.share_passages = share
-            values = judge.abstain_prob(q, p)
+    def save() -> None:  # after every size, so that a stopped run keeps what it measured
+        if args.json is not None:
+            summary = {
+                "load_s": load_s,
+                "warm_up": not args.no_warm_up,
+                "first_call_s": cold_s,
+                "first_call_again_s": warm_s,
+                "first_call_pairs": first,
+                "threads": threads,
+                "sizes": [res.row() for res in results.values() if res.ratios],
+            }
+            args.json.write_text(json.dumps(summary, indent=1))
+
+    start, g = first, 0
+    for size, res in results.items():
+        for r in range(args.rounds):
+            q, p = qs[start : start + size], ps[start : start + size]
+            start += size
+            order = [REFERENCE, BATCHED] if g % 2 == 0 else [BATCHED, REFERENCE]
+            g += 1
+            wall, values = {}, {}
+            for m in order:
+                t0, c0 = time.perf_counter(), time.process_time()
+                if m == REFERENCE:
+                    values[m], tokens = reference_loop(judge, q, p)
+                else:
+                    values[m] = judge.abstain_prob(q, p)
+                wall[m] = time.perf_counter() - t0
+                res.wall[m] += wall[m]
+                res.cpu[m] += time.process_time() - c0
+            res.reference_tokens += tokens
             st = judge.last_stats
-            run.real += st.computed_tokens  # type: ignore[attr-defined]
-            return values, st.computed_tokens + st.padded_tokens
+            res.forward_s += st.forward_s
+            res.batches += st.batches
+            res.needed += st.computed_tokens
+            res.padded += st.padded_tokens
+            res.rows += st.rows
+            res.shared_rows += st.shared_rows
+            res.ratios.append(wall[REFERENCE] / wall[BATCHED])
+            res.diffs.append(float(np.abs(values[REFERENCE] - values[BATCHED]).max()))
+            print(
+                f"{size} pairs, round {r + 1}/{args.rounds}: reference {wall[REFERENCE]:.1f}s, "
+                f"abstain_prob {wall[BATCHED]:.1f}s ({res.ratios[-1]:.2f}x), "
+                f"{order[0]} first",
+                flush=True,
+            )
+        save()
 
-        run.real = 0  # type: ignore[attr-defined]
-        return run
-
-    methods = {
-        "reference loop": lambda q, p: reference_loop(judge, q, p),
-        "abstain_prob": batched(True),
-        "abstain_prob, no passage sharing": batched(False),
-    }
-    # warm-up (allocator, prefix cache, first-call overheads), excluded from the timings
-    reference_loop(judge, qs[:2], ps[:2])
-    judge.abstain_prob(qs[:4], ps[:4])
-
-    n = len(qs)
-    bounds = np.linspace(0, n, args.rounds + 1).astype(int)
-    wall = dict.fromkeys(methods, 0.0)
-    cpu = dict.fromkeys(methods, 0.0)
-    tokens = dict.fromkeys(methods, 0)
-    rss = dict.fromkeys(methods, 0.0)
-    values: dict[str, list[np.ndarray]] = {m: [] for m in methods}
-    ratios = []
-    names = list(methods)
-    for r in range(args.rounds):
-        lo, hi = bounds[r], bounds[r + 1]
-        order = names if r % 2 == 0 else names[::-1]
-        round_wall = {}
-        for m in order:
-            reset_peak_rss()
-            t0, c0 = time.perf_counter(), time.process_time()
-            v, t = methods[m](qs[lo:hi], ps[lo:hi])
-            round_wall[m] = time.perf_counter() - t0
-            wall[m] += round_wall[m]
-            cpu[m] += time.process_time() - c0
-            tokens[m] += t
-            rss[m] = max(rss[m], peak_rss_mib())
-            values[m].append(v)
-        ratios.append(round_wall["reference loop"] / round_wall["abstain_prob"])
-        print(
-            f"round {r + 1}/{args.rounds}: pairs {lo}-{hi}, "
-            + ", ".join(f"{m} {round_wall[m]:.1f}s" for m in names),
-            flush=True,
-        )
-
-    ref = np.concatenate(values["reference loop"])
-    rows = []
-    results = {}
-    for m in names:
-        v = np.concatenate(values[m])
-        diff = np.abs(v - ref)
-        gflops = 2 * n_params * tokens[m] / wall[m] / 1e9
-        results[m] = {
-            "pairs_per_s": n / wall[m],
-            "wall_s": wall[m],
-            "cpu_s": cpu[m],
-            "speedup": wall["reference loop"] / wall[m],
-            "max_abs_diff": float(diff.max()),
-            "max_rel_diff": float((diff / ref).max()),
-            "tokens": tokens[m],
-            "gflops": gflops,
-            "peak_fraction": gflops / peak,
-            "peak_rss_mib": rss[m],
-        }
-        res = results[m]
-        rows.append(
-            f"| {m} | {res['pairs_per_s']:.2f} | {res['wall_s']:.1f} | {res['cpu_s']:.1f} "
-            f"| {res['speedup']:.2f}x | {res['max_abs_diff']:.1e} | {res['max_rel_diff']:.1e} "
-            f"| {tokens[m]:,} | {gflops:.1f} ({100 * gflops / peak:.0f}%) | {rss[m]:.0f} |"
-        )
-    real = methods["abstain_prob"].real  # type: ignore[attr-defined]
+    table = [res.row() for res in results.values()]
     print()
     print(
-        f"{n} pairs ({args.questions} NQ questions x {{gold, next question's gold}}), "
         f"SmolLM2-135M-Instruct float32, torch {torch.__version__}, {threads} threads, "
         f"{n_params / 1e6:.1f}M non-embedding parameters; batch_size={judge.batch_size}, "
-        f"max_batch_tokens={judge.max_batch_tokens}; {args.rounds} interleaved rounds"
+        f"max_batch_tokens={judge.max_batch_tokens}; {args.rounds} rounds per size, "
+        f"alternating method order"
     )
     print(
-        f"CPU fp32 peak assumed {peak:.0f} GFLOP/s = {cores} cores x 2 FMA units x 8 lanes x "
-        f"2 flops x {ghz:.2f} GHz (/proc/cpuinfo)"
+        f"judge load {load_s:.1f}s ({'no warm-up' if args.no_warm_up else 'warm-up included'}); "
+        f"first abstain_prob call of the process {cold_s:.2f}s for {first} pairs, "
+        f"the same pairs again {warm_s:.2f}s"
     )
     print()
     print(
-        "| method | pairs/s | wall s | CPU s | speedup | max abs diff | max rel diff "
-        "| tokens run (incl. padding) | GFLOP/s (of peak) | peak RSS MiB |"
+        "| pairs | reference pairs/s | abstain_prob pairs/s | speed-up | per round "
+        "| CPU-time ratio | in forward passes | batches/call | padding share "
+        "| tokens run vs reference | sharing hit rate | max abs diff |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
-    print()
-    print(
-        f"abstain_prob ran {real:,} real tokens for {tokens['reference loop']:,} prompt tokens "
-        f"({tokens['reference loop'] / max(real, 1):.1f}x fewer); per-round speedup "
-        f"min {min(ratios):.2f}x, median {statistics.median(ratios):.2f}x, max {max(ratios):.2f}x"
-    )
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=1))
+    print("| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in table:
+        per_round = ", ".join(f"{x:.2f}" for x in row["speedup_per_round"])
+        print(
+            f"| {row['pairs']} | {row['reference_pairs_per_s']:.2f} "
+            f"| {row['batched_pairs_per_s']:.2f} | **{row['speedup']:.2f}x** | {per_round} "
+            f"| {row['speedup_cpu_time']:.2f}x "
+            f"| {100 * row['batched_forward_share']:.0f}% | {row['batches_per_call']:.1f} "
+            f"| {100 * row['padding_share']:.1f}% | {row['tokens_run_vs_reference']:.2f} "
+            f"| {100 * row['sharing_hit_rate']:.0f}% | {row['max_abs_diff']:.1e} |"
+        )
+    speedups = [row["speedup"] for row in table]
+    print(f"\nspeed-up: min {min(speedups):.2f}x, median {statistics.median(speedups):.2f}x")
 
 
 if __name__ == "__main__":

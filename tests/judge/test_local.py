@@ -166,6 +166,55 @@ def test_first_token_matches_reference_loop(judge, nq_pairs):
 
 
 @needs_model
+def test_warm_up_changes_no_values_and_keeps_the_prefix_cache(judge, nq_pairs):
+    """A judge loaded without warm-up gives the same values on its first call as the warmed
+    judge; the warm-up leaves the stats alone and keeps the prefix's key/value cache."""
+    qs, ps = nq_pairs[0][:6], nq_pairs[1][:6]
+    cold = embedded.load_embedded_judge(batch_size=8, warm_up=False)
+    assert not cold.engine._prefix_kv
+    first = cold.abstain_prob(qs, ps)
+    stats = cold.last_stats
+    truncated = cold.n_truncated
+    cold.warm_up()
+    assert cold.last_stats is stats and cold.n_truncated == truncated
+    assert list(cold.engine._prefix_kv) == [cold._abstain_template_prefix()]
+    np.testing.assert_allclose(judge.abstain_prob(qs, ps), first, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cold.abstain_prob(qs, ps), first, rtol=0, atol=1e-12)
+
+
+@needs_model
+def test_small_calls_equal_one_big_call(judge, nq_pairs):
+    qs, ps = nq_pairs
+    whole = judge.abstain_prob(qs, ps)
+    parts = np.concatenate(
+        [judge.abstain_prob(qs[i : i + 5], ps[i : i + 5]) for i in range(0, len(qs), 5)]
+    )
+    np.testing.assert_allclose(parts, whole, rtol=1e-5, atol=1e-8)
+
+
+@needs_model
+def test_stats_count_shared_rows_and_forward_time(judge, nq_pairs):
+    import time
+
+    qs, ps = nq_pairs
+    t0 = time.perf_counter()
+    judge.abstain_prob(qs, ps)
+    wall = time.perf_counter() - t0
+    stats = judge.last_stats
+    # every distinct (question, passage) pair after the first on a passage reuses its cache
+    unique = set(zip(qs, ps, strict=True))
+    passages = [p for _, p in unique if p]  # the empty passage has no segment to share
+    assert stats.shared_rows == len(passages) - len(set(passages)) > 0
+    assert 0 < stats.forward_s <= wall
+    judge.share_passages = False
+    try:
+        judge.abstain_prob(qs, ps)
+    finally:
+        judge.share_passages = True
+    assert judge.last_stats.shared_rows == 0
+
+
+@needs_model
 def test_sequence_mode_matches_teacher_forcing(judge, nq_pairs):
     qs, ps = nq_pairs
     qs, ps = qs[:3] + qs[12:14], ps[:3] + ps[12:14]  # shared passages and singletons

@@ -32,6 +32,13 @@ log = logging.getLogger(__name__)
 
 YES_WORDS = ("Yes", " Yes")
 NO_WORDS = ("No", " No")
+# warm-up pairs: two questions on one passage, so both the whole-row and the shared-passage
+# passes of the scoring engine run
+WARM_UP_PASSAGE = (
+    "The Danube flows from the Black Forest through ten countries, among them Austria and "
+    "Hungary, and reaches the Black Sea in Romania after about 2,850 kilometres."
+)
+WARM_UP_QUESTIONS = ("Where does the Danube end?", "How long is the Danube?")
 
 
 def _check_texts(values: Sequence[Any], what: str) -> list[str]:
@@ -80,6 +87,9 @@ class TransformersJudge(Judge):
         Name of a GGUF file inside ``model_id_or_path`` to de-quantise and load.
     share_passages:
         Let pairs with the same passage share its key/value cache (exact; off only to measure).
+    warm_up:
+        Run :meth:`warm_up` at the end of loading, so that the first scoring call does not pay
+        the one-off costs of the first forward passes.
     source_id:
         Identity of the weights for ``fingerprint`` instead of the (machine-specific) path.
 
@@ -103,6 +113,7 @@ class TransformersJudge(Judge):
         max_generate_tokens: int | None = None,
         share_passages: bool = True,
         source_id: str | None = None,
+        warm_up: bool = True,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -164,6 +175,8 @@ class TransformersJudge(Judge):
         self.no_ids = self._single_token_ids(NO_WORDS)
 
         self._weights = self._weights_id(source_id)
+        if warm_up:
+            self.warm_up()
 
     @property
     def batch_size(self) -> int:
@@ -256,6 +269,18 @@ class TransformersJudge(Judge):
         return self._abstain_prefix
 
     # ------------------------------------------------------------------ public API
+
+    def warm_up(self) -> None:
+        """Score two short abstention pairs that share a passage and discard the values.
+
+        Builds the abstention prefix's key/value cache (kept for later calls) and pays the
+        one-off costs of the first forward passes (thread pool start, first allocations, lazy
+        set-up of the attention paths) now rather than in the first real call. Values of later
+        calls do not depend on it; ``last_stats`` and ``n_truncated`` are left as they were.
+        """
+        stats, truncated = self.last_stats, self.n_truncated
+        self.abstain_prob(list(WARM_UP_QUESTIONS), [WARM_UP_PASSAGE] * len(WARM_UP_QUESTIONS))
+        self.last_stats, self.n_truncated = stats, truncated
 
     def abstain_prob(
         self,

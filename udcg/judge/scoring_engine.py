@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ class ForwardStats:
     computed_tokens: int = 0  # real tokens that went through the model
     padded_tokens: int = 0  # padding that went through the model
     batches: int = 0
+    shared_rows: int = 0  # rows that ran only their tail on another row's passage cache
+    forward_s: float = 0.0  # wall seconds in forward calls (on CUDA: until kernels are queued)
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int], limit: int | None = None) -> int:
@@ -202,14 +205,21 @@ class ScoringEngine:
             self._prefix_kv.move_to_end(prefix)
             return kv
         ids = torch.tensor([prefix], device=self.device)
-        out = self._decoder(input_ids=ids, use_cache=True)
+        out = self._forward(stats, input_ids=ids, use_cache=True)
         stats.computed_tokens += len(prefix)
-        stats.batches += 1
         kv = self._cache_tensors(out)
         self._prefix_kv[prefix] = kv
         while len(self._prefix_kv) > PREFIX_CACHE_SIZE:
             self._prefix_kv.popitem(last=False)
         return kv
+
+    def _forward(self, stats: ForwardStats, **inputs: Any) -> Any:
+        """One forward pass of the decoder, counted and timed in ``stats``."""
+        t0 = time.perf_counter()
+        out = self._decoder(**inputs)
+        stats.forward_s += time.perf_counter() - t0
+        stats.batches += 1
+        return out
 
     @staticmethod
     def _cache_tensors(out: Any) -> KeyValues:
@@ -256,6 +266,7 @@ class ScoringEngine:
             seg = min(seg, cap)
             if seg >= MIN_SHARED_TOKENS:
                 units.append((rows[idx[0]][plen : plen + seg], idx))
+                stats.shared_rows += len(idx) - 1
             else:
                 singles.extend(idx)
 
@@ -387,7 +398,8 @@ class ScoringEngine:
         kwargs: dict[str, Any] = {}
         if layers:
             kwargs[self._cache_kw] = self._make_cache(layers)
-        out = self._decoder(
+        out = self._forward(
+            stats,
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=pos.to(self.device),
@@ -399,7 +411,6 @@ class ScoringEngine:
         at = (lens.unsqueeze(1) - n_out + torch.arange(n_out, device=self.device)).clamp_min(0)
         gathered = hidden.gather(1, at.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
         real = sum(len(t) for t in tails)
-        stats.batches += 1
         stats.computed_tokens += real
         stats.padded_tokens += n * width - real
         if keep_kv:
