@@ -1,4 +1,6 @@
-"""``udcg weights show DIR_OR_FILE``: the card of UDCG-theta weights, checked.
+"""``udcg weights show DIR_OR_FILE``: the card of UDCG-theta weights, checked;
+``udcg weights calibrate DIR_OR_FILE CONTEXTS -o OUT [--method temperature|platt]``: the same
+weights with a recalibration of their probabilities fitted on held-out annotated contexts.
 
 Reads a weights folder (``model.safetensors`` + ``config.json``, :meth:`UDCGTheta.save_pretrained`)
 or a single-file export (``.safetensors`` + ``.json`` card) with every check of
@@ -6,6 +8,11 @@ or a single-file export (``.safetensors`` + ``.json`` card) with every check of
 judge, utility source, abstention mode, prompt hash, udcg version, gamma, the held-out
 correlations and a table of alpha and beta per position. A file that fails a check is one line
 on stderr and exit status 2.
+
+``calibrate`` reads contexts of exactly k passages with ``relevant``, the judge's utility values
+and ``outcomes[judge].correct`` (judge and utility source default to the card's; both checked
+against it), fits :meth:`UDCGTheta.calibrate`, prints ECE and Brier score before and after on
+those contexts, and writes a weights folder with the card's entries and ``calibration``.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from udcg.cli.common import run_cli
+from udcg.errors import UDCGInputError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,6 +31,25 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = commands.add_parser("show", help="print the card and verify the SHA-256")
     show.add_argument("path", metavar="DIR_OR_FILE", help="a weights folder or .safetensors file")
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="fit a recalibration of the probabilities on held-out annotated contexts",
+        description="Fit p = sigmoid(logit / T) (temperature) or sigmoid(a * logit + b) "
+        "(platt) on the contexts of exactly k passages and their outcomes[judge].correct, and "
+        "write a weights folder whose card holds it (predict_proba(..., calibrated=True)).",
+    )
+    calibrate.add_argument("path", metavar="DIR_OR_FILE", help="the weights to calibrate")
+    calibrate.add_argument("contexts", help="annotated contexts JSONL with outcomes (- stdin)")
+    calibrate.add_argument("-o", "--out", required=True, help="the calibrated weights folder")
+    calibrate.add_argument("--method", choices=["temperature", "platt"], default="temperature")
+    calibrate.add_argument(
+        "--judge-key",
+        metavar="NAME",
+        help="judge of the utilities and outcomes (default: the card's)",
+    )
+    calibrate.add_argument(
+        "--utility", choices=["abstention", "answer_likelihood"], help="default: the card's"
+    )
     return parser
 
 
@@ -58,6 +85,10 @@ def card_text(card: Mapping[str, Any], alpha: Any, beta: Any, intercept: float) 
         f"training data:   {_value(card.get('training_data_fingerprint'))}",
         f"weights SHA-256: {card.get('weights_sha256')} (verified)",
     ]
+    if card.get("calibration") is not None:
+        from udcg.theta.calibration import Calibration
+
+        lines.append(f"calibration:     {Calibration.from_dict(card['calibration']).describe()}")
     rows = [r for r in card.get("heldout") or [] if isinstance(r, Mapping)]
     if rows:
         method = str(card.get("correlation") or "spearman")
@@ -91,11 +122,49 @@ def show(path: str) -> None:
     print(card_text(weights.card, weights.alpha, weights.beta, weights.intercept))
 
 
+def calibrate(args: argparse.Namespace) -> None:
+    """Fit the recalibration, print its measures on the fitting contexts, write the folder."""
+    import numpy as np
+
+    from udcg.io.context_arrays import correctness, relevance_matrix
+    from udcg.io.contexts import read_contexts
+    from udcg.io.utility_sources import get_source
+    from udcg.io.weights import RESERVED
+    from udcg.theta import UDCGTheta
+    from udcg.theta.calibration import brier_score, expected_calibration_error
+
+    model = UDCGTheta.from_pretrained(args.path)
+    k = len(model.alpha_)
+    card = {key: value for key, value in model.card_.items() if key not in RESERVED}
+    judge = args.judge_key or card.get("judge_model")
+    if not judge:
+        raise UDCGInputError("the weights' card names no judge: pass --judge-key NAME")
+    utility = args.utility or card.get("utility", "abstention")
+    model.check_compatible(utility=utility, judge=judge)
+    contexts = [c for c in read_contexts(args.contexts) if len(c.passages) == k]
+    if not contexts:
+        raise UDCGInputError(f"no context has k={k} passages", path=args.contexts)
+    rel = np.stack(relevance_matrix(contexts))
+    u = np.stack(get_source(utility).utilities(contexts, judge))
+    correct = correctness(contexts, judge)
+    raw = model.predict_proba(rel, u)
+    model.calibrate(rel, u, correct, method=args.method)
+    tuned = model.predict_proba(rel, u, calibrated=True)
+    model.save_pretrained(args.out, card=card)
+    print(f"calibration: {model.calibration_.describe()}")
+    for name, measure in (("ECE", expected_calibration_error), ("Brier", brier_score)):
+        before, after = measure(raw, correct), measure(tuned, correct)
+        print(f"{name + ':':<7}{before:.4f} -> {after:.4f} (on the fitting contexts)")
+    print(f"weights: {args.out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake or a file that fails a
     check)."""
     args = _parser().parse_args(argv)
-    return run_cli("udcg weights", lambda: show(args.path))
+    return run_cli(
+        "udcg weights", lambda: show(args.path) if args.action == "show" else calibrate(args)
+    )
 
 
 if __name__ == "__main__":

@@ -89,6 +89,17 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _calibration(value: Any) -> str:
+    """``method name=value, ... (N contexts)`` of a card's ``calibration``, or ``none``."""
+    if not isinstance(value, Mapping):
+        return "none"
+    params = value.get("parameters")
+    pairs = (
+        ", ".join(f"{k}={v:.6g}" for k, v in params.items()) if isinstance(params, Mapping) else ""
+    )
+    return f"{value.get('method')} {pairs} ({value.get('n_contexts')} contexts)"
+
+
 def _rows(card: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = card.get("heldout")
     return [r for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
@@ -123,6 +134,7 @@ def render(card: Mapping[str, Any], alpha: Sequence[float], beta: Sequence[float
         "judge serving": json.dumps(serving, sort_keys=True) if serving else None,
         "generator": card.get("generator"),
         "gamma": card.get("gamma"),
+        "calibration": _calibration(card.get("calibration")),
         "udcg version": card.get("udcg_version"),
         "weights SHA-256": card.get("weights_sha256"),
     }

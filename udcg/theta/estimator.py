@@ -49,6 +49,8 @@ from udcg.io.weights import (
 )
 from udcg.metrics._arrays import as_fixed
 from udcg.metrics.udcg import udcg_terms
+from udcg.theta.calibration import METHODS, Calibration, fit_platt, fit_temperature
+from udcg.theta.ordering import best_assignment
 from udcg.validation import binary_vector, positive_int, query_codes, show
 
 __all__ = [
@@ -219,7 +221,8 @@ class UDCGTheta:
     (0.0 when ``bias=False``), ``n_iter_`` (optimizer iterations), ``history_``
     (``{"train_loss": [...], "val_loss": [...]}`` per epoch: training objective, validation
     BCE), ``split_`` (``(train_idx, val_idx)`` context indices), ``converged_``,
-    ``early_stopped_``.
+    ``early_stopped_``, ``calibration_`` (a :class:`udcg.theta.calibration.Calibration` from
+    :meth:`calibrate` or the card, else None).
     """
 
     def __init__(
@@ -394,6 +397,7 @@ class UDCGTheta:
         self.split_ = (train_idx, val_idx)
         self.converged_ = outcome.converged
         self.early_stopped_ = outcome.early_stopped
+        self.calibration_ = None
         if not (outcome.converged or outcome.early_stopped):
             warnings.warn(
                 f"UDCG-theta training stopped at max_epochs={params['max_epochs']} before "
@@ -417,9 +421,62 @@ class UDCGTheta:
         w = np.concatenate([self.alpha_, self.beta_])
         return x @ w + self.intercept_
 
-    def predict_proba(self, relevant: Any, utility: Any) -> np.ndarray:
-        """UDCG-theta per context: ``sigmoid(decision_function)``, a 1-D array in (0, 1)."""
-        return expit(self.decision_function(relevant, utility))
+    def predict_proba(self, relevant: Any, utility: Any, calibrated: bool = False) -> np.ndarray:
+        """UDCG-theta per context: ``sigmoid(decision_function)``, a 1-D array in (0, 1);
+        ``calibrated=True``: the recalibration fitted by :meth:`calibrate` applied to the
+        logits instead (an error when there is none)."""
+        logits = self.decision_function(relevant, utility)
+        if not calibrated:
+            return expit(logits)
+        if getattr(self, "calibration_", None) is None:
+            raise UDCGInputError(
+                "these weights carry no calibration; call calibrate() first", field="calibrated"
+            )
+        return self.calibration_.apply(logits)
+
+    def calibrate(
+        self, relevant: Any, utility: Any, correct: Any, method: str = "temperature"
+    ) -> UDCGTheta:
+        """Fit a recalibration of the logits on contexts ``[n, k]`` and their 0/1 correctness
+        (held out from training): ``"temperature"`` ``p = sigmoid(logit / T)`` or ``"platt"``
+        ``p = sigmoid(a * logit + b)`` (:mod:`udcg.theta.calibration`). Sets ``calibration_``,
+        used by ``predict_proba(..., calibrated=True)`` and saved in the card (``calibration``:
+        method, parameters, number of contexts)."""
+        if method not in METHODS:
+            raise UDCGInputError(
+                f"unknown method {method!r}; expected one of {', '.join(METHODS)}", field="method"
+            )
+        logits = self.decision_function(relevant, utility)
+        fit = fit_temperature if method == "temperature" else fit_platt
+        self.calibration_ = fit(logits, correct)
+        return self
+
+    def best_order(self, relevant: Any, utility: Any) -> tuple[np.ndarray, float]:
+        """``(order, probability)`` for ONE context of ``m <= k`` passages (1-D ``relevant`` and
+        ``utility``): the permutation of its passages maximising :meth:`predict_proba` (the
+        context zero-padded to k), and that probability
+        (:func:`udcg.theta.ordering.best_assignment`; ties to the given order)."""
+        self._check_fitted()
+        n = np.shape(relevant)[0] if np.ndim(relevant) == 1 else -1
+        if n > len(self.alpha_):
+            raise UDCGInputError(
+                f"the context has {n} passages but the weights are for k={len(self.alpha_)}; "
+                "use best_context to choose k of them",
+                field="relevant",
+            )
+        return self.best_context(relevant, utility)
+
+    def best_context(
+        self, relevant: Any, utility: Any, k: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """``(indices, probability)`` for ONE query's n candidates (1-D ``relevant`` and
+        ``utility``): the ``min(k, n)`` candidates placed at positions 1..min(k, n) that
+        maximise :meth:`predict_proba` (``k`` defaults to the weights' k and may not exceed
+        it), and that (uncalibrated) probability (:func:`udcg.theta.ordering.best_assignment`;
+        ties to the lower candidate index, earlier position first)."""
+        self._check_fitted()
+        order, logit = best_assignment(self.alpha_, self.beta_, relevant, utility, k)
+        return order, float(expit(logit + self.intercept_))
 
     # ----------------------------------------------------------------------------------------
     # persistence
@@ -437,7 +494,7 @@ class UDCGTheta:
         weights = ThetaWeights(
             self.alpha_, self.beta_, float(self.intercept_), bool(self.bias), float(self.l2)
         )
-        return write_weights(path, weights, card)
+        return write_weights(path, weights, self._card(card))
 
     @classmethod
     def load(cls, path: str | PathLike[str], k: int | None = None) -> UDCGTheta:
@@ -447,7 +504,8 @@ class UDCGTheta:
         ``k``: the list size the caller's data has; an error if the weights are for another.
         A missing or corrupted file, a card that does not describe the weights, or a card of
         another format raise :class:`UDCGInputError` (:func:`udcg.io.weights.read_weights`).
-        The card's entries are in ``card_``.
+        The card's entries are in ``card_``; its ``calibration`` entry, if any, in
+        ``calibration_``.
         """
         weights = read_weights(path, k)
         model = cls(k=weights.k, bias=weights.bias, l2=weights.l2)
@@ -455,6 +513,11 @@ class UDCGTheta:
         model.beta_ = weights.beta
         model.intercept_ = weights.intercept
         model.card_ = weights.card
+        if weights.card.get("calibration") is not None:
+            try:
+                model.calibration_ = Calibration.from_dict(weights.card["calibration"])
+            except UDCGInputError as exc:
+                raise UDCGInputError(exc.reason, path=weights.path, field=exc.field) from None
         return model
 
     def save_pretrained(
@@ -469,7 +532,13 @@ class UDCGTheta:
         weights = ThetaWeights(
             self.alpha_, self.beta_, float(self.intercept_), bool(self.bias), float(self.l2)
         )
-        return write_pretrained(directory, weights, pretrained_config(card))
+        return write_pretrained(directory, weights, pretrained_config(self._card(card)))
+
+    def _card(self, card: Mapping[str, Any] | None) -> dict[str, Any]:
+        """``card``'s entries with ``calibration`` (:meth:`calibrate`) when there is one."""
+        calibration = getattr(self, "calibration_", None)
+        extra = {} if calibration is None else {"calibration": calibration.to_dict()}
+        return {**dict(card or {}), **extra}
 
     def check_compatible(self, allow_mismatch: Any = (), **applied: Any) -> list[str]:
         """Refuse these weights for data they were not fitted for: ``applied`` gives what the
