@@ -174,6 +174,24 @@ BAD_OPTIONS = {
         "Hugging Face cache, and offline mode is on (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE): "
         "give a local path or download the model first",
     ),
+    "evaluate order": (
+        "evaluate.py",
+        ["order=nope"],
+        "evaluate.py: error: field 'order': must be one of theta, retriever, reversed, ends, "
+        "gold_first, got 'nope'",
+    ),
+    "order=theta without weights": (
+        "evaluate.py",
+        ["order=theta"],
+        "evaluate.py: error: field 'theta_weights': order=theta needs UDCG-theta weights: set "
+        "theta_weights=... (train.py) or theta_crossfit=true",
+    ),
+    "train calibration": (
+        "train.py",
+        ["calibration=isotonic"],
+        "train.py: error: field 'calibration': must be one of none, temperature, platt, got "
+        "'isotonic'",
+    ),
 }
 
 

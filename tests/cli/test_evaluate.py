@@ -3,6 +3,7 @@ summary, and one test per bad configuration."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -20,9 +21,11 @@ from sklearn.metrics import ndcg_score
 
 from udcg import metrics
 from udcg.cli.evaluate import main, run_evaluate
+from udcg.cli.hydra_config import plain
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
 from udcg.judge.base import Judge
+from udcg.pipeline.stages import stage_key
 from udcg.pipeline.sweep import write_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -404,3 +407,266 @@ def test_allow_mismatch_names_known_fields() -> None:
         EvaluateSettings(allow_mismatch=["judges"])
     with pytest.raises(UDCGInputError, match="must be a list of fields"):
         EvaluateSettings(allow_mismatch="judge")
+
+
+# ------------------------------------------------------------------------ order=...
+
+
+def _stage(tmp_path: Path, stage: str) -> list[list[Context]]:
+    """The contexts of every cached ``stage`` file."""
+    return [list(read_contexts(p)) for p in sorted((tmp_path / "cache").glob(f"{stage}-*"))]
+
+
+def _answered(tmp_path: Path, run_suffix: str) -> dict[str, Context]:
+    """The answered contexts of the annotate stage whose run name ends with ``run_suffix``."""
+    for contexts in _stage(tmp_path, "annotate"):
+        if contexts[0].run.endswith(run_suffix) and contexts[0].outcomes:
+            return {c.qid: c for c in contexts}
+    raise AssertionError(f"no answered contexts of run *{run_suffix}")
+
+
+def test_order_retriever_is_the_plain_run(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    plain_report, _ = run_evaluate(evaluate_config("dataset.limit=8", "judge=fake"), tmp_path / "a")
+    cfg = evaluate_config("dataset.limit=8", "judge=fake", "order=retriever", "order_candidates=9")
+    report, files = run_evaluate(cfg, tmp_path / "b")
+    assert report["setup"]["cached_stages"] == ["retrieve", "annotate"]  # the same stages
+    assert "ordering" not in report and "calibration" not in report
+    assert "reliability.png" not in {f.name for f in files}
+    for key in ("means", "correlations", "paired_tests", "accuracy_by_gold_position", "notes"):
+        assert report[key] == plain_report[key]
+    (retrieved,) = _stage(tmp_path, "retrieve")
+    assert all(len(c.passages) == 3 for c in retrieved)
+    # the retrieve stage keeps the key of runs made before orderings existed: their caches serve
+    key = stage_key(plain(cfg.dataset), plain(cfg.retriever), 3)
+    assert (tmp_path / "cache" / f"retrieve-{key}.jsonl.gz").is_file()
+
+
+def _random_theta(k: int, seed: int = 0):
+    from udcg.theta import UDCGTheta
+
+    rng = np.random.default_rng(seed)
+    rel, util = (rng.random((80, k)) < 0.5).astype(float), rng.random((80, k))
+    correct = (rng.random(80) < 0.2 + 0.6 * (rel * util)[:, 0]).astype(float)
+    return UDCGTheta(k=k, val_fraction=0.0).fit(rel, util, correct)
+
+
+def test_order_theta_chooses_the_best_context_of_the_candidates(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    model = _random_theta(3)
+    model.save(tmp_path / "w.safetensors")
+    cfg = evaluate_config(
+        "dataset.limit=10",
+        "judge=fake",
+        "order=theta",
+        "order_candidates=6",
+        f"theta_weights={tmp_path / 'w.safetensors'}",
+    )
+    report, _ = run_evaluate(cfg, tmp_path / "out")
+    (candidates,) = _stage(tmp_path, "retrieve")
+    chosen = _answered(tmp_path, "order=theta")
+    baseline = _answered(tmp_path, "bm25")
+    best_probs, base_probs = [], []
+    for cand in candidates:
+        assert len(cand.passages) == 6
+        rel = np.array([float(p.relevant) for p in cand.passages])
+        util = np.array([1 - WordJudge.prob(cand.question, p.text) for p in cand.passages])
+        # brute force over every ordered choice of 3 of the 6, first (lexicographic) best wins
+        perms = list(itertools.permutations(range(6), 3))
+        probs = model.predict_proba(np.array([rel[list(p)] for p in perms]), util[list(perms)])
+        best = perms[int(np.flatnonzero(probs >= probs.max() - 1e-12)[0])]
+        got = [p.doc_id for p in chosen[cand.qid].passages]
+        assert got == [cand.passages[i].doc_id for i in best]
+        best_probs.append(probs.max())
+        base_probs.append(probs[perms.index((0, 1, 2))])
+        assert [p.doc_id for p in baseline[cand.qid].passages] == [
+            p.doc_id for p in cand.passages[:3]
+        ]
+    ordering = report["ordering"]
+    assert ordering["mean_theta"] == pytest.approx(np.mean(best_probs))
+    assert ordering["retriever_mean_theta"] == pytest.approx(np.mean(base_probs))
+    ok = np.array([float(chosen[c.qid].outcomes["fake"]["correct"]) for c in candidates])
+    base_ok = np.array([float(baseline[c.qid].outcomes["fake"]["correct"]) for c in candidates])
+    assert ordering["accuracy"] == report["setup"]["accuracy"] == pytest.approx(ok.mean())
+    assert ordering["retriever_accuracy"] == pytest.approx(base_ok.mean())
+    assert ordering["difference"] == pytest.approx(ok.mean() - base_ok.mean())
+    assert "## Context order: theta vs. retriever order" in (tmp_path / "out/report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [("reversed", [2, 1, 0]), ("ends", [0, 2, 1]), ("gold_first", None)],
+)
+def test_heuristic_orders(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config, order: str, expected
+) -> None:
+    cfg = evaluate_config("dataset.limit=6", "judge=fake", f"order={order}", "order_candidates=5")
+    report, _ = run_evaluate(cfg, tmp_path / "out")
+    (candidates,) = _stage(tmp_path, "retrieve")
+    chosen = _answered(tmp_path, f"order={order}")
+    for cand in candidates:
+        if expected is None:  # relevant candidates first, then the rest, each as ranked
+            ranked = sorted(range(5), key=lambda i: not cand.passages[i].relevant)[:3]
+        else:
+            ranked = expected
+        got = [p.doc_id for p in chosen[cand.qid].passages]
+        assert got == [cand.passages[i].doc_id for i in ranked]
+    assert report["ordering"]["mean_theta"] is None  # no weights, not cross-fitted
+
+
+def test_order_theta_crossfit_chooses_with_the_other_half(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    from udcg.theta import UDCGTheta, split_by_query
+
+    cfg = evaluate_config(
+        "dataset.limit=12", "judge=fake", "k=2", "order=theta", "theta_crossfit=true"
+    )
+    with pytest.warns(UDCGWarning):
+        report, files = run_evaluate(cfg, tmp_path / "out")
+    (candidates,) = _stage(tmp_path, "retrieve")
+    baseline = _answered(tmp_path, "bm25")
+    chosen = _answered(tmp_path, "order=theta")
+    qids = np.array([c.qid for c in candidates], dtype=object)
+    rel = np.array([[float(p.relevant) for p in baseline[q].passages] for q in qids])
+    util = np.array(
+        [
+            [1 - WordJudge.prob(baseline[q].question, p.text) for p in baseline[q].passages]
+            for q in qids
+        ]
+    )
+    correct = np.array([float(baseline[q].outcomes["fake"]["correct"]) for q in qids])
+    first, second = split_by_query(qids, 0.5, 0)
+    for fit, apply in ((first, second), (second, first)):
+        model = UDCGTheta(2, val_fraction=0.0).fit(rel[fit], util[fit], correct[fit])
+        for i in apply:
+            cand = candidates[i]
+            r = np.array([float(p.relevant) for p in cand.passages])
+            u = np.array([1 - WordJudge.prob(cand.question, p.text) for p in cand.passages])
+            perms = list(itertools.permutations(range(len(r)), 2))
+            probs = model.predict_proba(r[list(perms)], u[list(perms)])
+            best = perms[int(np.flatnonzero(probs >= probs.max() - 1e-9)[0])]
+            got = [p.doc_id for p in chosen[cand.qid].passages]
+            assert got == [cand.passages[j].doc_id for j in best]
+    assert report["ordering"]["theta"] == "cross-fitted"
+    assert tmp_path / "out" / "reliability.png" in files
+
+
+def test_calibration_report_is_the_calibration_functions_on_held_out_predictions(
+    tmp_path: Path, evaluate_config
+) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    from udcg.theta import split_by_query
+    from udcg.theta.calibration import (
+        bootstrap_ci,
+        brier_score,
+        expected_calibration_error,
+        fit_score_calibration,
+        forecast_accuracy,
+    )
+
+    udcg_values, correct = _annotated(tmp_path / "in.jsonl")
+    contexts = list(read_contexts(tmp_path / "in.jsonl"))
+    cfg = evaluate_config(
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'in.jsonl'}",
+        "retriever=given",
+        "judge=m",
+        "theta_crossfit=true",
+        "n_bootstrap=200",
+    )
+    with pytest.warns(UDCGWarning):
+        report, files = run_evaluate(cfg, tmp_path / "out")
+    qids = np.array([c.qid for c in contexts], dtype=object)
+    rel = np.array([[float(p.relevant) for p in c.passages] for c in contexts])
+    util = np.array([[1 - p.abstain_prob["m"] for p in c.passages] for c in contexts])
+    features = np.hstack([rel * util, (1 - rel) * util])
+    theta = np.empty(len(qids))
+    udcg_cal = np.empty(len(qids))
+    first, second = split_by_query(qids, 0.5, 0)
+    for fit, apply in ((first, second), (second, first)):
+        lr = LogisticRegression(C=np.inf, fit_intercept=False, tol=1e-10, max_iter=10000).fit(
+            features[fit], correct[fit]
+        )
+        theta[apply] = lr.predict_proba(features[apply])[:, 1]
+        udcg_cal[apply] = fit_score_calibration(udcg_values[fit], correct[fit]).apply(
+            udcg_values[apply]
+        )
+    cal = report["calibration"]
+    assert set(cal) == {"UDCG-theta (cross-fitted)", "UDCG (calibrated, cross-fitted)"}
+    for name, prob, tol in (
+        ("UDCG-theta (cross-fitted)", theta, 2e-3),
+        ("UDCG (calibrated, cross-fitted)", udcg_cal, 1e-9),
+    ):
+        for key, statistic in (("brier", brier_score), ("ece", expected_calibration_error)):
+            value, low, high = bootstrap_ci(statistic, prob, correct, groups=qids, n_resamples=200)
+            assert cal[name][key]["value"] == pytest.approx(value, abs=tol)
+            assert cal[name][key]["ci95"] == pytest.approx([low, high], abs=tol)
+        expected = forecast_accuracy(prob, correct, n_resamples=200, seed=0, groups=qids)
+        assert cal[name]["forecast"]["forecast"] == pytest.approx(prob.mean(), abs=tol)
+        assert cal[name]["forecast"]["measured"] == pytest.approx(correct.mean())
+        assert cal[name]["forecast"]["forecast_ci"] == pytest.approx(
+            expected["forecast_ci"], abs=tol
+        )
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Calibration of held-out probabilities" in md
+    assert tmp_path / "out" / "reliability.png" in files
+    assert (tmp_path / "out" / "reliability.png").stat().st_size > 0
+
+
+def test_sweep_summary_of_orderings(tmp_path: Path, fake_judge: WordJudge, evaluate_config) -> None:
+    orders = ["retriever", "reversed", "gold_first"]
+    for i, order in enumerate(orders):
+        cfg = evaluate_config("dataset.limit=8", "judge=fake", f"order={order}")
+        run_evaluate(cfg, tmp_path / "sweep" / f"{i}-bm25")
+    text = write_summary(tmp_path / "sweep").read_text()
+    summary = json.loads((tmp_path / "sweep" / "sweep_summary.json").read_text())
+    rows = {r["run"]: r for r in summary["orderings"]}
+    assert set(rows) == {f"order={o}" for o in orders}
+    reports = {
+        o: json.loads((tmp_path / "sweep" / f"{i}-bm25" / "report.json").read_text())
+        for i, o in enumerate(orders)
+    }
+    base = reports["retriever"]["setup"]["accuracy"]
+    for order in orders:
+        row = rows[f"order={order}"]
+        assert row["accuracy"] == reports[order]["setup"]["accuracy"]
+        assert row["retriever_accuracy"] == pytest.approx(base)  # the same questions' top-k
+        assert row["difference"] == pytest.approx(row["accuracy"] - base)
+    assert "## Context orderings vs. the retriever order" in text
+    assert "forecasts" not in summary  # no UDCG-theta, no forecast
+
+
+def test_weights_with_a_recalibration_are_reported_both_ways(
+    tmp_path: Path, evaluate_config
+) -> None:
+    from udcg.theta.calibration import brier_score, expected_calibration_error
+    from udcg.theta.simulate import simulate_arrays
+
+    _, correct = _annotated(tmp_path / "in.jsonl")
+    contexts = list(read_contexts(tmp_path / "in.jsonl"))
+    rel = np.array([[float(p.relevant) for p in c.passages] for c in contexts])
+    util = np.array([[1 - p.abstain_prob["m"] for p in c.passages] for c in contexts])
+    model = _random_theta(3, seed=1)
+    held_out = simulate_arrays(200, 3, seed=5)  # a recalibration fitted on other data
+    model.calibrate(*held_out, "platt")
+    model.save(tmp_path / "w.safetensors")
+    cfg = evaluate_config(
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'in.jsonl'}",
+        "retriever=given",
+        "judge=m",
+        f"theta_weights={tmp_path / 'w.safetensors'}",
+    )
+    report, _ = run_evaluate(cfg, tmp_path / "out")
+    cal = report["calibration"]
+    for name, prob in (
+        ("UDCG-theta", model.predict_proba(rel, util)),
+        ("UDCG-theta (recalibrated)", model.predict_proba(rel, util, calibrated=True)),
+    ):
+        assert cal[name]["brier"]["value"] == pytest.approx(brier_score(prob, correct))
+        assert cal[name]["ece"]["value"] == pytest.approx(expected_calibration_error(prob, correct))
+        assert cal[name]["forecast"]["forecast"] == pytest.approx(prob.mean())

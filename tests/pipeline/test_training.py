@@ -203,3 +203,48 @@ def test_the_card_stores_the_tuned_gamma_as_a_clean_decimal(tmp_path: Path) -> N
 def test_settings_and_model_of_another_k_are_refused() -> None:
     with pytest.raises(UDCGInputError, match=r"^field 'model\.k': the model is for k=3, not k=4$"):
         train(simulate(10, 4), UDCGTheta(3), _settings(4))
+
+
+@pytest.mark.parametrize("method", ["platt", "temperature"])
+def test_calibration_is_fitted_on_the_held_out_queries_and_stored(
+    tmp_path: Path, method: str
+) -> None:
+    from scipy.optimize import minimize_scalar
+    from sklearn.linear_model import LogisticRegression
+
+    from udcg.theta import split_by_query
+
+    contexts = simulate(80, 3, seed=4)
+    model = UDCGTheta(3)
+    report = train(contexts, model, _settings(3, calibration=method), export_dir=tmp_path)
+    data = select(contexts, 3, "sim").data
+    _, test = split_by_query(data.qids, 0.3, 0)
+    logits = model.decision_function(data.relevant[test], data.utility[test])
+    y = data.correct[test]
+    if method == "platt":  # the unpenalised logistic regression of correct on the logit
+        lr = LogisticRegression(C=np.inf, tol=1e-12, max_iter=10000).fit(logits[:, None], y)
+        expected = {"a": lr.coef_[0, 0], "b": lr.intercept_[0]}
+    else:  # maximum likelihood of sigmoid(logit / T)
+
+        def nll(t: float) -> float:
+            p = np.clip(1 / (1 + np.exp(-logits / t)), 1e-15, 1 - 1e-15)
+            return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).sum())
+
+        expected = {"temperature": minimize_scalar(nll, bounds=(0.05, 20), method="bounded").x}
+    assert report.calibration is not None and report.calibration.startswith(method)
+    for loaded in (
+        UDCGTheta.from_pretrained(tmp_path / "udcg_theta_k3", k=3),
+        UDCGTheta.load(tmp_path / "udcg_theta_k3.safetensors", k=3),
+    ):
+        stored = loaded.calibration_.to_dict()
+        assert stored["method"] == method and stored["n_contexts"] == len(test)
+        assert stored["parameters"] == pytest.approx(expected, rel=1e-3, abs=1e-4)
+    card = json.loads((tmp_path / "udcg_theta_k3.json").read_text())
+    assert card["calibration"]["method"] == method
+
+
+def test_no_calibration_by_default(tmp_path: Path) -> None:
+    train(simulate(40, 3, seed=4), UDCGTheta(3), _settings(3), export_dir=tmp_path)
+    loaded = UDCGTheta.load(tmp_path / "udcg_theta_k3.safetensors", k=3)
+    assert getattr(loaded, "calibration_", None) is None
+    assert "calibration" not in json.loads((tmp_path / "udcg_theta_k3.json").read_text())

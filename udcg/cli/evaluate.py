@@ -25,8 +25,9 @@ from udcg.cli.hydra_config import (
     run_hydra,
     run_job,
 )
-from udcg.pipeline.compare import show_correlation
+from udcg.pipeline.compare import show_correlation, show_interval
 from udcg.pipeline.evaluation import GIVEN, evaluate
+from udcg.pipeline.report import show_forecast
 
 
 def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Path]]:
@@ -46,7 +47,9 @@ def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], lis
 
 
 def show_summary(report: dict[str, Any], files: list[Path]) -> None:
-    """Print the setup, each metric's correlation with correctness and the report's files."""
+    """Print the setup, each metric's correlation with correctness, the ordering against the
+    retriever order and the accuracy forecasts (when the run has them) and the report's
+    files."""
     setup = report["setup"]
     method = report["config"]["correlation"]
     print(
@@ -56,6 +59,16 @@ def show_summary(report: dict[str, Any], files: list[Path]) -> None:
     for row in report["correlations"]:
         value = show_correlation(row[method], row["undefined"])
         print(f"  {row['metric']:<12} {method} {value}")
+    ordering = report.get("ordering")
+    if ordering is not None:
+        print(
+            f"order={ordering['order']}: accuracy {ordering['accuracy']:.3f} vs. retriever order "
+            f"{ordering['retriever_accuracy']:.3f} on the same questions, difference "
+            f"{ordering['difference']:+.3f} {show_interval(*ordering['difference_ci95'])}"
+        )
+    for name, entry in report.get("calibration", {}).items():
+        forecast, measured, difference = show_forecast(entry["forecast"])
+        print(f"forecast by {name}: {forecast} (measured {measured}, difference {difference})")
     print("report: " + ", ".join(str(f) for f in files))
 
 

@@ -63,6 +63,8 @@ def show_report(report: TrainReport) -> None:
         f"({report.n_test_queries} queries); tuned gamma = {report.gamma:.3f}"
     )
     print(format_table(report.rows))
+    if report.calibration is not None:
+        print(f"calibration: {report.calibration}, on the held-out queries (stored in the card)")
     print(f"weights: {report.weights_path}\nplot:    {report.plot_path}")
     print(f"folder:  {report.model_dir} (UDCGTheta.from_pretrained, udcg weights show)")
 

@@ -13,16 +13,19 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from udcg.errors import UDCGInputError
+from udcg.io.contexts import Context
 from udcg.io.weights import check_compatible
 from udcg.judge.prompts import prompt_record
 from udcg.judge.spec import PRECOMPUTED
 from udcg.pipeline import correlate, report
+from udcg.pipeline.calibration_report import calibration_report
 from udcg.pipeline.datasets import Dataset
+from udcg.pipeline.ordering import compare_orders, order_contexts
 from udcg.pipeline.scoring import score_contexts
 from udcg.pipeline.settings import EvaluateSettings
 from udcg.pipeline.stages import (
     StageCache,
-    annotate_contexts,
+    annotate_stage,
     missing_steps,
     needs_coverage,
     retrieve_contexts,
@@ -108,12 +111,16 @@ def connect_judge(settings: EvaluateSettings) -> CachedJudge:
     stops the run at once (:func:`check_hub_judge`), and so does a server that does not
     answer."""
     from udcg.judge import open_judge
+    from udcg.judge.ray_engine import engine_options
 
     spec = settings.judge
     try:
         check_hub_judge(spec)
-        return open_judge(spec, settings.judge_name, settings.judge_options, settings.judge_cache)
-    except UDCGInputError:
+        engine = engine_options(settings.engine, settings.ray)
+        return open_judge(
+            spec, settings.judge_name, settings.judge_options, settings.judge_cache, engine
+        )
+    except (UDCGInputError, ModuleNotFoundError):  # a missing extra is named by the command
         raise
     except Exception as exc:  # any other backend failure: a bad model, a bad file, ...
         raise UDCGInputError(
@@ -125,6 +132,15 @@ def _settings_json(settings: EvaluateSettings) -> dict[str, Any]:
     out = dict(vars(settings))
     out["cache_dir"] = str(out["cache_dir"])
     return out
+
+
+def _calibration(table: Any, settings: EvaluateSettings, theta: Any) -> dict[str, Any]:
+    """``{"calibration": ...}`` for a run with UDCG-theta
+    (:func:`udcg.pipeline.calibration_report.calibration_report`; its notes join the table's),
+    else nothing."""
+    found, notes = calibration_report(table, settings.n_bootstrap, settings.seed, theta)
+    table.notes.extend(notes)
+    return {} if found is None else {"calibration": found}
 
 
 def _run_name(name: str, retriever: Any) -> str:
@@ -167,8 +183,14 @@ def evaluate(
             else "retriever=given needs retrieved contexts (dataset=jsonl, reference or trec)",
             field="retriever",
         )
+    if given and settings.order != "retriever":
+        raise UDCGInputError(
+            f"order={settings.order} chooses from a retriever's candidates: not with "
+            "retriever=given",
+            field="order",
+        )
     if not given:
-        check_depth(k, dataset.corpus)
+        check_depth(settings.candidates, dataset.corpus)
     # the prompt and mode this pipeline annotates with; a precomputed judge's are unknown
     own_labels = not settings.judge.startswith(PRECOMPUTED)
     theta, theta_notes = load_theta(
@@ -190,39 +212,27 @@ def evaluate(
         else:
             name, searcher = retriever
             name = _run_name(name, searcher)
-            key = stage_key(*stage_id, k)
+            depth = settings.candidates
+            key = stage_key(*stage_id, depth)
             contexts = cache.run(
-                "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, k)
+                "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, depth)
             )
         bar.update(task, advance=1, description="annotate")
         label_key = settings.judge_key
-        steps = missing_steps(contexts, label_key, settings.utility, settings.relevance)
-        if steps or (settings.qcare and needs_coverage(contexts)):
+
+        def annotate(contexts: list[Context], steps: list[str]) -> list[Context]:
+            nonlocal judge
             if judge is None:
                 judge = connect_judge(settings)
-            key = stage_key(
-                [c.to_json() for c in contexts],
-                judge.fingerprint,
-                label_key,
-                steps,
-                settings.relevance,
-                settings.grader,
-                settings.max_new_tokens,
-                settings.qcare,
-            )
-            contexts = cache.run(
-                "annotate",
-                key,
-                lambda: annotate_contexts(
-                    contexts,
-                    judge,
-                    steps,
-                    settings.relevance,
-                    settings.grader,
-                    settings.max_new_tokens,
-                    settings.qcare,
-                ),
-            )
+            return annotate_stage(cache, contexts, judge, steps, settings)
+
+        ordered = None
+        if settings.order != "retriever":
+            ordered = order_contexts(contexts, settings, annotate, theta)
+            contexts = ordered.chosen
+        steps = missing_steps(contexts, label_key, settings.utility, settings.relevance)
+        if steps or (settings.qcare and needs_coverage(contexts)):
+            contexts = annotate(contexts, steps)
         bar.update(task, advance=1, description="score")
         table = score_contexts(
             contexts,
@@ -248,6 +258,7 @@ def evaluate(
             "setup": {
                 "dataset": dataset.name,
                 "run": name,
+                "order": settings.order,
                 "k": k,
                 "judge": label_key,
                 "utility": settings.utility,
@@ -269,9 +280,12 @@ def evaluate(
             "accuracy_by_gold_position": correlate.accuracy_by_gold_position(
                 table.relevant, table.correct
             ),
+            **({} if ordered is None else {"ordering": compare_orders(ordered, settings)}),
+            **_calibration(table, settings, theta),
             "notes": [
                 *dataset.notes,
                 *table.notes,
+                *(ordered.notes if ordered is not None else []),
                 *(f"UDCG-theta weights: {note}" for note in theta_notes),
             ],
         }

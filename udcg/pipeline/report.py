@@ -48,6 +48,8 @@ def markdown(report: dict[str, Any]) -> str:
     for row in report["accuracy_by_gold_position"]:
         pos = row["position"] if row["position"] is not None else "none"
         lines.append(f"| {pos} | {row['n']} | {row['accuracy']:.3f} |")
+    lines += ordering_markdown(report.get("ordering"))
+    lines += calibration_markdown(report.get("calibration"))
     tests = [t for t in report["paired_tests"] if t["p_value"] is not None and t["p_value"] < 0.05]
     lines += ["", "## Paired bootstrap tests (A correlates better than B, p < 0.05)", ""]
     if tests:
@@ -115,10 +117,95 @@ def plot_gold_position(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def show_optional(x: float | None) -> str:
+    """``0.412``, or ``n/a`` for a value the run does not have."""
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def ordering_markdown(ordering: dict[str, Any] | None) -> list[str]:
+    """The report's lines on an ``order=...`` run: the ordering against the retriever order of
+    the same questions (nothing for ``order=retriever``)."""
+    if ordering is None:
+        return []
+    low, high = ordering["difference_ci95"]
+    theta, description = ordering["theta"], ordering["description"]
+    return [
+        "",
+        f"## Context order: {ordering['order']} vs. retriever order",
+        "",
+        f"{description[:1].upper()}{description[1:]}; {ordering['candidates']} candidates "
+        f"per question, {ordering['changed']} of {ordering['n_queries']} contexts differ from the "
+        "retriever's top-k as ranked.",
+        "",
+        "| contexts | accuracy | mean UDCG-theta |",
+        "| --- | ---: | ---: |",
+        f"| {ordering['order']} | {ordering['accuracy']:.3f} | "
+        f"{show_optional(ordering['mean_theta'])} |",
+        f"| retriever order | {ordering['retriever_accuracy']:.3f} | "
+        f"{show_optional(ordering['retriever_mean_theta'])} |",
+        "",
+        f"Paired difference (ordering - retriever order): {ordering['difference']:+.3f} "
+        f"{show_interval(low, high)} (95% bootstrap CI over questions)"
+        + ("" if theta is None else f"; UDCG-theta {theta}, never fitted on the question")
+        + ".",
+    ]
+
+
+def with_interval(value: float, ci95: list[float]) -> str:
+    """``0.412 [0.350, 0.470]``."""
+    return f"{value:.3f} [{ci95[0]:.3f}, {ci95[1]:.3f}]"
+
+
+def show_forecast(forecast: dict[str, Any]) -> list[str]:
+    """The forecast, the measured accuracy and their difference, each with its 95% CI."""
+    return [
+        with_interval(forecast["forecast"], forecast["forecast_ci"]),
+        with_interval(forecast["measured"], forecast["measured_ci"]),
+        f"{forecast['difference']:+.3f} {show_interval(*forecast['difference_ci'])}",
+    ]
+
+
+def plot_reliability_of(report: dict[str, Any], path: Path) -> None:
+    """The reliability diagram of the report's held-out probabilities."""
+    from udcg.theta.calibration import plot_reliability
+
+    tables = {name: entry["reliability"] for name, entry in report["calibration"].items()}
+    plot_reliability(tables, path)
+
+
+def _ci(entry: dict[str, Any]) -> str:
+    return with_interval(entry["value"], entry["ci95"])
+
+
+def calibration_markdown(calibration: dict[str, Any] | None) -> list[str]:
+    """The report's lines on calibration: per held-out probability, Brier score, ECE and the
+    accuracy forecast (nothing for a run without UDCG-theta)."""
+    if calibration is None:
+        return []
+    lines = [
+        "",
+        "## Calibration of held-out probabilities (95% bootstrap CI over questions)",
+        "",
+        "| probability | Brier | ECE | forecast accuracy | measured accuracy "
+        "| forecast - measured |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, entry in calibration.items():
+        lines.append(
+            f"| {name} | {_ci(entry['brier'])} | {_ci(entry['ece'])} | "
+            + " | ".join(show_forecast(entry["forecast"]))
+            + " |"
+        )
+    lines += ["", "Reliability diagram: `reliability.png`."]
+    return lines
+
+
 def write_report(report: dict[str, Any], directory: Path, theta: Any = None) -> list[Path]:
     """Write report.json, report.md and the PNGs into ``directory``; return their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     plots = {"correlations.png": plot_correlations, "gold_position.png": plot_gold_position}
+    if "calibration" in report:
+        plots["reliability.png"] = plot_reliability_of
     report["plots"] = [*plots, *(["theta_weights.png"] if theta is not None else [])]
     for name, plot in plots.items():
         plot(report, directory / name)

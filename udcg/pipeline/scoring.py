@@ -41,7 +41,7 @@ class ScoreTable:
     theta_models: list[UDCGTheta] = field(default_factory=list)  # cross-fitted, one per half
 
 
-def _halves(qids: np.ndarray, seed: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+def halves(qids: np.ndarray, seed: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """``((fit, apply), (fit, apply))``: the two halves of the queries, each fitted on once and
     scored with what the other half fitted."""
     first, second = split_by_query(qids, 0.5, seed)
@@ -60,7 +60,7 @@ def crossfit_gamma(
     (:func:`udcg.theta.tune_gamma`) and score the other half with it."""
     values = np.full(len(correct), np.nan)
     gammas = []
-    for fit, apply in _halves(qids, seed):
+    for fit, apply in halves(qids, seed):
         tuned = tune_gamma(relevant[fit], utility[fit], correct[fit], method=method)
         gammas.append(float(tuned.gamma))
         values[apply] = metrics.udcg(relevant[apply], utility[apply], tuned.gamma)
@@ -78,11 +78,11 @@ def crossfit_theta(
     no penalty, all of the half: plain logistic regression on the 2k UDCG terms) on each half of
     the queries and score the other half with it."""
     values = np.full(len(correct), np.nan)
-    halves = _halves(qids, seed)
-    models = [UDCGTheta(relevant.shape[1], val_fraction=0.0, seed=seed) for _ in halves]
-    smallest = min(len(fit) for fit, _ in halves)
+    splits = halves(qids, seed)
+    models = [UDCGTheta(relevant.shape[1], val_fraction=0.0, seed=seed) for _ in splits]
+    smallest = min(len(fit) for fit, _ in splits)
     warn_if_few_contexts(smallest, models[0], "UDCG-theta (cross-fitted on each half)")
-    for model, (fit, apply) in zip(models, halves, strict=True):
+    for model, (fit, apply) in zip(models, splits, strict=True):
         model.fit(relevant[fit], utility[fit], correct[fit], groups=qids[fit])
         values[apply] = model.predict_proba(relevant[apply], utility[apply])
     return values, models

@@ -16,10 +16,12 @@ from udcg.errors import UDCGInputError
 from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights import MISMATCH_FIELDS
 from udcg.judge.options import check_options
+from udcg.judge.ray_engine import engine_options
 from udcg.judge.spec import judge_key
 from udcg.labels.annotate import GRADERS, RELEVANCE_MODES
 from udcg.stats import METHODS
 from udcg.theta.gamma import check_grid
+from udcg.theta.ordering import ORDERINGS
 from udcg.validation import (
     boolean,
     integer,
@@ -60,25 +62,36 @@ class Settings:
         return judge_key(self.judge, self.judge_name)
 
 
+#: ``train.py calibration=...``: no recalibration, or the one fitted on the held-out queries.
+CALIBRATIONS = ("none", "temperature", "platt")
+
+
 @dataclass(frozen=True)
 class TrainSettings(Settings):
     """``train``'s options beyond the data and the model: the share of queries held out and
-    the gammas tried (None: :data:`udcg.theta.DEFAULT_GRID`)."""
+    the gammas tried (None: :data:`udcg.theta.DEFAULT_GRID`) and the recalibration fitted on
+    the held-out queries and stored with the weights (:data:`CALIBRATIONS`)."""
 
     test_fraction: float = 0.3
     gamma_grid: Sequence[float] | None = None
+    calibration: str = "none"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         open_fraction(self.test_fraction, "test_fraction")
         check_grid(self.gamma_grid, "gamma_grid")
+        one_of(self.calibration, "calibration", CALIBRATIONS)
 
 
 @dataclass(frozen=True)
 class EvaluateSettings(Settings):
     """``evaluate``'s options beyond the data and the retriever. ``cache_dir`` holds the
     stage outputs; ``judge_cache`` is the judge's SQLite cache (None: the one every command
-    shares, :func:`udcg.judge.cache.default_cache_path`)."""
+    shares, :func:`udcg.judge.cache.default_cache_path`). ``order`` picks the contexts'
+    passages and their order from the retriever's top :attr:`candidates`
+    (:data:`udcg.theta.ordering.ORDERINGS`; ``theta`` needs ``theta_weights`` or
+    ``theta_crossfit``). ``engine=ray`` runs the judge calls on Ray actors set by ``ray``
+    (:func:`udcg.judge.ray_engine.engine_options`)."""
 
     k: int = 3
     judge_options: Mapping[str, Any] = field(default_factory=dict)
@@ -92,6 +105,10 @@ class EvaluateSettings(Settings):
     theta_crossfit: bool = False
     cache_dir: Path = Path("outputs/evaluate/cache")
     judge_cache: str | None = None
+    order: str = "retriever"
+    order_candidates: int | None = None
+    engine: str = "local"
+    ray: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -101,6 +118,7 @@ class EvaluateSettings(Settings):
                 field="judge_options",
             )
         check_options(self.judge, self.judge_options, "judge_options.")
+        engine_options(self.engine, self.ray)  # engine=ray: judge calls on Ray actors
         if self.judge_cache is not None:
             nonempty_str(self.judge_cache, "judge_cache")
         one_of(self.relevance, "relevance", RELEVANCE_MODES)
@@ -117,3 +135,25 @@ class EvaluateSettings(Settings):
             )
         for name in self.allow_mismatch:
             one_of(name, "allow_mismatch", tuple(MISMATCH_FIELDS))
+        one_of(self.order, "order", tuple(ORDERINGS))
+        if self.order_candidates is not None:
+            positive_int(self.order_candidates, "order_candidates")
+            if self.order_candidates < self.k:
+                raise UDCGInputError(
+                    f"must be at least k={self.k}, got {self.order_candidates}",
+                    field="order_candidates",
+                )
+        if self.order == "theta" and not (self.theta_weights or self.theta_crossfit):
+            raise UDCGInputError(
+                "order=theta needs UDCG-theta weights: set theta_weights=... (train.py) or "
+                "theta_crossfit=true",
+                field="theta_weights",
+            )
+
+    @property
+    def candidates(self) -> int:
+        """How many of the retriever's passages an ordering chooses from: ``order_candidates``,
+        else 2k (k for ``order=retriever``: the retriever's top-k as they come)."""
+        if self.order == "retriever":
+            return self.k
+        return self.order_candidates if self.order_candidates is not None else 2 * self.k

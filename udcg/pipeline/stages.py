@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from udcg.io.utility_sources import get_source
 from udcg.judge.base import Judge
 from udcg.pipeline.datasets import Dataset
 from udcg.retrieval import Retriever
+
+if TYPE_CHECKING:
+    from udcg.pipeline.settings import EvaluateSettings
 
 
 def stage_key(*parts: Any) -> str:
@@ -115,3 +118,37 @@ def annotate_contexts(
 
         out, _ = label_contexts(out, judge)
     return out
+
+
+def annotate_stage(
+    cache: StageCache,
+    contexts: list[Context],
+    judge: Judge,
+    steps: Sequence[str],
+    settings: EvaluateSettings,
+) -> list[Context]:
+    """:func:`annotate_contexts` through ``cache`` (stage ``annotate``), keyed by the contexts,
+    the judge's fingerprint and labels key, ``steps`` and the settings the labels depend on."""
+    key = stage_key(
+        [c.to_json() for c in contexts],
+        judge.fingerprint,
+        settings.judge_key,
+        steps,
+        settings.relevance,
+        settings.grader,
+        settings.max_new_tokens,
+        settings.qcare,
+    )
+    return cache.run(
+        "annotate",
+        key,
+        lambda: annotate_contexts(
+            contexts,
+            judge,
+            steps,
+            settings.relevance,
+            settings.grader,
+            settings.max_new_tokens,
+            settings.qcare,
+        ),
+    )

@@ -20,10 +20,13 @@ from typing import Any
 
 from udcg import stats
 from udcg.io.files import atomic_write
+from udcg.pipeline.calibration_report import CALIBRATED_UDCG, THETA_METRICS
+from udcg.pipeline.compare import show_interval
+from udcg.pipeline.report import show_forecast, show_optional
 from udcg.pipeline.scoring import FITTED_PER_RUN
 
 # setup fields that can tell sweep members apart, in the order they appear in a member's name
-_NAMING_FIELDS = ("run", "k", "utility", "judge", "dataset", "relevance", "grader")
+_NAMING_FIELDS = ("run", "order", "k", "utility", "judge", "dataset", "relevance", "grader")
 
 
 def member_names(reports: list[dict[str, Any]]) -> list[str]:
@@ -65,6 +68,8 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
         )
     )
     return {
+        **_orderings(runs),
+        **_forecasts(runs),
         "runs": [
             {
                 "run": name,
@@ -76,6 +81,105 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
         ],
         "ranking_agreement": agreement,
     }
+
+
+def _theta_mean(report: dict[str, Any]) -> float | None:
+    return next((report["means"][m] for m in THETA_METRICS if m in report["means"]), None)
+
+
+def _orderings(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{"orderings": rows}`` when a member ran ``order=...``: per member, its accuracy, the
+    retriever order's on the same questions, the paired difference and both mean UDCG-theta
+    (a retriever-order member is its own baseline); nothing otherwise."""
+    if not any("ordering" in r for r in runs.values()):
+        return {}
+    rows = []
+    for name, r in runs.items():
+        ordering = r.get("ordering")
+        if ordering is None:
+            accuracy, theta = r["setup"]["accuracy"], _theta_mean(r)
+            ordering = {
+                "order": r["setup"].get("order", "retriever"),
+                "accuracy": accuracy,
+                "retriever_accuracy": accuracy,
+                "difference": 0.0,
+                "difference_ci95": [0.0, 0.0],
+                "mean_theta": theta,
+                "retriever_mean_theta": theta,
+            }
+        rows.append({"run": name, **{k: ordering[k] for k in _ORDERING_FIELDS}})
+    return {"orderings": sorted(rows, key=lambda row: -row["difference"])}
+
+
+_ORDERING_FIELDS = (
+    "order",
+    "accuracy",
+    "retriever_accuracy",
+    "difference",
+    "difference_ci95",
+    "mean_theta",
+    "retriever_mean_theta",
+)
+
+
+def _forecasts(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{"forecasts": rows}`` when members carry a calibration report: per member, the
+    accuracy forecasts of UDCG-theta and of calibrated UDCG with the measured accuracy
+    (:func:`udcg.theta.calibration.forecast_accuracy`, held-out probabilities only)."""
+    rows = []
+    for name, r in runs.items():
+        calibration = r.get("calibration")
+        if calibration is None:
+            continue
+        theta = next(m for m in THETA_METRICS if m in calibration)
+        rows.append(
+            {
+                "run": name,
+                "theta": theta,
+                "theta_forecast": calibration[theta]["forecast"],
+                "udcg_forecast": calibration.get(CALIBRATED_UDCG, {}).get("forecast"),
+            }
+        )
+    return {"forecasts": rows} if rows else {}
+
+
+def ordering_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The table of orderings, best paired difference first."""
+    lines = [
+        "",
+        "## Context orderings vs. the retriever order of the same questions",
+        "",
+        "| run | order | accuracy | retriever order | difference [95% CI] "
+        "| UDCG-theta (ordering) | UDCG-theta (retriever order) |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: |",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['run']} | {row['order']} | {row['accuracy']:.3f} | "
+            f"{row['retriever_accuracy']:.3f} | {row['difference']:+.3f} "
+            f"{show_interval(*row['difference_ci95'])} | {show_optional(row['mean_theta'])} | "
+            f"{show_optional(row['retriever_mean_theta'])} |"
+        )
+    return lines
+
+
+def forecast_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The table of accuracy forecasts per member."""
+    lines = [
+        "",
+        "## Accuracy forecast from judge labels (held-out probabilities, 95% CIs)",
+        "",
+        "| run | measured accuracy | UDCG-theta forecast | difference | calibrated UDCG "
+        "forecast | difference |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        theta = show_forecast(row["theta_forecast"])
+        udcg = show_forecast(row["udcg_forecast"]) if row["udcg_forecast"] else ["n/a"] * 3
+        lines.append(
+            f"| {row['run']} | {theta[1]} | {theta[0]} | {theta[2]} | {udcg[0]} | {udcg[2]} |"
+        )
+    return lines
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -99,6 +203,10 @@ def markdown(summary: dict[str, Any]) -> str:
             "gamma or weights, so these means do not compare across runs; rank runs with the "
             "fixed metrics, or with UDCG-theta weights trained elsewhere (`theta_weights=`).",
         ]
+    if "orderings" in summary:
+        lines += ordering_markdown(summary["orderings"])
+    if "forecasts" in summary:
+        lines += forecast_markdown(summary["forecasts"])
     return "\n".join(lines) + "\n"
 
 

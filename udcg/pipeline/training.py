@@ -136,6 +136,7 @@ class TrainReport:
     plot_path: Path | None = None
     model_dir: Path | None = None
     correlation: str = "spearman"
+    calibration: str | None = None  # the recalibration fitted on the held-out queries
 
     def card(self, utility: str) -> dict[str, Any]:
         """The JSON card entries written next to the weights."""
@@ -172,7 +173,9 @@ def train(
     settings: TrainSettings | None = None,
     export_dir: Path | None = None,
 ) -> TrainReport:
-    """Select, split by query, fit ``model`` and tune gamma, compare on held-out, export.
+    """Select, split by query, fit ``model`` and tune gamma, compare on held-out, fit the
+    recalibration ``settings.calibration`` on the held-out queries (stored with the weights:
+    :meth:`UDCGTheta.calibrate`), export.
 
     ``settings`` default to :class:`TrainSettings` for the model's k."""
     if settings is None:
@@ -216,6 +219,16 @@ def train(
         settings.n_bootstrap,
         settings.seed,
     )
+    if settings.calibration != "none":
+        try:
+            model.calibrate(
+                test_set.relevant, test_set.utility, test_set.correct, settings.calibration
+            )
+        except UDCGInputError as exc:
+            raise UDCGInputError(
+                f"cannot fit {settings.calibration} on the held-out queries: {exc.reason}",
+                field="calibration",
+            ) from None
     report = TrainReport(
         k=k,
         judge=settings.judge_key,
@@ -229,6 +242,7 @@ def train(
         skipped=dict(selection.skipped),
         fingerprint=train_set.fingerprint(),
         correlation=settings.correlation,
+        calibration=None if model.calibration_ is None else model.calibration_.describe(),
     )
     if export_dir is not None:
         export_dir = Path(export_dir)
