@@ -16,8 +16,12 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "compare": ("udcg.cli.compare", "compare runs with paired significance tests", ()),
     "contexts": ("udcg.cli.contexts", "join a TREC run with topics and a collection", ()),
     "annotate": ("udcg.cli.annotate", "judge labels for a contexts file", ()),
+    "merge-shards": ("udcg.cli.merge_shards", "join annotate --shard outputs in input order", ()),
+    "cache": ("udcg.cli.cache", "judge caches: merge several, show counts", ()),
+    "batch": ("udcg.cli.batch", "judge calls as an offline batch file: export, import", ()),
     "score": ("udcg.cli.score", "UDCG, UDCG-theta and classic metrics per context", ()),
-    "weights": ("udcg.cli.weights", "show UDCG-theta weights: card, checks, alpha/beta", ()),
+    "weights": ("udcg.cli.weights", "UDCG-theta weights: show the card, calibrate", ()),
+    "order": ("udcg.cli.order", "choose and order context passages (UDCG-theta, heuristics)", ()),
     "qcare": ("udcg.cli.qcare", "Q-CARE labels, scores and judge-human agreement", ()),
     "demo": ("udcg.cli.demo", "rebuild the embedded demo set with the judge", ("judge",)),
     "train": (
