@@ -41,7 +41,7 @@ import numpy as np
 
 NQ = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nq-open-oracle.jsonl.gz"
 RETRIEVERS = ("bm25", "dense")
-ORDERINGS = ("retriever", "theta", "gold_first", "reversed", "ends")
+ORDERINGS = ("retriever", "theta", "ends", "gold_first", "reversed")
 
 
 def log(message: str) -> None:
@@ -128,7 +128,8 @@ def fit_crossfit(args, rel, u, correct) -> tuple[list, np.ndarray]:
         r = np.concatenate([rel[name][fit, : args.k] for name in RETRIEVERS])
         x = np.concatenate([u[name][fit, : args.k] for name in RETRIEVERS])
         y = np.concatenate([correct[name][fit] for name in RETRIEVERS])
-        models.append(UDCGTheta(args.k, bias=True, val_fraction=0.0, seed=args.seed).fit(r, x, y))
+        model = UDCGTheta(args.k, bias=True, l2=args.l2, val_fraction=0.0, seed=args.seed)
+        models.append(model.fit(r, x, y))
     return models, side
 
 
@@ -171,6 +172,7 @@ def orders(args: argparse.Namespace) -> None:
         "candidates": int(m),
         "k": args.k,
         "bootstrap": args.bootstrap,
+        "l2": args.l2,
         "theta": [
             {"alpha": md.alpha_.tolist(), "beta": md.beta_.tolist(), "bias": md.intercept_}
             for md in models
@@ -284,6 +286,13 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--l2",
+        type=float,
+        default=0.01,
+        help="L2 penalty of the UDCG-theta fits (default 0.01; unpenalised fits diverge when "
+        "the judge's utilities are nearly all 1)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/data/order"))
     parser.add_argument(
         "--retrievers",
