@@ -12,13 +12,16 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
 from udcg.io.files import STDIO
+
+if TYPE_CHECKING:
+    import argparse
 
 #: Exit status after a broken pipe on standard output (128 + SIGPIPE).
 BROKEN_PIPE = 141
@@ -108,3 +111,19 @@ def info_stream(*outputs: str | None) -> TextIO:
     """Where a command prints its summary: stderr when one of ``outputs`` is ``-`` (the data
     goes to stdout), else stdout."""
     return sys.stderr if STDIO in outputs else sys.stdout
+
+
+def add_allow_mismatch(
+    parser: argparse.ArgumentParser, fields: Sequence[str], help: str | None = None
+) -> None:
+    """``--allow-mismatch FIELD`` (repeatable, one of ``fields``): weights fitted with another
+    value of FIELD are used on purpose."""
+    parser.add_argument(
+        "--allow-mismatch",
+        action="append",
+        default=[],
+        choices=list(fields),
+        metavar="FIELD",
+        help=help
+        or f"use weights fitted with another FIELD on purpose (repeatable; {', '.join(fields)})",
+    )

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from udcg.cli.common import info_stream, run_cli
+from udcg.cli.common import add_allow_mismatch, info_stream, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES
 from udcg.io.weights import MISMATCH_FIELDS, check_compatible
@@ -73,14 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the judge whose values to read (default: the judge of the weights' card)",
     )
-    parser.add_argument(
-        "--allow-mismatch",
-        action="append",
-        default=[],
-        choices=list(MISMATCH_FIELDS),
-        metavar="FIELD",
-        help=f"use weights fitted with another FIELD on purpose ({', '.join(MISMATCH_FIELDS)})",
-    )
+    add_allow_mismatch(parser, list(MISMATCH_FIELDS))
     trec = parser.add_argument_group("TREC mode")
     trec.add_argument("--run", help="TREC run to reorder (gzip ok)")
     trec.add_argument("--qrels", help="qrels: relevant when the grade is > 0")

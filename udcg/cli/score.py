@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 from udcg import metrics
-from udcg.cli.common import info_stream, run_cli
+from udcg.cli.common import add_allow_mismatch, info_stream, run_cli
 from udcg.io.contexts import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
@@ -64,13 +64,10 @@ def _parser() -> argparse.ArgumentParser:
         help="the abstention mode the utilities were annotated with (checked against the "
         "weights; not checked when not given)",
     )
-    parser.add_argument(
-        "--allow-mismatch",
-        action="append",
-        default=[],
-        choices=list(MISMATCH_FIELDS),
-        metavar="FIELD",
-        help="use weights fitted with another FIELD on purpose (repeatable; "
+    add_allow_mismatch(
+        parser,
+        list(MISMATCH_FIELDS),
+        "use weights fitted with another FIELD on purpose (repeatable; "
         f"{', '.join(MISMATCH_FIELDS)}); recorded in the output",
     )
     parser.add_argument("--gamma", type=float, default=1 / 3, help="UDCG gamma (default 1/3)")

@@ -18,7 +18,7 @@ import csv  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 
-from udcg.cli.common import run_cli  # noqa: E402
+from udcg.cli.common import add_allow_mismatch, run_cli  # noqa: E402
 from udcg.errors import UDCGInputError  # noqa: E402
 from udcg.io.files import STDIO  # noqa: E402
 from udcg.trec.engine import Evaluation, evaluate_table  # noqa: E402
@@ -79,13 +79,10 @@ def _parser() -> argparse.ArgumentParser:
         help="UDCG-theta weights for UDCGtheta@k, one per k: folders of save_pretrained/train.py "
         "or .safetensors files with their .json card",
     )
-    parser.add_argument(
-        "--allow-mismatch",
-        action="append",
-        default=[],
-        choices=["utility"],
-        metavar="FIELD",
-        help="use weights fitted on another utility source on purpose (a warning records it; "
+    add_allow_mismatch(
+        parser,
+        ["utility"],
+        "use weights fitted on another utility source on purpose (a warning records it; "
         "judge, prompt and mode are not in a utilities file and are not checked)",
     )
     parser.add_argument("-q", "--per-query", action="store_true", help="also print each query")
