@@ -18,7 +18,7 @@ from typing import Literal
 from udcg.errors import UDCGInputError
 from udcg.judge.base import Judge
 from udcg.judge.prompts import Messages
-from udcg.labels.batches import in_batches
+from udcg.labels.batches import in_batches, judge_call
 from udcg.labels.qcare.prompts import YES_NO_RETRY
 
 CheckMode = Literal["auto", "logprobs", "text"]
@@ -66,7 +66,7 @@ class YesNoChecker:
         todo = list(range(len(prompts)))
         if self.mode != "text" and self.text_reason is None and prompts:
             try:
-                values = in_batches(prompts, self.batch, self.judge.yes_prob, label)
+                values, _ = judge_call(self.judge, prompts, self.judge.yes_prob, label, self.batch)
             except (NotImplementedError, RuntimeError, UDCGInputError) as exc:
                 if self.mode == "logprobs":
                     raise
