@@ -46,6 +46,15 @@ def open_fraction(value: Any, name: str) -> float:
     return float(value)
 
 
+def nonnegative_float(value: Any, name: str) -> float:
+    """``value`` as a finite float >= 0 (numpy numbers accepted, booleans refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise UDCGInputError(f"expected a number, got {show(value)}", field=name)
+    if not np.isfinite(value) or value < 0:
+        raise UDCGInputError(f"must be finite and >= 0, got {show(value)}", field=name)
+    return float(value)
+
+
 def boolean(value: Any, name: str) -> bool:
     """``value`` as a bool (``True``/``False`` only)."""
     if not isinstance(value, bool | np.bool_):

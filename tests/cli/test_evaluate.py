@@ -201,6 +201,36 @@ def test_crossfit_warning_is_one_line_on_stderr(
     assert capsys.readouterr().err == f"evaluate.py: warning: {CROSSFIT_WARNING}\n"
 
 
+def test_theta_l2_penalises_the_crossfit(tmp_path: Path, evaluate_config) -> None:
+    """``theta_l2`` reaches both cross-fitted models: their weights are the penalised fit's
+    (smaller than the unpenalised ones) and the value is in report.json."""
+    _annotated(tmp_path / "in.jsonl")
+    norms = {}
+    for l2 in (0.0, 0.5):
+        cfg = evaluate_config(
+            "dataset=jsonl",
+            f"dataset.path={tmp_path / 'in.jsonl'}",
+            "retriever=given",
+            "judge=m",
+            "theta_crossfit=true",
+            f"theta_l2={l2}",
+        )
+        with pytest.warns(UDCGWarning):
+            report, _ = run_evaluate(cfg, tmp_path / f"out{l2}")
+        assert report["config"]["theta_l2"] == l2
+        norms[l2] = [
+            np.linalg.norm(h["alpha"] + h["beta"]) for h in report["crossfit_theta_weights"]
+        ]
+    assert all(p < u for p, u in zip(norms[0.5], norms[0.0], strict=True))
+
+
+def test_negative_theta_l2_is_refused(tmp_path: Path, evaluate_config) -> None:
+    cfg = evaluate_config("theta_crossfit=true", "theta_l2=-1")
+    with pytest.raises(UDCGInputError) as err:
+        run_evaluate(cfg, tmp_path / "out")
+    assert str(err.value) == "field 'theta_l2': must be finite and >= 0, got -1"
+
+
 def test_undefined_correlations_say_why_everywhere(
     tmp_path: Path, evaluate_config, monkeypatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

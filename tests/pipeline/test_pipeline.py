@@ -119,7 +119,8 @@ def test_crossfit_gamma_scores_each_half_with_the_other_halfs_gamma() -> None:
     np.testing.assert_allclose(values[a], metrics.udcg(rel[a], util[a], g_b))
 
 
-def test_crossfit_theta_scores_each_half_with_a_model_fitted_on_the_other() -> None:
+@pytest.mark.parametrize("l2", [0.0, 0.05])
+def test_crossfit_theta_scores_each_half_with_a_model_fitted_on_the_other(l2: float) -> None:
     from sklearn.linear_model import LogisticRegression
 
     rng = np.random.default_rng(2)
@@ -129,11 +130,12 @@ def test_crossfit_theta_scores_each_half_with_a_model_fitted_on_the_other() -> N
     logit = 2.0 * (rel * util).sum(1) - 1.5 * ((1 - rel) * util).sum(1)
     correct = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(float)
     qids = np.array([f"q{i // 2}" for i in range(n)], dtype=object)
-    values, models = crossfit_theta(rel, util, correct, qids, seed=3)
+    values, models = crossfit_theta(rel, util, correct, qids, seed=3, l2=l2)
     a, b = split_by_query(qids, 0.5, 3)
     for fit, apply, model in ((a, b, models[0]), (b, a, models[1])):
         features = np.hstack([rel[fit] * util[fit], (1 - rel[fit]) * util[fit]])
-        reference = LogisticRegression(C=np.inf, fit_intercept=False, tol=1e-10, max_iter=10_000)
+        c = 1 / (l2 * len(fit)) if l2 else np.inf  # mean BCE + l2/2 |w|^2 in sklearn's terms
+        reference = LogisticRegression(C=c, fit_intercept=False, tol=1e-10, max_iter=10_000)
         reference.fit(features, correct[fit])
         np.testing.assert_allclose(np.r_[model.alpha_, model.beta_], reference.coef_[0], atol=1e-3)
         held_out = np.hstack([rel[apply] * util[apply], (1 - rel[apply]) * util[apply]])

@@ -244,6 +244,7 @@ def evaluate(
             settings.seed,
             settings.ablations,
             settings.theta_crossfit,
+            settings.theta_l2,
         )
         bar.update(task, advance=1, description="correlate")
         args = (

@@ -141,7 +141,7 @@ def _models(
     qids = np.array([c.qid for c in baseline], dtype=object)
     correct = correctness(baseline, settings.judge_key)
     try:
-        return crossfit_theta(rel, util, correct, qids, settings.seed)[1], []
+        return crossfit_theta(rel, util, correct, qids, settings.seed, settings.theta_l2)[1], []
     except UDCGInputError as exc:
         if settings.order == "theta":
             raise UDCGInputError(

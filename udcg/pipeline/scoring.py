@@ -73,13 +73,14 @@ def crossfit_theta(
     correct: np.ndarray,
     qids: np.ndarray,
     seed: int,
+    l2: float = 0.0,
 ) -> tuple[np.ndarray, list[UDCGTheta]]:
     """UDCG-theta without peeking: fit :class:`udcg.theta.UDCGTheta` (k = list size, no bias,
-    no penalty, all of the half: plain logistic regression on the 2k UDCG terms) on each half of
-    the queries and score the other half with it."""
+    penalty ``l2``, all of the half: with ``l2=0`` plain logistic regression on the 2k UDCG
+    terms) on each half of the queries and score the other half with it."""
     values = np.full(len(correct), np.nan)
     splits = halves(qids, seed)
-    models = [UDCGTheta(relevant.shape[1], val_fraction=0.0, seed=seed) for _ in splits]
+    models = [UDCGTheta(relevant.shape[1], l2=l2, val_fraction=0.0, seed=seed) for _ in splits]
     smallest = min(len(fit) for fit, _ in splits)
     warn_if_few_contexts(smallest, models[0], "UDCG-theta (cross-fitted on each half)")
     for model, (fit, apply) in zip(models, splits, strict=True):
@@ -98,14 +99,15 @@ def score_contexts(
     seed: int = 0,
     ablations: bool = False,
     theta_crossfit: bool = False,
+    theta_l2: float = 0.0,
 ) -> ScoreTable:
     """UDCG (gamma 1/3), UDCG-gamma (cross-fitted), UDCG-theta (with ``theta``), C-Prec and
     C-nDCG (with coverage labels), nDCG, MAP, MRR, Precision and Hits for contexts of size k.
 
     ``theta_crossfit`` (without ``theta``) fits UDCG-theta on each half of the queries and
-    scores the other half (:func:`crossfit_theta`). ``ablations`` adds the UDCG paper's two:
-    ``UDCG w/o distraction`` (gamma = 0, irrelevant passages ignored) and ``UDCG w/o utility``
-    (u_i = 1: binary relevance in place of utility).
+    scores the other half (:func:`crossfit_theta`, penalty ``theta_l2``). ``ablations`` adds the
+    UDCG paper's two: ``UDCG w/o distraction`` (gamma = 0, irrelevant passages ignored) and
+    ``UDCG w/o utility`` (u_i = 1: binary relevance in place of utility).
     """
     notes = []
     theta_models: list[UDCGTheta] = []
@@ -134,7 +136,7 @@ def score_contexts(
     elif theta_crossfit:
         try:
             scores["UDCG-theta (cross-fitted)"], theta_models = crossfit_theta(
-                relevant, util, correct, qids, seed
+                relevant, util, correct, qids, seed, theta_l2
             )
         except UDCGInputError as exc:
             notes.append(f"UDCG-theta skipped: cross-fitting failed ({exc})")

@@ -26,6 +26,7 @@ from udcg.validation import (
     boolean,
     integer,
     nonempty_str,
+    nonnegative_float,
     one_of,
     open_fraction,
     positive_int,
@@ -90,8 +91,8 @@ class EvaluateSettings(Settings):
     shares, :func:`udcg.judge.cache.default_cache_path`). ``order`` picks the contexts'
     passages and their order from the retriever's top :attr:`candidates`
     (:data:`udcg.theta.ordering.ORDERINGS`; ``theta`` needs ``theta_weights`` or
-    ``theta_crossfit``). ``engine=ray`` runs the judge calls on Ray actors set by ``ray``
-    (:func:`udcg.judge.ray_engine.engine_options`)."""
+    ``theta_crossfit``, fitted with the penalty ``theta_l2``). ``engine=ray`` runs the judge
+    calls on Ray actors set by ``ray`` (:func:`udcg.judge.ray_engine.engine_options`)."""
 
     k: int = 3
     judge_options: Mapping[str, Any] = field(default_factory=dict)
@@ -103,6 +104,7 @@ class EvaluateSettings(Settings):
     theta_weights: str | None = None
     allow_mismatch: Sequence[str] = ()
     theta_crossfit: bool = False
+    theta_l2: float = 0.0
     cache_dir: Path = Path("outputs/evaluate/cache")
     judge_cache: str | None = None
     order: str = "retriever"
@@ -126,6 +128,7 @@ class EvaluateSettings(Settings):
         positive_int(self.max_new_tokens, "max_new_tokens")
         for name in ("qcare", "ablations", "theta_crossfit"):
             boolean(getattr(self, name), name)
+        nonnegative_float(self.theta_l2, "theta_l2")
         if self.theta_weights is not None:
             nonempty_str(self.theta_weights, "theta_weights")
         if isinstance(self.allow_mismatch, str) or not isinstance(self.allow_mismatch, Sequence):

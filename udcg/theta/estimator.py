@@ -51,7 +51,7 @@ from udcg.metrics._arrays import as_fixed
 from udcg.metrics.udcg import udcg_terms
 from udcg.theta.calibration import METHODS, Calibration, fit_platt, fit_temperature
 from udcg.theta.ordering import best_assignment
-from udcg.validation import binary_vector, positive_int, query_codes, show
+from udcg.validation import binary_vector, nonnegative_float, positive_int, query_codes, show
 
 __all__ = [
     "FORMAT",
@@ -287,11 +287,7 @@ class UDCGTheta:
         k = _check_k(self.k)
         if not isinstance(self.bias, bool | np.bool_):
             raise UDCGInputError(f"expected True or False, got {show(self.bias)}", field="bias")
-        l2 = self.l2
-        if isinstance(l2, bool) or not isinstance(l2, int | float | np.integer | np.floating):
-            raise UDCGInputError(f"expected a number, got {show(l2)}", field="l2")
-        if not math.isfinite(l2) or l2 < 0:
-            raise UDCGInputError(f"must be finite and >= 0, got {show(l2)}", field="l2")
+        l2 = nonnegative_float(self.l2, "l2")
         if self.optimizer not in _OPTIMIZERS:
             raise UDCGInputError(
                 f"unknown optimizer {self.optimizer!r}; expected one of {', '.join(_OPTIMIZERS)}",
