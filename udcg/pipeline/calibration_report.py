@@ -78,8 +78,8 @@ def calibration_report(
         return None, []
     notes = []
     predictions = {theta: table.scores[theta]}
-    if getattr(weights, "calibration_", None) is not None:
-        predictions[CALIBRATED_THETA] = weights.predict_proba(  # type: ignore[union-attr]
+    if weights is not None and weights.calibration_ is not None:
+        predictions[CALIBRATED_THETA] = weights.predict_proba(
             table.relevant, table.utility, calibrated=True
         )
     try:

@@ -500,8 +500,8 @@ class UDCGTheta:
         ``k``: the list size the caller's data has; an error if the weights are for another.
         A missing or corrupted file, a card that does not describe the weights, or a card of
         another format raise :class:`UDCGInputError` (:func:`udcg.io.weights.read_weights`).
-        The card's entries are in ``card_``; its ``calibration`` entry, if any, in
-        ``calibration_``.
+        The card's entries are in ``card_``; its ``calibration`` entry in ``calibration_``
+        (None when it has none, as after :meth:`fit`).
         """
         weights = read_weights(path, k)
         model = cls(k=weights.k, bias=weights.bias, l2=weights.l2)
@@ -509,6 +509,7 @@ class UDCGTheta:
         model.beta_ = weights.beta
         model.intercept_ = weights.intercept
         model.card_ = weights.card
+        model.calibration_ = None
         if weights.card.get("calibration") is not None:
             try:
                 model.calibration_ = Calibration.from_dict(weights.card["calibration"])
