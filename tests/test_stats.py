@@ -62,8 +62,8 @@ def test_weighted_resample_equals_statistic_on_duplicated_sample(method: str) ->
     x = np.round(rng.normal(size=n), 1)  # ties
     y = (x + rng.normal(size=n) > 0).astype(float)
     groups = rng.integers(0, 60, size=n)
-    codes, n_groups = stats._group_codes(groups, n, "metric")
-    counts = stats._resample_counts(n_groups, 8, np.random.default_rng(11))
+    codes, n_groups = stats.query_groups(groups, n, "metric")
+    counts = stats.resample_counts(n_groups, 8, np.random.default_rng(11))
     assert (counts.sum(axis=1) == n_groups).all()
     weights = counts[:, codes].astype(float)
     (got,) = stats._resample_statistics([x], y, weights, method)
@@ -178,7 +178,7 @@ def test_resamples_with_constant_float_metric_are_undefined(method: str) -> None
     x[:m] = [0.7, 0.9, 0.2]
     y = (np.arange(n_queries * m) % 2).astype(float)
     res = stats.bootstrap_correlation(x, y, groups, method=method, n_resamples=400, seed=3)
-    counts = stats._resample_counts(n_queries, 400, np.random.default_rng(3))
+    counts = stats.resample_counts(n_queries, 400, np.random.default_rng(3))
     assert res.n_undefined == int((counts[:, 0] == 0).sum()) > 50
 
 

@@ -123,7 +123,7 @@ def _check_options(n_resamples: int, confidence: float) -> None:
         )
 
 
-def _group_codes(groups: Any, n: int, ref_name: str) -> tuple[np.ndarray, int]:
+def query_groups(groups: Any, n: int, ref_name: str) -> tuple[np.ndarray, int]:
     """``(codes, n_groups)``: :func:`udcg.validation.query_codes` and the number of queries,
     which must be at least 2 for a resample of queries to vary."""
     codes = query_codes(groups, n, ref_name)
@@ -175,7 +175,7 @@ def correlation(metric: Any, correct: Any, method: Method = "spearman") -> float
 # bootstrap machinery
 
 
-def _resample_counts(n_groups: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+def resample_counts(n_groups: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
     """``[n_resamples, n_groups]`` int counts: how often each query was drawn (n_groups draws)."""
     draws = rng.integers(0, n_groups, size=(n_resamples, n_groups))
     flat = draws + n_groups * np.arange(n_resamples, dtype=np.int64)[:, None]
@@ -274,7 +274,7 @@ def _bootstrap(
 ) -> list[np.ndarray]:
     """Resampled statistics (``[n_resamples]`` each, ``nan`` where undefined) for each x."""
     rng = np.random.default_rng(seed)
-    counts = _resample_counts(n_groups, n_resamples, rng)
+    counts = resample_counts(n_groups, n_resamples, rng)
     n = y.shape[0]
     block = max(1, _BLOCK_CELLS // max(n, 1))
     parts: list[list[np.ndarray]] = [[] for _ in xs]
@@ -285,7 +285,9 @@ def _bootstrap(
     return [np.concatenate(part) for part in parts]
 
 
-def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+def percentile_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The central ``confidence`` percentile interval of the defined (non-NaN) ``values``;
+    ``(nan, nan)`` when none is defined."""
     defined = values[~np.isnan(values)]
     if defined.size == 0:
         return math.nan, math.nan
@@ -317,9 +319,9 @@ def bootstrap_correlation(
     x = _as_vector(metric, "metric")
     y = _as_vector(correct, "correct", x.shape[0], "metric")
     _check_options(n_resamples, confidence)
-    codes, n_groups = _group_codes(groups, x.shape[0], "metric")
+    codes, n_groups = query_groups(groups, x.shape[0], "metric")
     (dist,) = _bootstrap([x], y, codes, n_groups, method, int(n_resamples), seed)
-    low, high = _interval(dist, confidence)
+    low, high = percentile_interval(dist, confidence)
     return CorrelationResult(
         estimate=_point(x, y, method),
         low=low,
@@ -352,12 +354,12 @@ def paired_bootstrap_test(
     b = _as_vector(metric_b, "metric_b", a.shape[0], "metric_a")
     y = _as_vector(correct, "correct", a.shape[0], "metric_a")
     _check_options(n_resamples, confidence)
-    codes, n_groups = _group_codes(groups, a.shape[0], "metric_a")
+    codes, n_groups = query_groups(groups, a.shape[0], "metric_a")
     dist_a, dist_b = _bootstrap([a, b], y, codes, n_groups, method, int(n_resamples), seed)
     diff = dist_a - dist_b
     defined = diff[~np.isnan(diff)]
     p_value = (float(np.count_nonzero(defined <= 0.0)) + 1.0) / (defined.size + 1.0)
-    low, high = _interval(diff, confidence)
+    low, high = percentile_interval(diff, confidence)
     est_a, est_b = _point(a, y, method), _point(b, y, method)
     return PairedTestResult(
         estimate_a=est_a,

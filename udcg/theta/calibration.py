@@ -33,7 +33,7 @@ from scipy.special import expit, log_expit, logit
 from scipy.stats import norm
 
 from udcg.errors import UDCGInputError
-from udcg.stats import _group_codes, _interval, _resample_counts
+from udcg.stats import percentile_interval, query_groups, resample_counts
 from udcg.validation import binary_vector, float_vector, one_of, open_fraction, positive_int, show
 
 __all__ = [
@@ -166,8 +166,8 @@ def _resamples(
     draws as queries), ``codes[i]`` the query of context i (``groups=None``: its own)."""
     n_resamples = positive_int(n_resamples, "n_resamples")
     open_fraction(level, "level")
-    codes, n_groups = _group_codes(np.arange(n) if groups is None else groups, n, "prob")
-    return _resample_counts(n_groups, n_resamples, np.random.default_rng(seed)), codes
+    codes, n_groups = query_groups(np.arange(n) if groups is None else groups, n, "prob")
+    return resample_counts(n_groups, n_resamples, np.random.default_rng(seed)), codes
 
 
 def bootstrap_ci(
@@ -188,7 +188,7 @@ def bootstrap_ci(
     values = np.array(
         [statistic(p[take], y[take]) for take in (index.repeat(row[codes]) for row in counts)]
     )
-    return (float(statistic(p, y)), *_interval(values, level))
+    return (float(statistic(p, y)), *percentile_interval(values, level))
 
 
 def forecast_accuracy(
@@ -216,7 +216,7 @@ def forecast_accuracy(
         ("difference", p.mean() - y.mean(), forecast - measured),
     ):
         out[name] = float(point)
-        out[f"{name}_ci"] = list(_interval(values, level))
+        out[f"{name}_ci"] = list(percentile_interval(values, level))
     return out
 
 
