@@ -153,3 +153,28 @@ def test_a_judge_that_does_not_stream_is_called_by_chunks(tmp_path):
     assert inner.asked == [["a", "bb?"], ["ccc", "dddd"], ["e"]] and cached.inner_calls == 3
     assert upper_bounds(values).tolist() == [False, True, False, False, False]
     assert len(JudgeCache(tmp_path / "c.sqlite")) == 5
+
+
+def test_open_judge_probes_the_server_only_when_the_cache_lacks_a_call(tmp_path):
+    """A run the cache answers whole needs no server (as after ``udcg batch import``); the
+    first miss probes it, and a server that does not answer is the probe's one-line error."""
+    from udcg.errors import UDCGInputError
+    from udcg.judge import open_judge
+
+    path = tmp_path / "judge.sqlite"
+    questions, passages = _questions(4)
+    with ScriptedServer(lambda p, body, h: (200, {}, _abstain_reply(body))) as server:
+        url = server.url
+        expected = CachedJudge(_fast(url, abstain_token="NO"), path).abstain_prob(
+            questions, passages
+        )
+    options = {"abstain_token": "NO", "max_retries": 0}
+    judge = open_judge(f"openai:m@{url}", options=options, cache=path)  # server gone: no probe
+    np.testing.assert_array_equal(judge.abstain_prob(questions, passages), expected)
+    assert judge.inner_calls == 0
+    with pytest.raises(UDCGInputError) as err:
+        judge.abstain_prob(["q7"], ["passage 7"])
+    assert str(err.value) == (
+        f"field 'judge': the server at {url} does not answer (connection refused)"
+    )
+    assert judge.inner_calls == 0  # the probe stopped it before any request

@@ -9,8 +9,9 @@
 * anything else: a transformers model id or local path (CUDA when present).
 
 Its labels are stored under :func:`judge_key` (see :mod:`udcg.judge.spec`). ``open_judge``
-is what the commands use: the backend, probed (a server that does not answer is an error
-before any work), behind the shared on-disk cache (:class:`~udcg.judge.cached.CachedJudge`);
+is what the commands use: the backend behind the shared on-disk cache, probed before its first
+call (a server that does not answer is an error before any judge work; a run the cache answers
+whole needs no server) (:class:`~udcg.judge.cached.CachedJudge`);
 with ``engine`` (:class:`~udcg.judge.ray_engine.RayOptions`) its calls run on Ray actors
 (:class:`~udcg.judge.ray_engine.RayJudge`), results and cache entries unchanged.
 """
@@ -38,21 +39,21 @@ def open_judge(
     cache: JudgeCache | str | os.PathLike[str] | None = None,
     engine: RayOptions | None = None,
 ) -> CachedJudge:
-    """:func:`load_judge`, probed (:meth:`Judge.probe`: a server that does not answer fails
-    here, in seconds), behind the on-disk cache ``cache`` (None: the shared default,
-    :func:`udcg.judge.cache.default_cache_path`). With ``engine`` the judge is a
-    :class:`~udcg.judge.ray_engine.RayJudge` on those Ray options (each actor's judge probed)."""
+    """:func:`load_judge` behind the on-disk cache ``cache`` (None: the shared default,
+    :func:`udcg.judge.cache.default_cache_path`), probed (:meth:`Judge.probe`: a server that
+    does not answer fails in seconds) before the first call the cache cannot answer. With
+    ``engine`` the judge is a :class:`~udcg.judge.ray_engine.RayJudge` on those Ray options
+    (each actor's judge probed as it starts)."""
     from udcg.judge.cached import CachedJudge
 
     judge: Judge
     if engine is None:
         judge = load_judge(spec, name=name, **dict(options or {}))
-        judge.probe()
     else:
         from udcg.judge.ray_engine import RayJudge
 
         judge = RayJudge(spec, name, options, engine)
-    return CachedJudge(judge, cache)
+    return CachedJudge(judge, cache, probe=engine is None)
 
 
 __all__ = ["EMBEDDED", "JSONResult", "Judge", "judge_key", "load_judge", "open_judge"]

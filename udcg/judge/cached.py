@@ -141,7 +141,9 @@ class CachedJudge(Judge):
 
     ``cache`` is a :class:`JudgeCache`, a path to its SQLite file, or None for the default
     location. ``chunk_size`` bounds the calls to a wrapped judge that does not stream;
-    ``commit_interval`` and ``commit_size`` pace the commits of one that does.
+    ``commit_interval`` and ``commit_size`` pace the commits of one that does. With ``probe``
+    the wrapped judge is probed (:meth:`Judge.probe`) before its first call, so a run the cache
+    answers whole never reaches it.
     ``inner_calls`` counts the calls made to the wrapped judge and ``uncached`` the computed
     results that were not stored (see the module docstring). It streams iff the wrapped judge
     does.
@@ -154,6 +156,7 @@ class CachedJudge(Judge):
         chunk_size: int = 64,
         commit_interval: float = 0.2,
         commit_size: int = 256,
+        probe: bool = False,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -172,6 +175,7 @@ class CachedJudge(Judge):
         self.inner_calls = 0
         self.uncached = 0
         self._warned_validators: set[int] = set()
+        self._probe_pending = bool(probe)
 
     def __repr__(self) -> str:
         return f"CachedJudge({self.inner!r}, cache={self.cache!r})"
@@ -187,6 +191,7 @@ class CachedJudge(Judge):
         return bool(getattr(self.inner, "streams_results", False))
 
     def probe(self) -> None:
+        self._probe_pending = False
         self.inner.probe()
 
     # -- the shared lookup / compute / store loop ---------------------------------------------
@@ -225,6 +230,8 @@ class CachedJudge(Judge):
         pending = list(todo)
         if not pending:
             return results, flags
+        if self._probe_pending:  # the first call the cache cannot answer
+            self.probe()
         committer = GroupCommit(self.cache, self.commit_interval, self.commit_size)
 
         def record(key: str, result: Any, bound: bool) -> None:
