@@ -7,7 +7,8 @@ Each input holds one retriever's annotated contexts (its ``run`` names it), for 
 (its ``cache_dir``). For every target retriever T and every source S (each other retriever, and
 all the others pooled), the predictors are fitted on S's contexts and answers of one half of
 the questions and forecast T's accuracy on the other half from T's judge labels alone (then the
-halves swap), so neither T's answers nor any question's answer under S is ever seen:
+halves swap), so a forecast never sees T's answers, nor any answer to the questions it
+forecasts:
 
 * ``UDCG-theta``: :class:`udcg.UDCGTheta` (penalty ``--l2``) fitted on S, its mean probability
   on T;
@@ -18,7 +19,8 @@ halves swap), so neither T's answers nor any question's answer under S is ever s
 
 Each row: forecast, T's measured accuracy on the same questions and their difference, with 95%
 intervals from resampling T's questions (``forecast_accuracy``; the fit is held fixed, so the
-intervals leave out the fitting noise). Prints a markdown table; ``--json`` also writes it.
+intervals leave out the fitting noise). Prints a markdown table and the mean absolute forecast
+error of each predictor; ``--json`` also writes the rows.
 """
 
 from __future__ import annotations
@@ -87,16 +89,16 @@ def forecast(
 def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     from udcg.theta.calibration import forecast_accuracy
 
-    runs = load(args.contexts, args.judge, args.utility)
+    runs = dict(sorted(load(args.contexts, args.judge, args.utility).items()))
     if len(runs) < 2:
         sys.exit("forecast_transfer.py: error: needs the contexts of at least two retrievers")
     table = []
     for target in runs:
         others = [n for n in runs if n != target]
-        sources = [(n, runs[n]) for n in others]
+        sources = [] if args.pooled_only else [(n, runs[n], False) for n in others]
         if len(others) > 1:
-            sources.append(("+".join(others), pooled(runs, others)))
-        for source_name, source in sources:
+            sources.append(("+".join(others), pooled(runs, others), True))
+        for source_name, source, is_pooled in sources:
             predictions = forecast(source, runs[target], args.l2, args.seed)
             for predictor, prob in predictions.items():
                 result = forecast_accuracy(
@@ -107,7 +109,13 @@ def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                     groups=runs[target]["qids"],
                 )
                 table.append(
-                    {"target": target, "source": source_name, "predictor": predictor, **result}
+                    {
+                        "target": target,
+                        "source": source_name,
+                        "pooled": is_pooled,
+                        "predictor": predictor,
+                        **result,
+                    }
                 )
     return table
 
@@ -129,14 +137,19 @@ def markdown(table: list[dict[str, Any]]) -> str:
             f"| {row['target']} | {row['source']} | {row['predictor']} | {ci(row, 'forecast')} "
             f"| {ci(row, 'measured')} | {difference:+.3f} [{low:+.3f}, {high:+.3f}] |"
         )
-    errors = {
-        p: np.mean([abs(r["difference"]) for r in table if r["predictor"] == p]) for p in PREDICTORS
-    }
     lines.append("")
-    lines.append(
-        "Mean absolute forecast error over the rows: "
-        + ", ".join(f"{p} {e:.3f}" for p, e in errors.items())
-    )
+    for what, pooled_rows in (("one other retriever", False), ("the others pooled", True)):
+        kept = [r for r in table if r["pooled"] == pooled_rows]
+        if kept:
+            errors = {
+                p: np.mean([abs(r["difference"]) for r in kept if r["predictor"] == p])
+                for p in PREDICTORS
+            }
+            lines.append(
+                f"Mean absolute forecast error, fitted on {what} ({len(kept) // 3} forecasts): "
+                + ", ".join(f"{p} {e:.3f}" for p, e in errors.items())
+                + "  "
+            )
     return "\n".join(lines)
 
 
@@ -148,6 +161,9 @@ def main() -> None:
     parser.add_argument("--l2", type=float, default=0.01, help="UDCG-theta's penalty")
     parser.add_argument("--bootstrap", type=int, default=1000, help="resamples of questions")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--pooled-only", action="store_true", help="fit on all the other retrievers only"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     table = rows(args)

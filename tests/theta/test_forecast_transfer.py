@@ -68,6 +68,7 @@ def test_markdown_rows_and_mean_error() -> None:
                 {
                     "target": target,
                     "source": "x",
+                    "pooled": False,
                     "predictor": name,
                     "forecast": mean,
                     "forecast_ci": [mean, mean],
@@ -77,7 +78,11 @@ def test_markdown_rows_and_mean_error() -> None:
                     "difference_ci": [0.0, 0.0],
                 }
             )
-    text = transfer.markdown(table)
-    assert len(text.splitlines()) == 2 + len(table) + 2
-    theta_error = np.mean([abs(r["difference"]) for r in table if r["predictor"] == "UDCG-theta"])
-    assert f"UDCG-theta {theta_error:.3f}" in text.splitlines()[-1]
+    table[-3:] = [{**r, "pooled": True} for r in table[-3:]]  # one forecast from the others
+    lines = transfer.markdown(table).splitlines()
+    assert len(lines) == 2 + len(table) + 3
+    single = [r for r in table if not r["pooled"] and r["predictor"] == "UDCG-theta"]
+    theta_error = np.mean([abs(r["difference"]) for r in single])
+    assert lines[-2].startswith("Mean absolute forecast error, fitted on one other retriever (2")
+    assert f"UDCG-theta {theta_error:.3f}" in lines[-2]
+    assert lines[-1].startswith("Mean absolute forecast error, fitted on the others pooled (1")
