@@ -262,8 +262,9 @@ def test_few_contexts_per_parameter_warn_and_undefined_correlations_say_why(
 # ------------------------------------------------------------------------------- sweeps
 
 
-def _annotated(path: Path, n: int = 24) -> None:
-    """Contexts of 3 passages with the judge 'm' labels (relevance, utility, outcome)."""
+def _annotated(path: Path, n: int = 24, run: str | None = None) -> None:
+    """Contexts of 3 passages with the judge 'm' labels (relevance, utility, outcome), of the
+    run ``run``."""
     rng = np.random.default_rng(0)
     contexts = []
     for i in range(n):
@@ -271,7 +272,8 @@ def _annotated(path: Path, n: int = 24) -> None:
             Passage(doc_id=f"d{j}", relevant=bool(rng.random() < 0.5), abstain_prob={"m": p})
             for j, p in enumerate(rng.random(3).tolist())
         ]
-        contexts.append(Context(f"q{i}", passages, outcomes={"m": {"correct": i % 3 == 0}}))
+        outcomes = {"m": {"correct": i % 3 == 0}}
+        contexts.append(Context(f"q{i}", passages, outcomes=outcomes, run=run))
     write_contexts(path, contexts)
 
 
@@ -329,3 +331,28 @@ def test_evaluate_sweep_goes_on_past_a_failed_member(tmp_path: Path) -> None:
     summary = json.loads((sweep / "sweep_summary.json").read_text())
     assert [r["run"] for r in summary["runs"]] == ["given"]
     assert "sweep summary:" in done.stdout
+
+
+def test_a_sweep_over_given_runs_names_members_by_their_run(tmp_path: Path) -> None:
+    """``retriever=given`` members are named by the run their contexts carry (a TREC run's
+    file name, or what ``udcg annotate`` kept), not ``given #1``, ``given #2``."""
+    paths = []
+    for name in ("bm25-v2", "splade"):
+        paths.append(tmp_path / f"{name}.jsonl")
+        _annotated(paths[-1], run=name)
+    _annotated(tmp_path / "plain.jsonl")  # no run: "given"
+    sweep = tmp_path / "sweep"
+    done = run(
+        "evaluate.py",
+        "-m",
+        f"dataset.path={','.join(str(p) for p in [*paths, tmp_path / 'plain.jsonl'])}",
+        "dataset=jsonl",
+        "retriever=given",
+        "judge=m",
+        "n_bootstrap=50",
+        f"cache_dir={tmp_path / 'cache'}",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((sweep / "sweep_summary.json").read_text())
+    assert [r["run"] for r in summary["runs"]] == ["bm25-v2", "splade", "given"]

@@ -143,6 +143,14 @@ def _calibration(table: Any, settings: EvaluateSettings, theta: Any) -> dict[str
     return {} if found is None else {"calibration": found}
 
 
+def _given_name(contexts: Sequence[Context]) -> str:
+    """The name of given contexts: the ``run`` they all share (a TREC run's file name,
+    or what ``udcg annotate`` kept), else ``given``."""
+    runs = {c.run for c in contexts}
+    only = runs.pop() if len(runs) == 1 else None
+    return only or GIVEN
+
+
 def _run_name(name: str, retriever: Any) -> str:
     position = getattr(retriever, "position", None)  # GoldAt: one run name per position
     return name if position is None else f"{name}@{position}"
@@ -208,7 +216,8 @@ def evaluate(
     with _progress() as bar:
         task = bar.add_task("retrieve", total=4)
         if given:
-            name, contexts = GIVEN, dataset.contexts
+            contexts = dataset.contexts
+            name = _given_name(contexts)
         else:
             name, searcher = retriever
             name = _run_name(name, searcher)
