@@ -115,9 +115,10 @@ def halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(order[: n // 2]), np.sort(order[n // 2 :])
 
 
-def fit_crossfit(args, rel, u, correct) -> tuple[list, np.ndarray]:
-    """UDCG-theta fitted on the retriever-order contexts of each half of the questions (both
-    retrievers pooled): (models, half index of every question)."""
+def fit_crossfit(args, rel, u, training) -> tuple[list, np.ndarray]:
+    """UDCG-theta fitted on the training contexts of each half of the questions (both
+    retrievers pooled; ``training[name]`` is a list of ``(picks, correct)``, one per ordering
+    fitted on): (models, half index of every question)."""
     from udcg.theta import UDCGTheta
 
     a, b = halves(len(next(iter(rel.values()))), args.seed)
@@ -125,11 +126,15 @@ def fit_crossfit(args, rel, u, correct) -> tuple[list, np.ndarray]:
     side[b] = 1
     models = []
     for fit in (a, b):
-        r = np.concatenate([rel[name][fit, : args.k] for name in RETRIEVERS])
-        x = np.concatenate([u[name][fit, : args.k] for name in RETRIEVERS])
-        y = np.concatenate([correct[name][fit] for name in RETRIEVERS])
+        r, x, y = [], [], []
+        for name in RETRIEVERS:
+            for picks, correct in training[name]:
+                idx = np.stack([picks[q] for q in fit])
+                r.append(np.take_along_axis(rel[name][fit], idx, axis=1))
+                x.append(np.take_along_axis(u[name][fit], idx, axis=1))
+                y.append(correct[fit])
         model = UDCGTheta(args.k, bias=True, l2=args.l2, val_fraction=0.0, seed=args.seed)
-        models.append(model.fit(r, x, y))
+        models.append(model.fit(np.concatenate(r), np.concatenate(x), np.concatenate(y)))
     return models, side
 
 
@@ -164,10 +169,20 @@ def orders(args: argparse.Namespace) -> None:
         log(f"answers from the {name} retriever-order contexts")
         contexts = reorder(cands[name], picks[name]["retriever"], f"{name}-retriever")
         correct[name]["retriever"] = answered(args, judge_, contexts)
-    models, side = fit_crossfit(
-        args, rel, u, {name: correct[name]["retriever"] for name in RETRIEVERS}
-    )
+    training = {
+        name: [(picks[name]["retriever"], correct[name]["retriever"])] for name in RETRIEVERS
+    }
+    if args.fit_on == "shuffled":  # and a random order of the same top k per question
+        rng = np.random.default_rng(args.seed + 1)
+        for name in RETRIEVERS:
+            picks[name]["shuffled"] = [rng.permutation(args.k) for _ in range(n)]
+            log(f"answers from the {name} shuffled contexts")
+            contexts = reorder(cands[name], picks[name]["shuffled"], f"{name}-shuffled")
+            correct[name]["shuffled"] = answered(args, judge_, contexts)
+            training[name].append((picks[name]["shuffled"], correct[name]["shuffled"]))
+    models, side = fit_crossfit(args, rel, u, training)
     report: dict = {
+        "fit_on": args.fit_on,
         "questions": int(n),
         "candidates": int(m),
         "k": args.k,
@@ -217,7 +232,7 @@ def orders(args: argparse.Namespace) -> None:
         }
         tables[f"UDCG-theta, {name}"] = reliability_table(prob, y)
     report["calibration"] = calibration
-    plot_reliability(tables, args.out / "reliability.png")
+    plot_reliability(tables, args.out / f"{stem(args, 'reliability')}.png")
 
     for ordering in ORDERINGS:
         for name in args.retrievers:
@@ -245,9 +260,16 @@ def orders(args: argparse.Namespace) -> None:
         write(args, report)
 
 
+def stem(args: argparse.Namespace, name: str) -> str:
+    """``name`` of an output file, with the retriever (one only) and ``--fit-on shuffled``."""
+    if len(args.retrievers) < len(RETRIEVERS):
+        name += f"-{args.retrievers[0]}"
+    return name if args.fit_on == "retriever" else f"{name}-{args.fit_on}"
+
+
 def write(args: argparse.Namespace, report: dict) -> None:
-    stem = "report" if len(args.retrievers) == len(RETRIEVERS) else f"report-{args.retrievers[0]}"
-    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    out = stem(args, "report")
+    (args.out / f"{out}.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         f"NQ-open, {report['questions']} questions, k = {report['k']} of the top "
         f"{report['candidates']}; paired 95% CIs from {report['bootstrap']} bootstrap "
@@ -273,7 +295,7 @@ def write(args: argparse.Namespace, report: dict) -> None:
             f"| {name} | {b[0]:.3f} [{b[1]:.3f}, {b[2]:.3f}] | {e[0]:.3f} [{e[1]:.3f}, "
             f"{e[2]:.3f}] | {row['forecast']:.3f} | {row['measured']:.3f} |"
         )
-    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{out}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
 
 
@@ -292,6 +314,13 @@ def main() -> None:
         default=0.01,
         help="L2 penalty of the UDCG-theta fits (default 0.01; unpenalised fits diverge when "
         "the judge's utilities are nearly all 1)",
+    )
+    parser.add_argument(
+        "--fit-on",
+        choices=["retriever", "shuffled"],
+        default="retriever",
+        help="orders: fit UDCG-theta on the retriever-order contexts, or on those and a random "
+        "order of the same top k per question (answered too; outputs get a -shuffled suffix)",
     )
     parser.add_argument("--out", type=Path, default=Path("bench/data/order"))
     parser.add_argument(
