@@ -159,3 +159,32 @@ def test_written_labels_round_trip_and_keep_user_subqueries(tag_judge, tmp_path)
     again = list(read_contexts(path))
     assert [p.covers for p in again[0].passages] == [[False], [True]]
     assert again[0].passages[1].extra["covers_prob"] == [0.9]
+
+
+def test_a_streaming_judge_gets_the_text_checks_in_one_call(tag_judge) -> None:
+    """Text-route Yes/No checks go to a streaming judge as one call per attempt (no barrier
+    every 64 prompts), with the labels of the batched route."""
+
+    class Streaming(tag_judge):
+        streams_results = True
+
+        def __init__(self) -> None:
+            super().__init__(logprobs=False)
+            self.sizes: list[int] = []
+
+        def generate(self, prompts, max_new_tokens=64, *, on_result=None):
+            out = super().generate(prompts, max_new_tokens)
+            if on_result is not None:  # the checks' calls (decompositions come without)
+                self.sizes.append(len(prompts))
+                for i, text in enumerate(out):
+                    on_result(i, text, False)
+            return out
+
+    passages = [Passage(doc_id=f"p{i}", text=f"passage {i} #fr") for i in range(150)]
+    contexts = [Context("q", passages, question="capital #fr")]
+    streaming = Streaming()
+    out, _ = label_contexts(contexts, streaming, checks="text")
+    expected, _ = label_contexts(contexts, tag_judge(logprobs=False), checks="text")
+    assert out == expected
+    assert [p.covers for p in out[0].passages] == [[True]] * 150
+    assert streaming.sizes == [150]  # one call, not batches of 64

@@ -18,7 +18,7 @@ from typing import Literal
 from udcg.errors import UDCGInputError
 from udcg.judge.base import Judge
 from udcg.judge.prompts import Messages
-from udcg.labels.batches import in_batches, judge_call
+from udcg.labels.batches import judge_call
 from udcg.labels.qcare.prompts import YES_NO_RETRY
 
 CheckMode = Literal["auto", "logprobs", "text"]
@@ -95,11 +95,12 @@ class YesNoChecker:
                 break
             if attempt:
                 self.counts["retried"] += len(pending)
-            replies = in_batches(
+            replies, _ = judge_call(
+                self.judge,
                 [conversations[i] for i in pending],
-                self.batch,
-                lambda chunk: self.judge.generate(list(chunk), _TEXT_TOKENS),
+                lambda chunk, **stream: self.judge.generate(list(chunk), _TEXT_TOKENS, **stream),
                 f"{label} (text)",
+                self.batch,
             )
             still = []
             for i, reply in zip(pending, replies, strict=True):
