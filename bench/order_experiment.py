@@ -20,7 +20,8 @@ Orderings of a context of k = 5 passages, per question:
 * ``theta``: the 5 of the top 10 and their order that maximise UDCG-theta
   (:meth:`udcg.UDCGTheta.best_context`, a linear assignment), with weights cross-fitted: fitted
   on the retriever-order contexts of one half of the questions (both retrievers pooled), applied
-  to the other half, and the other way round.
+  to the other half, and the other way round. ``--fit-on shuffled`` also answers a random order
+  of each question's top 5 (``shuffled``, reported too) and fits on both kinds of context.
 
 Report: accuracy of every ordering, the paired difference with retriever order (95% CI from
 ``--bootstrap`` resamples of questions), the mean UDCG-theta probability of its contexts; and the
@@ -234,9 +235,10 @@ def orders(args: argparse.Namespace) -> None:
     report["calibration"] = calibration
     plot_reliability(tables, args.out / f"{stem(args, 'reliability')}.png")
 
-    for ordering in ORDERINGS:
+    fitted_orders = ("shuffled",) if args.fit_on == "shuffled" else ()
+    for ordering in ORDERINGS + fitted_orders:
         for name in args.retrievers:
-            if ordering != "retriever":
+            if ordering not in ("retriever", *fitted_orders):
                 picks[name][ordering] = build(name, ordering)
                 log(f"answers from the {name} {ordering} contexts")
                 contexts = reorder(cands[name], picks[name][ordering], f"{name}-{ordering}")
