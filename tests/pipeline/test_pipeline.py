@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -264,3 +265,27 @@ def test_hub_judge_with_the_hub_unreachable_fails_at_once(monkeypatch) -> None:
     monkeypatch.setattr("socket.create_connection", refuse)
     with pytest.raises(UDCGInputError, match=r"and hub\.invalid cannot be reached: give a local"):
         check_hub_judge("nosuch/model")
+
+
+def test_a_crossfit_that_does_not_converge_is_one_warning_naming_theta_l2() -> None:
+    """Utilities all about 1 (as from a small judge that never abstains): u_i and the
+    positions' two terms are nearly collinear, so the unpenalised fit of each half runs to its
+    epoch cap with weights in the hundreds; one warning says so for both and names
+    ``theta_l2``; a penalty converges without any."""
+    from udcg.theta import UDCGThetaConvergenceWarning
+
+    rng = np.random.default_rng(1)
+    n = 400
+    rel = (rng.random((n, 3)) < 0.5).astype(float)
+    util = 1 - 1e-3 * rng.random((n, 3))
+    correct = (rng.random(n) < 0.1).astype(float)
+    qids = np.array([f"q{i}" for i in range(n)], dtype=object)
+    with pytest.warns(UDCGThetaConvergenceWarning) as warned:
+        crossfit_theta(rel, util, correct, qids, seed=0)
+    assert [str(w.message) for w in warned] == [
+        "UDCG-theta (cross-fitted) did not converge on 2 of 2 halves: its weights may diverge "
+        "and its probabilities be over-confident; set a small penalty, e.g. theta_l2=0.01"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UDCGThetaConvergenceWarning)
+        crossfit_theta(rel, util, correct, qids, seed=0, l2=0.01)

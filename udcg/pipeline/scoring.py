@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ from udcg.io.contexts import (
 from udcg.io.utility_sources import get_source
 from udcg.pipeline.compare import classic_metrics
 from udcg.pipeline.fit_size import warn_if_few_contexts
-from udcg.theta import UDCGTheta, split_by_query, tune_gamma
+from udcg.theta import UDCGTheta, UDCGThetaConvergenceWarning, split_by_query, tune_gamma
 
 # metrics fitted on the outcomes of the run they score (each half on the other half): fine
 # for query-level correlations, but each run gets its own gamma or weights, so their means
@@ -84,8 +85,19 @@ def crossfit_theta(
     smallest = min(len(fit) for fit, _ in splits)
     warn_if_few_contexts(smallest, models[0], "UDCG-theta (cross-fitted on each half)")
     for model, (fit, apply) in zip(models, splits, strict=True):
-        model.fit(relevant[fit], utility[fit], correct[fit], groups=qids[fit])
+        with warnings.catch_warnings():  # one warning for both halves, below
+            warnings.simplefilter("ignore", UDCGThetaConvergenceWarning)
+            model.fit(relevant[fit], utility[fit], correct[fit], groups=qids[fit])
         values[apply] = model.predict_proba(relevant[apply], utility[apply])
+    stuck = sum(not m.converged_ for m in models)
+    if stuck:
+        advice = "raise theta_l2" if l2 else "set a small penalty, e.g. theta_l2=0.01"
+        warnings.warn(
+            f"UDCG-theta (cross-fitted) did not converge on {stuck} of 2 halves: its weights "
+            f"may diverge and its probabilities be over-confident; {advice}",
+            UDCGThetaConvergenceWarning,
+            stacklevel=2,
+        )
     return values, models
 
 
