@@ -9,11 +9,11 @@
 * anything else: a transformers model id or local path (CUDA when present).
 
 Its labels are stored under :func:`judge_key` (see :mod:`udcg.judge.spec`). ``open_judge``
-is what the commands use: the backend behind the shared on-disk cache, probed before its first
-call (a server that does not answer is an error before any judge work; a run the cache answers
-whole needs no server) (:class:`~udcg.judge.cached.CachedJudge`);
-with ``engine`` (:class:`~udcg.judge.ray_engine.RayOptions`) its calls run on Ray actors
-(:class:`~udcg.judge.ray_engine.RayJudge`), results and cache entries unchanged.
+is what the commands use: the backend behind the shared on-disk cache
+(:class:`~udcg.judge.cached.CachedJudge`), probed before the first call the cache cannot answer
+(a server that does not answer is an error before any judge work; a run the cache answers whole
+needs no server); with ``engine`` (:class:`~udcg.judge.ray_engine.RayOptions`) its calls run
+on Ray actors (:class:`~udcg.judge.ray_engine.RayJudge`), results and cache entries unchanged.
 """
 
 from __future__ import annotations
