@@ -173,3 +173,32 @@ def test_matching_folder_scores_without_overrides(tmp_path: Path, folder: Path) 
     args = [str(data), "--judge", "sim", "--weights", str(folder), "--mode", "first_token"]
     assert main([*args, "--out", str(out)]) == 0
     assert all("weights_overrides" not in json.loads(x) for x in out.read_text().splitlines())
+
+
+def test_weights_with_a_calibration_add_the_recalibrated_column(
+    tmp_path: Path, fitted: Path, capsys
+) -> None:
+    contexts = simulate(60, 3, seed=5)
+    rel = np.array([[p.relevant for p in c.passages] for c in contexts], dtype=float)
+    u = np.array([[1 - p.abstain_prob["sim"] for p in c.passages] for c in contexts])
+    correct = np.array([c.outcomes["sim"]["correct"] for c in contexts], dtype=float)
+    model = UDCGTheta.load(fitted, k=3)
+    model.calibrate(rel, u, correct, method="platt")
+    calibrated = tmp_path / "calibrated.safetensors"
+    model.save(calibrated)
+    data, out = tmp_path / "c.jsonl", tmp_path / "scores.jsonl"
+    write_contexts(data, contexts)
+    assert main([str(data), "--judge", "sim", "--weights", str(calibrated), "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    expected = model.predict_proba(rel, u, calibrated=True)
+    got = [r["UDCG-theta (recalibrated)"] for r in rows]
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+    assert not np.allclose(got, [r["UDCG-theta"] for r in rows])
+    lines = capsys.readouterr().out.splitlines()
+    header, all_row = lines[1], lines[-1]
+    assert header.split("\t")[-2:] == ["UDCG-theta", "UDCG-theta (recalibrated)"]
+    assert all_row.split("\t")[-1] == f"{expected.mean():.4f}"
+    # weights without a calibration: no such column
+    plain = tmp_path / "plain.jsonl"
+    assert main([str(data), "--judge", "sim", "--weights", str(fitted), "--out", str(plain)]) == 0
+    assert "UDCG-theta (recalibrated)" not in json.loads(plain.read_text().splitlines()[0])

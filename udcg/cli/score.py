@@ -2,7 +2,9 @@
 [--mode MODE] [--allow-mismatch FIELD]... [--out F.jsonl]``.
 
 Scores each retrieved context with UDCG (at ``--gamma``), UDCG-theta (with fitted weights, for
-contexts of the weights' k) and nDCG, MAP, MRR, Precision; prints the means and, with
+contexts of the weights' k; also ``UDCG-theta (recalibrated)`` when the weights carry a
+calibration) and nDCG, MAP, MRR, Precision; prints the means (a run's mean UDCG-theta is the
+accuracy the weights forecast for it, from judge labels alone) and, with
 ``--out``, writes one JSON line per context (``--out -``: to standard output, the means then
 to stderr). ``-`` as CONTEXTS reads standard input. ``--judge`` takes the spec the contexts
 were annotated with (labels are read under its key, :func:`udcg.judge.judge_key`) or the key
@@ -124,12 +126,18 @@ def score(args: argparse.Namespace) -> None:
         for note in overrides:
             print(f"UDCG-theta: {note}", file=sys.stderr)
         rows = np.flatnonzero([len(c.passages) == k for c in contexts])
-        theta = np.full(len(contexts), np.nan)
-        if len(rows):
-            theta[rows] = model.predict_proba(
-                np.stack([relevant[i] for i in rows]), np.stack([utility[i] for i in rows])
-            )
-        columns["UDCG-theta"] = theta
+        variants = {"UDCG-theta": False}
+        if model.calibration_ is not None:  # train.py calibration=... / udcg weights calibrate
+            variants["UDCG-theta (recalibrated)"] = True
+        for name, calibrated in variants.items():
+            theta = np.full(len(contexts), np.nan)
+            if len(rows):
+                theta[rows] = model.predict_proba(
+                    np.stack([relevant[i] for i in rows]),
+                    np.stack([utility[i] for i in rows]),
+                    calibrated=calibrated,
+                )
+            columns[name] = theta
         if len(rows) < len(contexts):
             print(
                 f"UDCG-theta: {len(contexts) - len(rows)} of {len(contexts)} contexts do not "
