@@ -16,14 +16,13 @@ import math
 import sqlite3
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.judge.test_openai_backend import ScriptedServer
 from udcg.cli.annotate import main as annotate_main
 from udcg.cli.batch import main as batch_main
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
@@ -72,43 +71,23 @@ def _reply(body: dict[str, Any]) -> dict[str, Any]:
     return {"choices": [{"message": {"content": text}, "logprobs": None}]}
 
 
-class ChatServer:
-    """Loopback OpenAI-compatible server answering with :func:`_reply`; records the bodies."""
+class ChatServer(ScriptedServer):
+    """Loopback OpenAI-compatible server answering with :func:`_reply`; ``bodies`` are the
+    request bodies it received."""
 
     def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        lock = threading.Lock()
-        outer = self
+        super().__init__(self._answer)
+        self.start()
 
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    @staticmethod
+    def _answer(path: str, body: Any, headers: dict[str, str]) -> Any:
+        if body is None:
+            return 200, {}, {"object": "list", "data": [{"id": "m"}]}
+        return 200, {}, _reply(body)
 
-            def do_GET(self) -> None:
-                self._send({"object": "list", "data": [{"id": "m"}]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                with lock:
-                    outer.bodies.append(body)
-                self._send(_reply(body))
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [body for _, body, _ in self.requests if body is not None]
 
 
 @pytest.fixture
@@ -190,7 +169,7 @@ def test_batch_requests_are_the_online_bodies_and_keys_and_give_the_same_labels(
     online = [str(tmp_path / "in.jsonl"), str(tmp_path / "online_out.jsonl")]
     assert annotate_main([*online, *judge, *STEPS, "--cache", str(online_cache)]) == 0
     online_bodies = sorted(map(_canonical, chat_server.bodies))
-    chat_server.bodies.clear()
+    chat_server.requests.clear()
 
     out = _batch_round_trip(tmp_path, judge, STEPS, chat_server.url)
     # 1 + 2: the answers first, their LLM grading once the answers are imported

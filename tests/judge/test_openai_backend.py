@@ -341,13 +341,19 @@ class ScriptedServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> ScriptedServer:
+    def start(self) -> ScriptedServer:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def chat_requests(self) -> int:
         return sum(path.endswith("/chat/completions") for path, _, _ in self.requests)

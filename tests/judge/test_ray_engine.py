@@ -13,13 +13,13 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.judge.test_openai_backend import ScriptedServer
 from udcg.errors import UDCGInputError
 from udcg.judge import load_judge
 from udcg.judge.base import upper_bounds
@@ -41,41 +41,26 @@ def _digest(text: str) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
 
 
-class ChatServer:
+class ChatServer(ScriptedServer):
     """A loopback OpenAI-compatible chat server, deterministic per prompt: generation replies
     ``reply-<hash>``, log-prob requests give Yes/No log-probs from the hash (``No`` left out of
-    the top tokens for every third hash: an upper bound). Each request waits ``delay`` s."""
+    the top tokens for every third hash: an upper bound). Each request waits ``delay`` s;
+    ``chats`` counts the chat requests received."""
 
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
-        self.chats = 0
-        outer = self
+        super().__init__(self._answer)
+        self.start()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self._send({"object": "list", "data": [{"id": "m"}]})
+    def _answer(self, path: str, body: Any, headers: dict[str, str]) -> Any:
+        if body is None:
+            return 200, {}, {"object": "list", "data": [{"id": "m"}]}
+        time.sleep(self.delay)
+        return 200, {}, self.reply(body)
 
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                outer.chats += 1
-                time.sleep(outer.delay)
-                self._send(outer.reply(body))
-
-            def _send(self, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    @property
+    def chats(self) -> int:
+        return self.chat_requests()
 
     @staticmethod
     def reply(body: dict[str, Any]) -> dict[str, Any]:
@@ -96,10 +81,6 @@ class ChatServer:
             }
         message = {"role": "assistant", "content": f"reply-{h}"}
         return {"choices": [{"index": 0, "message": message, "logprobs": logprobs}]}
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def _prompts(n: int) -> list[list[dict[str, str]]]:
