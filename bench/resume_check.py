@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -30,6 +29,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from servers import free_port
 
 from udcg.data.demo import SOURCE, build_contexts, load_source
 from udcg.io.contexts import write_contexts
@@ -63,9 +64,7 @@ def annotate(src: Path, out: Path, cache: Path, *extra: str) -> subprocess.Popen
 @contextlib.contextmanager
 def delay_server(delay: float) -> Iterator[str]:
     """``bench/delay_server.py`` on a free loopback port; yields its base URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     script = Path(__file__).with_name("delay_server.py")
     command = [sys.executable, str(script), "--port", str(port), "--delay", str(delay)]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)

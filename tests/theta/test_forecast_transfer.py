@@ -3,20 +3,15 @@ fitted on another retriever's other half of the questions, never from the target
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
+from tests.bench_scripts import load
 from udcg import metrics
 from udcg.theta import split_by_query
 from udcg.theta.calibration import fit_score_calibration
 
-_BENCH = Path(__file__).resolve().parents[2] / "bench" / "forecast_transfer.py"
-_SPEC = importlib.util.spec_from_file_location("forecast_transfer", _BENCH)
-transfer = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(transfer)
+transfer = load("forecast_transfer")
 
 
 def _run(seed: int, n: int = 160, k: int = 3, shift: float = 0.0) -> dict[str, np.ndarray]:
