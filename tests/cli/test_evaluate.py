@@ -144,18 +144,24 @@ def _annotated(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.array(udcg_values), np.array(correct)
 
 
+def _given(evaluate_config, tmp_path: Path, *overrides: str):
+    """The config of a run on the given contexts ``tmp_path/in.jsonl`` with judge ``m``."""
+    return evaluate_config(
+        "dataset=jsonl",
+        f"dataset.path={tmp_path / 'in.jsonl'}",
+        "retriever=given",
+        "judge=m",
+        *overrides,
+    )
+
+
 def test_annotated_input_needs_no_judge(tmp_path: Path, monkeypatch, evaluate_config) -> None:
     def refuse(spec, **options):
         raise AssertionError("no judge should be loaded")
 
     monkeypatch.setattr("udcg.judge.load_judge", refuse)
     udcg_values, correct = _annotated(tmp_path / "in.jsonl")
-    cfg = evaluate_config(
-        "dataset=jsonl",
-        f"dataset.path={tmp_path / 'in.jsonl'}",
-        "retriever=given",
-        "judge=m",
-    )
+    cfg = _given(evaluate_config, tmp_path)
     report, _ = run_evaluate(cfg, tmp_path / "out")
     row = next(r for r in report["correlations"] if r["metric"] == "UDCG")
     assert row["spearman"] == pytest.approx(sps.spearmanr(udcg_values, correct)[0])
@@ -170,13 +176,7 @@ CROSSFIT_WARNING = (
 
 def test_crossfit_theta_is_reported_and_plotted(tmp_path: Path, evaluate_config) -> None:
     _annotated(tmp_path / "in.jsonl")
-    cfg = evaluate_config(
-        "dataset=jsonl",
-        f"dataset.path={tmp_path / 'in.jsonl'}",
-        "retriever=given",
-        "judge=m",
-        "theta_crossfit=true",
-    )
+    cfg = _given(evaluate_config, tmp_path, "theta_crossfit=true")
     with pytest.warns(UDCGWarning) as warned:
         report, files = run_evaluate(cfg, tmp_path / "out")
     assert [str(w.message) for w in warned] == [CROSSFIT_WARNING]
@@ -190,13 +190,7 @@ def test_crossfit_warning_is_one_line_on_stderr(
     tmp_path: Path, evaluate_config, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _annotated(tmp_path / "in.jsonl")
-    cfg = evaluate_config(
-        "dataset=jsonl",
-        f"dataset.path={tmp_path / 'in.jsonl'}",
-        "retriever=given",
-        "judge=m",
-        "theta_crossfit=true",
-    )
+    cfg = _given(evaluate_config, tmp_path, "theta_crossfit=true")
     assert main(cfg).status == 0
     assert capsys.readouterr().err == f"evaluate.py: warning: {CROSSFIT_WARNING}\n"
 
@@ -207,14 +201,7 @@ def test_theta_l2_penalises_the_crossfit(tmp_path: Path, evaluate_config) -> Non
     _annotated(tmp_path / "in.jsonl")
     norms = {}
     for l2 in (0.0, 0.5):
-        cfg = evaluate_config(
-            "dataset=jsonl",
-            f"dataset.path={tmp_path / 'in.jsonl'}",
-            "retriever=given",
-            "judge=m",
-            "theta_crossfit=true",
-            f"theta_l2={l2}",
-        )
+        cfg = _given(evaluate_config, tmp_path, "theta_crossfit=true", f"theta_l2={l2}")
         with pytest.warns(UDCGWarning):
             report, _ = run_evaluate(cfg, tmp_path / f"out{l2}")
         assert report["config"]["theta_l2"] == l2
@@ -258,9 +245,7 @@ def test_undefined_correlations_say_why_everywhere(
         return real_text(ax, x, y, s, **kwargs)
 
     monkeypatch.setattr(Axes, "text", text)
-    cfg = evaluate_config(
-        "dataset=jsonl", f"dataset.path={tmp_path / 'in.jsonl'}", "retriever=given", "judge=m"
-    )
+    cfg = _given(evaluate_config, tmp_path)
     assert main(cfg).status == 0
     out = tmp_path / "out"
     said = "undefined (metric is constant)"
@@ -600,14 +585,7 @@ def test_calibration_report_is_the_calibration_functions_on_held_out_predictions
 
     udcg_values, correct = _annotated(tmp_path / "in.jsonl")
     contexts = list(read_contexts(tmp_path / "in.jsonl"))
-    cfg = evaluate_config(
-        "dataset=jsonl",
-        f"dataset.path={tmp_path / 'in.jsonl'}",
-        "retriever=given",
-        "judge=m",
-        "theta_crossfit=true",
-        "n_bootstrap=200",
-    )
+    cfg = _given(evaluate_config, tmp_path, "theta_crossfit=true", "n_bootstrap=200")
     with pytest.warns(UDCGWarning):
         report, files = run_evaluate(cfg, tmp_path / "out")
     qids = np.array([c.qid for c in contexts], dtype=object)
@@ -684,13 +662,7 @@ def test_weights_with_a_recalibration_are_reported_both_ways(
     held_out = simulate_arrays(200, 3, seed=5)  # a recalibration fitted on other data
     model.calibrate(*held_out, "platt")
     model.save(tmp_path / "w.safetensors")
-    cfg = evaluate_config(
-        "dataset=jsonl",
-        f"dataset.path={tmp_path / 'in.jsonl'}",
-        "retriever=given",
-        "judge=m",
-        f"theta_weights={tmp_path / 'w.safetensors'}",
-    )
+    cfg = _given(evaluate_config, tmp_path, f"theta_weights={tmp_path / 'w.safetensors'}")
     report, _ = run_evaluate(cfg, tmp_path / "out")
     cal = report["calibration"]
     for name, prob in (
