@@ -30,6 +30,21 @@ OnResult = Callable[[int, Any, bool], None]
 ANSWER_NORMALISATION = "max_over_answers(exp(mean_token_logprob))"
 
 
+def check_abstain_inputs(
+    questions: Sequence[str], passages: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """The inputs of :meth:`Judge.abstain_prob` as lists, checked: one passage per question."""
+    from udcg.errors import UDCGInputError
+
+    questions, passages = list(questions), list(passages)
+    if len(questions) != len(passages):
+        raise UDCGInputError(
+            f"abstain_prob needs one passage per question, got {len(questions)} questions"
+            f" and {len(passages)} passages"
+        )
+    return questions, passages
+
+
 def check_answer_inputs(
     questions: Sequence[str], passages: Sequence[str], answers: Sequence[Sequence[str]]
 ) -> tuple[list[str], list[str], list[list[str]]]:

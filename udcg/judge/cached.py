@@ -50,6 +50,7 @@ from udcg.judge.base import (
     Judge,
     JudgeValues,
     OnResult,
+    check_abstain_inputs,
     check_answer_inputs,
     judge_values,
     upper_bounds,
@@ -315,12 +316,7 @@ class CachedJudge(Judge):
         *,
         on_result: OnResult | None = None,
     ) -> JudgeValues:
-        questions, passages = list(questions), list(passages)
-        if len(questions) != len(passages):
-            raise ValueError(
-                f"abstain_prob needs one passage per question, got {len(questions)} questions"
-                f" and {len(passages)} passages"
-            )
+        questions, passages = check_abstain_inputs(questions, passages)
         payloads = [abstain_messages(q, p) for q, p in zip(questions, passages, strict=True)]
 
         def compute(indices: list[int], sink: OnResult | None) -> Any:

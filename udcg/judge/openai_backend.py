@@ -90,6 +90,7 @@ from udcg.judge.base import (
     Judge,
     JudgeValues,
     OnResult,
+    check_abstain_inputs,
     check_answer_inputs,
     judge_values,
 )
@@ -402,12 +403,7 @@ class OpenAIJudge(Judge):
             )
         if mode != "first_token":
             raise UDCGInputError(f"must be 'first_token' or 'sequence', got {mode!r}", field="mode")
-        questions, passages = list(questions), list(passages)
-        if len(questions) != len(passages):
-            raise UDCGInputError(
-                f"abstain_prob needs one passage per question, got {len(questions)} questions"
-                f" and {len(passages)} passages"
-            )
+        questions, passages = check_abstain_inputs(questions, passages)
         if not questions:
             return judge_values(np.zeros(0))
         marker = self.abstain_token_text()

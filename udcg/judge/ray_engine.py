@@ -32,6 +32,7 @@ from udcg.judge.base import (
     AbstainMode,
     Judge,
     OnResult,
+    check_abstain_inputs,
     check_answer_inputs,
     judge_values,
     upper_bounds,
@@ -372,11 +373,8 @@ class RayJudge(Judge):
         *,
         on_result: OnResult | None = None,
     ) -> np.ndarray:
-        if len(questions) != len(passages):
-            raise UDCGInputError(f"{len(questions)} questions but {len(passages)} passages")
-        return self._floats(
-            "abstain_prob", [list(questions), list(passages)], {"mode": mode}, on_result
-        )
+        columns = check_abstain_inputs(questions, passages)
+        return self._floats("abstain_prob", list(columns), {"mode": mode}, on_result)
 
     def answer_prob(
         self,
