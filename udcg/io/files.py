@@ -152,3 +152,67 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> None:
+    """Refuse an ``output`` path that names one of ``inputs`` (option or argument name -> path):
+    writing it would replace the input being read. ``-`` and missing inputs are skipped; an
+    output that does not exist yet cannot name an existing input."""
+    if os.fspath(output) == STDIO:
+        return
+    out = Path(output)
+    for name, given in inputs.items():
+        if given is None or os.fspath(given) == STDIO:
+            continue
+        source = Path(given)
+        same = (
+            os.path.samefile(out, source)
+            if out.exists() and source.exists()
+            else out.resolve() == source.resolve()
+        )
+        if same:
+            raise UDCGInputError(
+                f"the output names the input {name} ({os.fspath(given)}): writing it would "
+                "replace what is being read; choose another output path",
+                path=out,
+            )
+
+
+@contextlib.contextmanager
+def exclusive_writer(path: PathType, what: str = "output") -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` for as long as one process writes it.
+
+    The lock is ``fcntl.flock`` on ``PATH.lock`` (created beside it): the kernel drops it when
+    the holder exits, even by SIGKILL, so a killed run never leaves it stuck. A second process
+    that asks for the same ``path`` is refused at once with one line. ``-`` takes no lock.
+    """
+    if os.fspath(path) == STDIO:
+        yield
+        return
+    import fcntl
+
+    lock_path = Path(f"{os.fspath(path)}.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UDCGInputError(
+                f"another process is writing this {what} (lock {lock_path}); wait for it to "
+                "finish or choose another output path",
+                path=path,
+            ) from None
+        try:  # the holder before us may have removed the file we locked: lock the new one
+            if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock_path)
+        os.close(fd)
