@@ -22,10 +22,29 @@ def show(value: Any) -> str:
     return repr(value)
 
 
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: every character that is not printable (C0 and
+    C1 controls such as ESC and BEL, DEL, line breaks, bidirectional overrides and other
+    format characters) written as its Python escape (``\\x1b``, ``\\u202e``), the rest kept."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
 def integer(value: Any, name: str) -> int:
     """``value`` as an int (numpy integers accepted, booleans refused)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise UDCGInputError(f"must be an integer, got {show(value)}", field=name)
+    return int(value)
+
+
+def nonnegative_int(value: Any, name: str) -> int:
+    """``value`` as an int >= 0, such as a seed of numpy's generators (numpy integers
+    accepted, booleans refused)."""
+    if integer(value, name) < 0:
+        raise UDCGInputError(f"must be a non-negative integer, got {show(value)}", field=name)
     return int(value)
 
 

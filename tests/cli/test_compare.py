@@ -90,6 +90,11 @@ def test_system_names() -> None:
         (["--names", "x"], "field 'names': 1 names for 2 runs"),
         (["--names", "x", "x"], "duplicate system name 'x'"),
         (["--alpha", "2"], "field 'alpha': must be a number strictly between 0 and 1"),
+        (["--seed", "-1"], "field 'seed': must be a non-negative integer, got -1"),
+        (
+            ["--seed", "-1", "--test", "randomization"],
+            "field 'seed': must be a non-negative integer, got -1",
+        ),
     ],
 )
 def test_user_mistakes_exit_2_with_one_line(capsys, noisy: Path, args, message) -> None:

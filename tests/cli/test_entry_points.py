@@ -217,6 +217,23 @@ def test_a_bad_option_is_one_line_naming_it(bad_option_runs: dict, name: str) ->
     assert_one_line_error(bad_option_runs[name], BAD_OPTIONS[name][2])
 
 
+@pytest.mark.parametrize(
+    ("door", "prog"),
+    [
+        (["train.py"], "train.py"),
+        (["evaluate.py"], "evaluate.py"),
+        (["-m", "udcg", "train"], "udcg train"),
+        (["-m", "udcg", "evaluate"], "udcg evaluate"),
+    ],
+)
+def test_a_negative_seed_is_one_line_naming_it(tmp_path: Path, door: list[str], prog: str) -> None:
+    extra = [f"cache_dir={tmp_path / 'cache'}"] if "evaluate" in door[-1] else []
+    done = run(*door, "seed=-1", *extra, f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(
+        done, f"{prog}: error: field 'seed': must be a non-negative integer, got -1"
+    )
+
+
 def test_a_file_that_fails_while_read_is_one_line(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")

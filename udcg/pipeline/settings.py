@@ -24,9 +24,9 @@ from udcg.theta.gamma import check_grid
 from udcg.theta.ordering import ORDERINGS
 from udcg.validation import (
     boolean,
-    integer,
     nonempty_str,
     nonnegative_float,
+    nonnegative_int,
     one_of,
     open_fraction,
     positive_int,
@@ -55,7 +55,7 @@ class Settings:
         get_source(self.utility)  # an unknown source names the known ones
         one_of(self.correlation, "correlation", METHODS)
         positive_int(self.n_bootstrap, "n_bootstrap")
-        integer(self.seed, "seed")
+        nonnegative_int(self.seed, "seed")
 
     @property
     def judge_key(self) -> str:

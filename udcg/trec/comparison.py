@@ -21,7 +21,14 @@ from udcg.io.trec_files import Qrels
 from udcg.trec.engine import QrelsLike, RunLike, as_qrels, evaluate_table, import_pandas
 from udcg.trec.measures import Measure, parse_measures
 from udcg.trec.significance import TESTS, holm, paired_test
-from udcg.validation import integer, nonempty_str, one_of, open_fraction, positive_int
+from udcg.validation import (
+    integer,
+    nonempty_str,
+    nonnegative_int,
+    one_of,
+    open_fraction,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from udcg.io.utilities import Utilities, UtilitiesLike
@@ -291,7 +298,7 @@ def _check_options(
         one_of(correction, "correction", CORRECTIONS)
     positive_int(n_resamples, "n_resamples")
     if seed is not None:
-        integer(seed, "seed")
+        nonnegative_int(seed, "seed")
     if baseline is not None and baseline not in runs:
         raise UDCGInputError(
             f"unknown system {baseline!r}; known: {', '.join(systems)}", field="baseline"
