@@ -3,22 +3,65 @@
 Both entry points use these: the RAG-list functions in :mod:`udcg.metrics` and the
 trec_eval-compatible engine in :mod:`udcg.trec.engine`. Rows are ranked lists (position 0 is
 rank 1); padding is 0, which adds nothing to any sum below.
+
+A row's value depends on that row alone, bit for bit: every sum over a row is added left to
+right (:func:`row_sums`), never by ``np.sum``'s pairwise blocks or a matrix product, whose
+order follows the array's width and the BLAS kernel; zeros added anywhere leave such a sum as
+it is. DCG and IDCG are the same sum over the same discounts, so an ideal list scores 1.0.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
-_DISCOUNTS = 1.0 / np.log2(np.arange(2, 1026, dtype=np.float64))
+_DISCOUNT_CHUNK = 1024
+
+
+@cache
+def _discount_chunk(chunk: int) -> np.ndarray:
+    """``1 / log2(i + 1)`` for ranks ``1024 * chunk + 1 .. 1024 * (chunk + 1)``: each value
+    is always computed at the same place of the same array, so its bits never vary."""
+    start = 2 + _DISCOUNT_CHUNK * chunk
+    out = 1.0 / np.log2(np.arange(start, start + _DISCOUNT_CHUNK, dtype=np.float64))
+    out.flags.writeable = False
+    return out
+
+
+@lru_cache(maxsize=8)
+def _discount_table(chunks: int) -> np.ndarray:
+    table = np.concatenate([_discount_chunk(c) for c in range(chunks)])
+    table.flags.writeable = False
+    return table
 
 
 def discounts(depth: int) -> np.ndarray:
-    """``1 / log2(i + 1)`` for ranks ``i = 1..depth``."""
-    if depth <= len(_DISCOUNTS):
-        return _DISCOUNTS[:depth]
-    return 1.0 / np.log2(np.arange(2, depth + 2, dtype=np.float64))
+    """``1 / log2(i + 1)`` for ranks ``i = 1..depth`` (read-only; one table for every depth)."""
+    return _discount_table(max(1, -(-depth // _DISCOUNT_CHUNK)))[:depth]
+
+
+@lru_cache(maxsize=8)
+def _cumulative_table(chunks: int) -> np.ndarray:
+    table = np.concatenate(([0.0], np.cumsum(_discount_table(chunks))))
+    table.flags.writeable = False
+    return table
+
+
+def cumulative_discounts(depth: int) -> np.ndarray:
+    """``C[n]``, the first n discounts added left to right, for ``n = 0..depth``: the DCG of a
+    list whose first n gains are 1 and the rest 0, bit for bit as :func:`dcg` sums it."""
+    return _cumulative_table(max(1, -(-depth // _DISCOUNT_CHUNK)))[: depth + 1]
+
+
+def row_sums(values: np.ndarray) -> np.ndarray:
+    """Each row's sum (float64), added left to right one column at a time. Unlike ``np.sum``
+    (pairwise blocks that follow the row length) or a matrix product (a kernel chosen by shape),
+    a row's sum does not depend on the other rows, the array's width or trailing zeros."""
+    out = np.zeros(values.shape[0])
+    for j in range(values.shape[1]):
+        out += values[:, j]
+    return out
 
 
 def _cut(values: np.ndarray, k: int | None) -> np.ndarray:
@@ -35,7 +78,7 @@ def safe_divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
 def dcg(gains: np.ndarray, k: int | None = None) -> np.ndarray:
     """``DCG@k = sum_{i<=k} gain_i / log2(i + 1)`` (linear gain)."""
     g = _cut(gains, k)
-    return g @ discounts(g.shape[1])
+    return row_sums(g * discounts(g.shape[1]))
 
 
 _CODE_BITS = 24  # float32 sums of powers of two are exact below 2**24
@@ -60,17 +103,39 @@ def _grade_counts(gains: np.ndarray, top: float) -> tuple[np.ndarray, int, int] 
     return codes.astype(np.int32), int(top), bits
 
 
+def ideal_dcg_of_counts(at_least: np.ndarray, depth: int) -> np.ndarray:
+    """DCG@depth of each row's integer gains sorted decreasing, from ``at_least[:, L - 1]``,
+    the row's count of gains >= L (L = 1..top). Summed as :func:`dcg` sums that sorted list
+    (the gain at rank j + 1 is the number of levels L with more than j gains >= L), so a list
+    in that order scores exactly 1.0. Rows are visited longest first, each only while it has
+    gains left."""
+    at_least = np.minimum(at_least, depth)
+    if at_least.shape[1] == 0:
+        return np.zeros(len(at_least))
+    if at_least.shape[1] == 1:  # binary gains: the sum of the first n discounts
+        return cumulative_discounts(depth)[at_least[:, 0]]
+    order = np.argsort(-at_least[:, 0], kind="stable")
+    ranked = at_least[order]
+    longest = ranked[:, 0]
+    d = discounts(depth)
+    sums = np.zeros(len(ranked))
+    for j in range(int(longest.max(initial=0))):
+        active = int(np.count_nonzero(longest > j))  # a prefix: rows are longest first
+        sums[:active] += np.count_nonzero(ranked[:active] > j, axis=1) * d[j]
+    out = np.empty_like(sums)
+    out[order] = sums
+    return out
+
+
 def _ideal_dcg_of_codes(codes: np.ndarray, top: int, bits: int, width: int) -> np.ndarray:
-    """IDCG from packed grade counts (see ``_grade_counts``): the ideal row holds a gain >= L
-    in exactly its first n_L places, so ``IDCG = sum_{L=1..top} C[n_L]`` with ``C[n]`` the
-    sum of the first n discounts and n_L the count of grades >= L."""
-    cumulative = np.concatenate(([0.0], np.cumsum(discounts(width))))
-    idcg = np.zeros(len(codes))
-    at_least = np.zeros(len(codes), dtype=np.int32)
+    """IDCG from packed grade counts (see ``_grade_counts``): the count of grades >= L for
+    each level L, then :func:`ideal_dcg_of_counts`."""
+    at_least = np.zeros((len(codes), top), dtype=np.int64)
+    running = np.zeros(len(codes), dtype=np.int64)
     for level in range(top, 0, -1):
-        at_least += (codes >> (bits * level)) & ((1 << bits) - 1)
-        idcg += cumulative[np.minimum(at_least, width)]  # table codes may count past width
-    return idcg
+        running += (codes >> (bits * level)) & ((1 << bits) - 1)
+        at_least[:, level - 1] = running
+    return ideal_dcg_of_counts(at_least, width)  # table codes may count past width
 
 
 _TABLE_BITS = 16  # up to 2**16 possible codes: compute each once and look rows up
@@ -103,8 +168,9 @@ def ideal_dcg_of_rows(gains: np.ndarray, top: float | None = None) -> np.ndarray
 
 def ndcg(gains: np.ndarray, ideal_dcg: np.ndarray, k: int | None = None) -> np.ndarray:
     """``nDCG@k = DCG@k / IDCG@k``, 0 when IDCG is 0. Gains are >= 0 and the ideal counts
-    every gain of the list, so DCG is 0 wherever IDCG is. An IDCG summed in another order than
-    the DCG (the graded tables) can fall an ulp below it: values are capped at 1."""
+    every gain of the list, so DCG is 0 wherever IDCG is. ``ideal_dcg`` must be summed as
+    :func:`dcg` sums (:func:`ideal_dcg_of_counts`, or :func:`dcg` of the sorted gains), so that
+    a list in its ideal order scores exactly 1.0; values are capped at 1 all the same."""
     values = dcg(gains, k)
     np.divide(values, ideal_dcg, out=values, where=ideal_dcg > 0)
     return np.minimum(values, 1.0, out=values)
@@ -116,7 +182,7 @@ def average_precision(
     """``AP@k = sum_{i<=k} rel_i * P@i / n_relevant``, 0 when there is nothing relevant."""
     r = _cut(is_rel, k)
     precision_at = np.cumsum(r, axis=1) / np.arange(1, r.shape[1] + 1)
-    return safe_divide((precision_at * r).sum(axis=1), n_relevant)
+    return safe_divide(row_sums(precision_at * r), n_relevant)
 
 
 def reciprocal_rank(is_rel: np.ndarray, k: int | None = None) -> np.ndarray:
@@ -130,9 +196,10 @@ def reciprocal_rank(is_rel: np.ndarray, k: int | None = None) -> np.ndarray:
 
 
 def precision(is_rel: np.ndarray, k: int | np.ndarray) -> np.ndarray:
-    """``P@k = |relevant in top k| / k`` (k counts missing ranks too, as trec_eval does)."""
+    """``P@k = |relevant in top k| / k`` (k counts missing ranks too, as trec_eval does);
+    graded values (C-Prec) are added left to right."""
     depth = int(np.max(k)) if np.ndim(k) else int(k)
-    return _cut(is_rel, depth).sum(axis=1) / k
+    return row_sums(_cut(is_rel, depth)) / k
 
 
 def recall(is_rel: np.ndarray, n_relevant: np.ndarray, k: int | None = None) -> np.ndarray:

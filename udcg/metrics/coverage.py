@@ -63,7 +63,7 @@ def c_precision(coverage_values: Any, k: int | None = None) -> np.ndarray:
     per-chunk ``r_j`` in [0, 1] (see :func:`coverage`), 2-D array or ragged list."""
     r, lengths = _gains(coverage_values, k)
     if k is None:
-        return _kernels.safe_divide(r.sum(axis=1), lengths)
+        return _kernels.safe_divide(_kernels.row_sums(r), lengths)
     return _kernels.precision(r, k)
 
 

@@ -31,6 +31,7 @@ from udcg.metrics._arrays import (
     in_unit_interval,
     unpad,
 )
+from udcg.metrics._kernels import row_sums
 from udcg.validation import by_query, show
 
 __all__ = ["udcg", "udcg_terms", "utility"]
@@ -156,12 +157,13 @@ def _dense_udcg(relevant: Any, utility: Any, gamma: float) -> np.ndarray | None:
 
 def _weighted_sums(rel: np.ndarray, u: np.ndarray, gamma: float, out: np.ndarray) -> None:
     """``out = sum_i u_i * (rel_i * (1 + gamma) - gamma)`` per row, i.e. the helpful
-    ``rel_i * u_i`` minus gamma times the distracting ``(1 - rel_i) * u_i``."""
+    ``rel_i * u_i`` minus gamma times the distracting ``(1 - rel_i) * u_i``, added left to
+    right (:func:`~udcg.metrics._kernels.row_sums`: a row's sum depends on that row alone)."""
     weight = (rel.view(np.uint8) if rel.dtype == np.bool_ else rel).astype(np.float64)
     weight *= 1.0 + gamma
     weight -= gamma
     weight *= u
-    np.matmul(weight, np.ones(u.shape[1]), out=out)
+    out[:] = row_sums(weight)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

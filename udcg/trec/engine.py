@@ -316,18 +316,10 @@ def _grade_counts(q: np.ndarray, grades: np.ndarray, n_queries: int) -> np.ndarr
 
 def _ideal_dcg(counts: np.ndarray, k: int | None) -> np.ndarray:
     """IDCG@k per query from its grade counts (``_grade_counts``): the judged gains sorted
-    descending, without a sort."""
-    n_queries = counts.shape[0]
-    depth = int(counts[:, 1:].sum(axis=1).max(initial=0))
-    depth = depth if k is None else min(depth, k)
-    cumulative = np.concatenate(([0.0], np.cumsum(_kernels.discounts(depth))))
-    idcg = np.zeros(n_queries)
-    filled = np.zeros(n_queries, dtype=np.int64)
-    for grade in range(counts.shape[1] - 1, 0, -1):
-        end = np.minimum(filled + counts[:, grade], depth)
-        idcg += grade * (cumulative[end] - cumulative[np.minimum(filled, depth)])
-        filled += counts[:, grade]
-    return idcg
+    descending, without a sort, summed as the run's DCG is (``_kernels.ideal_dcg_of_counts``)."""
+    at_least = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]  # [:, L - 1]: gains >= L
+    depth = int(at_least[:, 0].max(initial=0)) if at_least.shape[1] else 0
+    return _kernels.ideal_dcg_of_counts(at_least, depth if k is None else min(depth, k))
 
 
 def _length_buckets(lengths: np.ndarray) -> list[np.ndarray]:

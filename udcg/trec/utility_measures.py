@@ -36,6 +36,7 @@ import pyarrow as pa
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.utilities import Utilities, UtilitiesLike, as_utilities, check_field, source_of
 from udcg.io.weights import ThetaWeights, check_compatible, read_weights
+from udcg.metrics._kernels import row_sums
 from udcg.metrics.udcg import udcg, udcg_terms
 from udcg.trec.measures import UTILITY_MEASURES, Measure
 
@@ -185,11 +186,14 @@ def _udcg(rel: np.ndarray, u: np.ndarray, lengths: np.ndarray, gamma: float) -> 
 
 def _theta(weights: ThetaWeights, rel: np.ndarray, u: np.ndarray, full: np.ndarray) -> np.ndarray:
     """UDCG-theta of the rows where ``full`` (k passages ranked); NaN elsewhere (rows that are
-    not scored)."""
+    not scored). The weighted sums run left to right, so a row's value depends on it alone."""
     from scipy.special import expit
 
     out = np.full(len(rel), np.nan)
     if full.any():
         helpful, distracting = udcg_terms(rel[full], u[full])
-        out[full] = expit(helpful @ weights.alpha + distracting @ weights.beta + weights.intercept)
+        logits = row_sums(helpful * weights.alpha)
+        logits += row_sums(distracting * weights.beta)
+        logits += weights.intercept
+        out[full] = expit(logits)
     return out
