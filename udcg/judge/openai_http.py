@@ -9,12 +9,21 @@ a helper thread for the duration of the call, so the synchronous methods also wo
 that already runs an event loop (Jupyter); results reach the caller's ``on_result`` in the
 calling thread, as they finish.
 
-Each request is limited to ``timeout`` seconds in all. Connection errors, timeouts and HTTP
-408/409/425/429/5xx replies are retried up to ``max_retries`` times with exponential backoff
-(``backoff * 2**attempt``, times a random jitter in [0.5, 1.5]) or, when the reply carries a
-``Retry-After`` header (seconds or an HTTP date), after the time it asks for; every wait is
-capped at ``max_backoff``. Other HTTP errors and malformed JSON are not retried. Every failure
-raises :class:`JudgeServerError`, naming the URL and the reason.
+Each attempt of a request is limited to ``timeout`` seconds in all, and its connection to
+``connect_timeout`` seconds (a server that does not accept connections fails sooner than one
+that accepts and then computes). Connection errors, timeouts and HTTP 408/409/425/429/5xx
+replies are retried up to ``max_retries`` times with exponential backoff (``backoff *
+2**attempt``, times a random jitter in [0.5, 1.5]) or, when the reply carries a ``Retry-After``
+header (seconds or an HTTP date), after the time it asks for; every wait is capped at
+``max_backoff``. One request never takes more than ``deadline`` seconds, its attempts and waits
+together: an attempt is cut short, and no wait starts, past it. Other HTTP errors and malformed
+JSON are not retried. Every failure raises :class:`JudgeServerError`, naming the URL and the
+reason.
+
+Waits are visible: a retry is announced by a :class:`~udcg.errors.UDCGWarning` issued in the
+calling thread (``URL: attempt 1 of 6 failed (timed out after 60 s); next attempt in 0.7 s``;
+the command-line tools print it as one line on stderr), once per attempt number and call, so
+many requests failing together make one line per round, not one per request.
 
 The API key is read from the environment variable ``api_key_env`` when a call opens its
 connection pool, sent as a bearer token, and never stored, logged or put in error messages (any
@@ -28,6 +37,7 @@ import contextlib
 import contextvars
 import email.utils
 import functools
+import math
 import os
 import queue
 import random
@@ -36,13 +46,14 @@ import ssl
 import threading
 import time
 import urllib.parse
+import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
 
-from udcg.errors import UDCGInputError, UDCGServiceError
+from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -57,6 +68,10 @@ _BATCH = 0.01
 
 # The client of the worker running in the current asyncio context (set by ``connection``).
 _POOL: contextvars.ContextVar[httpx.AsyncClient] = contextvars.ContextVar("udcg_judge_pool")
+# Where a retry notice of the current call goes (set by ``JudgeHTTPClient.run``).
+_NOTICE: contextvars.ContextVar[Callable[[int, str], None]] = contextvars.ContextVar(
+    "udcg_judge_notice"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,12 +100,16 @@ def snippet(text: str) -> str:
 def split_base_url(base_url: str) -> tuple[str, str, str]:
     """(display URL, API base ending in /v1, server root) of ``base_url``; ``/v1`` is added
     when the URL has no path."""
-    parts = urllib.parse.urlsplit(base_url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    example = "an http(s) URL such as http://127.0.0.1:8000/v1"
+    try:
+        parts = urllib.parse.urlsplit(base_url.strip())
+        port = parts.port
+    except ValueError as exc:  # a bad IPv6 literal, a port out of range or not a number
         raise UDCGInputError(
-            f"must be an http(s) URL such as http://127.0.0.1:8000/v1, got {base_url!r}",
-            field="base_url",
-        )
+            f"must be {example}, got {base_url!r}: {exc}", field="base_url"
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UDCGInputError(f"must be {example}, got {base_url!r}", field="base_url")
     if parts.username or parts.password:
         raise UDCGInputError(
             "must not hold credentials; put the API key in the environment variable"
@@ -102,7 +121,7 @@ def split_base_url(base_url: str) -> tuple[str, str, str]:
     host = parts.hostname
     if ":" in host:
         host = f"[{host}]"
-    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    netloc = host if port is None else f"{host}:{port}"
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         api, root = path, path[: -len("/v1")]
@@ -146,11 +165,25 @@ def transport_reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def seconds(value: Any, field: str, zero: bool = False) -> float:
+    """``value`` as a finite number of seconds, > 0 (>= 0 with ``zero``); else an error naming
+    ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UDCGInputError(f"must be a number of seconds, got {value!r}", field=field)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        bound = ">= 0" if zero else "> 0"
+        raise UDCGInputError(
+            f"must be a finite number {bound} of seconds, got {value}", field=field
+        )
+    return float(value)
+
+
 class JudgeHTTPClient:
     """JSON requests to one server with retries, up to ``max_concurrency`` of them in flight.
 
     ``model`` (the served model's name) and ``api_key_env`` only word the hints of HTTP 404 and
-    401/403 errors. ``stats`` counts HTTP attempts (``requests``) and ``retries``; callers may
+    401/403 errors. ``timeout``, ``connect_timeout`` and ``deadline`` are described in the
+    module docstring. ``stats`` counts HTTP attempts (``requests``) and ``retries``; callers may
     count their own events there with :meth:`count`. Each call of :meth:`map`, :meth:`post` or
     :meth:`status` opens its own connections and closes them at its end, so the client holds
     no connection, thread or loop between calls and pickles as plain settings.
@@ -165,24 +198,24 @@ class JudgeHTTPClient:
         max_retries: int = 5,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
+        connect_timeout: float = 10.0,
+        deadline: float = 300.0,
     ) -> None:
         for field, value, low in (
             ("max_concurrency", max_concurrency, 1),
             ("max_retries", max_retries, 0),
-            ("backoff", backoff, 0),
-            ("max_backoff", max_backoff, 0),
         ):
-            if value < low:
-                raise UDCGInputError(f"must be >= {low}, got {value}", field=field)
-        if timeout <= 0:
-            raise UDCGInputError(f"must be > 0 seconds, got {timeout}", field="timeout")
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise UDCGInputError(f"must be an integer >= {low}, got {value!r}", field=field)
         self.model = model
         self.api_key_env = api_key_env
         self.max_concurrency = int(max_concurrency)
-        self.timeout = float(timeout)
+        self.timeout = seconds(timeout, "timeout")
         self.max_retries = int(max_retries)
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
+        self.backoff = seconds(backoff, "backoff", zero=True)
+        self.max_backoff = seconds(max_backoff, "max_backoff", zero=True)
+        self.connect_timeout = seconds(connect_timeout, "connect_timeout")
+        self.deadline = seconds(deadline, "deadline")
         self.stats: Counter[str] = Counter()
         self._stats_lock = threading.Lock()
 
@@ -221,7 +254,7 @@ class JudgeHTTPClient:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout),
+            timeout=httpx.Timeout(self.timeout, connect=min(self.connect_timeout, self.timeout)),
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
             headers=headers,
             verify=_tls(),
@@ -240,16 +273,25 @@ class JudgeHTTPClient:
     ) -> R:
         """Run ``work(emit)`` on an event loop in a helper thread and return its result; every
         ``emit(event)`` reaches ``on_event(event)`` in the calling thread, in order, before this
-        returns. An exception of the work, or of ``on_event``, is raised here; the loop is then
-        cancelled."""
+        returns. Retry notices of the work's requests are issued as :class:`UDCGWarning` in
+        the calling thread, once per attempt number. An exception of the work, or of
+        ``on_event``, is raised here; the loop is then cancelled."""
         events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         loop = asyncio.new_event_loop()
         task: asyncio.Task[R] | None = None
+        noticed: set[int] = set()
+
+        def notify(attempt: int, message: str) -> None:
+            if attempt not in noticed:
+                noticed.add(attempt)
+                events.put(("notice", message))
 
         def main() -> None:
             nonlocal task
+            context = contextvars.copy_context()
+            context.run(_NOTICE.set, notify)
             try:
-                task = loop.create_task(work(emit))
+                task = loop.create_task(work(emit), context=context)
                 events.put(("done", loop.run_until_complete(task)))
             except BaseException as exc:  # handed to the calling thread
                 events.put(("error", exc))
@@ -273,6 +315,8 @@ class JudgeHTTPClient:
                     if kind == "event":
                         if on_event is not None:
                             on_event(payload)
+                    elif kind == "notice":
+                        warnings.warn(payload, UDCGWarning, stacklevel=2)
                     elif kind == "error":
                         raise payload
                     else:
@@ -294,17 +338,21 @@ class JudgeHTTPClient:
 
     async def apost(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
         """POST ``body`` as JSON on the current :meth:`connection` and return the decoded JSON
-        reply, retrying transient failures ``retries`` times (default ``max_retries``)."""
+        reply, retrying transient failures ``retries`` times (default ``max_retries``), all
+        within ``deadline`` seconds; each retry is announced (see the module docstring)."""
         retries = self.max_retries if retries is None else retries
         pool = _POOL.get()
         last = "no attempt made"
-        for attempt in range(retries + 1):
+        end = time.monotonic() + self.deadline
+        attempts = retries + 1
+        for attempt in range(1, attempts + 1):
             wait: float | None = None
+            limit = min(self.timeout, end - time.monotonic())
             self.count("requests")
             try:
-                response = await asyncio.wait_for(pool.post(url, json=body), self.timeout)
+                response = await asyncio.wait_for(pool.post(url, json=body), limit)
             except (asyncio.TimeoutError, httpx.TimeoutException):
-                last = f"timed out after {self.timeout:g} s"
+                last = f"timed out after {limit:.3g} s"
             except httpx.TransportError as exc:
                 last = f"connection failed ({type(exc).__name__}: {transport_reason(exc)})"
             else:
@@ -325,13 +373,27 @@ class JudgeHTTPClient:
                         raise self.error(
                             f"{url}: malformed JSON reply (HTTP {status}): {reply}"
                         ) from None
-            if attempt < retries:
-                self.count("retries")
-                if wait is None:
-                    wait = self.backoff * 2**attempt * random.uniform(0.5, 1.5)
-                await asyncio.sleep(min(self.max_backoff, wait))
+            if attempt == attempts:
+                break
+            if wait is None:
+                wait = self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+            wait = min(self.max_backoff, wait)
+            if time.monotonic() + wait >= end:
+                raise self.error(
+                    f"{url}: no usable reply within the deadline of {self.deadline:g} s "
+                    f"({attempt} attempt(s)): {last}"
+                )
+            self.count("retries")
+            notice = _NOTICE.get(None)
+            if notice is not None:
+                notice(
+                    attempt,
+                    f"{url}: attempt {attempt} of {attempts} failed ({last}); next attempt in "
+                    f"{wait:.2g} s",
+                )
+            await asyncio.sleep(wait)
         raise self.error(
-            f"{url}: server unreachable or failing after {retries + 1} attempt(s): {last}"
+            f"{url}: server unreachable or failing after {attempts} attempt(s): {last}"
         )
 
     def post(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:

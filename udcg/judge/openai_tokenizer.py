@@ -2,8 +2,9 @@
 
 Servers expose their tokenizer outside the OpenAI API, at the server root: vLLM and llama.cpp's
 llama-server serve ``/tokenize`` and ``/detokenize``, llama-cpp-python serves
-``/extras/tokenize`` and ``/extras/detokenize``. Each endpoint is tried once (no retries); one
-that fails in any way is skipped.
+``/extras/tokenize`` and ``/extras/detokenize``. Each request is retried as the client retries
+any request (transient failures: connection errors, timeouts, HTTP 408/429/5xx, within its
+deadline); an endpoint that still fails, or that the server refuses (HTTP 404), is skipped.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ def token_ids(reply: Any) -> list[int] | None:
 
 
 def _try_post(http: JudgeHTTPClient, url: str, body: Mapping[str, Any]) -> Any:
-    """One POST, or None when it fails in any way."""
+    """One POST with the client's retries, or None when it fails in the end."""
     try:
-        return http.post(url, body, retries=0)
+        return http.post(url, body)
     except JudgeServerError:
         return None
 
