@@ -122,6 +122,13 @@ class Judge(ABC):
     fingerprint: str
     streams_results: bool = False
 
+    def key_settings(self, operation: str) -> dict[str, Any]:
+        """What the judge resolves at run time that changes the values of ``operation`` (the
+        abstention token an OpenAI-compatible server's tokenizer gives, for instance), as
+        JSON-able settings: the cache puts them in the key of each item of ``operation``,
+        next to the fingerprint. Most judges resolve nothing at run time: ``{}``."""
+        return {}
+
     def probe(self) -> None:  # noqa: B027 (a hook: in-process backends have nothing to check)
         """Check, in seconds, that the judge can answer (a server backend asks its server);
         raises :class:`~udcg.errors.UDCGInputError` when it cannot. In-process backends have

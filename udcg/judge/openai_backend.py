@@ -3,10 +3,13 @@ llama-cpp-python, ``transformers serve``, hosted APIs), for scaling the judge ou
 
 Requests go out through :class:`~udcg.judge.openai_http.JudgeHTTPClient`, which keeps up to
 ``max_concurrency`` of them (default 64) in flight over a whole call, on an asyncio loop: as one
-ends the next starts. Connection errors, timeouts (``timeout`` seconds per request) and HTTP
-408/409/425/429/5xx replies are retried up to ``max_retries`` times with exponential backoff and
-jitter (``backoff``, capped at ``max_backoff``; a ``Retry-After`` header, in seconds or as an
-HTTP date, is honoured within the same cap); other HTTP errors, malformed JSON and replies
+ends the next starts. Connection errors, timeouts (``timeout`` seconds per attempt, default 60;
+``connect_timeout`` seconds to connect, default 10) and HTTP 408/409/425/429/5xx replies are
+retried up to ``max_retries`` times (default 5) with exponential backoff and jitter
+(``backoff``, capped at ``max_backoff``; a ``Retry-After`` header, in seconds or as an HTTP
+date, is honoured within the same cap), each retry announced by a one-line
+:class:`~udcg.errors.UDCGWarning`; no request takes more than ``deadline`` seconds in all
+(default 300), retries and waits included. Other HTTP errors, malformed JSON and replies
 missing a field are not retried; the first failure cancels the rest of the call. Every failure
 raises :class:`JudgeServerError`, naming the URL and the reason; no value is ever NaN or
 silently 0.
@@ -40,8 +43,12 @@ Operations:
 * ``abstain_prob(mode="first_token")``: the reference abstention prompt, one token with top
   log-probs; the probability of the top token whose text equals the first token of
   ``NO-RESPONSE`` exactly. That token's text is ``abstain_token`` when given, else it is asked of
-  the server's tokenizer (``/tokenize`` + ``/detokenize`` of vLLM and llama.cpp's server,
-  ``/extras/tokenize`` of llama-cpp-python), else ``"NO"`` with a warning. When it is not among
+  the server's tokenizer once per judge (after a probe; ``/tokenize`` + ``/detokenize`` of vLLM
+  and llama.cpp's server, ``/extras/tokenize`` of llama-cpp-python, each retried as any
+  request), else ``"NO"`` with a one-line warning saying it is assumed. The text used is part
+  of the cache key of every ``abstain_prob`` item (:meth:`OpenAIJudge.key_settings`; with
+  ``abstain_token`` it is in the fingerprint), so values computed with an assumed token are
+  never read back by a judge whose tokenizer answers otherwise. When it is not among
   the top-k, P(abstain) is below the smallest top-k probability; that bound (at most
   1/top_logprobs) is returned, marked in ``upper_bound`` and counted in
   ``stats["abstain_bound"]`` (one warning per judge).
@@ -83,7 +90,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.judge.base import (
     AbstainMode,
     JSONResult,
@@ -117,6 +124,7 @@ from udcg.judge.openai_requests import (
 from udcg.judge.openai_tokenizer import first_token_text
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
 from udcg.judge.structured import Completions, generate_json
+from udcg.validation import positive_int, show
 
 __all__ = ["JudgeServerError", "OpenAIJudge"]
 
@@ -145,8 +153,6 @@ BOUND_WARNINGS = {
 
 
 class OpenAIJudge(Judge):
-    streams_results = True
-
     """A judge served by an OpenAI-compatible HTTP server; see the module docstring.
 
     ``model`` is the model name the server expects; ``base_url`` its API root (``/v1`` is added
@@ -155,12 +161,16 @@ class OpenAIJudge(Judge):
     deployment moves to another address. ``extra_body`` is merged into every request (e.g.
     ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM) and is part of the
     fingerprint. ``template_tokenizer`` (a transformers tokenizer id or local path, part of the
-    fingerprint) renders prompts for ``answer_prob``. ``structured_output`` (``"auto"`` or
-    ``"off"``) says whether ``generate_json`` asks for JSON output. ``stats`` counts HTTP
-    attempts (``requests``), ``retries`` and the bounds used (``yes_no_bound``,
-    ``abstain_bound``).
-    Option mistakes raise :class:`~udcg.errors.UDCGInputError` naming the option.
+    fingerprint) renders prompts for ``answer_prob``. ``timeout``, ``connect_timeout``,
+    ``max_retries``, ``backoff``, ``max_backoff`` and ``deadline`` bound the waits (see the
+    module docstring); they change no value and are not in the fingerprint.
+    ``structured_output`` (``"auto"`` or ``"off"``) says whether ``generate_json`` asks for
+    JSON output. ``stats`` counts HTTP attempts (``requests``), ``retries`` and the bounds
+    used (``yes_no_bound``, ``abstain_bound``). Option mistakes raise
+    :class:`~udcg.errors.UDCGInputError` naming the option.
     """
+
+    streams_results = True
 
     def __init__(
         self,
@@ -180,6 +190,8 @@ class OpenAIJudge(Judge):
         extra_body: Mapping[str, Any] | None = None,
         template_tokenizer: str | None = None,
         structured_output: str = "auto",
+        connect_timeout: float = 10.0,
+        deadline: float = 300.0,
     ) -> None:
         if not model:
             raise UDCGInputError("must be the name of the model on the server", field="model")
@@ -191,6 +203,11 @@ class OpenAIJudge(Judge):
             raise UDCGInputError(
                 f"must be 'auto' or 'off', got {structured_output!r}", field="structured_output"
             )
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise UDCGInputError(
+                f'must be a JSON object such as {{"top_k": 1}}, got {show(extra_body)}',
+                field="extra_body",
+            )
         self.http = JudgeHTTPClient(
             model,
             api_key_env=api_key_env,
@@ -199,6 +216,8 @@ class OpenAIJudge(Judge):
             max_retries=max_retries,
             backoff=backoff,
             max_backoff=max_backoff,
+            connect_timeout=connect_timeout,
+            deadline=deadline,
         )
         self.model = model
         self.base_url, self._api, self._root = split_base_url(base_url)
@@ -223,6 +242,7 @@ class OpenAIJudge(Judge):
         self._lock = threading.Lock()
         self._template: Any = None
         self._resolved_abstain_token: str | None = None
+        self._server_token_asked = False
         # False once the server refused ``response_format``; kinds of bound already warned of.
         self._structured = structured_output == "auto"
         self._warned: set[str] = set()
@@ -335,6 +355,7 @@ class OpenAIJudge(Judge):
     ) -> list[str]:
         """Greedy completions; with ``response_format`` (while the server accepts the field:
         a refusal naming it drops it for the rest of the judge's life)."""
+        max_new_tokens = positive_int(max_new_tokens, "max_new_tokens")
         url = self._api + CHAT_PATH
 
         async def one(i: int, messages: Messages) -> str:
@@ -475,24 +496,47 @@ class OpenAIJudge(Judge):
 
     # -- the first token of the abstention marker ---------------------------------------------
 
+    def key_settings(self, operation: str) -> dict[str, Any]:
+        """For ``abstain_prob`` without ``abstain_token``: the abstention token text used
+        (:meth:`abstain_token_text`, resolved once per judge); nothing for other operations,
+        whose values depend on the fingerprint's settings alone."""
+        if operation == "abstain_prob" and self.abstain_token is None:
+            return {"abstain_token": self.abstain_token_text()}
+        return {}
+
+    def server_abstain_token(self) -> str | None:
+        """The text of the first token of NO-RESPONSE per the server's tokenizer, asked once
+        per judge after a :meth:`probe` (a server that does not answer is a one-line error);
+        None when no tokenizer endpoint says."""
+        with self._lock:
+            if self._server_token_asked:
+                return self._resolved_abstain_token
+        self.probe()
+        text = first_token_text(self.http, self._root, self.model, ABSTAIN_MARKER)
+        with self._lock:
+            self._server_token_asked = True
+            self._resolved_abstain_token = text
+        return text
+
     def abstain_token_text(self) -> str:
         """The text of the first token of NO-RESPONSE that ``abstain_prob`` looks for:
-        ``abstain_token`` when given, else the server tokenizer's answer (asked once), else
-        ``"NO"`` with a warning."""
+        ``abstain_token`` when given, else the server tokenizer's answer
+        (:meth:`server_abstain_token`), else ``"NO"``, with a one-line warning the first
+        time."""
         if self.abstain_token is not None:
             return self.abstain_token
+        resolved = self.server_abstain_token()
+        if resolved is not None:
+            return resolved
         with self._lock:
-            resolved = self._resolved_abstain_token
-        if resolved is None:
-            resolved = first_token_text(self.http, self._root, self.model, ABSTAIN_MARKER)
-            if resolved is None:
-                resolved = "NO"
-                warnings.warn(
-                    f"{self._root}: no tokenizer endpoint answered (/tokenize, /extras/tokenize);"
-                    f" assuming the first token of {ABSTAIN_MARKER} is 'NO' (pass abstain_token"
-                    " to set it)",
-                    stacklevel=3,
-                )
-            with self._lock:
-                self._resolved_abstain_token = resolved
-        return resolved
+            first = "assumed" not in self._warned
+            self._warned.add("assumed")
+        if first:
+            warnings.warn(
+                f"{self._root}: no tokenizer endpoint answered (/tokenize, /extras/tokenize);"
+                f" assuming the first token of {ABSTAIN_MARKER} is 'NO' (pass abstain_token to"
+                " set it); values computed with it are cached under that token",
+                UDCGWarning,
+                stacklevel=3,
+            )
+        return "NO"
