@@ -245,3 +245,35 @@ def test_evaluate_settings_check_the_engine_and_open_a_ray_judge(precomputed, tm
         judge.abstain_prob(questions, passages), load_judge(spec).abstain_prob(questions, passages)
     )
     judge.inner.close()
+
+
+def _tokenizer_server(first_token: str) -> ScriptedServer:
+    """A server whose tokenizer says the first token of NO-RESPONSE is ``first_token``."""
+
+    def reply(path: str, body: Any, headers: dict[str, str]) -> Any:
+        if path == "/tokenize":
+            return 200, {}, {"tokens": [3, 4] if body["prompt"] else []}
+        if path == "/detokenize":
+            return 200, {}, {"prompt": first_token}
+        return 200, {}, {"object": "list", "data": [{"id": "m"}]}
+
+    return ScriptedServer(reply).start()
+
+
+def test_the_workers_resolved_abstain_token_is_in_the_key_and_must_agree() -> None:
+    servers = [_tokenizer_server("N"), _tokenizer_server("N"), _tokenizer_server("NO")]
+    try:
+        spec = f"openai:m@{servers[0].url}"
+        agree = RayOptions(workers=2, servers=(servers[0].url, servers[1].url))
+        judge = RayJudge(spec, engine=agree)
+        assert judge.key_settings("abstain_prob") == {"abstain_token": "N"}
+        assert judge.key_settings("yes_prob") == {}
+        judge.close()
+        differ = RayOptions(workers=2, servers=(servers[0].url, servers[2].url))
+        judge = RayJudge(spec, engine=differ)
+        with pytest.raises(UDCGInputError, match="resolve abstain_prob differently"):
+            judge.key_settings("abstain_prob")
+        judge.close()
+    finally:
+        for server in servers:
+            server.close()

@@ -10,13 +10,17 @@ restarts hands its pieces to the live ones. Only the calling process sees the re
 on-disk cache (:class:`~udcg.judge.cached.CachedJudge` around this judge) has one writer and a
 killed driver resumes from it.
 
-``address`` joins a running cluster (``auto``: the one this machine belongs to); without it a
-Ray instance already started in this process is used, else a local one is started. A Ray
+``address`` joins a running cluster (``auto``: the one this machine belongs to; a ``ray://``
+address goes through the Ray client, which needs ``pip install "ray[client]"``: without it the
+address is refused before any work); without it a Ray instance already started in this process
+is used, else a local one is started. A Ray
 instance is never shut down here. Importing this module does not import ``ray``.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import os
 import weakref
 from collections import deque
@@ -72,12 +76,18 @@ def _number(value: Any, field: str, least: float | None) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
+        or not math.isfinite(value)
         or value < low
         or (least is None and value == 0)
     ):
         bound = "> 0" if least is None else f">= {least:g}"
-        raise UDCGInputError(f"must be a number {bound}, got {show(value)}", field=field)
+        raise UDCGInputError(f"must be a finite number {bound}, got {show(value)}", field=field)
     return float(value)
+
+
+def _has_ray_client() -> bool:
+    """Whether the Ray client's dependencies (``ray[client]``: grpcio) are installed."""
+    return importlib.util.find_spec("grpc") is not None
 
 
 def ray_options(values: Mapping[str, Any], prefix: str = "") -> RayOptions:
@@ -98,6 +108,12 @@ def ray_options(values: Mapping[str, Any], prefix: str = "") -> RayOptions:
     if address is not None and not (isinstance(address, str) and address.strip()):
         raise UDCGInputError(
             f"must be a cluster address, got {show(address)}", field=f"{prefix}address"
+        )
+    if address is not None and address.strip().startswith("ray://") and not _has_ray_client():
+        raise UDCGInputError(
+            f"{address} is reached through the Ray client, which is not installed: "
+            'pip install "ray[client]"',
+            field=f"{prefix}address",
         )
     if got["workers"] is not None:
         positive_int(got["workers"], f"{prefix}workers")
@@ -179,6 +195,11 @@ class JudgeWorker:
             raise self.error or RuntimeError("no judge")
         self.judge.probe()
         return self.judge.name, self.judge.fingerprint, os.getpid()
+
+    def key_settings(self, operation: str) -> dict[str, Any]:
+        """The judge's :meth:`~udcg.judge.base.Judge.key_settings` of ``operation``."""
+        assert self.judge is not None
+        return self.judge.key_settings(operation)
 
     def run(
         self, operation: str, columns: Sequence[Sequence[Any]], params: Mapping[str, Any]
@@ -287,6 +308,25 @@ class RayJudge(Judge):
                 field="judge",
             )
         self._alive = list(range(n))
+        self._key_settings: dict[str, dict[str, Any]] = {}
+
+    def key_settings(self, operation: str) -> dict[str, Any]:
+        """The actors' :meth:`~udcg.judge.base.Judge.key_settings` of ``operation`` (asked
+        once); actors that resolve different settings are an error, as different
+        fingerprints are."""
+        if operation not in self._key_settings:
+            answers = self._get(
+                [self.actors[w].key_settings.remote(operation) for w in self._alive]
+            )
+            differ = [a for a in answers if a != answers[0]]
+            if differ:
+                raise UDCGInputError(
+                    f"the Ray workers' judges resolve {operation} differently ({answers[0]} vs "
+                    f"{differ[0]}): the servers of a pool must serve one deployment",
+                    field="judge",
+                )
+            self._key_settings[operation] = answers[0]
+        return dict(self._key_settings[operation])
 
     def __repr__(self) -> str:
         return f"RayJudge(name={self.name!r}, workers={len(self.actors)})"
