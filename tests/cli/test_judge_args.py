@@ -127,3 +127,24 @@ def test_an_option_the_backend_does_not_take_is_one_line(
         f"{command}: error: field 'device': not an option of the openai judge; its options: "
         "abstain_token, api_key_env,"
     )
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--timeout", "nan"], "field 'timeout': must be a finite number > 0 of seconds, got nan"),
+        (["--deadline", "-1"], "field 'deadline': must be a finite number > 0 of seconds"),
+        (["--judge-option", "extra_body=x"], "field 'extra_body': must be a JSON object"),
+        (["--judge", "openai:m@http://h:99999/v1"], "field 'base_url': must be an http(s) URL"),
+    ],
+)
+def test_judge_values_that_cannot_work_are_one_line_before_any_work(
+    command: str, extra: list[str], message: str, tmp_path: Path, capsys
+) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"  # never asked: the values are checked first
+    status, lines, elapsed = _run(
+        command, tmp_path, "--judge", f"openai:m@{url}", *extra, capsys=capsys
+    )
+    assert (status, len(lines), elapsed < 10) == (2, 1, True), lines
+    assert lines[0].startswith(f"{command}: error: {message}")

@@ -3,9 +3,12 @@ the key its labels are stored under, every backend option, and the cache.
 
 ``--judge-option KEY=VALUE`` (repeatable) sets any option of the backend; a value that reads as
 JSON (``8``, ``2.5``, ``true``, ``null``, ``{"a": 1}``) is taken as such, ``True``/``False``
-as booleans, anything else as a string. ``--max-concurrency``, ``--timeout``, ``--max-retries``
-and ``--template-tokenizer`` are the same options spelt as flags (a flag wins over
-``--judge-option``). An option the backend does not take is one line listing those it takes.
+as booleans, anything else as a string. ``--max-concurrency``, ``--timeout``, ``--max-retries``,
+``--deadline`` and ``--template-tokenizer`` are the same options spelt as flags (a flag wins
+over ``--judge-option``). An option the backend does not take is one line listing those it
+takes; an openai judge is built (without contacting its server) to check the values too (a
+timeout that is not a finite positive number, an ``extra_body`` that is not a JSON object, a
+base URL that does not parse), and ``--max-new-tokens`` must be a positive integer.
 
 ``--engine ray`` runs the judge calls on Ray actors (:mod:`udcg.judge.ray_engine`, the ``ray``
 extra): ``--ray-address``, ``--ray-workers``, ``--ray-gpus-per-worker`` and ``--ray-servers``
@@ -20,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from udcg.cli.extras import missing_extras, needs
 from udcg.errors import UDCGInputError
-from udcg.judge import EMBEDDED, judge_key, open_judge
+from udcg.judge import EMBEDDED, judge_key, load_judge, open_judge
 from udcg.judge.options import check_options
 from udcg.judge.ray_engine import ENGINES, RayOptions, ray_options
+from udcg.judge.spec import OPENAI
+from udcg.validation import positive_int
 
 if TYPE_CHECKING:
     from udcg.judge.cached import CachedJudge
@@ -30,8 +35,15 @@ if TYPE_CHECKING:
 #: Backend options with a flag of their own: (flag, type, metavar, help).
 FLAGS: tuple[tuple[str, type, str, str], ...] = (
     ("--max-concurrency", int, "N", "server requests in flight at once (openai judge)"),
-    ("--timeout", float, "SECONDS", "per server request (openai judge)"),
-    ("--max-retries", int, "N", "retries of a failed server request (openai judge)"),
+    ("--timeout", float, "SECONDS", "per attempt of a server request (openai judge; default 60)"),
+    ("--max-retries", int, "N", "retries of a failed server request (openai judge; default 5)"),
+    (
+        "--deadline",
+        float,
+        "SECONDS",
+        "most time one server request may take, its retries and waits included (openai judge;"
+        " default 300)",
+    ),
     (
         "--template-tokenizer",
         str,
@@ -143,10 +155,16 @@ def engine(args: argparse.Namespace) -> RayOptions | None:
 
 
 def check_judge_arguments(args: argparse.Namespace) -> None:
-    """Check the spec, the name, the options and the engine, before any work (``--engine
-    ray`` without the ``ray`` extra is one line naming it)."""
-    check_options(args.judge, judge_options(args))
+    """Check the spec, the name, the options, ``--max-new-tokens`` (when the command has it)
+    and the engine, before any work (``--engine ray`` without the ``ray`` extra is one line
+    naming it). An openai judge is built to check its values; its server is not asked."""
+    options = judge_options(args)
+    check_options(args.judge, options)
     judge_key(args.judge, args.judge_name)
+    if getattr(args, "max_new_tokens", None) is not None:
+        positive_int(args.max_new_tokens, "--max-new-tokens")
+    if args.judge.startswith(OPENAI):
+        load_judge(args.judge, args.judge_name, **options).close()
     if engine(args) is not None and missing_extras(["ray"]):
         raise UDCGInputError(needs(["ray"]))
 
