@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -210,3 +211,57 @@ def test_cli_with_precomputed_judge(tmp_path: Path, capsys) -> None:
     assert "cache hits 0, misses 2" in capsys.readouterr().out
     assert main([*args, "--cache", str(tmp_path / "cache.sqlite")]) == 0
     assert "cache hits 2, misses 0" in capsys.readouterr().out
+
+
+def _given(*labels: bool | None) -> list[Context]:
+    """One context whose passages carry ``labels`` as given ``relevant`` (None: no label);
+    string matching would call the first passage relevant, the others not."""
+    texts = ["Paris is the capital of France."] + [f"Lyon, part {i}." for i in range(1, 9)]
+    passages = [
+        Passage(doc_id=f"d{i}", text=texts[i], relevant=label) for i, label in enumerate(labels)
+    ]
+    return [Context("q1", passages, question="Capital of France?", answers=["Paris"])]
+
+
+def test_relevance_keeps_given_labels_and_fills_missing_ones() -> None:
+    contexts = _given(False, True, None, None)  # the given labels contradict string matching
+    for relevance in ("string", "llm"):
+        out, report = annotate(contexts, RuleJudge(), ["relevance"], relevance=relevance)
+        assert [p.relevant for p in out[0].passages] == [False, True, False, False]
+        assert (report.relevance_kept, report.relevance_computed) == (2, 2)
+        kept = out[0].passages[:2]
+        assert kept == contexts[0].passages[:2] and not any(p.extra for p in kept)
+    _, report = annotate(contexts, RuleJudge(), ["relevance"], relevance="llm")
+    assert report.relevance_checks == 2  # the judge is asked about the unlabelled ones only
+    again, report = annotate(contexts, RuleJudge(), ["relevance"], relabel_relevance=True)
+    assert [p.relevant for p in again[0].passages] == [True, False, False, False]
+    assert (report.relevance_kept, report.relevance_computed) == (0, 4)
+
+
+def test_given_labels_need_no_answers() -> None:
+    labelled = [replace(c, answers=None) for c in _given(True, False)]
+    out, report = annotate(labelled, RuleJudge(), ["relevance"], relevance="llm")
+    assert [p.relevant for p in out[0].passages] == [True, False] and report.relevance_kept == 2
+    with pytest.raises(UDCGInputError, match="step relevance needs acceptable answers"):
+        annotate([replace(c, answers=None) for c in _given(True, None)], RuleJudge(), ["relevance"])
+
+
+def test_cli_default_steps_keep_qrels_labels(tmp_path: Path, capsys, monkeypatch) -> None:
+    import udcg.cli.annotate as cli
+
+    judge = RuleJudge()
+    judge.cache = type("Counts", (), {"hits": 0, "misses": 0})()
+    monkeypatch.setattr(cli, "open_cli_judge", lambda args: judge)
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_contexts(src, _given(False, True, True))  # as udcg contexts --qrels writes them
+    assert main([str(src), str(out)]) == 0  # default steps: abstain relevance outcomes
+    assert [p.relevant for p in next(read_contexts(out)).passages] == [False, True, True]
+    assert "relevance: kept 3 given labels, computed 0\n" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out.jsonl.manifest.json").read_text())["steps"] == [
+        "abstain",
+        "relevance",
+        "outcomes",
+    ]
+    assert main([str(src), str(out), "--relabel-relevance"]) == 0
+    assert [p.relevant for p in next(read_contexts(out)).passages] == [True, False, False]
+    assert "relevance: kept 0 given labels, computed 3\n" in capsys.readouterr().out

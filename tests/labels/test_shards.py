@@ -12,6 +12,7 @@ from udcg.cli.annotate import main as annotate_main
 from udcg.cli.main import main as udcg_main
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.labels.provenance import manifest_path
 from udcg.labels.shards import in_shard, merge_shards, order_shards, parse_shard, shard_of
 
 
@@ -71,6 +72,7 @@ def test_sharded_runs_merge_to_the_unsharded_bytes(tmp_path: Path, capsys) -> No
     assert udcg_main(["merge-shards", str(src), str(merged), *map(str, shuffled)]) == 0
     assert capsys.readouterr().out == "merged 30 contexts from 3 shards\n"
     assert merged.read_bytes() == whole.read_bytes()
+    assert manifest_path(merged).read_bytes() == manifest_path(whole).read_bytes()
     assert sum(len(p.read_bytes().splitlines()) for p in parts) == 30
 
     # errors: one line, exit 2, output untouched
@@ -78,6 +80,7 @@ def test_sharded_runs_merge_to_the_unsharded_bytes(tmp_path: Path, capsys) -> No
     renamed = [tmp_path / f"s{i}.jsonl" for i in (1, 2, 3)]
     for part, new in zip(parts, renamed, strict=True):
         new.write_bytes(part.read_bytes())
+        manifest_path(new).write_bytes(manifest_path(part).read_bytes())
     cases = [
         ([parts[0], parts[2]], "missing shard 2 of 3"),
         ([parts[0], parts[1], parts[1], parts[2]], "given twice"),

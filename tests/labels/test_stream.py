@@ -15,7 +15,13 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
 from udcg.judge.base import Judge, judge_values
 from udcg.labels.annotate import annotate
-from udcg.labels.stream import annotate_stream, partial_path
+from udcg.labels.provenance import annotation_record, line_hash, manifest_path, record_of
+from udcg.labels.stream import annotate_stream, partial_manifest_path, partial_path
+
+#: The record of the library runs below (``CountingJudge``, step ``abstain``).
+RECORD = annotation_record(
+    "count", "count-v1", ["abstain"], "string", False, "span", "first_token", 32, None
+)
 
 
 class CountingJudge(Judge):
@@ -85,15 +91,27 @@ def _work(judge: Judge):
     return lambda part: annotate(part, judge, steps=["abstain"])
 
 
+def write_partial(
+    out: Path, content: bytes, contexts: list[Context], record: dict = RECORD
+) -> None:
+    """``OUT.partial`` holding ``content`` and its manifest (``record``, the line hashes of
+    ``contexts``), as a run killed midway leaves them."""
+    partial_path(out).write_bytes(content)
+    hashes = "".join(json.dumps(line_hash(c)) + "\n" for c in contexts)
+    partial_manifest_path(partial_path(out)).write_text(json.dumps(record) + "\n" + hashes)
+
+
 @pytest.mark.parametrize("chunk", [1, 3, 100])
 def test_chunked_output_is_byte_identical(tmp_path: Path, chunk: int) -> None:
     contexts = _contexts()
     out = tmp_path / "out.jsonl"
-    report, resumed = annotate_stream(iter(contexts), out, _work(CountingJudge()), chunk)
+    report, resumed = annotate_stream(
+        iter(contexts), out, _work(CountingJudge()), chunk, record=RECORD
+    )
     assert out.read_bytes() == _reference(tmp_path, contexts)
     assert resumed == 0 and report.contexts == 7 and not partial_path(out).exists()
     gz = tmp_path / "out.jsonl.gz"
-    annotate_stream(iter(contexts), gz, _work(CountingJudge()), chunk)
+    annotate_stream(iter(contexts), gz, _work(CountingJudge()), chunk, record=RECORD)
     write_contexts(tmp_path / "ref.jsonl.gz", annotate(contexts, CountingJudge(), ["abstain"])[0])
     assert gz.read_bytes() == (tmp_path / "ref.jsonl.gz").read_bytes()
     assert gzip.decompress(gz.read_bytes()) == out.read_bytes()
@@ -104,9 +122,9 @@ def test_resume_skips_written_contexts_and_drops_a_torn_line(tmp_path: Path) -> 
     reference = _reference(tmp_path, contexts)
     lines = reference.splitlines(keepends=True)
     out = tmp_path / "out.jsonl"
-    partial_path(out).write_bytes(b"".join(lines[:3]) + lines[3][:25])  # torn 4th line
+    write_partial(out, b"".join(lines[:3]) + lines[3][:25], contexts[:4])  # torn 4th line
     judge = CountingJudge()
-    report, resumed = annotate_stream(iter(contexts), out, _work(judge), 2)
+    report, resumed = annotate_stream(iter(contexts), out, _work(judge), 2, record=RECORD)
     assert out.read_bytes() == reference
     assert resumed == 3 and report.contexts == 4
     # only the pairs of the last 4 contexts were asked for
@@ -118,12 +136,12 @@ def test_resume_refuses_a_partial_file_of_another_input(tmp_path: Path, capsys) 
     contexts = _contexts()
     lines = _reference(tmp_path, contexts).splitlines(keepends=True)
     out = tmp_path / "out.jsonl"
-    partial_path(out).write_bytes(lines[1])  # context 2 where context 1 belongs
+    write_partial(out, lines[1], contexts[1:2])  # context 2 where context 1 belongs
     with pytest.raises(UDCGInputError, match="holds query 'q1' where the input has 'q0'"):
-        annotate_stream(iter(contexts), out, _work(CountingJudge()), 2)
-    partial_path(out).write_bytes(b"".join(lines) + lines[0])  # longer than the input
+        annotate_stream(iter(contexts), out, _work(CountingJudge()), 2, record=RECORD)
+    write_partial(out, b"".join(lines) + lines[0], contexts)  # longer than the input
     with pytest.raises(UDCGInputError, match="the end of the input") as err:
-        annotate_stream(iter(contexts), out, _work(CountingJudge()), 2)
+        annotate_stream(iter(contexts), out, _work(CountingJudge()), 2, record=RECORD)
     assert err.value.line == len(lines) + 1 and not out.exists()
 
 
@@ -141,7 +159,12 @@ def test_cli_chunks_resume_and_stdout(tmp_path: Path, capsys) -> None:
     base = ["--judge", f"precomputed:{probs}", "--steps", "abstain", "--chunk", "2"]
     cache = ["--cache", str(tmp_path / "c.sqlite")]
     out = tmp_path / "out.jsonl"
-    partial_path(out).write_bytes(reference.splitlines(keepends=True)[0])
+    assert main([str(src), str(out), *base, *cache]) == 0  # a finished run, cut back to 1 line
+    record = record_of(json.loads(manifest_path(out).read_text()))
+    assert record["judge"] == "p" and record["steps"] == ["abstain"]
+    out.unlink()
+    write_partial(out, reference.splitlines(keepends=True)[0], contexts[:1], record)
+    capsys.readouterr()
     assert main([str(src), str(out), *base, *cache]) == 0
     printed = capsys.readouterr().out
     assert "resumed after 1 contexts already written" in printed

@@ -1,29 +1,43 @@
 """``udcg annotate IN.jsonl OUT.jsonl --judge smollm2-135m --steps abstain relevance outcomes
-[--relevance string|llm] [--grader span|llm] [--chunk N] [--shard I/N]``: judge labels for a
-contexts file (see :mod:`udcg.labels.annotate` for what each step writes), stored under the
-judge's key (``--judge-name``, else the spec without connection details). Judge options and
-the cache: :mod:`udcg.cli.judge_args`.
+[--relevance string|llm] [--relabel-relevance] [--grader span|llm] [--chunk N] [--shard I/N]``:
+judge labels for a contexts file (see :mod:`udcg.labels.annotate` for what each step writes),
+stored under the judge's key (``--judge-name``, else the spec without connection details). Judge
+options and the cache: :mod:`udcg.cli.judge_args`.
 
-The input is checked whole first (no judge call before a mistake is found), then read as a
-stream and annotated ``--chunk`` contexts at a time, each finished chunk appended to
-``OUT.partial``, renamed to OUT at the end (:mod:`udcg.labels.stream`): rerun the same command
-after a crash or a kill and it resumes after the last chunk written, the judge cache covering
-the calls in between. ``--shard I/N`` annotates only shard I of N (:mod:`udcg.labels.shards`);
-``udcg merge-shards`` joins the N outputs. ``-`` as IN reads standard input, as OUT writes
-standard output, chunk by chunk, without resuming (the counts then go to stderr)."""
+The relevance step labels only the passages without a ``relevant`` label (those given, e.g. by
+``udcg contexts --qrels``, are kept); ``--relabel-relevance`` recomputes them all. The command
+says how many it kept and computed.
+
+The input is read once: a pipe, FIFO or process substitution is first copied to a temporary
+file. It is checked whole (no judge call before a mistake is found), then read as a stream and
+annotated ``--chunk`` contexts at a time, each finished chunk appended to ``OUT.partial``,
+renamed to OUT at the end, with ``OUT.manifest.json`` beside it recording what produced it
+(:mod:`udcg.labels.stream`, :mod:`udcg.labels.provenance`): rerun the same command after a
+crash or a kill and it resumes after the last chunk written, the judge cache covering the calls
+in between; a partial file of another judge, other steps or options, or an edited input is
+refused. A second run on the same OUT is refused while the first works. ``--shard I/N``
+annotates only shard I of N (:mod:`udcg.labels.shards`); ``udcg merge-shards`` joins the N
+outputs. ``-`` as IN reads standard input, as OUT writes standard output, chunk by chunk,
+without resuming and without a manifest (the counts then go to stderr)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import os
+import shutil
+import stat
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 
 from udcg.cli.common import info_stream, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
-from udcg.errors import UDCGWarning
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import Context, read_contexts
+from udcg.io.files import STDIO, PathType, refuse_same_file
 from udcg.labels.annotate import (
     DEFAULT_STEPS,
     GRADERS,
@@ -33,8 +47,9 @@ from udcg.labels.annotate import (
     annotate,
     check_inputs,
 )
+from udcg.labels.provenance import annotation_record
 from udcg.labels.shards import in_shard, parse_shard
-from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream
+from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream, partial_path
 
 #: Value field -> how the warning names it.
 _BOUND_NAMES = {
@@ -64,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("input", help="contexts JSONL (gzip ok; - reads stdin)")
     parser.add_argument("output", help="annotated contexts JSONL (.gz compresses; - is stdout)")
     add_step_arguments(parser, STEPS)
+    parser.add_argument(
+        "--relabel-relevance",
+        action="store_true",
+        help="recompute the relevance of every passage (default: keep the labels given)",
+    )
     parser.add_argument("--mode", choices=["first_token", "sequence"], default="first_token")
     parser.add_argument(
         "--chunk",
@@ -97,6 +117,40 @@ def bounds_warning(report: AnnotationReport) -> str | None:
     )
 
 
+@contextlib.contextmanager
+def spool_input(path: PathType) -> Iterator[PathType]:
+    """``path`` itself when it can be read twice (a regular file, or ``-``, which the readers
+    hold in memory); otherwise (a pipe, FIFO, process substitution) a temporary copy of its
+    bytes (in ``TMPDIR``: memory holds one chunk, whatever the input size), read once, removed
+    afterwards. Errors located in the copy name ``path``."""
+    if os.fspath(path) == STDIO or not os.path.exists(path):
+        yield path
+        return
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):  # a directory: the reader says so
+        yield path
+        return
+    fd, copy = tempfile.mkstemp(prefix="udcg-annotate-", suffix=".input")
+    try:
+        with open(path, "rb") as source, os.fdopen(fd, "wb") as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+        yield copy
+    except UDCGInputError as exc:
+        if exc.path != copy:
+            raise
+        raise UDCGInputError(exc.reason, path=path, line=exc.line, field=exc.field) from None
+    finally:
+        os.unlink(copy)
+
+
+def _relevance_line(report: AnnotationReport) -> str:
+    """What the relevance step kept and computed."""
+    return (
+        f"relevance: kept {report.relevance_kept} given labels, computed "
+        f"{report.relevance_computed}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
     args = _parser().parse_args(argv)
@@ -104,12 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         check_judge_arguments(args)
         shard = parse_shard(args.shard) if args.shard else None
+        for output in (args.output, partial_path(args.output)):
+            refuse_same_file(output, {"IN": args.input})
+        with spool_input(args.input) as source:
+            annotate_file(source, shard)
 
+    def annotate_file(source: PathType, shard: tuple[int, int] | None) -> None:
         def contexts() -> Iterator[Context]:
-            stream = read_contexts(args.input)
+            stream = read_contexts(source)
             return stream if shard is None else in_shard(stream, shard)
 
-        total = check_inputs(contexts(), args.steps, args.relevance)
+        total = check_inputs(contexts(), args.steps, args.relevance, args.relabel_relevance)
         judge = open_cli_judge(args)
         step = functools.partial(
             annotate,
@@ -119,8 +178,22 @@ def main(argv: list[str] | None = None) -> int:
             grader=args.grader,
             mode=args.mode,
             max_new_tokens=args.max_new_tokens,
+            relabel_relevance=args.relabel_relevance,
         )
-        report, resumed = annotate_stream(contexts(), args.output, step, args.chunk, total)
+        record = annotation_record(
+            judge.name,
+            judge.fingerprint,
+            args.steps,
+            args.relevance,
+            args.relabel_relevance,
+            args.grader,
+            args.mode,
+            args.max_new_tokens,
+            shard,
+        )
+        report, resumed = annotate_stream(
+            contexts(), args.output, step, args.chunk, total, record=record
+        )
         cache = judge.cache
         out = info_stream(args.output)
         if resumed:
@@ -132,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             f"cache hits {cache.hits}, misses {cache.misses}",
             file=out,
         )
+        if "relevance" in args.steps:
+            print(_relevance_line(report), file=out)
         if report.grades:
             grades = ", ".join(f"{g} {n}" for g, n in sorted(report.grades.items()))
             print(f"grades: {grades}", file=out)

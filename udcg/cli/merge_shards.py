@@ -1,7 +1,10 @@
 """``udcg merge-shards IN.jsonl OUT.jsonl SHARD.jsonl...``: join the outputs of
 ``udcg annotate --shard I/N`` back into the order of IN, the unsharded input (streamed; see
-:mod:`udcg.labels.shards`). The result is byte for byte what one unsharded run writes; a missing,
-incomplete or foreign shard is a one-line error and OUT is left untouched."""
+:mod:`udcg.labels.shards`). The result is byte for byte what one unsharded run writes, with the
+manifest one unsharded run writes (``OUT.manifest.json``). A missing, incomplete or foreign
+shard, a shard without its manifest, shards of different judges, steps or options, a shard cut
+from an edited input or edited after it was written, and an OUT that names IN or a shard are
+one-line errors, and OUT is left untouched."""
 
 from __future__ import annotations
 

@@ -6,9 +6,12 @@
   answer given question and passage (max over ``answers`` of exp(mean token log-prob), see
   :meth:`udcg.judge.base.Judge.answer_prob`), one call per distinct (question, answers,
   passage); needs ``answers`` on every context (not a default step);
-* ``relevance``: ``passages[].relevant``; ``string``: a normalised acceptable answer occurs in
-  the passage (no LLM); ``llm``: the judge's P(Yes) that the passage directly supports an
-  acceptable answer (>= 0.5; the soft value is kept in ``relevance_prob[judge]``);
+* ``relevance``: ``passages[].relevant`` for the passages that have none (a given label, e.g.
+  from ``udcg contexts --qrels``, is kept; ``relabel_relevance`` recomputes every passage);
+  ``string``: a normalised acceptable answer occurs in the passage (no LLM); ``llm``: the
+  judge's P(Yes) that the passage directly supports an acceptable answer (>= 0.5; the soft
+  value is kept in ``relevance_prob[judge]``). :attr:`AnnotationReport.relevance_kept` and
+  ``relevance_computed`` count the labels kept and computed;
 * ``outcomes``: the judge answers from the whole context (``outcomes[judge].answer``), graded
   by normalised sub-span match (``span``) or by the judge as CORRECT / INCORRECT / ABSTAINED
   (``llm``; an unparsable grade is counted and leaves ``correct`` unset, never a silent 0).
@@ -63,6 +66,9 @@ class AnnotationReport:
     #: value field (``abstain_prob``, ``answer_prob``, ``relevance_prob``) -> distinct judge
     #: values that are only upper bounds
     bounds: Counter = field(default_factory=Counter)
+    #: passages whose given ``relevant`` label was kept / computed by the relevance step
+    relevance_kept: int = 0
+    relevance_computed: int = 0
 
     def add(self, other: AnnotationReport) -> None:
         """Add the counts of ``other`` (another chunk of the same run) to these."""
@@ -110,18 +116,31 @@ def parse_grade(text: str) -> str | None:
     return word if word in GRADES else None
 
 
-def check_inputs(contexts: Iterable[Context], steps: Sequence[str], relevance: str) -> int:
-    """Check every field the chosen steps need before any LLM call; the number of contexts."""
-    needs_answers = [s for s in ("answer_likelihood", "relevance", "outcomes") if s in steps]
-    needs_question = (
-        "abstain" in steps
-        or "answer_likelihood" in steps
-        or "outcomes" in steps
-        or relevance == "llm"
-    )
+def relabels(passage: Passage, relabel_relevance: bool) -> bool:
+    """Whether the relevance step labels ``passage``: it has no label, or relabelling is asked."""
+    return relabel_relevance or passage.relevant is None
+
+
+def check_inputs(
+    contexts: Iterable[Context],
+    steps: Sequence[str],
+    relevance: str,
+    relabel_relevance: bool = False,
+) -> int:
+    """Check every field the chosen steps need before any LLM call; the number of contexts.
+    The relevance step needs answers (and, for ``llm``, the question) only for contexts with a
+    passage it labels (see :func:`annotate`)."""
+    asks_question = "abstain" in steps or "answer_likelihood" in steps or "outcomes" in steps
     count = 0
     for ctx in contexts:
         count += 1
+        labels = "relevance" in steps and any(relabels(p, relabel_relevance) for p in ctx.passages)
+        needs_answers = [
+            s
+            for s in ("answer_likelihood", "relevance", "outcomes")
+            if s in steps and (s != "relevance" or labels)
+        ]
+        needs_question = asks_question or (labels and relevance == "llm")
         if needs_question and not (ctx.question and ctx.question.strip()):
             raise UDCGInputError("missing or empty", field="question", **ctx.location())
         if needs_answers and not ctx.answers:
@@ -181,8 +200,10 @@ def annotate(
     mode: AbstainMode = "first_token",
     max_new_tokens: int = 32,
     batch: int = 64,
+    relabel_relevance: bool = False,
 ) -> tuple[list[Context], AnnotationReport]:
-    """New contexts with the requested labels added (inputs are not modified).
+    """New contexts with the requested labels added (inputs are not modified). The relevance
+    step keeps the ``relevant`` labels the passages already have unless ``relabel_relevance``.
 
     Each step hands the judge all its distinct calls at once when the judge streams results
     (``streams_results``), else in batches of ``batch``.
@@ -194,7 +215,7 @@ def annotate(
         )
     if relevance not in RELEVANCE_MODES or grader not in GRADERS:
         raise UDCGInputError("relevance is string|llm and grader is span|llm", field="options")
-    check_inputs(contexts, steps, relevance)
+    check_inputs(contexts, steps, relevance, relabel_relevance)
     report = AnnotationReport(contexts=len(contexts))
     name = judge.name
     out = [
@@ -247,14 +268,25 @@ def annotate(
             ctx.passages[:] = new
 
     if "relevance" in steps:
+        labelled = [p for c in out for p in c.passages]
+        report.relevance_computed = sum(relabels(p, relabel_relevance) for p in labelled)
+        report.relevance_kept = len(labelled) - report.relevance_computed
         if relevance == "string":
             for ctx in out:
                 ctx.passages[:] = [
-                    replace(p, relevant=contains_answer(p.text, ctx.answers)) for p in ctx.passages
+                    replace(p, relevant=contains_answer(p.text, ctx.answers))
+                    if relabels(p, relabel_relevance)
+                    else p
+                    for p in ctx.passages
                 ]
         else:
             triples = sorted(
-                {(c.question, tuple(c.answers), p.text) for c in out for p in c.passages}
+                {
+                    (c.question, tuple(c.answers), p.text)
+                    for c in out
+                    for p in c.passages
+                    if relabels(p, relabel_relevance)
+                }
             )
             report.relevance_checks = len(triples)
             lookup = _judged(
@@ -269,10 +301,12 @@ def annotate(
                 "relevance_prob",
             )
             for ctx in out:
-                key = (ctx.question, tuple(ctx.answers))
                 new = []
                 for p in ctx.passages:
-                    prob, bound = lookup[(*key, p.text)]
+                    if not relabels(p, relabel_relevance):
+                        new.append(p)
+                        continue
+                    prob, bound = lookup[(ctx.question, tuple(ctx.answers), p.text)]
                     extra = {
                         **p.extra,
                         "relevance_prob": {**p.extra.get("relevance_prob", {}), name: prob},

@@ -9,19 +9,42 @@ and checks that all N are there; other names are taken in the order given.
 :func:`merge_shards` streams the input once and takes each context's line from its shard's
 file, in order, checking its query id and run: the merged file is byte for byte the file an
 unsharded run writes, and a missing, incomplete, extra or foreign shard is a one-line error.
+Each shard's manifest (``SHARD.manifest.json``, :mod:`udcg.labels.provenance`) is checked
+too: a shard without one is refused; the shards must agree on the judge (name and
+fingerprint), steps and options, and be shards 1..N of N in the order given; each shard's
+input digest must be that of its slice of the input (an edited or other input is refused) and
+its output digest that of its file (an edited shard is refused). The merged output gets the
+manifest an unsharded run writes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, read_contexts
-from udcg.io.files import PathType, atomic_write, numbered_lines
+from udcg.io.files import (
+    STDIO,
+    PathType,
+    atomic_write,
+    exclusive_writer,
+    numbered_lines,
+    refuse_same_file,
+)
+from udcg.labels.provenance import (
+    InputDigest,
+    first_difference,
+    manifest_path,
+    read_manifest,
+    record_of,
+    write_manifest,
+)
 
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _PART = re.compile(r"part-(\d+)-of-(\d+)")
@@ -72,9 +95,11 @@ def order_shards(paths: Sequence[PathType]) -> list[PathType]:
     return [paths[k] for k in order]
 
 
-def _ids(path: PathType) -> Iterator[tuple[int, str, tuple[object, object]]]:
-    """``(line number, line, (qid, run))`` for every non-blank line of an output file."""
+def _ids(path: PathType, sha: Any) -> Iterator[tuple[int, str, tuple[object, object]]]:
+    """``(line number, line, (qid, run))`` for every non-blank line of an output file; every
+    line read (blank ones too) is added to the hash ``sha``."""
     for line_no, text in numbered_lines(path):
+        sha.update(text.encode("utf-8"))
         if not text.strip():
             continue
         try:
@@ -90,14 +115,67 @@ def _ids(path: PathType) -> Iterator[tuple[int, str, tuple[object, object]]]:
         )
 
 
+def _shard_records(ordered: Sequence[PathType], manifests: Sequence[dict]) -> dict[str, Any]:
+    """The record the shards share, as an unsharded run's (``shard`` null); refuses shards
+    numbered other than 1..N in order, or produced by another judge, steps or options."""
+    total = len(ordered)
+    first = record_of(manifests[0])
+    for index, (path, manifest) in enumerate(zip(ordered, manifests, strict=True), start=1):
+        record = record_of(manifest)
+        if record.get("shard") != f"{index}/{total}":
+            raise UDCGInputError(
+                f"was annotated as shard {record.get('shard')} where shard {index}/{total} "
+                f"belongs: give all {total} shard files of this input, in order 1..N",
+                path=path,
+            )
+        difference = first_difference(first, record, skip=("shard",))
+        if difference is not None:
+            name, theirs, this = difference
+            raise UDCGInputError(
+                f"was annotated with {name} {json.dumps(this)}, {os.fspath(ordered[0])} with "
+                f"{name} {json.dumps(theirs)}: every shard must come from the same judge, steps "
+                "and options",
+                path=path,
+            )
+    return {**first, "shard": None}
+
+
+def _check_digests(
+    source: PathType, path: PathType, shard: str, manifest: dict, inputs: InputDigest, sha: Any
+) -> None:
+    """Refuse a shard whose recorded input digest is not that of its slice of ``source``, or
+    whose recorded output digest is not that of its file."""
+    if (inputs.count, inputs.hexdigest()) != (manifest["contexts"], manifest["input_sha256"]):
+        raise UDCGInputError(
+            f"was annotated from other contexts than shard {shard} of {os.fspath(source)} "
+            f"(input digest {manifest['input_sha256'][:16]} in {manifest_path(path).name}, "
+            f"{inputs.hexdigest()[:16]} here): the input was edited since or is another input; "
+            "annotate the shard again",
+            path=path,
+        )
+    if sha.hexdigest() != manifest["output_sha256"]:
+        raise UDCGInputError(
+            f"is not the file udcg annotate wrote (output digest {manifest['output_sha256'][:16]} "
+            f"in {manifest_path(path).name}, {sha.hexdigest()[:16]} now): it was edited since; "
+            "annotate the shard again",
+            path=path,
+        )
+
+
 def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType) -> int:
     """Write the shard files back in the order of ``source`` (the unsharded input) to
-    ``output`` (atomic; ``.gz`` compresses); returns the number of contexts."""
+    ``output`` (atomic; ``.gz`` compresses) with its manifest; returns the number of contexts.
+    Holds the output's lock (:func:`udcg.io.files.exclusive_writer`) while it writes."""
     ordered = order_shards(shards)
+    refuse_same_file(output, {"IN": source} | {f"shard {os.fspath(p)}": p for p in ordered})
     total = len(ordered)
-    readers = [_ids(p) for p in ordered]
-    count = 0
-    with atomic_write(output) as out:
+    manifests = [read_manifest(p) for p in ordered]
+    record = _shard_records(ordered, manifests)
+    hashes = [hashlib.sha256() for _ in ordered]
+    readers = [_ids(p, sha) for p, sha in zip(ordered, hashes, strict=True)]
+    inputs = [InputDigest() for _ in ordered]
+    whole, merged = InputDigest(), hashlib.sha256()
+    with exclusive_writer(output, "merged output"), atomic_write(output) as out:
         for ctx in read_contexts(source):
             index = shard_of(ctx.qid, total)
             path, line = ctx.source or (source, None)
@@ -117,8 +195,9 @@ def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType)
                     path=ordered[index - 1],
                     line=line_no,
                 )
+            inputs[index - 1].add_hash(whole.add(ctx))
+            merged.update(text.encode("utf-8"))
             out.write(text)
-            count += 1
         for path, reader in zip(ordered, readers, strict=True):
             extra = next(reader, None)
             if extra is not None:
@@ -127,4 +206,14 @@ def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType)
                     path=path,
                     line=extra[0],
                 )
-    return count
+        for index, path in enumerate(ordered):
+            shard = f"{index + 1} of {total}"
+            _check_digests(source, path, shard, manifests[index], inputs[index], hashes[index])
+    if os.fspath(output) != STDIO:
+        counts = {
+            "contexts": whole.count,
+            "input_sha256": whole.hexdigest(),
+            "output_sha256": merged.hexdigest(),
+        }
+        write_manifest(output, record, counts)
+    return whole.count

@@ -6,12 +6,18 @@ sees each step's work for the whole chunk at once) and appends each finished chu
 into ``OUT`` when it ends in ``.gz``). Memory therefore holds one chunk, whatever the input
 size, and the result is byte for byte what :func:`udcg.io.contexts.write_contexts` writes.
 
-A rerun with the same output finds ``OUT.partial``, drops a torn last line (a process killed
-mid-write), checks that its lines are the first contexts of the input (same query id and run,
-in order) and annotates only the rest; with the judge cache, the calls finished but not yet
-written cost nothing either. The partial file does not record the judge or steps: resume with
-the same command, or delete ``OUT.partial`` to start over. ``-`` writes to standard output,
-chunk by chunk, without resuming.
+Only one process writes an output at a time: a second one is refused in one line
+(:func:`udcg.io.files.exclusive_writer`, a lock a killed process does not leave stuck).
+
+Beside ``OUT.partial``, ``OUT.partial.manifest`` holds the record of the run (judge, steps,
+options) and the line hash of each input context written (:mod:`udcg.labels.provenance`). A
+rerun with the same output finds ``OUT.partial``, drops a torn last line (a process killed
+mid-write), refuses a record that differs from this run's (naming the field and both values),
+checks that each line is the next context of the input (same query id and run, same line hash:
+an edited input is refused at its line) and annotates only the rest; with the judge cache, the
+calls finished but not yet written cost nothing either. At the end ``OUT.manifest.json`` records
+what produced ``OUT`` (:func:`udcg.labels.provenance.write_manifest`). ``-`` writes to standard
+output, chunk by chunk, without resuming and without a manifest.
 """
 
 from __future__ import annotations
@@ -20,20 +26,29 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, context_line
-from udcg.io.files import STDIO, PathType, atomic_write
+from udcg.io.files import STDIO, PathType, atomic_write, exclusive_writer
 from udcg.labels.annotate import AnnotationReport
+from udcg.labels.provenance import (
+    InputDigest,
+    file_sha256,
+    first_difference,
+    line_hash,
+    write_manifest,
+)
 
 T = TypeVar("T")
 #: Suffix of the file a run appends its finished chunks to.
 PARTIAL = ".partial"
+#: Suffix (after ``OUT.partial``) of the record and line hashes beside it.
+PARTIAL_MANIFEST = ".manifest"
 #: Contexts annotated (and written) at a time.
 DEFAULT_CHUNK = 1000
 
@@ -52,16 +67,65 @@ def partial_path(output: PathType) -> Path:
     return Path(f"{os.fspath(output)}{PARTIAL}")
 
 
-def resume(partial: Path, contexts: Iterator[Context]) -> int:
-    """How many contexts ``partial`` already holds, consumed from ``contexts``.
+def partial_manifest_path(partial: Path) -> Path:
+    """The record and line hashes beside ``partial``: ``OUT.partial.manifest``."""
+    return Path(f"{os.fspath(partial)}{PARTIAL_MANIFEST}")
 
-    A last line without its newline (torn by a kill) is cut off the file; every other line must
-    be the next context of ``contexts`` (same ``qid`` and ``run``).
+
+def _hash_line(ctx: Context) -> str:
+    """The line of ``OUT.partial.manifest`` for one input context."""
+    return json.dumps(line_hash(ctx)) + "\n"
+
+
+def _where(ctx: Context) -> str:
+    """``FILE:LINE`` of an input context, or its query id when it was not read from a file."""
+    return f"{ctx.source[0]}:{ctx.source[1]}" if ctx.source else f"query {ctx.qid!r}"
+
+
+def _check_record(partial: Path, header: bytes, record: Mapping[str, Any]) -> None:
+    """Refuse ``partial`` when the record on the first line of its manifest is not ``record``."""
+    manifest = partial_manifest_path(partial)
+    start_over = f"delete it and {manifest.name} to start over"
+    try:
+        found = json.loads(header)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise UDCGInputError(
+            f"{manifest.name} is not a record this command wrote: {start_over}", path=partial
+        )
+    difference = first_difference(found, record)
+    if difference is not None:
+        name, old, new = difference
+        raise UDCGInputError(
+            f"was written with {name} {json.dumps(old)}, this run has {name} {json.dumps(new)}: "
+            f"rerun the command that started it, or {start_over}",
+            path=partial,
+        )
+
+
+def resume(partial: Path, contexts: Iterator[Context], record: Mapping[str, Any]) -> int:
+    """How many contexts ``partial`` already holds, consumed from ``contexts``; starts
+    ``OUT.partial.manifest`` with ``record`` when there is no ``partial``.
+
+    The record in the manifest must equal ``record``. A last line without its newline (torn by
+    a kill) is cut off the file; every other line must be the next context of ``contexts``
+    (same ``qid`` and ``run``) and its line hash the one recorded for it.
     """
+    manifest = partial_manifest_path(partial)
     if not partial.exists():
+        manifest.write_text(json.dumps(dict(record)) + "\n", encoding="utf-8")
         return 0
+    start_over = f"delete it and {manifest.name} to start over"
+    if not manifest.is_file():
+        raise UDCGInputError(
+            f"no {manifest.name} beside it records what produced it: {start_over}", path=partial
+        )
     done = kept = 0
-    with partial.open("rb") as handle:
+    with manifest.open("rb") as hashes, partial.open("rb") as handle:
+        header = hashes.readline()
+        _check_record(partial, header, record)
+        recorded = len(header)
         for line_no, raw in enumerate(handle, start=1):
             if not raw.endswith(b"\n"):
                 break
@@ -70,35 +134,64 @@ def resume(partial: Path, contexts: Iterator[Context]) -> int:
                 ids = (obj.get("qid"), obj.get("run"))
             except (ValueError, AttributeError):
                 raise UDCGInputError(
-                    "not a line this command wrote: delete the file to start over",
-                    path=partial,
-                    line=line_no,
+                    f"not a line this command wrote: {start_over}", path=partial, line=line_no
                 ) from None
             expected = next(contexts, None)
             if expected is None or ids != (expected.qid, expected.run):
                 want = "the end of the input" if expected is None else repr(expected.qid)
                 raise UDCGInputError(
                     f"holds query {ids[0]!r} where the input has {want}: it comes from "
-                    "another input or shard; delete it to start over",
+                    f"another input or shard; {start_over}",
+                    path=partial,
+                    line=line_no,
+                )
+            digest = hashes.readline()
+            if not digest.endswith(b"\n"):
+                raise UDCGInputError(
+                    f"holds more lines than {manifest.name} records: {start_over}",
+                    path=partial,
+                    line=line_no,
+                )
+            if digest.decode("utf-8", "replace") != _hash_line(expected):
+                raise UDCGInputError(
+                    f"was annotated from another version of the input context at "
+                    f"{_where(expected)} (query {expected.qid!r}): the input was edited; "
+                    f"{start_over}",
                     path=partial,
                     line=line_no,
                 )
             done += 1
             kept += len(raw)
+            recorded += len(digest)
     os.truncate(partial, kept)
+    os.truncate(manifest, recorded)
     return done
 
 
-def _finish(partial: Path, output: Path) -> None:
-    """Move the complete ``partial`` into place as ``output`` (compressing for ``.gz``)."""
+def _finish(partial: Path, output: Path, record: Mapping[str, Any]) -> None:
+    """Write ``OUT.manifest.json``, then move the complete ``partial`` into place as ``output``
+    (compressing for ``.gz``) and remove its manifest."""
+    manifest = partial_manifest_path(partial)
+    digest = InputDigest()
+    with manifest.open(encoding="utf-8") as lines:
+        next(lines)  # the record
+        for line in lines:
+            digest.add_hash(json.loads(line))
+    counts = {
+        "contexts": digest.count,
+        "input_sha256": digest.hexdigest(),
+        "output_sha256": file_sha256(partial),
+    }
+    write_manifest(output, record, counts)
     if output.suffix == ".gz":  # written as write_contexts writes it: the same bytes
         with atomic_write(output) as out, partial.open(encoding="utf-8", newline="") as handle:
             shutil.copyfileobj(handle, out, 1 << 16)
         partial.unlink()
-        return
-    with partial.open("rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(partial, output)
+    else:
+        with partial.open("rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(partial, output)
+    manifest.unlink()
 
 
 def annotate_stream(
@@ -107,26 +200,46 @@ def annotate_stream(
     work: AnnotateChunk,
     chunk: int = DEFAULT_CHUNK,
     total: int | None = None,
+    *,
+    record: Mapping[str, Any],
 ) -> tuple[AnnotationReport, int]:
     """Annotate ``contexts`` with ``work``, ``chunk`` at a time, into ``output``; the counts of
-    this run and the number of contexts resumed from ``OUT.partial``. ``total`` (the number of
-    contexts, when known) sizes the progress bar."""
-    from tqdm.auto import tqdm
-
+    this run and the number of contexts resumed from ``OUT.partial``. ``record``
+    (:func:`udcg.labels.provenance.annotation_record`) says what ``work`` computes: a partial
+    file of another record is refused, and the finished output's manifest holds it. ``total``
+    (the number of contexts, when known) sizes the progress bar. Holds the output's lock
+    (:func:`udcg.io.files.exclusive_writer`) for the whole run."""
     if chunk < 1:
         raise UDCGInputError(f"must be at least 1, got {chunk}", field="chunk")
+    with exclusive_writer(output, "annotation output"):
+        return _annotate_stream(iter(contexts), output, work, chunk, total, record)
+
+
+def _annotate_stream(
+    iterator: Iterator[Context],
+    output: PathType,
+    work: AnnotateChunk,
+    chunk: int,
+    total: int | None,
+    record: Mapping[str, Any],
+) -> tuple[AnnotationReport, int]:
+    """:func:`annotate_stream` once the lock is held."""
+    from tqdm.auto import tqdm
+
     report = AnnotationReport()
-    iterator = iter(contexts)
     to_stdout = os.fspath(output) == STDIO
     resumed = 0
     if not to_stdout:
         partial = partial_path(output)
         partial.parent.mkdir(parents=True, exist_ok=True)
-        resumed = resume(partial, iterator)
+        resumed = resume(partial, iterator, record)
     with (
         nullcontext(sys.stdout)
         if to_stdout
         else open(partial, "a", encoding="utf-8", newline="\n") as handle,
+        nullcontext(None)
+        if to_stdout
+        else open(partial_manifest_path(partial), "a", encoding="utf-8", newline="\n") as hashes,
         tqdm(
             total=total, initial=resumed, desc="contexts", unit="ctx", disable=None, file=sys.stderr
         ) as bar,
@@ -134,9 +247,12 @@ def annotate_stream(
         for part in chunks(iterator, chunk):
             annotated, counts = work(part)
             report.add(counts)
+            if hashes is not None:  # the hashes first: every line written has its hash
+                hashes.write("".join(map(_hash_line, part)))
+                hashes.flush()
             handle.write("".join(map(context_line, annotated)))
             handle.flush()
             bar.update(len(part))
     if not to_stdout:
-        _finish(partial, Path(output))
+        _finish(partial, Path(output), record)
     return report, resumed

@@ -104,14 +104,21 @@ def annotate_contexts(
     max_new_tokens: int,
     qcare: bool,
 ) -> list[Context]:
-    """Judge labels for ``steps`` (see :func:`udcg.labels.annotate.annotate`), then Q-CARE coverage
-    labels (:func:`udcg.qcare.label_contexts`) when ``qcare`` and some are missing."""
+    """Judge labels for ``steps`` (see :func:`udcg.labels.annotate.annotate`; ``relevance=llm``
+    relabels every passage, ``string`` fills only missing labels), then Q-CARE coverage labels
+    (:func:`udcg.qcare.label_contexts`) when ``qcare`` and some are missing."""
     from udcg.labels.annotate import annotate
 
     out = list(contexts)
     if steps:
         out, _ = annotate(
-            out, judge, steps, relevance=relevance, grader=grader, max_new_tokens=max_new_tokens
+            out,
+            judge,
+            steps,
+            relevance=relevance,
+            grader=grader,
+            max_new_tokens=max_new_tokens,
+            relabel_relevance=relevance == "llm",
         )
     if qcare and needs_coverage(out):
         from udcg.qcare import label_contexts

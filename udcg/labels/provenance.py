@@ -1,0 +1,149 @@
+"""What produced an annotated contexts file, recorded beside it and checked where it is reused.
+
+The **record** of an annotation names everything that changes its values: the judge (``name``
+and ``fingerprint``), the steps, ``relevance``, ``relabel_relevance``, ``grader``, ``mode``,
+``max_new_tokens`` and the shard (``"I/N"``, or null for the whole input). Each input context
+has a **line hash**: blake2b (16 bytes, hex) of the line :func:`udcg.io.contexts.context_line`
+writes for it as read (so re-encoding the same values does not change it, any edit does). The
+**input digest** of a sequence of contexts is the SHA-256 of their line hashes, each followed by
+a newline.
+
+* ``OUT.manifest.json`` (beside a finished ``OUT``; none for ``-``) is a JSON object: the record,
+  ``contexts`` (lines written), ``input_sha256`` (input digest of the contexts annotated) and
+  ``output_sha256`` (SHA-256 of OUT's uncompressed bytes).
+* ``OUT.partial.manifest`` (beside ``OUT.partial`` while a run works) is JSON Lines: the record
+  on line 1, then the line hash of each input context, one JSON string per line, written before
+  the context's annotated line is appended to ``OUT.partial``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import Context, context_line
+from udcg.io.files import PathType, atomic_write, open_binary
+from udcg.labels.annotate import STEPS
+
+#: Version of the record layout; a record of another format never matches.
+FORMAT = "udcg-annotate/1"
+#: Suffix of the manifest beside a finished output.
+MANIFEST = ".manifest.json"
+#: Fields of a manifest that describe the file, not what produced it.
+COUNTS = ("contexts", "input_sha256", "output_sha256")
+
+
+def annotation_record(
+    judge_name: str,
+    judge_fingerprint: str,
+    steps: Sequence[str],
+    relevance: str,
+    relabel_relevance: bool,
+    grader: str,
+    mode: str,
+    max_new_tokens: int,
+    shard: tuple[int, int] | None,
+) -> dict[str, Any]:
+    """The record of an annotation run with these settings (steps in :data:`STEPS` order)."""
+    return {
+        "format": FORMAT,
+        "judge": judge_name,
+        "judge_fingerprint": judge_fingerprint,
+        "steps": [s for s in STEPS if s in steps],
+        "relevance": relevance,
+        "relabel_relevance": relabel_relevance,
+        "grader": grader,
+        "mode": mode,
+        "max_new_tokens": max_new_tokens,
+        "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
+    }
+
+
+def line_hash(ctx: Context) -> str:
+    """The line hash of an input context (hex)."""
+    return hashlib.blake2b(context_line(ctx).encode("utf-8"), digest_size=16).hexdigest()
+
+
+class InputDigest:
+    """The input digest of contexts added one at a time."""
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256()
+        self.count = 0
+
+    def add_hash(self, digest: str) -> None:
+        """Add the context whose line hash is ``digest``."""
+        self._sha.update(f"{digest}\n".encode("ascii"))
+        self.count += 1
+
+    def add(self, ctx: Context) -> str:
+        """Add ``ctx``; its line hash."""
+        digest = line_hash(ctx)
+        self.add_hash(digest)
+        return digest
+
+    def hexdigest(self) -> str:
+        """The digest of the contexts added so far."""
+        return self._sha.hexdigest()
+
+
+def file_sha256(path: PathType) -> str:
+    """SHA-256 of the (uncompressed) bytes of ``path``."""
+    sha = hashlib.sha256()
+    with open_binary(path) as handle:
+        while block := handle.read(1 << 20):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def manifest_path(output: PathType) -> Path:
+    """Where the manifest of ``output`` lives: ``OUT.manifest.json``."""
+    return Path(f"{os.fspath(output)}{MANIFEST}")
+
+
+def write_manifest(output: PathType, record: Mapping[str, Any], counts: Mapping[str, Any]) -> None:
+    """Write ``OUT.manifest.json``: ``record`` then ``counts`` (atomically)."""
+    with atomic_write(manifest_path(output)) as handle:
+        handle.write(json.dumps({**record, **counts}, indent=1) + "\n")
+
+
+def read_manifest(output: PathType) -> dict[str, Any]:
+    """The manifest of ``output``; a missing or unreadable one is a one-line error."""
+    path = manifest_path(output)
+    if not path.is_file():
+        raise UDCGInputError(
+            f"no manifest {path.name} beside it records what produced it (judge, steps, "
+            "input): annotate it again with 'udcg annotate'",
+            path=output,
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise UDCGInputError(f"not a manifest udcg wrote: {exc}", path=path) from None
+    missing = [
+        k for k in ("format", *COUNTS) if not isinstance(manifest, dict) or k not in manifest
+    ]
+    if missing:
+        raise UDCGInputError(f"not a manifest udcg wrote: no {missing[0]!r}", path=path)
+    return manifest
+
+
+def record_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The record part of a manifest (without its counts)."""
+    return {k: v for k, v in manifest.items() if k not in COUNTS}
+
+
+def first_difference(
+    old: Mapping[str, Any], new: Mapping[str, Any], skip: Sequence[str] = ()
+) -> tuple[str, Any, Any] | None:
+    """The first field (in ``new``'s order, then ``old``'s) whose value differs between two
+    records, with both values; None when they agree. Fields in ``skip`` are not compared."""
+    for key in [*new, *(k for k in old if k not in new)]:
+        if key not in skip and old.get(key) != new.get(key):
+            return key, old.get(key), new.get(key)
+    return None
