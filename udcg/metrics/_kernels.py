@@ -54,13 +54,19 @@ def cumulative_discounts(depth: int) -> np.ndarray:
     return _cumulative_table(max(1, -(-depth // _DISCOUNT_CHUNK)))[: depth + 1]
 
 
-def row_sums(values: np.ndarray) -> np.ndarray:
-    """Each row's sum (float64), added left to right one column at a time. Unlike ``np.sum``
-    (pairwise blocks that follow the row length) or a matrix product (a kernel chosen by shape),
-    a row's sum does not depend on the other rows, the array's width or trailing zeros."""
+def row_sums(values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Each row's sum (float64), or with ``weights`` (one per column) of ``values[:, j] *
+    weights[j]``, added left to right one column at a time. Unlike ``np.sum`` (pairwise blocks
+    that follow the row length) or a matrix product (a kernel chosen by shape), a row's sum
+    does not depend on the other rows, the array's width or trailing zeros."""
     out = np.zeros(values.shape[0])
+    term = np.empty_like(out) if weights is not None else None
     for j in range(values.shape[1]):
-        out += values[:, j]
+        if term is None:
+            out += values[:, j]
+        else:
+            np.multiply(values[:, j], weights[j], out=term)
+            out += term
     return out
 
 
@@ -78,7 +84,7 @@ def safe_divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
 def dcg(gains: np.ndarray, k: int | None = None) -> np.ndarray:
     """``DCG@k = sum_{i<=k} gain_i / log2(i + 1)`` (linear gain)."""
     g = _cut(gains, k)
-    return row_sums(g * discounts(g.shape[1]))
+    return row_sums(g, discounts(g.shape[1]))
 
 
 _CODE_BITS = 24  # float32 sums of powers of two are exact below 2**24

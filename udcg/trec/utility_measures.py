@@ -192,8 +192,8 @@ def _theta(weights: ThetaWeights, rel: np.ndarray, u: np.ndarray, full: np.ndarr
     out = np.full(len(rel), np.nan)
     if full.any():
         helpful, distracting = udcg_terms(rel[full], u[full])
-        logits = row_sums(helpful * weights.alpha)
-        logits += row_sums(distracting * weights.beta)
+        logits = row_sums(helpful, weights.alpha)
+        logits += row_sums(distracting, weights.beta)
         logits += weights.intercept
         out[full] = expit(logits)
     return out
