@@ -1,7 +1,9 @@
-"""udcg weights show: the card of a weights folder or file, with the SHA-256 verified."""
+"""udcg weights show: the card of a weights folder or file, with the SHA-256 verified (or
+refused without one), card strings escaped."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -54,3 +56,62 @@ def test_show_fails_on_tampered_weights(tmp_path: Path, model: UDCGTheta, capsys
     assert captured.out == ""
     (line,) = captured.err.strip().splitlines()
     assert line.startswith(f"udcg weights: error: {path}: ") and "SHA-256 differs" in line
+
+
+def _drop_hash(folder: Path) -> None:
+    """Remove ``weights_sha256`` from the folder's config.json."""
+    config = json.loads((folder / "config.json").read_text())
+    del config["weights_sha256"]
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def test_show_refuses_a_card_without_a_hash_in_one_line(
+    tmp_path: Path, model: UDCGTheta, capsys
+) -> None:
+    model.save_pretrained(tmp_path / "theta")
+    _drop_hash(tmp_path / "theta")
+    assert main(["show", str(tmp_path / "theta")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("udcg weights: error: ") and "records no weights_sha256" in line
+    assert "--allow-unverified" in line
+
+
+def test_show_never_claims_verification_without_a_hash(
+    tmp_path: Path, model: UDCGTheta, capsys
+) -> None:
+    model.save_pretrained(tmp_path / "theta")
+    _drop_hash(tmp_path / "theta")
+    assert main(["show", "--allow-unverified", str(tmp_path / "theta")]) == 0
+    captured = capsys.readouterr()
+    assert "weights SHA-256: not recorded (unverified)" in captured.out
+    assert "verified)" not in captured.out.replace("(unverified)", "")
+    (warning,) = captured.err.strip().splitlines()
+    assert warning.startswith("udcg weights: warning: ") and "unverified weights" in warning
+
+
+def test_show_escapes_control_characters_of_the_card(
+    tmp_path: Path, model: UDCGTheta, capsys
+) -> None:
+    title, clear = "\x1b]0;title\x07", "\x1b[2J"
+    heldout = [{"metric": f"m{clear}", "spearman": 0.4, "ci95": [0.3, 0.5]}]
+    card = {
+        "judge_model": title,
+        "license": clear,
+        "generator": "gen\u202eevil\x9b\x7f",
+        "training_data_fingerprint": "a\nb",
+        "heldout": heldout,
+    }
+    model.save_pretrained(tmp_path / "theta", card=card)
+    assert main(["show", str(tmp_path / "theta")]) == 0
+    out = capsys.readouterr().out
+    assert not any(ch in out for ch in "\x1b\x07\x7f\x9b\u202e")
+    assert r"judge:           \x1b]0;title\x07" in out
+    assert r"license:         \x1b[2J" in out
+    assert r"generator:       gen\u202eevil\x9b\x7f" in out
+    assert r"training data:   a\nb" in out
+    assert r"m\x1b[2J" in out
+    readme = (tmp_path / "theta" / "README.md").read_text()
+    assert not any(ch in readme for ch in "\x1b\x07\x7f\x9b\u202e")
+    assert r"| judge | \x1b]0;title\x07 |" in readme

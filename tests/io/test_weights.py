@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
+from udcg.io.model_card import render
 from udcg.io.weights import ThetaWeights, card_path, read_weights, write_weights
 from udcg.theta import UDCGTheta
 
@@ -57,3 +58,32 @@ def test_checks(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-1])
     with pytest.raises(UDCGInputError, match="SHA-256"):
         read_weights(path)
+
+
+def test_a_card_without_a_hash_is_refused_unless_allowed(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    write_weights(path, _weights())
+    assert read_weights(path).verified is True
+    card = json.loads(card_path(path).read_text())
+    del card["weights_sha256"]
+    card_path(path).write_text(json.dumps(card))
+    with pytest.raises(UDCGInputError, match=r"w\.json records no weights_sha256") as info:
+        read_weights(path)
+    assert "\n" not in str(info.value) and "allow_unverified=True" in str(info.value)
+    with pytest.warns(UDCGWarning, match="unverified weights"):
+        loaded = read_weights(path, allow_unverified=True)
+    assert loaded.verified is False
+    np.testing.assert_array_equal(loaded.alpha, _weights().alpha)
+    # a hash that is there is checked, allowed or not
+    card_path(path).write_text(json.dumps({**card, "weights_sha256": "0" * 64}))
+    with pytest.raises(UDCGInputError, match="SHA-256 differs"):
+        read_weights(path, allow_unverified=True)
+
+
+def test_the_model_card_escapes_control_characters() -> None:
+    card = {"k": 3, "judge_model": "j\x1b[2J", "name": "n\x1b]0;t\x07", "license": "\x9b"}
+    card["training_data_description"] = "line one\x07\nline two\u202e"
+    text = render(card, [1.0, 2.0, 3.0], [0.0, 0.0, 0.0])
+    assert not any(ch in text for ch in "\x1b\x07\x9b\u202e")
+    assert "# n\\x1b]0;t\\x07\n" in text and "| judge | j\\x1b[2J |" in text
+    assert "line one\\x07\nline two\\u202e" in text

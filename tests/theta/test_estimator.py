@@ -286,10 +286,12 @@ def test_load_rejects_corrupted_or_mismatched_files(fitted, tmp_path):
         UDCGTheta.load(path)
 
     card = json.loads(good_card)
-    del card["weights_sha256"]  # without the checksum the parser itself must object
+    del card["weights_sha256"]  # no checksum: refused, and the parser objects when allowed
     card_path(path).write_text(json.dumps(card))
-    with pytest.raises(UDCGInputError, match="not a valid safetensors file"):
+    with pytest.raises(UDCGInputError, match="records no weights_sha256"):
         UDCGTheta.load(path)
+    with pytest.raises(UDCGInputError, match="not a valid safetensors file"):
+        UDCGTheta.load(path, allow_unverified=True)
 
     path.write_bytes(good_blob)
     card_path(path).write_text(json.dumps({**json.loads(good_card), "k": 3}))

@@ -1,4 +1,5 @@
-"""Weights folders: save_pretrained / from_pretrained, the model card, old exports, tampering."""
+"""Weights folders: save_pretrained / from_pretrained, the model card, old exports, tampering,
+and which sources are Hugging Face Hub models (fetched with only the folder's three files)."""
 
 from __future__ import annotations
 
@@ -135,6 +136,85 @@ def test_hub_id_offline_fails_at_once_in_one_line(monkeypatch, tmp_path: Path) -
     # a path that does not exist and is not a hub id: no such file
     with pytest.raises(UDCGInputError, match="no such weights file"):
         UDCGTheta.from_pretrained("missing/dir/w.safetensors")
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path: Path) -> list[dict]:
+    """A fake Hugging Face Hub (no network): every ``snapshot_download`` or
+    ``hf_hub_download`` call is recorded and gets a weights folder of k=3; the working
+    directory is an empty folder with a local folder ``weights/`` in it."""
+    import huggingface_hub
+
+    model = UDCGTheta(3)
+    model.alpha_, model.beta_, model.intercept_ = np.array([1.0, 0.5, 0.2]), -np.ones(3), 0.0
+    snapshot = model.save_pretrained(tmp_path / "snapshot")
+    calls: list[dict] = []
+
+    def download(*args, **kwargs) -> str:
+        calls.append({"args": args, **kwargs})
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # what would reach the network
+    work = tmp_path / "work"
+    (work / "weights").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("weights/typo", "weights/typo: no such weights folder"),
+        ("./owner/name", "owner/name: no such weights folder"),
+        ("../owner/name", "../owner/name: no such weights folder"),
+        ("owner/w.safetensors", "owner/w.safetensors: no such weights file"),
+    ],
+)
+def test_a_mistyped_local_path_is_never_fetched_from_the_hub(
+    hub: list[dict], source: str, message: str
+) -> None:
+    with pytest.raises(UDCGInputError) as info:
+        UDCGTheta.from_pretrained(source)
+    assert str(info.value) == message
+    assert hub == []
+
+
+def test_a_mistyped_local_path_is_one_line_from_the_command_line(hub: list[dict], capsys) -> None:
+    from udcg.cli.main import main
+    from udcg.io.contexts import write_contexts
+
+    write_contexts("c.jsonl", simulate(2, 3))
+    assert main(["score", "c.jsonl", "--judge", "sim", "--weights", "weights/typo"]) == 2
+    err = capsys.readouterr().err
+    assert err == "udcg score: error: weights/typo: no such weights folder\n"
+    assert hub == []
+
+
+@pytest.mark.parametrize(
+    ("source", "repo", "revision"),
+    [
+        ("hf://owner/udcg-theta-k3@0123abc", "owner/udcg-theta-k3", "0123abc"),
+        ("hf://weights/typo", "weights/typo", None),  # the prefix says Hub, whatever is local
+        ("owner/udcg-theta-k3", "owner/udcg-theta-k3", None),  # no local owner/
+        ("owner/udcg-theta-k3@v1.0", "owner/udcg-theta-k3", "v1.0"),
+    ],
+)
+def test_a_hub_model_fetches_only_the_three_files(
+    hub: list[dict], source: str, repo: str, revision: str | None
+) -> None:
+    model = UDCGTheta.from_pretrained(source, k=3)
+    assert model.alpha_.tolist() == [1.0, 0.5, 0.2]
+    (call,) = hub
+    assert call["args"] == (repo,) and call["revision"] == revision
+    assert sorted(call["allow_patterns"]) == ["README.md", "config.json", "model.safetensors"]
+
+
+def test_a_malformed_hub_model_is_one_line(hub: list[dict]) -> None:
+    with pytest.raises(UDCGInputError, match=r"expected hf://owner/name or hf://owner/name@"):
+        UDCGTheta.from_pretrained("hf://just-a-name")
+    assert hub == []
 
 
 def test_check_compatible_in_python(trained) -> None:

@@ -17,11 +17,16 @@ import argparse  # noqa: E402
 import csv  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 from udcg.cli.common import add_allow_mismatch, run_cli  # noqa: E402
+from udcg.cli.weights import add_allow_unverified  # noqa: E402
 from udcg.errors import UDCGInputError  # noqa: E402
 from udcg.io.files import STDIO  # noqa: E402
 from udcg.trec.engine import Evaluation, evaluate_table  # noqa: E402
+
+if TYPE_CHECKING:
+    from udcg.io.weights import ThetaWeights
 
 DEFAULT_MEASURES = ["nDCG@10", "AP", "RR", "P@10"]
 
@@ -85,9 +90,22 @@ def _parser() -> argparse.ArgumentParser:
         "use weights fitted on another utility source on purpose (a warning records it; "
         "judge, prompt and mode are not in a utilities file and are not checked)",
     )
+    add_allow_unverified(parser)
     parser.add_argument("-q", "--per-query", action="store_true", help="also print each query")
     parser.add_argument("--format", choices=["text", "json", "csv"], default="text")
     return parser
+
+
+def _weights(
+    paths: list[str] | None, allow_unverified: bool
+) -> list[str] | list[ThetaWeights] | None:
+    """``--weights`` as evaluate takes them: the paths, read here when unverified weights are
+    allowed (:func:`udcg.io.weights.read_weights`)."""
+    if not (paths and allow_unverified):
+        return paths
+    from udcg.io.weights import read_weights
+
+    return [read_weights(path, allow_unverified=True) for path in paths]
 
 
 def _rows(result: Evaluation, per_query: bool) -> list[tuple[str, str, float]]:
@@ -143,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             args.measures,
             utilities=utilities,
             utility_field=args.utility_field,
-            weights=args.weights,
+            weights=_weights(args.weights, args.allow_unverified),
             allow_mismatch=args.allow_mismatch,
         )
         write_result(result, args.per_query, args.format)

@@ -7,7 +7,9 @@ or a single-file export (``.safetensors`` + ``.json`` card) with every check of
 :func:`udcg.io.weights.read_weights`, the SHA-256 of the weights included, then prints k, the
 judge, utility source, abstention mode, prompt hash, udcg version, gamma, the held-out
 correlations and a table of alpha and beta per position. A file that fails a check is one line
-on stderr and exit status 2.
+on stderr and exit status 2; so is a card that records no SHA-256, unless
+``--allow-unverified`` (then the SHA-256 line says ``not recorded (unverified)``). Card strings
+are printed with control and format characters escaped (``\\x1b``), never raw.
 
 ``calibrate`` reads contexts of exactly k passages with ``relevant``, the judge's utility values
 and ``outcomes[judge].correct`` (judge and utility source default to the card's; both checked
@@ -24,6 +26,16 @@ from typing import Any
 
 from udcg.cli.common import run_cli
 from udcg.errors import UDCGInputError
+from udcg.validation import printable
+
+
+def add_allow_unverified(parser: argparse.ArgumentParser) -> None:
+    """``--allow-unverified``: load weights whose card records no SHA-256 (a warning says so)."""
+    parser.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="load weights whose card records no weights_sha256, unchecked (a warning says so)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = commands.add_parser("show", help="print the card and verify the SHA-256")
     show.add_argument("path", metavar="DIR_OR_FILE", help="a weights folder or .safetensors file")
+    add_allow_unverified(show)
     calibrate = commands.add_parser(
         "calibrate",
         help="fit a recalibration of the probabilities on held-out annotated contexts",
@@ -50,15 +63,17 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument(
         "--utility", choices=["abstention", "answer_likelihood"], help="default: the card's"
     )
+    add_allow_unverified(calibrate)
     return parser
 
 
 def _value(value: Any) -> str:
+    """A card value as the card prints it, safe for a terminal (:func:`printable`)."""
     if value is None:
         return "unknown"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return printable(str(value))
 
 
 def _signed(value: Any) -> str:
@@ -66,8 +81,11 @@ def _signed(value: Any) -> str:
     return f"{value:+.3f}" if isinstance(value, int | float) else "undefined"
 
 
-def card_text(card: Mapping[str, Any], alpha: Any, beta: Any, intercept: float) -> str:
-    """The lines ``udcg weights show`` prints for a checked card and its weights."""
+def card_text(
+    card: Mapping[str, Any], alpha: Any, beta: Any, intercept: float, verified: bool
+) -> str:
+    """The lines ``udcg weights show`` prints for a checked card and its weights; ``verified``:
+    the weights matched the card's SHA-256 (else the card records none)."""
     prompt = card.get("prompt")
     lines = [
         f"format:          {card.get('format')} v{card.get('format_version')}",
@@ -83,15 +101,21 @@ def card_text(card: Mapping[str, Any], alpha: Any, beta: Any, intercept: float) 
         f"bias, l2:        {card.get('bias')}, {card.get('l2')} (intercept {intercept:.6g})",
         f"license:         {_value(card.get('license'))}",
         f"training data:   {_value(card.get('training_data_fingerprint'))}",
-        f"weights SHA-256: {card.get('weights_sha256')} (verified)",
+        "weights SHA-256: "
+        + (
+            f"{_value(card.get('weights_sha256'))} (verified)"
+            if verified
+            else "not recorded (unverified)"
+        ),
     ]
     if card.get("calibration") is not None:
         from udcg.theta.calibration import Calibration
 
-        lines.append(f"calibration:     {Calibration.from_dict(card['calibration']).describe()}")
+        calibration = Calibration.from_dict(card["calibration"]).describe()
+        lines.append(f"calibration:     {printable(calibration)}")
     rows = [r for r in card.get("heldout") or [] if isinstance(r, Mapping)]
     if rows:
-        method = str(card.get("correlation") or "spearman")
+        method = _value(card.get("correlation") or "spearman")
         width = max(len("metric"), *(len(_value(r.get("metric"))) for r in rows))
         lines += ["", f"held-out correlation ({method}) with end-to-end correctness:"]
         lines.append(f"  {'metric':<{width}} {method:>9}  95% CI")
@@ -113,13 +137,13 @@ def card_text(card: Mapping[str, Any], alpha: Any, beta: Any, intercept: float) 
     return "\n".join(lines)
 
 
-def show(path: str) -> None:
+def show(path: str, allow_unverified: bool) -> None:
     """Read ``path`` with every check and print its card."""
     from udcg.io.weights import read_weights
 
-    weights = read_weights(path)
-    print(f"weights: {weights.path}")
-    print(card_text(weights.card, weights.alpha, weights.beta, weights.intercept))
+    weights = read_weights(path, allow_unverified=allow_unverified)
+    print(f"weights: {printable(str(weights.path))}")
+    print(card_text(weights.card, weights.alpha, weights.beta, weights.intercept, weights.verified))
 
 
 def calibrate(args: argparse.Namespace) -> None:
@@ -133,7 +157,7 @@ def calibrate(args: argparse.Namespace) -> None:
     from udcg.theta import UDCGTheta
     from udcg.theta.calibration import brier_score, expected_calibration_error
 
-    model = UDCGTheta.from_pretrained(args.path)
+    model = UDCGTheta.from_pretrained(args.path, allow_unverified=args.allow_unverified)
     k = len(model.alpha_)
     card = {key: value for key, value in model.card_.items() if key not in RESERVED}
     judge = args.judge_key or card.get("judge_model")
@@ -163,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     check)."""
     args = _parser().parse_args(argv)
     return run_cli(
-        "udcg weights", lambda: show(args.path) if args.action == "show" else calibrate(args)
+        "udcg weights",
+        lambda: (
+            show(args.path, args.allow_unverified) if args.action == "show" else calibrate(args)
+        ),
     )
 
 

@@ -4,7 +4,8 @@ One template (:data:`TEMPLATE`) with YAML front matter that the Hugging Face Hub
 (``library_name``, ``license``, ``tags``, ``base_model``: the judge, ``datasets``, ``metrics``
 and ``model-index`` results: held-out correlations with their CIs), then a short description,
 the compatibility fields, the held-out table and the alpha/beta table. Values in the front
-matter are JSON scalars, which YAML reads as written.
+matter are JSON scalars, which YAML reads as written. Card strings in the text are written
+with control and format characters escaped (:func:`udcg.validation.printable`), never raw.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 from collections.abc import Mapping, Sequence
 from string import Template
 from typing import Any
+
+from udcg.validation import printable
 
 __all__ = ["TEMPLATE", "render"]
 
@@ -86,7 +89,7 @@ def _cell(value: Any) -> str:
         return "unknown"
     if isinstance(value, float):
         return f"{value:.4f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return printable(str(value).replace("|", "\\|").replace("\n", " "))
 
 
 def _calibration(value: Any) -> str:
@@ -110,7 +113,7 @@ def render(card: Mapping[str, Any], alpha: Sequence[float], beta: Sequence[float
     k = card.get("k", len(alpha))
     judge = card.get("judge_model")
     correlation = str(card.get("correlation") or "spearman")
-    name = card.get("name") or f"udcg-theta-k{k}" + (f"-{judge}" if judge else "")
+    name = str(card.get("name") or f"udcg-theta-k{k}" + (f"-{judge}" if judge else ""))
     rows = _rows(card)
     results = []
     for row in rows:
@@ -146,9 +149,10 @@ def render(card: Mapping[str, Any], alpha: Sequence[float], beta: Sequence[float
         heldout.append(f"| {_cell(row.get('metric'))} | {_cell(row.get(correlation))} | {ci} |")
     dataset = card.get("dataset")
     data = [
-        str(card.get("training_data_description") or "No description given."),
+        "\n".join(map(printable, str(card.get("training_data_description") or "").splitlines()))
+        or "No description given.",
         "",
-        f"Fingerprint: `{card.get('training_data_fingerprint') or 'unknown'}`",
+        f"Fingerprint: `{printable(str(card.get('training_data_fingerprint') or 'unknown'))}`",
     ]
     figure = card.get("figure")
     return TEMPLATE.substitute(
@@ -156,16 +160,16 @@ def render(card: Mapping[str, Any], alpha: Sequence[float], beta: Sequence[float
         base_model=_yaml(judge),
         datasets=_yaml([dataset] if isinstance(dataset, str) else (dataset or [])),
         correlation=_yaml(correlation),
-        name=name,
+        name=printable(name),
         yaml_name=_yaml(name),
-        correlation_name=correlation,
+        correlation_name=printable(correlation),
         results="\n".join(results) or "  - task: {type: text-retrieval}\n    metrics: []",
         k=k,
         n_features=2 * int(k),
         compat="\n".join(f"| {key} | {_cell(v)} |" for key, v in compat.items()),
         data="\n".join(data),
         heldout="\n".join(heldout) or "| (none recorded) | | |",
-        figure=f"![alpha and beta by position]({figure})\n\n" if figure else "",
+        figure=f"![alpha and beta by position]({printable(str(figure))})\n\n" if figure else "",
         weights="\n".join(
             f"| {i} | {a:.6g} | {b:.6g} |"
             for i, (a, b) in enumerate(zip(alpha, beta, strict=True), 1)

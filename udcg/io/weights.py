@@ -8,7 +8,9 @@ weights of::
 The card ``<stem>.json`` records ``format``, ``format_version``, ``k``, ``bias``, ``l2``, the
 tensors' shapes and the SHA-256 of the weights file, plus free entries (judge, utility source,
 gamma, training-data fingerprint, held-out correlations...). Reading checks one against the
-other.
+other; a card that records no SHA-256 is refused unless unverified weights are allowed on
+purpose (``allow_unverified=True``, the commands' ``--allow-unverified``), and then a
+:class:`~udcg.errors.UDCGWarning` says they are used unchecked.
 
 A weights *folder* (:func:`write_pretrained`, the Hugging Face layout) holds the same tensors
 in ``model.safetensors``, the same card as ``config.json`` and a ``README.md`` model card
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from os import PathLike
@@ -29,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.files import atomic_write
 from udcg.validation import positive_int, show
 
@@ -38,6 +41,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "MISMATCH_FIELDS",
+    "PRETRAINED_FILES",
     "README_NAME",
     "RESERVED",
     "WEIGHTS_NAME",
@@ -54,6 +58,8 @@ __all__ = [
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 README_NAME = "README.md"
+#: every file :func:`write_pretrained` writes (what a Hub download of a weights folder fetches)
+PRETRAINED_FILES = (WEIGHTS_NAME, CONFIG_NAME, README_NAME)
 
 FORMAT = "udcg-theta"
 FORMAT_VERSION = 1
@@ -63,7 +69,9 @@ RESERVED = ("format", "format_version", "k", "bias", "l2", "weights_sha256", "te
 
 @dataclass(frozen=True, eq=False)
 class ThetaWeights:
-    """Fitted UDCG-theta weights for lists of ``k = len(alpha)`` passages, with their card."""
+    """Fitted UDCG-theta weights for lists of ``k = len(alpha)`` passages, with their card.
+    ``verified``: the weights file was read and matched the SHA-256 its card records
+    (:func:`read_weights`); False for weights built in memory or read unverified."""
 
     alpha: np.ndarray
     beta: np.ndarray
@@ -72,6 +80,7 @@ class ThetaWeights:
     l2: float = 0.0
     card: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    verified: bool = False
 
     @property
     def k(self) -> int:
@@ -227,15 +236,22 @@ def _read_tensors(path: Path, blob: bytes, k: int) -> dict[str, np.ndarray]:
     return tensors
 
 
-def read_weights(path: str | PathLike[str], k: int | None = None) -> ThetaWeights:
+def read_weights(
+    path: str | PathLike[str], k: int | None = None, *, allow_unverified: bool = False
+) -> ThetaWeights:
     """The weights in ``path`` (a weights folder or a ``.safetensors`` file) and its card
     (see the module docstring), every check done.
 
     ``k``: the list size the caller's data has; an error if the weights are for another. A
     missing or corrupted file, a card that does not describe the weights (SHA-256, shapes,
-    bias), or a card of another format raise :class:`UDCGInputError`.
+    bias), or a card of another format raise :class:`UDCGInputError`; so does a card that
+    records no SHA-256 (nothing would notice alpha and beta swapped or edited) unless
+    ``allow_unverified``: then a :class:`UDCGWarning` says the weights are used unchecked.
     """
+    given = Path(path)
     path, cpath = weights_files(path)
+    if not given.exists() and given.suffix != ".safetensors":
+        raise UDCGInputError("no such weights folder", path=given)
     if not path.is_file():
         raise UDCGInputError("no such weights file", path=path)
     if not cpath.is_file():
@@ -247,6 +263,13 @@ def read_weights(path: str | PathLike[str], k: int | None = None) -> ThetaWeight
         raise UDCGInputError(f"weights are for k={card_k}, data has k={k}", path=path)
     blob = path.read_bytes()
     digest = card.get("weights_sha256")
+    if digest is None and not allow_unverified:
+        raise UDCGInputError(
+            f"{cpath.name} records no weights_sha256, so nothing checks the weights against "
+            "their card (swapped or edited tensors would load unnoticed); to use them "
+            "unchecked, allow unverified weights (--allow-unverified, allow_unverified=True)",
+            path=path,
+        )
     if digest is not None and digest != hashlib.sha256(blob).hexdigest():
         raise UDCGInputError(
             f"weights file does not match its card {cpath.name} (SHA-256 differs): "
@@ -259,6 +282,13 @@ def read_weights(path: str | PathLike[str], k: int | None = None) -> ThetaWeight
         raise UDCGInputError(
             f"the card says bias=false but the intercept is {show(intercept)}", path=path
         )
+    if digest is None:
+        warnings.warn(
+            f"{path}: unverified weights ({cpath.name} records no weights_sha256): alpha, "
+            "beta and the intercept are used as the file holds them, unchecked",
+            UDCGWarning,
+            stacklevel=2,
+        )
     return ThetaWeights(
         alpha=tensors["alpha"].astype(np.float64),
         beta=tensors["beta"].astype(np.float64),
@@ -267,6 +297,7 @@ def read_weights(path: str | PathLike[str], k: int | None = None) -> ThetaWeight
         l2=l2,
         card=card,
         path=path,
+        verified=digest is not None,
     )
 
 

@@ -47,17 +47,20 @@ def load_theta(
     prompt: str | None = None,
     mode: str | None = None,
     allow_mismatch: Sequence[str] = (),
+    allow_unverified: bool = False,
 ) -> tuple[Any, list[str]]:
     """``(weights, notes)``: UDCG-theta weights (a folder or a single file) checked against
     what they are applied to (:func:`udcg.io.weights.check_compatible`: k, utility source,
     judge key, prompt SHA-256, abstention mode; None: not known, not checked; weights for
     another k are refused, always), with a note per
-    mismatch allowed on purpose; ``(None, [])`` without a path."""
+    mismatch allowed on purpose; ``(None, [])`` without a path. Weights whose card records no
+    SHA-256 are refused unless ``allow_unverified``."""
     if not path:
         return None, []
     from udcg.theta import UDCGTheta
 
-    model = UDCGTheta.from_pretrained(path, k=k)  # another k cannot score this data at all
+    # another k cannot score this data at all
+    model = UDCGTheta.from_pretrained(path, k=k, allow_unverified=allow_unverified)
     applied = {"utility": utility, "judge": judge, "prompt": prompt, "mode": mode}
     notes = check_compatible(model.card_, applied, allow_mismatch, "allow_mismatch=[{field}]")
     return model, notes
@@ -209,6 +212,7 @@ def evaluate(
         prompt_record()["sha256"] if own_labels else None,
         "first_token" if own_labels else None,
         settings.allow_mismatch,
+        settings.allow_unverified,
     )
     cache = StageCache(settings.cache_dir)
     # retrieved contexts always need the judge: connect before the work, not after it

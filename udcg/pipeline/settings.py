@@ -91,8 +91,10 @@ class EvaluateSettings(Settings):
     shares, :func:`udcg.judge.cache.default_cache_path`). ``order`` picks the contexts'
     passages and their order from the retriever's top :attr:`candidates`
     (:data:`udcg.theta.ordering.ORDERINGS`; ``theta`` needs ``theta_weights`` or
-    ``theta_crossfit``, fitted with the penalty ``theta_l2``). ``engine=ray`` runs the judge
-    calls on Ray actors set by ``ray`` (:func:`udcg.judge.ray_engine.engine_options`)."""
+    ``theta_crossfit``, fitted with the penalty ``theta_l2``); ``allow_unverified`` loads
+    ``theta_weights`` whose card records no SHA-256 (unchecked, with a warning).
+    ``engine=ray`` runs the judge calls on Ray actors set by ``ray``
+    (:func:`udcg.judge.ray_engine.engine_options`)."""
 
     k: int = 3
     judge_options: Mapping[str, Any] = field(default_factory=dict)
@@ -103,6 +105,7 @@ class EvaluateSettings(Settings):
     ablations: bool = False
     theta_weights: str | None = None
     allow_mismatch: Sequence[str] = ()
+    allow_unverified: bool = False
     theta_crossfit: bool = False
     theta_l2: float = 0.0
     cache_dir: Path = Path("outputs/evaluate/cache")
@@ -126,7 +129,7 @@ class EvaluateSettings(Settings):
         one_of(self.relevance, "relevance", RELEVANCE_MODES)
         one_of(self.grader, "grader", GRADERS)
         positive_int(self.max_new_tokens, "max_new_tokens")
-        for name in ("qcare", "ablations", "theta_crossfit"):
+        for name in ("qcare", "ablations", "theta_crossfit", "allow_unverified"):
             boolean(getattr(self, name), name)
         nonnegative_float(self.theta_l2, "theta_l2")
         if self.theta_weights is not None:

@@ -16,8 +16,10 @@ Fitted weights are data: :meth:`UDCGTheta.save` writes a safetensors file (``alp
 folder (``model.safetensors``, ``config.json``, ``README.md`` model card) that records what
 decides whether the weights apply (judge, prompt and its hash, abstention mode, utility source,
 udcg version...); :meth:`UDCGTheta.from_pretrained` reads a folder, a single-file export or a
-Hugging Face Hub id. Loading and scoring need numpy and safetensors only;
-fitting needs torch and lightning.
+Hugging Face Hub model (:func:`hub_id`: ``hf://owner/name[@revision]``, or ``owner/name`` when
+no local ``owner`` exists; only the folder's three files are fetched). Weights whose card
+records no SHA-256 load only with ``allow_unverified=True``. Loading and scoring need numpy and
+safetensors only; fitting needs torch and lightning.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from udcg.io.utility_sources import DEFAULT_SOURCE
 from udcg.io.weights import (
     FORMAT,
     FORMAT_VERSION,
+    PRETRAINED_FILES,
     ThetaWeights,
     card_path,
     check_compatible,
@@ -59,11 +62,17 @@ __all__ = [
     "UDCGTheta",
     "UDCGThetaConvergenceWarning",
     "card_path",
+    "hub_id",
     "pretrained_config",
     "split_by_query",
 ]
 
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+#: ``owner/name`` and an optional ``@revision`` (a branch, tag or commit)
+_HUB_ID = re.compile(
+    r"(?P<repo>(?P<owner>[A-Za-z0-9][\w.-]*)/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[^\s@]+))?"
+)
+#: the prefix that marks a Hugging Face Hub model whatever exists locally
+HUB_PREFIX = "hf://"
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 
@@ -92,29 +101,54 @@ def pretrained_config(card: Mapping[str, Any] | None = None) -> dict[str, Any]:
     }
 
 
-def _hub_snapshot(repo_id: str) -> Path:
-    """The local folder of hub model ``repo_id`` (downloaded), or a one-line error."""
+def hub_id(source: str | PathLike[str]) -> tuple[str, str | None] | None:
+    """``(repo_id, revision or None)`` when ``source`` names a Hugging Face Hub model, else
+    None (a local path). A hub model is ``hf://owner/name[@revision]``, or a string
+    ``owner/name[@revision]`` when nothing named ``owner`` exists locally; a path object, a
+    path that exists, one starting with ``/``, ``./``, ``../`` or ``~``, a ``.safetensors``
+    file and ``dir/typo`` where ``dir`` exists are local. ``hf://`` with anything but
+    ``owner/name[@revision]`` is an error."""
+    if not isinstance(source, str):
+        return None
+    if source.startswith(HUB_PREFIX):
+        match = _HUB_ID.fullmatch(source.removeprefix(HUB_PREFIX))
+        if match is None:
+            raise UDCGInputError(
+                f"{source!r} is not a Hugging Face Hub model: expected "
+                f"{HUB_PREFIX}owner/name or {HUB_PREFIX}owner/name@revision",
+                field="weights",
+            )
+        return match["repo"], match["revision"]
+    match = _HUB_ID.fullmatch(source)
+    if match is None or source.endswith(".safetensors") or Path(match["owner"]).exists():
+        return None
+    return match["repo"], match["revision"]
+
+
+def _hub_snapshot(repo_id: str, revision: str | None) -> Path:
+    """A local folder with the three files of a weights folder of hub model ``repo_id`` at
+    ``revision`` (None: the default branch), downloaded; or a one-line error."""
+    what = f"Hugging Face Hub model {repo_id!r}" + (f" at {revision!r}" if revision else "")
     if os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE:
         raise UDCGInputError(
-            f"{repo_id!r} is not a local path and HF_HUB_OFFLINE is set: cannot fetch it from "
-            "the Hugging Face Hub (download it where the network allows, pass its folder)",
+            f"cannot fetch {what}: HF_HUB_OFFLINE is set (download it where the network "
+            f"allows and pass its folder; a local folder is written ./{repo_id})",
             field="weights",
         )
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
         raise UDCGInputError(
-            f"{repo_id!r} is not a local path; fetching it needs huggingface_hub "
-            "(pip install huggingface_hub)",
+            f"fetching {what} needs huggingface_hub (pip install huggingface_hub)",
             field="weights",
         ) from None
     try:
-        return Path(snapshot_download(repo_id))
+        return Path(
+            snapshot_download(repo_id, revision=revision, allow_patterns=list(PRETRAINED_FILES))
+        )
     except Exception as exc:  # network, auth, missing repo: one line, whichever it is
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UDCGInputError(
-            f"cannot fetch {repo_id!r} from the Hugging Face Hub ({reason})", field="weights"
-        ) from None
+        raise UDCGInputError(f"cannot fetch {what} ({reason})", field="weights") from None
 
 
 _OPTIMIZERS = ("lbfgs", "adam")
@@ -493,17 +527,20 @@ class UDCGTheta:
         return write_weights(path, weights, self._card(card))
 
     @classmethod
-    def load(cls, path: str | PathLike[str], k: int | None = None) -> UDCGTheta:
+    def load(
+        cls, path: str | PathLike[str], k: int | None = None, *, allow_unverified: bool = False
+    ) -> UDCGTheta:
         """A fitted :class:`UDCGTheta` from a weights file and its card (see :meth:`save`),
         or from a weights folder (see :meth:`save_pretrained`).
 
         ``k``: the list size the caller's data has; an error if the weights are for another.
-        A missing or corrupted file, a card that does not describe the weights, or a card of
-        another format raise :class:`UDCGInputError` (:func:`udcg.io.weights.read_weights`).
-        The card's entries are in ``card_``; its ``calibration`` entry in ``calibration_``
-        (None when it has none, as after :meth:`fit`).
+        A missing or corrupted file, a card that does not describe the weights, a card of
+        another format, or one that records no SHA-256 of the weights (unless
+        ``allow_unverified``: then a warning) raise :class:`UDCGInputError`
+        (:func:`udcg.io.weights.read_weights`). The card's entries are in ``card_``; its
+        ``calibration`` entry in ``calibration_`` (None when it has none, as after :meth:`fit`).
         """
-        weights = read_weights(path, k)
+        weights = read_weights(path, k, allow_unverified=allow_unverified)
         model = cls(k=weights.k, bias=weights.bias, l2=weights.l2)
         model.alpha_ = weights.alpha
         model.beta_ = weights.beta
@@ -549,12 +586,19 @@ class UDCGTheta:
         return check_compatible(card, applied, allow_mismatch, "allow_mismatch=['{field}']")
 
     @classmethod
-    def from_pretrained(cls, source: str | PathLike[str], k: int | None = None) -> UDCGTheta:
+    def from_pretrained(
+        cls,
+        source: str | PathLike[str],
+        k: int | None = None,
+        *,
+        allow_unverified: bool = False,
+    ) -> UDCGTheta:
         """A fitted :class:`UDCGTheta` from a weights folder (:meth:`save_pretrained`), a
-        single-file export (:meth:`save`) or a Hugging Face Hub id ``org/name`` that is not a
-        local path (downloaded with ``huggingface_hub.snapshot_download``; with
-        ``HF_HUB_OFFLINE`` set it fails at once). Every check of :meth:`load` is done."""
-        path = Path(source)
-        if not path.exists() and _HUB_ID.fullmatch(str(source)):
-            path = _hub_snapshot(str(source))
-        return cls.load(path, k)
+        single-file export (:meth:`save`) or a Hugging Face Hub model (:func:`hub_id`:
+        ``hf://owner/name[@revision]``, or ``owner/name`` when no local ``owner`` exists;
+        only ``model.safetensors``, ``config.json`` and ``README.md`` are downloaded, with
+        ``huggingface_hub.snapshot_download``; with ``HF_HUB_OFFLINE`` set it fails at once).
+        Every check of :meth:`load` is done."""
+        hub = hub_id(source)
+        path = Path(source).expanduser() if hub is None else _hub_snapshot(*hub)
+        return cls.load(path, k, allow_unverified=allow_unverified)
