@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
 from udcg.io.files import STDIO
+from udcg.validation import printable
 
 if TYPE_CHECKING:
     import argparse
@@ -36,8 +37,10 @@ class Outcome:
 
 
 def one_line(text: str) -> str:
-    """``text`` with its lines joined by spaces (a backend's message may span several)."""
-    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+    """``text`` with its lines joined by spaces (a backend's message may span several), safe
+    for a terminal: control and format characters escaped (:func:`udcg.validation.printable`;
+    a value read from a file or a weights card may hold escape sequences)."""
+    return " ".join(printable(part.strip()) for part in text.splitlines() if part.strip())
 
 
 @contextmanager

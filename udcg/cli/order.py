@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from udcg.cli.common import add_allow_mismatch, info_stream, run_cli
+from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES
 from udcg.io.weights import MISMATCH_FIELDS, check_compatible
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR_OR_FILE",
         help="UDCG-theta weights: a folder of save_pretrained/train.py or a .safetensors file",
     )
+    add_allow_unverified(parser)
     parser.add_argument("--k", type=int, help="passages per context (default: the weights' k)")
     parser.add_argument(
         "--ordering",
@@ -95,10 +97,10 @@ def _parser() -> argparse.ArgumentParser:
 class _Model:
     """The weights, the k to fill and the UDCG-theta probability of ordered candidates."""
 
-    def __init__(self, path: str, k: int | None) -> None:
+    def __init__(self, path: str, k: int | None, allow_unverified: bool) -> None:
         from udcg.theta import UDCGTheta
 
-        self.theta = UDCGTheta.from_pretrained(path)
+        self.theta = UDCGTheta.from_pretrained(path, allow_unverified=allow_unverified)
         self.size = len(self.theta.alpha_)
         self.k = self.size if k is None else k
         if not 1 <= self.k <= self.size:
@@ -150,7 +152,7 @@ def order_contexts(args: argparse.Namespace) -> None:
     from udcg.io.utility_sources import get_source
     from udcg.judge.prompts import prompt_record
 
-    model = _Model(args.weights, args.k)
+    model = _Model(args.weights, args.k, args.allow_unverified)
     judge = args.judge_key or model.theta.card_.get("judge_model")
     if not judge:
         raise UDCGInputError("the weights' card names no judge: pass --judge-key NAME")
@@ -208,7 +210,7 @@ def order_run(args: argparse.Namespace) -> None:
     from udcg.io.trec_files import read_trec_qrels
     from udcg.io.utilities import read_utility_file, source_of
 
-    model = _Model(args.weights, args.k)
+    model = _Model(args.weights, args.k, args.allow_unverified)
     if args.depth is not None and args.depth < 1:
         raise UDCGInputError(f"must be >= 1, got {args.depth}", field="depth")
     utilities = read_utility_file(args.utilities, args.utility_field, args.judge_key)

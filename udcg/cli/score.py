@@ -28,6 +28,7 @@ import numpy as np
 
 from udcg import metrics
 from udcg.cli.common import add_allow_mismatch, info_stream, run_cli
+from udcg.cli.weights import add_allow_unverified
 from udcg.io.contexts import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
@@ -72,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         "use weights fitted with another FIELD on purpose (repeatable; "
         f"{', '.join(MISMATCH_FIELDS)}); recorded in the output",
     )
+    add_allow_unverified(parser)
     parser.add_argument("--gamma", type=float, default=1 / 3, help="UDCG gamma (default 1/3)")
     parser.add_argument("--out", help="write per-context scores here (JSONL; - is stdout)")
     return parser
@@ -109,7 +111,7 @@ def score(args: argparse.Namespace) -> None:
         from udcg.judge.prompts import prompt_record
         from udcg.theta import UDCGTheta
 
-        model = UDCGTheta.from_pretrained(args.weights)
+        model = UDCGTheta.from_pretrained(args.weights, allow_unverified=args.allow_unverified)
         k = len(model.alpha_)
         sizes = sorted({len(c.passages) for c in contexts})
         overrides = check_compatible(
