@@ -269,9 +269,11 @@ def test_hub_judge_with_the_hub_unreachable_fails_at_once(monkeypatch) -> None:
 
 def test_a_crossfit_that_does_not_converge_is_one_warning_naming_theta_l2() -> None:
     """Utilities all about 1 (as from a small judge that never abstains): u_i and the
-    positions' two terms are nearly collinear, so the unpenalised fit of each half runs to its
-    epoch cap with weights in the hundreds; one warning says so for both and names
-    ``theta_l2``; a penalty converges without any."""
+    positions' two terms are nearly collinear, so the unpenalised fit of a half runs to its
+    epoch cap with weights in the hundreds; one warning counts the halves that did and names
+    ``theta_l2``; a penalty converges without any. Whether the second half's ill-conditioned
+    fit gets under the gradient tolerance before the cap depends on the processor's rounding,
+    so the count is checked against the fitted models, not pinned."""
     from udcg.theta import UDCGThetaConvergenceWarning
 
     rng = np.random.default_rng(1)
@@ -281,10 +283,12 @@ def test_a_crossfit_that_does_not_converge_is_one_warning_naming_theta_l2() -> N
     correct = (rng.random(n) < 0.1).astype(float)
     qids = np.array([f"q{i}" for i in range(n)], dtype=object)
     with pytest.warns(UDCGThetaConvergenceWarning) as warned:
-        crossfit_theta(rel, util, correct, qids, seed=0)
+        _, models = crossfit_theta(rel, util, correct, qids, seed=0)
+    stuck = sum(not m.converged_ for m in models)
+    assert len(models) == 2 and stuck in (1, 2)
     assert [str(w.message) for w in warned] == [
-        "UDCG-theta (cross-fitted) did not converge on 2 of 2 halves: its weights may diverge "
-        "and its probabilities be over-confident; set a small penalty, e.g. theta_l2=0.01"
+        f"UDCG-theta (cross-fitted) did not converge on {stuck} of 2 halves: its weights may "
+        "diverge and its probabilities be over-confident; set a small penalty, e.g. theta_l2=0.01"
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error", UDCGThetaConvergenceWarning)
