@@ -13,6 +13,7 @@ stand-in judge whose decisions follow #tags:
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -21,10 +22,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from hypothesis import HealthCheck, settings
 from omegaconf import DictConfig
 
 from udcg.cli.hydra_config import CONF_DIR
 from udcg.judge.base import Judge
+
+# Property tests give the same verdict on every run and machine: examples are drawn from a
+# seed derived from each test (no database, no clock), no timing check can fail a test, and
+# a failure prints its example and a blob to reproduce it (@reproduce_failure). Search new
+# examples with HYPOTHESIS_PROFILE=explore.
+settings.register_profile(
+    "repeatable",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("explore", deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
