@@ -9,6 +9,7 @@ not retrieve for.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -315,3 +316,15 @@ def test_generator_and_coverage_values_depend_on_their_own_query() -> None:
                 assert np.ma.is_masked(got[0]), (name, i)
             else:
                 assert got[0] == want, (name, i, got[0], want)
+
+
+def test_property_tests_draw_the_same_examples_on_every_run() -> None:
+    """tests/conftest.py loads a profile that derives examples from each test, keeps no
+    database, checks no timing and prints a failing example's reproduce blob."""
+    from hypothesis import HealthCheck, settings
+
+    if os.environ.get("HYPOTHESIS_PROFILE", "repeatable") != "repeatable":
+        pytest.skip("another hypothesis profile was asked for")
+    profile = settings.default
+    assert profile.derandomize and profile.database is None and profile.deadline is None
+    assert profile.print_blob and HealthCheck.too_slow in profile.suppress_health_check
