@@ -116,6 +116,26 @@ def info_stream(*outputs: str | None) -> TextIO:
     return sys.stderr if STDIO in outputs else sys.stdout
 
 
+def weights_inputs(weights: str | None) -> dict[str, str | None]:
+    """What ``--weights`` reads (the folder or file as given, its tensors and its card), named
+    for :func:`udcg.io.files.refuse_same_file`; nothing without weights."""
+    if weights is None:
+        return {}
+    from udcg.io.weights import weights_files
+
+    tensors, card = weights_files(weights)
+    return {"--weights": weights, "--weights tensors": str(tensors), "--weights card": str(card)}
+
+
+def judge_inputs(args: argparse.Namespace) -> dict[str, str | None]:
+    """The files of the judge options (``--cache``, a ``precomputed:FILE`` spec), named for
+    :func:`udcg.io.files.refuse_same_file`."""
+    from udcg.judge.spec import PRECOMPUTED
+
+    spec = args.judge if args.judge.startswith(PRECOMPUTED) else None
+    return {"--cache": args.cache, "--judge": spec and spec.removeprefix(PRECOMPUTED)}
+
+
 def add_allow_mismatch(
     parser: argparse.ArgumentParser, fields: Sequence[str], help: str | None = None
 ) -> None:

@@ -19,7 +19,7 @@ from udcg.cli.common import run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.context_model import Context
 from udcg.io.contexts import write_contexts
-from udcg.io.files import STDIO
+from udcg.io.files import STDIO, refuse_same_file
 from udcg.io.run_contexts import build_run_contexts
 
 _INPUTS = ("topics", "collection", "answers", "qrels")
@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in _INPUTS:
             if getattr(args, name) == STDIO:
                 raise UDCGInputError("only RUN may be - (standard input)", field=name)
+        inputs = {f"--{name}": getattr(args, name) for name in _INPUTS}
+        refuse_same_file(args.out, {"RUN": args.run, **inputs})
         contexts = build_run_contexts(
             args.run,
             args.topics,

@@ -7,10 +7,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from udcg.cli.common import info_stream, run_cli
+from udcg.cli.common import info_stream, judge_inputs, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
 from udcg.io.contexts import write_contexts
+from udcg.io.files import refuse_same_file
 from udcg.labels.annotate import annotate
 
 
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> None:
         check_judge_arguments(args)
+        refuse_same_file(args.out, {"--source": args.source, **judge_inputs(args)})
         contexts = build_contexts(load_source(args.source), args.seed)
         judge = open_cli_judge(args)
         annotated, report = annotate(contexts, judge, steps=STEPS)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from udcg.cli.common import add_allow_mismatch, info_stream, run_cli
+from udcg.cli.common import add_allow_mismatch, info_stream, run_cli, weights_inputs
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES
@@ -271,12 +271,24 @@ def _check_mode(args: argparse.Namespace) -> None:
         raise UDCGInputError("--utility is for contexts mode; TREC mode reads --utility-field")
 
 
+def _refuse_overwriting(args: argparse.Namespace) -> None:
+    """The output (OUT, or --out in TREC mode) may not name an input."""
+    from udcg.io.files import refuse_same_file
+
+    inputs = {"IN": args.input, "--run": args.run, "--qrels": args.qrels}
+    inputs["--utilities"] = args.utilities
+    refuse_same_file(
+        args.output if args.run is None else args.out, {**inputs, **weights_inputs(args.weights)}
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
     args = _parser().parse_args(argv)
 
     def work() -> None:
         _check_mode(args)
+        _refuse_overwriting(args)
         (order_contexts if args.run is None else order_run)(args)
 
     return run_cli("udcg order", work)

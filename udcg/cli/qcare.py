@@ -23,10 +23,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from udcg.cli.common import info_stream, run_cli
+from udcg.cli.common import info_stream, judge_inputs, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.io.contexts import read_contexts, write_contexts
-from udcg.io.files import atomic_write
+from udcg.io.files import atomic_write, refuse_same_file
 from udcg.labels.qcare.checks import CHECK_MODES
 from udcg.labels.qcare.label import CHECKS, QCareReport, check_inputs, label_contexts
 from udcg.qcare.agreement import agreement
@@ -119,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def work() -> None:
         if args.command == "label":
             check_judge_arguments(args)
+            refuse_same_file(args.output, {"INPUT": args.input, **judge_inputs(args)})
             contexts = list(read_contexts(args.input))
             check_inputs(contexts, args.answers_from)  # before the judge loads
             judge = open_cli_judge(args)
@@ -130,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(format_report(report, judge.name), file=out)
             print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}", file=out)
         elif args.command == "score":
+            if args.out:
+                refuse_same_file(args.out, {"INPUT": args.input})
             contexts = list(read_contexts(args.input))
             scores = qcare_scores(contexts, args.answers_from, args.k, args.binary)
             print(format_scores(scores), file=info_stream(args.out))

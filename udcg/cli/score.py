@@ -27,10 +27,10 @@ import sys
 import numpy as np
 
 from udcg import metrics
-from udcg.cli.common import add_allow_mismatch, info_stream, run_cli
+from udcg.cli.common import add_allow_mismatch, info_stream, run_cli, weights_inputs
 from udcg.cli.weights import add_allow_unverified
 from udcg.io.contexts import read_contexts, relevance_matrix
-from udcg.io.files import atomic_write
+from udcg.io.files import atomic_write, refuse_same_file
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
 from udcg.io.weights import MISMATCH_FIELDS, check_compatible
 from udcg.judge.spec import judge_key
@@ -99,6 +99,8 @@ def means_table(columns: dict[str, np.ndarray], groups: list[tuple[str, int]]) -
 
 def score(args: argparse.Namespace) -> None:
     """Compute, print and optionally write the scores."""
+    if args.out:
+        refuse_same_file(args.out, {"CONTEXTS": args.contexts, **weights_inputs(args.weights)})
     judge = judge_key(args.judge, args.judge_name)
     contexts = list(read_contexts(args.contexts))
     relevant = relevance_matrix(contexts)

@@ -35,7 +35,7 @@ from udcg.io.context_model import (
     Passage,
     parse_context,
 )
-from udcg.io.files import PathType, atomic_write, numbered_lines, open_binary
+from udcg.io.files import PathType, atomic_write, check_input, numbered_lines
 
 __all__ = [
     "ANSWER_LABELS",
@@ -59,11 +59,13 @@ __all__ = [
 def read_contexts(path: PathType) -> Iterator[Context]:
     """Stream the contexts of a JSONL file (gzip detected by content), one line at a time.
 
-    A missing path fails at once; everything else (malformed JSON, invalid fields, an empty
-    file) fails while iterating, with ``FILE:LINE: field 'x': ...``, once the reader reaches
-    the offending line. Lines before it have been yielded already.
+    A missing path or a directory fails at once (asked of the file system, not by opening
+    it); everything else (malformed JSON, invalid fields, an empty file) fails while
+    iterating, with ``FILE:LINE: field 'x': ...``, once the reader reaches the offending line.
+    Lines before it have been yielded already. The path is opened once, when iteration
+    starts, so a pipe (``<(...)``, a FIFO, ``/dev/stdin``) is read whole.
     """
-    open_binary(path).close()  # missing file or directory: fail now, not at the first next()
+    check_input(path)
     return _read_contexts(path)
 
 

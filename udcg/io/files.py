@@ -8,6 +8,7 @@ import functools
 import gzip
 import io
 import os
+import stat
 import sys
 import tempfile
 import zlib
@@ -45,18 +46,75 @@ def _stdin_bytes(stream: IO[bytes]) -> bytes:
     return stream.read()
 
 
+def check_input(path: PathType) -> None:
+    """Refuse a missing ``path`` or a directory, asking the file system (``stat``) without
+    opening it: opening a pipe to look would consume what it holds. ``-`` is standard input."""
+    if os.fspath(path) == STDIO or isinstance(path, InputBytes):
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UDCGInputError("no such file", path=path) from None
+    except OSError as exc:
+        raise UDCGInputError(f"cannot read the file: {exc.strerror}", path=path) from None
+    if stat.S_ISDIR(mode):
+        raise UDCGInputError("is a directory, expected a file", path=path)
+
+
+def is_regular_file(path: PathType) -> bool:
+    """Whether ``path`` names a regular file, which can be opened and read more than once
+    (not ``-``, a pipe, a device or content already read)."""
+    if os.fspath(path) == STDIO or isinstance(path, InputBytes):
+        return False
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+class InputBytes(PathLike[str]):
+    """The raw content of an input that cannot be opened twice (a pipe, ``<(...)``, a device),
+    read once; it stands for its path: :func:`open_binary` reads the content, messages show
+    the path."""
+
+    def __init__(self, path: PathType, data: bytes) -> None:
+        self.path = os.fspath(path)
+        self.data = data
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"InputBytes({self.path!r}, {len(self.data)} bytes)"
+
+
+def read_once(path: PathType) -> PathType:
+    """``path`` ready for readers that read it more than once: a regular file or ``-`` as
+    given; any other input (a pipe, ``<(...)``, ``/dev/stdin``) read whole, once, into an
+    :class:`InputBytes`. A missing path or a directory is an error."""
+    check_input(path)
+    if os.fspath(path) == STDIO or isinstance(path, InputBytes) or is_regular_file(path):
+        return path
+    try:
+        with open(path, "rb") as handle:
+            return InputBytes(path, handle.read())
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+
+
 def open_binary(path: PathType) -> IO[bytes]:
     """Open ``path`` for binary reading, decompressing gzip (by magic bytes, not by name).
     The file is opened once and its first bytes peeked, so pipes work too; ``-`` reads
-    standard input."""
+    standard input, an :class:`InputBytes` its content."""
     if os.fspath(path) == STDIO:
         raw = io.BufferedReader(io.BytesIO(_stdin_bytes(sys.stdin.buffer)))
+    elif isinstance(path, InputBytes):
+        raw = io.BufferedReader(io.BytesIO(path.data))
     else:
-        path = Path(path)
-        if not path.exists():
-            raise UDCGInputError("no such file", path=path)
-        if path.is_dir():
-            raise UDCGInputError("is a directory, expected a file", path=path)
+        check_input(path)
         raw = open(path, "rb")  # handed to the caller, who closes it
     if raw.peek(2)[:2] == b"\x1f\x8b":
         return _GzipReader(raw)

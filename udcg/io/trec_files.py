@@ -31,7 +31,15 @@ from udcg.io.arrow import (
     sort_indices,
     to_numpy,
 )
-from udcg.io.files import PathType, atomic_write, open_binary, read_bytes
+from udcg.io.files import (
+    InputBytes,
+    PathType,
+    atomic_write,
+    is_regular_file,
+    open_binary,
+    read_bytes,
+    read_once,
+)
 from udcg.validation import show
 
 _RUN_COLUMNS = ("qid", "Q0", "doc_id", "rank", "score", "tag")
@@ -46,7 +54,7 @@ class Run:
     qids: pa.Array  # strings, or dictionary-encoded strings as the file readers give them
     doc_ids: pa.Array
     scores: np.ndarray
-    source: str | None = None
+    source: str | InputBytes | None = None  # the file, or a pipe's content read once
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -63,7 +71,7 @@ class Qrels:
     qids: pa.Array
     doc_ids: pa.Array
     relevance: np.ndarray
-    source: str | None = None
+    source: str | InputBytes | None = None  # the file, or a pipe's content read once
 
     def __len__(self) -> int:
         return len(self.relevance)
@@ -224,7 +232,7 @@ def _arrow_table(
     into its own memory pool: no copy of the whole file, far fewer fresh pages); None for
     gzip, pipes and other streams, for an empty file, or when the parse fails (other
     spacing, a bad line), all of which the in-memory path handles and words."""
-    if not Path(path).is_file():  # asked first: opening a pipe would consume what it peeks
+    if not is_regular_file(path):  # asked first: opening a pipe would consume what it peeks
         return None
     with open_binary(path) as handle:
         if isinstance(handle, gzip.GzipFile):
@@ -270,7 +278,7 @@ def read_columns(path: PathType, names: tuple[str, ...], value_field: str, value
 _LAYOUTS = {"run": (_RUN_COLUMNS, "score"), "qrels": (_QRELS_COLUMNS, "relevance")}
 
 
-def locate_duplicate(source: str | None, kind: Literal["run", "qrels"]) -> None:
+def locate_duplicate(source: str | InputBytes | None, kind: Literal["run", "qrels"]) -> None:
     """Raise the file-and-line error for a duplicate (query, document) found in ``source``,
     a TREC file of ``kind``; nothing when there is no file."""
     if source is not None:
@@ -278,15 +286,24 @@ def locate_duplicate(source: str | None, kind: Literal["run", "qrels"]) -> None:
 
 
 def read_trec_run(path: PathType) -> Run:
-    """Read a TREC run file (``qid Q0 doc_id rank score tag``); gzip is detected."""
+    """Read a TREC run file (``qid Q0 doc_id rank score tag``); gzip is detected. A pipe is
+    read once and its content kept as the run's ``source``, where errors are located later."""
+    path = read_once(path)
     qids, doc_ids, scores = read_columns(path, _RUN_COLUMNS, "score", pa.float64())
-    return Run(qids, doc_ids, scores.astype(np.float64, copy=False), str(path))
+    return Run(qids, doc_ids, scores.astype(np.float64, copy=False), _source(path))
 
 
 def read_trec_qrels(path: PathType) -> Qrels:
-    """Read a TREC qrels file (``qid iteration doc_id relevance``); gzip is detected."""
+    """Read a TREC qrels file (``qid iteration doc_id relevance``); gzip is detected. A pipe
+    is read once, as for :func:`read_trec_run`."""
+    path = read_once(path)
     qids, doc_ids, grades = read_columns(path, _QRELS_COLUMNS, "relevance", pa.int64())
-    return Qrels(qids, doc_ids, grades.astype(np.int64, copy=False), str(path))
+    return Qrels(qids, doc_ids, grades.astype(np.int64, copy=False), _source(path))
+
+
+def _source(path: PathType) -> str | InputBytes:
+    """What a run or qrels keeps to read its file again: the path, or a pipe's content."""
+    return path if isinstance(path, InputBytes) else str(path)
 
 
 def columns_from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, pa.Array, list]:

@@ -3,13 +3,16 @@
 What a value is (``utility_field``), following ``dataset=trec`` and the utility sources
 (:mod:`udcg.io.utility_sources`):
 
-* ``abstain_prob`` (the default): the judge's P(abstain), source ``abstention``, u = 1 - p;
+* ``abstain_prob``: the judge's P(abstain), source ``abstention``, u = 1 - p (a TSV file's
+  default);
 * ``answer_prob``: the judge's answer likelihood, source ``answer_likelihood``, u = p;
 * ``utility``: the utility u itself.
 
 Every value is in [0, 1]. Inputs:
 
-* a dict ``{qid: {doc_id: value}}`` (``abstain_prob`` unless ``utility_field`` says otherwise);
+* a dict ``{qid: {doc_id: value}}``, with ``utility_field`` saying what its values are (a
+  number alone does not say it, and a wrong guess turns u into 1 - u: without it the dict is
+  refused, naming the three choices);
 * a TSV file, ``qid doc_id value`` per line, columns separated by spaces or tabs as in TREC
   files (``abstain_prob`` unless ``utility_field`` says otherwise);
 * a JSONL file (its first non-blank character is ``{``), one ``{"qid": ..., "doc_id": ...,
@@ -44,7 +47,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.arrow import to_numpy
 from udcg.io.context_checks import Where, identifier, json_problem, kind, probability
 from udcg.io.context_model import JUDGE_PROB_KEYS
-from udcg.io.files import PathType, numbered_lines
+from udcg.io.files import PathType, numbered_lines, read_once
 from udcg.io.trec_contexts import read_utilities
 from udcg.io.trec_files import columns_from_dict, read_columns
 from udcg.io.utility_sources import SOURCES, UtilitySource
@@ -94,6 +97,12 @@ def check_field(utility_field: str | None) -> str | None:
 def source_of(utility_field: str) -> UtilitySource | None:
     """The utility source whose judge probability ``utility_field`` is (None for ``utility``)."""
     return next((s for s in SOURCES.values() if s.field == utility_field), None)
+
+
+def _formula(utility_field: str) -> str:
+    """How u follows from a value of ``utility_field``, in words."""
+    source = source_of(utility_field)
+    return "the utility u itself" if source is None else source.formula
 
 
 def _to_utility(values: np.ndarray, utility_field: str) -> np.ndarray:
@@ -301,8 +310,10 @@ def read_utility_file(
     path: PathType, utility_field: str | None = None, judge_key: str | None = None
 ) -> Utilities:
     """Utilities from a TSV, JSONL or annotated contexts file (see the module docstring);
-    ``judge_key`` picks a judge's values in a contexts file (only there)."""
+    ``judge_key`` picks a judge's values in a contexts file (only there). The kind is told by
+    the first line, so a pipe is read once, whole, before it is parsed."""
     check_field(utility_field)
+    path = read_once(path)
     file_kind = _file_kind(path)
     if judge_key is not None and file_kind != "contexts":
         raise UDCGInputError(
@@ -321,9 +332,16 @@ def read_utility_file(
 def utilities_from_dict(
     data: Mapping[str, Mapping[str, float]], utility_field: str | None = None
 ) -> Utilities:
-    """Utilities from ``{qid: {doc_id: value}}``, values of ``utility_field`` (default
-    ``abstain_prob``)."""
-    field = check_field(utility_field) or DEFAULT_FIELD
+    """Utilities from ``{qid: {doc_id: value}}``, values of ``utility_field``, which must be
+    given: a plain number could be any of :data:`UTILITY_FIELDS`."""
+    field = check_field(utility_field)
+    if field is None:
+        choices = ", ".join(f"{f!r} ({_formula(f)})" for f in UTILITY_FIELDS)
+        raise UDCGInputError(
+            f"a dict {{qid: {{doc_id: value}}}} does not say what its values are: pass "
+            f"utility_field= one of {choices}",
+            field="utility_field",
+        )
     qids, doc_ids, values = columns_from_dict(data, field, "utilities")
     probs = np.asarray(values, dtype=np.float64)
     if not _in_unit_interval(probs):
