@@ -64,7 +64,7 @@ def test_jsonl_lines_say_what_they_hold(tmp_path: Path) -> None:
 
 
 def test_dicts_and_ready_objects() -> None:
-    u = utilities_from_dict({"q": {"a": 0.1, "b": 1}})
+    u = utilities_from_dict({"q": {"a": 0.1, "b": 1}}, "abstain_prob")
     assert u.field == "abstain_prob" and u.source is None
     np.testing.assert_allclose(u.values, [0.9, 0.0])
     assert as_utilities(u) is u and as_utilities(u, "abstain_prob") is u
@@ -123,4 +123,4 @@ def test_empty_or_missing_files_and_bad_fields(tmp_path: Path) -> None:
     with pytest.raises(UDCGInputError, match="field 'utility_field': expected one of"):
         read_utility_file(empty, "abstain")
     with pytest.raises(UDCGInputError, match="not a number"):
-        utilities_from_dict({"q": {"d": "0.5"}})
+        utilities_from_dict({"q": {"d": "0.5"}}, "abstain_prob")

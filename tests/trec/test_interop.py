@@ -167,10 +167,13 @@ def test_compare_accepts_foreign_runs_and_utility_measures(case, ranx_objects) -
 
     rng = np.random.default_rng(1)
     utilities = {q: {d: float(rng.random()) for d in docs} for q, docs in run.items()}
-    with_u = compare(qrels, {"a": run, "b": other}, ["UDCG@5", "AP"], utilities=utilities)
+    field = "abstain_prob"
+    with_u = compare(
+        qrels, {"a": run, "b": other}, ["UDCG@5", "AP"], utilities=utilities, utility_field=field
+    )
     assert with_u.measures == ["UDCG@5", "AP"]
     for name, system in (("a", run), ("b", other)):
-        per_query = evaluate(qrels, system, "UDCG@5", utilities=utilities)
+        per_query = evaluate(qrels, system, "UDCG@5", utilities=utilities, utility_field=field)
         values = [per_query.get(q, {"UDCG@5": 0.0})["UDCG@5"] for q in qrels]
         assert with_u.means[name]["UDCG@5"] == pytest.approx(np.mean(values), abs=1e-12)
     as_answer = compare(

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from udcg import evaluate, evaluate_table
+from udcg import compare, evaluate, evaluate_table
 from udcg.errors import UDCGInputError
 from udcg.io.weights import ThetaWeights, write_weights
 from udcg.metrics import udcg, utility
@@ -108,7 +108,7 @@ def test_udcg_from_files_equals_the_array_metric(tmp_path: Path, seed: int) -> N
 
 def test_dict_file_and_field_forms_agree(tmp_path: Path) -> None:
     qrels, run, probs = _random_case(np.random.default_rng(7), n_queries=30)
-    from_dict = evaluate(qrels, run, "UDCG@4", utilities=probs)
+    from_dict = evaluate(qrels, run, "UDCG@4", utilities=probs, utility_field="abstain_prob")
     assert evaluate(qrels, run, "UDCG@4", utilities=_write_tsv(tmp_path / "u.tsv", probs)) == (
         from_dict
     )
@@ -150,7 +150,7 @@ def test_reference_sample_through_a_run() -> None:
         }
         for item in items
     }
-    got = evaluate(qrels, run, "UDCG(gamma=0.333)@5", utilities=probs)
+    got = evaluate(qrels, run, "UDCG(gamma=0.333)@5", utilities=probs, utility_field="abstain_prob")
     stored = {item["example_id"]: item["udcg"][MODEL] for item in items}
     assert len(got) == len(stored) == len(items) > 0
     diff = max(abs(got[q]["UDCG(gamma=0.333)@5"] - stored[q]) for q in stored)
@@ -175,7 +175,14 @@ def test_udcg_theta_equals_predict_proba(tmp_path: Path) -> None:
     qrels, run, probs = _random_case(rng, n_queries=120)
     run = {q: docs for q, docs in run.items() if len(docs) >= 5 or q not in qrels}
     path = _weights(tmp_path, 5, seed=1, bias=True, utility="abstention")
-    got = evaluate(qrels, run, ["UDCGtheta@5", "UDCG-theta@5"], utilities=probs, weights=path)
+    got = evaluate(
+        qrels,
+        run,
+        ["UDCGtheta@5", "UDCG-theta@5"],
+        utilities=probs,
+        weights=path,
+        utility_field="abstain_prob",
+    )
     qids = [q for q in run if q in qrels]
     rel = np.array([[qrels[q].get(d, 0) >= 1 for d in _top(run, q, 5)] for q in qids])
     u = utility(abstain_prob=np.array([[probs[q][d] for d in _top(run, q, 5)] for q in qids]))
@@ -189,13 +196,24 @@ def test_udcg_theta_weights_are_matched_by_k(tmp_path: Path) -> None:
     qrels, run, probs = _random_case(np.random.default_rng(5), n_queries=40)
     run = {q: docs for q, docs in run.items() if len(docs) >= 3}
     w2, w3 = _weights(tmp_path, 2, seed=2), _weights(tmp_path, 3, seed=3)
-    both = evaluate(qrels, run, ["UDCGtheta@3", "UDCGtheta@2"], utilities=probs, weights=[w3, w2])
-    only3 = evaluate(qrels, run, "UDCGtheta@3", utilities=probs, weights=w3)
+    both = evaluate(
+        qrels,
+        run,
+        ["UDCGtheta@3", "UDCGtheta@2"],
+        utilities=probs,
+        weights=[w3, w2],
+        utility_field="abstain_prob",
+    )
+    only3 = evaluate(
+        qrels, run, "UDCGtheta@3", utilities=probs, weights=w3, utility_field="abstain_prob"
+    )
     assert {q: v["UDCGtheta@3"] for q, v in both.items()} == {
         q: v["UDCGtheta@3"] for q, v in only3.items()
     }
     with pytest.raises(UDCGInputError) as err:
-        evaluate(qrels, run, "UDCGtheta@2", utilities=probs, weights=w3)
+        evaluate(
+            qrels, run, "UDCGtheta@2", utilities=probs, weights=w3, utility_field="abstain_prob"
+        )
     assert "UDCGtheta@2 needs weights for k=2" in str(err.value)
     assert "k=3" in str(err.value) and "theta_k3.safetensors" in str(err.value)
 
@@ -206,10 +224,19 @@ def test_udcg_theta_needs_k_ranked_documents(tmp_path: Path) -> None:
     run = {"a": {"d1": 3.0, "d2": 2.0, "d3": 1.0}, "b": {"d1": 1.0, "d2": 0.5}}
     utilities = {"a": {"d1": 0.1, "d2": 0.2, "d3": 0.3}, "b": {"d1": 0.1, "d2": 0.2}}
     with pytest.raises(UDCGInputError, match="query 'b' has 2") as err:
-        evaluate(qrels, run, "UDCGtheta@3", utilities=utilities, weights=path)
+        evaluate(
+            qrels,
+            run,
+            "UDCGtheta@3",
+            utilities=utilities,
+            weights=path,
+            utility_field="abstain_prob",
+        )
     assert err.value.field == "run"
     # UDCG@3 takes the shorter list, averaged over its 2 documents
-    got = evaluate(qrels, run, "UDCG@3", utilities=utilities)["b"]["UDCG@3"]
+    got = evaluate(qrels, run, "UDCG@3", utilities=utilities, utility_field="abstain_prob")["b"][
+        "UDCG@3"
+    ]
     assert got == udcg([[True, False]], [[0.9, 0.8]])[0]
 
 
@@ -219,7 +246,9 @@ def test_weights_of_another_utility_source_are_refused(tmp_path: Path) -> None:
     with pytest.raises(
         UDCGInputError, match="fitted with utility source 'answer_likelihood', not 'abstention'"
     ):
-        evaluate(qrels, run, "UDCGtheta@1", utilities=probs, weights=path)
+        evaluate(
+            qrels, run, "UDCGtheta@1", utilities=probs, weights=path, utility_field="abstain_prob"
+        )
     fine = evaluate(
         qrels, run, "UDCGtheta@1", utilities=probs, weights=path, utility_field="answer_prob"
     )
@@ -236,14 +265,22 @@ def test_another_utility_source_allowed_on_purpose_is_recorded(tmp_path: Path) -
     write_pretrained(folder, ThetaWeights(np.array([1.5]), np.array([-1.0])), {"utility": "x"})
     qrels, run, probs = {"q": {"d": 1}}, {"q": {"d": 1.0}}, {"q": {"d": 0.4}}
     with pytest.raises(UDCGInputError) as err:
-        evaluate(qrels, run, "UDCGtheta@1", utilities=probs, weights=folder)
+        evaluate(
+            qrels, run, "UDCGtheta@1", utilities=probs, weights=folder, utility_field="abstain_prob"
+        )
     assert str(err.value) == (
         "field 'utility': the weights were fitted with utility source 'x', not 'abstention' "
         "(allow_mismatch=['utility'] or udcg trec --allow-mismatch utility to use them anyway)"
     )
     with pytest.warns(UDCGWarning, match=r"UDCGtheta@1 weights: field 'utility'.*on purpose"):
         got = evaluate(
-            qrels, run, "UDCGtheta@1", utilities=probs, weights=folder, allow_mismatch=["utility"]
+            qrels,
+            run,
+            "UDCGtheta@1",
+            utilities=probs,
+            weights=folder,
+            allow_mismatch=["utility"],
+            utility_field="abstain_prob",
         )
     assert got["q"]["UDCGtheta@1"] == pytest.approx(1 / (1 + np.exp(-1.5 * 0.6)))
 
@@ -268,11 +305,13 @@ def test_a_ranked_document_without_utility_is_a_located_error(tmp_path: Path) ->
 
 def test_utility_measures_say_what_they_need() -> None:
     qrels, run = {"q": {"d": 1}}, {"q": {"d": 1.0}}
-    assert evaluate(qrels, run, "UDCG@5", utilities={"q": {"d": 0.0}}) == {
-        "q": {"UDCG@5": udcg([[True]], [[1.0]])[0]}
-    }
+    assert evaluate(
+        qrels, run, "UDCG@5", utilities={"q": {"d": 0.0}}, utility_field="abstain_prob"
+    ) == {"q": {"UDCG@5": udcg([[True]], [[1.0]])[0]}}
     with pytest.raises(UDCGInputError) as err:
-        evaluate(qrels, run, "UDCGtheta@5", utilities={"q": {"d": 0.0}})
+        evaluate(
+            qrels, run, "UDCGtheta@5", utilities={"q": {"d": 0.0}}, utility_field="abstain_prob"
+        )
     assert len(str(err.value).splitlines()) == 1
     assert "weights=" in str(err.value) and "--weights" in str(err.value)
     with pytest.raises(UDCGInputError, match=r"utilities=.*--utilities"):
@@ -280,9 +319,43 @@ def test_utility_measures_say_what_they_need() -> None:
     with pytest.raises(UDCGInputError, match="utility_field"):
         evaluate(qrels, run, "UDCG@5", utilities={"q": {"d": 0.0}}, utility_field="p")
     with pytest.raises(UDCGInputError, match="UDCG needs a cutoff"):
-        evaluate(qrels, run, "UDCG", utilities={"q": {"d": 0.0}})
+        evaluate(qrels, run, "UDCG", utilities={"q": {"d": 0.0}}, utility_field="abstain_prob")
     with pytest.raises(UDCGInputError, match=r"query 'q', document 'd'.*1\.5 is not in \[0, 1\]"):
-        evaluate(qrels, run, "UDCG@1", utilities={"q": {"d": 1.5}})
+        evaluate(qrels, run, "UDCG@1", utilities={"q": {"d": 1.5}}, utility_field="abstain_prob")
+
+
+def test_a_plain_dict_of_numbers_must_say_what_its_values_are(tmp_path: Path) -> None:
+    """A number alone could be P(abstain), P(answer) or u: read the wrong way, u becomes
+    1 - u. A dict is refused without utility_field, naming the choices; a TSV file keeps
+    its documented default (abstain_prob) and a JSONL line says it by its key."""
+    qrels, run, probs = {"q": {"d": 1}}, {"q": {"d": 1.0}}, {"q": {"d": 0.2}}
+    with pytest.raises(UDCGInputError) as err:
+        evaluate(qrels, run, ["UDCG@5"], utilities=probs)
+    message = str(err.value)
+    assert err.value.field == "utility_field" and len(message.splitlines()) == 1
+    assert "does not say what its values are" in message
+    for choice in (
+        "'abstain_prob' (u = 1 - P(abstain))",
+        "'answer_prob' (u = P(answer)",
+        "'utility'",
+    ):
+        assert choice in message, message
+    with pytest.raises(UDCGInputError, match="does not say what its values are"):
+        compare(qrels | {"r": {"d": 1}}, {"a": run, "b": run}, "UDCG@5", utilities=probs)
+
+    def score(utilities, field=None) -> float:
+        return evaluate(qrels, run, "UDCG@5", utilities=utilities, utility_field=field)["q"][
+            "UDCG@5"
+        ]
+
+    assert score(probs, "abstain_prob") == udcg([[True]], [[0.8]])[0]
+    assert score(probs, "answer_prob") == score(probs, "utility") == udcg([[True]], [[0.2]])[0]
+    tsv = tmp_path / "u.tsv"
+    tsv.write_text("q d 0.2\n")
+    assert score(tsv) == score(probs, "abstain_prob")
+    jsonl = tmp_path / "u.jsonl"
+    jsonl.write_text('{"qid": "q", "doc_id": "d", "utility": 0.2}\n')
+    assert score(jsonl) == score(probs, "utility")
 
 
 def test_no_utility_measure_reads_no_utilities_and_imports_nothing_more() -> None:
@@ -300,7 +373,8 @@ def test_no_utility_measure_reads_no_utilities_and_imports_nothing_more() -> Non
 
 def test_the_table_keeps_the_measure_order_and_names(tmp_path: Path) -> None:
     qrels, run, probs = _random_case(np.random.default_rng(9), n_queries=20)
-    table = evaluate_table(qrels, run, ["AP", "UDCG(gamma=0.5)@5", "UDCG@5"], utilities=probs)
+    measures = ["AP", "UDCG(gamma=0.5)@5", "UDCG@5"]
+    table = evaluate_table(qrels, run, measures, utilities=probs, utility_field="abstain_prob")
     assert [str(m) for m in table.measures] == ["AP", "UDCG(gamma=0.5)@5", "UDCG@5"]
     assert table.values.shape == (len(table.qids), 3)
     assert np.isfinite(table.values).all()

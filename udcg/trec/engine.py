@@ -583,8 +583,9 @@ def evaluate(
     Utility measures: ``UDCG@k`` (``UDCG(gamma=0.5)@k``; gamma 1/3 by default) and
     ``UDCGtheta@k`` score each query's top k documents with ``utilities`` per (query,
     document): a dict ``{qid: {doc_id: value}}`` or a TSV/JSONL file (:mod:`udcg.io.utilities`).
-    ``utility_field`` says what a value is: ``abstain_prob`` (the default, u = 1 - p),
-    ``answer_prob`` (u = p) or ``utility`` (u itself); a JSONL line says it by its key.
+    ``utility_field`` says what a value is: ``abstain_prob`` (u = 1 - p; a TSV file's
+    default), ``answer_prob`` (u = p) or ``utility`` (u itself); a JSONL line says it by its
+    key, and a dict, whose numbers do not say it, is refused without it.
     ``weights``: UDCG-theta weight files (or :class:`udcg.io.weights.ThetaWeights`), one per
     UDCGtheta cutoff, matched by the k of their card; weights fitted on another utility source
     are refused unless ``allow_mismatch=["utility"]``. Semantics in
