@@ -328,3 +328,17 @@ def test_property_tests_draw_the_same_examples_on_every_run() -> None:
     profile = settings.default
     assert profile.derandomize and profile.database is None and profile.deadline is None
     assert profile.print_blob and HealthCheck.too_slow in profile.suppress_health_check
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 10, 17])
+def test_udcg_theta_of_a_context_alone_equals_the_batch_bit_for_bit(k: int) -> None:
+    from udcg.theta import UDCGTheta
+
+    rng = np.random.default_rng(k)
+    model = UDCGTheta(k)
+    model.alpha_, model.beta_, model.intercept_ = rng.normal(size=k), rng.normal(size=k), 0.3
+    rel, u = rng.random((101, k)) < 0.5, rng.random((101, k))
+    batch = model.predict_proba(rel, u)
+    for i in range(len(rel)):
+        assert model.predict_proba(rel[i : i + 1], u[i : i + 1])[0] == batch[i]
+        assert model.predict_proba(rel[i : i + 1].tolist(), u[i : i + 1].tolist())[0] == batch[i]

@@ -51,6 +51,7 @@ from udcg.io.weights import (
     write_weights,
 )
 from udcg.metrics._arrays import as_fixed
+from udcg.metrics._kernels import row_sums
 from udcg.metrics.udcg import udcg_terms
 from udcg.theta.calibration import METHODS, Calibration, fit_platt, fit_temperature
 from udcg.theta.ordering import best_assignment
@@ -445,11 +446,12 @@ class UDCGTheta:
             )
 
     def decision_function(self, relevant: Any, utility: Any) -> np.ndarray:
-        """Logits ``b + sum_i alpha_i rel_i u_i + sum_i beta_i (1 - rel_i) u_i``, shape ``[n]``."""
+        """Logits ``b + sum_i alpha_i rel_i u_i + sum_i beta_i (1 - rel_i) u_i``, shape ``[n]``,
+        summed left to right: a context's logit does not depend on the others scored with it."""
         self._check_fitted()
         x = _features(relevant, utility, len(self.alpha_), "weights are")
         w = np.concatenate([self.alpha_, self.beta_])
-        return x @ w + self.intercept_
+        return row_sums(x, w) + self.intercept_
 
     def predict_proba(self, relevant: Any, utility: Any, calibrated: bool = False) -> np.ndarray:
         """UDCG-theta per context: ``sigmoid(decision_function)``, a 1-D array in (0, 1);

@@ -186,14 +186,13 @@ def _udcg(rel: np.ndarray, u: np.ndarray, lengths: np.ndarray, gamma: float) -> 
 
 def _theta(weights: ThetaWeights, rel: np.ndarray, u: np.ndarray, full: np.ndarray) -> np.ndarray:
     """UDCG-theta of the rows where ``full`` (k passages ranked); NaN elsewhere (rows that are
-    not scored). The weighted sums run left to right, so a row's value depends on it alone."""
+    not scored): the logits of :meth:`udcg.theta.UDCGTheta.decision_function`, bit for bit."""
     from scipy.special import expit
 
     out = np.full(len(rel), np.nan)
     if full.any():
-        helpful, distracting = udcg_terms(rel[full], u[full])
-        logits = row_sums(helpful, weights.alpha)
-        logits += row_sums(distracting, weights.beta)
+        terms = np.concatenate(udcg_terms(rel[full], u[full]), axis=1)
+        logits = row_sums(terms, np.concatenate([weights.alpha, weights.beta]))
         logits += weights.intercept
         out[full] = expit(logits)
     return out
