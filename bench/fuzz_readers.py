@@ -2,19 +2,24 @@
 
     python bench/fuzz_readers.py --per-reader 10000
     python bench/fuzz_readers.py --per-reader 500 --readers trec_run,contexts --seed 3
+    python bench/fuzz_readers.py --per-reader 10000 --readers contexts,contexts_score
 
 For each reader, hypothesis draws a valid input (one file or a set of files), then mostly
 damages it: byte flips, truncation, inserted or deleted bytes and tokens, odd tokens (NaN,
 infinities, huge numbers, unicode spaces), edited JSON nodes, deep nesting, random unicode,
 invalid UTF-8, removed or added columns, other line endings, empty files, gzip-compressed
-variants and broken gzip streams. The damage comes from a ``random.Random`` seeded by
-hypothesis: hypothesis draws zero for about a third of its choices, which would pick the
-first option of every list (the first field of a file, the first odd token) most of the time.
+variants and broken gzip streams; contexts files also get duplicate keys (the later value
+wins in JSON), repeated or swapped lines and many-passage lines. The damage comes from a
+``random.Random`` seeded by hypothesis: hypothesis draws zero for about a third of its
+choices, which would pick the first option of every list (the first field of a file, the
+first odd token) most of the time.
 
 The property: the reader returns normally or raises :class:`~udcg.errors.UDCGInputError`
 naming one of its input files (and, for line-based formats, a line unless the problem concerns
 the whole file); never another exception, never a call longer than ``--time-limit`` seconds;
-an undamaged input is read without error.
+an undamaged input is read without error. ``contexts_score`` follows a contexts file through
+the whole ``udcg score`` path (reader, relevance and utility matrices, UDCG and the classic
+metrics, the per-context output), with inputs every passage of which holds the labels it needs.
 
 The table gives per reader the inputs tried and how each call ended; the first tracebacks of
 every failure kind follow it. ``tests/io/test_fuzz_readers.py`` imports this file for the
@@ -24,8 +29,10 @@ same generators with a small budget.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import hashlib
+import io
 import json
 import math
 import random
@@ -305,6 +312,74 @@ def mutate(rng: random.Random, data: bytes) -> tuple[bytes, str]:
     return data, "+".join(recipe)
 
 
+_KEY = re.compile(rb'"([^"\\]{1,20})":')
+
+
+def duplicate_key(rng: random.Random, data: bytes) -> bytes:
+    """One key of the file written again in an object, with an odd value: before the object's
+    last ``}`` (the odd value wins) or after its ``{`` (the original wins)."""
+    keys = _KEY.findall(data)
+    if not keys:
+        return data
+    value = json.dumps(rng.choice(ODD_JSON)).encode()
+    key = b'"' + rng.choice(keys) + b'": ' + value
+    if rng.random() < 0.5:
+        ends = [i for i in range(1, len(data)) if data[i : i + 1] == b"}" and data[i - 1] != 123]
+        if ends:
+            i = rng.choice(ends)
+            return data[:i] + b", " + key + data[i:]
+    starts = [m.end() for m in re.finditer(rb"\{(?=\")", data)]
+    if not starts:
+        return data
+    i = rng.choice(starts)
+    return data[:i] + key + b", " + data[i:]
+
+
+def shuffle_lines(rng: random.Random, data: bytes) -> bytes:
+    """Lines repeated (a context twice), swapped or dropped."""
+    lines = data.splitlines(keepends=True)
+    if not lines:
+        return data
+    how = rng.choice(["repeat", "swap", "drop"])
+    i = rng.randrange(len(lines))
+    if how == "repeat":
+        lines.insert(rng.randrange(len(lines) + 1), lines[i])
+    elif how == "swap":
+        j = rng.randrange(len(lines))
+        lines[i], lines[j] = lines[j], lines[i]
+    else:
+        del lines[i]
+    return b"".join(lines)
+
+
+def many_passages(rng: random.Random, data: bytes) -> bytes:
+    """One line's passages repeated to a few thousand: large lists, repeated doc ids."""
+    lines = data.split(b"\n")
+    i = rng.randrange(len(lines))
+    try:
+        obj = json.loads(lines[i])
+    except (ValueError, RecursionError):
+        return data
+    if not isinstance(obj, dict) or not isinstance(obj.get("passages"), list):
+        return data
+    obj["passages"] = obj["passages"] * rng.choice([2, 100, 3000])
+    lines[i] = json.dumps(obj).encode()
+    return b"\n".join(lines)
+
+
+CONTEXTS_MUTATIONS: list[Mutation] = [duplicate_key, duplicate_key, shuffle_lines, many_passages]
+
+
+def mutate_contexts(rng: random.Random, data: bytes) -> tuple[bytes, str]:
+    """:func:`mutate`, after one of :data:`CONTEXTS_MUTATIONS` one time in three."""
+    first = []
+    if rng.random() < 1 / 3:
+        step = rng.choice(CONTEXTS_MUTATIONS)
+        data, first = step(rng, data), [step.__name__]
+    data, recipe = mutate(rng, data) if not first or rng.random() < 0.5 else (data, "")
+    return data, "+".join([*first, *filter(None, [recipe])])
+
+
 # --------------------------------------------------------------------------------------------
 # valid inputs
 
@@ -459,10 +534,23 @@ def _outcome(draw: st.DrawFn, n_sub: int | None, k: int) -> dict[str, Any]:
 
 
 @st.composite
-def contexts_text(draw: st.DrawFn) -> bytes:
+def scoreable_line(draw: st.DrawFn) -> dict[str, Any]:
+    """A context line ``udcg score --judge m1`` reads: each passage with a relevance in [0, 1]
+    and ``abstain_prob["m1"]``."""
+    line = draw(context_line())
+    for passage in line["passages"]:
+        passage["relevant"] = draw(st.booleans() | unit)
+        passage.setdefault("abstain_prob", {})["m1"] = draw(unit)
+    return line
+
+
+@st.composite
+def contexts_text(draw: st.DrawFn, line: st.SearchStrategy[dict[str, Any]] | None = None) -> bytes:
+    """A contexts JSONL file of 1-3 lines drawn from ``line`` (:func:`context_line`)."""
+    line = context_line() if line is None else line
     lines = [
-        json.dumps(line, ensure_ascii=draw(st.booleans()))
-        for line in draw(st.lists(context_line(), min_size=1, max_size=3))
+        json.dumps(obj, ensure_ascii=draw(st.booleans()))
+        for obj in draw(st.lists(line, min_size=1, max_size=3))
     ]
     return ("\n".join(lines) + draw(st.sampled_from(["\n", "", "\n\n"]))).encode("utf-8")
 
@@ -602,6 +690,25 @@ def _read_contexts(d: Path) -> None:
         pass
 
 
+def _score_contexts(d: Path) -> None:
+    """``udcg score contexts.jsonl --judge m1 --out scores.jsonl``, without the exit status."""
+    from udcg.cli.score import score
+
+    args = argparse.Namespace(
+        contexts=d / "contexts.jsonl",
+        judge="m1",
+        judge_name=None,
+        utility="abstention",
+        weights=None,
+        mode=None,
+        allow_mismatch=[],
+        gamma=1 / 3,
+        out=d / "scores.jsonl",
+    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        score(args)
+
+
 def _read_trec_contexts(d: Path) -> None:
     names = ("run.trec", "qrels.trec", "utilities.tsv", "outcomes.tsv")
     read_trec_contexts(*(d / name for name in names), judge="j", k=3)
@@ -655,6 +762,13 @@ READERS = {
             "contexts",
             contexts_text().map(lambda data: {"contexts.jsonl": data}),
             _read_contexts,
+            damage={"contexts.jsonl": mutate_contexts},
+        ),
+        Reader(
+            "contexts_score",
+            contexts_text(scoreable_line()).map(lambda data: {"contexts.jsonl": data}),
+            _score_contexts,
+            damage={"contexts.jsonl": mutate_contexts},
         ),
         Reader(
             "reference",
@@ -688,11 +802,9 @@ class Case:
         return f"Case(recipe={self.recipe!r}, sizes={sizes}, files={self.files!r:.2000})"
 
 
-@st.composite
-def cases(draw: st.DrawFn, reader: Reader) -> Case:
-    """A valid input of ``reader``, undamaged one time in ten, else with 1-2 files damaged."""
-    files = dict(draw(reader.valid))
-    rng = random.Random(repr(draw(st.tuples(*[st.integers(0, 2**64 - 1)] * 4))))
+def _damaged(reader: Reader, valid: Files, rng: random.Random) -> Case:
+    """``valid`` as it is one time in ten, else with 1-2 of its files damaged."""
+    files = dict(valid)
     if rng.random() < 0.1:
         return Case(files, ())
     names = sorted(set(files) - set(reader.fixed))
@@ -703,6 +815,20 @@ def cases(draw: st.DrawFn, reader: Reader) -> Case:
     if reader.fixup is not None:
         files = reader.fixup(rng, files)
     return Case(files, tuple(recipe))
+
+
+@st.composite
+def case_batches(draw: st.DrawFn, reader: Reader, variants: int) -> list[Case]:
+    """``variants`` inputs from one valid input of ``reader``, each damaged on its own
+    (:func:`_damaged`): drawing the valid input costs more than reading it."""
+    valid = draw(reader.valid)
+    rng = random.Random(repr(draw(st.tuples(*[st.integers(0, 2**64 - 1)] * 4))))
+    return [_damaged(reader, valid, rng) for _ in range(variants)]
+
+
+def cases(reader: Reader) -> st.SearchStrategy[Case]:
+    """One valid input of ``reader``, undamaged one time in ten, else with 1-2 files damaged."""
+    return case_batches(reader, 1).map(lambda batch: batch[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -824,20 +950,24 @@ class Tally:
                 shown.append(f"{case!r}\n{outcome.detail}")
 
 
-def fuzz(reader: Reader, n: int, rng_seed: int, limit: float, keep: int) -> Tally:
-    """Run ``n`` generated cases of ``reader`` (generation only, no shrinking)."""
+def fuzz(
+    reader: Reader, n: int, rng_seed: int, limit: float, keep: int, variants: int = 1
+) -> Tally:
+    """Run ``n`` generated cases of ``reader`` (generation only, no shrinking), ``variants``
+    damaged inputs from each valid one."""
     tally = Tally()
     start = time.perf_counter()
     reader.setup()
     with scratch() as fresh:
 
         @seed(rng_seed)
-        @fuzz_settings(n, phases=[Phase.generate])
-        @given(cases(reader))
-        def one(case: Case) -> None:
-            tally.add(run_case(reader, case, fresh(), limit), case, keep)
+        @fuzz_settings(-(-n // variants), phases=[Phase.generate])
+        @given(case_batches(reader, variants))
+        def batch(cases: list[Case]) -> None:
+            for case in cases[: n - sum(tally.counts.values())]:
+                tally.add(run_case(reader, case, fresh(), limit), case, keep)
 
-        one()
+        batch()
     tally.seconds = time.perf_counter() - start
     return tally
 
@@ -849,6 +979,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=5.0, help="seconds per call")
     parser.add_argument("--show", type=int, default=3, help="tracebacks shown per failure kind")
+    parser.add_argument(
+        "--variants",
+        type=int,
+        default=1,
+        help="damaged inputs made from each valid input hypothesis draws (drawing costs more "
+        "than reading: 10 makes 10,000 contexts inputs take about a minute)",
+    )
     args = parser.parse_args(argv)
     names = args.readers.split(",")
     unknown = sorted(set(names) - set(READERS))
@@ -860,7 +997,7 @@ def main(argv: list[str] | None = None) -> int:
     tallies = {}
     for name in names:
         tally = tallies[name] = fuzz(
-            READERS[name], args.per_reader, args.seed, args.time_limit, args.show
+            READERS[name], args.per_reader, args.seed, args.time_limit, args.show, args.variants
         )
         c = tally.counts
         row = [sum(c.values()), c["ok"], c["input_error"], *(c[k] for k in FAILURES)]

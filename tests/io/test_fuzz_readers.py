@@ -32,3 +32,19 @@ def test_reader_survives_damaged_input(name: str) -> None:
             assert outcome.kind in ("ok", "input_error"), f"{outcome.kind}: {outcome.detail}"
 
         check()
+
+
+@pytest.mark.parametrize("name", ["contexts", "contexts_score"])
+def test_contexts_batches_survive_damage(name: str) -> None:
+    """The bench's way for contexts (ten damaged inputs per drawn file), on a small sample."""
+    reader = fuzz.READERS[name]
+    with fuzz.scratch() as fresh:
+
+        @fuzz.fuzz_settings(20, derandomize=True)
+        @given(fuzz.case_batches(reader, 10))
+        def check(cases: list[fuzz.Case]) -> None:
+            for case in cases:
+                outcome = fuzz.run_case(reader, case, fresh(), TIME_LIMIT)
+                assert outcome.kind in ("ok", "input_error"), f"{outcome.kind}: {outcome.detail}"
+
+        check()

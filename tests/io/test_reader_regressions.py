@@ -106,3 +106,26 @@ def test_a_written_run_reads_back_the_same(tmp_path: Path) -> None:
     run = {"q1": {"d1": 11.1, "d2": 0.1 + 0.2, "d3": -3.0}, "q2": {"d9": 1e-300}}
     write_trec_run(tmp_path / "run.trec", run_from_dict(run))
     assert read_trec_run(tmp_path / "run.trec").to_dict() == run
+
+
+@pytest.mark.parametrize("command", ["score", "order"])
+def test_a_grade_above_one_is_located_where_udcg_needs_unit_relevance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # found by the contexts_score fuzzer: the metric's range check named no file or line
+    from udcg.cli import order, score
+
+    line = {"qid": "q1", "passages": [{"doc_id": "d1", "relevant": 1, "abstain_prob": {"m": 0.5}}]}
+    graded = {**line, "passages": [{**line["passages"][0], "relevant": 2}]}
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps(line) + "\n" + json.dumps(graded) + "\n")
+    if command == "score":
+        status = score.main([str(path), "--judge", "m"])
+    else:
+        model = UDCGTheta(k=1)
+        model.alpha_, model.beta_, model.intercept_ = np.ones(1), -np.ones(1), 0.0
+        weights = model.save_pretrained(tmp_path / "w", card={"judge_model": "m"})
+        status = order.main([str(path), str(tmp_path / "o.jsonl"), "--weights", str(weights)])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"{path}:2: field 'passages[0].relevant': grade 2.0 is above 1" in err

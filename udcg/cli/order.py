@@ -162,7 +162,7 @@ def order_contexts(args: argparse.Namespace) -> None:
         args.allow_mismatch,
     )
     contexts = list(read_contexts(args.input))
-    relevant = relevance_matrix(contexts)
+    relevant = relevance_matrix(contexts, unit=True)
     utility = get_source(args.utility).utilities(contexts, judge)
     orders, before, after = _reorder(model, args.ordering, relevant, utility)
     out, changed = [], 0

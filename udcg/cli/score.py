@@ -103,7 +103,7 @@ def score(args: argparse.Namespace) -> None:
         refuse_same_file(args.out, {"CONTEXTS": args.contexts, **weights_inputs(args.weights)})
     judge = judge_key(args.judge, args.judge_name)
     contexts = list(read_contexts(args.contexts))
-    relevant = relevance_matrix(contexts)
+    relevant = relevance_matrix(contexts, unit=True)
     utility = get_source(args.utility).utilities(contexts, judge)
     columns: dict[str, np.ndarray] = {
         "UDCG": metrics.udcg(relevant, utility, args.gamma),

@@ -36,18 +36,28 @@ def _missing(ctx: Context, index: int, name: str, hint: str = "") -> UDCGInputEr
     return UDCGInputError(f"missing ({where}){hint}", field=name, **ctx.location())
 
 
-def relevance_matrix(contexts: Iterable[Context]) -> list[np.ndarray]:
+def relevance_matrix(contexts: Iterable[Context], unit: bool = False) -> list[np.ndarray]:
     """Per context, a float64 array of passage relevance (``true`` -> 1.0, graded as given).
 
     Every passage needs ``relevant``; the first one without it raises
-    :class:`~udcg.errors.UDCGInputError` naming ``passages[i].relevant``.
+    :class:`~udcg.errors.UDCGInputError` naming ``passages[i].relevant``. With ``unit`` (for
+    UDCG and UDCG-theta, which take relevance in [0, 1]) a grade above 1 is such an error too.
     """
     out = []
     for n, ctx in enumerate(contexts):
         values = [p.relevant for p in ctx.passages]
         if None in values:
             raise _missing(ctx, n, f"passages[{values.index(None)}].relevant")
-        out.append(np.array(values, dtype=np.float64))
+        row = np.array(values, dtype=np.float64)
+        if unit and (row > 1.0).any():
+            i = int(np.argmax(row > 1.0))
+            raise UDCGInputError(
+                f"grade {values[i]!r} is above 1: UDCG takes relevance in [0, 1] "
+                "(true/false or a fraction)",
+                field=f"passages[{i}].relevant",
+                **ctx.location(),
+            )
+        out.append(row)
     return out
 
 
