@@ -25,9 +25,9 @@ def _fill(path: Path, items: dict[str, object]) -> Path:
 
 
 def test_merge_matches_a_dict_reference(tmp_path: Path) -> None:
-    a = {"k1": 0.25, "k2": "text", "k3": {"value": [1, 2]}}
-    b = {"k2": "text", "k3": {"value": [1, 3]}, "k4": 0.5, "k5": 1.0}
-    c = {"k5": 2.0, "k6": None}
+    a = {"k1": 0.25, "k2": "text", "k3": {"value": 0.5, "upper_bound": True}}
+    b = {"k2": "text", "k3": {"value": 0.75, "upper_bound": True}, "k4": 0.5, "k5": 1.0}
+    c = {"k5": 0.0, "k6": "x"}
     dest = _fill(tmp_path / "dest.sqlite", a)
     sources = [_fill(tmp_path / "b.sqlite", b), _fill(tmp_path / "c.sqlite", c)]
     reference = dict(a)
@@ -64,8 +64,8 @@ def test_merge_refuses_what_is_not_a_cache(tmp_path: Path) -> None:
 
 
 def test_cli_merge_and_stats(tmp_path: Path, capsys) -> None:
-    a = _fill(tmp_path / "a.sqlite", {"k1": 1, "k2": 2})
-    b = _fill(tmp_path / "b.sqlite", {"k2": 3, "k3": 3})
+    a = _fill(tmp_path / "a.sqlite", {"k1": 0.1, "k2": 0.2})
+    b = _fill(tmp_path / "b.sqlite", {"k2": 0.3, "k3": 0.3})
     out = tmp_path / "m.sqlite"
     assert main(["cache", "merge", str(out), str(a), str(b)]) == 0
     assert capsys.readouterr().out.splitlines() == [
@@ -73,7 +73,7 @@ def test_cli_merge_and_stats(tmp_path: Path, capsys) -> None:
         f"{b}: 1 added, 0 already there, 1 with a different value (kept as in {out})",
         f"{out}: 3 entries",
     ]
-    assert _rows(out) == {"k1": 1, "k2": 2, "k3": 3}
+    assert _rows(out) == {"k1": 0.1, "k2": 0.2, "k3": 0.3}
     assert main(["cache", "stats", str(out)]) == 0
     assert capsys.readouterr().out.startswith(f"{out}: 3 entries, written 20")
     assert main(["cache", "merge", str(tmp_path / "new.sqlite"), str(tmp_path / "nope")]) == 2

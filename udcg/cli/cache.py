@@ -1,11 +1,24 @@
-"""``udcg cache merge OUT.sqlite IN.sqlite...`` and ``udcg cache stats FILE...``: the judge
-caches of several machines joined into one, and what a cache file holds.
+"""``udcg cache merge|stats|checkpoint|drop``: the judge caches of several machines joined into
+one, what a cache file holds, and its upkeep.
 
-``merge`` adds to OUT (created when missing) every entry of each IN whose key OUT lacks, each IN
-in one transaction, in the order given. A key already in OUT keeps OUT's value, so the first file
-to hold a key wins; keys holding a different value (a judge that is not deterministic across
-machines) are counted as conflicts and printed, never silently replaced. ``stats`` prints the
-number of entries and the span of their write times.
+``merge OUT IN...`` adds to OUT (created when missing) every entry of each IN whose key OUT
+lacks, each IN in one transaction, in the order given. A key already in OUT keeps OUT's value,
+so the first file to hold a key wins; keys holding a different value (a judge that is not
+deterministic across machines) are counted as conflicts and printed, never silently replaced.
+An IN entry whose value is of no cached form (not JSON; a probability outside [0, 1]; a write
+time that is not a number) is skipped and counted, and the command exits with status 1. Each IN
+is opened through SQLite, so the entries of its ``IN-wal`` file count when that file sits
+beside it.
+
+``stats FILE...`` prints the number of entries and the span of their write times.
+
+``checkpoint FILE...`` moves every committed entry from ``FILE-wal`` into ``FILE``: after a
+process writing the cache was killed, its last entries live in ``FILE-wal``, and a copy of
+``FILE`` alone lacks them. Run it (with no process writing the cache) before copying a cache
+to another machine, or copy ``FILE-wal`` with it.
+
+``drop FILE KEY...`` deletes the named entries (a run refuses an entry it cannot use, naming
+the file and the key; the next run computes a dropped entry again).
 """
 
 from __future__ import annotations
@@ -15,6 +28,7 @@ import sys
 import time
 
 from udcg.cli.common import run_cli
+from udcg.io.files import refuse_same_file
 from udcg.judge.cache import JudgeCache
 
 
@@ -26,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("inputs", nargs="+", help="cache files to merge from")
     stats = commands.add_parser("stats", help="entries and write times of cache files")
     stats.add_argument("files", nargs="+")
+    checkpoint = commands.add_parser(
+        "checkpoint", help="move the entries of FILE-wal into FILE (before copying FILE)"
+    )
+    checkpoint.add_argument("files", nargs="+")
+    drop = commands.add_parser("drop", help="delete entries by key")
+    drop.add_argument("file")
+    drop.add_argument("keys", nargs="+")
     return parser
 
 
@@ -33,18 +54,28 @@ def _when(seconds: float | None) -> str:
     return "-" if seconds is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
 
 
-def merge(output: str, inputs: list[str]) -> None:
-    """Merge ``inputs`` into ``output``, one summary line per input."""
+def merge(output: str, inputs: list[str]) -> int:
+    """Merge ``inputs`` into ``output``, one summary line per input; 1 when invalid entries
+    were skipped, else 0."""
     for path in inputs:  # every input checked before OUT is created or touched
         JudgeCache.check_file(path)
+    refuse_same_file(output, {f"IN {path}": path for path in inputs})
+    skipped = 0
     with JudgeCache(output) as cache:
         for path in inputs:
             counts = cache.merge_from(path)
             line = f"{path}: {counts.added} added, {counts.same} already there"
             if counts.conflicts:
                 line += f", {counts.conflicts} with a different value (kept as in {output})"
+            if counts.invalid:
+                line += (
+                    f", {counts.invalid} invalid entries skipped (not a cached value; first: "
+                    f"{counts.first_invalid})"
+                )
+            skipped += counts.invalid
             print(line)
         print(f"{output}: {len(cache)} entries")
+    return 1 if skipped else 0
 
 
 def stats(files: list[str]) -> None:
@@ -59,15 +90,48 @@ def stats(files: list[str]) -> None:
         )
 
 
+def checkpoint(files: list[str]) -> int:
+    """Checkpoint each cache file; 1 when another process kept part of a WAL, else 0."""
+    status = 0
+    for path in files:
+        JudgeCache.check_file(path)
+        with JudgeCache(path) as cache:
+            complete = cache.checkpoint()
+            entries = len(cache)
+        if complete:
+            print(f"{path}: {entries} entries, all in {path}")
+        else:
+            status = 1
+            print(
+                f"{path}: {entries} entries; another process holds a transaction open, so "
+                f"part of them stay in {path}-wal: run this again when it has stopped"
+            )
+    return status
+
+
+def drop(path: str, keys: list[str]) -> None:
+    """Delete ``keys`` from the cache file ``path``."""
+    JudgeCache.check_file(path)
+    with JudgeCache(path) as cache:
+        dropped = cache.drop(keys)
+    print(f"{path}: dropped {dropped} of {len(set(keys))} keys")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (2 for a user mistake)."""
+    """Entry point; returns the exit status (2 for a user mistake, 1 for skipped entries or an
+    incomplete checkpoint)."""
     args = _parser().parse_args(argv)
 
-    def work() -> None:
+    def work() -> int | None:
         if args.command == "merge":
-            merge(args.output, args.inputs)
-        else:
-            stats(args.files)
+            return merge(args.output, args.inputs)
+        if args.command == "checkpoint":
+            return checkpoint(args.files)
+        if args.command == "drop":
+            drop(args.file, args.keys)
+            return None
+        stats(args.files)
+        return None
 
     return run_cli(f"udcg cache {args.command}", work)
 

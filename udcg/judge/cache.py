@@ -7,7 +7,16 @@ readable and never a half-written one, and several processes may read and write 
 once (SQLite serialises the writers; a writer waits up to ``timeout`` seconds for the lock).
 
 WAL needs a local filesystem, so machines do not share one file: each writes its own, and
-:meth:`JudgeCache.merge_from` (``udcg cache merge``) joins them afterwards.
+:meth:`JudgeCache.merge_from` (``udcg cache merge``) joins them afterwards. Committed
+transactions live in ``FILE-wal`` until SQLite checkpoints them into ``FILE`` (on its own every
+1,000 pages, when the last connection closes, and on :meth:`JudgeCache.checkpoint`): after a
+process was killed, ``FILE`` alone lacks them, so copy a cache only after a checkpoint
+(``udcg cache checkpoint FILE``) or copy ``FILE`` together with ``FILE-wal``.
+
+Values take one of the entry forms below (:data:`ENTRY_FORMS`); :class:`~udcg.judge.cached.
+CachedJudge` reads each entry with the form of its operation and refuses, in one line naming
+the file and the key, a value that is not of that form, and a merge skips (and counts) source
+entries of no form.
 """
 
 from __future__ import annotations
@@ -19,7 +28,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +47,12 @@ CREATE TABLE IF NOT EXISTS judge_cache (
     created REAL NOT NULL
 ) WITHOUT ROWID
 """
+_COLUMNS = ("key", "value", "created")
+#: What SQLite raises for a file that is not a usable cache: its errors, and the decoding error
+#: of a message quoting a damaged schema's bytes.
+_SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
+#: SQLite's errors that a busy file (another writer holding the lock) raises: not the file's fault.
+_BUSY = ("database is locked", "database table is locked")
 
 
 def default_cache_path() -> Path:
@@ -71,6 +87,69 @@ def cache_key(
     return hashlib.sha256(canonical_json(identity).encode("utf-8")).hexdigest()
 
 
+# -- the forms of cached values -------------------------------------------------------------
+
+
+def probability_entry(stored: Any) -> tuple[float, bool]:
+    """``(value, is upper bound)`` of a probability entry (``abstain_prob``, ``answer_prob``,
+    ``yes_prob``): a number, or ``{"value": number, "upper_bound": bool}``; the number finite
+    and in [0, 1]. ``ValueError`` for anything else."""
+    bound = False
+    if isinstance(stored, Mapping):
+        if set(stored) - {"value", "upper_bound"} or not isinstance(
+            stored.get("upper_bound", False), bool
+        ):
+            raise ValueError("expected a number or {'value': number, 'upper_bound': bool}")
+        stored, bound = stored.get("value"), bool(stored.get("upper_bound", False))
+    if isinstance(stored, bool) or not isinstance(stored, (int, float)):
+        raise ValueError(f"expected a probability, got {type(stored).__name__}")
+    value = float(stored)
+    if not 0.0 <= value <= 1.0:  # False for NaN too
+        raise ValueError(f"expected a probability in [0, 1], got {value!r}")
+    return value, bound
+
+
+def text_entry(stored: Any) -> str:
+    """The text of a ``generate`` entry (a string); ``ValueError`` for anything else."""
+    if not isinstance(stored, str):
+        raise ValueError(f"expected a generated text, got {type(stored).__name__}")
+    return stored
+
+
+def json_entry(stored: Any) -> tuple[Any, int, list[str]]:
+    """``(value, attempts, raw replies)`` of a ``generate_json`` entry: ``{"value": any JSON,
+    "attempts": int >= 1, "raw": [str, ...]}``; ``ValueError`` for anything else."""
+    if not isinstance(stored, Mapping) or set(stored) != {"value", "attempts", "raw"}:
+        raise ValueError("expected {'value', 'attempts', 'raw'}")
+    attempts, raw = stored["attempts"], stored["raw"]
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ValueError(f"expected 'attempts' an integer >= 1, got {attempts!r}")
+    if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
+        raise ValueError("expected 'raw' a list of strings")
+    if not finite_json(stored["value"]):
+        raise ValueError("expected a finite JSON 'value'")
+    return stored["value"], attempts, list(raw)
+
+
+#: Every form a cached value may take.
+ENTRY_FORMS: tuple[Callable[[Any], Any], ...] = (probability_entry, text_entry, json_entry)
+
+
+def is_entry(stored: Any) -> bool:
+    """True when ``stored`` is of one of the :data:`ENTRY_FORMS`."""
+    for form in ENTRY_FORMS:
+        try:
+            form(stored)
+        except ValueError:
+            continue
+        return True
+    return False
+
+
+def _snippet(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 class JudgeCache:
     """A key -> JSON value store in one SQLite file, safe for concurrent processes and threads.
 
@@ -87,7 +166,14 @@ class JudgeCache:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise UDCGInputError("is a directory, expected a judge cache file", path=self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UDCGInputError(
+                f"cannot create the cache's folder: {exc}", path=self.path
+            ) from None
         with self._lock:
             self._connection()
 
@@ -99,25 +185,39 @@ class JudgeCache:
 
     # -- connection ---------------------------------------------------------------------------
 
+    @contextmanager
+    def _sqlite_errors(self) -> Iterator[None]:
+        """SQLite's complaints about the file (not a database, damaged, foreign schema) as one
+        :class:`UDCGInputError` naming it; a busy file's errors pass unchanged."""
+        try:
+            yield
+        except _SQLITE_ERRORS as exc:
+            if any(busy in str(exc) for busy in _BUSY):
+                raise
+            raise UDCGInputError(f"not a usable judge cache ({exc})", path=self.path) from None
+
     def _connection(self) -> sqlite3.Connection:
         """The connection of this process (a forked child opens its own); call under the lock."""
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        conn = sqlite3.connect(
-            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-        )
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise sqlite3.OperationalError(f"could not switch {self.path} to WAL mode")
-            # In WAL mode NORMAL keeps every committed transaction across a crash of the process;
-            # only a power loss can drop the last ones, and it never corrupts the file.
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute(_SCHEMA)
-        except BaseException:
-            conn.close()
-            raise
+        with self._sqlite_errors():
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.text_factory = _text
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+                _check_schema(conn, "main", self.path, allow_empty=True)
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise sqlite3.OperationalError(f"could not switch {self.path} to WAL mode")
+                # In WAL mode NORMAL keeps every committed transaction across a crash of the
+                # process; only a power loss can drop the last ones, and it never corrupts it.
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(_SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
         self._conn, self._pid = conn, os.getpid()
         return conn
 
@@ -135,11 +235,21 @@ class JudgeCache:
 
     # -- reads and writes ---------------------------------------------------------------------
 
+    def bad_entry(self, key: str, problem: str) -> UDCGInputError:
+        """The error for the entry ``key`` whose value is unusable, with the command that drops
+        it (the next run then computes it again)."""
+        return UDCGInputError(
+            f"cache entry {key}: {problem}; drop it with `udcg cache drop {self.path} {key}`"
+            " (the next run computes it again)",
+            path=self.path,
+        )
+
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        """The cached values of those ``keys`` that are present, decoded from JSON."""
+        """The cached values of those ``keys`` that are present, decoded from JSON; a value that
+        is not JSON is an error naming the file and the key."""
         wanted = list(dict.fromkeys(keys))
         found: dict[str, Any] = {}
-        with self._lock:
+        with self._lock, self._sqlite_errors():
             conn = self._connection()
             for start in range(0, len(wanted), SELECT_BATCH):
                 batch = wanted[start : start + SELECT_BATCH]
@@ -148,10 +258,18 @@ class JudgeCache:
                     f"SELECT key, value FROM judge_cache WHERE key IN ({marks})", batch
                 ).fetchall()
                 for key, value in rows:
-                    found[key] = json.loads(value)
+                    found[key] = self._decode(key, value)
             self.hits += len(found)
             self.misses += len(wanted) - len(found)
         return found
+
+    def _decode(self, key: str, value: Any) -> Any:
+        if not isinstance(value, str):
+            raise self.bad_entry(key, f"value is SQLite {type(value).__name__}, not JSON text")
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            raise self.bad_entry(key, f"value {_snippet(value)} is not JSON") from None
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.get_many([key]).get(key, default)
@@ -162,6 +280,22 @@ class JudgeCache:
         Values must be JSON-serialisable without NaN or infinities (``ValueError`` otherwise,
         before anything is written). An existing key is overwritten.
         """
+        rows = self._rows(items)
+        if not rows:
+            return 0
+        with self._lock, self._sqlite_errors():
+            conn = self._connection()
+            with _transaction(conn):
+                conn.executemany(
+                    "INSERT OR REPLACE INTO judge_cache (key, value, created) VALUES (?, ?, ?)",
+                    rows,
+                )
+            self.writes += len(rows)
+        return len(rows)
+
+    @staticmethod
+    def _rows(items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> list[tuple[str, str, float]]:
+        """``(key, JSON text, now)`` rows of ``items``, each value checked storable."""
         pairs = list(items.items() if isinstance(items, Mapping) else items)
         now = time.time()
         rows = []
@@ -174,33 +308,45 @@ class JudgeCache:
                 raise ValueError(
                     f"value for cache key {key[:16]}... is not storable: {exc}"
                 ) from exc
-        if not rows:
-            return 0
-        with self._lock:
+        return rows
+
+    def add_new(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> MergeCounts:
+        """Store, in one transaction, the pairs whose key this cache lacks; a key already
+        present keeps its value (counted as the ``same`` or as a conflict)."""
+        rows = self._rows(items)
+        with self._lock, self._sqlite_errors():
             conn = self._connection()
-            # IMMEDIATE takes the write lock up front, waiting up to busy_timeout for it.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO judge_cache (key, value, created) VALUES (?, ?, ?)",
-                    rows,
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            self.writes += len(rows)
-        return len(rows)
+            with _transaction(conn):
+                counts = _add_rows(conn, rows)
+            self.writes += counts.added
+        return counts
+
+    def drop(self, keys: Iterable[str]) -> int:
+        """Delete the entries of ``keys`` in one transaction; returns how many there were."""
+        wanted = [(key,) for key in dict.fromkeys(keys)]
+        with self._lock, self._sqlite_errors():
+            conn = self._connection()
+            with _transaction(conn):
+                before = conn.total_changes
+                conn.executemany("DELETE FROM judge_cache WHERE key = ?", wanted)
+                return conn.total_changes - before
+
+    def checkpoint(self) -> bool:
+        """Copy every committed transaction from ``FILE-wal`` into ``FILE`` and empty the WAL,
+        so that ``FILE`` alone holds the whole cache; False when another process's open
+        transaction kept part of the WAL from being copied."""
+        with self._lock, self._sqlite_errors():
+            busy, _, _ = self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return busy == 0
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._lock, self._sqlite_errors():
             return self._connection().execute("SELECT COUNT(*) FROM judge_cache").fetchone()[0]
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
-        with self._lock:
+        with self._lock, self._sqlite_errors():
             row = (
                 self._connection()
                 .execute("SELECT 1 FROM judge_cache WHERE key = ?", (key,))
@@ -210,7 +356,7 @@ class JudgeCache:
 
     def integrity_check(self) -> bool:
         """SQLite's own consistency check of the whole file."""
-        with self._lock:
+        with self._lock, self._sqlite_errors():
             result = self._connection().execute("PRAGMA integrity_check").fetchall()
         return result == [("ok",)]
 
@@ -219,79 +365,187 @@ class JudgeCache:
 
     def summary(self) -> dict[str, Any]:
         """``entries`` and the ``oldest`` and ``newest`` write times (Unix seconds, None when
-        empty) of the whole file."""
-        with self._lock:
-            entries, oldest, newest = (
-                self._connection()
-                .execute("SELECT COUNT(*), MIN(created), MAX(created) FROM judge_cache")
-                .fetchone()
-            )
+        no entry has a numeric one) of the whole file."""
+        with self._lock, self._sqlite_errors():
+            conn = self._connection()
+            entries = conn.execute("SELECT COUNT(*) FROM judge_cache").fetchone()[0]
+            oldest, newest = conn.execute(
+                "SELECT MIN(created), MAX(created) FROM judge_cache"
+                " WHERE typeof(created) IN ('integer', 'real')"
+            ).fetchone()
         return {"entries": entries, "oldest": oldest, "newest": newest}
 
     @staticmethod
     def check_file(path: str | os.PathLike[str]) -> Path:
         """``path``, checked (read-only) to be an existing judge cache file."""
         path = Path(path).expanduser()
+        if path.is_dir():
+            raise UDCGInputError("is a directory, expected a judge cache file", path=path)
         if not path.is_file():
             raise UDCGInputError("no such cache file", path=path)
         try:
             conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            conn.text_factory = _text
             try:
-                table = conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'judge_cache'"
-                ).fetchone()
+                _check_schema(conn, "main", path, allow_empty=False)
             finally:
                 conn.close()
-        except sqlite3.DatabaseError as exc:
+        except _SQLITE_ERRORS as exc:
             raise UDCGInputError(f"not a judge cache ({exc})", path=path) from None
-        if table is None:
-            raise UDCGInputError("not a judge cache (no judge_cache table)", path=path)
         return path
 
     def merge_from(self, source: str | os.PathLike[str]) -> MergeCounts:
         """Copy into this cache, in one transaction, the entries of the cache file ``source``
         whose keys it lacks. A key in both keeps this cache's value; the counts tell how many
-        such values were equal and how many differed."""
+        such values were equal and how many differed. A source entry whose value is of no
+        :data:`ENTRY_FORMS` (or whose write time is not a number) is skipped and counted as
+        ``invalid``, the first of them named in ``first_invalid``.
+
+        ``source`` is opened through SQLite: the transactions of its ``-wal`` file, when that
+        file sits beside it, are read too."""
         source = self.check_file(source)
-        if source.resolve() == self.path.resolve():
+        if source.exists() and self.path.exists() and os.path.samefile(source, self.path):
             raise UDCGInputError("is the destination cache itself", path=source)
-        with self._lock:
+        with self._lock, self._sqlite_errors():
             conn = self._connection()
             conn.execute("ATTACH DATABASE ? AS source", (str(source),))
             try:
-                return self._merge_attached(conn)
+                with _transaction(conn):
+                    counts = self._merge_attached(conn, source)
             finally:
                 conn.execute("DETACH DATABASE source")
+            self.writes += counts.added
+        return counts
 
-    def _merge_attached(self, conn: sqlite3.Connection) -> MergeCounts:
-        conn.execute("BEGIN IMMEDIATE")
+    def _merge_attached(self, conn: sqlite3.Connection, source: Path) -> MergeCounts:
         try:
-            same, differ = conn.execute(
-                "SELECT COALESCE(SUM(s.value = d.value), 0), COALESCE(SUM(s.value != d.value), 0)"
-                " FROM source.judge_cache AS s JOIN main.judge_cache AS d ON d.key = s.key"
-            ).fetchone()
-            conn.execute(
-                "INSERT OR IGNORE INTO main.judge_cache (key, value, created)"
-                " SELECT key, value, created FROM source.judge_cache"
+            _check_schema(conn, "source", source, allow_empty=False)
+            rows = conn.execute("SELECT key, value, created FROM source.judge_cache")
+            total = MergeCounts(0, 0, 0)
+            while batch := rows.fetchmany(SELECT_BATCH):
+                good = [row for row in batch if _valid_row(*row)]
+                bad = [str(row[0]) for row in batch if not _valid_row(*row)]
+                total = total.plus(_add_rows(conn, good), bad)
+        except _SQLITE_ERRORS as exc:
+            if any(busy in str(exc) for busy in _BUSY):
+                raise
+            raise UDCGInputError(f"not a usable judge cache ({exc})", path=source) from None
+        return total
+
+
+def _text(data: bytes) -> str | bytes:
+    """A SQLite text as ``str``; the bytes themselves when they are not UTF-8 (a damaged or
+    foreign file), for the checks to refuse with the entry's key."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
+def _check_schema(conn: sqlite3.Connection, schema: str, path: Path, allow_empty: bool) -> None:
+    """Refuse a SQLite file (database ``schema`` of ``conn``) that is not a judge cache: a
+    ``judge_cache`` table without the columns key, value, created; no such table in a file
+    that holds other tables (or, unless ``allow_empty``, in any file)."""
+    tables = [
+        name
+        for (name,) in conn.execute(
+            f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table' ORDER BY name"
+        )
+    ]
+    if "judge_cache" not in tables:
+        if tables:
+            raise UDCGInputError(
+                f"not a judge cache (no judge_cache table; its tables: "
+                f"{', '.join(map(repr, tables))})",
+                path=path,
             )
-            added = conn.execute("SELECT changes()").fetchone()[0]
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        self.writes += added
-        return MergeCounts(added=added, same=same, conflicts=differ)
+        if not allow_empty:
+            raise UDCGInputError("not a judge cache (no judge_cache table)", path=path)
+        return
+    columns = tuple(row[1] for row in conn.execute(f"PRAGMA {schema}.table_info(judge_cache)"))
+    if columns != _COLUMNS:
+        raise UDCGInputError(
+            f"not a judge cache of this udcg version: table judge_cache has the columns "
+            f"{', '.join(map(repr, columns))}, expected {', '.join(map(repr, _COLUMNS))}",
+            path=path,
+        )
+
+
+def _valid_row(key: Any, value: Any, created: Any) -> bool:
+    """True for a stored row of the judge cache: a text key, a value of one of the
+    :data:`ENTRY_FORMS` as JSON text and a finite numeric write time."""
+    if not isinstance(key, str) or not isinstance(value, str):
+        return False
+    if isinstance(created, bool) or not isinstance(created, (int, float)):
+        return False
+    if not math.isfinite(created):
+        return False
+    try:
+        return is_entry(json.loads(value))
+    except (ValueError, RecursionError):
+        return False
+
+
+def _add_rows(conn: sqlite3.Connection, rows: list[tuple[str, str, float]]) -> MergeCounts:
+    """Insert the ``(key, value, created)`` rows whose key ``main.judge_cache`` lacks (inside
+    the caller's transaction); a key present keeps its value."""
+    same = differ = 0
+    for start in range(0, len(rows), SELECT_BATCH):
+        batch = rows[start : start + SELECT_BATCH]
+        marks = ",".join("?" * len(batch))
+        present = dict(
+            conn.execute(
+                f"SELECT key, value FROM main.judge_cache WHERE key IN ({marks})",
+                [row[0] for row in batch],
+            ).fetchall()
+        )
+        for key, value, _ in batch:
+            if key in present:
+                same += present[key] == value
+                differ += present[key] != value
+    before = conn.total_changes
+    conn.executemany(
+        "INSERT OR IGNORE INTO main.judge_cache (key, value, created) VALUES (?, ?, ?)", rows
+    )
+    return MergeCounts(conn.total_changes - before, same, differ)
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction: IMMEDIATE takes the write lock up front (waiting up to
+    busy_timeout for it); committed on success, rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 @dataclass(frozen=True)
 class MergeCounts:
-    """What :meth:`JudgeCache.merge_from` did: entries ``added``; keys already present with the
-    ``same`` value; keys already present with another value (``conflicts``, left as they were)."""
+    """What :meth:`JudgeCache.merge_from` or :meth:`JudgeCache.add_new` did: entries
+    ``added``; keys already present with the ``same`` value; keys already present with another
+    value (``conflicts``, left as they were); source entries skipped as ``invalid`` (the first
+    one's key: ``first_invalid``)."""
 
     added: int
     same: int
     conflicts: int
+    invalid: int = 0
+    first_invalid: str | None = None
+
+    def plus(self, other: MergeCounts, skipped: list[str]) -> MergeCounts:
+        """The sum of two counts, with the keys of more ``skipped`` invalid entries."""
+        return MergeCounts(
+            self.added + other.added,
+            self.same + other.same,
+            self.conflicts + other.conflicts,
+            self.invalid + other.invalid + len(skipped),
+            self.first_invalid or other.first_invalid or (skipped[0] if skipped else None),
+        )
 
 
 def finite_json(value: Any) -> bool:
