@@ -311,8 +311,17 @@ def test_import_refuses_calls_of_another_judge_and_unknown_markers(tmp_path, cap
         "--steps",
         "abstain",
     ]
-    assert batch_main([*export, *base]) == 2  # no abstain_token and no tokenizer to ask
-    assert "abstain_token" in capsys.readouterr().err
+    assert batch_main([*export, *base]) == 2  # no abstain_token, and no server to ask
+    assert "http://127.0.0.1:9/v1 does not answer" in capsys.readouterr().err
+    no_tokenizer = ScriptedServer(lambda path, body, headers: (404, {}, {"error": path}))
+    no_tokenizer.start()
+    try:
+        served = ["--judge", f"openai:m@{no_tokenizer.url}", *base[2:]]
+        assert batch_main([*export, *served]) == 2  # a server without a tokenizer endpoint
+    finally:
+        no_tokenizer.close()
+    err = capsys.readouterr().err
+    assert "field 'abstain_token': the first token of NO-RESPONSE is unknown" in err
     assert batch_main([*export, *base, "--judge-option", "abstain_token=NO"]) == 0
     (tmp_path / "results.jsonl").write_text("")
     other = [

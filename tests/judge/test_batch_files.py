@@ -9,21 +9,21 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.judge.base import upper_bounds
+from udcg.judge.base import Judge, upper_bounds
 from udcg.judge.batch_files import (
     Call,
     ChatSettings,
     ReplyError,
     RequestWriter,
     calls_path,
+    read_batch,
     read_calls,
     read_results,
     reply_value,
     request_body,
 )
-from udcg.judge.batch_judges import ReplayJudge, call_identity
 from udcg.judge.cache import JudgeCache
-from udcg.judge.cached import CachedJudge
+from udcg.judge.cached import CachedJudge, item_key
 
 
 def _chat(top: dict[str, float] | None, content: str = "x") -> dict:
@@ -78,46 +78,62 @@ def test_result_lines_report_each_problem_at_its_line(tmp_path):
         assert words in error
 
 
-def _call(key: str, **args) -> Call:
-    return Call(
-        key,
-        "fp",
-        "abstain_prob",
-        {"question": "Q?", "passage": "P.", "mode": "first_token", **args},
-    )
+def _call(**args) -> Call:
+    args = {"question": "Q?", "passage": "P.", "mode": "first_token", **args}
+    return Call(item_key("fp", "abstain_prob", args), "fp", "abstain_prob", args)
 
 
 def test_writer_splits_requests_and_calls_round_trip(tmp_path):
     chat = ChatSettings("m", {"seed": 3}, 5)
-    calls = [_call(f"k{i}", passage=f"P{i}.") for i in range(5)]
+    calls = [_call(passage=f"P{i}.") for i in range(5)]
     with RequestWriter(tmp_path / "req.jsonl", max_lines=2) as writer:
         for call in calls:
             writer.write(call, request_body(call, chat))
     assert [p.name for p in writer.paths] == ["req-001.jsonl", "req-002.jsonl", "req-003.jsonl"]
     lines = [json.loads(x) for p in writer.paths for x in p.read_text().splitlines()]
     assert [len(p.read_text().splitlines()) for p in writer.paths] == [2, 2, 1]
-    assert [x["custom_id"] for x in lines] == [f"k{i}" for i in range(5)]
+    assert [x["custom_id"] for x in lines] == [c.custom_id for c in calls]
     body = lines[1]["body"]
     assert body["model"] == "m" and body["seed"] == 3 and body["top_logprobs"] == 5
     assert body["max_tokens"] == 1 and body["logprobs"] is True and body["temperature"] == 0
     assert "Document: P1.\nQuestion: Q?" in body["messages"][1]["content"]
     assert calls_path(tmp_path / "req.jsonl") == tmp_path / "req.calls.jsonl"
-    assert list(read_calls(writer.calls, "fp")) == calls
+    assert list(read_calls(writer.calls, "fp", lambda op: {})) == calls
     with pytest.raises(UDCGInputError, match=r"req.calls.jsonl:1: field 'judge'"):
-        list(read_calls(writer.calls, "other"))
+        list(read_calls(writer.calls, "other", lambda op: {}))
+    with pytest.raises(UDCGInputError, match=r"req.calls.jsonl:1: field 'settings'"):
+        list(read_calls(writer.calls, "fp", lambda op: {"abstain_token": "N"}))
 
 
-def test_replayed_results_are_cached_with_their_bounds(tmp_path):
-    args = [{"question": "Q?", "passage": p, "mode": "first_token"} for p in ("A.", "B.")]
-    results = {
-        call_identity("abstain_prob", args[0]): (0.25, False),
-        call_identity("abstain_prob", args[1]): (0.125, True),
-    }
-    cache = JudgeCache(tmp_path / "c.sqlite")
-    cached = CachedJudge(ReplayJudge("m", "fp", results), cache)
-    values = cached.abstain_prob(["Q?", "Q?"], ["A.", "B."])
-    np.testing.assert_array_equal(values, [0.25, 0.125])
-    reread = CachedJudge(ReplayJudge("m", "fp", {}), JudgeCache(tmp_path / "c.sqlite"))
-    again = reread.abstain_prob(["Q?", "Q?"], ["A.", "B."])  # from the cache: nothing replayed
-    np.testing.assert_array_equal(again, [0.25, 0.125])
+class _NoCalls(Judge):
+    """A judge with fingerprint "fp" that must not be asked anything."""
+
+    name, fingerprint = "m", "fp"
+
+    def abstain_prob(self, questions, passages, mode="first_token"):
+        raise AssertionError("asked for abstain_prob")
+
+    def yes_prob(self, prompts):
+        raise AssertionError("asked for yes_prob")
+
+    def generate(self, prompts, max_new_tokens=64):
+        raise AssertionError("asked for generate")
+
+
+def test_imported_results_are_cached_with_their_bounds(tmp_path):
+    calls = {c.custom_id: c for c in (_call(passage="A."), _call(passage="B."))}
+    first, second = calls
+    lines = [
+        {"custom_id": first, "response": {"status_code": 200, "body": _chat({"NO": -1.5})}},
+        {"custom_id": second, "response": {"status_code": 200, "body": _chat({"X": -2.0})}},
+    ]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    batch = read_batch([tmp_path / "r.jsonl"], calls, lambda: "NO", 20)
+    assert batch.errors == [] and batch.duplicates == 0
+    with JudgeCache(tmp_path / "c.sqlite") as cache:
+        counts = cache.add_new({key: r.stored for key, r in batch.results.items()})
+    assert (counts.added, counts.same, counts.conflicts) == (2, 0, 0)
+    reread = CachedJudge(_NoCalls(), JudgeCache(tmp_path / "c.sqlite"))
+    again = reread.abstain_prob(["Q?", "Q?"], ["A.", "B."])  # from the cache: nothing computed
+    np.testing.assert_array_equal(again, [math.exp(-1.5), math.exp(-2.0)])
     np.testing.assert_array_equal(upper_bounds(again), [False, True])

@@ -12,10 +12,16 @@ import a second export holds the grading calls.
 
 ``udcg batch import results.jsonl [...] --calls requests.calls.jsonl [...] --judge <same>``
 reads batch output lines as the online backend reads replies and stores each value in the judge
-cache under its custom_id; a line that cannot be used (a batch error, a status other than 200,
-a reply without log-probs, a custom_id in no calls file) is reported with its file and line and
-not stored (exit status 1). ``udcg annotate IN OUT --judge <same>`` then answers every call from
-the cache; ``--contexts IN.jsonl --output OUT.jsonl`` does that here, with a judge that computes
+cache under its custom_id. Every file is read and checked before anything is stored, and then
+all the results are stored in one transaction: a calls line of another judge, or whose
+custom_id is not the cache key of its arguments, a custom_id answered twice with different
+values, or a value that is not a probability refuses the whole import (exit status 2, nothing
+stored). A line that cannot be used (a batch error, a status other than 200, a reply without
+log-probs, a custom_id in no calls file) is reported with its file and line and not stored, the
+other results are (exit status 1); a custom_id answered twice with the same value is counted.
+A key the cache holds already keeps its value (counted, like ``udcg cache merge``).
+``udcg annotate IN OUT --judge <same>`` then answers every call from the cache;
+``--contexts IN.jsonl --output OUT.jsonl`` does that here, with a judge that computes
 nothing (a missing result is an error naming the context).
 
 The abstention marker's first token must be known: ``--judge-option abstain_token=TEXT``, else
@@ -27,8 +33,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from udcg.cli.annotate import add_step_arguments
@@ -36,35 +42,31 @@ from udcg.cli.common import info_stream, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import read_contexts, write_contexts
+from udcg.io.files import exclusive_writer, refuse_same_file
 from udcg.judge import load_judge
 from udcg.judge.batch_files import (
     OPENAI_MAX_LINES,
     Call,
     ChatSettings,
-    ReplyError,
     RequestWriter,
+    read_batch,
     read_calls,
-    read_results,
-    reply_value,
 )
-from udcg.judge.batch_judges import BatchRecorder, RefusingJudge, ReplayJudge, call_identity
+from udcg.judge.batch_judges import BatchRecorder, RefusingJudge
+from udcg.judge.cache import JudgeCache
 from udcg.judge.cached import CachedJudge
 from udcg.judge.openai_backend import OpenAIJudge
-from udcg.judge.openai_http import split_base_url
-from udcg.judge.openai_tokenizer import first_token_text
 from udcg.judge.prompts import ABSTAIN_MARKER
 from udcg.judge.spec import OPENAI
 from udcg.labels.annotate import (
     annotate,
     check_inputs,
 )
-from udcg.labels.batches import in_batches
 
 #: Steps whose calls a batch file can hold (answer likelihoods need /v1/completions with echo).
 EXPORTABLE_STEPS = ("abstain", "relevance", "outcomes")
 #: Line errors printed one by one before the rest are only counted.
 SHOWN_ERRORS = 20
-_CHUNK = 512
 
 
 def _add_annotation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,8 +122,7 @@ def abstain_marker(judge: OpenAIJudge) -> str:
     tokenizer's answer; an error when neither is known (a batch cannot guess it)."""
     if judge.abstain_token is not None:
         return judge.abstain_token
-    root = split_base_url(judge.base_url)[2]
-    text = first_token_text(judge.http, root, judge.model, ABSTAIN_MARKER)
+    text = judge.server_abstain_token()
     if text is None:
         raise UDCGInputError(
             f"the first token of {ABSTAIN_MARKER} is unknown: no tokenizer endpoint of "
@@ -130,6 +131,18 @@ def abstain_marker(judge: OpenAIJudge) -> str:
             field="abstain_token",
         )
     return text
+
+
+def key_settings(judge: OpenAIJudge) -> Callable[[str], dict[str, Any]]:
+    """``judge.key_settings``, with the abstention token resolved by :func:`abstain_marker`
+    first (so that it is refused, never guessed)."""
+
+    def settings(operation: str) -> dict[str, Any]:
+        if operation == "abstain_prob":
+            abstain_marker(judge)
+        return judge.key_settings(operation)
+
+    return settings
 
 
 def _chat(judge: OpenAIJudge) -> ChatSettings:
@@ -141,13 +154,20 @@ def _chat(judge: OpenAIJudge) -> ChatSettings:
 
 def _export(args: argparse.Namespace) -> None:
     judge = _openai_judge(args)
+    inputs = {"input": args.input, "--cache": args.cache}
+    refuse_same_file(args.output, inputs)
     contexts = list(read_contexts(args.input))
     check_inputs(contexts, args.steps, args.relevance)
     if "abstain" in args.steps:
         abstain_marker(judge)
     grading = "outcomes" in args.steps and args.grader == "llm"
-    with RequestWriter(args.output, args.max_lines) as writer:
-        recorder = BatchRecorder(judge.name, judge.fingerprint, _chat(judge), writer, args.cache)
+    with (
+        exclusive_writer(args.output, "batch requests file"),
+        RequestWriter(args.output, args.max_lines, inputs) as writer,
+    ):
+        recorder = BatchRecorder(
+            judge.name, judge.fingerprint, _chat(judge), writer, args.cache, key_settings(judge)
+        )
 
         def record(steps: list[str], grader: str) -> None:
             annotate(
@@ -180,114 +200,59 @@ def _export(args: argparse.Namespace) -> None:
 # -- import ---------------------------------------------------------------------------------------
 
 
-def _read_calls(paths: list[str], fingerprint: str) -> dict[str, Call]:
+def _read_calls(paths: list[str], judge: OpenAIJudge) -> dict[str, Call]:
     calls: dict[str, Call] = {}
     for path in paths:
-        for call in read_calls(path, fingerprint):
+        for call in read_calls(path, judge.fingerprint, key_settings(judge)):
             calls[call.custom_id] = call
     return calls
-
-
-def _parse_results(
-    paths: list[str], calls: Mapping[str, Call], marker: Callable[[], str], top_logprobs: int
-) -> tuple[dict[str, tuple[Call, Any, bool]], list[str]]:
-    """The usable results of ``paths`` (custom_id -> (call, value, is_bound)) and one message
-    per line that is not usable."""
-    parsed: dict[str, tuple[Call, Any, bool]] = {}
-    errors: list[str] = []
-    for path in paths:
-        for result in read_results(path):
-            where = f"{result.path}:{result.line}: "
-            if result.custom_id is not None:
-                where += f"custom_id {result.custom_id}: "
-            if result.error is not None:
-                errors.append(where + result.error)
-                continue
-            call = calls.get(result.custom_id or "")
-            if call is None:
-                errors.append(where + "in no calls file (--calls)")
-                continue
-            token = marker() if call.operation == "abstain_prob" else None
-            try:
-                value, bound = reply_value(call.operation, result.body, token, top_logprobs)
-            except ReplyError as exc:
-                errors.append(where + str(exc))
-                continue
-            parsed[call.custom_id] = (call, value, bound)
-    return parsed, errors
-
-
-def _store(cached: CachedJudge, calls: list[Call]) -> None:
-    """Ask ``cached`` (over a :class:`ReplayJudge`) for every call, which stores the misses."""
-    groups: dict[tuple[str, Any], list[Call]] = defaultdict(list)
-    for call in calls:
-        extra = call.args.get("mode", call.args.get("max_new_tokens"))
-        groups[(call.operation, extra)].append(call)
-    for (operation, extra), group in sorted(groups.items(), key=lambda item: str(item[0])):
-        if operation == "abstain_prob":
-
-            def work(chunk: list[Call], mode: Any = extra) -> Any:
-                questions = [c.args["question"] for c in chunk]
-                return cached.abstain_prob(questions, [c.args["passage"] for c in chunk], mode)
-        elif operation == "yes_prob":
-
-            def work(chunk: list[Call]) -> Any:
-                return cached.yes_prob([c.args["messages"] for c in chunk])
-        else:
-
-            def work(chunk: list[Call], limit: Any = extra) -> Any:
-                return cached.generate([c.args["messages"] for c in chunk], limit)
-
-        in_batches(group, _CHUNK, work, f"import {operation}")
 
 
 def _import(args: argparse.Namespace) -> int:
     if (args.contexts is None) != (args.output is None):
         raise UDCGInputError("--contexts and --output go together", field="output")
     judge = _openai_judge(args)
+    if args.output is not None:
+        inputs = {"--contexts": args.contexts, "--cache": args.cache}
+        inputs.update({f"results {p}": p for p in args.results})
+        inputs.update({f"--calls {p}": p for p in args.calls})
+        refuse_same_file(args.output, inputs)
     contexts = None
     if args.contexts is not None:
         contexts = list(read_contexts(args.contexts))
         check_inputs(contexts, args.steps, args.relevance)
-    calls = _read_calls(args.calls, judge.fingerprint)
-    markers: list[str] = []
-
-    def marker() -> str:
-        if not markers:
-            markers.append(abstain_marker(judge))
-        return markers[0]
-
-    parsed, errors = _parse_results(args.results, calls, marker, judge.top_logprobs)
-    results = {call_identity(c.operation, c.args): (v, b) for c, v, b in parsed.values()}
-    cached = CachedJudge(ReplayJudge(judge.name, judge.fingerprint, results), args.cache)
-    _store(cached, [c for c, _, _ in parsed.values()])
-    stored = cached.cache.get_many(parsed)
-    if len(stored) != len(parsed):
-        raise RuntimeError(
-            f"{len(parsed) - len(stored)} imported results are not in the cache under their "
-            "custom_id: the cache keys of this judge differ from the export's"
-        )
-    for message in errors[:SHOWN_ERRORS]:
+    calls = _read_calls(args.calls, judge)
+    batch = read_batch(args.results, calls, lambda: abstain_marker(judge), judge.top_logprobs)
+    with JudgeCache(args.cache) as cache:
+        counts = cache.add_new({key: r.stored for key, r in batch.results.items()})
+        path = cache.path
+    for message in batch.errors[:SHOWN_ERRORS]:
         print(f"udcg batch import: error: {message}", file=sys.stderr)
-    if len(errors) > SHOWN_ERRORS:
+    if len(batch.errors) > SHOWN_ERRORS:
         print(
-            f"udcg batch import: error: ... and {len(errors) - SHOWN_ERRORS} more lines",
+            f"udcg batch import: error: ... and {len(batch.errors) - SHOWN_ERRORS} more lines",
             file=sys.stderr,
         )
     out = info_stream(args.output)
-    operations = defaultdict(int)
-    for call, _, _ in parsed.values():
-        operations[call.operation] += 1
-    counts = ", ".join(f"{op} {n}" for op, n in sorted(operations.items())) or "none"
-    bounds = sum(bound for _, _, bound in parsed.values())
+    results = batch.results.values()
+    operations = Counter(r.call.operation for r in results)
+    ops = ", ".join(f"{op} {n}" for op, n in sorted(operations.items())) or "none"
+    bounds = sum(r.bound for r in results)
+    kept = f"{counts.added} new, {counts.same} already there"
+    if counts.conflicts:
+        kept += f", {counts.conflicts} already there with another value (kept as in the cache)"
     print(
-        f"imported {len(parsed)} results ({counts}; {bounds} upper bounds) into "
-        f"{cached.cache.path}; {len(errors)} lines with errors; "
-        f"{len(set(calls) - set(parsed))} exported calls without a result",
+        f"imported {len(batch.results)} results ({ops}; {bounds} upper bounds) into "
+        f"{path} ({kept}); {len(batch.errors)} lines with errors; "
+        f"{len(set(calls) - set(batch.results))} exported calls without a result; "
+        f"{batch.duplicates} duplicate lines with the same value",
         file=out,
     )
     if contexts is not None:
-        refusing = CachedJudge(RefusingJudge(judge.name, judge.fingerprint, contexts), args.cache)
+        refusing = CachedJudge(
+            RefusingJudge(judge.name, judge.fingerprint, contexts, key_settings(judge)),
+            args.cache,
+        )
         annotated, report = annotate(
             contexts,
             refusing,
@@ -296,13 +261,14 @@ def _import(args: argparse.Namespace) -> int:
             args.grader,
             max_new_tokens=args.max_new_tokens,
         )
-        write_contexts(args.output, annotated)
+        with exclusive_writer(args.output, "labelled contexts file"):
+            write_contexts(args.output, annotated)
         print(
             f"annotated {report.contexts} contexts with {judge.name} from the cache "
             f"(hits {refusing.cache.hits}) into {args.output}",
             file=out,
         )
-    return 1 if errors else 0
+    return 1 if batch.errors else 0
 
 
 def main(argv: list[str] | None = None) -> int:

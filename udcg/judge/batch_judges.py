@@ -1,97 +1,80 @@
 """The judges behind ``udcg batch``: each sits inside a :class:`~udcg.judge.cached.CachedJudge`
-so that the cache keys, the deduplication and the stored entries are the cached judge's own.
+so that the cache hits and the deduplication are the cached judge's own.
 
 * :class:`BatchRecorder` (export): the cache misses become request lines instead of server
-  calls; nothing is stored.
-* :class:`ReplayJudge` (import): the cache misses are answered from batch results, so the
-  cached judge stores them as it stores online results.
+  calls, each under the key the cached judge stores its result under
+  (:func:`~udcg.judge.cached.item_key`); nothing is stored.
 * :class:`RefusingJudge` (annotate from imported results): a cache miss is an error naming the
   context that needs it, never a server call.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context
-from udcg.judge.base import AbstainMode, Judge, judge_values
+from udcg.judge.base import AbstainMode, Judge
 from udcg.judge.batch_files import Call, ChatSettings, RequestWriter, request_body
-from udcg.judge.cache import JudgeCache, canonical_json
-from udcg.judge.cached import CachedJudge, decode_value
+from udcg.judge.cache import JudgeCache
+from udcg.judge.cached import CachedJudge, item_key
 from udcg.judge.prompts import Messages, abstain_messages
 
-
-def call_identity(operation: str, args: Mapping[str, Any]) -> str:
-    """The identity of one item of ``operation`` (its arguments as canonical JSON)."""
-    return canonical_json([operation, dict(args)])
+#: What the recording judge answers in place of a result (never used as a label).
+_PLACEHOLDER_TEXT = "udcg-batch-request"
 
 
-class _RecordingCache(JudgeCache):
-    """The judge cache, read as usual; what the cached judge stores is written as requests."""
-
-    def __init__(self, recorder: BatchRecorder, path: str | os.PathLike[str] | None) -> None:
-        super().__init__(path)
-        self.recorder = recorder
+class _ReadOnlyCache(JudgeCache):
+    """The judge cache, read as usual; nothing the cached judge stores is written."""
 
     def put_many(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
-        pairs = items.items() if isinstance(items, Mapping) else items
-        self.recorder.record([(key, _placeholder_number(value)) for key, value in pairs])
         return 0
 
 
-_TEXT_PLACEHOLDER = "udcg-batch-request:"
-
-
-def _placeholder_number(stored: Any) -> int:
-    """The request number a placeholder result carries, from its cached form."""
-    if isinstance(stored, str):
-        return int(stored.removeprefix(_TEXT_PLACEHOLDER))
-    return int(decode_value(stored)[0])
-
-
 class _RecordingJudge(Judge):
-    """Queues the calls it is asked for and returns, as each result, the call's number (a float,
-    or a text holding it, for ``generate``): the placeholders are never used as labels."""
+    """Writes each call it is asked for as a request (:meth:`BatchRecorder.record`) and answers
+    a placeholder (0.0, or a placeholder text for ``generate``); its run-time settings are the
+    recorder's."""
 
     def __init__(self, recorder: BatchRecorder, name: str, fingerprint: str) -> None:
         self.recorder = recorder
         self.name = name
         self.fingerprint = fingerprint
 
+    def key_settings(self, operation: str) -> dict[str, Any]:
+        return dict(self.recorder.settings(operation))
+
     def abstain_prob(
         self, questions: Sequence[str], passages: Sequence[str], mode: AbstainMode = "first_token"
     ) -> np.ndarray:
-        numbers = [
-            self.recorder.queue("abstain_prob", question=q, passage=p, mode=mode)
-            for q, p in zip(questions, passages, strict=True)
-        ]
-        return np.asarray(numbers, dtype=np.float64)
+        for q, p in zip(questions, passages, strict=True):
+            self.recorder.record("abstain_prob", {"question": q, "passage": p, "mode": mode})
+        return np.zeros(len(questions))
 
     def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
-        numbers = [self.recorder.queue("yes_prob", messages=list(m)) for m in prompts]
-        return np.asarray(numbers, dtype=np.float64)
+        for m in prompts:
+            self.recorder.record("yes_prob", {"messages": list(m)})
+        return np.zeros(len(prompts))
 
     def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
         limit = int(max_new_tokens)
-        numbers = [
-            self.recorder.queue("generate", messages=list(m), max_new_tokens=limit) for m in prompts
-        ]
-        return [f"{_TEXT_PLACEHOLDER}{number}" for number in numbers]
+        for m in prompts:
+            self.recorder.record("generate", {"messages": list(m), "max_new_tokens": limit})
+        return [_PLACEHOLDER_TEXT] * len(prompts)
 
 
 class BatchRecorder:
-    """``judge`` is a cached judge with the fingerprint and name of ``chat``'s judge over the
-    cache at ``cache``: its hits are answered from the cache, and each distinct miss is written
-    by ``writer`` as one request (custom_id: the key the cached judge stores it under) instead
-    of being computed; nothing is stored. ``counts`` holds the requests written per
+    """``judge`` is a cached judge with the fingerprint, name and run-time ``settings``
+    (:meth:`~udcg.judge.base.Judge.key_settings`) of ``chat``'s judge over the cache at
+    ``cache``: its hits are answered from the cache, and each distinct miss is written by
+    ``writer`` as one request (custom_id: the key the cached judge stores its result under)
+    instead of being computed; nothing is stored. ``counts`` holds the requests written per
     operation."""
 
     def __init__(
@@ -101,85 +84,51 @@ class BatchRecorder:
         chat: ChatSettings,
         writer: RequestWriter,
         cache: str | os.PathLike[str] | None = None,
+        settings: Callable[[str], Mapping[str, Any]] = lambda operation: {},
     ) -> None:
         self.fingerprint = fingerprint
+        self.settings = settings
         self.chat = chat
         self.writer = writer
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._queued: dict[int, tuple[str, dict[str, Any]]] = {}
         self._written: set[str] = set()
-        self._numbers = itertools.count()
         inner = _RecordingJudge(self, name, fingerprint)
-        self.judge = CachedJudge(inner, _RecordingCache(self, cache))
+        self.judge = CachedJudge(inner, _ReadOnlyCache(cache))
 
-    def queue(self, operation: str, **args: Any) -> int:
-        """Hold one call until the cached judge stores its result; returns its number."""
+    def record(self, operation: str, args: dict[str, Any]) -> None:
+        """Write one call as a request under its cache key; a key written before is skipped."""
+        settings = dict(self.settings(operation))
+        key = item_key(self.fingerprint, operation, args, settings)
         with self._lock:
-            number = next(self._numbers)
-            self._queued[number] = (operation, args)
-        return number
-
-    def record(self, stored: list[tuple[str, int]]) -> None:
-        """Write the calls numbered as in ``stored`` as requests under their keys (the keys the
-        cached judge stores their results under); a key written before is skipped."""
-        with self._lock:
-            for key, number in stored:
-                operation, args = self._queued.pop(number)
-                if key in self._written:
-                    continue
-                self._written.add(key)
-                call = Call(key, self.fingerprint, operation, args)
-                self.writer.write(call, request_body(call, self.chat))
-                self.counts[operation] += 1
-
-
-class ReplayJudge(Judge):
-    """Answers each item from ``results`` (:func:`call_identity` -> ``(value, is_bound)``);
-    log-prob values come back as :class:`~udcg.judge.base.JudgeValues` with their bounds."""
-
-    def __init__(
-        self, name: str, fingerprint: str, results: Mapping[str, tuple[Any, bool]]
-    ) -> None:
-        self.name = name
-        self.fingerprint = fingerprint
-        self.results = results
-
-    def _values(self, identities: list[str]) -> np.ndarray:
-        found = [self.results[i] for i in identities]
-        return judge_values([v for v, _ in found], [b for _, b in found])
-
-    def abstain_prob(
-        self, questions: Sequence[str], passages: Sequence[str], mode: AbstainMode = "first_token"
-    ) -> np.ndarray:
-        return self._values(
-            [
-                call_identity("abstain_prob", {"question": q, "passage": p, "mode": mode})
-                for q, p in zip(questions, passages, strict=True)
-            ]
-        )
-
-    def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
-        return self._values([call_identity("yes_prob", {"messages": m}) for m in prompts])
-
-    def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
-        return [
-            self.results[
-                call_identity("generate", {"messages": m, "max_new_tokens": max_new_tokens})
-            ][0]
-            for m in prompts
-        ]
+            if key in self._written:
+                return
+            self._written.add(key)
+            call = Call(key, self.fingerprint, operation, args, settings)
+            self.writer.write(call, request_body(call, self.chat))
+            self.counts[operation] += 1
 
 
 class RefusingJudge(Judge):
     """A judge that computes nothing: asked for any item, it raises
     :class:`~udcg.errors.UDCGInputError` naming the first of ``contexts`` whose question the
-    item's prompt holds (file and line when the contexts were read from a file)."""
+    item's prompt holds (file and line when the contexts were read from a file). Its run-time
+    ``settings`` are those of the judge it stands for."""
 
-    def __init__(self, name: str, fingerprint: str, contexts: Sequence[Context]) -> None:
+    def __init__(
+        self,
+        name: str,
+        fingerprint: str,
+        contexts: Sequence[Context],
+        settings: Callable[[str], Mapping[str, Any]] = lambda operation: {},
+    ) -> None:
         self.name = name
         self.fingerprint = fingerprint
         self.contexts = contexts
+        self.settings = settings
+
+    def key_settings(self, operation: str) -> dict[str, Any]:
+        return dict(self.settings(operation))
 
     def _refuse(self, operation: str, messages: Messages) -> NoReturn:
         user = messages[-1]["content"]

@@ -21,9 +21,17 @@ a value the wrapped judge marked as an upper bound is stored with that mark (as
 ``{"value": v, "upper_bound": true}``; other values as plain numbers, the form every entry had
 before bounds were marked, so such entries read as exact) and comes back marked.
 
+Every value read from the cache is checked against the form of its operation
+(:func:`~udcg.judge.cache.probability_entry`: a finite probability in [0, 1], possibly marked as
+a bound; :func:`~udcg.judge.cache.text_entry`; :func:`~udcg.judge.cache.json_entry`): an entry
+of another form (a foreign or damaged cache file, a merge of one) is a
+:class:`~udcg.errors.UDCGInputError` naming the cache file and the key, with the command that
+drops it.
+
 What is not cached:
 
-* non-finite floats (a wrapped judge returning NaN or infinity is not trusted with the cache);
+* non-finite floats, and probabilities outside [0, 1] (a wrapped judge returning them is not
+  trusted with the cache);
 * failed ``generate_json`` results: only ``ok`` results are stored, so a rerun retries the
   failures (with a fresh call to the model) instead of replaying them;
 * ``generate_json`` calls whose validator has no stable identity (a lambda, a local function, a
@@ -36,7 +44,6 @@ What is not cached:
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import warnings
@@ -55,7 +62,15 @@ from udcg.judge.base import (
     judge_values,
     upper_bounds,
 )
-from udcg.judge.cache import JudgeCache, cache_key, canonical_json, finite_json
+from udcg.judge.cache import (
+    JudgeCache,
+    cache_key,
+    canonical_json,
+    finite_json,
+    json_entry,
+    probability_entry,
+    text_entry,
+)
 from udcg.judge.prompts import Messages, abstain_messages
 
 _MISSING = object()
@@ -77,25 +92,46 @@ def _validator_id(validate: Any) -> str | None:
     return f"{module}:{qualname}"
 
 
-def _float_or_none(value: Any) -> float | None:
-    number = float(value)
-    return number if math.isfinite(number) else None
+def item_key(
+    fingerprint: str,
+    operation: str,
+    args: Mapping[str, Any],
+    settings: Mapping[str, Any] | None = None,
+) -> str:
+    """The key :class:`CachedJudge` stores one item under: ``operation`` (``abstain_prob``,
+    ``yes_prob`` or ``generate``) of the judge ``fingerprint`` with the method's arguments for
+    one item, ``args`` (``question``, ``passage``, ``mode``; ``messages``; ``messages``,
+    ``max_new_tokens``), and the judge's run-time ``settings`` of the operation
+    (:meth:`~udcg.judge.base.Judge.key_settings`)."""
+    if operation == "abstain_prob":
+        payload = abstain_messages(args["question"], args["passage"])
+        params: dict[str, Any] = {"mode": args["mode"]}
+    elif operation == "yes_prob":
+        payload, params = list(args["messages"]), {}
+    elif operation == "generate":
+        payload, params = list(args["messages"]), {"max_new_tokens": int(args["max_new_tokens"])}
+    else:
+        raise ValueError(f"no item key for operation {operation!r}")
+    return cache_key(fingerprint, operation, payload, {**params, **(settings or {})})
 
 
 def encode_value(value: float, upper_bound: bool) -> float | dict[str, Any] | None:
     """The cached form of a judge value: the number, or ``{"value": v, "upper_bound": true}``
-    for an upper bound; None (not cached) when it is not finite."""
-    number = _float_or_none(value)
-    if number is None or not upper_bound:
-        return number
-    return {"value": number, "upper_bound": True}
+    for an upper bound; None (not cached) when it is not a probability (not finite, or outside
+    [0, 1])."""
+    number = float(value)
+    if not 0.0 <= number <= 1.0:  # False for NaN too
+        return None
+    return {"value": number, "upper_bound": True} if upper_bound else number
 
 
-def decode_value(stored: Any) -> tuple[float, bool]:
-    """(value, is upper bound) of a cached judge value (a plain number is exact)."""
-    if isinstance(stored, Mapping):
-        return float(stored["value"]), bool(stored.get("upper_bound", False))
-    return float(stored), False
+def _decode_text(stored: Any) -> tuple[str, bool]:
+    return text_entry(stored), False
+
+
+def _decode_json(stored: Any) -> tuple[JSONResult, bool]:
+    value, attempts, raw = json_entry(stored)
+    return JSONResult(value=value, attempts=attempts, raw=raw), False
 
 
 class GroupCommit:
@@ -200,30 +236,32 @@ class CachedJudge(Judge):
     def _cached(
         self,
         operation: str,
-        payloads: Sequence[Any],
-        params: dict[str, Any],
+        keys: list[str],
         compute: Callable[[list[int], OnResult | None], Sequence[Any]],
         encode: Callable[[Any, bool], Any],
         decode: Callable[[Any], tuple[Any, bool]],
         on_result: OnResult | None = None,
         streamed: bool = False,
     ) -> tuple[list[Any], list[bool]]:
-        """(results, upper-bound flags) for ``payloads``: decoded cache hits, else
+        """(results, upper-bound flags) for the items of ``keys``: decoded cache hits, else
         ``compute(indices, sink)`` of all the misses at once with a ``sink`` that stores each
         result as it arrives when ``streamed``, else by chunks (``sink`` None).
 
         ``encode(result, bound)`` turns a computed result into its cached JSON value, or None to
-        not store it; ``decode`` reverses it. ``on_result(i, result, bound)`` hears of every
-        item, hits first.
+        not store it; ``decode`` reverses it, raising ``ValueError`` for a value not of the
+        operation's form (an error naming the cache file and the key). ``on_result(i, result,
+        bound)`` hears of every item, hits first.
         """
-        keys = [cache_key(self.fingerprint, operation, payload, params) for payload in payloads]
         found = self.cache.get_many(keys)
         results: list[Any] = [_MISSING] * len(keys)
         flags = [False] * len(keys)
         todo: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
             if key in found:
-                results[i], flags[i] = decode(found[key])
+                try:
+                    results[i], flags[i] = decode(found[key])
+                except ValueError as exc:
+                    raise self.cache.bad_entry(key, f"not a {operation} value: {exc}") from None
                 if on_result is not None:
                     on_result(i, results[i], flags[i])
             else:
@@ -279,8 +317,7 @@ class CachedJudge(Judge):
     def _values(
         self,
         operation: str,
-        payloads: Sequence[Any],
-        params: dict[str, Any],
+        keys: list[str],
         compute: Callable[[list[int], OnResult | None], Any],
         on_result: OnResult | None,
     ) -> JudgeValues:
@@ -292,15 +329,19 @@ class CachedJudge(Judge):
 
         values, flags = self._cached(
             operation,
-            payloads,
-            params,
+            keys,
             floats,
             encode_value,
-            decode_value,
+            probability_entry,
             on_result,
             self.streams_results,
         )
         return judge_values(values, flags)
+
+    def _key_settings(self, operation: str, items: Sequence[Any]) -> dict[str, Any]:
+        """The wrapped judge's run-time settings of ``operation``, part of every item's key
+        (not asked for an empty call)."""
+        return self.inner.key_settings(operation) if items else {}
 
     def _streaming(self, sink: OnResult | None) -> dict[str, Any]:
         """The keyword arguments that pass ``sink`` to the wrapped judge (none without one)."""
@@ -317,7 +358,16 @@ class CachedJudge(Judge):
         on_result: OnResult | None = None,
     ) -> JudgeValues:
         questions, passages = check_abstain_inputs(questions, passages)
-        payloads = [abstain_messages(q, p) for q, p in zip(questions, passages, strict=True)]
+        settings = self._key_settings("abstain_prob", questions)
+        keys = [
+            item_key(
+                self.fingerprint,
+                "abstain_prob",
+                {"question": q, "passage": p, "mode": mode},
+                settings,
+            )
+            for q, p in zip(questions, passages, strict=True)
+        ]
 
         def compute(indices: list[int], sink: OnResult | None) -> Any:
             return self.inner.abstain_prob(
@@ -327,7 +377,7 @@ class CachedJudge(Judge):
                 **self._streaming(sink),
             )
 
-        return self._values("abstain_prob", payloads, {"mode": mode}, compute, on_result)
+        return self._values("abstain_prob", keys, compute, on_result)
 
     def answer_prob(
         self,
@@ -355,7 +405,9 @@ class CachedJudge(Judge):
             )
 
         params = {"normalisation": ANSWER_NORMALISATION}
-        return self._values("answer_prob", payloads, params, compute, on_result)
+        params.update(self._key_settings("answer_prob", payloads))
+        keys = [cache_key(self.fingerprint, "answer_prob", p, params) for p in payloads]
+        return self._values("answer_prob", keys, compute, on_result)
 
     def yes_prob(
         self, prompts: Sequence[Messages], *, on_result: OnResult | None = None
@@ -365,7 +417,9 @@ class CachedJudge(Judge):
         def compute(indices: list[int], sink: OnResult | None) -> Any:
             return self.inner.yes_prob([prompts[i] for i in indices], **self._streaming(sink))
 
-        return self._values("yes_prob", prompts, {}, compute, on_result)
+        settings = self._key_settings("yes_prob", prompts)
+        keys = [item_key(self.fingerprint, "yes_prob", {"messages": m}, settings) for m in prompts]
+        return self._values("yes_prob", keys, compute, on_result)
 
     def generate(
         self,
@@ -389,13 +443,17 @@ class CachedJudge(Judge):
                     )
             return out
 
+        limit = {"max_new_tokens": max_new_tokens}
+        settings = self._key_settings("generate", prompts)
         texts, _ = self._cached(
             "generate",
-            prompts,
-            {"max_new_tokens": int(max_new_tokens)},
+            [
+                item_key(self.fingerprint, "generate", {"messages": m, **limit}, settings)
+                for m in prompts
+            ],
             compute,
             lambda text, _: str(text),
-            lambda stored: (str(stored), False),
+            _decode_text,
             on_result,
             self.streams_results,
         )
@@ -451,15 +509,13 @@ class CachedJudge(Judge):
                 return None
             return stored
 
-        def decode(stored: dict[str, Any]) -> tuple[JSONResult, bool]:
-            value, attempts, raw = stored["value"], int(stored["attempts"]), list(stored["raw"])
-            return JSONResult(value=value, attempts=attempts, raw=raw), False
-
         params = {
             "max_new_tokens": int(max_new_tokens),
             "retries": int(retries),
             "validate": validator,
             **asked,
         }
-        results, _ = self._cached("generate_json", prompts, params, compute, encode, decode)
+        params.update(self._key_settings("generate_json", prompts))
+        keys = [cache_key(self.fingerprint, "generate_json", p, params) for p in prompts]
+        results, _ = self._cached("generate_json", keys, compute, encode, _decode_json)
         return results

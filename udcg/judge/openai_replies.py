@@ -99,7 +99,7 @@ def first_token_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:
             raise ReplyError(f"malformed log-prob entry {token!r}: {logprob!r}")
         try:
             value = float(logprob)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ReplyError(f"malformed log-prob entry {token!r}: {logprob!r}") from None
         value = _logprob(value, f" for token {token!r}")
         found[token] = max(value, found.get(token, -math.inf))
@@ -108,7 +108,10 @@ def first_token_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:
     legacy = logprobs.get("top_logprobs")
     if isinstance(content, list) and content and isinstance(content[0], dict):
         first = content[0]
-        for entry in first.get("top_logprobs") or []:
+        entries = first.get("top_logprobs") or []
+        if not isinstance(entries, list):
+            raise ReplyError(f"malformed top_logprobs {snippet(repr(entries))}")
+        for entry in entries:
             if not isinstance(entry, dict):
                 raise ReplyError(f"malformed top_logprobs entry {entry!r}")
             add(entry.get("token"), entry.get("logprob"))
