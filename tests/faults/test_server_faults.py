@@ -83,6 +83,23 @@ def test_values_computed_with_a_guessed_token_are_not_read_back_once_the_tokeniz
         assert server.chat_requests() == asked + 2
 
 
+def test_a_rerun_the_cache_answers_whole_needs_no_server_for_the_token(tmp_path: Path) -> None:
+    """The token a run resolved is recorded with the cache: with the server gone, a rerun the
+    cache answers whole keys its items with it and makes no request; a miss is the probe's
+    one-line error."""
+    cache = tmp_path / "judge.sqlite"
+    with ScriptedServer(_tokenizer_server({"tokenizer": "up"})) as server:
+        url = server.url
+        online = CachedJudge(_fast(url), cache).abstain_prob(["q1", "q2"], ["p1", "p2"])
+    np.testing.assert_allclose(online, [0.25, 0.25])  # the "N" token
+    rerun = CachedJudge(_fast(url, max_retries=0), cache)
+    np.testing.assert_array_equal(rerun.abstain_prob(["q1", "q2"], ["p1", "p2"]), online)
+    assert rerun.inner_calls == 0
+    assert (rerun.cache.hits, rerun.cache.misses) == (2, 0)
+    with pytest.raises(UDCGInputError, match="does not answer"):
+        rerun.abstain_prob(["q3"], ["p3"])
+
+
 def test_the_tokenizer_is_retried_before_the_token_is_guessed() -> None:
     state = {"tokenizer": "up", "fail_first": 1}
     with ScriptedServer(_tokenizer_server(state)) as server:

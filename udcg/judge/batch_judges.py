@@ -33,7 +33,9 @@ _PLACEHOLDER_TEXT = "udcg-batch-request"
 class _ReadOnlyCache(JudgeCache):
     """The judge cache, read as usual; nothing the cached judge stores is written."""
 
-    def put_many(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
+    def put_many(
+        self, items: Mapping[str, Any] | Iterable[tuple[str, Any]], count: bool = True
+    ) -> int:
         return 0
 
 

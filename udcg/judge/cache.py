@@ -244,9 +244,10 @@ class JudgeCache:
             path=self.path,
         )
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+    def get_many(self, keys: Iterable[str], count: bool = True) -> dict[str, Any]:
         """The cached values of those ``keys`` that are present, decoded from JSON; a value that
-        is not JSON is an error naming the file and the key."""
+        is not JSON is an error naming the file and the key. ``count=False`` leaves ``hits``
+        and ``misses`` alone (bookkeeping entries, not judge calls)."""
         wanted = list(dict.fromkeys(keys))
         found: dict[str, Any] = {}
         with self._lock, self._sqlite_errors():
@@ -259,8 +260,9 @@ class JudgeCache:
                 ).fetchall()
                 for key, value in rows:
                     found[key] = self._decode(key, value)
-            self.hits += len(found)
-            self.misses += len(wanted) - len(found)
+            if count:
+                self.hits += len(found)
+                self.misses += len(wanted) - len(found)
         return found
 
     def _decode(self, key: str, value: Any) -> Any:
@@ -271,14 +273,17 @@ class JudgeCache:
         except (ValueError, RecursionError):
             raise self.bad_entry(key, f"value {_snippet(value)} is not JSON") from None
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.get_many([key]).get(key, default)
+    def get(self, key: str, default: Any = None, count: bool = True) -> Any:
+        return self.get_many([key], count).get(key, default)
 
-    def put_many(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
+    def put_many(
+        self, items: Mapping[str, Any] | Iterable[tuple[str, Any]], count: bool = True
+    ) -> int:
         """Store ``key -> value`` pairs in one transaction (all or none); returns their count.
 
         Values must be JSON-serialisable without NaN or infinities (``ValueError`` otherwise,
-        before anything is written). An existing key is overwritten.
+        before anything is written). An existing key is overwritten. ``count=False`` leaves
+        ``writes`` alone.
         """
         rows = self._rows(items)
         if not rows:
@@ -290,7 +295,8 @@ class JudgeCache:
                     "INSERT OR REPLACE INTO judge_cache (key, value, created) VALUES (?, ?, ?)",
                     rows,
                 )
-            self.writes += len(rows)
+            if count:
+                self.writes += len(rows)
         return len(rows)
 
     @staticmethod

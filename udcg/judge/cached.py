@@ -50,6 +50,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from udcg.errors import UDCGInputError
 from udcg.judge.base import (
     ANSWER_NORMALISATION,
     AbstainMode,
@@ -340,8 +341,25 @@ class CachedJudge(Judge):
 
     def _key_settings(self, operation: str, items: Sequence[Any]) -> dict[str, Any]:
         """The wrapped judge's run-time settings of ``operation``, part of every item's key
-        (not asked for an empty call)."""
-        return self.inner.key_settings(operation) if items else {}
+        (not asked for an empty call).
+
+        The settings the wrapped judge resolves are recorded in the cache (one entry per judge
+        fingerprint and operation); when it cannot resolve them (a server that does not answer)
+        the recorded ones serve, so a rerun the cache answers whole needs no server. Without a
+        record its error stands."""
+        if not items:
+            return {}
+        record = cache_key(self.fingerprint, "key_settings", operation)
+        try:
+            settings = self.inner.key_settings(operation)
+        except UDCGInputError:
+            recorded = self.cache.get(record, count=False)
+            if not isinstance(recorded, dict):
+                raise
+            return recorded
+        if settings and self.cache.get(record, count=False) != settings:
+            self.cache.put_many({record: settings}, count=False)
+        return settings
 
     def _streaming(self, sink: OnResult | None) -> dict[str, Any]:
         """The keyword arguments that pass ``sink`` to the wrapped judge (none without one)."""

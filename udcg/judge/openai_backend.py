@@ -506,19 +506,13 @@ class OpenAIJudge(Judge):
 
     def server_abstain_token(self) -> str | None:
         """The text of the first token of NO-RESPONSE per the server's tokenizer, asked once
-        per judge after a :meth:`probe` (a server that does not answer is a one-line error
-        saying how to do without it); None when no tokenizer endpoint says."""
+        per judge after a :meth:`probe` (a server that does not answer is a one-line error; a
+        cached judge then falls back on the token an earlier run recorded); None when no
+        tokenizer endpoint says."""
         with self._lock:
             if self._server_token_asked:
                 return self._resolved_abstain_token
-        try:
-            self.probe()
-        except UDCGInputError as exc:
-            raise UDCGInputError(
-                f"{exc.reason}; the first token of {ABSTAIN_MARKER} is asked of its tokenizer"
-                " unless abstain_token=TEXT is given",
-                field="judge",
-            ) from None
+        self.probe()
         text = first_token_text(self.http, self._root, self.model, ABSTAIN_MARKER)
         with self._lock:
             self._server_token_asked = True
