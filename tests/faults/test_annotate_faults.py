@@ -52,10 +52,16 @@ class SlowJudge(Judge):
 if __name__ == "__main__":
     import udcg.cli.annotate as cli
 
-    cli.open_cli_judge = lambda args: type("Cached", (), {
-        "__getattr__": lambda self, a: getattr(SlowJudge(), a),
-        "cache": type("Counts", (), {"hits": 0, "misses": 0})(),
-    })()
+    def open_judge(args):
+        if os.environ.get("SLOW_LOADED"):  # a file that counts the judges loaded
+            with open(os.environ["SLOW_LOADED"], "a") as mark:
+                mark.write("loaded")
+        return type("Cached", (), {
+            "__getattr__": lambda self, a: getattr(SlowJudge(), a),
+            "cache": type("Counts", (), {"hits": 0, "misses": 0})(),
+        })()
+
+    cli.open_cli_judge = open_judge
     sys.exit(cli.main(sys.argv[1:]))
 '''
 
@@ -124,9 +130,11 @@ def test_a_second_writer_of_one_output_is_refused_and_a_kill_leaves_no_stuck_loc
     reference = _reference(driver, tmp_path, src)
     out = tmp_path / "out.jsonl"
     first = _killed_midway(driver, src, out)
-    code, _, stderr = _run(driver, src, out)
+    loaded = tmp_path / "loaded.txt"
+    code, _, stderr = _run(driver, src, out, SLOW_LOADED=str(loaded))
     assert code == 2 and stderr.count("\n") == 1, stderr
     assert stderr.startswith(f"udcg annotate: error: {out}: another process is writing")
+    assert not loaded.exists()  # refused before it loaded a judge
     first.send_signal(signal.SIGKILL)
     assert first.wait() == -signal.SIGKILL
     code, stdout, stderr = _run(driver, src, out)  # the lock died with its holder

@@ -22,3 +22,31 @@ def test_a_pipe_is_read_like_process_substitution(tmp_path: Path) -> None:
     run = read_trec_run(fifo)
     writer.join()
     assert run.to_dict() == {"q1": {"d1": 2.5, "d2": 1.5}}
+
+
+def test_exclusive_writer_nests_in_its_process_and_refuses_another(tmp_path):
+    """The holder may take its own lock again (a command, then the library); another process
+    is refused in one line; the lock file goes with the outermost holder."""
+    import subprocess
+    import sys
+
+    from udcg.io.files import exclusive_writer
+
+    out = tmp_path / "out.jsonl"
+    other = (
+        "import sys; from udcg.io.files import exclusive_writer\n"
+        "from udcg.errors import UDCGInputError\n"
+        "try:\n"
+        f"    with exclusive_writer({str(out)!r}): pass\n"
+        "except UDCGInputError as e:\n"
+        "    print(e); sys.exit(2)\n"
+    )
+    with exclusive_writer(out):
+        with exclusive_writer(out):
+            pass
+        assert Path(f"{out}.lock").exists()  # the inner exit keeps the outer lock
+        run = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True)
+        assert run.returncode == 2, run.stderr
+        assert run.stdout.startswith(f"{out}: another process is writing this output")
+    assert not Path(f"{out}.lock").exists()
+    assert subprocess.run([sys.executable, "-c", other]).returncode == 0

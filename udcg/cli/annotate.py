@@ -37,7 +37,7 @@ from udcg.cli.common import info_stream, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import Context, read_contexts
-from udcg.io.files import STDIO, PathType, refuse_same_file
+from udcg.io.files import STDIO, PathType, exclusive_writer, refuse_same_file
 from udcg.labels.annotate import (
     DEFAULT_STEPS,
     GRADERS,
@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         shard = parse_shard(args.shard) if args.shard else None
         for output in (args.output, partial_path(args.output)):
             refuse_same_file(output, {"IN": args.input})
-        with spool_input(args.input) as source:
+        # the lock comes first: a second run on OUT is refused before it loads a judge
+        with exclusive_writer(args.output, "annotation output"), spool_input(args.input) as source:
             annotate_file(source, shard)
 
     def annotate_file(source: PathType, shard: tuple[int, int] | None) -> None:

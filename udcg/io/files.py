@@ -11,6 +11,7 @@ import os
 import stat
 import sys
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterator
 from os import PathLike
@@ -236,20 +237,57 @@ def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> No
             )
 
 
+#: Lock files this process holds (absolute path -> how many holders nest inside it).
+_HELD: dict[str, int] = {}
+_HELD_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def exclusive_writer(path: PathType, what: str = "output") -> Iterator[None]:
     """Hold an exclusive lock on ``path`` for as long as one process writes it.
 
     The lock is ``fcntl.flock`` on ``PATH.lock`` (created beside it): the kernel drops it when
     the holder exits, even by SIGKILL, so a killed run never leaves it stuck. A second process
-    that asks for the same ``path`` is refused at once with one line. ``-`` takes no lock.
+    that asks for the same ``path`` is refused at once with one line. Within the holding
+    process the lock nests (a command may take it before loading its judge, the library again
+    around the writing). ``-`` takes no lock.
     """
     if os.fspath(path) == STDIO:
         yield
         return
+    lock_path = Path(f"{os.fspath(path)}.lock").absolute()
+    key = os.fspath(lock_path)
+    with _HELD_LOCK:
+        if key in _HELD:
+            _HELD[key] += 1
+            nested = True
+        else:
+            nested = False
+    if nested:
+        try:
+            yield
+        finally:
+            with _HELD_LOCK:
+                _HELD[key] -= 1
+        return
+    fd = _lock_file(lock_path, path, what)
+    with _HELD_LOCK:
+        _HELD[key] = 1
+    try:
+        yield
+    finally:
+        with _HELD_LOCK:
+            del _HELD[key]
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock_path)
+        os.close(fd)
+
+
+def _lock_file(lock_path: Path, path: PathType, what: str) -> int:
+    """An open descriptor of ``lock_path`` holding its exclusive ``flock``; one line when
+    another process holds it."""
     import fcntl
 
-    lock_path = Path(f"{os.fspath(path)}.lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -264,13 +302,7 @@ def exclusive_writer(path: PathType, what: str = "output") -> Iterator[None]:
             ) from None
         try:  # the holder before us may have removed the file we locked: lock the new one
             if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
-                break
+                return fd
         except FileNotFoundError:
             pass
-        os.close(fd)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock_path)
         os.close(fd)
