@@ -340,15 +340,17 @@ class CachedJudge(Judge):
         return judge_values(values, flags)
 
     def _key_settings(self, operation: str, items: Sequence[Any]) -> dict[str, Any]:
-        """The wrapped judge's run-time settings of ``operation``, part of every item's key
-        (not asked for an empty call).
+        """:meth:`key_settings` of ``operation``, part of every item's key (not asked for an
+        empty call)."""
+        return self.key_settings(operation) if items else {}
+
+    def key_settings(self, operation: str) -> dict[str, Any]:
+        """The wrapped judge's run-time settings of ``operation``.
 
         The settings the wrapped judge resolves are recorded in the cache (one entry per judge
         fingerprint and operation); when it cannot resolve them (a server that does not answer)
         the recorded ones serve, so a rerun the cache answers whole needs no server. Without a
         record its error stands."""
-        if not items:
-            return {}
         record = cache_key(self.fingerprint, "key_settings", operation)
         try:
             settings = self.inner.key_settings(operation)

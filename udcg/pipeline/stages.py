@@ -135,10 +135,13 @@ def annotate_stage(
     settings: EvaluateSettings,
 ) -> list[Context]:
     """:func:`annotate_contexts` through ``cache`` (stage ``annotate``), keyed by the contexts,
-    the judge's fingerprint and labels key, ``steps`` and the settings the labels depend on."""
+    the judge's fingerprint, run-time key settings (a resolved abstention token) and labels key,
+    ``steps``, how given relevance labels are treated and the settings the labels depend on."""
     key = stage_key(
         [c.to_json() for c in contexts],
         judge.fingerprint,
+        {op: judge.key_settings(op) for op in ("abstain_prob",) if "abstain" in steps},
+        "relevance labels given are kept",  # what the relevance step does with given labels
         settings.judge_key,
         steps,
         settings.relevance,
