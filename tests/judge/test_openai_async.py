@@ -77,9 +77,9 @@ def test_window_keeps_max_concurrency_in_flight_without_barrier():
     assert max(flight.seen) == 10
     # After the first 10, each request starts as one ends: it finds the other 9 in flight
     # (fewer only while another reply is on its way). Chunks of 10 with a barrier would have
-    # requests find 0..9 others, 4.5 on average.
+    # requests find 0..9 others, 4.5 on average (7 leaves room for a loaded machine).
     steady = flight.seen[10:90]
-    assert sum(steady) / len(steady) >= 8.5, flight.seen
+    assert sum(steady) / len(steady) >= 7.0, flight.seen
     np.testing.assert_allclose(values, [0.01 * (i % 90) + 0.001 for i in range(100)])
 
 
@@ -106,7 +106,7 @@ def test_retry_after_is_capped_by_max_backoff():
     with ScriptedServer(reply) as server:
         start = time.monotonic()
         assert _fast(server.url, max_backoff=0.2).generate([_user("x")]) == ["fine"]
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < 20.0  # far below the 120 s asked for
 
 
 def test_retry_after_reads_seconds_and_http_dates():
@@ -159,7 +159,7 @@ def test_first_failure_cancels_the_rest():
         start = time.monotonic()
         with pytest.raises(JudgeServerError, match=r"HTTP 400: .*bad request"):
             _fast(server.url, max_concurrency=4).generate(prompts)
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < 8.0  # all 200 would take 15 s
         time.sleep(0.4)  # the cancelled requests' handlers finish
         assert server.chat_requests() <= 8
 
