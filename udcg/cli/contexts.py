@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from udcg.cli.common import run_cli
 from udcg.errors import UDCGInputError
@@ -21,6 +22,7 @@ from udcg.io.context_model import Context
 from udcg.io.contexts import write_contexts
 from udcg.io.files import STDIO, refuse_same_file
 from udcg.io.run_contexts import build_run_contexts
+from udcg.progress import progress
 
 _INPUTS = ("topics", "collection", "answers", "qrels")
 
@@ -67,9 +69,10 @@ class _Tally:
     short: int = 0
     unjudged: int = 0
 
-    def count(self, contexts: Iterable[Context], k: int) -> Iterator[Context]:
-        """``contexts`` as they are, counted while they pass."""
+    def count(self, contexts: Iterable[Context], k: int, bar: Any) -> Iterator[Context]:
+        """``contexts`` as they are, counted (and shown on ``bar``) while they pass."""
         for ctx in contexts:
+            bar.update(1)
             self.contexts += 1
             self.passages += len(ctx.passages)
             self.short += len(ctx.passages) < k
@@ -110,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             run_name=args.name,
         )
         tally = _Tally()
-        write_contexts(args.out, tally.count(contexts, args.k))
+        with progress(None, "contexts", unit="ctx") as bar:
+            write_contexts(args.out, tally.count(contexts, args.k, bar))
         seconds = time.perf_counter() - start
         print(tally.summary(args.k, args.qrels is not None, args.out, seconds), file=sys.stderr)
 

@@ -1,14 +1,14 @@
-"""Judge work with a progress bar: the loops every annotation step uses."""
+"""Judge work with progress on stderr (:mod:`udcg.progress`): the loops of annotation steps."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
 from udcg.judge.base import upper_bounds
+from udcg.progress import progress
 
 T = TypeVar("T")
 
@@ -30,14 +30,9 @@ def judge_batches(
     """``work`` over ``items`` in batches (progress bar on stderr, kept when done if
     ``leave``); the results and their upper-bound mask (:func:`udcg.judge.base.upper_bounds`
     of each batch's result)."""
-    from tqdm.auto import tqdm
-
     out: list[T] = []
     masks = [np.zeros(0, dtype=bool)]
-    bar = tqdm(
-        total=len(items), desc=label, unit="call", disable=None, file=sys.stderr, leave=leave
-    )
-    with bar:
+    with progress(len(items), label, unit="call", leave=leave) as bar:
         for start in range(0, len(items), batch):
             chunk = items[start : start + batch]
             values = work(chunk)
@@ -65,11 +60,6 @@ def judge_call(
         return judge_batches(items, batch, work, label, leave=False)
     if not items:
         return [], np.zeros(0, dtype=bool)
-    from tqdm.auto import tqdm
-
-    bar = tqdm(
-        total=len(items), desc=label, unit="call", disable=None, file=sys.stderr, leave=False
-    )
-    with bar:
+    with progress(len(items), label, unit="call", leave=False) as bar:
         values = work(items, on_result=lambda i, value, bound: bar.update(1))
     return list(values), upper_bounds(values)

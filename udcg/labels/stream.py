@@ -43,6 +43,7 @@ from udcg.labels.provenance import (
     line_hash,
     write_manifest,
 )
+from udcg.progress import progress
 
 T = TypeVar("T")
 #: Suffix of the file a run appends its finished chunks to.
@@ -224,8 +225,6 @@ def _annotate_stream(
     record: Mapping[str, Any],
 ) -> tuple[AnnotationReport, int]:
     """:func:`annotate_stream` once the lock is held."""
-    from tqdm.auto import tqdm
-
     report = AnnotationReport()
     to_stdout = os.fspath(output) == STDIO
     resumed = 0
@@ -240,9 +239,7 @@ def _annotate_stream(
         nullcontext(None)
         if to_stdout
         else open(partial_manifest_path(partial), "a", encoding="utf-8", newline="\n") as hashes,
-        tqdm(
-            total=total, initial=resumed, desc="contexts", unit="ctx", disable=None, file=sys.stderr
-        ) as bar,
+        progress(total, "contexts", unit="ctx", initial=resumed) as bar,
     ):
         for part in chunks(iterator, chunk):
             annotated, counts = work(part)

@@ -4,7 +4,6 @@ through the judge, score every metric, correlate with accuracy, write the report
 from __future__ import annotations
 
 import socket
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,7 @@ from udcg.pipeline.stages import (
     retrieve_contexts,
     stage_key,
 )
+from udcg.progress import progress
 from udcg.retrieval import Retriever, check_depth
 
 if TYPE_CHECKING:
@@ -159,16 +159,10 @@ def _run_name(name: str, retriever: Any) -> str:
     return name if position is None else f"{name}@{position}"
 
 
-def _progress():
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} stages"),
-        TimeElapsedColumn(),
-        disable=not sys.stderr.isatty(),
-    )
+def _next_stage(bar: Any, stage: str) -> None:
+    """Count a finished stage of ``bar`` and name the next one."""
+    bar.update(1)
+    bar.set_description(f"evaluate: {stage}")
 
 
 def evaluate(
@@ -217,8 +211,7 @@ def evaluate(
     cache = StageCache(settings.cache_dir)
     # retrieved contexts always need the judge: connect before the work, not after it
     judge = None if given else connect_judge(settings)
-    with _progress() as bar:
-        task = bar.add_task("retrieve", total=4)
+    with progress(5, "evaluate: retrieve", unit="stage") as bar:
         if given:
             contexts = dataset.contexts
             name = _given_name(contexts)
@@ -230,7 +223,7 @@ def evaluate(
             contexts = cache.run(
                 "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, depth)
             )
-        bar.update(task, advance=1, description="annotate")
+        _next_stage(bar, "annotate")
         label_key = settings.judge_key
 
         def annotate(contexts: list[Context], steps: list[str]) -> list[Context]:
@@ -246,7 +239,7 @@ def evaluate(
         steps = missing_steps(contexts, label_key, settings.utility, settings.relevance)
         if steps or (settings.qcare and needs_coverage(contexts)):
             contexts = annotate(contexts, steps)
-        bar.update(task, advance=1, description="score")
+        _next_stage(bar, "score")
         table = score_contexts(
             contexts,
             k,
@@ -259,7 +252,7 @@ def evaluate(
             settings.theta_crossfit,
             settings.theta_l2,
         )
-        bar.update(task, advance=1, description="correlate")
+        _next_stage(bar, "correlate")
         args = (
             table.scores,
             table.correct,
@@ -303,8 +296,9 @@ def evaluate(
                 *(f"UDCG-theta weights: {note}" for note in theta_notes),
             ],
         }
-        bar.update(task, advance=1, description="report")
+        _next_stage(bar, "report")
         if theta is None and table.theta_models:
             theta = table.theta_models[0]  # the plot shows the weights fitted on half 1
         files = report.write_report(result, output_dir, theta)
+        bar.update(1)
     return result, files
