@@ -14,6 +14,7 @@ from udcg.cli.extras import missing_extras, missing_module_error, needs
 COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "trec": ("udcg.cli.trec", "evaluate a TREC run against qrels (trec_eval semantics)", ()),
     "compare": ("udcg.cli.compare", "compare runs with paired significance tests", ()),
+    "report": ("udcg.cli.report", "runs of N systems + a judge -> one comparison report", ()),
     "contexts": ("udcg.cli.contexts", "join a TREC run with topics and a collection", ()),
     "annotate": ("udcg.cli.annotate", "judge labels for a contexts file", ()),
     "merge-shards": ("udcg.cli.merge_shards", "join annotate --shard outputs in input order", ()),

@@ -1,0 +1,226 @@
+"""``udcg report RUN RUN... --topics T --collection C [--qrels Q] [--answers A] --judge J
+--out DIR [-m MEASURE...] [--baseline NAME] [--weights W]``: several systems' TREC runs to one
+verdict, in one command.
+
+Each run (system name: its file name without suffix) is joined with the topics and collection
+into top-k contexts (``DIR/contexts/NAME.jsonl``, as ``udcg contexts``), annotated with the
+judge (``DIR/labels/NAME.jsonl``, as ``udcg annotate``: chunked, resumable, through the shared
+judge cache; relevance labels the qrels give are kept), evaluated on the measures (trec_eval
+semantics; UDCG with the judge's utilities) and compared with the baseline (the first run, or
+``--baseline``): per system and measure the mean with its bootstrap CI, the difference to the
+baseline with its paired-bootstrap CI, the paired test's p-value and Holm-corrected
+significance. With ``--weights``, each system's forecast end-to-end accuracy (mean UDCG-theta,
+and the recalibrated one when the weights carry a calibration) with its CI.
+
+Writes ``DIR/report.md``, ``DIR/report.json`` (every number, per-query values included, the
+judge's call and cache-hit counts) and ``DIR/report.html`` (one self-contained file, plots
+inline); prints the Markdown table. A rerun asks the judge nothing: the cache answers every call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from udcg.cli.common import add_allow_mismatch, run_cli, weights_inputs
+from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
+from udcg.errors import UDCGInputError
+from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
+from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
+from udcg.io.weights import MISMATCH_FIELDS
+from udcg.labels.stream import DEFAULT_CHUNK
+from udcg.pipeline import journey
+from udcg.pipeline.journey_report import to_html, to_markdown
+from udcg.trec.measures import UTILITY_MEASURES, parse_measures
+from udcg.trec.significance import TESTS
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="udcg report",
+        description="Compare several systems' TREC runs in one command: contexts, judge labels, "
+        "measures and significance, written as report.md, report.json and report.html.",
+    )
+    parser.add_argument("runs", nargs="+", help="TREC run files, one per system (gzip ok)")
+    parser.add_argument("--topics", required=True, help="queries: qid<TAB>text, or JSONL")
+    parser.add_argument("--collection", required=True, help="passages: doc_id<TAB>text, or JSONL")
+    parser.add_argument(
+        "--qrels", help="qrels (qid iteration doc_id grade); without: the judge labels relevance"
+    )
+    parser.add_argument(
+        "--answers", help="reference answers: qid<TAB>answer..., or JSONL {qid, answers}"
+    )
+    parser.add_argument("--out", required=True, help="folder the report and its files go to")
+    parser.add_argument(
+        "-m",
+        "--measures",
+        nargs="+",
+        default=list(journey.DEFAULT_MEASURES),
+        help="measures (default: %(default)s)",
+    )
+    parser.add_argument(
+        "-k",
+        "--k",
+        type=int,
+        help="passages per context the judge labels (default: the largest UDCG cutoff, else 5)",
+    )
+    parser.add_argument("--baseline", help="system the others are compared with (default: first)")
+    parser.add_argument(
+        "--utility",
+        choices=list(SOURCES),
+        default=DEFAULT_SOURCE,
+        help="utility source: abstention (u = 1 - abstain_prob) or answer_likelihood",
+    )
+    parser.add_argument("--test", choices=TESTS, default="t", help="paired test (default: t)")
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--n-resamples", type=int, default=10000, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--weights", help="UDCG-theta weights (folder or .safetensors): forecast accuracy"
+    )
+    add_allow_mismatch(parser, list(MISMATCH_FIELDS))
+    parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, metavar="N")
+    add_judge_arguments(parser)
+    return parser
+
+
+def _k(args: argparse.Namespace) -> int:
+    if args.k is not None:
+        return args.k
+    cutoffs = [
+        m.cutoff
+        for m in parse_measures(args.measures)
+        if m.name in UTILITY_MEASURES and m.cutoff is not None
+    ]
+    return max(cutoffs, default=5)
+
+
+def _say(text: str) -> None:
+    print(f"udcg report: {text}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for a user mistake)."""
+    args = _parser().parse_args(argv)
+
+    def work() -> None:
+        start = time.perf_counter()
+        check_judge_arguments(args)
+        names = journey.system_names(args.runs)
+        runs = dict(zip(names, args.runs, strict=True))
+        baseline = args.baseline or names[0]
+        if baseline not in runs:
+            raise UDCGInputError(
+                f"unknown system {baseline!r}; known: {', '.join(names)}", field="--baseline"
+            )
+        if len(runs) < 2:
+            raise UDCGInputError("needs at least 2 runs to compare", field="runs")
+        if args.qrels is None and args.answers is None:
+            raise UDCGInputError("needs --qrels or --answers (or both): relevance comes from them")
+        k = _k(args)
+        out = Path(args.out)
+        inputs = {
+            **{f"RUN {n}": r for n, r in runs.items()},
+            "--topics": args.topics,
+            "--collection": args.collection,
+            "--qrels": args.qrels,
+            "--answers": args.answers,
+            **weights_inputs(args.weights),
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("report.md", "report.json", "report.html"):
+            refuse_same_file(out / name, inputs)
+        with exclusive_writer(out / "report.json", "report"):
+            contexts = journey.build_contexts(
+                runs, args.topics, args.collection, k, out / "contexts",
+                qrels=args.qrels, answers=args.answers,
+            )  # fmt: skip
+            _say(f"{len(runs)} systems' top-{k} contexts -> {out / 'contexts'}")
+            steps = journey.steps_for(contexts, args.utility)
+            judge = open_cli_judge(args)
+            labelled = journey.label_contexts(contexts, judge, steps, out / "labels", args.chunk)
+            calls, hits = judge.cache.misses, judge.cache.hits
+            _say(
+                f"labels ({' '.join(steps)}) by {judge.name} -> {out / 'labels'}: "
+                f"judge calls {calls}, cache hits {hits}"
+            )
+            report = _report(args, runs, baseline, k, steps, labelled, judge)
+            report["seconds"] = round(time.perf_counter() - start, 3)
+            markdown = to_markdown(report)
+            for name, text in (
+                ("report.json", json.dumps(report, indent=2) + "\n"),
+                ("report.md", markdown),
+                ("report.html", to_html(report)),
+            ):
+                with atomic_write(out / name) as handle:
+                    handle.write(text)
+        print(markdown, end="")
+        _say(f"report.md, report.json, report.html -> {out} in {report['seconds']:.1f} s")
+
+    return run_cli("udcg report", work)
+
+
+def _report(
+    args: argparse.Namespace,
+    runs: dict[str, str],
+    baseline: str,
+    k: int,
+    steps: list[str],
+    labelled: dict[str, journey.Labelled],
+    judge: object,
+) -> dict:
+    """Everything report.json holds."""
+    source = get_source(args.utility)
+    paths = {name: item.path for name, item in labelled.items()}
+    values = journey.pooled_values(paths, source.field, judge.name)
+    utilities = {q: {d: float(v) for d, v in row.items()} for q, row in values.items()}
+    if args.qrels is not None:
+        qrels = args.qrels
+    else:
+        relevant = journey.pooled_values(paths, "relevant")
+        qrels = {q: {d: int(v) for d, v in row.items()} for q, row in relevant.items()}
+    comparison = journey.compare_systems(
+        qrels, runs, args.measures, utilities, source.field,
+        baseline=baseline, test=args.test, alpha=args.alpha,
+        n_resamples=args.n_resamples, seed=args.seed,
+    )  # fmt: skip
+    forecast = None
+    if args.weights:
+        forecast = journey.forecasts(
+            paths, args.weights, judge.name, args.utility,
+            allow_mismatch=args.allow_mismatch, n_resamples=args.n_resamples, seed=args.seed,
+        )  # fmt: skip
+    return {
+        "format": "udcg-report/1",
+        "runs": {name: str(path) for name, path in runs.items()},
+        "k": k,
+        "relevance_from": "qrels" if args.qrels is not None else "the judge (answers)",
+        "utility": args.utility,
+        "judge": {
+            "name": judge.name,
+            "steps": steps,
+            "calls": judge.cache.misses,
+            "cache_hits": judge.cache.hits,
+            "cache": str(judge.cache.path),
+        },
+        "labels": {
+            name: {
+                "file": str(item.path),
+                "contexts": item.report.contexts,
+                "resumed": item.resumed,
+                "pairs": item.report.pairs + item.report.answer_pairs,
+                "relevance_kept": item.report.relevance_kept,
+                "relevance_computed": item.report.relevance_computed,
+            }
+            for name, item in labelled.items()
+        },
+        "comparison": comparison,
+        "forecast": forecast,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

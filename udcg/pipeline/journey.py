@@ -1,0 +1,323 @@
+"""Several systems' TREC runs to one verdict: contexts, judge labels, measures, comparison.
+
+:func:`build_contexts` joins each run with the topics and collection (as ``udcg contexts``),
+:func:`label_contexts` annotates each system's contexts with one judge (as ``udcg annotate``:
+chunked, resumable, through the judge cache) and :func:`compare_systems` evaluates every
+system on the chosen measures (trec_eval semantics, :mod:`udcg.trec.comparison`) with the
+judge's utilities, the per-query differences to the baseline, their paired-bootstrap CIs and the
+paired tests' p-values. With UDCG-theta weights, :func:`forecasts` gives each system's
+forecast end-to-end accuracy (mean UDCG-theta) with its CI.
+
+Relevance: with qrels, the qrels' grades (an unjudged document of a judged query is not
+relevant; labels the qrels give are kept); without, the judge's relevance step labels each
+passage from the reference answers, and the classic measures are computed against those labels
+(the pool of every system's top k).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts import read_contexts, relevance_matrix, write_contexts
+from udcg.io.files import PathType
+from udcg.io.run_contexts import build_run_contexts
+from udcg.io.utility_sources import get_source
+from udcg.labels.annotate import AnnotationReport, annotate, check_inputs
+from udcg.labels.provenance import annotation_record
+from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream
+from udcg.stats import percentile_interval, resample_counts
+from udcg.trec.comparison import compare
+from udcg.trec.engine import as_qrels, evaluate_table
+
+if TYPE_CHECKING:
+    from udcg.judge.cached import CachedJudge
+
+#: Measures reported when none are named.
+DEFAULT_MEASURES = ("UDCG@5", "nDCG@10", "AP", "RR", "P@5")
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """One system's annotated contexts and what labelling them did."""
+
+    path: Path
+    report: AnnotationReport
+    resumed: int
+
+
+def system_names(runs: Sequence[PathType]) -> list[str]:
+    """A name per run file: its file name without the last suffix (``.gz`` first), refused
+    when two runs would share one."""
+    names = []
+    for run in runs:
+        path = Path(run)
+        name = path.name.removesuffix(".gz")
+        name = Path(name).stem or name
+        if name in names:
+            raise UDCGInputError(
+                f"two runs are named {name!r} (by their file names); rename one", field="runs"
+            )
+        names.append(name)
+    return names
+
+
+def build_contexts(
+    runs: Mapping[str, PathType],
+    topics: PathType,
+    collection: PathType,
+    k: int,
+    folder: Path,
+    *,
+    qrels: PathType | None = None,
+    answers: PathType | None = None,
+) -> dict[str, Path]:
+    """Each run's top-``k`` contexts (:func:`udcg.io.run_contexts.build_run_contexts`, run
+    name = system name) written to ``folder/NAME.jsonl``; every run is read and checked before
+    any file is written."""
+    built = {
+        name: list(
+            build_run_contexts(
+                run, topics, collection, k, answers=answers, qrels=qrels, run_name=name
+            )
+        )
+        for name, run in runs.items()
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, contexts in built.items():
+        paths[name] = folder / f"{name}.jsonl"
+        write_contexts(paths[name], contexts)
+    return paths
+
+
+def steps_for(contexts: Mapping[str, Path], utility: str) -> list[str]:
+    """The annotate steps the report needs: the utility source's step, and ``relevance`` when
+    a passage has no relevance label (no qrels, or a query the qrels do not judge)."""
+    steps = [get_source(utility).step]
+    unlabelled = any(
+        p.relevant is None
+        for path in contexts.values()
+        for c in read_contexts(path)
+        for p in c.passages
+    )
+    return [*steps, "relevance"] if unlabelled else steps
+
+
+def label_contexts(
+    contexts: Mapping[str, Path],
+    judge: CachedJudge,
+    steps: Sequence[str],
+    folder: Path,
+    chunk: int = DEFAULT_CHUNK,
+) -> dict[str, Labelled]:
+    """Each system's contexts annotated with ``judge`` into ``folder/NAME.jsonl`` (chunked and
+    resumable, :func:`udcg.labels.stream.annotate_stream`; given relevance labels are kept).
+    Every input is checked before the first judge call."""
+    totals = {
+        name: check_inputs(read_contexts(path), steps, "string") for name, path in contexts.items()
+    }
+    step = functools.partial(annotate, judge=judge, steps=steps)
+    record = annotation_record(
+        judge.name, judge.fingerprint, steps, "string", False, "span", "first_token", 32, None
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, path in contexts.items():
+        target = folder / f"{name}.jsonl"
+        report, resumed = annotate_stream(
+            read_contexts(path), target, step, chunk, totals[name], record=record
+        )
+        out[name] = Labelled(target, report, resumed)
+    return out
+
+
+def pooled_values(
+    labelled: Mapping[str, Path], read: str, judge_key: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """``{qid: {doc_id: value}}`` over every system's annotated contexts: each passage's
+    ``relevant`` label (``read="relevant"``) or its ``read`` probability under ``judge_key``.
+    The same (query, document) with two different values is an error naming both systems."""
+    values: dict[str, dict[str, Any]] = {}
+    seen: dict[tuple[str, str], str] = {}
+    for name, path in labelled.items():
+        for ctx in read_contexts(path):
+            row = values.setdefault(ctx.qid, {})
+            for i, p in enumerate(ctx.passages):
+                value = p.relevant if read == "relevant" else getattr(p, read)[judge_key]
+                if p.doc_id in row and row[p.doc_id] != value:
+                    raise UDCGInputError(
+                        f"document {p.doc_id!r} of query {ctx.qid!r} has {read} "
+                        f"{row[p.doc_id]!r} in system {seen[ctx.qid, p.doc_id]!r} and "
+                        f"{value!r} in system {name!r}",
+                        field=f"passages[{i}].{read}",
+                    )
+                row[p.doc_id] = value
+                seen[ctx.qid, p.doc_id] = name
+    return values
+
+
+def mean_intervals(
+    values: np.ndarray, n_resamples: int, seed: int | None, confidence: float
+) -> np.ndarray:
+    """``[2, ...]`` percentile-bootstrap interval of the mean over axis 0 (queries resampled
+    with replacement; the same resamples for every column, so differences stay paired)."""
+    n = values.shape[0]
+    counts = resample_counts(n, n_resamples, np.random.default_rng(seed)).astype(np.float64)
+    flat = values.reshape(n, -1)
+    means = counts @ flat / n
+    bounds = [percentile_interval(means[:, j], confidence) for j in range(flat.shape[1])]
+    return np.array(bounds).T.reshape(2, *values.shape[1:])
+
+
+def compare_systems(
+    qrels: PathType | Mapping[str, Mapping[str, int]],
+    runs: Mapping[str, PathType],
+    measures: Sequence[str],
+    utilities: Mapping[str, Mapping[str, float]],
+    utility_field: str,
+    *,
+    baseline: str,
+    test: str = "t",
+    alpha: float = 0.05,
+    n_resamples: int = 10000,
+    seed: int | None = 0,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """Every system on every measure: ``qids``, ``per_query[system][measure]`` (a judged query
+    a run does not rank scores 0), ``means[system][measure] = {"mean", "ci"}`` and, for each
+    other system, ``differences[system][measure] = {"difference", "ci", "p_value",
+    "p_corrected", "significant"}`` to ``baseline`` (CI: paired bootstrap of the per-query
+    differences; p-values: :func:`udcg.trec.comparison.compare` with Holm's correction)."""
+    report = compare(
+        qrels,
+        runs,
+        list(measures),
+        test=test,
+        alpha=alpha,
+        n_resamples=n_resamples,
+        seed=seed,
+        baseline=baseline,
+        utilities=utilities,
+        utility_field=utility_field,
+    )
+    systems = report.systems
+    names = report.measures
+    judged = sorted(_judged(qrels))
+    row_of = {q: i for i, q in enumerate(judged)}
+    values = np.zeros((len(judged), len(systems), len(names)))
+    for j, s in enumerate(systems):
+        table = evaluate_table(
+            qrels, runs[s], names, utilities=utilities, utility_field=utility_field
+        )
+        kept = [i for i, q in enumerate(table.qids) if q in row_of]
+        values[[row_of[table.qids[i]] for i in kept], j] = table.values[kept]
+    b = systems.index(baseline)
+    differences = values - values[:, [b]]
+    intervals = mean_intervals(
+        np.stack([values, differences], axis=1), n_resamples, seed, confidence
+    )
+    out: dict[str, Any] = {
+        "qids": judged,
+        "systems": systems,
+        "baseline": baseline,
+        "measures": names,
+        "test": report.test,
+        "alpha": report.alpha,
+        "correction": report.correction,
+        "confidence": confidence,
+        "n_resamples": n_resamples,
+        "seed": seed,
+        "per_query": {
+            s: {m: values[:, j, i].tolist() for i, m in enumerate(names)}
+            for j, s in enumerate(systems)
+        },
+        "means": {},
+        "differences": {},
+    }
+    for j, s in enumerate(systems):
+        out["means"][s] = {
+            m: {
+                "mean": float(values[:, j, i].mean()),
+                "ci": intervals[:, 0, j, i].tolist(),
+            }
+            for i, m in enumerate(names)
+        }
+        if j == b:
+            continue
+        out["differences"][s] = {}
+        for i, m in enumerate(names):
+            c = report.comparison(s, baseline, m)
+            out["differences"][s][m] = {
+                "difference": float(differences[:, j, i].mean()),
+                "ci": intervals[:, 1, j, i].tolist(),
+                "p_value": c.p_value,
+                "p_corrected": c.p_corrected,
+                "significant": c.significant,
+            }
+    return out
+
+
+def _judged(qrels: PathType | Mapping[str, Mapping[str, int]]) -> set[str]:
+    """The ids of the queries ``qrels`` judge."""
+    return set(pc.unique(as_qrels(qrels).qids).to_pylist())
+
+
+def forecasts(
+    labelled: Mapping[str, Path],
+    weights: PathType,
+    judge_key: str,
+    utility: str,
+    *,
+    allow_mismatch: Sequence[str] = (),
+    n_resamples: int = 10000,
+    seed: int | None = 0,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """Each system's forecast end-to-end accuracy: the mean UDCG-theta of its contexts (and the
+    recalibrated one when the weights carry a calibration) with a percentile-bootstrap CI over
+    its queries. The weights are checked against the judge key, utility source, prompt and k
+    (:func:`udcg.io.weights.check_compatible`); contexts of another size are refused."""
+    from udcg.io.weights import check_compatible
+    from udcg.judge.prompts import prompt_record
+    from udcg.theta import UDCGTheta
+
+    model = UDCGTheta.from_pretrained(weights)
+    k = len(model.alpha_)
+    variants = {"UDCG-theta": False}
+    if model.calibration_ is not None:
+        variants["UDCG-theta (recalibrated)"] = True
+    out: dict[str, Any] = {"weights": str(weights), "k": k, "systems": {}}
+    for name, path in labelled.items():
+        contexts = list(read_contexts(path))
+        sizes = sorted({len(c.passages) for c in contexts})
+        out["overrides"] = check_compatible(
+            model.card_,
+            {
+                "k": None if sizes == [k] else ", ".join(map(str, sizes)),
+                "utility": utility,
+                "judge": judge_key,
+                "prompt": prompt_record()["sha256"],
+                "mode": None,
+            },
+            allow_mismatch,
+        )
+        relevant = np.stack(relevance_matrix(contexts, unit=True))
+        utilities = np.stack(get_source(utility).utilities(contexts, judge_key))
+        columns = np.stack(
+            [model.predict_proba(relevant, utilities, calibrated=c) for c in variants.values()],
+            axis=1,
+        )
+        intervals = mean_intervals(columns, n_resamples, seed, confidence)
+        out["systems"][name] = {
+            variant: {"forecast": float(columns[:, i].mean()), "ci": intervals[:, i].tolist()}
+            for i, variant in enumerate(variants)
+        }
+    return out

@@ -1,0 +1,243 @@
+"""The report of :mod:`udcg.pipeline.journey` as Markdown and as one self-contained HTML file.
+
+The HTML holds its plots as inline SVG (no script, no external file, no plotting library): the
+mean of every system on every measure with its CI, and the per-query differences to the
+baseline (one dot per query, the mean difference with its CI).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+#: Colours of the systems, in order (colour-blind safe, Okabe-Ito).
+COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+_W, _H = 260, 220  # one panel
+_LEFT, _RIGHT, _TOP, _BOTTOM = 46, 10, 26, 42
+
+
+def _num(x: float) -> str:
+    return f"{x:.4f}"
+
+
+def _ci(ci: Sequence[float]) -> str:
+    return f"[{ci[0]:.4f}, {ci[1]:.4f}]"
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p < 0.001 else f"{p:.4f}"
+
+
+def verdict_rows(report: dict[str, Any]) -> list[list[str]]:
+    """One row per (measure, system): mean [CI], difference to the baseline [CI], p, p
+    corrected, significant (``*`` when the corrected p is at most alpha)."""
+    comparison = report["comparison"]
+    base = comparison["baseline"]
+    rows = []
+    for m in comparison["measures"]:
+        for s in comparison["systems"]:
+            mean = comparison["means"][s][m]
+            row = [m, s, _num(mean["mean"]), _ci(mean["ci"])]
+            if s == base:
+                row += ["(baseline)", "", "", "", ""]
+            else:
+                d = comparison["differences"][s][m]
+                row += [
+                    f"{d['difference']:+.4f}",
+                    _ci(d["ci"]),
+                    _p(d["p_value"]),
+                    _p(d["p_corrected"]),
+                    "*" if d["significant"] else "",
+                ]
+            rows.append(row)
+    return rows
+
+
+HEADER = ["measure", "system", "mean", "CI", "Δ baseline", "Δ CI", "p", "p (Holm)", "sig."]
+
+
+def _forecast_rows(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for s, variants in report["forecast"]["systems"].items():
+        for variant, f in variants.items():
+            rows.append([s, variant, _num(f["forecast"]), _ci(f["ci"])])
+    return rows
+
+
+def _summary(report: dict[str, Any]) -> list[str]:
+    comparison, judge = report["comparison"], report["judge"]
+    confidence = round(100 * comparison["confidence"])
+    return [
+        f"{len(comparison['systems'])} systems, {len(comparison['qids'])} queries, "
+        f"baseline {comparison['baseline']}; relevance from {report['relevance_from']}; "
+        f"utilities: {report['utility']} labels of judge {judge['name']}.",
+        f"CIs: {confidence}% percentile bootstrap over queries ({comparison['n_resamples']} "
+        f"resamples, paired for differences); p: {comparison['test']} test, "
+        f"{comparison['correction'] or 'no'} correction, alpha {comparison['alpha']}.",
+        f"Judge calls: {judge['calls']} ({judge['cache_hits']} answered by the cache "
+        f"{judge['cache']}).",
+    ]
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown: a summary, the verdict table and the forecasts, if any."""
+    lines = ["# Systems compared", "", *_summary(report), ""]
+    lines += _md_table(HEADER, verdict_rows(report))
+    if report.get("forecast"):
+        lines += ["", "## Forecast end-to-end accuracy (UDCG-theta)", ""]
+        lines += _md_table(["system", "forecast", "mean", "CI"], _forecast_rows(report))
+    for warning in report.get("warnings", []):
+        lines += ["", f"> warning: {warning}"]
+    return "\n".join(lines) + "\n"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _scale(lo: float, hi: float) -> tuple[float, float, list[float]]:
+    """A padded value range and 5 tick values over it."""
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.5, hi + 0.5
+    pad = (hi - lo) * 0.08
+    lo, hi = lo - pad, hi + pad
+    return lo, hi, [lo + (hi - lo) * i / 4 for i in range(5)]
+
+
+def _panel(
+    title: str,
+    labels: list[str],
+    colours: list[str],
+    points: list[tuple[float, float, float]],
+    dots: list[list[float]] | None,
+    zero: bool,
+) -> str:
+    """One SVG panel: per label a point with an interval bar (``(mean, low, high)``), and, with
+    ``dots``, a dot per value beside it; a dashed line at 0 with ``zero``."""
+    values = [v for p in points for v in p] + [v for d in dots or [] for v in d]
+    lo, hi, ticks = _scale(min([*values, 0.0] if zero else values), max(values))
+    width, height = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+
+    def y(v: float) -> float:
+        return _TOP + height * (hi - v) / (hi - lo)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
+        f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{html.escape(title)}">',
+        f'<rect x="0" y="0" width="{_W}" height="{_H}" fill="#ffffff"/>',
+        f'<text x="{_W / 2}" y="16" text-anchor="middle" font-size="13" '
+        f'font-weight="bold">{html.escape(title)}</text>',
+        f'<rect x="{_LEFT}" y="{_TOP}" width="{width}" height="{height}" fill="#f7f7f7" '
+        'stroke="#999999"/>',
+    ]
+    for t in ticks:
+        parts.append(
+            f'<line x1="{_LEFT}" x2="{_LEFT + width}" y1="{y(t):.1f}" y2="{y(t):.1f}" '
+            'stroke="#dddddd"/>'
+            f'<text x="{_LEFT - 4}" y="{y(t) + 4:.1f}" text-anchor="end" '
+            f'font-size="10">{t:.2f}</text>'
+        )
+    if zero:
+        parts.append(
+            f'<line x1="{_LEFT}" x2="{_LEFT + width}" y1="{y(0):.1f}" y2="{y(0):.1f}" '
+            'stroke="#333333" stroke-dasharray="4 3"/>'
+        )
+    step = width / max(len(labels), 1)
+    for i, (label, colour, (mean, low, high)) in enumerate(
+        zip(labels, colours, points, strict=True)
+    ):
+        x = _LEFT + step * (i + 0.5)
+        for n, v in enumerate(dots[i] if dots else []):
+            dx = x - step * 0.3 + step * 0.2 * ((n * 0.618) % 1.0)
+            parts.append(
+                f'<circle cx="{dx:.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}" '
+                'fill-opacity="0.45"/>'
+            )
+        parts.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y(low):.1f}" y2="{y(high):.1f}" '
+            f'stroke="{colour}" stroke-width="3"/>'
+            f'<line x1="{x - 7:.1f}" x2="{x + 7:.1f}" y1="{y(low):.1f}" y2="{y(low):.1f}" '
+            f'stroke="{colour}" stroke-width="2"/>'
+            f'<line x1="{x - 7:.1f}" x2="{x + 7:.1f}" y1="{y(high):.1f}" y2="{y(high):.1f}" '
+            f'stroke="{colour}" stroke-width="2"/>'
+            f'<circle cx="{x:.1f}" cy="{y(mean):.1f}" r="5" fill="{colour}" stroke="#000000"/>'
+            f'<text x="{x:.1f}" y="{_H - _BOTTOM + 16}" text-anchor="middle" '
+            f'font-size="11">{html.escape(label[:16])}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def plots(report: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """``(mean panels, difference panels)``: one SVG per measure each."""
+    comparison = report["comparison"]
+    systems, base = comparison["systems"], comparison["baseline"]
+    colours = [COLOURS[i % len(COLOURS)] for i in range(len(systems))]
+    others = [s for s in systems if s != base]
+    other_colours = [colours[systems.index(s)] for s in others]
+    means, differences = [], []
+    for m in comparison["measures"]:
+        points = [
+            (comparison["means"][s][m]["mean"], *comparison["means"][s][m]["ci"]) for s in systems
+        ]
+        means.append(_panel(m, systems, colours, points, None, zero=False))
+        diffs = [comparison["differences"][s][m] for s in others]
+        base_values = comparison["per_query"][base][m]
+        dots = [
+            [a - b for a, b in zip(comparison["per_query"][s][m], base_values, strict=True)]
+            for s in others
+        ]
+        points = [(d["difference"], *d["ci"]) for d in diffs]
+        differences.append(
+            _panel(f"{m}: system − {base}", others, other_colours, points, dots, zero=True)
+        )
+    return means, differences
+
+
+_STYLE = (
+    "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}"
+    "table{border-collapse:collapse;margin:12px 0}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;font-size:13px}"
+    "th{background:#eee}td:nth-child(-n+2){text-align:left}"
+    ".plots{display:flex;flex-wrap:wrap;gap:8px}"
+)
+
+
+def to_html(report: dict[str, Any]) -> str:
+    """The report as one self-contained HTML page (inline style and SVG plots)."""
+    means, differences = plots(report)
+    confidence = round(100 * report["comparison"]["confidence"])
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>udcg report: systems compared'
+        f"</title><style>{_STYLE}</style></head><body>",
+        "<h1>Systems compared</h1>",
+        *(f"<p>{html.escape(line)}</p>" for line in _summary(report)),
+        *(
+            f'<p class="warning"><strong>warning:</strong> {html.escape(w)}</p>'
+            for w in report.get("warnings", [])
+        ),
+        _html_table(HEADER, verdict_rows(report)),
+        f"<h2>Means with {confidence}% CIs</h2>",
+        f'<div class="plots" id="means">{"".join(means)}</div>',
+        "<h2>Per-query differences to the baseline (dots: queries; bar: mean difference with "
+        f"its {confidence}% paired CI)</h2>",
+        f'<div class="plots" id="differences">{"".join(differences)}</div>',
+    ]
+    if report.get("forecast"):
+        parts += [
+            "<h2>Forecast end-to-end accuracy (UDCG-theta)</h2>",
+            _html_table(["system", "forecast", "mean", "CI"], _forecast_rows(report)),
+        ]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
