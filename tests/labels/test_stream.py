@@ -168,7 +168,7 @@ def test_cli_chunks_resume_and_stdout(tmp_path: Path, capsys) -> None:
     assert main([str(src), str(out), *base, *cache]) == 0
     printed = capsys.readouterr().out
     assert "resumed after 1 contexts already written" in printed
-    assert "annotated 6 contexts" in printed
+    assert f"annotated 7 contexts (1 resumed from {out}.partial, 6 now)" in printed
     assert out.read_bytes() == reference
     assert main([str(src), "-", *base, *cache]) == 0
     assert capsys.readouterr().out.encode() == reference

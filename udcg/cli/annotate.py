@@ -31,24 +31,31 @@ import stat
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from pathlib import Path
 
 from udcg.cli.common import info_stream, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import Context, read_contexts
 from udcg.io.files import STDIO, PathType, exclusive_writer, refuse_same_file
+from udcg.io.utility_sources import SOURCES
 from udcg.labels.annotate import (
+    BOUNDS,
     DEFAULT_STEPS,
     GRADERS,
+    GRADES,
     RELEVANCE_MODES,
     STEPS,
     AnnotationReport,
     annotate,
     check_inputs,
+    relabels,
 )
 from udcg.labels.provenance import annotation_record
 from udcg.labels.shards import in_shard, parse_shard
+from udcg.labels.signal_check import ContextSignal
 from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream, partial_path
 
 #: Value field -> how the warning names it.
@@ -102,13 +109,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def bounds_warning(report: AnnotationReport) -> str | None:
-    """One line counting the values that are only upper bounds, or None when there are none."""
+def bounds_warning(report: AnnotationReport, resumed: AnnotationReport | None = None) -> str | None:
+    """One line counting the values that are only upper bounds (those of ``report``, judge
+    values, and of ``resumed``, passages of the contexts resumed), or None when there are
+    none."""
     parts = [
         f"{report.bounds[field]} of {getattr(report, total)} {what} values"
         for field, (what, total) in _BOUND_NAMES.items()
         if report.bounds[field]
     ]
+    if resumed is not None:
+        parts += [
+            f"{resumed.bounds[field]} {what} values of passages in the {resumed.contexts} "
+            "contexts resumed"
+            for field, (what, _) in _BOUND_NAMES.items()
+            if resumed.bounds[field]
+        ]
     if not parts:
         return None
     return (
@@ -148,6 +164,52 @@ def _relevance_line(report: AnnotationReport) -> str:
     return (
         f"relevance: kept {report.relevance_kept} given labels, computed "
         f"{report.relevance_computed}"
+    )
+
+
+def resumed_report(
+    written: Iterable[Context],
+    inputs: Iterable[Context],
+    steps: Sequence[str],
+    name: str,
+    relabel_relevance: bool,
+) -> AnnotationReport:
+    """What the contexts ``written`` by an earlier run (annotated from ``inputs``, in order)
+    hold: contexts, the relevance labels kept and computed, answers and grades, and per value
+    field the passages whose value judge ``name`` gave only as an upper bound. Judge calls are
+    not counted (this run made none for them)."""
+    report = AnnotationReport()
+    for done, given in zip(written, inputs, strict=True):
+        report.contexts += 1
+        if "relevance" in steps:
+            computed = sum(relabels(p, relabel_relevance) for p in given.passages)
+            report.relevance_computed += computed
+            report.relevance_kept += len(given.passages) - computed
+        outcome = done.outcomes.get(name)
+        if "outcomes" in steps and outcome is not None:
+            report.answers += 1
+            grade = outcome.get("grade")
+            if grade in GRADES:
+                report.grades[grade] += 1
+            else:
+                report.failures["unparsable grade"] += 1
+        for p in done.passages:
+            report.bounds.update(p.extra.get(BOUNDS, {}).get(name, []))
+    return report
+
+
+def _summary(report: AnnotationReport, resumed: AnnotationReport, partial: Path, name: str) -> str:
+    """The first line of the summary: contexts of the whole output (resumed and now) and the
+    judge calls this run made."""
+    calls = (
+        f"{report.pairs} passage pairs, {report.answer_pairs} answer-likelihood pairs, "
+        f"{report.relevance_checks} relevance checks, {report.answers} answers"
+    )
+    if not resumed.contexts:
+        return f"annotated {report.contexts} contexts with {name}: {calls}"
+    return (
+        f"annotated {resumed.contexts + report.contexts} contexts ({resumed.contexts} resumed "
+        f"from {partial}, {report.contexts} now) with {name}; judge calls now: {calls}"
     )
 
 
@@ -192,30 +254,63 @@ def main(argv: list[str] | None = None) -> int:
             args.max_new_tokens,
             shard,
         )
+        signals = [
+            ContextSignal(source.name, judge.name)
+            for source in SOURCES.values()
+            if source.step in args.steps
+        ]
+
+        def work(part: list[Context]) -> tuple[list[Context], AnnotationReport]:
+            annotated, counts = step(part)
+            for signal in signals:
+                signal.add(annotated)
+            return annotated, counts
+
         report, resumed = annotate_stream(
-            contexts(), args.output, step, args.chunk, total, record=record
+            contexts(), args.output, work, args.chunk, total, record=record
         )
+        earlier = AnnotationReport()
+        if resumed:  # the whole output: what the earlier run wrote, read back, and this run
+
+            def written() -> Iterator[Context]:
+                for ctx in islice(read_contexts(args.output), resumed):
+                    for signal in signals:
+                        signal.add([ctx])
+                    yield ctx
+
+            earlier = resumed_report(
+                written(),
+                islice(contexts(), resumed),
+                args.steps,
+                judge.name,
+                args.relabel_relevance,
+            )
+        whole = AnnotationReport()
+        whole.add(earlier)
+        whole.add(report)
         cache = judge.cache
         out = info_stream(args.output)
         if resumed:
             print(f"resumed after {resumed} contexts already written", file=out)
         print(
-            f"annotated {report.contexts} contexts with {judge.name}: {report.pairs} passage "
-            f"pairs, {report.answer_pairs} answer-likelihood pairs, "
-            f"{report.relevance_checks} relevance checks, {report.answers} answers; "
+            f"{_summary(report, earlier, partial_path(args.output), judge.name)}; "
             f"cache hits {cache.hits}, misses {cache.misses}",
             file=out,
         )
         if "relevance" in args.steps:
-            print(_relevance_line(report), file=out)
-        if report.grades:
-            grades = ", ".join(f"{g} {n}" for g, n in sorted(report.grades.items()))
+            print(_relevance_line(whole), file=out)
+        if whole.grades:
+            grades = ", ".join(f"{g} {n}" for g, n in sorted(whole.grades.items()))
             print(f"grades: {grades}", file=out)
-        for what, n in report.failures.items():
+        for what, n in whole.failures.items():
             print(f"failures: {n} {what}", file=sys.stderr)
-        warning = bounds_warning(report)
+        warning = bounds_warning(report, earlier)
         if warning:
             warnings.warn(warning, UDCGWarning, stacklevel=1)
+        for signal in signals:
+            check = signal.result()
+            if check is not None and check.fires:
+                warnings.warn(check.warning(), UDCGWarning, stacklevel=1)
 
     return run_cli("udcg annotate", work)
 
