@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "batch": ("udcg.cli.batch", "judge calls as an offline batch file: export, import", ()),
     "score": ("udcg.cli.score", "UDCG, UDCG-theta and classic metrics per context", ()),
     "weights": ("udcg.cli.weights", "UDCG-theta weights: show the card, calibrate", ()),
+    "probe": ("udcg.cli.probe", "ask a judge server what each annotate step gets from it", ()),
     "order": ("udcg.cli.order", "choose and order context passages (UDCG-theta, heuristics)", ()),
     "qcare": ("udcg.cli.qcare", "Q-CARE labels, scores and judge-human agreement", ()),
     "demo": ("udcg.cli.demo", "rebuild the embedded demo set with the judge", ("judge",)),

@@ -409,8 +409,13 @@ class JudgeHTTPClient:
         """The HTTP status of one GET of ``url`` within ``timeout`` seconds, never retried; a
         :class:`JudgeServerError` saying why when no reply came (``connection refused``,
         ``no reply within 5 s``)."""
+        return self.get(url, timeout).status_code
 
-        async def get(_: Callable[[Any], None]) -> int:
+    def get(self, url: str, timeout: float) -> httpx.Response:
+        """The reply (read whole) to one GET of ``url`` within ``timeout`` seconds, never
+        retried; a :class:`JudgeServerError` saying why when no reply came."""
+
+        async def get(_: Callable[[Any], None]) -> httpx.Response:
             self.count("requests")
             try:
                 async with self.connection():
@@ -420,7 +425,7 @@ class JudgeHTTPClient:
             except httpx.TransportError as exc:
                 reason = _ERRNO.sub("", transport_reason(exc)).strip()
                 raise self.error(reason[:1].lower() + reason[1:]) from None
-            return reply.status_code
+            return reply
 
         return self.run(get)
 
