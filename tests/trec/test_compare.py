@@ -1,5 +1,6 @@
 """udcg.compare: p-values equal scipy's (and ranx's t-test), the randomization test is exact on
-small query sets, Holm's correction by hand, a missing query scores 0, and the report tables."""
+small query sets, Holm's correction by hand, the paired bootstrap intervals by hand, a missing
+query scores 0, and the report tables."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from scipy import stats as sps
 from udcg.errors import UDCGInputError
 from udcg.trec import ComparisonReport, compare
 from udcg.trec.engine import evaluate
-from udcg.trec.significance import bootstrap_test, holm, randomization_test, t_test
+from udcg.trec.significance import (
+    bootstrap_interval,
+    bootstrap_test,
+    holm,
+    randomization_test,
+    t_test,
+)
 
 MEASURES = ["nDCG@10", "AP", "RR", "P@5"]
 
@@ -206,11 +213,18 @@ def test_tables_mark_the_systems_beaten() -> None:
     assert flipped.difference < 0 and flipped.significant
     markdown = report.to_markdown(digits=3)
     assert f"| a | bad | {report.means['bad']['nDCG@10']:.3f} | 0.000 |" in markdown
-    assert "| b | good_run | 1.000ᵃ | 0.600ᵃ |" in markdown
-    assert "| c | same | 1.000ᵃ | 0.600ᵃ |" in markdown
+    # good_run gains the same on every query: a zero-width interval
+    assert "| b | good_run | 1.000ᵃ (+0.575 [+0.575, +0.575], p<0.001)† | 0.600ᵃ (+0.600 " in (
+        markdown
+    )
+    assert "| c | same | 1.000ᵃ (+0.575 [+0.575, +0.575], p<0.001)† | 0.600ᵃ " in markdown
     assert "paired randomization test, two-sided, p <= 0.05 after Holm's correction" in markdown
+    assert "the difference to the first system 'bad', its 95% paired bootstrap" in markdown
     latex = report.to_latex()
-    assert r"b & good\_run & 1.0000$^{a}$ & 0.6000$^{a}$ \\" in latex
+    assert (
+        r"b & good\_run & 1.0000$^{a}$ $(+0.5750\;[+0.5750, +0.5750],\;p<0.0001)^{\dagger}$ & "
+        in latex
+    )
     assert r"a & bad & 0.4" in latex and r"0.0000 \\" in latex
     assert latex.startswith(r"\begin{table}") and r"\caption{Superscripts" in latex
 
@@ -227,6 +241,8 @@ def test_exports(case) -> None:
         "system",
         "other",
         "difference",
+        "ci_low",
+        "ci_high",
         "p_value",
         "p_corrected",
         "significant",
@@ -235,6 +251,7 @@ def test_exports(case) -> None:
     frame = report.to_dataframe()
     assert len(frame) == 6
     assert frame["p_value"].tolist() == [c.p_value for c in report.comparisons]
+    assert frame["ci_low"].tolist() == [c.ci_low for c in report.comparisons]
 
 
 @pytest.mark.parametrize(
@@ -245,6 +262,8 @@ def test_exports(case) -> None:
         ({"alpha": 1.5}, "strictly between 0 and 1"),
         ({"correction": "bonferroni"}, "must be one of holm"),
         ({"n_resamples": 0}, "positive integer"),
+        ({"confidence": 1.0}, "field 'confidence': must be a number strictly between 0 and 1"),
+        ({"utilities": ["u1", "u2"]}, "field 'utilities': 2 utility sources for 3 systems"),
         ({"measures": ["nDGC@10"]}, "unknown measure"),
         ({"qrels": {"q0": {"d0": 1}}}, "judge 1 query; a paired test needs at least 2"),
     ],
@@ -270,3 +289,33 @@ def test_table_edge_cases() -> None:
     )
     with pytest.raises(UDCGInputError, match="at most 26 systems"):
         many.to_markdown()
+
+
+def test_bootstrap_interval_by_hand() -> None:
+    """The percentile interval of the means of resampled queries, drawn as n indices per
+    resample from the seeded generator; the same resamples for every column."""
+    d = np.random.default_rng(5).normal(0.1, 1.0, size=(40, 3))
+    low, high = bootstrap_interval(d, 0.9, n_resamples=2000, seed=11)
+    draws = np.random.default_rng(11).integers(0, 40, size=(2000, 40))
+    means = d[draws].mean(axis=1)  # [2000, 3]
+    want = np.quantile(means, [0.05, 0.95], axis=0)
+    assert np.abs(np.array([low, high]) - want).max() <= 1e-12
+    alone = bootstrap_interval(d[:, 1], 0.9, n_resamples=2000, seed=11)
+    assert np.abs(alone[:, 0] - [low[1], high[1]]).max() <= 1e-12
+    assert bootstrap_interval(np.zeros((5, 1))).tolist() == [[0.0], [0.0]]
+
+
+def test_intervals_in_the_report(case) -> None:
+    qrels, runs = case
+    report = compare(qrels, runs, MEASURES, n_resamples=3000, seed=2, confidence=0.8)
+    assert report.confidence == 0.8 and report.reference == "s0"
+    for c in report.comparisons:
+        a, b = (_values(qrels, runs[s], c.measure) for s in (c.system, c.other))
+        low, high = bootstrap_interval(a - b, 0.8, 3000, 2)[:, 0]
+        assert (c.ci_low, c.ci_high) == pytest.approx((low, high), abs=1e-12)
+        assert c.ci_low <= c.difference <= c.ci_high
+        flipped = report.comparison(c.other, c.system, c.measure)
+        assert (flipped.ci_low, flipped.ci_high) == (-c.ci_high, -c.ci_low)
+    wider = compare(qrels, runs, ["AP"], n_resamples=3000, seed=2, confidence=0.99)
+    narrow, wide = (r.comparison("s1", "s0", "AP") for r in (report, wider))
+    assert wide.ci_low < narrow.ci_low and wide.ci_high > narrow.ci_high

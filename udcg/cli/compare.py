@@ -1,9 +1,15 @@
-"""``udcg compare QRELS RUN1 RUN2 [RUN ...] -m nDCG@10 AP [--test t|randomization|bootstrap]
-[--alpha 0.05] [--baseline NAME] [--names A B ...] [--format markdown|json|latex]``.
+"""``udcg compare QRELS RUN1 RUN2 [RUN ...] -m UDCG@5 nDCG@10 AP [--utilities U [U ...]]
+[--utility abstention|answer_likelihood] [--judge-key KEY] [--weights W ...]
+[--test t|randomization|bootstrap] [--alpha 0.05] [--baseline NAME] [--names A B ...]
+[--n-resamples 10000] [--seed 0] [--confidence 0.95] [--format markdown|json|latex]``.
 
 Evaluates every run against the qrels (trec_eval semantics, a judged query a run misses scores
-0) and prints the means with paired significance tests between the systems. Systems are named
-after their files (``runs/bm25.trec.gz`` -> ``bm25``) unless ``--names`` is given.
+0) and prints the means with paired significance tests between the systems, and each system's
+difference to the baseline (or the first system) with its paired bootstrap confidence interval
+and p-value. Systems are named after their files (``runs/bm25.trec.gz`` -> ``bm25``) unless
+``--names`` is given. The UDCG measures read passage utilities as ``udcg trec`` does: one
+``--utilities`` file for every run, or one per run in the order of the runs (each run's
+annotated contexts from ``udcg annotate``, say).
 """
 
 from __future__ import annotations
@@ -12,10 +18,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from udcg.cli.common import run_cli
-from udcg.cli.trec import add_measures_argument
+from udcg.cli.common import add_allow_mismatch, run_cli
+from udcg.cli.trec import _weights, add_measures_argument
+from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
 from udcg.io.files import STDIO
+from udcg.io.utilities import UTILITY_FIELDS, check_field, read_utility_file
+from udcg.io.utility_sources import SOURCES
 from udcg.trec.comparison import ComparisonReport, compare
 from udcg.trec.significance import TESTS
 
@@ -28,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("qrels", help="qrels file: qid iteration doc_id relevance (gzip ok)")
     parser.add_argument("runs", nargs="+", metavar="run", help="two or more TREC run files")
     add_measures_argument(parser)
+    _add_utility_arguments(parser)
     parser.add_argument("--test", choices=TESTS, default="t", help="paired test (default: t)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level")
     parser.add_argument(
@@ -37,14 +47,93 @@ def _parser() -> argparse.ArgumentParser:
         help="multiple-comparison correction over the tests of each measure (default: holm)",
     )
     parser.add_argument(
-        "--n-resamples", type=int, default=10000, help="for randomization/bootstrap"
+        "--n-resamples",
+        type=int,
+        default=10000,
+        help="resamples of the confidence intervals and the randomization/bootstrap tests "
+        "(default: 10000)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the resamples")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the resamples (default: 0)")
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="level of the paired bootstrap confidence intervals (default: 0.95)",
+    )
     parser.add_argument("--baseline", metavar="NAME", help="test each system against this one only")
     parser.add_argument("--names", nargs="+", metavar="NAME", help="system names, one per run")
     parser.add_argument("--format", choices=["markdown", "json", "latex"], default="markdown")
     parser.add_argument("--digits", type=int, default=4, help="decimals of the means in tables")
     return parser
+
+
+def _add_utility_arguments(parser: argparse.ArgumentParser) -> None:
+    """The inputs of the UDCG measures, spelt as ``udcg trec`` spells them."""
+    parser.add_argument(
+        "--utilities",
+        nargs="+",
+        metavar="FILE",
+        help="for UDCG measures: one file for every run, or one per run in the order of the "
+        'runs; each TSV lines \'qid doc_id value\', JSONL lines {"qid", "doc_id", FIELD: '
+        "value} or an annotated contexts JSONL (udcg annotate; gzip ok; - reads stdin)",
+    )
+    parser.add_argument(
+        "--judge-key",
+        "--judge-name",
+        dest="judge_key",
+        metavar="KEY",
+        help="with annotated contexts files as --utilities: the judge whose "
+        "passages[].abstain_prob[KEY] (or answer_prob[KEY]) to read (needed when they hold "
+        "several judges)",
+    )
+    field = parser.add_mutually_exclusive_group()
+    field.add_argument(
+        "--utility-field",
+        choices=UTILITY_FIELDS,
+        metavar="{" + ",".join(UTILITY_FIELDS) + "}",
+        help="what the utilities' values are: abstain_prob (P(abstain), u = 1 - p; the TSV "
+        "default), answer_prob (u = p) or utility (u); a JSONL line says it by its key",
+    )
+    field.add_argument(
+        "--utility",
+        choices=list(SOURCES),
+        help="the utility source, as udcg score takes it: abstention (--utility-field "
+        "abstain_prob) or answer_likelihood (--utility-field answer_prob)",
+    )
+    parser.add_argument(
+        "--weights",
+        nargs="+",
+        metavar="FILE",
+        help="UDCG-theta weights for UDCGtheta@k, one per k: folders of save_pretrained/train.py "
+        "or .safetensors files with their .json card",
+    )
+    add_allow_mismatch(
+        parser,
+        ["utility"],
+        "use weights fitted on another utility source on purpose (a warning records it)",
+    )
+    add_allow_unverified(parser)
+
+
+def _utilities(args: argparse.Namespace) -> tuple[str | list | None, str | None]:
+    """``(utilities, utility field)`` as :func:`udcg.trec.compare` takes them: one source or
+    one per run; with ``--judge-key`` each file is read here with that key."""
+    field = SOURCES[args.utility].field if args.utility else check_field(args.utility_field)
+    files = args.utilities
+    if files is None:
+        if args.judge_key is not None:
+            raise UDCGInputError("--judge-key reads the --utilities files; none given")
+        return None, field
+    if len(files) not in (1, len(args.runs)):
+        raise UDCGInputError(
+            f"{len(files)} utilities files for {len(args.runs)} runs: give one for every run "
+            "or one per run, in the order of the runs",
+            field="utilities",
+        )
+    if args.judge_key is not None:
+        read = [read_utility_file(path, field, args.judge_key) for path in files]
+        return (read[0] if len(read) == 1 else read), field
+    return (files[0] if len(files) == 1 else list(files)), field
 
 
 def system_name(path: str) -> str:
@@ -81,11 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
 
     def work() -> None:
-        if [args.qrels, *args.runs].count(STDIO) > 1:
-            raise UDCGInputError("only one of QRELS and the runs can be - (standard input)")
+        if [args.qrels, *args.runs, *(args.utilities or [])].count(STDIO) > 1:
+            raise UDCGInputError(
+                "only one of QRELS, the runs and the --utilities files can be - (standard input)"
+            )
+        named = _named_runs(args.runs, args.names)
+        utilities, field = _utilities(args)
         report = compare(
             args.qrels,
-            _named_runs(args.runs, args.names),
+            named,
             args.measures,
             test=args.test,
             alpha=args.alpha,
@@ -93,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
             n_resamples=args.n_resamples,
             seed=args.seed,
             baseline=args.baseline,
+            utilities=utilities,
+            utility_field=field,
+            weights=_weights(args.weights, args.allow_unverified),
+            allow_mismatch=args.allow_mismatch,
+            confidence=args.confidence,
         )
         sys.stdout.write(render(report, args.format, args.digits))
 

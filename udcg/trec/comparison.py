@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from udcg.errors import UDCGInputError
 from udcg.io.trec_files import Qrels
 from udcg.trec.engine import QrelsLike, RunLike, as_qrels, evaluate_table, import_pandas
-from udcg.trec.measures import Measure, parse_measures
-from udcg.trec.significance import TESTS, holm, paired_test
+from udcg.trec.measures import UTILITY_MEASURES, Measure, parse_measures
+from udcg.trec.significance import TESTS, bootstrap_interval, holm, paired_test
 from udcg.validation import (
     integer,
     nonempty_str,
@@ -54,13 +54,16 @@ _LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {
 @dataclass(frozen=True)
 class Comparison:
     """One paired two-sided test of ``system`` against ``other`` on ``measure``:
-    ``difference`` = mean(system) - mean(other); ``significant``: ``p_corrected <= alpha``
-    (``p_corrected`` equals ``p_value`` without a correction)."""
+    ``difference`` = mean(system) - mean(other), ``ci_low``..``ci_high`` its paired bootstrap
+    confidence interval; ``significant``: ``p_corrected <= alpha`` (``p_corrected`` equals
+    ``p_value`` without a correction)."""
 
     measure: str
     system: str
     other: str
     difference: float
+    ci_low: float
+    ci_high: float
     p_value: float
     p_corrected: float
     significant: bool
@@ -69,7 +72,15 @@ class Comparison:
 @dataclass(frozen=True, eq=False)
 class ComparisonReport:
     """Means of every system and measure (over ``n_queries`` judged queries) and the paired
-    tests between them: every pair of systems, or each system against ``baseline``."""
+    tests between them: every pair of systems, or each system against ``baseline``; each
+    difference with its ``confidence`` paired bootstrap interval (``n_resamples``, ``seed``).
+
+    The tables (:meth:`to_markdown`, :meth:`to_latex`) show, per system and measure, the mean
+    with superscript letters (the systems it beats significantly) and, for every system but the
+    reference (``baseline``, or the first system without one), the difference to the
+    reference, its interval, the test's p-value and a dagger where the difference is
+    significant after the correction:
+    ``0.5460ᵃ (+0.0340 [+0.0100, +0.0580], p=0.0040)†``."""
 
     systems: list[str]
     measures: list[str]
@@ -82,6 +93,12 @@ class ComparisonReport:
     n_queries: int
     n_resamples: int
     seed: int | None
+    confidence: float
+
+    @property
+    def reference(self) -> str:
+        """The system the tables show differences to: ``baseline``, else the first system."""
+        return self.baseline if self.baseline is not None else self.systems[0]
 
     def comparison(self, system: str, other: str, measure: str) -> Comparison:
         """The test of ``system`` against ``other`` (in either order it was run) on
@@ -91,7 +108,15 @@ class ComparisonReport:
                 return c
             if c.measure == measure and (c.system, c.other) == (other, system):
                 return Comparison(
-                    measure, system, other, -c.difference, c.p_value, c.p_corrected, c.significant
+                    measure,
+                    system,
+                    other,
+                    -c.difference,
+                    -c.ci_high,
+                    -c.ci_low,
+                    c.p_value,
+                    c.p_corrected,
+                    c.significant,
                 )
         raise UDCGInputError(
             f"no comparison of {system!r} with {other!r} on {measure!r}", field="system"
@@ -118,6 +143,7 @@ class ComparisonReport:
             "n_queries": self.n_queries,
             "n_resamples": self.n_resamples,
             "seed": self.seed,
+            "confidence": self.confidence,
             "systems": list(self.systems),
             "measures": list(self.measures),
             "means": {s: dict(m) for s, m in self.means.items()},
@@ -129,8 +155,8 @@ class ComparisonReport:
         return json.dumps(self.to_dict(), indent=indent)
 
     def to_dataframe(self) -> Any:
-        """One row per comparison (measure, system, other, both means, difference, p-values,
-        significant) as a pandas DataFrame; needs pandas."""
+        """One row per comparison (measure, system, other, both means, difference, its
+        confidence interval, p-values, significant) as a pandas DataFrame; needs pandas."""
         pd = import_pandas("ComparisonReport.to_dataframe()")
         return pd.DataFrame(
             [
@@ -141,6 +167,8 @@ class ComparisonReport:
                     "mean_system": self.means[c.system][c.measure],
                     "mean_other": self.means[c.other][c.measure],
                     "difference": c.difference,
+                    "ci_low": c.ci_low,
+                    "ci_high": c.ci_high,
                     "p_value": c.p_value,
                     "p_corrected": c.p_corrected,
                     "significant": c.significant,
@@ -158,29 +186,35 @@ class ComparisonReport:
             )
         return dict(zip(self.systems, _SUPERSCRIPTS, strict=False))
 
-    def _cells(self, digits: int) -> list[tuple[str, str, list[tuple[str, str]]]]:
-        """Per system: its letter, name and, per measure, the formatted mean and the letters
-        of the systems it beats."""
+    def _cells(self, digits: int) -> list[tuple[str, str, list[_Cell]]]:
+        """Per system: its letter, name and, per measure, its formatted cell parts."""
         if integer(digits, "digits") < 0:
             raise UDCGInputError(f"must be at least 0, got {digits}", field="digits")
         letters = self._letters()
         return [
-            (
-                letters[s],
-                s,
-                [
-                    (
-                        f"{self.means[s][m]:.{digits}f}",
-                        "".join(letters[o] for o in self.beats(s, m)),
-                    )
-                    for m in self.measures
-                ],
-            )
+            (letters[s], s, [self._cell(s, m, letters, digits) for m in self.measures])
             for s in self.systems
         ]
 
+    def _cell(self, system: str, measure: str, letters: dict[str, str], digits: int) -> _Cell:
+        """The mean of ``system`` on ``measure``, the letters of the systems it beats and,
+        except for the reference system, its difference to the reference."""
+        mean = f"{self.means[system][measure]:.{digits}f}"
+        won = "".join(letters[o] for o in self.beats(system, measure))
+        if system == self.reference:
+            return _Cell(mean, won, None, False)
+        c = self.comparison(system, self.reference, measure)
+        smallest = 10.0**-digits
+        p = f"<{smallest:.{digits}f}" if c.p_value < smallest else f"={c.p_value:.{digits}f}"
+        # + 0.0 turns the -0.0 of a flipped zero difference into 0.0
+        low, difference, high = (
+            f"{x + 0.0:+.{digits}f}" for x in (c.ci_low, c.difference, c.ci_high)
+        )
+        versus = (difference, low, high, p)
+        return _Cell(mean, won, versus, c.significant)
+
     def legend(self) -> str:
-        """One sentence saying what a superscript letter means."""
+        """What a superscript letter, the parenthesis and the dagger mean."""
         n = len(self.comparisons) // len(self.measures)
         family = f"the {n} comparison{'s' if n != 1 else ''}" + (
             f" with the baseline {self.baseline!r}" if self.baseline is not None else ""
@@ -190,36 +224,39 @@ class ComparisonReport:
             if self.correction == "holm"
             else f"uncorrected p <= {self.alpha:g}, {family} of each measure"
         )
+        reference = "the baseline" if self.baseline is not None else "the first system"
+        seeded = "unseeded" if self.seed is None else f"seed {self.seed}"
         return (
             "Superscripts: the systems this one is significantly better than "
-            f"({_TEST_NAMES[self.test]}, two-sided, {level}; means over {self.n_queries} queries)."
+            f"({_TEST_NAMES[self.test]}, two-sided, {level}; means over {self.n_queries} "
+            f"queries). In parentheses: the difference to {reference} {self.reference!r}, its "
+            f"{self.confidence:.0%} paired bootstrap confidence interval ({self.n_resamples} "
+            f"resamples of the queries, {seeded}) and the test's p-value before correction; "
+            "† marks a significant difference (by the criterion of the superscripts)."
         )
 
     def to_markdown(self, digits: int = 4) -> str:
-        """A Markdown table of means, one row per lettered system, with superscripts, then
-        the legend."""
+        """A Markdown table, one row per lettered system: each mean with superscripts and, but
+        for the reference system, ``(difference [CI], p=...)`` and ``†``; then the legend."""
         lines = [
             "| | system | " + " | ".join(self.measures) + " |",
             "| --- | --- | " + " | ".join("---:" for _ in self.measures) + " |",
         ]
         for letter, system, cells in self._cells(digits):
-            marks = " | ".join(mean + "".join(_SUPERSCRIPTS[x] for x in won) for mean, won in cells)
+            marks = " | ".join(cell.markdown() for cell in cells)
             name = system.replace("|", r"\|")  # a bar would end the cell
             lines.append(f"| {letter} | {name} | {marks} |")
         return "\n".join(lines) + "\n\n" + self.legend() + "\n"
 
     def to_latex(self, digits: int = 4) -> str:
-        """A booktabs ``table`` of means with ``$^{ab}$`` superscripts and the legend as its
-        caption."""
+        """A booktabs ``table`` of the cells of :meth:`to_markdown` (superscripts as
+        ``$^{ab}$``, the parenthesis in math mode) with the legend as its caption."""
         header = " & ".join(["", "System", *map(_latex, self.measures)])
         rows = [
-            " & ".join(
-                [letter, _latex(system)]
-                + [mean + (f"$^{{{won}}}$" if won else "") for mean, won in cells]
-            )
-            + r" \\"
+            " & ".join([letter, _latex(system)] + [cell.latex() for cell in cells]) + r" \\"
             for letter, system, cells in self._cells(digits)
         ]
+        caption = _latex(self.legend()).replace("<=", r"$\le$").replace("†", r"$^\dagger$")
         return "\n".join(
             [
                 r"\begin{table}[t]",
@@ -231,11 +268,39 @@ class ComparisonReport:
                 *rows,
                 r"\bottomrule",
                 r"\end{tabular}",
-                r"\caption{" + _latex(self.legend()).replace("<=", r"$\le$") + "}",
+                r"\caption{" + caption + "}",
                 r"\end{table}",
                 "",
             ]
         )
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """One table cell: the formatted mean, the letters of the systems it beats, and (but for
+    the reference system) the formatted difference, interval bounds and ``=p``/``<p``."""
+
+    mean: str
+    won: str
+    versus: tuple[str, str, str, str] | None
+    significant: bool
+
+    def markdown(self) -> str:
+        """``0.5460ᵃ (+0.0340 [+0.0100, +0.0580], p=0.0040)†``."""
+        text = self.mean + "".join(_SUPERSCRIPTS[x] for x in self.won)
+        if self.versus is not None:
+            difference, low, high, p = self.versus
+            text += f" ({difference} [{low}, {high}], p{p})" + ("†" if self.significant else "")
+        return text
+
+    def latex(self) -> str:
+        """``0.5460$^{a}$ $(+0.0340\\;[+0.0100, +0.0580],\\;p=0.0040)^{\\dagger}$``."""
+        text = self.mean + (f"$^{{{self.won}}}$" if self.won else "")
+        if self.versus is not None:
+            difference, low, high, p = self.versus
+            dagger = r"^{\dagger}" if self.significant else ""
+            text += f" $({difference}\\;[{low}, {high}],\\;p{p}){dagger}$"
+        return text
 
 
 def _latex(text: str) -> str:
@@ -281,6 +346,7 @@ def _check_options(
     n_resamples: int,
     seed: int | None,
     baseline: str | None,
+    confidence: float,
 ) -> list[str]:
     """The system names, after checking every option."""
     if not isinstance(runs, Mapping):
@@ -297,6 +363,7 @@ def _check_options(
     if correction is not None:
         one_of(correction, "correction", CORRECTIONS)
     positive_int(n_resamples, "n_resamples")
+    open_fraction(confidence, "confidence")
     if seed is not None:
         nonnegative_int(seed, "seed")
     if baseline is not None and baseline not in runs:
@@ -304,6 +371,49 @@ def _check_options(
             f"unknown system {baseline!r}; known: {', '.join(systems)}", field="baseline"
         )
     return systems
+
+
+def _utility_options(
+    measures: list[Measure],
+    systems: list[str],
+    utilities: Utilities | UtilitiesLike | Sequence[Utilities | UtilitiesLike] | None,
+    utility_field: str | None,
+    weights: WeightsLike | Iterable[WeightsLike] | None,
+    allow_mismatch: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Per system, the keyword arguments of ``evaluate_table`` for the utility measures, with
+    every utilities file and every weights file read once: ``utilities`` is one source for all
+    systems or a list (tuple) of one source per system, in order."""
+    per_system = isinstance(utilities, list | tuple)
+    if per_system and len(utilities) != len(systems):
+        raise UDCGInputError(
+            f"{len(utilities)} utility sources for {len(systems)} systems: give one for all "
+            "systems or one per system, in order",
+            field="utilities",
+        )
+    wanted = [m for m in measures if m.name in UTILITY_MEASURES]
+    if not wanted:
+        return [{} for _ in systems]
+    from udcg.io.utilities import as_utilities
+    from udcg.trec.utility_measures import _weights_by_k
+
+    loaded_weights = list(_weights_by_k(wanted, weights).values()) or None
+    sources = list(utilities) if per_system else [utilities] * len(systems)
+    if None in sources:
+        return [{"utilities": None} for _ in systems]  # evaluate_table words the error
+    read: dict[int, Utilities] = {}  # one source given for several systems is read once
+    for source in sources:
+        if id(source) not in read:
+            read[id(source)] = as_utilities(source, utility_field)
+    return [
+        {
+            "utilities": read[id(source)],
+            "utility_field": utility_field,
+            "weights": loaded_weights,
+            "allow_mismatch": allow_mismatch,
+        }
+        for source in sources
+    ]
 
 
 def compare(
@@ -317,10 +427,11 @@ def compare(
     n_resamples: int = 10000,
     seed: int | None = 0,
     baseline: str | None = None,
-    utilities: Utilities | UtilitiesLike | None = None,
+    utilities: Utilities | UtilitiesLike | Sequence[Utilities | UtilitiesLike] | None = None,
     utility_field: str | None = None,
     weights: WeightsLike | Iterable[WeightsLike] | None = None,
     allow_mismatch: Sequence[str] = (),
+    confidence: float = 0.95,
 ) -> ComparisonReport:
     """Evaluate each run of ``runs`` (name -> run file, dict or Run) against ``qrels`` and
     test every pair of systems (or each against ``baseline``) on every measure.
@@ -330,14 +441,21 @@ def compare(
     resampled, differences shifted to mean 0); all two-sided, see :mod:`udcg.trec.significance`.
     ``correction="holm"`` adjusts the p-values of the comparisons of each measure with
     Holm-Bonferroni; a comparison is significant when its (adjusted) p-value is <= ``alpha``.
+    Each difference gets its ``confidence`` paired percentile bootstrap interval
+    (:func:`udcg.trec.significance.bootstrap_interval`: ``n_resamples`` resamples of the
+    queries drawn from ``seed``, the same for every comparison).
 
     ``qrels`` and the runs may be anything :func:`udcg.trec.engine.evaluate_table` accepts
     (files, dicts, udcg or ranx objects, DataFrames, ir_measures Qrel/ScoredDoc lists).
     ``utilities``, ``utility_field``, ``weights`` and ``allow_mismatch`` go to
-    ``evaluate_table`` for the utility measures (UDCG@k, UDCGtheta@k), the same for every run.
+    ``evaluate_table`` for the utility measures (UDCG@k, UDCGtheta@k): ``utilities`` is one
+    source (a file, a ``{qid: {doc_id: value}}`` dict, :class:`~udcg.io.utilities.Utilities`)
+    for every run, or a list of one source per run in the order of ``runs`` (each run's
+    annotated contexts, say); each file is read once.
     """
-    systems = _check_options(runs, test, alpha, correction, n_resamples, seed, baseline)
+    systems = _check_options(runs, test, alpha, correction, n_resamples, seed, baseline, confidence)
     parsed = parse_measures(measures)
+    options = _utility_options(parsed, systems, utilities, utility_field, weights, allow_mismatch)
     judged, qids = _judged_qids(qrels)
     if len(qids) < 2:
         raise UDCGInputError(
@@ -346,18 +464,19 @@ def compare(
             field="qrels",
         )
     row_of = {q: i for i, q in enumerate(qids)}
-    options = {
-        "utilities": utilities,
-        "utility_field": utility_field,
-        "weights": weights,
-        "allow_mismatch": allow_mismatch,
-    }
-    values = np.stack([_per_query(judged, runs[s], parsed, row_of, options) for s in systems])
+    values = np.stack(
+        [
+            _per_query(judged, runs[s], parsed, row_of, o)
+            for s, o in zip(systems, options, strict=True)
+        ]
+    )
     pairs = _pairs(systems, baseline)
     # differences[:, pair, measure] -> one column per test
     differences = np.stack([values[i] - values[j] for i, j in pairs], axis=1)
-    p = paired_test(differences.reshape(len(qids), -1), test, n_resamples, seed).reshape(
-        len(pairs), len(parsed)
+    columns = differences.reshape(len(qids), -1)
+    p = paired_test(columns, test, n_resamples, seed).reshape(len(pairs), len(parsed))
+    low, high = bootstrap_interval(columns, confidence, n_resamples, seed).reshape(
+        2, len(pairs), len(parsed)
     )
     corrected = np.apply_along_axis(holm, 0, p) if correction == "holm" else p
     means = values.mean(axis=1)
@@ -368,6 +487,8 @@ def compare(
             system=systems[i],
             other=systems[j],
             difference=float(means[i, k] - means[j, k]),
+            ci_low=float(low[n, k]),
+            ci_high=float(high[n, k]),
             p_value=float(p[n, k]),
             p_corrected=float(corrected[n, k]),
             significant=bool(corrected[n, k] <= alpha),
@@ -387,4 +508,5 @@ def compare(
         n_queries=len(qids),
         n_resamples=int(n_resamples),
         seed=seed,
+        confidence=float(confidence),
     )

@@ -1,4 +1,5 @@
-"""Paired, two-sided significance tests on per-query differences, and Holm's correction.
+"""Paired, two-sided significance tests on per-query differences, the paired bootstrap
+confidence interval of the mean difference, and Holm's correction.
 
 Each test takes ``differences``, an ``[n_queries, n_columns]`` array whose column j holds the
 per-query values of one system minus those of another (one comparison), and returns one p-value
@@ -20,6 +21,7 @@ import numpy as np
 from scipy import stats as sps
 
 from udcg.errors import UDCGInputError
+from udcg.stats import percentile_interval, resample_counts
 
 TESTS: tuple[str, ...] = ("t", "randomization", "bootstrap")
 
@@ -68,10 +70,9 @@ def _random_signs(rng: np.random.Generator, rows: int, n: int) -> np.ndarray:
 
 
 def _draw_counts(rng: np.random.Generator, rows: int, n: int) -> np.ndarray:
-    """``rows`` bootstrap resamples as counts: how often each of n queries was drawn in n
-    draws with replacement."""
-    draws = rng.integers(0, n, size=(rows, n)) + n * np.arange(rows)[:, None]
-    return np.bincount(draws.ravel(), minlength=rows * n).reshape(rows, n).astype(np.float64)
+    """``rows`` bootstrap resamples as float counts: how often each of n queries was drawn in n
+    draws with replacement (:func:`udcg.stats.resample_counts`)."""
+    return resample_counts(n, rows, rng).astype(np.float64)
 
 
 def _reaching(
@@ -122,6 +123,31 @@ def bootstrap_test(
         lambda _, rows: _draw_counts(rng, rows, n), n_resamples, centred, np.abs(d.sum(axis=0))
     )
     return (hits + 1.0) / (n_resamples + 1.0)
+
+
+def bootstrap_interval(
+    differences: np.ndarray,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    seed: int | None = 0,
+) -> np.ndarray:
+    """Paired percentile bootstrap confidence interval of each column's mean difference:
+    ``n_resamples`` resamples draw n queries with replacement (the same resamples for every
+    column, and the same as :func:`bootstrap_test` draws for this ``seed``), and the interval is
+    the central ``confidence`` quantile range of the resampled means (computed a column at a
+    time, so a column's interval does not depend on the columns given with it). Returns
+    ``[2, n_columns]``: the lower bounds, then the upper bounds."""
+    d = _matrix(differences)
+    n = d.shape[0]
+    columns = np.ascontiguousarray(d.T)
+    rng = np.random.default_rng(seed)
+    block = max(1, _BLOCK_CELLS // n)
+    sums = []
+    for start in range(0, n_resamples, block):
+        counts = _draw_counts(rng, min(block, n_resamples - start), n)
+        sums.append(np.stack([counts @ column for column in columns], axis=1))
+    means = np.concatenate(sums) / float(n)
+    return np.array([percentile_interval(column, confidence) for column in means.T]).T
 
 
 def paired_test(
