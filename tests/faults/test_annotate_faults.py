@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -344,3 +345,23 @@ def test_stdout_output_takes_no_lock_and_writes_no_manifest(
     )
     assert capsys.readouterr().out.count("\n") == 4
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("-")]
+
+
+def test_the_summary_after_a_kill_and_a_rerun_counts_the_whole_output(tmp_path: Path) -> None:
+    driver, src = _driver(tmp_path), tmp_path / "in.jsonl"
+    write_contexts(src, _contexts())
+    out = tmp_path / "out.jsonl"
+    run = _killed_midway(driver, src, out)
+    run.send_signal(signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL
+    code, stdout, stderr = _run(driver, src, out)
+    assert code == 0, stderr
+    found = re.search(
+        rf"annotated 18 contexts \((\d+) resumed from {re.escape(str(out))}\.partial, (\d+) now\)",
+        stdout,
+    )
+    assert found, stdout
+    resumed, now = map(int, found.groups())
+    assert resumed >= 1 and resumed + now == 18
+    assert f"resumed after {resumed} contexts already written" in stdout
+    assert f"judge calls now: {3 * now} passage pairs" in stdout  # 3 distinct passages each

@@ -265,3 +265,92 @@ def test_cli_default_steps_keep_qrels_labels(tmp_path: Path, capsys, monkeypatch
     assert main([str(src), str(out), "--relabel-relevance"]) == 0
     assert [p.relevant for p in next(read_contexts(out)).passages] == [True, False, False]
     assert "relevance: kept 0 given labels, computed 3\n" in capsys.readouterr().out
+
+
+class FlatJudge(RuleJudge):
+    """Almost never abstains (as the embedded 135M judge): u is about 1 for every passage."""
+
+    name = "flat"
+
+    def abstain_prob(self, questions, passages, mode="first_token") -> np.ndarray:
+        return np.array([1e-5 * (1 - 0.1 * ("Paris" in p)) for p in passages])
+
+
+def _cli_judge(monkeypatch, judge: RuleJudge) -> RuleJudge:
+    import udcg.cli.annotate as cli
+
+    judge.cache = type("Counts", (), {"hits": 0, "misses": 0})()
+    monkeypatch.setattr(cli, "open_cli_judge", lambda args: judge)
+    return judge
+
+
+def _warnings(stderr: str) -> list[str]:
+    """The warning lines of ``udcg annotate``'s stderr (progress lines aside)."""
+    return [line for line in stderr.splitlines() if line.startswith("udcg annotate: warning:")]
+
+
+def _many(n: int = 6) -> list[Context]:
+    """``n`` contexts of two passages, one naming Paris (relevant, by string match)."""
+    return [replace(c, qid=f"q{i}", run=f"r{i}") for i in range(n) for c in _contexts()[:1]]
+
+
+def test_cli_warns_once_when_a_utility_source_carries_no_signal(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_contexts(src, _many())
+    steps = ["--steps", "abstain", "answer_likelihood", "relevance"]
+    _cli_judge(monkeypatch, FlatJudge())
+    assert main([str(src), str(out), *steps]) == 0
+    warnings = _warnings(capsys.readouterr().err)
+    assert len(warnings) == 1, warnings
+    warning = warnings[0]
+    assert warning.startswith(
+        "udcg annotate: warning: abstention utilities of flat carry almost no information: "
+        "90% of its 12 values lie within 1e-06"
+    )
+    assert (
+        "AUROC relevant vs irrelevant 1.000" in warning and "(6 relevant, 6 irrelevant)" in warning
+    )
+    assert "try --steps answer_likelihood (utility source answer_likelihood) or a larger judge" in (
+        warning
+    )
+    _cli_judge(monkeypatch, RuleJudge())  # u 0.1 or 0.9: spread, separating
+    out.unlink()
+    assert main([str(src), str(out), *steps]) == 0
+    assert _warnings(capsys.readouterr().err) == []
+
+
+class Interrupted(Exception):
+    """Stands for a kill between two chunks."""
+
+
+def test_cli_summary_and_signal_after_a_resume_count_the_whole_output(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    import udcg.cli.annotate as cli
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_contexts(src, _many())
+    _cli_judge(monkeypatch, FlatJudge())
+    chunks = []
+
+    def first_chunk_only(contexts, **options):
+        chunks.append(len(contexts))
+        if len(chunks) > 2:
+            raise Interrupted
+        return annotate(contexts, **options)
+
+    monkeypatch.setattr(cli, "annotate", first_chunk_only)
+    with pytest.raises(Interrupted):
+        main([str(src), str(out), "--chunk", "2"])
+    capsys.readouterr()
+    monkeypatch.setattr(cli, "annotate", annotate)
+    assert main([str(src), str(out), "--chunk", "2"]) == 0  # abstain relevance outcomes
+    printed = capsys.readouterr()
+    whole = f"annotated 6 contexts (4 resumed from {out}.partial, 2 now) with flat; judge calls"
+    assert whole in printed.out
+    assert "relevance: kept 0 given labels, computed 12\n" in printed.out
+    assert "grades: CORRECT 6\n" in printed.out  # the judge answers "Paris"
+    (warning,) = _warnings(printed.err)
+    assert "90% of its 12 values" in warning
