@@ -6,6 +6,8 @@ with its confidence interval and p-value."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +222,48 @@ def test_user_mistakes_exit_2_with_one_line(
     assert (status, out) == (2, "")
     assert err.startswith("udcg compare: error: ") and message in err, err
     assert err.count("\n") == 1
+
+
+def test_theta_weights_and_utilities_from_stdin(case: dict[str, Path], tmp_path: Path) -> None:
+    """A whole process: UDCGtheta@5 with --weights, one utilities file for both runs read from
+    standard input (read once, though two runs use it); JSON equal to the API's."""
+    from udcg.io.weights import ThetaWeights, write_weights
+
+    rng = np.random.default_rng(3)
+    weights = tmp_path / "theta_k5.safetensors"
+    write_weights(weights, ThetaWeights(rng.normal(size=5), rng.normal(size=5)))
+    tsv = tmp_path / "u.tsv"
+    tsv.write_text(
+        "".join(f"q{q}\td{d}\t{rng.uniform()!r}\n" for q in range(N_QUERIES) for d in range(N_DOCS))
+    )
+    measures = ["UDCGtheta@5", "UDCG@5", "AP"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "udcg.cli.compare",
+            *(case["qrels"], case["bm25"], case["dense"], "-m", *measures),
+            *("--utilities", "-", "--weights", weights, "--format", "json"),
+            *("--test", "bootstrap", "--n-resamples", "3000", "--seed", "9"),
+        ],
+        input=tsv.read_text(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    runs = {"bm25": case["bm25"], "dense": case["dense"]}
+    want = compare(
+        case["qrels"],
+        runs,
+        measures,
+        utilities=tsv,
+        weights=weights,
+        test="bootstrap",
+        n_resamples=3000,
+        seed=9,
+    )
+    got = json.loads(done.stdout)
+    for mine, theirs in zip(got["comparisons"], want.comparisons, strict=True):
+        assert abs(mine["p_value"] - theirs.p_value) <= 1e-12
+    assert got == want.to_dict()
