@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from udcg.cli.evaluate import run_evaluate
 from udcg.data import demo_contexts
-from udcg.io.contexts import Context, Passage
+from udcg.errors import UDCGWarning
+from udcg.io.contexts import Context, Passage, write_contexts
 from udcg.labels.signal_check import (
     FLAT_SPREAD,
     SMALL_EFFECT,
@@ -109,3 +114,41 @@ def test_demo_abstention_fires_and_answer_likelihood_does_not() -> None:
     assert likelihood.values == 3360 and not likelihood.fires
     assert likelihood.spread > 0.3 and likelihood.auroc_low > 0.7
     assert likelihood.as_dict()["fires"] is False and abstention.as_dict()["spread"] < 0.001
+
+
+def _given(path: Path, spread: float) -> None:
+    """30 annotated contexts of 3 passages for judge ``m``: abstention in [0, ``spread``),
+    lower for the relevant passages (u separates them perfectly)."""
+    rng = np.random.default_rng(0)
+    contexts = []
+    for i in range(30):
+        rel = rng.random(3) < 0.5
+        passages = [
+            Passage(
+                doc_id=f"d{j}",
+                text="t",
+                relevant=bool(r),
+                abstain_prob={"m": spread * (0.2 * p + 0.8 * (not r))},
+            )
+            for j, (r, p) in enumerate(zip(rel, rng.random(3), strict=True))
+        ]
+        ok = bool(rng.random() < 0.3 + 0.5 * rel.mean())
+        contexts.append(Context(f"q{i}", passages, outcomes={"m": {"correct": ok}}))
+    write_contexts(path, contexts)
+
+
+def test_evaluate_warns_and_records_the_check(tmp_path: Path, evaluate_config) -> None:
+    overrides = ("dataset=jsonl", f"dataset.path={tmp_path / 'in.jsonl'}", "retriever=given")
+    _given(tmp_path / "in.jsonl", 1e-4)
+    with pytest.warns(UDCGWarning, match="abstention utilities of m carry almost no information"):
+        report, _ = run_evaluate(evaluate_config(*overrides, "judge=m"), tmp_path / "out")
+    stored = json.loads((tmp_path / "out" / "report.json").read_text())["signal"]
+    assert stored == report["signal"] and stored["fires"] and stored["flat"]
+    assert stored["values"] == 90 and stored["source"] == "abstention" and stored["judge"] == "m"
+    assert any("carry almost no information" in n for n in report["notes"])
+    assert "carry almost no information" in (tmp_path / "out" / "report.md").read_text()
+    _given(tmp_path / "in.jsonl", 1.0)
+    report, _ = run_evaluate(evaluate_config(*overrides, "judge=m"), tmp_path / "out2")
+    assert not report["signal"]["fires"] and report["signal"]["spread"] > 0.5
+    assert report["signal"]["auroc"] == 1.0
+    assert not any("carry almost no information" in n for n in report["notes"])

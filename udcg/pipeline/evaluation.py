@@ -4,6 +4,7 @@ through the judge, score every metric, correlate with accuracy, write the report
 from __future__ import annotations
 
 import socket
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,11 +12,12 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import Context
 from udcg.io.weights import check_compatible
 from udcg.judge.prompts import prompt_record
 from udcg.judge.spec import PRECOMPUTED
+from udcg.labels.signal_check import SignalCheck, check_contexts
 from udcg.pipeline import correlate, report
 from udcg.pipeline.calibration_report import calibration_report
 from udcg.pipeline.datasets import Dataset
@@ -159,6 +161,16 @@ def _run_name(name: str, retriever: Any) -> str:
     return name if position is None else f"{name}@{position}"
 
 
+def signal_check(contexts: Sequence[Context], judge: str, utility: str) -> SignalCheck | None:
+    """:func:`udcg.labels.signal_check.check_contexts` over the utilities the metrics use;
+    warns (:class:`UDCGWarning`, one line with the numbers and the remedy) when the source
+    carries almost no information."""
+    check = check_contexts(contexts, judge, utility)
+    if check is not None and check.fires:
+        warnings.warn(check.warning(), UDCGWarning, stacklevel=2)
+    return check
+
+
 def _next_stage(bar: Any, stage: str) -> None:
     """Count a finished stage of ``bar`` and name the next one."""
     bar.update(1)
@@ -239,6 +251,7 @@ def evaluate(
         steps = missing_steps(contexts, label_key, settings.utility, settings.relevance)
         if steps or (settings.qcare and needs_coverage(contexts)):
             contexts = annotate(contexts, steps)
+        signal = signal_check(contexts, label_key, settings.utility)
         _next_stage(bar, "score")
         table = score_contexts(
             contexts,
@@ -277,6 +290,7 @@ def evaluate(
                 "judge_cache": None if judge is None else judge.cache.stats(),
             },
             "config": config if config is not None else _settings_json(settings),
+            "signal": None if signal is None else signal.as_dict(),
             "means": {m: float(np.mean(v)) for m, v in table.scores.items()},
             "tuned_gammas": table.gammas,
             "crossfit_theta_weights": [
@@ -294,6 +308,7 @@ def evaluate(
                 *table.notes,
                 *(ordered.notes if ordered is not None else []),
                 *(f"UDCG-theta weights: {note}" for note in theta_notes),
+                *([] if signal is None or not signal.fires else [signal.warning()]),
             ],
         }
         _next_stage(bar, "report")
