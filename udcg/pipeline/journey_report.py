@@ -8,21 +8,23 @@ baseline (one dot per query, the mean difference with its CI).
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 from typing import Any
 
 #: Colours of the systems, in order (colour-blind safe, Okabe-Ito).
 COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
-_W, _H = 260, 220  # one panel
+_W, _H = 220, 220  # one panel
 _LEFT, _RIGHT, _TOP, _BOTTOM = 46, 10, 26, 42
 
 
-def _num(x: float) -> str:
-    return f"{x:.4f}"
+def _num(x: float, sign: str = "") -> str:
+    """``x`` to 4 decimals, a value that rounds to zero shown as 0 (not -0)."""
+    return f"{round(x, 4) + 0.0:{sign}.4f}"
 
 
 def _ci(ci: Sequence[float]) -> str:
-    return f"[{ci[0]:.4f}, {ci[1]:.4f}]"
+    return f"[{_num(ci[0])}, {_num(ci[1])}]"
 
 
 def _p(p: float) -> str:
@@ -44,7 +46,7 @@ def verdict_rows(report: dict[str, Any]) -> list[list[str]]:
             else:
                 d = comparison["differences"][s][m]
                 row += [
-                    f"{d['difference']:+.4f}",
+                    _num(d["difference"], "+"),
                     _ci(d["ci"]),
                     _p(d["p_value"]),
                     _p(d["p_corrected"]),
@@ -106,12 +108,16 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _scale(lo: float, hi: float) -> tuple[float, float, list[float]]:
-    """A padded value range and 5 tick values over it."""
+    """A value range over ``[lo, hi]`` that starts and ends on a tick, and its ticks (a round
+    step: 1, 2, 2.5 or 5 times a power of ten; 3 to 6 of them)."""
     if hi - lo < 1e-9:
-        lo, hi = lo - 0.5, hi + 0.5
-    pad = (hi - lo) * 0.08
-    lo, hi = lo - pad, hi + pad
-    return lo, hi, [lo + (hi - lo) * i / 4 for i in range(5)]
+        lo, hi = lo - 0.05, hi + 0.05
+    raw = (hi - lo) / 4
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    ticks = [i * step for i in range(first, last + 1)]
+    return ticks[0], ticks[-1], ticks
 
 
 def _panel(
@@ -125,7 +131,10 @@ def _panel(
     """One SVG panel: per label a point with an interval bar (``(mean, low, high)``), and, with
     ``dots``, a dot per value beside it; a dashed line at 0 with ``zero``."""
     values = [v for p in points for v in p] + [v for d in dots or [] for v in d]
-    lo, hi, ticks = _scale(min([*values, 0.0] if zero else values), max(values))
+    if zero:
+        values.append(0.0)
+    lo, hi, ticks = _scale(min(values), max(values))
+    lo, hi = lo - (hi - lo) * 0.04, hi + (hi - lo) * 0.04  # marks on the ends stay inside
     width, height = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
     def y(v: float) -> float:
@@ -145,7 +154,7 @@ def _panel(
             f'<line x1="{_LEFT}" x2="{_LEFT + width}" y1="{y(t):.1f}" y2="{y(t):.1f}" '
             'stroke="#dddddd"/>'
             f'<text x="{_LEFT - 4}" y="{y(t) + 4:.1f}" text-anchor="end" '
-            f'font-size="10">{t:.2f}</text>'
+            f'font-size="10">{t:.3g}</text>'
         )
     if zero:
         parts.append(
@@ -160,8 +169,8 @@ def _panel(
         for n, v in enumerate(dots[i] if dots else []):
             dx = x - step * 0.3 + step * 0.2 * ((n * 0.618) % 1.0)
             parts.append(
-                f'<circle cx="{dx:.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}" '
-                'fill-opacity="0.45"/>'
+                f'<circle cx="{dx:.1f}" cy="{y(v):.1f}" r="3.5" fill="{colour}" '
+                'fill-opacity="0.5"/>'
             )
         parts.append(
             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y(low):.1f}" y2="{y(high):.1f}" '
