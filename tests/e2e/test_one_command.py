@@ -258,3 +258,139 @@ def test_local_embedded_judge(tmp_path: Path) -> None:
     found, _ = report(data, out, judge, cache, "-m", *measures)
     check_report(data, out, found, "smollm2-135m", measures)
     check_rerun(data, out, judge, cache, found, "-m", *measures)
+
+
+def test_forecast_with_weights(tmp_path: Path) -> None:
+    from udcg.theta import UDCGTheta
+    from udcg.theta.calibration import Calibration
+
+    data = write_data(tmp_path / "data")
+    probs = data / "probs.jsonl"
+    passages = [
+        line.split("\t", 1)[1] for line in (data / "collection.tsv").read_text().splitlines()
+    ]
+    probs.write_text(
+        "".join(
+            json.dumps({"question": q, "passage": t, "abstain_prob": 0.15 + 0.1 * (len(t) % 8)})
+            + "\n"
+            for _, q, _ in TOPICS
+            for t in passages
+        )
+    )
+    model = UDCGTheta(5)
+    model.alpha_, model.beta_, model.intercept_ = np.linspace(2.0, 0.4, 5), -np.ones(5), 0.0
+    model.calibration_ = Calibration("platt", {"a": 0.8, "b": 0.3}, 40)
+    weights = model.save_pretrained(tmp_path / "theta", card={"judge_model": "probs"})
+    out = tmp_path / "out"
+    found, _ = report(
+        data, out, f"precomputed:{probs}", tmp_path / "judge.sqlite", "--weights", str(weights)
+    )
+    forecast = found["forecast"]
+    assert forecast["k"] == 5 and forecast["overrides"] == []
+    for system in SYSTEMS:
+        labelled = list(read_contexts(out / "labels" / f"{system}.jsonl"))
+        relevant = np.array([[float(p.relevant) for p in c.passages] for c in labelled])
+        utility = np.array([[1.0 - p.abstain_prob["probs"] for p in c.passages] for c in labelled])
+        for variant, calibrated in (("UDCG-theta", False), ("UDCG-theta (recalibrated)", True)):
+            got = forecast["systems"][system][variant]
+            want = model.predict_proba(relevant, utility, calibrated=calibrated).mean()
+            assert got["forecast"] == pytest.approx(want, abs=1e-12)
+            assert got["ci"][0] <= got["forecast"] <= got["ci"][1]
+            assert got["ci"][0] < got["ci"][1]  # the queries' forecasts differ
+    assert "## Forecast end-to-end accuracy" in (out / "report.md").read_text()
+    assert "UDCG-theta (recalibrated)" in (out / "report.html").read_text()
+    # Weights of another judge are refused in one line, before anything is written.
+    other = model.save_pretrained(tmp_path / "other", card={"judge_model": "someone-else"})
+    args = [
+        "report", *(str(data / f"{s}.trec") for s in SYSTEMS),
+        "--topics", str(data / "topics.tsv"), "--collection", str(data / "collection.tsv"),
+        "--qrels", str(data / "qrels.trec"), "--judge", f"precomputed:{probs}",
+        "--cache", str(tmp_path / "judge.sqlite"), "--out", str(tmp_path / "out2"),
+        "--weights", str(other),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    refused = subprocess.run(
+        [sys.executable, "-m", "udcg", *args], capture_output=True, text=True, env=env
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "someone-else" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "out2" / "report.json").exists()
+    assert not (tmp_path / "out2" / "contexts").exists()
+
+
+def _refused(*args: str) -> str:
+    """``udcg report ARGS``'s stderr; it must exit 2 with one line, no traceback."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "udcg", "report", *args], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("udcg report: error: "), done.stderr
+    return lines[0]
+
+
+def test_mistakes_are_one_line(tmp_path: Path) -> None:
+    data = write_data(tmp_path / "data")
+    common = [
+        "--topics", str(data / "topics.tsv"), "--collection", str(data / "collection.tsv"),
+        "--judge", f"precomputed:{data / 'none.jsonl'}", "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    runs = [str(data / f"{s}.trec") for s in SYSTEMS]
+    qrels = ["--qrels", str(data / "qrels.trec")]
+    assert "needs --qrels or --answers" in _refused(*runs, *common)
+    assert "unknown system 'z'" in _refused(*runs, *common, *qrels, "--baseline", "z")
+    assert "at least 2 runs" in _refused(runs[0], *common, *qrels)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "a.trec").write_text((data / "a.trec").read_text())
+    same = _refused(*runs, str(tmp_path / "other" / "a.trec"), *common, *qrels)
+    assert "two runs are named 'a'" in same
+    # the output may not overwrite an input
+    (data / "report.json").write_text((data / "qrels.trec").read_text())
+    clash = _refused(*runs, *common[:-1], str(data), "--qrels", str(data / "report.json"))
+    assert "report.json" in clash and "--qrels" in clash, clash
+    assert (data / "report.json").read_text() == (data / "qrels.trec").read_text()
+    assert not (tmp_path / "out").exists()
+
+
+def test_relevance_from_answers_without_qrels(tmp_path: Path) -> None:
+    data = write_data(tmp_path / "data")
+    answers = {"q1": "Paris", "q2": "Shakespeare", "q3": "Jupiter", "q4": "Mercury"}
+    (data / "answers.tsv").write_text("".join(f"{q}\t{a}\n" for q, a in answers.items()))
+    probs = data / "probs.jsonl"
+    passages = [
+        line.split("\t", 1)[1] for line in (data / "collection.tsv").read_text().splitlines()
+    ]
+    probs.write_text(
+        "".join(
+            json.dumps({"question": q, "passage": t, "abstain_prob": 0.3 + 0.05 * (len(t) % 9)})
+            + "\n"
+            for _, q, _ in TOPICS
+            for t in passages
+        )
+    )
+    out = tmp_path / "out"
+    args = [
+        "report", *(str(data / f"{s}.trec") for s in SYSTEMS),
+        "--topics", str(data / "topics.tsv"), "--collection", str(data / "collection.tsv"),
+        "--answers", str(data / "answers.tsv"), "--judge", f"precomputed:{probs}",
+        "--cache", str(tmp_path / "judge.sqlite"), "--out", str(out), "--n-resamples", "500",
+        "-m", "UDCG@5", "P@5", "RR",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "udcg", *args], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads((out / "report.json").read_text())
+    assert found["relevance_from"] == "the judge (answers)"
+    assert found["judge"]["steps"] == ["abstain", "relevance"]
+    for system in SYSTEMS:
+        assert found["labels"][system]["relevance_computed"] == 20
+        for ctx in read_contexts(out / "labels" / f"{system}.jsonl"):
+            for p in ctx.passages:
+                assert p.relevant == (answers[ctx.qid] in p.text)
+    # the classic measures are computed against those labels: a ranks the answer first
+    means = found["comparison"]["means"]
+    assert means["a"]["RR"]["mean"] == 1.0 and means["b"]["RR"]["mean"] == 0.25
+    assert means["c"]["P@5"]["mean"] == 0.1

@@ -24,6 +24,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from udcg.cli.common import add_allow_mismatch, run_cli, weights_inputs
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
@@ -31,11 +32,16 @@ from udcg.errors import UDCGInputError
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
 from udcg.io.weights import MISMATCH_FIELDS
+from udcg.judge.spec import judge_key
 from udcg.labels.stream import DEFAULT_CHUNK
 from udcg.pipeline import journey
 from udcg.pipeline.journey_report import to_html, to_markdown
 from udcg.trec.measures import UTILITY_MEASURES, parse_measures
 from udcg.trec.significance import TESTS
+
+if TYPE_CHECKING:
+    from udcg.judge.cached import CachedJudge
+    from udcg.theta import UDCGTheta
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,6 +140,14 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("report.md", "report.json", "report.html"):
             refuse_same_file(out / name, inputs)
         with exclusive_writer(out / "report.json", "report"):
+            weights = None
+            if args.weights:  # checked before any file is written
+                key = judge_key(args.judge, args.judge_name)
+                weights = journey.load_weights(
+                    args.weights, key, args.utility, k, args.allow_mismatch
+                )
+                for note in weights[1]:
+                    _say(f"UDCG-theta: {note}")
             contexts = journey.build_contexts(
                 runs, args.topics, args.collection, k, out / "contexts",
                 qrels=args.qrels, answers=args.answers,
@@ -147,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"labels ({' '.join(steps)}) by {judge.name} -> {out / 'labels'}: "
                 f"judge calls {calls}, cache hits {hits}"
             )
-            report = _report(args, runs, baseline, k, steps, labelled, judge)
+            report = _report(args, runs, baseline, k, steps, labelled, judge, weights)
             report["seconds"] = round(time.perf_counter() - start, 3)
             markdown = to_markdown(report)
             for name, text in (
@@ -170,8 +184,9 @@ def _report(
     k: int,
     steps: list[str],
     labelled: dict[str, journey.Labelled],
-    judge: object,
-) -> dict:
+    judge: CachedJudge,
+    weights: tuple[UDCGTheta, list[str]] | None,
+) -> dict[str, Any]:
     """Everything report.json holds."""
     source = get_source(args.utility)
     paths = {name: item.path for name, item in labelled.items()}
@@ -188,11 +203,17 @@ def _report(
         n_resamples=args.n_resamples, seed=args.seed,
     )  # fmt: skip
     forecast = None
-    if args.weights:
-        forecast = journey.forecasts(
-            paths, args.weights, judge.name, args.utility,
-            allow_mismatch=args.allow_mismatch, n_resamples=args.n_resamples, seed=args.seed,
-        )  # fmt: skip
+    if weights is not None:
+        model, overrides = weights
+        forecast = {
+            "weights": args.weights,
+            "k": len(model.alpha_),
+            "overrides": overrides,
+            "systems": journey.forecasts(
+                paths, model, judge.name, args.utility,
+                n_resamples=args.n_resamples, seed=args.seed,
+            ),
+        }  # fmt: skip
     return {
         "format": "udcg-report/1",
         "runs": {name: str(path) for name, path in runs.items()},

@@ -39,6 +39,7 @@ from udcg.trec.engine import as_qrels, evaluate_table
 
 if TYPE_CHECKING:
     from udcg.judge.cached import CachedJudge
+    from udcg.theta import UDCGTheta
 
 #: Measures reported when none are named.
 DEFAULT_MEASURES = ("UDCG@5", "nDCG@10", "AP", "RR", "P@5")
@@ -270,45 +271,65 @@ def _judged(qrels: PathType | Mapping[str, Mapping[str, int]]) -> set[str]:
     return set(pc.unique(as_qrels(qrels).qids).to_pylist())
 
 
-def forecasts(
-    labelled: Mapping[str, Path],
+def load_weights(
     weights: PathType,
     judge_key: str,
     utility: str,
-    *,
+    k: int,
     allow_mismatch: Sequence[str] = (),
-    n_resamples: int = 10000,
-    seed: int | None = 0,
-    confidence: float = 0.95,
-) -> dict[str, Any]:
-    """Each system's forecast end-to-end accuracy: the mean UDCG-theta of its contexts (and the
-    recalibrated one when the weights carry a calibration) with a percentile-bootstrap CI over
-    its queries. The weights are checked against the judge key, utility source, prompt and k
-    (:func:`udcg.io.weights.check_compatible`); contexts of another size are refused."""
+) -> tuple[UDCGTheta, list[str]]:
+    """UDCG-theta weights checked against what they will be applied to
+    (:func:`udcg.io.weights.check_compatible`: their k against the contexts' ``k``, the utility
+    source, the judge key, the abstention prompt's SHA-256); the model and the differences
+    allowed by ``allow_mismatch``."""
     from udcg.io.weights import check_compatible
     from udcg.judge.prompts import prompt_record
     from udcg.theta import UDCGTheta
 
     model = UDCGTheta.from_pretrained(weights)
+    overrides = check_compatible(
+        model.card_,
+        {
+            "k": None if len(model.alpha_) == k else str(k),
+            "utility": utility,
+            "judge": judge_key,
+            "prompt": prompt_record()["sha256"],
+            "mode": None,
+        },
+        allow_mismatch,
+    )
+    return model, overrides
+
+
+def forecasts(
+    labelled: Mapping[str, Path],
+    model: UDCGTheta,
+    judge_key: str,
+    utility: str,
+    *,
+    n_resamples: int = 10000,
+    seed: int | None = 0,
+    confidence: float = 0.95,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{system: {variant: {"forecast", "ci"}}}``: each system's forecast end-to-end accuracy,
+    the mean UDCG-theta of its contexts (variant ``UDCG-theta``, and ``UDCG-theta
+    (recalibrated)`` when ``model`` carries a calibration), with a percentile-bootstrap CI over
+    its queries. A context with another number of passages than the model's k is refused."""
     k = len(model.alpha_)
     variants = {"UDCG-theta": False}
     if model.calibration_ is not None:
         variants["UDCG-theta (recalibrated)"] = True
-    out: dict[str, Any] = {"weights": str(weights), "k": k, "systems": {}}
+    out = {}
     for name, path in labelled.items():
         contexts = list(read_contexts(path))
-        sizes = sorted({len(c.passages) for c in contexts})
-        out["overrides"] = check_compatible(
-            model.card_,
-            {
-                "k": None if sizes == [k] else ", ".join(map(str, sizes)),
-                "utility": utility,
-                "judge": judge_key,
-                "prompt": prompt_record()["sha256"],
-                "mode": None,
-            },
-            allow_mismatch,
-        )
+        for ctx in contexts:
+            if len(ctx.passages) != k:
+                raise UDCGInputError(
+                    f"system {name!r}: {len(ctx.passages)} passages, the UDCG-theta weights "
+                    f"take exactly {k}: no forecast for a shorter ranking",
+                    field="passages",
+                    **ctx.location(),
+                )
         relevant = np.stack(relevance_matrix(contexts, unit=True))
         utilities = np.stack(get_source(utility).utilities(contexts, judge_key))
         columns = np.stack(
@@ -316,7 +337,7 @@ def forecasts(
             axis=1,
         )
         intervals = mean_intervals(columns, n_resamples, seed, confidence)
-        out["systems"][name] = {
+        out[name] = {
             variant: {"forecast": float(columns[:, i].mean()), "ci": intervals[:, i].tolist()}
             for i, variant in enumerate(variants)
         }
