@@ -187,7 +187,7 @@ def _weighted_auroc(
     if total == 0:
         return math.nan
     below = np.cumsum(neg) - neg
-    return float(pos @ (below + 0.5 * neg) / total)
+    return float(np.sum(pos * (below + 0.5 * neg)) / total)  # not @: no BLAS threads
 
 
 def _auroc_with_ci(
