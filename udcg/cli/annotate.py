@@ -18,7 +18,13 @@ in between; a partial file of another judge, other steps or options, or an edite
 refused. A second run on the same OUT is refused while the first works. ``--shard I/N``
 annotates only shard I of N (:mod:`udcg.labels.shards`); ``udcg merge-shards`` joins the N
 outputs. ``-`` as IN reads standard input, as OUT writes standard output, chunk by chunk,
-without resuming and without a manifest (the counts then go to stderr)."""
+without resuming and without a manifest (the counts then go to stderr).
+
+The summary counts the whole output: after a resume, ``annotated N contexts (R resumed from
+OUT.partial, M now)``, the judge calls this run made, and the relevance labels, grades and
+upper bounds of all N (those of the R resumed read back from OUT). Over the whole output too,
+each utility source annotated is checked (:mod:`udcg.labels.signal_check`): one warning line
+with the numbers and the remedy when it carries almost no information."""
 
 from __future__ import annotations
 
