@@ -169,6 +169,12 @@ def check_report(data: Path, out: Path, found: dict, judge_key: str, measures: l
         )
         assert found["labels"][system]["relevance_computed"] == 0
 
+    # The signal check covers every labelled passage; its warning is in every report file.
+    assert found["signal"]["values"] == len(SYSTEMS) * len(TOPICS) * k
+    assert bool(found["warnings"]) == found["signal"]["fires"]
+    for warning in found["warnings"]:
+        assert warning in markdown and "carry almost no information" in warning
+
     # The p-values are the library's paired t-tests, Holm-corrected, against the baseline.
     utilities = {}
     for system in SYSTEMS:
@@ -236,6 +242,7 @@ def test_precomputed_judge(tmp_path: Path) -> None:
     # a ranks every gold passage first; b fourth: same UDCG@5 and P@5, lower RR
     means = found["comparison"]["means"]
     assert means["a"]["RR"]["mean"] == 1.0 and means["b"]["RR"]["mean"] == 0.25
+    assert found["warnings"] == [] and found["signal"]["auroc"] == 1.0  # gold: 0.8, else 0.1
     check_rerun(data, out, judge, cache, found)
 
 

@@ -20,19 +20,23 @@ inline); prints the Markdown table. A rerun asks the judge nothing: the cache an
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from udcg.cli.common import add_allow_mismatch, run_cli, weights_inputs
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
+from udcg.io.contexts import read_contexts
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
 from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
 from udcg.io.weights import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
+from udcg.labels.signal_check import check_contexts
 from udcg.labels.stream import DEFAULT_CHUNK
 from udcg.pipeline import journey
 from udcg.pipeline.journey_report import to_html, to_markdown
@@ -214,6 +218,12 @@ def _report(
                 n_resamples=args.n_resamples, seed=args.seed,
             ),
         }  # fmt: skip
+    signal = check_contexts(
+        itertools.chain.from_iterable(map(read_contexts, paths.values())), judge.name, args.utility
+    )
+    notes = [] if signal is None or not signal.fires else [signal.warning()]
+    for note in notes:
+        warnings.warn(note, UDCGWarning, stacklevel=1)
     return {
         "format": "udcg-report/1",
         "runs": {name: str(path) for name, path in runs.items()},
@@ -235,9 +245,12 @@ def _report(
                 "pairs": item.report.pairs + item.report.answer_pairs,
                 "relevance_kept": item.report.relevance_kept,
                 "relevance_computed": item.report.relevance_computed,
+                "upper_bounds": dict(item.report.bounds),
             }
             for name, item in labelled.items()
         },
+        "signal": None if signal is None else signal.as_dict(),
+        "warnings": notes,
         "comparison": comparison,
         "forecast": forecast,
     }
