@@ -69,7 +69,7 @@ def test_unknown_options_name_the_ones_the_backend_takes() -> None:
     assert err.value.field == "batch_size"
     assert str(err.value) == (
         "field 'batch_size': not an option of the openai judge; its options: abstain_token, "
-        "api_key_env, backoff, connect_timeout, deadline, extra_body, max_backoff, "
+        "api_key_env, backoff, connect_timeout, deadline, exact_bounds, extra_body, max_backoff, "
         "max_concurrency, max_retries, server_id, structured_output, template_tokenizer, "
         "timeout, top_logprobs"
     )

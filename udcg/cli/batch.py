@@ -135,11 +135,19 @@ def abstain_marker(judge: OpenAIJudge) -> str:
 
 def key_settings(judge: OpenAIJudge) -> Callable[[str], dict[str, Any]]:
     """``judge.key_settings``, with the abstention token resolved by :func:`abstain_marker`
-    first (so that it is refused, never guessed)."""
+    first (so that it is refused, never guessed); abstention keys are refused for a judge
+    that scores tokens outside the top log-probs by echo, which a batch cannot."""
 
     def settings(operation: str) -> dict[str, Any]:
         if operation == "abstain_prob":
             abstain_marker(judge)
+            if judge.scores_continuations:
+                raise UDCGInputError(
+                    "a batch cannot score abstention tokens outside the top log-probs by echo:"
+                    " pass --judge-option exact_bounds=off (and the same option to udcg"
+                    " annotate)",
+                    field="exact_bounds",
+                )
         return judge.key_settings(operation)
 
     return settings

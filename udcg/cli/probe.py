@@ -58,6 +58,8 @@ def _text(report: ServerReport) -> str:
         where = f"in the top log-probs (log-prob {report.abstain_logprob:.4g})"
     elif report.abstain_in_top is False:
         where = f"outside the top log-probs (bound: log-prob {report.smallest_top_logprob:.4g})"
+        if report.abstain_exact is not None:
+            where += f"; exact by echo: {'yes' if report.abstain_exact else 'no'}"
     else:
         where = "not checked"
     lines = [
@@ -66,7 +68,7 @@ def _text(report: ServerReport) -> str:
         f"chat log-probs    {top}",
         f"abstention token  {report.abstain_token!r} ({report.abstain_token_source}), {where}",
         f"echo log-probs    {'yes' if report.echo_logprobs else 'no'} (/v1/completions)",
-        f"JSON output       {report.json_output}",
+        f"JSON output       {report.json_output} (response_format json_object)",
         f"generates         {'yes' if report.generate else 'no'}",
     ]
     lines += [f"failed check      {name}: {reason}" for name, reason in report.errors.items()]

@@ -49,9 +49,19 @@ Operations:
   of the cache key of every ``abstain_prob`` item (:meth:`OpenAIJudge.key_settings`; with
   ``abstain_token`` it is in the fingerprint), so values computed with an assumed token are
   never read back by a judge whose tokenizer answers otherwise. When it is not among
-  the top-k, P(abstain) is below the smallest top-k probability; that bound (at most
-  1/top_logprobs) is returned, marked in ``upper_bound`` and counted in
-  ``stats["abstain_bound"]`` (one warning per judge).
+  the top-k, P(abstain) is below the smallest top-k probability. With ``exact_bounds="auto"``
+  (the default) and ``template_tokenizer``, the exact probability is then read from
+  ``/v1/completions`` with ``echo``: the rendered prompt followed by the token, whose echoed
+  log-prob is the token's (counted in ``stats["abstain_exact"]``). It is used only when the
+  echo scores the token as one token and agrees with the chat reply (the chat reply's most
+  likely first token is among the echo's top log-probs at that position, within 0.05 in
+  log-prob, and the token's probability is below its bound), else the bound stays
+  (``stats["exact_mismatch"]``); a server without echoed log-probs is not asked again
+  (``stats["exact_unavailable"]``). Otherwise that bound (at most 1/top_logprobs) is
+  returned, marked in ``upper_bound`` and counted in ``stats["abstain_bound"]`` (one warning
+  per judge). Whether misses are scored by echo is part of the cache key of every
+  ``abstain_prob`` item (``{"exact_bounds": "echo"}`` in :meth:`OpenAIJudge.key_settings`), so
+  a judge that keeps bounds never reads values a judge that scores them wrote, and back.
 * ``abstain_prob(mode="sequence")`` raises NotImplementedError: it needs the teacher-forced
   probabilities of every marker token after the chat template's assistant prefix, which chat
   completion APIs do not return. Use the local transformers backend for it.
@@ -60,10 +70,13 @@ Operations:
   (``/v1/completions`` with ``echo`` and ``logprobs``, which vLLM serves): the prompt is the
   abstention conversation rendered by the chat template of ``template_tokenizer`` (a
   transformers tokenizer id or path; the server's own template cannot be asked for) followed
-  by the answer, and the answer's tokens are the echoed tokens whose text offsets fall inside
-  it. Normalisation as in :meth:`~udcg.judge.base.Judge.answer_prob`. Without
+  by the answer, and the answer's tokens are the echoed tokens that end where the echoed
+  prompt ends (before the generated tokens the reply's ``usage`` counts; without a count,
+  those whose text offsets fall inside the answer in the prompt as sent), so servers whose echo
+  leaves out the text of special tokens (llama-cpp-python) are read right.
+  Normalisation as in :meth:`~udcg.judge.base.Judge.answer_prob`. Without
   ``template_tokenizer``, or from a server that does not return prompt log-probs with ``echo``
-  (chat-only servers, llama.cpp's llama-server, llama-cpp-python without ``logits_all``), it
+  (chat-only servers, llama.cpp's llama-server, llama-cpp-python with ``logits_all`` off), it
   fails with a message naming the limitation.
 
 * ``generate_json``: with ``structured_output="auto"`` (the default) the completions ask for
@@ -106,8 +119,10 @@ from udcg.judge.openai_http import JudgeHTTPClient, JudgeServerError, split_base
 from udcg.judge.openai_replies import (
     ReplyError,
     echoed_answer_logprob,
+    echoed_continuation,
     first_choice,
     first_token_logprobs,
+    generated_tokens,
     message_text,
     refuses_response_format,
     token_prob,
@@ -136,6 +151,12 @@ PROBE_TIMEOUT = 5.0
 #: ``structured_output`` values: ask for JSON output in ``generate_json`` when the server
 #: accepts it, or never.
 STRUCTURED_OUTPUT = ("auto", "off")
+#: ``exact_bounds`` values: score the abstention token by echo when it misses the top
+#: log-probs (with ``template_tokenizer``), or never.
+EXACT_BOUNDS = ("auto", "off")
+#: Largest difference, in log-prob, between the chat reply's most likely first token and the
+#: echo reply's at the same position for the two to count as the same prompt.
+ECHO_AGREEMENT = 0.05
 
 #: The warning of each kind of bound, given once per judge (counts are in ``stats``).
 BOUND_WARNINGS = {
@@ -152,6 +173,13 @@ BOUND_WARNINGS = {
 }
 
 
+def _agrees(alternatives: Mapping[str, float], token: str, logprob: float) -> bool:
+    """Whether the echo reply's top ``alternatives`` at a position hold the chat reply's most
+    likely ``token`` there, within :data:`ECHO_AGREEMENT` of its ``logprob``."""
+    other = alternatives.get(token)
+    return other is not None and abs(other - logprob) <= ECHO_AGREEMENT
+
+
 class OpenAIJudge(Judge):
     """A judge served by an OpenAI-compatible HTTP server; see the module docstring.
 
@@ -165,7 +193,9 @@ class OpenAIJudge(Judge):
     ``max_retries``, ``backoff``, ``max_backoff`` and ``deadline`` bound the waits (see the
     module docstring); they change no value and are not in the fingerprint.
     ``structured_output`` (``"auto"`` or ``"off"``) says whether ``generate_json`` asks for
-    JSON output. ``stats`` counts HTTP attempts (``requests``), ``retries`` and the bounds
+    JSON output. ``exact_bounds`` (``"auto"`` or ``"off"``) says whether ``abstain_prob``
+    scores an abstention token outside the top log-probs by echo (with
+    ``template_tokenizer``; see the module docstring). ``stats`` counts HTTP attempts (``requests``), ``retries`` and the bounds
     used (``yes_no_bound``, ``abstain_bound``). Option mistakes raise
     :class:`~udcg.errors.UDCGInputError` naming the option.
     """
@@ -192,6 +222,7 @@ class OpenAIJudge(Judge):
         structured_output: str = "auto",
         connect_timeout: float = 10.0,
         deadline: float = 300.0,
+        exact_bounds: str = "auto",
     ) -> None:
         if not model:
             raise UDCGInputError("must be the name of the model on the server", field="model")
@@ -199,6 +230,10 @@ class OpenAIJudge(Judge):
             raise UDCGInputError(f"must be within 1..20, got {top_logprobs}", field="top_logprobs")
         if abstain_token is not None and not abstain_token:
             raise UDCGInputError("must be a non-empty token text, or None", field="abstain_token")
+        if exact_bounds not in EXACT_BOUNDS:
+            raise UDCGInputError(
+                f"must be 'auto' or 'off', got {exact_bounds!r}", field="exact_bounds"
+            )
         if structured_output not in STRUCTURED_OUTPUT:
             raise UDCGInputError(
                 f"must be 'auto' or 'off', got {structured_output!r}", field="structured_output"
@@ -227,6 +262,7 @@ class OpenAIJudge(Judge):
         self.extra_body = dict(extra_body or {})
         self.template_tokenizer = template_tokenizer
         self.structured_output = structured_output
+        self.exact_bounds = exact_bounds
         settings: dict[str, Any] = {
             "model": model,
             "server": server_id or self.base_url,
@@ -245,6 +281,8 @@ class OpenAIJudge(Judge):
         self._server_token_asked = False
         # False once the server refused ``response_format``; kinds of bound already warned of.
         self._structured = structured_output == "auto"
+        # False once the server could not score a continuation (no echoed prompt log-probs).
+        self._echo = self.scores_continuations
         self._warned: set[str] = set()
 
     @property
@@ -430,7 +468,14 @@ class OpenAIJudge(Judge):
         marker = self.abstain_token_text()
 
         async def one(i: int, pair: tuple[str, str]) -> tuple[float, bool]:
-            return token_prob(await self._first_token_logprobs(abstain_messages(*pair)), marker)
+            messages = abstain_messages(*pair)
+            top = await self._first_token_logprobs(messages)
+            value, bound = token_prob(top, marker)
+            if bound and self._echo:
+                exact = await self._token_after(messages, marker, top, i)
+                if exact is not None:
+                    return exact, False
+            return value, bound
 
         pairs = list(zip(questions, passages, strict=True))
         return self._bounded(one, pairs, "abstain_bound", on_result)
@@ -491,8 +536,56 @@ class OpenAIJudge(Judge):
         """Mean log-prob of the tokens of ``answer`` after ``prompt``, from echoed log-probs."""
         url = self._api + COMPLETIONS_PATH
         body = echo_body(self.model, prompt + answer, self.extra_body)
-        choice = self._read(url, first_choice, await self.http.apost(url, body))
-        return self._read(f"{url}: item {item}", echoed_answer_logprob, choice, len(prompt), answer)
+        reply = await self.http.apost(url, body)
+        choice = self._read(url, first_choice, reply)
+        return self._read(
+            f"{url}: item {item}",
+            echoed_answer_logprob,
+            choice,
+            len(prompt),
+            answer,
+            generated_tokens(reply),
+        )
+
+    @property
+    def scores_continuations(self) -> bool:
+        """Whether ``abstain_prob`` asks for the exact probability of an abstention token
+        outside the top log-probs (``exact_bounds="auto"`` with ``template_tokenizer``)."""
+        return self.exact_bounds == "auto" and self.template_tokenizer is not None
+
+    async def _token_after(
+        self, messages: Messages, token: str, top: Mapping[str, float], item: int
+    ) -> float | None:
+        """The probability of ``token`` as the first reply token to ``messages``, read from
+        the echoed log-probs of the rendered prompt followed by ``token``; None (the caller
+        keeps its bound) when the echo does not score it as one token, or disagrees with the
+        chat reply's top log-probs ``top`` (another chat template than the server's), or the
+        server returns no echoed log-probs (then never asked again)."""
+        prompt = self._render(messages)
+        url = self._api + COMPLETIONS_PATH
+        try:
+            reply = await self.http.apost(
+                url, echo_body(self.model, prompt + token, self.extra_body)
+            )
+            picked = echoed_continuation(
+                first_choice(reply), len(prompt), token, generated_tokens(reply)
+            )
+        except JudgeServerError as exc:
+            if not isinstance(exc, ReplyError) and exc.status not in (400, 404, 422):
+                raise
+            self._echo = False
+            self.http.count("exact_unavailable")
+            return None
+        best = max(top, key=top.__getitem__)
+        if len(picked) != 1 or picked[0][0] != token or not _agrees(picked[0][2], best, top[best]):
+            self.http.count("exact_mismatch")
+            return None
+        logprob = picked[0][1]
+        if logprob > min(top.values()) + 1e-6:  # above its own bound: not the same prompt
+            self.http.count("exact_mismatch")
+            return None
+        self.http.count("abstain_exact")
+        return math.exp(logprob)
 
     # -- the first token of the abstention marker ---------------------------------------------
 
@@ -500,9 +593,12 @@ class OpenAIJudge(Judge):
         """For ``abstain_prob`` without ``abstain_token``: the abstention token text used
         (:meth:`abstain_token_text`, resolved once per judge); nothing for other operations,
         whose values depend on the fingerprint's settings alone."""
+        settings: dict[str, Any] = {}
         if operation == "abstain_prob" and self.abstain_token is None:
-            return {"abstain_token": self.abstain_token_text()}
-        return {}
+            settings["abstain_token"] = self.abstain_token_text()
+        if operation == "abstain_prob" and self.scores_continuations:
+            settings["exact_bounds"] = "echo"
+        return settings
 
     def server_abstain_token(self) -> str | None:
         """The text of the first token of NO-RESPONSE per the server's tokenizer, asked once

@@ -7,7 +7,8 @@ token of ``NO-RESPONSE`` per the server's tokenizer endpoint; whether that token
 top log-probs of the abstention prompt's first token (else ``abstain_prob`` gives upper bounds);
 whether Yes/No are both among the top log-probs of a relevance prompt; whether
 ``/v1/completions`` returns prompt log-probs with ``echo`` (and, with ``template_tokenizer``,
-whether ``answer_prob`` reads an answer likelihood from them); whether the server accepts
+whether ``answer_prob`` reads an answer likelihood from them and whether ``abstain_prob``
+scores an abstention token outside the top log-probs exactly by echo); whether the server accepts
 ``response_format`` JSON output; and that it generates text. A server that does not answer is
 the judge's one-line probe error; each check that fails records its one-line reason.
 :meth:`ServerReport.steps` turns the findings into what each annotate step gets.
@@ -72,6 +73,7 @@ class ServerReport:
     abstain_token_source: str = "assumed"
     abstain_in_top: bool | None = None
     abstain_logprob: float | None = None
+    abstain_exact: bool | None = None
     smallest_top_logprob: float | None = None
     relevance: str = "no"
     echo_logprobs: bool = False
@@ -92,10 +94,12 @@ class ServerReport:
             first = "no (no log-probs)"
         elif self.abstain_in_top:
             first = "exact"
+        elif self.abstain_exact:
+            first = "exact (by echo)"
         else:
             first = f"upper bound (token outside top {self.top_logprobs_returned})"
         qcare = {
-            "json_object": "yes (JSON output)",
+            "accepted": "yes (JSON output)",
             "refused": "yes (JSON by prompt; response_format refused)",
         }.get(self.json_output, "yes (JSON by prompt)" if self.generate else "no")
         return {
@@ -186,6 +190,9 @@ def _echo(judge: OpenAIJudge, report: ServerReport) -> None:
         report.errors["answer_likelihood"] = str(exc)
         return
     report.answer_likelihood = "yes" if math.isfinite(value) else "no"
+    if report.abstain_in_top is False and judge.scores_continuations:
+        values = judge.abstain_prob(*([text] for text in ABSTAIN_EXAMPLE))
+        report.abstain_exact = not values.upper_bound[0]
 
 
 def _json_output(judge: OpenAIJudge, report: ServerReport) -> None:
@@ -201,7 +208,7 @@ def _json_output(judge: OpenAIJudge, report: ServerReport) -> None:
         report.errors["json_output"] = str(exc)
         reply = judge.http.post(url, body, RETRIES)
     else:
-        report.json_output = "json_object"
+        report.json_output = "accepted"
     message_text(first_choice(reply))
     report.generate = True
 

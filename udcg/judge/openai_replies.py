@@ -165,13 +165,31 @@ def token_prob(top: Mapping[str, float], token: str) -> tuple[float, bool]:
     return math.exp(min(top.values())), True
 
 
-def echoed_answer_logprob(choice: Mapping[str, Any], prompt_chars: int, answer: str) -> float:
-    """Mean log-prob of the echoed tokens of ``answer``, the text after the first
-    ``prompt_chars`` characters of a ``/v1/completions`` prompt sent with ``echo``.
+def generated_tokens(reply: Any) -> int | None:
+    """How many generated tokens a completion reply counts (``usage.completion_tokens``), or
+    None when it does not say."""
+    usage = reply.get("usage") if isinstance(reply, dict) else None
+    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        return None
+    return count
 
-    The answer's tokens are those whose text offsets fall inside it; a token that spans the end
-    of the prompt and the start of the answer is an error, as is a reply without prompt
-    log-probs (``logprobs`` with ``tokens``, ``token_logprobs`` and ``text_offset``).
+
+def echoed_continuation(
+    choice: Mapping[str, Any], prompt_chars: int, text: str, generated: int | None = None
+) -> list[tuple[str, float, dict[str, float]]]:
+    """(token, log-prob, top alternatives) of the echoed tokens of ``text``, the end of a
+    ``/v1/completions`` prompt sent with ``echo`` whose first ``prompt_chars`` characters come
+    before it.
+
+    Where ``text`` starts in the reply's text offsets: with ``generated`` (the reply's count of
+    generated tokens, which the echoed token list ends with), ``len(text)`` characters before
+    the end of the echoed prompt, so a server whose echo leaves out the text of special tokens
+    (llama-cpp-python drops the chat template's markers) is read right; without it,
+    ``prompt_chars``, the offsets then being those of the prompt as sent (vLLM). A token that
+    spans the start of ``text`` is an error, as is a reply without prompt log-probs
+    (``logprobs`` with ``tokens``, ``token_logprobs`` and ``text_offset``). The top
+    alternatives are those of the reply's ``top_logprobs`` at the token (empty when absent).
     """
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict) or not all(
@@ -180,27 +198,54 @@ def echoed_answer_logprob(choice: Mapping[str, Any], prompt_chars: int, answer: 
         raise ReplyError(
             f"the reply has no prompt log-probs ('choices[0].logprobs' needs "
             f"{', '.join(ECHO_FIELDS)}); the server does not return log-probs of echoed "
-            "prompts (vLLM does; chat-only servers, llama.cpp's llama-server and "
-            "llama-cpp-python without logits_all do not), so answer likelihoods cannot be "
-            "read from it"
+            "prompts (vLLM and llama-cpp-python do; chat-only servers and llama.cpp's "
+            "llama-server do not), so a given continuation cannot be scored"
         )
-    start, end = prompt_chars, prompt_chars + len(answer)
-    picked: list[float] = []
-    for token, logprob, offset in zip(*(logprobs[f] for f in ECHO_FIELDS), strict=False):
-        if not isinstance(offset, int) or offset >= end:
-            if isinstance(offset, int):
-                break
-            raise ReplyError(f"malformed text offset {offset!r}")
+    entries = list(zip(*(logprobs[f] for f in ECHO_FIELDS), strict=False))
+    for token, _, offset in entries:
+        if not isinstance(offset, int) or isinstance(offset, bool) or not isinstance(token, str):
+            raise ReplyError(f"malformed echoed token {token!r} at text offset {offset!r}")
+    if generated is not None and generated < len(entries):
+        echoed = entries[: len(entries) - generated]
+        if not echoed:
+            raise ReplyError("the reply echoes no prompt token")
+        last_token, _, last_offset = echoed[-1]
+        end = entries[len(echoed)][2] if generated else last_offset + len(last_token)
+        start = end - len(text)
+    else:
+        echoed, start = entries, prompt_chars
+        end = start + len(text)
+    tops = logprobs.get("top_logprobs")
+    picked: list[tuple[str, float, dict[str, float]]] = []
+    first = None
+    for index, (token, logprob, offset) in enumerate(echoed):
+        if offset >= end:
+            break
         if offset < start:
-            if isinstance(token, str) and offset + len(token) > start:
+            if offset + len(token) > start:
                 raise ReplyError(
-                    f"token {token!r} spans the end of the prompt and the start of answer "
-                    f"{answer!r}; its tokens cannot be scored apart"
+                    f"token {token!r} spans the end of the prompt and the start of "
+                    f"{text!r}; its tokens cannot be scored apart"
                 )
             continue
         if isinstance(logprob, bool) or not isinstance(logprob, int | float):
             raise ReplyError(f"malformed log-prob {logprob!r}")
-        picked.append(_logprob(float(logprob), ""))
-    if not picked:
-        raise ReplyError(f"no echoed token starts inside answer {answer!r}")
-    return sum(picked) / len(picked)
+        first = offset if first is None else first
+        top = tops[index] if isinstance(tops, list) and index < len(tops) else None
+        alternatives = {
+            str(t): float(lp)
+            for t, lp in (top.items() if isinstance(top, dict) else ())
+            if isinstance(lp, int | float) and not isinstance(lp, bool)
+        }
+        picked.append((token, _logprob(float(logprob), ""), alternatives))
+    if first != start:
+        raise ReplyError(f"no echoed token starts at the start of {text!r}")
+    return picked
+
+
+def echoed_answer_logprob(
+    choice: Mapping[str, Any], prompt_chars: int, answer: str, generated: int | None = None
+) -> float:
+    """Mean log-prob of the echoed tokens of ``answer`` (:func:`echoed_continuation`)."""
+    picked = echoed_continuation(choice, prompt_chars, answer, generated)
+    return sum(logprob for _, logprob, _ in picked) / len(picked)
