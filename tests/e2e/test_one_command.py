@@ -168,6 +168,7 @@ def check_report(data: Path, out: Path, found: dict, judge_key: str, measures: l
             atol=1e-12,
         )
         assert found["labels"][system]["relevance_computed"] == 0
+        assert found["labels"][system]["relevance_given"] == len(TOPICS) * k
 
     # The signal check covers every labelled passage; its warning is in every report file.
     assert found["signal"]["values"] == len(SYSTEMS) * len(TOPICS) * k
@@ -394,6 +395,7 @@ def test_relevance_from_answers_without_qrels(tmp_path: Path) -> None:
     assert found["judge"]["steps"] == ["abstain", "relevance"]
     for system in SYSTEMS:
         assert found["labels"][system]["relevance_computed"] == 20
+        assert found["labels"][system]["relevance_given"] == 0
         for ctx in read_contexts(out / "labels" / f"{system}.jsonl"):
             for p in ctx.passages:
                 assert p.relevant == (answers[ctx.qid] in p.text)

@@ -221,6 +221,9 @@ def _report(
     signal = check_contexts(
         itertools.chain.from_iterable(map(read_contexts, paths.values())), judge.name, args.utility
     )
+    passages = {
+        name: sum(len(c.passages) for c in read_contexts(path)) for name, path in paths.items()
+    }
     notes = [] if signal is None or not signal.fires else [signal.warning()]
     for note in notes:
         warnings.warn(note, UDCGWarning, stacklevel=1)
@@ -243,7 +246,8 @@ def _report(
                 "contexts": item.report.contexts,
                 "resumed": item.resumed,
                 "pairs": item.report.pairs + item.report.answer_pairs,
-                "relevance_kept": item.report.relevance_kept,
+                "passages": passages[name],
+                "relevance_given": passages[name] - item.report.relevance_computed,
                 "relevance_computed": item.report.relevance_computed,
                 "upper_bounds": dict(item.report.bounds),
             }
