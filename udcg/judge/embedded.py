@@ -128,6 +128,42 @@ def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class EmbeddedJudge(TransformersJudge):
+    """The embedded judge: a :class:`TransformersJudge` on the converted copy at ``target``,
+    which is made (or remade, when its stamp does not match ``expected`` or its weights fail
+    to load) when the model first loads."""
+
+    def __init__(
+        self, gguf_dir: Path, target: Path, expected: dict[str, Any], source_id: str, **kw: Any
+    ) -> None:
+        self._gguf_dir, self._target, self._expected = gguf_dir, target, expected
+        super().__init__(target, source_id=source_id, **kw)
+
+    def _converted(self) -> None:
+        _convert(self._gguf_dir, self._target, self._expected)
+        if _valid_stamp(self._target, self._expected) is None:
+            raise UDCGInputError(f"could not write a usable converted model to {self._target}")
+
+    def _load_weights(self) -> tuple[Any, Any]:
+        if _valid_stamp(self._target, self._expected) is None:
+            self._converted()
+        try:
+            return super()._load_weights()
+        except UDCGInputError:  # bad options, not a bad copy
+            raise
+        except (OSError, ValueError, RuntimeError) as exc:  # corrupt copy with an intact stamp
+            log.warning("converted model at %s failed to load (%s); rebuilding", self._target, exc)
+            (self._target / _STAMP).unlink(missing_ok=True)
+            self._converted()
+            return super()._load_weights()
+
+
+def _valid_stamp(target: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
+    """The stamp of the converted copy at ``target`` when it matches ``expected``."""
+    stamp = _read_stamp(target)
+    return stamp if _stamp_matches(target, stamp, expected) else None
+
+
 def load_embedded_judge(
     cache_dir: str | os.PathLike[str] | None = None, **kw: Any
 ) -> TransformersJudge:
@@ -135,32 +171,15 @@ def load_embedded_judge(
 
     ``cache_dir``: where the converted copy lives (default :func:`embedded_cache_dir`); other
     keyword arguments go to :class:`TransformersJudge` (``device``, ``dtype``, ``batch_size``...).
-    Its fingerprint names the GGUF by name, size and hash, never by a local path.
+    Its fingerprint names the GGUF by name, size and hash, never by a local path, and is known
+    without loading the model: the copy is made and the model loaded on first use.
     """
     gguf_dir = embedded_model_dir()
     target = Path(cache_dir).expanduser() if cache_dir is not None else embedded_cache_dir()
-    expected = _source_stamp(gguf_dir / EMBEDDED_GGUF)
+    gguf = gguf_dir / EMBEDDED_GGUF
+    expected = _source_stamp(gguf)
     kw.setdefault("name", EMBEDDED_NAME)
-
-    def valid() -> dict[str, Any] | None:
-        stamp = _read_stamp(target)
-        return stamp if _stamp_matches(target, stamp, expected) else None
-
-    stamp = valid()
-    if stamp is None:
-        _convert(gguf_dir, target, expected)
-        stamp = valid()
-        if stamp is None:
-            raise UDCGInputError(f"could not write a usable converted model to {target}")
-    source_id = f"{EMBEDDED_NAME}|gguf={EMBEDDED_GGUF}:{stamp['size']}:{stamp['sha256'][:16]}"
-    try:
-        return TransformersJudge(target, source_id=source_id, **kw)
-    except UDCGInputError:  # bad options, not a bad copy
-        raise
-    except (OSError, ValueError, RuntimeError) as exc:  # corrupt copy with an intact stamp
-        log.warning("converted model at %s failed to load (%s); rebuilding", target, exc)
-        (target / _STAMP).unlink(missing_ok=True)
-        _convert(gguf_dir, target, expected)
-        if valid() is None:
-            raise UDCGInputError(f"could not write a usable converted model to {target}") from exc
-        return TransformersJudge(target, source_id=source_id, **kw)
+    stamp = _valid_stamp(target, expected)
+    digest = stamp["sha256"] if stamp is not None else file_sha256(gguf)
+    source_id = f"{EMBEDDED_NAME}|gguf={EMBEDDED_GGUF}:{expected['size']}:{digest[:16]}"
+    return EmbeddedJudge(gguf_dir, target, expected, source_id, **kw)

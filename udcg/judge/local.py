@@ -1,15 +1,18 @@
 """A judge running a causal LM in-process with ``transformers`` (CPU or CUDA).
 
-:class:`TransformersJudge` loads the model, builds and tokenises the prompts (the reference
-abstention prompt, rendered by the model's chat template) and reads each operation's
-probabilities from hidden states that :class:`~udcg.judge.scoring_engine.ScoringEngine`
-computes in batches, sharing the key/value caches of common prefixes and passages.
+:class:`TransformersJudge` loads the model on the first call that needs it (its fingerprint
+needs no weights, so a run the cache answers whole never loads it), builds and tokenises the
+prompts (the reference abstention prompt, rendered by the model's chat template) and reads each
+operation's probabilities from hidden states that
+:class:`~udcg.judge.scoring_engine.ScoringEngine` computes in batches, sharing the key/value caches of common prefixes and passages.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +57,39 @@ def _check_texts(values: Sequence[Any], what: str) -> list[str]:
     return out
 
 
+def _single_token_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
+    """The distinct ids of those ``words`` that are one token for ``tokenizer``."""
+    ids = []
+    for w in words:
+        enc = tokenizer.encode(w, add_special_tokens=False)
+        if len(enc) == 1 and enc[0] not in ids:
+            ids.append(enc[0])
+    if not ids:
+        raise UDCGInputError(f"none of {list(words)} is a single token for this tokenizer")
+    return ids
+
+
+def cuda_expected() -> bool:
+    """Whether ``torch.cuda.is_available()`` will say yes, read without importing torch (seconds
+    of start-up): a CUDA build of torch (its ``version.py``), a visible device
+    (``CUDA_VISIBLE_DEVICES``) and an NVIDIA device node. The judge checks the answer when it
+    loads its model."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    try:
+        version = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    built = re.search(r"^cuda\b[^=]*=\s*(.+)$", version, re.MULTILINE)
+    if built is None or built.group(1).strip() == "None":
+        return False
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
 class TransformersJudge(Judge):
     """Judge backed by a local ``transformers`` causal LM with a chat template.
 
@@ -93,6 +129,11 @@ class TransformersJudge(Judge):
     source_id:
         Identity of the weights for ``fingerprint`` instead of the (machine-specific) path.
 
+    The tokenizer and the model load on first use (a scoring call, :meth:`probe`, or the
+    ``tokenizer``/``model``/``engine`` attributes); ``loads`` counts the loads. ``fingerprint``
+    needs neither, nor ``torch``: with ``device="auto"`` the device is foreseen
+    (:func:`cuda_expected`) and checked when the model loads.
+
     ``abstain_prob`` reads the same token ids as the reference loop (chat template rendered to
     text, then tokenised with the tokenizer's default special tokens), so ``first_token`` values
     equal the reference's up to floating-point reassociation. ``last_stats`` holds the token
@@ -115,86 +156,171 @@ class TransformersJudge(Judge):
         source_id: str | None = None,
         warm_up: bool = True,
     ) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         if max_passage_tokens is not None and max_passage_tokens < 1:
             raise UDCGInputError(
                 f"must be >= 1 or None, got {max_passage_tokens}", field="max_passage_tokens"
             )
         source = str(model_id_or_path)
+        device = str(device)
+        self._device_asked = device
         if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+            device = "cuda" if cuda_expected() else "cpu"
+        self._device_name = device
+        on_cuda = device.startswith("cuda")
         if dtype is None:
-            dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        elif isinstance(dtype, str):
-            dtype = getattr(torch, dtype.removeprefix("torch."))
-        self.dtype = dtype
-
-        load_kw: dict[str, Any] = {}
-        if gguf_file is not None:
-            load_kw["gguf_file"] = gguf_file
-        self.tokenizer = AutoTokenizer.from_pretrained(source, **load_kw)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **load_kw)
-        self.model = model.to(self.device).eval()
-        if self.tokenizer.chat_template is None:
-            raise UDCGInputError(f"model {source!r} has no chat template")
+            dtype = "bfloat16" if on_cuda else "float32"
+        self._dtype_name = str(dtype).removeprefix("torch.")
 
         self.name = name or local_key(source)
         self.source = source
         self.gguf_file = gguf_file
-        on_cuda = self.device.type == "cuda"
-        limits = {
+        self._limits = {
             "batch_size": int(batch_size or (64 if on_cuda else 16)),
             "max_batch_tokens": int(max_batch_tokens or (16384 if on_cuda else 1024)),
             "max_generate_tokens": int(max_generate_tokens or (65536 if on_cuda else 8192)),
         }
-        for what, value in limits.items():
+        for what, value in self._limits.items():
             if value < 1:
                 raise UDCGInputError(f"must be >= 1, got {value}", field=what)
-        self.engine = ScoringEngine(
-            self.model,
-            self.device,
-            pad_token_id=self.tokenizer.pad_token_id or 0,
-            batch_size=limits["batch_size"],
-            max_batch_tokens=limits["max_batch_tokens"],
-        )
-        self.max_generate_tokens = limits["max_generate_tokens"]
+        self.max_generate_tokens = self._limits["max_generate_tokens"]
         self.max_passage_tokens = max_passage_tokens
         self.share_passages = bool(share_passages)
         self.n_truncated = 0
         self.last_stats = ForwardStats()
+        self.loads = 0
         self._abstain_prefix: tuple[int, ...] | None = None
-
-        marker = self.tokenizer.encode(ABSTAIN_MARKER, add_special_tokens=False)
-        if not marker:
-            raise UDCGInputError(f"the tokenizer of {source!r} maps {ABSTAIN_MARKER!r} to no token")
-        self.marker_ids: list[int] = list(marker)
-        self.yes_ids = self._single_token_ids(YES_WORDS)
-        self.no_ids = self._single_token_ids(NO_WORDS)
-
+        self._loaded: dict[str, Any] | None = None
+        self._warm_up = bool(warm_up)
         self._weights = self._weights_id(source_id)
-        if warm_up:
+
+    # ------------------------------------------------------------------ loading
+
+    def _load_weights(self) -> tuple[Any, Any]:
+        """The tokenizer and the model (on the CPU) of ``source``."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        load_kw: dict[str, Any] = {}
+        if self.gguf_file is not None:
+            load_kw["gguf_file"] = self.gguf_file
+        tokenizer = AutoTokenizer.from_pretrained(self.source, **load_kw)
+        model = AutoModelForCausalLM.from_pretrained(self.source, dtype=self.dtype, **load_kw)
+        return tokenizer, model
+
+    def _load(self) -> dict[str, Any]:
+        """Load the tokenizer and the model once (the first call that needs them), check them,
+        build the scoring engine and warm it up (``warm_up``)."""
+        if self._loaded is not None:
+            return self._loaded
+        import torch
+
+        if self._device_asked == "auto" and torch.cuda.is_available() != (
+            self._device_name == "cuda"
+        ):
+            raise UDCGInputError(
+                f"device=auto chose {self._device_name} before loading, but torch says CUDA is "
+                f"{'' if torch.cuda.is_available() else 'not '}available: pass device=cpu or "
+                "device=cuda",
+                field="device",
+            )
+        tokenizer, model = self._load_weights()
+        self.loads += 1
+        if tokenizer.chat_template is None:
+            raise UDCGInputError(f"model {self.source!r} has no chat template")
+        device = torch.device(self._device_name)
+        model = model.to(device).eval()
+        marker = tokenizer.encode(ABSTAIN_MARKER, add_special_tokens=False)
+        if not marker:
+            raise UDCGInputError(
+                f"the tokenizer of {self.source!r} maps {ABSTAIN_MARKER!r} to no token"
+            )
+        engine = ScoringEngine(
+            model,
+            device,
+            pad_token_id=tokenizer.pad_token_id or 0,
+            batch_size=self._limits["batch_size"],
+            max_batch_tokens=self._limits["max_batch_tokens"],
+        )
+        self._loaded = {
+            "tokenizer": tokenizer,
+            "model": model,
+            "device": device,
+            "engine": engine,
+            "marker_ids": list(marker),
+            "yes_ids": _single_token_ids(tokenizer, YES_WORDS),
+            "no_ids": _single_token_ids(tokenizer, NO_WORDS),
+        }
+        if self._warm_up:
             self.warm_up()
+        return self._loaded
+
+    def probe(self) -> None:
+        """Load the model now (the cache calls this before the first call it cannot answer)."""
+        self._load()
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (loads the model on first use)."""
+        return self._load()["tokenizer"]
+
+    @property
+    def model(self) -> Any:
+        """The causal LM, in eval mode on :attr:`device` (loaded on first use)."""
+        return self._load()["model"]
+
+    @property
+    def engine(self) -> ScoringEngine:
+        """The scoring engine over :attr:`model` (loads the model on first use)."""
+        return self._load()["engine"]
+
+    @property
+    def device(self) -> Any:
+        """The ``torch.device`` the model runs on (loads the model on first use)."""
+        return self._load()["device"]
+
+    @property
+    def dtype(self) -> Any:
+        """The ``torch`` dtype of the model's weights."""
+        import torch
+
+        return getattr(torch, self._dtype_name)
+
+    @property
+    def marker_ids(self) -> list[int]:
+        """Token ids of the abstention marker (loads the model on first use)."""
+        return self._load()["marker_ids"]
+
+    @property
+    def yes_ids(self) -> list[int]:
+        """Single-token ids of the Yes words (loads the model on first use)."""
+        return self._load()["yes_ids"]
+
+    @property
+    def no_ids(self) -> list[int]:
+        """Single-token ids of the No words (loads the model on first use)."""
+        return self._load()["no_ids"]
+
+    def _set_limit(self, what: str, value: int) -> None:
+        self._limits[what] = value
+        if self._loaded is not None:
+            setattr(self._loaded["engine"], what, value)
 
     @property
     def batch_size(self) -> int:
         """Most rows per forward pass (scoring and :meth:`generate`)."""
-        return self.engine.batch_size
+        return self._limits["batch_size"]
 
     @batch_size.setter
     def batch_size(self, value: int) -> None:
-        self.engine.batch_size = value
+        self._set_limit("batch_size", value)
 
     @property
     def max_batch_tokens(self) -> int:
         """Most (padded) new tokens per scoring forward pass."""
-        return self.engine.max_batch_tokens
+        return self._limits["max_batch_tokens"]
 
     @max_batch_tokens.setter
     def max_batch_tokens(self, value: int) -> None:
-        self.engine.max_batch_tokens = value
+        self._set_limit("max_batch_tokens", value)
 
     # ------------------------------------------------------------------ identity
 
@@ -215,21 +341,11 @@ class TransformersJudge(Judge):
     @property
     def fingerprint(self) -> str:  # type: ignore[override]
         """Backend, weights, dtype and truncation policy: what changes the values produced."""
-        dtype = str(self.dtype).removeprefix("torch.")
+        dtype = self._dtype_name
         return f"{self._weights}|dtype={dtype}|max_passage_tokens={self.max_passage_tokens}"
 
     def __repr__(self) -> str:
         return f"TransformersJudge(name={self.name!r}, fingerprint={self.fingerprint!r})"
-
-    def _single_token_ids(self, words: Sequence[str]) -> list[int]:
-        ids = []
-        for w in words:
-            enc = self.tokenizer.encode(w, add_special_tokens=False)
-            if len(enc) == 1 and enc[0] not in ids:
-                ids.append(enc[0])
-        if not ids:
-            raise UDCGInputError(f"none of {list(words)} is a single token for this tokenizer")
-        return ids
 
     # ------------------------------------------------------------------ prompts
 
