@@ -148,6 +148,7 @@ def main() -> None:
         max_batch_tokens=args.max_batch_tokens,
         warm_up=not args.no_warm_up,
     )
+    judge.probe()  # the model loads on first use: load it inside the timed span
     load_s = time.perf_counter() - t0
     n_params = sum(p.numel() for n, p in judge.model.named_parameters() if "embed_tokens" not in n)
 
