@@ -195,8 +195,9 @@ class OpenAIJudge(Judge):
     ``structured_output`` (``"auto"`` or ``"off"``) says whether ``generate_json`` asks for
     JSON output. ``exact_bounds`` (``"auto"`` or ``"off"``) says whether ``abstain_prob``
     scores an abstention token outside the top log-probs by echo (with
-    ``template_tokenizer``; see the module docstring). ``stats`` counts HTTP attempts (``requests``), ``retries`` and the bounds
-    used (``yes_no_bound``, ``abstain_bound``). Option mistakes raise
+    ``template_tokenizer``; see the module docstring). ``stats`` counts HTTP attempts
+    (``requests``), ``retries``, the bounds used (``yes_no_bound``, ``abstain_bound``) and the
+    exact values scored by echo (``abstain_exact``). Option mistakes raise
     :class:`~udcg.errors.UDCGInputError` naming the option.
     """
 
