@@ -155,6 +155,13 @@ class _Silent:
         return None
 
 
+def next_stage(bar: Any, what: str, stage: str) -> None:
+    """Count a finished stage of ``bar`` (a :func:`progress` over a command's stages) and name
+    the next: ``what: stage``."""
+    bar.update(1)
+    bar.set_description(f"{what}: {stage}")
+
+
 def progress(
     total: int | None,
     desc: str,

@@ -32,7 +32,7 @@ from udcg.pipeline.stages import (
     retrieve_contexts,
     stage_key,
 )
-from udcg.progress import progress
+from udcg.progress import next_stage, progress
 from udcg.retrieval import Retriever, check_depth
 
 if TYPE_CHECKING:
@@ -171,12 +171,6 @@ def signal_check(contexts: Sequence[Context], judge: str, utility: str) -> Signa
     return check
 
 
-def _next_stage(bar: Any, stage: str) -> None:
-    """Count a finished stage of ``bar`` and name the next one."""
-    bar.update(1)
-    bar.set_description(f"evaluate: {stage}")
-
-
 def evaluate(
     dataset: Dataset,
     retriever: tuple[str, Retriever] | None,
@@ -235,7 +229,7 @@ def evaluate(
             contexts = cache.run(
                 "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, depth)
             )
-        _next_stage(bar, "annotate")
+        next_stage(bar, "evaluate", "annotate")
         label_key = settings.judge_key
 
         def annotate(contexts: list[Context], steps: list[str]) -> list[Context]:
@@ -252,7 +246,7 @@ def evaluate(
         if steps or (settings.qcare and needs_coverage(contexts)):
             contexts = annotate(contexts, steps)
         signal = signal_check(contexts, label_key, settings.utility)
-        _next_stage(bar, "score")
+        next_stage(bar, "evaluate", "score")
         table = score_contexts(
             contexts,
             k,
@@ -265,7 +259,7 @@ def evaluate(
             settings.theta_crossfit,
             settings.theta_l2,
         )
-        _next_stage(bar, "correlate")
+        next_stage(bar, "evaluate", "correlate")
         args = (
             table.scores,
             table.correct,
@@ -311,7 +305,7 @@ def evaluate(
                 *([] if signal is None or not signal.fires else [signal.warning()]),
             ],
         }
-        _next_stage(bar, "report")
+        next_stage(bar, "evaluate", "report")
         if theta is None and table.theta_models:
             theta = table.theta_models[0]  # the plot shows the weights fitted on half 1
         files = report.write_report(result, output_dir, theta)

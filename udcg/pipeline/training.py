@@ -28,6 +28,7 @@ from udcg.pipeline.compare import MetricRow, classic_metrics, compare, finite_or
 from udcg.pipeline.fit_size import warn_if_few_contexts
 from udcg.pipeline.plots import plot_weights
 from udcg.pipeline.settings import TrainSettings
+from udcg.progress import next_stage, progress
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
 
 MIN_QUERIES_PER_SPLIT = 2
@@ -203,57 +204,62 @@ def train(
             field="test_fraction",
         )
     warn_if_few_contexts(len(train_set), model)
-    model.fit(train_set.relevant, train_set.utility, train_set.correct, groups=train_set.qids)
-    tuned = tune_gamma(
-        train_set.relevant,
-        train_set.utility,
-        train_set.correct,
-        grid=settings.gamma_grid,
-        method=settings.correlation,
-    )
-    rows = compare(
-        metric_scores(test_set, model, tuned.gamma),
-        test_set.correct,
-        test_set.qids,
-        settings.correlation,
-        settings.n_bootstrap,
-        settings.seed,
-    )
-    if settings.calibration != "none":
-        try:
-            model.calibrate(
-                test_set.relevant, test_set.utility, test_set.correct, settings.calibration
-            )
-        except UDCGInputError as exc:
-            raise UDCGInputError(
-                f"cannot fit {settings.calibration} on the held-out queries: {exc.reason}",
-                field="calibration",
-            ) from None
-    report = TrainReport(
-        k=k,
-        judge=settings.judge_key,
-        n_train=len(train_set),
-        n_test=len(test_set),
-        n_train_queries=len(set(train_set.qids.tolist())),
-        n_test_queries=len(set(test_set.qids.tolist())),
-        gamma=float(tuned.gamma),
-        gamma_train_correlation=float(tuned.train_correlation),
-        rows=rows,
-        skipped=dict(selection.skipped),
-        fingerprint=train_set.fingerprint(),
-        correlation=settings.correlation,
-        calibration=None if model.calibration_ is None else model.calibration_.describe(),
-    )
-    if export_dir is not None:
-        export_dir = Path(export_dir)
-        report.weights_path = export_dir / f"udcg_theta_k{k}.safetensors"
-        model.save(report.weights_path, card=report.card(settings.utility))
-        report.plot_path = export_dir / f"udcg_theta_k{k}.png"
-        plot_weights(
-            model, report.plot_path, f"UDCG-theta weights, k={k}, judge {settings.judge_key}"
+    with progress(4, "train: fit", unit="stage") as bar:
+        model.fit(train_set.relevant, train_set.utility, train_set.correct, groups=train_set.qids)
+        next_stage(bar, "train", "tune gamma")
+        tuned = tune_gamma(
+            train_set.relevant,
+            train_set.utility,
+            train_set.correct,
+            grid=settings.gamma_grid,
+            method=settings.correlation,
         )
-        report.model_dir = export_dir / f"udcg_theta_k{k}"
-        card = {**report.card(settings.utility), "figure": FIGURE_NAME}
-        model.save_pretrained(report.model_dir, card=card)
-        (report.model_dir / FIGURE_NAME).write_bytes(report.plot_path.read_bytes())
+        next_stage(bar, "train", "held-out comparison")
+        rows = compare(
+            metric_scores(test_set, model, tuned.gamma),
+            test_set.correct,
+            test_set.qids,
+            settings.correlation,
+            settings.n_bootstrap,
+            settings.seed,
+        )
+        next_stage(bar, "train", "calibrate and export")
+        if settings.calibration != "none":
+            try:
+                model.calibrate(
+                    test_set.relevant, test_set.utility, test_set.correct, settings.calibration
+                )
+            except UDCGInputError as exc:
+                raise UDCGInputError(
+                    f"cannot fit {settings.calibration} on the held-out queries: {exc.reason}",
+                    field="calibration",
+                ) from None
+        report = TrainReport(
+            k=k,
+            judge=settings.judge_key,
+            n_train=len(train_set),
+            n_test=len(test_set),
+            n_train_queries=len(set(train_set.qids.tolist())),
+            n_test_queries=len(set(test_set.qids.tolist())),
+            gamma=float(tuned.gamma),
+            gamma_train_correlation=float(tuned.train_correlation),
+            rows=rows,
+            skipped=dict(selection.skipped),
+            fingerprint=train_set.fingerprint(),
+            correlation=settings.correlation,
+            calibration=None if model.calibration_ is None else model.calibration_.describe(),
+        )
+        if export_dir is not None:
+            export_dir = Path(export_dir)
+            report.weights_path = export_dir / f"udcg_theta_k{k}.safetensors"
+            model.save(report.weights_path, card=report.card(settings.utility))
+            report.plot_path = export_dir / f"udcg_theta_k{k}.png"
+            plot_weights(
+                model, report.plot_path, f"UDCG-theta weights, k={k}, judge {settings.judge_key}"
+            )
+            report.model_dir = export_dir / f"udcg_theta_k{k}"
+            card = {**report.card(settings.utility), "figure": FIGURE_NAME}
+            model.save_pretrained(report.model_dir, card=card)
+            (report.model_dir / FIGURE_NAME).write_bytes(report.plot_path.read_bytes())
+        bar.update(1)
     return report
