@@ -58,7 +58,7 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, str]:
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stderr}")
-    line = re.search(r"cache hits \d+, misses \d+", done.stderr)
+    line = re.search(r"cache hits \d+, misses \d+", done.stdout + done.stderr)
     return seconds, line.group(0) if line else "(no cache line)"
 
 

@@ -62,12 +62,12 @@ def test_a_fully_cached_rerun_makes_no_judge_call_and_loads_no_model(tmp_path: P
 
     first = annotate([sys.executable, "-m", "udcg"], "first.jsonl")
     assert first.returncode == 0, first.stderr
-    assert "cache hits 0, misses 12" in first.stderr, first.stderr
+    assert "cache hits 0, misses 12" in first.stdout, first.stdout
 
     rerun = annotate([sys.executable, str(driver)], "rerun.jsonl")
     assert rerun.returncode == 0, rerun.stderr
     assert not mark.exists(), rerun.stderr
-    assert "cache hits 12, misses 0" in rerun.stderr, rerun.stderr
+    assert "cache hits 12, misses 0" in rerun.stdout, rerun.stdout
     before = [c.passages for c in read_contexts(tmp_path / "first.jsonl")]
     after = [c.passages for c in read_contexts(tmp_path / "rerun.jsonl")]
     assert len(after) == 1000 and after == before
