@@ -34,10 +34,14 @@ import os, sys
 import transformers
 
 
+class ModelLoaded(BaseException):
+    """Not an error the embedded judge takes for a broken copy (it would rebuild it)."""
+
+
 def refuse(*args, **kwargs):
     with open(os.environ["LOAD_MARK"], "a") as mark:
         mark.write("model loaded\\n")
-    raise RuntimeError("a cached rerun loaded a model")
+    raise ModelLoaded("a cached rerun loaded a model")
 
 
 transformers.AutoModelForCausalLM.from_pretrained = refuse
