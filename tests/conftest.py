@@ -184,6 +184,13 @@ def shared_judge_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def quiet_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No progress lines (:mod:`udcg.progress`) in the stderr the tests read, in process or in
+    the commands they start; tests/test_progress.py turns them back on."""
+    monkeypatch.setenv("UDCG_PROGRESS", "0")
+
+
 # -- a real OpenAI-compatible server (tests/judge/test_openai_backend.py, tests/e2e) ---------------
 
 LLAMA_SERVER_MODULES = (

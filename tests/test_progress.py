@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from udcg import progress as progress_module
+from udcg.cli.contexts import main as contexts_main
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import Context, Passage, write_contexts
-from udcg.progress import LineProgress, progress, progress_mode
+from udcg.progress import LineProgress, next_stage, progress, progress_mode
 
 LINE = re.compile(r"^contexts: (\d+)/40 \((\d+)%\), \d+\.\d/s(, ETA \d+s)?$")
 
@@ -140,3 +141,25 @@ def test_annotate_with_stderr_in_a_file_writes_progress_lines(tmp_path: Path) ->
     assert len(lines) >= 2, text  # lines while it runs (interval ~0) and one at the end
     assert lines[-1].group(1) == "40" and lines[-1].group(2) == "100"
     assert [int(m.group(1)) for m in lines] == sorted(int(m.group(1)) for m in lines)
+
+
+def test_stages_are_named_as_they_start(clean_env: pytest.MonkeyPatch) -> None:
+    out = io.StringIO()
+    with progress(2, "train: fit", unit="stage", stream=out) as bar:
+        next_stage(bar, "train", "tune gamma")
+        bar.update(1)
+    lines = out.getvalue().splitlines()
+    assert [line.split(":")[:2] for line in lines] == [["train", " tune gamma"]] * 2
+    assert lines[0].split(": ", 2)[2].startswith("1/2 (50%)")
+    assert lines[1].split(": ", 2)[2].startswith("2/2 (100%)")
+
+
+def test_udcg_contexts_shows_its_count(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "run").write_text("1 Q0 a 1 2.0 sys\n1 Q0 b 2 1.0 sys\n2 Q0 a 1 1.0 sys\n")
+    (tmp_path / "topics").write_text("1\tfirst?\n2\tsecond?\n")
+    (tmp_path / "collection").write_text("a\tpassage a\nb\tpassage b\n")
+    args = ["--topics", str(tmp_path / "topics"), "--collection", str(tmp_path / "collection")]
+    assert contexts_main([str(tmp_path / "run"), *args, "-k", "2", "--out", "-"]) == 0
+    assert re.match(r"contexts: 2, \d+\.\d/s\n", capsys.readouterr().err)
