@@ -14,7 +14,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: Layers from the bottom up; a module belongs to the last prefix that matches it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("ground", ("udcg.errors", "udcg.validation", "udcg._threads", "udcg._moved", "udcg._lazy")),
+    (
+        "ground",
+        (
+            "udcg.errors",
+            "udcg.validation",
+            "udcg.progress",
+            "udcg._threads",
+            "udcg._moved",
+            "udcg._lazy",
+        ),
+    ),
     ("data", ("udcg.io", "udcg.data")),
     ("kernels", ("udcg.metrics", "udcg.stats")),
     ("trec engine", ("udcg.trec",)),

@@ -4,7 +4,8 @@
 needs no weights, so a run the cache answers whole never loads it), builds and tokenises the
 prompts (the reference abstention prompt, rendered by the model's chat template) and reads each
 operation's probabilities from hidden states that
-:class:`~udcg.judge.scoring_engine.ScoringEngine` computes in batches, sharing the key/value caches of common prefixes and passages.
+:class:`~udcg.judge.scoring_engine.ScoringEngine` computes in batches, sharing the key/value
+caches of common prefixes and passages.
 """
 
 from __future__ import annotations
