@@ -22,10 +22,10 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats as sps
 
 from udcg.errors import UDCGInputError
 from udcg.validation import float_vector, query_codes, show
@@ -90,6 +90,14 @@ class SystemAgreement:
 # validation
 
 
+def scipy_stats() -> ModuleType:
+    """:mod:`scipy.stats`, imported on first use: it takes most of a second to import, which
+    commands that never test or correlate need not pay."""
+    from scipy import stats
+
+    return stats
+
+
 def _as_vector(
     values: Any, name: str, length: int | None = None, length_of: str = ""
 ) -> np.ndarray:
@@ -150,11 +158,11 @@ def _point(x: np.ndarray, y: np.ndarray, method: str) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         if method == "spearman":
-            value = sps.spearmanr(x, y)[0]
+            value = scipy_stats().spearmanr(x, y)[0]
         elif method == "kendall":
-            value = sps.kendalltau(x, y, variant="b")[0]
+            value = scipy_stats().kendalltau(x, y, variant="b")[0]
         else:
-            value = sps.pearsonr(x, y)[0]
+            value = scipy_stats().pearsonr(x, y)[0]
     return float(value)
 
 
@@ -251,7 +259,7 @@ def _resample_statistics(
             reps = weights.astype(np.int64)
             for b in np.flatnonzero(~undefined):
                 idx = np.repeat(np.arange(x.shape[0]), reps[b])
-                out[b] = sps.kendalltau(x[idx], y[idx], variant="b")[0]
+                out[b] = scipy_stats().kendalltau(x[idx], y[idx], variant="b")[0]
         elif method == "spearman":
             out = _weighted_pearson(
                 _weighted_ranks(x, weights), _weighted_ranks(y, weights), weights
@@ -434,7 +442,7 @@ def system_kendall(
     if _is_constant(x) or _is_constant(y):
         tau, p_value = math.nan, math.nan
     else:
-        res = sps.kendalltau(x, y, variant="b")
+        res = scipy_stats().kendalltau(x, y, variant="b")
         tau, p_value = float(res[0]), float(res[1])
     return SystemAgreement(
         tau=tau,
