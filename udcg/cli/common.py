@@ -136,6 +136,17 @@ def judge_inputs(args: argparse.Namespace) -> dict[str, str | None]:
     return {"--cache": args.cache, "--judge": spec and spec.removeprefix(PRECOMPUTED)}
 
 
+def add_theta_weights(parser: argparse.ArgumentParser) -> None:
+    """``--weights FILE...``: UDCG-theta weights for ``UDCGtheta@k`` measures, one per k."""
+    parser.add_argument(
+        "--weights",
+        nargs="+",
+        metavar="FILE",
+        help="UDCG-theta weights for UDCGtheta@k, one per k: folders of save_pretrained/train.py "
+        "or .safetensors files with their .json card",
+    )
+
+
 def add_allow_mismatch(
     parser: argparse.ArgumentParser, fields: Sequence[str], help: str | None = None
 ) -> None:

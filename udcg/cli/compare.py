@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from udcg.cli.common import add_allow_mismatch, run_cli
+from udcg.cli.common import add_allow_mismatch, add_theta_weights, run_cli
 from udcg.cli.trec import _weights, add_measures_argument
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
@@ -100,13 +100,7 @@ def _add_utility_arguments(parser: argparse.ArgumentParser) -> None:
         help="the utility source, as udcg score takes it: abstention (--utility-field "
         "abstain_prob) or answer_likelihood (--utility-field answer_prob)",
     )
-    parser.add_argument(
-        "--weights",
-        nargs="+",
-        metavar="FILE",
-        help="UDCG-theta weights for UDCGtheta@k, one per k: folders of save_pretrained/train.py "
-        "or .safetensors files with their .json card",
-    )
+    add_theta_weights(parser)
     add_allow_mismatch(
         parser,
         ["utility"],

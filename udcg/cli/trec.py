@@ -19,7 +19,7 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
 
-from udcg.cli.common import add_allow_mismatch, run_cli  # noqa: E402
+from udcg.cli.common import add_allow_mismatch, add_theta_weights, run_cli  # noqa: E402
 from udcg.cli.weights import add_allow_unverified  # noqa: E402
 from udcg.errors import UDCGInputError  # noqa: E402
 from udcg.io.files import STDIO  # noqa: E402
@@ -77,13 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         help="what the utilities' values are: abstain_prob (P(abstain), u = 1 - p; the TSV "
         "default), answer_prob (u = p) or utility (u); a JSONL line says it by its key",
     )
-    parser.add_argument(
-        "--weights",
-        nargs="+",
-        metavar="FILE",
-        help="UDCG-theta weights for UDCGtheta@k, one per k: folders of save_pretrained/train.py "
-        "or .safetensors files with their .json card",
-    )
+    add_theta_weights(parser)
     add_allow_mismatch(
         parser,
         ["utility"],
