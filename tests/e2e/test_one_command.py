@@ -200,6 +200,7 @@ def check_report(data: Path, out: Path, found: dict, judge_key: str, measures: l
             assert got["difference"] == pytest.approx(want.difference, abs=1e-12)
             low, high = got["ci"]
             assert low <= got["difference"] <= high
+            assert (low, high) == (want.ci_low, want.ci_high)  # udcg compare prints the same
     for system in SYSTEMS:
         for m in measures:
             mean = comparison["means"][system][m]

@@ -33,9 +33,9 @@ from udcg.io.utility_sources import get_source
 from udcg.labels.annotate import AnnotationReport, annotate, check_inputs
 from udcg.labels.provenance import annotation_record
 from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream
-from udcg.stats import percentile_interval, resample_counts
 from udcg.trec.comparison import compare
 from udcg.trec.engine import as_qrels, evaluate_table
+from udcg.trec.significance import bootstrap_interval
 
 if TYPE_CHECKING:
     from udcg.judge.cached import CachedJudge
@@ -165,19 +165,6 @@ def pooled_values(
     return values
 
 
-def mean_intervals(
-    values: np.ndarray, n_resamples: int, seed: int | None, confidence: float
-) -> np.ndarray:
-    """``[2, ...]`` percentile-bootstrap interval of the mean over axis 0 (queries resampled
-    with replacement; the same resamples for every column, so differences stay paired)."""
-    n = values.shape[0]
-    counts = resample_counts(n, n_resamples, np.random.default_rng(seed)).astype(np.float64)
-    flat = values.reshape(n, -1)
-    means = counts @ flat / n
-    bounds = [percentile_interval(means[:, j], confidence) for j in range(flat.shape[1])]
-    return np.array(bounds).T.reshape(2, *values.shape[1:])
-
-
 def compare_systems(
     qrels: PathType | Mapping[str, Mapping[str, int]],
     runs: Mapping[str, PathType],
@@ -195,8 +182,8 @@ def compare_systems(
     """Every system on every measure: ``qids``, ``per_query[system][measure]`` (a judged query
     a run does not rank scores 0), ``means[system][measure] = {"mean", "ci"}`` and, for each
     other system, ``differences[system][measure] = {"difference", "ci", "p_value",
-    "p_corrected", "significant"}`` to ``baseline`` (CI: paired bootstrap of the per-query
-    differences; p-values: :func:`udcg.trec.comparison.compare` with Holm's correction)."""
+    "p_corrected", "significant"}`` to ``baseline`` (CIs, p-values and Holm's correction:
+    :func:`udcg.trec.comparison.compare`, so ``udcg compare`` prints the same numbers)."""
     report = compare(
         qrels,
         runs,
@@ -208,6 +195,7 @@ def compare_systems(
         baseline=baseline,
         utilities=utilities,
         utility_field=utility_field,
+        confidence=confidence,
     )
     systems = report.systems
     names = report.measures
@@ -222,9 +210,10 @@ def compare_systems(
         values[[row_of[table.qids[i]] for i in kept], j] = table.values[kept]
     b = systems.index(baseline)
     differences = values - values[:, [b]]
-    intervals = mean_intervals(
-        np.stack([values, differences], axis=1), n_resamples, seed, confidence
-    )
+    # the means' intervals from the resamples compare's difference intervals are drawn from
+    intervals = bootstrap_interval(
+        values.reshape(len(judged), -1), confidence, n_resamples, seed
+    ).reshape(2, len(systems), len(names))
     out: dict[str, Any] = {
         "qids": judged,
         "systems": systems,
@@ -247,7 +236,7 @@ def compare_systems(
         out["means"][s] = {
             m: {
                 "mean": float(values[:, j, i].mean()),
-                "ci": intervals[:, 0, j, i].tolist(),
+                "ci": intervals[:, j, i].tolist(),
             }
             for i, m in enumerate(names)
         }
@@ -258,7 +247,7 @@ def compare_systems(
             c = report.comparison(s, baseline, m)
             out["differences"][s][m] = {
                 "difference": float(differences[:, j, i].mean()),
-                "ci": intervals[:, 1, j, i].tolist(),
+                "ci": [c.ci_low, c.ci_high],
                 "p_value": c.p_value,
                 "p_corrected": c.p_corrected,
                 "significant": c.significant,
@@ -336,7 +325,7 @@ def forecasts(
             [model.predict_proba(relevant, utilities, calibrated=c) for c in variants.values()],
             axis=1,
         )
-        intervals = mean_intervals(columns, n_resamples, seed, confidence)
+        intervals = bootstrap_interval(columns, confidence, n_resamples, seed)
         out[name] = {
             variant: {"forecast": float(columns[:, i].mean()), "ci": intervals[:, i].tolist()}
             for i, variant in enumerate(variants)
