@@ -567,14 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{tally.slowest:.2f} |",
             flush=True,
         )
-    failed = False
-    for name, tally in tallies.items():
-        for kind, shown in tally.examples.items():
-            failed = True
-            print(f"\n## {name}: {kind} ({tally.counts[kind]})")
-            for text in shown:
-                print(text)
-    return 1 if failed else 0
+    return readers.print_failures(tallies)
 
 
 if __name__ == "__main__":

@@ -1002,6 +1002,11 @@ def main(argv: list[str] | None = None) -> int:
         c = tally.counts
         row = [sum(c.values()), c["ok"], c["input_error"], *(c[k] for k in FAILURES)]
         print(f"| {name} | " + " | ".join(map(str, row)) + f" | {tally.seconds:.0f} |", flush=True)
+    return print_failures(tallies)
+
+
+def print_failures(tallies: dict) -> int:
+    """Print each target's failing examples under a heading; 1 when there were any, else 0."""
     failed = False
     for name, tally in tallies.items():
         for kind, shown in tally.examples.items():
