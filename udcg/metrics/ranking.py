@@ -158,7 +158,14 @@ def context_ndcg(labels: Any, k: int | None = None) -> np.ndarray:
 
     The context is all there is: unlike trec_eval's ``nDCG@k`` (:func:`udcg.evaluate`), whose
     ideal ranks every judged document of the query, a relevant passage the retriever missed
-    does not lower this value."""
+    does not lower this value.
+
+    Examples:
+        Gains 1 and 2 at ranks 1 and 2: ``(1 + 2/log2(3)) / (2 + 1/log2(3))``:
+
+        >>> context_ndcg([[1, 2, 0], [0, 0, 0]]).round(4).tolist()
+        [0.8597, 0.0]
+    """
     _check_k(k)
     fast = _dense_per_row(labels, k, _ndcg_block)
     if fast is not None:
@@ -171,17 +178,38 @@ def context_average_precision(
     labels: Any, k: int | None = None, rel_level: float = 1
 ) -> np.ndarray:
     """``AP@k = (1/R) * sum_i rel_i * P@i`` with R the relevant passages in the list; 0 if R=0
-    (trec_eval's ``AP`` divides by every relevant judged document instead)."""
+    (trec_eval's ``AP`` divides by every relevant judged document instead).
+
+    Examples:
+        Relevant at ranks 2 and 3: ``(1/2 + 2/3) / 2``:
+
+        >>> context_average_precision([[0, 1, 1]]).round(4).tolist()
+        [0.5833]
+    """
     return _binary_metric("average_precision", labels, k, rel_level)[0]
 
 
 def reciprocal_rank(labels: Any, k: int | None = None, rel_level: float = 1) -> np.ndarray:
-    """``RR = 1 / rank`` of the first relevant passage, 0 if there is none."""
+    """``RR = 1 / rank`` of the first relevant passage, 0 if there is none.
+
+    Examples:
+        >>> reciprocal_rank([[0, 1, 1], [0, 0], [2]]).tolist()
+        [0.5, 0.0, 1.0]
+        >>> reciprocal_rank([[0, 1, 2]], rel_level=2).round(4).tolist()
+        [0.3333]
+    """
     return _binary_metric("reciprocal_rank", labels, k, rel_level)[0]
 
 
 def precision(labels: Any, k: int | None = None, rel_level: float = 1) -> np.ndarray:
-    """``P@k = |relevant in top k| / k``; without k, divides by each list's length."""
+    """``P@k = |relevant in top k| / k``; without k, divides by each list's length.
+
+    Examples:
+        >>> precision([[0, 1, 1], [1]]).round(4).tolist()
+        [0.6667, 1.0]
+        >>> precision([[0, 1, 1], [1]], k=2).tolist()
+        [0.5, 0.5]
+    """
     count, lengths = _binary_metric("relevant_count", labels, k, rel_level)
     if k is None:
         return _kernels.safe_divide(count, lengths)
@@ -189,5 +217,10 @@ def precision(labels: Any, k: int | None = None, rel_level: float = 1) -> np.nda
 
 
 def hits(labels: Any, k: int | None = None, rel_level: float = 1) -> np.ndarray:
-    """``Hits@k = 1`` if any of the first k passages is relevant, else 0."""
+    """``Hits@k = 1`` if any of the first k passages is relevant, else 0.
+
+    Examples:
+        >>> hits([[0, 1, 1], [1, 0, 0]], k=1).tolist()
+        [0.0, 1.0]
+    """
     return _binary_metric("hits", labels, k, rel_level)[0]

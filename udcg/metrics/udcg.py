@@ -48,6 +48,13 @@ def utility(abstain_prob: Any = None, abstain_logprob: Any = None) -> Any:
     finite negative number, as APIs returning ``-9999`` do). The output has the input's
     structure: a 2-D array in gives a 2-D array out, a ragged list gives a list of 1-D
     arrays, a mapping ``{qid: sequence}`` gives ``{qid: 1-D array}``.
+
+    Examples:
+        >>> import math, numpy as np
+        >>> utility(abstain_prob=np.array([[0.1, 0.4, 0.75]])).tolist()
+        [[0.9, 0.6, 0.25]]
+        >>> utility(abstain_logprob={"q1": [math.log(0.25)]})["q1"].tolist()
+        [0.75]
     """
     if (abstain_prob is None) == (abstain_logprob is None):
         given = "both" if abstain_prob is not None else "neither"
@@ -125,6 +132,11 @@ def udcg_terms(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray]:
     ``relevant`` is bool, {0, 1}, or graded in [0, 1] (a graded passage is partly helpful and
     partly distracting); ``utility`` is in [0, 1]; both describe the same lists. Padding
     positions of ragged input are 0 in both arrays.
+
+    Examples:
+        >>> helpful, distracting = udcg_terms([[1, 0, 0.5]], [[0.9, 0.6, 0.4]])
+        >>> helpful.tolist(), distracting.tolist()
+        ([[0.9, 0.0, 0.2]], [[0.0, 0.6, 0.2]])
     """
     rel, u, _ = _validated(relevant, utility)
     helpful = rel * u
@@ -184,6 +196,15 @@ def udcg(relevant: Any, utility: Any, gamma: float = DEFAULT_GAMMA) -> np.ndarra
     irrelevant passages. Inputs: 2-D arrays, ragged lists or ``{qid: sequence}`` mappings
     (then values follow ``relevant``'s key order). Returns a 1-D float64 array in (0, 1)
     for non-empty lists.
+
+    Examples:
+        A relevant, an irrelevant and a relevant passage: ``sigmoid((0.9 - 0.6/3 + 0.3) / 3)
+        = sigmoid(1/3)``; an empty list scores 0:
+
+        >>> udcg([[1, 0, 1], []], [[0.9, 0.6, 0.3], []]).round(4).tolist()
+        [0.5826, 0.0]
+        >>> udcg({"q1": [True, False]}, {"q1": [0.8, 0.6]}, gamma=0).round(4).tolist()
+        [0.5987]
     """
     gamma = _check_gamma(gamma)
     scores = _dense_udcg(relevant, utility, gamma)
