@@ -48,7 +48,13 @@ RunLike = Run | Mapping[str, Mapping[str, float]] | str | PathLike[str] | Any
 
 @dataclass(frozen=True, eq=False)
 class Evaluation:
-    """Per-query values: ``values[i, j]`` is measure ``measures[j]`` on query ``qids[i]``."""
+    """Per-query values: ``values[i, j]`` is measure ``measures[j]`` on query ``qids[i]``.
+
+    Examples:
+        >>> table = evaluate_table({"q1": {"d1": 1}}, {"q1": {"d1": 2.0, "d2": 1.0}}, "RR")
+        >>> table.qids, table.values.tolist(), table.to_dict()
+        (['q1'], [[1.0]], {'q1': {'RR': 1.0}})
+    """
 
     qids: list[str]
     measures: list[Measure]
@@ -450,6 +456,15 @@ def evaluate_table(
     ``utilities``, ``utility_field`` and ``weights`` serve the utility measures (UDCG@k,
     UDCGtheta@k; see :func:`evaluate`) and are not read when none is asked for;
     ``allow_mismatch`` lists weight-card fields to override on purpose (``utility``).
+
+    Examples:
+        d1 is relevant to q1 and ranked first; d2, relevant to q2, second:
+
+        >>> qrels = {"q1": {"d1": 1}, "q2": {"d2": 1}}
+        >>> run = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d1": 2.0, "d2": 1.0}}
+        >>> table = evaluate_table(qrels, run, ["RR", "P@1"])
+        >>> table.qids, table.values.tolist(), table.mean()
+        (['q1', 'q2'], [[1.0, 1.0], [0.5, 0.0]], {'RR': 0.75, 'P@1': 0.5})
     """
     parsed = parse_measures(measures)
     plan = None
@@ -590,6 +605,20 @@ def evaluate(
     UDCGtheta cutoff, matched by the k of their card; weights fitted on another utility source
     are refused unless ``allow_mismatch=["utility"]``. Semantics in
     :mod:`udcg.trec.utility_measures`.
+
+    Examples:
+        Relevant d1 and d3 ranked 1st and 3rd: nDCG@3 = ``(1 + 1/log2(4)) / (1 + 1/log2(3))``,
+        AP = ``(1/1 + 2/3) / 2``; UDCG@3 = ``sigmoid((0.9 - 0.6/3 + 0.3) / 3)``:
+
+        >>> qrels = {"q1": {"d1": 1, "d2": 0, "d3": 1}}
+        >>> run = {"q1": {"d1": 0.9, "d2": 0.8, "d3": 0.1}}
+        >>> values = evaluate(qrels, run, ["nDCG@3", "AP", "P@2"])["q1"]
+        >>> {name: round(value, 4) for name, value in values.items()}
+        {'nDCG@3': 0.9197, 'AP': 0.8333, 'P@2': 0.5}
+        >>> u = {"q1": {"d1": 0.9, "d2": 0.6, "d3": 0.3}}
+        >>> scores = evaluate(qrels, run, "UDCG@3", utilities=u, utility_field="utility")
+        >>> round(scores["q1"]["UDCG@3"], 4)
+        0.5826
     """
     return evaluate_table(
         qrels,

@@ -6,7 +6,8 @@ Names are case-insensitive; ir_measures measure objects (``ir_measures.nDCG@10``
 ``ir_measures.P(rel=2)@5``) are read by their name (``str(measure)``), without importing
 ir_measures. Aliases: ``MAP`` (AP), ``MRR`` (RR), ranx's ``hit_rate@k`` (Hits@k)
 and pytrec_eval's names ``ndcg``, ``ndcg_cut_10``, ``map``, ``map_cut_100``, ``recip_rank``,
-``P_10``, ``recall_100``, ``success_10``. ranx's ``hits@k`` counts the relevant documents in the
+``P_10``, ``recall_100``, ``success_10`` (or trec_eval's ``-m`` spelling ``P.10``,
+``ndcg_cut.10``). ranx's ``hits@k`` counts the relevant documents in the
 top k, while ``Hits@k`` is 1 if there is any: that spelling is refused, naming ``HitCount@k``
 (the count) and ``Hits@k``.
 """
@@ -43,9 +44,9 @@ _ALIASES = {name.lower(): name for name in MEASURES} | {
     "recip_rank": "RR",
     "udcg-theta": "UDCGtheta",
 }
-#: pytrec_eval's ``name_k`` -> canonical name
+#: pytrec_eval's ``name_k`` (trec_eval's ``name.k``) -> canonical name
 _PYTREC_CUT = {"ndcg_cut": "nDCG", "map_cut": "AP", "p": "P", "recall": "R", "success": "Hits"}
-_PYTREC = re.compile(r"^(?P<name>ndcg_cut|map_cut|P|recall|success)_(?P<cutoff>\d+)$", re.I)
+_PYTREC = re.compile(r"^(?P<name>ndcg_cut|map_cut|P|recall|success)[_.](?P<cutoff>\d+)$", re.I)
 _SYNTAX = re.compile(
     r"^(?P<name>[A-Za-z][A-Za-z_-]*)(?:\((?P<params>[^)]*)\))?(?:@(?P<cutoff>\d+))?$"
 )
@@ -55,7 +56,12 @@ _PARAM = re.compile(r"\s*(?P<key>[A-Za-z]+)\s*=\s*(?P<value>[^,\s]+)\s*")
 @dataclass(frozen=True)
 class Measure:
     """One measure: its canonical name, optional cutoff k, binary relevance level and, for
-    UDCG, gamma (1/3 when not given)."""
+    UDCG, gamma (1/3 when not given).
+
+    Examples:
+        >>> str(Measure("P", cutoff=5, rel=2)), str(Measure("UDCG", cutoff=5, gamma=0.5))
+        ('P(rel=2)@5', 'UDCG(gamma=0.5)@5')
+    """
 
     name: str
     cutoff: int | None = None
@@ -113,7 +119,12 @@ def _params(text: str, name: str, params: str) -> dict[str, int | float]:
 
 
 def parse_measure(text: str) -> Measure:
-    """Parse one measure name; unknown names and bad parameters raise UDCGInputError."""
+    """Parse one measure name; unknown names and bad parameters raise UDCGInputError.
+
+    Examples:
+        >>> parse_measure("ndcg_cut_10")
+        Measure(name='nDCG', cutoff=10, rel=1, gamma=None)
+    """
     text = text.strip()
     pytrec = _PYTREC.match(text)
     if pytrec:
@@ -161,7 +172,12 @@ def _parse_one(measure: object) -> Measure:
 
 def parse_measures(measures: str | Measure | Iterable[str | Measure]) -> list[Measure]:
     """Parse a name, a Measure or an ir_measures measure object (``ir_measures.nDCG@10``), or
-    an iterable of them; duplicates are kept once, in order."""
+    an iterable of them; duplicates are kept once, in order.
+
+    Examples:
+        >>> [str(m) for m in parse_measures(["ndcg_cut_10", "MAP", "P(rel=2)@5", "map"])]
+        ['nDCG@10', 'AP', 'P(rel=2)@5']
+    """
     single = isinstance(measures, str | Measure) or _is_ir_measures(measures)
     if not single and not isinstance(measures, Iterable):
         raise UDCGInputError(

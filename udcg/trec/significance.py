@@ -47,7 +47,15 @@ def t_test(differences: np.ndarray) -> np.ndarray:
     """Paired Student's t-test: t = mean(d) / (sd(d) / sqrt(n)), sd with n - 1 degrees of
     freedom, p = 2 * P(T_{n-1} >= |t|), as ``scipy.stats.ttest_rel``. A column of one repeated
     difference has sd = 0: p = 1 when it is 0 (scipy: NaN), else p = 0 (t infinite; scipy
-    warns and gives about 0)."""
+    warns and gives about 0).
+
+    Examples:
+        d = (0.1, 0.3): t = 0.2 / (0.1414 / sqrt(2)) = 2 on 1 degree of freedom (a Cauchy
+        law), p = 1 - 2 atan(2) / pi:
+
+        >>> t_test(np.array([0.1, 0.3])).round(4).tolist()
+        [0.2952]
+    """
     d = _matrix(differences)
     constant = (d == d[0]).all(axis=0)
     p = np.where(d[0] == 0, 1.0, 0.0)
@@ -100,7 +108,14 @@ def randomization_test(
     exchangeable, so each difference's sign is a fair coin. With S = |sum_i d_i| and sign
     vectors s, p = #{s : |sum_i s_i d_i| >= S} / 2^n over all 2^n vectors (exact) when
     2^n <= n_resamples, else p = (#{b : |sum_i s_bi d_i| >= S} + 1) / (n_resamples + 1) over
-    ``n_resamples`` random sign vectors."""
+    ``n_resamples`` random sign vectors.
+
+    Examples:
+        Only the all-plus and all-minus of the 2^3 sign vectors reach |0.5 + 0.5 + 0.5|:
+
+        >>> randomization_test(np.array([0.5, 0.5, 0.5])).tolist()
+        [0.25]
+    """
     d = _matrix(differences)
     n = d.shape[0]
     observed = np.abs(d.sum(axis=0))
@@ -117,7 +132,14 @@ def bootstrap_test(
 ) -> np.ndarray:
     """Paired bootstrap test (shift method): the differences are centred, z_i = d_i - mean(d),
     so that H0 holds; each of ``n_resamples`` resamples draws n queries with replacement, and
-    p = (#{b : |mean(z*_b)| >= |mean(d)|} + 1) / (n_resamples + 1)."""
+    p = (#{b : |mean(z*_b)| >= |mean(d)|} + 1) / (n_resamples + 1).
+
+    Examples:
+        Equal differences centre to 0, so no resample reaches the mean 0.5: p = 1 / (99 + 1):
+
+        >>> bootstrap_test(np.array([0.5, 0.5, 0.5]), n_resamples=99).tolist()
+        [0.01]
+    """
     d = _matrix(differences)
     n = d.shape[0]
     centred = d - d.mean(axis=0)
@@ -140,7 +162,14 @@ def bootstrap_interval(
     column, and the same as :func:`bootstrap_test` draws for this ``seed``), and the interval is
     the central ``confidence`` quantile range of the resampled means (computed a column at a
     time, so a column's interval does not depend on the columns given with it). Returns
-    ``[2, n_columns]``: the lower bounds, then the upper bounds."""
+    ``[2, n_columns]``: the lower bounds, then the upper bounds.
+
+    Examples:
+        Resampled means of (0, 1) are 0, 0.5 or 1 (1/4, 1/2, 1/4): the 95% range is [0, 1]:
+
+        >>> bootstrap_interval(np.array([0.0, 1.0]), n_resamples=1000).tolist()
+        [[0.0], [1.0]]
+    """
     d = _matrix(differences)
     n = d.shape[0]
     columns = np.ascontiguousarray(d.T)
@@ -157,7 +186,14 @@ def bootstrap_interval(
 def paired_test(
     differences: np.ndarray, test: str = "t", n_resamples: int = 10000, seed: int | None = 0
 ) -> np.ndarray:
-    """The p-value of each column by ``test``: ``t``, ``randomization`` or ``bootstrap``."""
+    """The p-value of each column by ``test``: ``t``, ``randomization`` or ``bootstrap``.
+
+    Examples:
+        Two columns (comparisons); one of zero differences has p = 1:
+
+        >>> paired_test(np.array([[0.5, 0.0], [0.5, 0.0], [0.5, 0.0]]), "randomization").tolist()
+        [0.25, 1.0]
+    """
     if test == "t":
         return t_test(differences)
     if test == "randomization":
@@ -170,7 +206,14 @@ def paired_test(
 def holm(p_values: np.ndarray) -> np.ndarray:
     """Holm-Bonferroni adjusted p-values: with p_(1) <= ... <= p_(m),
     adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)); H_(i) is rejected at level alpha iff
-    adj_(i) <= alpha, which controls the family-wise error rate at alpha."""
+    adj_(i) <= alpha, which controls the family-wise error rate at alpha.
+
+    Examples:
+        Sorted: 3 * 0.01, 2 * 0.03, then max(0.06, 1 * 0.04):
+
+        >>> holm(np.array([0.01, 0.04, 0.03])).round(4).tolist()
+        [0.03, 0.06, 0.06]
+    """
     p = np.asarray(p_values, dtype=np.float64)
     order = np.argsort(p, kind="stable")
     m = len(p)
