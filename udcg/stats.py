@@ -43,6 +43,14 @@ class CorrelationResult:
 
     ``n`` contexts in ``n_groups`` queries; ``n_undefined`` of the ``n_resamples`` resamples had a
     constant vector and were left out of the interval (``low``/``high`` are ``nan`` if all were).
+
+    Examples:
+        Two queries of constant correctness: a resample that draws one of them twice is
+        undefined; one that draws both gives back the full sample's estimate:
+
+        >>> r = bootstrap_correlation([1, 2, 3, 4], [0, 0, 1, 1], groups=["a", "a", "b", "b"])
+        >>> round(r.low, 4), round(r.high, 4), r.n_groups, 0 < r.n_undefined < r.n_resamples
+        (0.8944, 0.8944, 2, True)
     """
 
     estimate: float
@@ -62,6 +70,11 @@ class PairedTestResult:
     ``difference = estimate_a - estimate_b``; ``low``/``high`` is the percentile interval of the
     resampled difference; ``p_value = (#{d* <= 0} + 1) / (n_defined + 1)`` is the one-sided p for
     H1 "A correlates better than B", over the ``n_resamples - n_undefined`` defined resamples.
+
+    Examples:
+        >>> t = paired_bootstrap_test([0, 0, 1, 1], [1, 2, 3, 4], [0, 0, 1, 1], n_resamples=200)
+        >>> t.estimate_a, round(t.difference, 4), 0 < t.p_value <= 1
+        (1.0, 0.1056, True)
     """
 
     estimate_a: float
@@ -77,7 +90,13 @@ class PairedTestResult:
 
 @dataclass(frozen=True)
 class SystemAgreement:
-    """Kendall tau-b between two rankings of systems; rankings list system names best first."""
+    """Kendall tau-b between two rankings of systems; rankings list system names best first.
+
+    Examples:
+        >>> a = system_kendall({"x": 0.1, "y": 0.2}, {"x": 0.5, "y": 0.7})
+        >>> a.tau, a.ranking_by_metric, a.ranking_by_accuracy
+        (1.0, ['y', 'x'], ['y', 'x'])
+    """
 
     tau: float
     p_value: float
@@ -92,7 +111,12 @@ class SystemAgreement:
 
 def scipy_stats() -> ModuleType:
     """:mod:`scipy.stats`, imported on first use: it takes most of a second to import, which
-    commands that never test or correlate need not pay."""
+    commands that never test or correlate need not pay.
+
+    Examples:
+        >>> scipy_stats().__name__
+        'scipy.stats'
+    """
     from scipy import stats
 
     return stats
@@ -133,7 +157,13 @@ def _check_options(n_resamples: int, confidence: float) -> None:
 
 def query_groups(groups: Any, n: int, ref_name: str) -> tuple[np.ndarray, int]:
     """``(codes, n_groups)``: :func:`udcg.validation.query_codes` and the number of queries,
-    which must be at least 2 for a resample of queries to vary."""
+    which must be at least 2 for a resample of queries to vary.
+
+    Examples:
+        >>> codes, n_groups = query_groups(["q2", "q1", "q2"], 3, "metric")
+        >>> codes.tolist(), n_groups
+        ([1, 0, 1], 2)
+    """
     codes = query_codes(groups, n, ref_name)
     n_groups = int(codes.max()) + 1 if n else 0
     if n_groups < 2:
@@ -172,6 +202,17 @@ def correlation(metric: Any, correct: Any, method: Method = "spearman") -> float
     ``spearman``: rho = Pearson r of the average ranks; ``kendall``: tau-b =
     (P - Q) / sqrt((P + Q + T_x)(P + Q + T_y)); ``pearson``: r = cov(x, y) / (sd(x) sd(y)).
     Returns ``nan`` when either vector is constant (the correlation is undefined).
+
+    Examples:
+        Ranks (1, 2, 3, 4) against (1.5, 1.5, 3.5, 3.5): rho = 4 / (sqrt(5) * 2); tau-b has
+        P = 4, Q = 0 and 2 pairs tied in correctness: 4 / sqrt(4 * 6):
+
+        >>> round(correlation([1, 2, 3, 4], [0, 0, 1, 1]), 4)
+        0.8944
+        >>> round(correlation([1, 2, 3, 4], [0, 0, 1, 1], method="kendall"), 4)
+        0.8165
+        >>> correlation([1, 1, 1], [0, 1, 0])
+        nan
     """
     method = _check_method(method)
     x = _as_vector(metric, "metric")
@@ -184,7 +225,13 @@ def correlation(metric: Any, correct: Any, method: Method = "spearman") -> float
 
 
 def resample_counts(n_groups: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """``[n_resamples, n_groups]`` int counts: how often each query was drawn (n_groups draws)."""
+    """``[n_resamples, n_groups]`` int counts: how often each query was drawn (n_groups draws).
+
+    Examples:
+        >>> counts = resample_counts(3, 5, np.random.default_rng(0))
+        >>> counts.shape, counts.sum(axis=1).tolist()
+        ((5, 3), [3, 3, 3, 3, 3])
+    """
     draws = rng.integers(0, n_groups, size=(n_resamples, n_groups))
     flat = draws + n_groups * np.arange(n_resamples, dtype=np.int64)[:, None]
     return np.bincount(flat.ravel(), minlength=n_resamples * n_groups).reshape(
@@ -295,7 +342,13 @@ def _bootstrap(
 
 def percentile_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
     """The central ``confidence`` percentile interval of the defined (non-NaN) ``values``;
-    ``(nan, nan)`` when none is defined."""
+    ``(nan, nan)`` when none is defined.
+
+    Examples:
+        >>> low, high = percentile_interval(np.append(np.arange(101.0), np.nan), 0.9)
+        >>> round(low, 4), round(high, 4)
+        (5.0, 95.0)
+    """
     defined = values[~np.isnan(values)]
     if defined.size == 0:
         return math.nan, math.nan
@@ -322,6 +375,11 @@ def bootstrap_correlation(
     Each resample draws ``n_groups`` query ids with replacement and keeps all contexts of every
     drawn query (``groups[i]`` = query id of context i; ``None``: each context is its own query).
     CI = [q_{a/2}, q_{1-a/2}] of the defined resampled statistics, a = 1 - confidence.
+
+    Examples:
+        >>> r = bootstrap_correlation([0.2, 0.4, 0.6, 0.9], [0, 1, 0, 1], method="pearson")
+        >>> r.method, r.n, r.n_groups, r.low <= r.high
+        ('pearson', 4, 4, True)
     """
     method = _check_method(method)
     x = _as_vector(metric, "metric")
@@ -356,6 +414,14 @@ def paired_bootstrap_test(
 
     A and B are evaluated on the same query resamples; d* = corr*(A) - corr*(B);
     p = (#{d* <= 0} + 1) / (n_defined + 1); CI of the difference as in the percentile bootstrap.
+
+    Examples:
+        A orders correctness perfectly (tau-b 1), B has tau-b 4 / sqrt(4 * 6) (see
+        :func:`correlation`):
+
+        >>> t = paired_bootstrap_test([0, 0, 1, 1], [1, 2, 3, 4], [0, 0, 1, 1], method="kendall")
+        >>> round(t.estimate_a, 4), round(t.estimate_b, 4), round(t.difference, 4)
+        (1.0, 0.8165, 0.1835)
     """
     method = _check_method(method)
     a = _as_vector(metric_a, "metric_a")
@@ -417,6 +483,14 @@ def system_kendall(
 
     ``p_value`` is scipy's two-sided p for tau-b = 0. ``tau`` and ``p_value`` are ``nan`` when all
     systems tie on either side.
+
+    Examples:
+        Of the 3 pairs, (dense, hybrid) is the one ordered differently: (2 - 1) / 3:
+
+        >>> metric = {"bm25": 0.3, "dense": 0.5, "hybrid": 0.6}
+        >>> accuracy = {"bm25": 0.4, "dense": 0.6, "hybrid": 0.55}
+        >>> round(system_kendall(metric, accuracy).tau, 4)
+        0.3333
     """
     metric = _system_values(metric_by_system, "metric_by_system")
     accuracy = _system_values(accuracy_by_system, "accuracy_by_system")
