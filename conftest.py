@@ -1,28 +1,40 @@
-"""Doctest collection of the ``udcg`` package (``--doctest-modules`` in pyproject.toml): a module
-whose optional dependency (torch, hydra, transformers, ...) is not installed is skipped with the
-name of what is missing; any other import error still fails the collection.
+"""Doctests of the ``udcg`` package (``--doctest-modules`` in pyproject.toml) without its
+optional dependencies: a module that imports a missing one (torch, hydra, transformers, ...) is
+skipped, and so is an example that imports one when it runs (``UDCGTheta.fit`` needs torch),
+each naming what is missing; any other import error still fails.
 """
 
 from __future__ import annotations
 
+import doctest
 import importlib
+from collections.abc import Generator
 
 import pytest
-from _pytest.doctest import DoctestModule
-from _pytest.reports import CollectReport
+from _pytest.doctest import DoctestItem, DoctestModule
+from _pytest.reports import CollectReport, TestReport
 
 
-def _missing_dependency(module: str) -> str | None:
-    """The top-level name of the non-udcg module that importing ``module`` misses, else None."""
+def _missing(error: BaseException | None) -> str | None:
+    """The top-level name of the non-udcg module whose absence raised ``error``, else None."""
+    if isinstance(error, doctest.UnexpectedException):
+        error = error.exc_info[1]
+    if not isinstance(error, ModuleNotFoundError):
+        return None
+    name = (error.name or "").split(".")[0]
+    return name if name and name != "udcg" else None
+
+
+def _import_error(module: str) -> BaseException | None:
     try:
         importlib.import_module(module)
-    except ModuleNotFoundError as error:
-        missing = (error.name or "").split(".")[0]
-        if missing and missing != "udcg":
-            return missing
-    except Exception:  # the collection itself reports any other failure
-        pass
+    except Exception as error:  # the collection itself reports any other failure
+        return error
     return None
+
+
+def _reason(missing: str) -> str:
+    return f"Skipped: needs the optional dependency {missing!r}"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -33,8 +45,22 @@ def pytest_make_collect_report(collector: pytest.Collector) -> CollectReport | N
     if relative.parts[0] != "udcg":
         return None
     parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
-    missing = _missing_dependency(".".join(parts))
+    missing = _missing(_import_error(".".join(parts)))
     if missing is None:
         return None
-    reason = f"Skipped: doctests need the optional dependency {missing!r}"
-    return CollectReport(collector.nodeid, "skipped", (str(collector.path), 0, reason), [])
+    return CollectReport(
+        collector.nodeid, "skipped", (str(collector.path), 0, _reason(missing)), []
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, TestReport, TestReport]:
+    report = yield
+    if isinstance(item, DoctestItem) and report.failed and call.excinfo is not None:
+        missing = _missing(call.excinfo.value)
+        if missing is not None:
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.reportinfo()[1] or 0, _reason(missing))
+    return report
