@@ -80,14 +80,28 @@ def _probabilities(prob: Any, correct: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def brier_score(prob: Any, correct: Any) -> float:
-    """``mean (prob - correct)^2``."""
+    """``mean (prob - correct)^2``.
+
+    Examples:
+        ``(0.2^2 + 0.3^2) / 2``:
+
+        >>> round(brier_score([0.8, 0.3], [1, 0]), 4)
+        0.065
+    """
     p, y = _probabilities(prob, correct)
     return float(np.mean((p - y) ** 2))
 
 
 def bin_edges(prob: Any, n_bins: int = 10, strategy: str = "uniform") -> np.ndarray:
     """``n_bins + 1`` edges: equal widths on [0, 1] (``"uniform"``) or the ``0, 1/n_bins, ...,
-    1`` quantiles of ``prob`` (``"quantile"``; equal quantiles leave empty bins)."""
+    1`` quantiles of ``prob`` (``"quantile"``; equal quantiles leave empty bins).
+
+    Examples:
+        >>> bin_edges(None, n_bins=4).tolist()
+        [0.0, 0.25, 0.5, 0.75, 1.0]
+        >>> bin_edges([0.1, 0.2, 0.3, 0.9], n_bins=2, strategy="quantile").round(4).tolist()
+        [0.1, 0.25, 0.9]
+    """
     n_bins = positive_int(n_bins, "n_bins")
     one_of(strategy, "strategy", STRATEGIES)
     if strategy == "uniform":
@@ -104,7 +118,14 @@ def _bins(p: np.ndarray, n_bins: int, strategy: str) -> tuple[np.ndarray, np.nda
 def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a proportion ``successes / n``:
     ``(p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)``, ``z`` the normal quantile
-    of ``(1 + level) / 2``."""
+    of ``(1 + level) / 2``.
+
+    Examples:
+        5 of 10, z = 1.96: ``0.5 +- 1.96 sqrt(0.025 + 0.0096) / 1.3841``:
+
+        >>> tuple(round(x, 4) for x in wilson_interval(5, 10))
+        (0.2366, 0.7634)
+    """
     if n <= 0:
         return math.nan, math.nan
     z = float(norm.ppf(0.5 + level / 2.0))
@@ -119,7 +140,14 @@ def reliability_table(
     prob: Any, correct: Any, n_bins: int = 10, strategy: str = "uniform"
 ) -> list[dict[str, float]]:
     """One row per non-empty bin: ``low``, ``high`` (edges), ``count``, ``mean_predicted``,
-    ``accuracy`` (mean correct) and ``ci_low``, ``ci_high`` (its Wilson 95% interval)."""
+    ``accuracy`` (mean correct) and ``ci_low``, ``ci_high`` (its Wilson 95% interval).
+
+    Examples:
+        >>> prob, correct = [0.2, 0.3, 0.8, 0.9], [0, 1, 1, 1]
+        >>> rows = reliability_table(prob, correct, n_bins=2)
+        >>> [(r["high"], r["count"], round(r["mean_predicted"], 4), r["accuracy"]) for r in rows]
+        [(0.5, 2, 0.25, 0.5), (1.0, 2, 0.85, 1.0)]
+    """
     p, y = _probabilities(prob, correct)
     edges, which = _bins(p, n_bins, strategy)
     rows = []
@@ -147,7 +175,15 @@ def reliability_table(
 def expected_calibration_error(
     prob: Any, correct: Any, n_bins: int = 10, strategy: str = "uniform"
 ) -> float:
-    """``sum_b (n_b / N) |accuracy_b - mean_predicted_b|`` over :func:`reliability_table`."""
+    """``sum_b (n_b / N) |accuracy_b - mean_predicted_b|`` over :func:`reliability_table`.
+
+    Examples:
+        The two bins of :func:`reliability_table`'s example: ``2/4 * 0.25 + 2/4 * 0.15``:
+
+        >>> prob, correct = [0.2, 0.3, 0.8, 0.9], [0, 1, 1, 1]
+        >>> round(expected_calibration_error(prob, correct, n_bins=2), 4)
+        0.2
+    """
     rows = reliability_table(prob, correct, n_bins, strategy)
     total = sum(row["count"] for row in rows)
     return float(
@@ -181,7 +217,14 @@ def bootstrap_ci(
 ) -> tuple[float, float, float]:
     """``(point, low, high)``: ``statistic(prob, correct)`` and its percentile bootstrap
     interval over resamples of the queries (``groups[i]``: the query of context i; ``None``:
-    each context its own query). Resamples where the statistic is NaN are skipped."""
+    each context its own query). Resamples where the statistic is NaN are skipped.
+
+    Examples:
+        >>> prob, correct = [0.2, 0.3, 0.8, 0.9], [0, 1, 1, 1]
+        >>> point, low, high = bootstrap_ci(brier_score, prob, correct, n_resamples=200)
+        >>> round(point, 4), low <= point <= high
+        (0.145, True)
+    """
     p, y = _pair(prob, correct)
     counts, codes = _resamples(p.shape[0], groups, n_resamples, seed, level)
     index = np.arange(p.shape[0])
@@ -202,7 +245,14 @@ def forecast_accuracy(
     """The forecast accuracy (mean ``prob``) next to the measured one (mean ``correct``):
     ``{"n", "forecast", "forecast_ci", "measured", "measured_ci", "difference",
     "difference_ci"}`` with ``difference = forecast - measured`` and every interval from the
-    same resamples of the queries (the difference's interval is paired)."""
+    same resamples of the queries (the difference's interval is paired).
+
+    Examples:
+        >>> prob, correct = [0.2, 0.3, 0.8, 0.9], [0, 1, 1, 1]
+        >>> out = forecast_accuracy(prob, correct, n_resamples=200)
+        >>> out["n"], round(out["forecast"], 4), out["measured"], round(out["difference"], 4)
+        (4, 0.55, 0.75, -0.2)
+    """
     p, y = _probabilities(prob, correct)
     counts, codes = _resamples(p.shape[0], groups, n_resamples, seed, level)
     size = np.bincount(codes).astype(np.float64)
@@ -228,7 +278,15 @@ def forecast_accuracy(
 class Calibration:
     """A fitted recalibration: ``"platt"`` ``p = sigmoid(a * x + b)``, ``"temperature"``
     ``p = sigmoid(x / temperature)`` or ``"shift"`` ``p = sigmoid(logit(x) + b)`` (``x`` a score
-    in [0, 1]); ``n`` contexts it was fitted on."""
+    in [0, 1]); ``n`` contexts it was fitted on.
+
+    Examples:
+        >>> calibration = Calibration("temperature", {"temperature": 2.0}, n=10)
+        >>> calibration.apply([0.0, 2.0]).round(4).tolist(), calibration.describe()
+        ([0.5, 0.7311], 'temperature temperature=2 (fitted on 10 contexts)')
+        >>> Calibration.from_dict(calibration.to_dict()) == calibration
+        True
+    """
 
     method: str
     parameters: dict[str, float] = field(default_factory=dict)
@@ -344,7 +402,16 @@ def _logistic_mle(x: np.ndarray, y: np.ndarray, intercept: bool) -> np.ndarray:
 
 def fit_platt(score: Any, correct: Any) -> Calibration:
     """Platt scaling: ``p = sigmoid(a * score + b)``, the unpenalised logistic regression of
-    ``correct`` on the score."""
+    ``correct`` on the score.
+
+    Examples:
+        Score 0 is correct 1 time in 4, score 1 3 times in 4: ``b = logit(1/4) = -log 3`` and
+        ``a + b = log 3``:
+
+        >>> score, correct = [0, 0, 0, 0, 1, 1, 1, 1], [1, 0, 0, 0, 1, 1, 1, 0]
+        >>> {k: round(v, 4) for k, v in fit_platt(score, correct).parameters.items()}
+        {'a': 2.1972, 'b': -1.0986}
+    """
     x, y = _pair(score, correct, "score")
     a, b = _logistic_mle(x, y, intercept=True)
     return Calibration("platt", {"a": float(a), "b": float(b)}, int(x.shape[0]))
@@ -353,7 +420,15 @@ def fit_platt(score: Any, correct: Any) -> Calibration:
 def fit_temperature(logit: Any, correct: Any) -> Calibration:
     """Temperature scaling: ``p = sigmoid(logit / T)``, ``T`` by maximum likelihood (an error
     when the best slope ``1 / T`` is not positive: the logits then rank the outcomes
-    backwards)."""
+    backwards).
+
+    Examples:
+        Logit -2 is correct 1 time in 4, logit 2 3 times in 4: ``2 / T = log 3``:
+
+        >>> logits, correct = [-2, -2, -2, -2, 2, 2, 2, 2], [1, 0, 0, 0, 1, 1, 1, 0]
+        >>> round(fit_temperature(logits, correct).parameters["temperature"], 4)
+        1.8205
+    """
     x, y = _pair(logit, correct, "logit")
     (slope,) = _logistic_mle(x, y, intercept=False)
     if slope <= 0:
@@ -375,6 +450,12 @@ def fit_shift(score: Any, correct: Any) -> Calibration:
     ``b`` is the maximum-likelihood shift (Newton's method on the concave log-likelihood): the
     score keeps its ranking and its slope, and the fitted probabilities average to the observed
     accuracy, ``mean(p) = mean(correct)``, on the contexts it was fitted on.
+
+    Examples:
+        Scores of 0.5 (logit 0) for contexts correct 3 times in 4: ``b = logit(3/4) = log 3``:
+
+        >>> round(fit_shift([0.5, 0.5, 0.5, 0.5], [1, 1, 1, 0]).parameters["b"], 4)
+        1.0986
     """
     x, y = _pair(score, correct, "score")
     bad = (x < 0) | (x > 1)
@@ -399,7 +480,13 @@ def fit_shift(score: Any, correct: Any) -> Calibration:
 
 def fit_score_calibration(score: Any, correct: Any) -> Calibration:
     """A probability from a score in [0, 1] that is not one (plain UDCG, itself a sigmoid of
-    its mean term): the one-parameter shift of its logit, :func:`fit_shift`."""
+    its mean term): the one-parameter shift of its logit, :func:`fit_shift`.
+
+    Examples:
+        >>> calibration = fit_score_calibration([0.2, 0.4, 0.6, 0.8], [0, 1, 0, 1])
+        >>> calibration.method, round(float(calibration.apply([0.2, 0.4, 0.6, 0.8]).mean()), 4)
+        ('shift', 0.5)
+    """
     return fit_shift(score, correct)
 
 
@@ -412,7 +499,16 @@ def plot_reliability(
 ) -> Path:
     """A PNG reliability diagram: the diagonal, one curve per model (observed accuracy against
     mean prediction per bin, Wilson 95% error bars) and below it each model's histogram of
-    predictions (bin counts). Needs matplotlib. Returns ``path``."""
+    predictions (bin counts). Needs matplotlib. Returns ``path``.
+
+    Examples:
+        >>> import tempfile
+        >>> table = reliability_table([0.2, 0.3, 0.8, 0.9], [0, 1, 1, 1], n_bins=2)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     png = plot_reliability({"UDCG-theta": table}, Path(folder) / "reliability.png")
+        ...     png.name, png.stat().st_size > 0
+        ('reliability.png', True)
+    """
     import matplotlib
 
     matplotlib.use("Agg")

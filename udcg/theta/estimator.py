@@ -81,7 +81,13 @@ def pretrained_config(card: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The free entries of a weights folder's ``config.json``: what is known here (the udcg
     version, the abstention prompt templates and their SHA-256 from
     :func:`udcg.judge.prompts.prompt_record`), ``None`` for what is not, then ``card``'s
-    entries over them."""
+    entries over them.
+
+    Examples:
+        >>> config = pretrained_config({"judge_model": "Qwen/Qwen3-8B", "gamma": 0.3})
+        >>> config["judge_model"], config["gamma"], config["utility"]
+        ('Qwen/Qwen3-8B', 0.3, 'abstention')
+    """
     from udcg import __version__
     from udcg.judge.prompts import prompt_record
 
@@ -108,7 +114,12 @@ def hub_id(source: str | PathLike[str]) -> tuple[str, str | None] | None:
     ``owner/name[@revision]`` when nothing named ``owner`` exists locally; a path object, a
     path that exists, one starting with ``/``, ``./``, ``../`` or ``~``, a ``.safetensors``
     file and ``dir/typo`` where ``dir`` exists are local. ``hf://`` with anything but
-    ``owner/name[@revision]`` is an error."""
+    ``owner/name[@revision]`` is an error.
+
+    Examples:
+        >>> hub_id("hf://someone/udcg-theta-k5@v1"), hub_id("weights/theta.safetensors")
+        (('someone/udcg-theta-k5', 'v1'), None)
+    """
     if not isinstance(source, str):
         return None
     if source.startswith(HUB_PREFIX):
@@ -159,7 +170,17 @@ _DEFAULT_VAL_FRACTION = {"lbfgs": 0.0, "adam": 0.2}
 
 
 class UDCGThetaConvergenceWarning(UDCGWarning):
-    """Training stopped at ``max_epochs`` before the optimizer converged."""
+    """Training stopped at ``max_epochs`` before the optimizer converged.
+
+    Examples:
+        >>> import warnings
+        >>> from udcg.theta.simulate import simulate_arrays
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     _ = UDCGTheta(k=3, optimizer="adam", max_epochs=1).fit(*simulate_arrays(200, 3))
+        >>> [w.category.__name__ for w in caught]
+        ['UDCGThetaConvergenceWarning']
+    """
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,6 +218,13 @@ def split_by_query(
     ``val_fraction > 0``) are drawn for validation with ``numpy.random.default_rng(seed)``; the
     draw depends on the set of query ids, not on the order of the contexts. ``val_fraction=0``
     gives an empty validation split. Indices are sorted.
+
+    Examples:
+        >>> train, val = split_by_query(["a", "a", "b", "b"], val_fraction=0.5)
+        >>> sorted([train.tolist(), val.tolist()])
+        [[0, 1], [2, 3]]
+        >>> split_by_query(["a", "b"], val_fraction=0)[1].tolist()
+        []
     """
     if isinstance(val_fraction, bool) or not isinstance(val_fraction, int | float | np.floating):
         raise UDCGInputError(f"expected a number, got {show(val_fraction)}", field="val_fraction")
@@ -258,6 +286,27 @@ class UDCGTheta:
     BCE), ``split_`` (``(train_idx, val_idx)`` context indices), ``converged_``,
     ``early_stopped_``, ``calibration_`` (a :class:`udcg.theta.calibration.Calibration` from
     :meth:`calibrate` or the card, else None).
+
+    Examples:
+        Fitted on contexts simulated with alpha = (3.5, 2, 3.5), beta = -1 and b = -1
+        (:mod:`udcg.theta.simulate`), saved and loaded back:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from udcg.theta.simulate import simulate_arrays
+        >>> model = UDCGTheta(k=3, bias=True).fit(*simulate_arrays(2000, 3, seed=0))
+        >>> model.alpha_.round(1).tolist(), model.beta_.round(1).tolist()
+        ([3.6, 1.8, 3.4], [-1.2, -1.1, -0.9])
+        >>> p = model.predict_proba([[1, 0, 0]], [[0.9, 0.5, 0.1]])[0]
+        >>> a, b = model.alpha_, model.beta_
+        >>> logit = model.intercept_ + 0.9 * a[0] + 0.5 * b[1] + 0.1 * b[2]
+        >>> bool(np.isclose(p, 1 / (1 + np.exp(-logit))))
+        True
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     card = model.save(Path(folder) / "theta.safetensors", card={"judge": "sim"})
+        ...     loaded = UDCGTheta.load(Path(folder) / "theta.safetensors", k=3)
+        >>> card.name, loaded.card_["judge"], np.array_equal(loaded.alpha_, model.alpha_)
+        ('theta.json', 'sim', True)
     """
 
     def __init__(

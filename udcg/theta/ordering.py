@@ -72,7 +72,15 @@ def _candidates(relevant: Any, utility: Any) -> tuple[np.ndarray, np.ndarray]:
 def position_terms(alpha: Any, beta: Any, relevant: Any, utility: Any) -> np.ndarray:
     """``[n, k]`` float64: ``c[j, i] = alpha_i r_j u_j + beta_i (1 - r_j) u_j``, the logit term
     of candidate j placed at position i (``relevant`` in [0, 1], soft allowed; ``utility`` in
-    [0, 1])."""
+    [0, 1]).
+
+    Examples:
+        Candidate 0 irrelevant (u 0.5), 1 and 2 relevant (u 0.4, 0.8); alpha = (2, 1),
+        beta = (-1, -1):
+
+        >>> position_terms([2, 1], [-1, -1], [0, 1, 1], [0.5, 0.4, 0.8]).tolist()
+        [[-0.5, -0.5], [0.8, 0.4], [1.6, 0.8]]
+    """
     a, b = _weights(alpha, beta)
     r, u = _candidates(relevant, utility)
     helpful = r * u
@@ -140,7 +148,15 @@ def best_assignment(
     """``(order, logit)``: the indices (into the n candidates) of the passages for positions
     1..m, ``m = min(k, n)``, maximising ``sum_i c[order[i], i]`` (:func:`position_terms`), and
     that maximum (the logit without the intercept). ``k`` defaults to ``len(alpha)`` and may
-    not exceed it. Ties go to the lexicographically smallest index list (module docstring)."""
+    not exceed it. Ties go to the lexicographically smallest index list (module docstring).
+
+    Examples:
+        With the terms of :func:`position_terms`' example, 1.6 + 0.4 beats 0.8 + 0.8:
+
+        >>> order, logit = best_assignment([2, 1], [-1, -1], [0, 1, 1], [0.5, 0.4, 0.8])
+        >>> order.tolist(), round(logit, 4)
+        ([2, 1], 2.0)
+    """
     terms = position_terms(alpha, beta, relevant, utility)
     n, n_positions = terms.shape
     k = n_positions if k is None else positive_int(k, "k")
@@ -166,26 +182,46 @@ def _sizes(n_candidates: Any, k: Any) -> int:
 
 
 def retriever_order(n_candidates: int, k: int) -> np.ndarray:
-    """The first ``min(k, n)`` candidates as ranked: ``[0, 1, ..., m-1]``."""
+    """The first ``min(k, n)`` candidates as ranked: ``[0, 1, ..., m-1]``.
+
+    Examples:
+        >>> retriever_order(5, 3).tolist(), retriever_order(2, 5).tolist()
+        ([0, 1, 2], [0, 1])
+    """
     return np.arange(_sizes(n_candidates, k), dtype=np.int64)
 
 
 def reversed_order(n_candidates: int, k: int) -> np.ndarray:
-    """The first ``m`` candidates reversed: rank 1 at position m (last, nearest the question)."""
+    """The first ``m`` candidates reversed: rank 1 at position m (last, nearest the question).
+
+    Examples:
+        >>> reversed_order(5, 3).tolist()
+        [2, 1, 0]
+    """
     return retriever_order(n_candidates, k)[::-1].copy()
 
 
 def ends_order(n_candidates: int, k: int) -> np.ndarray:
     """Best at both ends (for "lost in the middle"): of the first m candidates, ranks 1, 3,
     5, ... fill positions 1, 2, 3, ... and ranks 2, 4, 6, ... fill positions m, m-1, ...;
-    ``ends_order(5, 5) == [0, 2, 4, 3, 1]``."""
+    ``ends_order(5, 5) == [0, 2, 4, 3, 1]``.
+
+    Examples:
+        >>> ends_order(5, 5).tolist(), ends_order(5, 4).tolist()
+        ([0, 2, 4, 3, 1], [0, 2, 3, 1])
+    """
     m = _sizes(n_candidates, k)
     return np.concatenate([np.arange(0, m, 2), np.arange(1, m, 2)[::-1]]).astype(np.int64)
 
 
 def gold_first_order(relevant: Any, k: int) -> np.ndarray:
     """Oracle order: candidates with ``relevant > 0`` first, then the others, each group in
-    retriever order; the first ``min(k, n)`` of them."""
+    retriever order; the first ``min(k, n)`` of them.
+
+    Examples:
+        >>> gold_first_order([0, 1, 0, 1], k=3).tolist()
+        [1, 3, 0]
+    """
     rel = float_vector(relevant, "relevant")
     m = _sizes(rel.shape[0], k)
     return np.argsort(rel <= 0, kind="stable")[:m].astype(np.int64)
@@ -201,7 +237,15 @@ def order_by(
 ) -> np.ndarray:
     """Candidate indices for positions 1..min(k, n) by the ordering called ``ordering`` (a key
     of :data:`ORDERINGS`); ``"theta"`` needs the weights ``alpha`` and ``beta``
-    (:func:`best_assignment`), ``"gold_first"`` reads ``relevant``, the others only n."""
+    (:func:`best_assignment`), ``"gold_first"`` reads ``relevant``, the others only n.
+
+    Examples:
+        >>> relevant, utility = [0, 1, 1], [0.5, 0.4, 0.8]
+        >>> order_by("reversed", relevant, utility, k=2).tolist()
+        [1, 0]
+        >>> order_by("theta", relevant, utility, k=2, alpha=[2, 1], beta=[-1, -1]).tolist()
+        [2, 1]
+    """
     one_of(ordering, "ordering", tuple(ORDERINGS))
     if ordering == "theta":
         return best_assignment(alpha, beta, relevant, utility, k)[0]
