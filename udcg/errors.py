@@ -10,6 +10,11 @@ class UDCGInputError(ValueError):
 
     Command-line entry points print the message and exit with status 2 instead of showing a
     traceback.
+
+    Examples:
+        >>> error = UDCGInputError("expected a number", path="run.txt", line=3, field="score")
+        >>> str(error), error.reason
+        ("run.txt:3: field 'score': expected a number", 'expected a number')
     """
 
     def __init__(
