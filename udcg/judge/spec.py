@@ -56,7 +56,14 @@ def local_key(source: str | Path) -> str:
 
 def judge_key(spec: str, name: str | None = None) -> str:
     """The key the labels of judge ``spec`` are stored under: ``name`` when given, else the
-    spec without connection details (see the module docstring)."""
+    spec without connection details (see the module docstring).
+
+    Examples:
+        >>> judge_key("openai:Qwen/Qwen3-8B@http://localhost:8000/v1")
+        'Qwen/Qwen3-8B'
+        >>> judge_key("precomputed:runs/llama3.jsonl.gz"), judge_key("smollm2-135m", name="tiny")
+        ('llama3', 'tiny')
+    """
     if name is not None:
         if not isinstance(name, str) or not name.strip():
             raise UDCGInputError(
