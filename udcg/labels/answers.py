@@ -14,7 +14,12 @@ _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "‘’“”
 
 
 def normalize(text: str) -> str:
-    """Lower-case, strip accents, punctuation and articles, collapse whitespace."""
+    """Lower-case, strip accents, punctuation and articles, collapse whitespace.
+
+    Examples:
+        >>> normalize("The  Café, in Zürich!")
+        'cafe in zurich'
+    """
     text = unicodedata.normalize("NFKD", text)
     text = "".join(c for c in text if not unicodedata.combining(c)).lower()
     text = _ARTICLES.sub(" ", text.translate(_PUNCTUATION))
@@ -23,19 +28,36 @@ def normalize(text: str) -> str:
 
 def contains_answer(text: str, answers: Sequence[str]) -> bool:
     """True when a normalised acceptable answer occurs in the normalised text, on word
-    boundaries (``"1969"`` does not match ``"19690"``); empty answers never match."""
+    boundaries (``"1969"`` does not match ``"19690"``); empty answers never match.
+
+    Examples:
+        >>> contains_answer("It landed in July 1969.", ["1969"])
+        True
+        >>> contains_answer("Code 19690.", ["1969", ""])
+        False
+    """
     haystack = f" {normalize(text)} "
     return any(needle and f" {needle} " in haystack for needle in (normalize(a) for a in answers))
 
 
 def is_abstention(text: str) -> bool:
-    """The generator declined: its answer contains the abstention marker."""
+    """The generator declined: its answer contains the abstention marker.
+
+    Examples:
+        >>> is_abstention("no-response"), is_abstention("Paris")
+        (True, False)
+    """
     return ABSTAIN_MARKER.lower() in text.lower()
 
 
 def grade_span(generated: str, answers: Sequence[str]) -> str:
     """``CORRECT`` if an acceptable answer is a sub-span of the generated answer,
-    ``ABSTAINED`` if it holds the abstention marker, else ``INCORRECT``."""
+    ``ABSTAINED`` if it holds the abstention marker, else ``INCORRECT``.
+
+    Examples:
+        >>> [grade_span(g, ["Jane Austen"]) for g in ("jane austen.", "NO-RESPONSE", "Brontë")]
+        ['CORRECT', 'ABSTAINED', 'INCORRECT']
+    """
     if is_abstention(generated):
         return "ABSTAINED"
     return "CORRECT" if contains_answer(generated, answers) else "INCORRECT"

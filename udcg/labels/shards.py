@@ -51,7 +51,12 @@ _PART = re.compile(r"part-(\d+)-of-(\d+)")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """``"I/N"`` as ``(I, N)``, with 1 <= I <= N."""
+    """``"I/N"`` as ``(I, N)``, with 1 <= I <= N.
+
+    Examples:
+        >>> parse_shard("2/4")
+        (2, 4)
+    """
     match = _SHARD.match(text)
     if match is None or not 1 <= int(match[1]) <= int(match[2]):
         raise UDCGInputError(
@@ -61,7 +66,14 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard_of(qid: str, shards: int) -> int:
-    """The shard (1..``shards``) of a query id: blake2b of its UTF-8 bytes, modulo."""
+    """The shard (1..``shards``) of a query id: blake2b of its UTF-8 bytes, modulo.
+
+    Examples:
+        The same on every machine and run (no salted ``hash``):
+
+        >>> [shard_of(qid, 4) for qid in ("q1", "q2", "q3")], shard_of("q1", 1)
+        ([1, 3, 2], 1)
+    """
     digest = hashlib.blake2b(qid.encode("utf-8"), digest_size=8).digest()
     return 1 + int.from_bytes(digest, "big") % shards
 
