@@ -43,7 +43,19 @@ def open_judge(
     :func:`udcg.judge.cache.default_cache_path`), probed (:meth:`Judge.probe`: a server that
     does not answer fails in seconds) before the first call the cache cannot answer. With
     ``engine`` the judge is a :class:`~udcg.judge.ray_engine.RayJudge` on those Ray options
-    (each actor's judge probed as it starts)."""
+    (each actor's judge probed as it starts).
+
+    Examples:
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> row = {"question": "Who wrote Emma?", "passage": "Austen did.", "abstain_prob": 0.1}
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "llama3.jsonl").write_text(json.dumps(row))
+        ...     judge = open_judge(f"precomputed:{folder}/llama3.jsonl", cache=f"{folder}/cache")
+        ...     values = judge.abstain_prob([row["question"]], [row["passage"]])
+        >>> type(judge).__name__, judge.name, values.tolist()
+        ('CachedJudge', 'llama3', [0.1])
+    """
     from udcg.judge.cached import CachedJudge
 
     judge: Judge

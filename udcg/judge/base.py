@@ -116,7 +116,22 @@ class Judge(ABC):
     """A scoring LLM. ``name`` keys the values it produces (e.g. ``abstain_prob[name]``; the
     backends default it to :func:`udcg.judge.spec.judge_key` of their spec); ``fingerprint``
     identifies backend + model + settings for the cache. ``streams_results`` says whether the
-    judge takes ``on_result`` and reports items as they finish (see the module docstring)."""
+    judge takes ``on_result`` and reports items as they finish (see the module docstring).
+
+    Examples:
+        A backend implements the three abstract methods; the rest comes with the class:
+
+        >>> class Constant(Judge):
+        ...     name, fingerprint = "constant", "constant-v1"
+        ...     def abstain_prob(self, questions, passages, mode="first_token"):
+        ...         return np.full(len(questions), 0.25)
+        ...     def yes_prob(self, prompts):
+        ...         return np.full(len(prompts), 0.9)
+        ...     def generate(self, prompts, max_new_tokens=64):
+        ...         return ['Claims: ["a", "b"]'] * len(prompts)
+        >>> Constant().abstain_prob(["q"], ["p"]).tolist(), Constant().generate_json([[]])[0].value
+        ([0.25], ['a', 'b'])
+    """
 
     name: str
     fingerprint: str

@@ -37,7 +37,12 @@ class Completions:
 
 @dataclass(frozen=True)
 class JSONResult:
-    """One ``generate_json`` outcome: the parsed value, or the failure after all retries."""
+    """One ``generate_json`` outcome: the parsed value, or the failure after all retries.
+
+    Examples:
+        >>> JSONResult(value=["a claim"]).ok, JSONResult(error="no JSON", attempts=3).ok
+        (True, False)
+    """
 
     value: Any = None
     error: str | None = None
