@@ -36,8 +36,8 @@ def _inputs(folder: Path) -> tuple[Path, Path]:
 def _annotate(folder: Path, out: str, *extra: str, code: str = "") -> subprocess.CompletedProcess:
     """``python -c CODE; udcg annotate ...`` in ``folder``, cache in ``folder``."""
     argv = [
-        "annotate", "in.jsonl", out, "--judge", "precomputed:judge.jsonl",
-        "--steps", "abstain", "answer_likelihood", "relevance", "--cache", f"{out}.sqlite", *extra,
+        "annotate", "in.jsonl", "-o", out, "--judge", "precomputed:judge.jsonl",
+        "--steps", "abstain,answer_likelihood,relevance", "--cache", f"{out}.sqlite", *extra,
     ]  # fmt: skip
     program = f"{code}import sys; from udcg.cli.main import main; sys.exit(main({argv!r}))"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0"}
@@ -77,7 +77,7 @@ def test_without_ray_the_command_names_the_extra(tmp_path: Path) -> None:
 
 def test_a_ray_flag_needs_the_ray_engine(tmp_path: Path, capsys) -> None:
     inp, judge = _inputs(tmp_path)
-    argv = [str(inp), str(tmp_path / "out.jsonl"), "--judge", f"precomputed:{judge}"]
+    argv = [str(inp), "-o", str(tmp_path / "out.jsonl"), "--judge", f"precomputed:{judge}"]
     assert main([*argv, "--ray-workers", "2", "--ray-servers", "http://a/v1"]) == 2
     assert capsys.readouterr().err == (
         "udcg annotate: error: --ray-workers, --ray-servers needs --engine ray\n"

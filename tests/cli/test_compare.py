@@ -42,7 +42,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, s
 
 
 def test_markdown_names_systems_after_their_files(capsys, noisy: Path) -> None:
-    status, out, err = _run(capsys, QRELS, RUN, noisy, "-m", "nDCG@10", "AP")
+    status, out, err = _run(capsys, QRELS, RUN, noisy, "-m", "nDCG@10", "-m", "AP")
     assert (status, err) == (0, "")
     report = compare(QRELS, {"run": RUN, "noisy": noisy}, ["nDCG@10", "AP"])
     assert out == report.to_markdown()
@@ -68,7 +68,7 @@ def test_json_equals_the_api(capsys, noisy: Path) -> None:
 
 
 def test_latex_baseline_and_no_correction(capsys, noisy: Path) -> None:
-    args = [QRELS, RUN, noisy, RUN, "--names", "bm25", "noisy", "copy", "-m", "AP"]
+    args = [QRELS, RUN, noisy, RUN, "--names", "bm25,noisy,copy", "-m", "AP"]
     status, out, _ = _run(
         capsys, *args, "--baseline", "noisy", "--correction", "none", "--format", "latex"
     )
@@ -88,7 +88,7 @@ def test_system_names() -> None:
     [
         (["--baseline", "nope"], "field 'baseline': unknown system 'nope'; known: run, noisy"),
         (["--names", "x"], "field 'names': 1 names for 2 runs"),
-        (["--names", "x", "x"], "duplicate system name 'x'"),
+        (["--names", "x", "--names", "x"], "duplicate system name 'x'"),
         (["--alpha", "2"], "field 'alpha': must be a number strictly between 0 and 1"),
         (["--seed", "-1"], "field 'seed': must be a non-negative integer, got -1"),
         (

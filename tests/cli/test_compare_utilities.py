@@ -83,9 +83,10 @@ def _per_run_args(case: dict[str, Path]) -> list[object]:
         case["bm25"],
         case["dense"],
         "-m",
-        *MEASURES,
+        ",".join(MEASURES),
         "--utilities",
         case["bm25_contexts"],
+        "--utilities",
         case["dense_contexts"],
         "--judge-key",
         "small",
@@ -172,8 +173,8 @@ def test_markdown_shows_differences_intervals_and_p_values(capsys, case: dict[st
 def test_one_shared_file_the_other_judge_and_answer_likelihood(
     capsys, case: dict[str, Path], tmp_path: Path
 ) -> None:
-    """A TSV for both runs; --judge-name (score's spelling) picks the other judge; --utility
-    answer_likelihood reads answer_prob."""
+    """A TSV for both runs; --judge-key picks the other judge (--judge-name, its old spelling,
+    with one note); --utility answer_likelihood reads answer_prob."""
     tsv = tmp_path / "u.tsv"
     lines = []
     for q in range(N_QUERIES):
@@ -185,13 +186,15 @@ def test_one_shared_file_the_other_judge_and_answer_likelihood(
     assert status == 0
     assert json.loads(out) == compare(case["qrels"], runs, ["UDCG@5"], utilities=tsv).to_dict()
 
-    for extra, field, key in [
-        (["--judge-name", "big"], "abstain_prob", "big"),
-        (["--utility", "answer_likelihood"], "answer_prob", "small"),
+    old = "udcg compare: note: --judge-name is deprecated: use --judge-key\n"
+    for extra, field, key, note in [
+        (["--judge-key", "big"], "abstain_prob", "big", ""),
+        (["--judge-name", "big"], "abstain_prob", "big", old),
+        (["--utility", "answer_likelihood"], "answer_prob", "small", ""),
     ]:
         contexts = [case["bm25_contexts"], case["dense_contexts"]]
-        status, out, err = _cli(capsys, *args, "--utilities", *contexts, *extra)
-        assert (status, err) == (0, "")
+        status, out, err = _cli(capsys, *args, "--utilities", ",".join(map(str, contexts)), *extra)
+        assert (status, err) == (0, note)
         from udcg.io.utilities import read_utility_file
 
         want = compare(
@@ -207,7 +210,7 @@ def test_one_shared_file_the_other_judge_and_answer_likelihood(
     ("extra", "message"),
     [
         ([], "field 'utilities': UDCG@5 needs utilities"),
-        (["--utilities", "A", "B", "C"], "3 utilities files for 2 runs"),
+        (["--utilities", "A,B", "--utilities", "C"], "3 utilities files for 2 runs"),
         (["--judge-key", "small"], "--judge-key reads the --utilities files; none given"),
         (["--utilities", "CTX"], "holds judges abstain_prob[big], abstain_prob[small]"),
     ],
@@ -242,7 +245,7 @@ def test_theta_weights_and_utilities_from_stdin(case: dict[str, Path], tmp_path:
             sys.executable,
             "-m",
             "udcg.cli.compare",
-            *(case["qrels"], case["bm25"], case["dense"], "-m", *measures),
+            *(case["qrels"], case["bm25"], case["dense"], "-m", ",".join(measures)),
             *("--utilities", "-", "--weights", weights, "--format", "json"),
             *("--test", "bootstrap", "--n-resamples", "3000", "--seed", "9"),
         ],

@@ -18,9 +18,9 @@ from udcg.cli.judge_args import add_judge_arguments, judge_options, option_value
 from udcg.io.contexts import Context, Passage, write_contexts
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], list[str]]] = {
-    "udcg annotate": (annotate.main, ["{inp}", "{out}"]),
-    "udcg qcare": (qcare.main, ["label", "{inp}", "{out}"]),
-    "udcg demo": (demo.main, ["--out", "{out}"]),
+    "udcg annotate": (annotate.main, ["{inp}", "-o", "{out}"]),
+    "udcg qcare": (qcare.main, ["label", "{inp}", "-o", "{out}"]),
+    "udcg demo": (demo.main, ["-o", "{out}"]),
 }
 
 
@@ -81,7 +81,7 @@ def test_the_options_reach_the_backend(monkeypatch, tmp_path: Path, tag_judge) -
 
     monkeypatch.setattr("udcg.judge.load_judge", load)
     args = _args(
-        "--judge", "openai:m@http://h/v1", "--judge-name", "mine", "--max-retries", "0",
+        "--judge", "openai:m@http://h/v1", "--judge-key", "mine", "--max-retries", "0",
         "--cache", str(tmp_path / "judge.sqlite"),
     )  # fmt: skip
     judge = open_cli_judge(args)

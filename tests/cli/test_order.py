@@ -99,12 +99,25 @@ def test_heuristic_orderings_and_k(tmp_path: Path, weights: Path, capsys) -> Non
         ("retriever", "3", [0, 1, 2]),
     ]:
         out = tmp_path / f"{ordering}.jsonl"
-        args = [str(data), str(out), "--weights", str(weights), "--ordering", ordering, "--k", k]
+        args = [
+            str(data),
+            "-o",
+            str(out),
+            "--weights",
+            str(weights),
+            "--ordering",
+            ordering,
+            "-k",
+            k,
+        ]
         assert main(args) == 0
         for old, new in zip(contexts, read_contexts(out), strict=True):
             assert [p.doc_id for p in new.passages] == [old.passages[i].doc_id for i in expected]
     out = tmp_path / "gold.jsonl"
-    assert main([str(data), str(out), "--weights", str(weights), "--ordering", "gold_first"]) == 0
+    assert (
+        main([str(data), "-o", str(out), "--weights", str(weights), "--ordering", "gold_first"])
+        == 0
+    )
     for old, new in zip(contexts, read_contexts(out), strict=True):
         gold = [p.doc_id for p in old.passages if p.relevant]
         other = [p.doc_id for p in old.passages if not p.relevant]
@@ -178,24 +191,31 @@ def test_errors_are_one_line(tmp_path: Path, weights: Path, capsys) -> None:
 
     data = tmp_path / "c.jsonl"
     write_contexts(data, simulate_contexts(1, 4, per_query=1))
-    err = run_error(capsys, [str(data), str(tmp_path / "o"), "--weights", str(weights), "--k", "4"])
+    err = run_error(
+        capsys, [str(data), "-o", str(tmp_path / "o"), "--weights", str(weights), "--k", "4"]
+    )
     assert "k=3" in err
     other = save_weights(tmp_path / "other", utility="answer_likelihood")
-    err = run_error(capsys, [str(data), str(tmp_path / "o"), "--weights", str(other)])
+    err = run_error(capsys, [str(data), "-o", str(tmp_path / "o"), "--weights", str(other)])
     assert "answer_likelihood" in err
     err = run_error(
-        capsys, [str(data), str(tmp_path / "o"), "--weights", str(weights), "--judge-key", "nobody"]
+        capsys,
+        [str(data), "-o", str(tmp_path / "o"), "--weights", str(weights), "--judge-key", "nobody"],
     )
     assert "nobody" in err
-    err = run_error(capsys, [str(data), "--weights", str(weights)])
-    assert "IN and OUT" in err
+    with pytest.raises(SystemExit) as exit_:  # a usage error: argparse's usage and one line
+        main([str(data), "--weights", str(weights)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "udcg order: error: the following arguments are required: -o/--out"
+    )
     assert not (tmp_path / "o").exists()
 
 
 def test_output_is_json_lines(tmp_path: Path, weights: Path, capsys) -> None:
     data = tmp_path / "c.jsonl"
     write_contexts(data, simulate_contexts(1, 4, per_query=2))
-    assert main([str(data), "-", "--weights", str(weights)]) == 0
+    assert main([str(data), "-o", "-", "--weights", str(weights)]) == 0
     captured = capsys.readouterr()
     assert [json.loads(line)["qid"] for line in captured.out.splitlines()] == ["q0", "q0"]
     assert captured.err.startswith("contexts: 2 reordered")

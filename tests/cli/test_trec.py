@@ -40,6 +40,11 @@ def _write_weights(path: Path) -> Path:
     return path
 
 
+def _each(flag: str, values: list[str]) -> list[str]:
+    """``flag`` before each value: ``-m A -m B``."""
+    return [item for value in values for item in (flag, value)]
+
+
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess]:
     """Every command-line case, started at once (each pays the interpreter start-up)."""
@@ -50,17 +55,17 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Comple
     weights = _write_weights(tmp / "theta_k5.safetensors")
     with_utilities = ["--utilities", utilities, "--weights", weights]
     cases = {
-        "utility_q": [QRELS, RUN, "-m", *UTILITY, "-q", *with_utilities],
-        "utility_json": [QRELS, RUN, "-m", *UTILITY, "--format", "json", *with_utilities],
+        "utility_q": [QRELS, RUN, *_each("-m", UTILITY), "-q", *with_utilities],
+        "utility_json": [QRELS, RUN, "-m", ",".join(UTILITY), "--format", "json", *with_utilities],
         "theta_no_weights": [QRELS, RUN, "-m", "UDCGtheta@5", "--utilities", utilities],
         "missing_utility": [QRELS, RUN, "-m", "UDCG@10", "--utilities", utilities],
         "default": [QRELS, RUN],
-        "text_q": [QRELS, RUN, "-m", *MEASURES, "-q"],
-        "json_q": [QRELS, RUN, "-m", *MEASURES, "-q", "--format", "json"],
-        "csv_q": [QRELS, RUN, "-m", *MEASURES, "-q", "--format", "csv"],
+        "text_q": [*_each("-m", MEASURES), QRELS, RUN, "-q"],
+        "json_q": [QRELS, RUN, "-m", " ".join(MEASURES), "-q", "--format", "json"],
+        "csv_q": [QRELS, RUN, "-m", ",".join(MEASURES), "-q", "--format", "csv"],
         "missing_run": [QRELS, tmp / "nope.run"],
         "bad_run": [QRELS, bad_run],
-        "unknown_measure": [QRELS, RUN, "-m", "AP", "nDGC@10"],
+        "unknown_measure": [QRELS, RUN, "-m", "AP", "-m", "nDGC@10"],
     }
     procs = {
         name: subprocess.Popen(
@@ -193,7 +198,7 @@ def test_unknown_measure(cli) -> None:
 
 
 def test_main_json_means(capsys: pytest.CaptureFixture[str]) -> None:
-    assert udcg.cli.trec.main([str(QRELS), str(RUN), "-m", "AP", "P@5", "--format", "json"]) == 0
+    assert udcg.cli.trec.main([str(QRELS), str(RUN), "-m", "AP,P@5", "--format", "json"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
     payload = json.loads(captured.out)
@@ -218,6 +223,9 @@ def test_main_user_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     _main_error(capsys, [QRELS, RUN, "-m", "P"], "P@10")
     _main_error(capsys, [QRELS, RUN, "-m", "UDCG@5"], "--utilities")
     _main_error(capsys, [QRELS, RUN, "-m", "hits@5"], "HitCount@5", "Hits@5")
-    _main_error(capsys, [QRELS, RUN, "--utility-field", "p"], "utility_field", "abstain_prob")
+    with pytest.raises(SystemExit) as exit_:  # argparse: usage and one line naming the choices
+        udcg.cli.trec.main([str(QRELS), str(RUN), "--utility", "p"])
+    assert exit_.value.code == 2
+    assert "abstention" in capsys.readouterr().err.splitlines()[-1]
     _main_error(capsys, ["-", RUN, "--utilities", "-"], "standard input")
     _main_error(capsys, [QRELS, RUN, "-m", "P@0"], "P@0")

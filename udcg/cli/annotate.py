@@ -1,7 +1,7 @@
-"""``udcg annotate IN.jsonl OUT.jsonl --judge smollm2-135m --steps abstain relevance outcomes
+"""``udcg annotate IN.jsonl -o OUT.jsonl --judge smollm2-135m --steps abstain,relevance,outcomes
 [--relevance string|llm] [--relabel-relevance] [--grader span|llm] [--chunk N] [--shard I/N]``:
 judge labels for a contexts file (see :mod:`udcg.labels.annotate` for what each step writes),
-stored under the judge's key (``--judge-name``, else the spec without connection details). Judge
+stored under the judge's key (``--judge-key``, else the spec without connection details). Judge
 options and the cache: :mod:`udcg.cli.judge_args`.
 
 The relevance step labels only the passages without a ``relevant`` label (those given, e.g. by
@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
-from udcg.cli.common import info_stream, run_cli
+from udcg.cli.common import add_list_option, add_out, info_stream, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import Context, read_contexts
@@ -75,29 +75,63 @@ _BOUND_NAMES = {
 def add_step_arguments(parser: argparse.ArgumentParser, steps: Sequence[str]) -> None:
     """``--steps`` (one of ``steps``), ``--relevance``, ``--grader`` and ``--max-new-tokens``:
     the options that decide which judge calls an annotation makes."""
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--steps",
-        nargs="+",
         default=list(DEFAULT_STEPS),
-        choices=steps,
-        help=f"default: {' '.join(DEFAULT_STEPS)}",
+        items=steps,
+        help=f"the annotation steps (repeatable, or comma-separated; default: "
+        f"{','.join(DEFAULT_STEPS)})",
     )
-    parser.add_argument("--relevance", choices=RELEVANCE_MODES, default="string")
-    parser.add_argument("--grader", choices=GRADERS, default="span")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument(
+        "--relevance",
+        choices=RELEVANCE_MODES,
+        default="string",
+        help="relevance step: the reference answer in the passage (string) or the judge's "
+        "yes/no (llm) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--grader",
+        choices=GRADERS,
+        default="span",
+        help="outcomes step: grade the answer by matching the reference answers (span) or "
+        "by the judge (llm) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=32,
+        help="most tokens of a generated answer (default: %(default)s)",
+    )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="udcg annotate", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg annotate``."""
+    parser = argparse.ArgumentParser(
+        prog="udcg annotate",
+        description="Add judge labels to a contexts file (utilities, relevance, answers and "
+        "grades), chunk by chunk, resumable.",
+    )
     parser.add_argument("input", help="contexts JSONL (gzip ok; - reads stdin)")
-    parser.add_argument("output", help="annotated contexts JSONL (.gz compresses; - is stdout)")
+    add_out(
+        parser,
+        "annotated contexts JSONL (.gz compresses; - is stdout)",
+        required=True,
+        old_positional=True,
+    )
     add_step_arguments(parser, STEPS)
     parser.add_argument(
         "--relabel-relevance",
         action="store_true",
         help="recompute the relevance of every passage (default: keep the labels given)",
     )
-    parser.add_argument("--mode", choices=["first_token", "sequence"], default="first_token")
+    parser.add_argument(
+        "--mode",
+        choices=["first_token", "sequence"],
+        default="first_token",
+        help="abstention step: P(abstain) of the marker's first token, or of its whole "
+        "sequence (default: %(default)s)",
+    )
     parser.add_argument(
         "--chunk",
         type=int,
@@ -108,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--shard",
         metavar="I/N",
-        help="annotate only shard I of N (by query id); name OUT part-I-of-N.jsonl and join "
+        help="annotate only shard I of N (by query id); name the output part-I-of-N.jsonl and join "
         "the N outputs with 'udcg merge-shards'",
     )
     add_judge_arguments(parser)
@@ -221,15 +255,15 @@ def _summary(report: AnnotationReport, resumed: AnnotationReport, partial: Path,
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def work() -> None:
         check_judge_arguments(args)
         shard = parse_shard(args.shard) if args.shard else None
-        for output in (args.output, partial_path(args.output)):
+        for output in (args.out, partial_path(args.out)):
             refuse_same_file(output, {"IN": args.input})
         # the lock comes first: a second run on OUT is refused before it loads a judge
-        with exclusive_writer(args.output, "annotation output"), spool_input(args.input) as source:
+        with exclusive_writer(args.out, "annotation output"), spool_input(args.input) as source:
             annotate_file(source, shard)
 
     def annotate_file(source: PathType, shard: tuple[int, int] | None) -> None:
@@ -273,13 +307,13 @@ def main(argv: list[str] | None = None) -> int:
             return annotated, counts
 
         report, resumed = annotate_stream(
-            contexts(), args.output, work, args.chunk, total, record=record
+            contexts(), args.out, work, args.chunk, total, record=record
         )
         earlier = AnnotationReport()
         if resumed:  # the whole output: what the earlier run wrote, read back, and this run
 
             def written() -> Iterator[Context]:
-                for ctx in islice(read_contexts(args.output), resumed):
+                for ctx in islice(read_contexts(args.out), resumed):
                     for signal in signals:
                         signal.add([ctx])
                     yield ctx
@@ -295,11 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         whole.add(earlier)
         whole.add(report)
         cache = judge.cache
-        out = info_stream(args.output)
+        out = info_stream(args.out)
         if resumed:
             print(f"resumed after {resumed} contexts already written", file=out)
         print(
-            f"{_summary(report, earlier, partial_path(args.output), judge.name)}; "
+            f"{_summary(report, earlier, partial_path(args.out), judge.name)}; "
             f"cache hits {cache.hits}, misses {cache.misses}",
             file=out,
         )

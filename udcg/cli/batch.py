@@ -1,7 +1,7 @@
 """``udcg batch export|import``: the judge calls of ``udcg annotate`` as an offline batch job
 (OpenAI Batch API, ``vllm run-batch``), with the same labels as the online path.
 
-``udcg batch export IN.jsonl requests.jsonl --judge openai:MODEL@URL [--steps ...]`` writes one
+``udcg batch export IN.jsonl -o requests.jsonl --judge openai:MODEL@URL [--steps ...]`` writes one
 request line per distinct judge call that ``udcg annotate`` with the same arguments would make
 and that the judge cache does not hold yet (custom_id: the call's cache key), and
 ``requests.calls.jsonl``, which says which call each request is. ``--max-lines N`` splits the
@@ -10,7 +10,7 @@ most 50,000 lines per file). With ``--grader llm`` the grading prompts hold the 
 answers: when answers are still missing, the export holds the answers only, and after their
 import a second export holds the grading calls.
 
-``udcg batch import results.jsonl [...] --calls requests.calls.jsonl [...] --judge <same>``
+``udcg batch import results.jsonl [...] --calls requests.calls.jsonl --judge <same>``
 reads batch output lines as the online backend reads replies and stores each value in the judge
 cache under its custom_id. Every file is read and checked before anything is stored, and then
 all the results are stored in one transaction: a calls line of another judge, or whose
@@ -20,8 +20,8 @@ stored). A line that cannot be used (a batch error, a status other than 200, a r
 log-probs, a custom_id in no calls file) is reported with its file and line and not stored, the
 other results are (exit status 1); a custom_id answered twice with the same value is counted.
 A key the cache holds already keeps its value (counted, like ``udcg cache merge``).
-``udcg annotate IN OUT --judge <same>`` then answers every call from the cache;
-``--contexts IN.jsonl --output OUT.jsonl`` does that here, with a judge that computes
+``udcg annotate IN -o OUT --judge <same>`` then answers every call from the cache;
+``--contexts IN.jsonl -o OUT.jsonl`` does that here, with a judge that computes
 nothing (a missing result is an error naming the context).
 
 The abstention marker's first token must be known: ``--judge-option abstain_token=TEXT``, else
@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from udcg.cli.annotate import add_step_arguments
-from udcg.cli.common import info_stream, run_cli
+from udcg.cli.common import add_deprecated, add_list_option, add_out, info_stream, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
 from udcg.io.contexts import read_contexts, write_contexts
@@ -70,19 +70,33 @@ SHOWN_ERRORS = 20
 
 
 def _add_annotation_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``udcg annotate`` that decide which judge calls are made."""
+    """The options of ``udcg annotate`` that decide which judge calls are made (the judge
+    calls themselves run elsewhere: no ``--max-concurrency``, ``--engine`` or Ray option)."""
     add_step_arguments(parser, EXPORTABLE_STEPS)
-    add_judge_arguments(parser)
+    add_judge_arguments(parser, calls=False)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="udcg batch", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg batch`` and its actions."""
+    parser = argparse.ArgumentParser(
+        prog="udcg batch",
+        description="Run the judge calls of udcg annotate as an offline batch job (OpenAI "
+        "Batch API, vllm run-batch): export the requests, import the results.",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="export|import")
     export = commands.add_parser(
-        "export", help="write the judge requests of a contexts file as a batch input file"
+        "export",
+        help="write the judge requests of a contexts file as a batch input file",
+        description="Write one request line per judge call udcg annotate would make that the "
+        "judge cache does not hold yet, and the calls file beside it.",
     )
     export.add_argument("input", help="contexts JSONL (gzip ok; - reads stdin)")
-    export.add_argument("output", help="requests JSONL; the calls file is written beside it")
+    add_out(
+        export,
+        "requests JSONL; the calls file is written beside it",
+        required=True,
+        old_positional=True,
+    )
     export.add_argument(
         "--max-lines",
         type=int,
@@ -91,14 +105,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_annotation_arguments(export)
     imports = commands.add_parser(
-        "import", help="store batch results in the judge cache (and label a contexts file)"
+        "import",
+        help="store batch results in the judge cache (and label a contexts file)",
+        description="Store the values of batch output files in the judge cache, each under "
+        "its custom_id, and label a contexts file from the cache.",
     )
     imports.add_argument("results", nargs="+", help="batch output JSONL files")
-    imports.add_argument(
-        "--calls", nargs="+", required=True, help="the calls files written by the export"
+    add_list_option(
+        imports,
+        "--calls",
+        required=True,
+        metavar="FILE",
+        help="the calls files written by the export (repeatable)",
     )
     imports.add_argument("--contexts", help="contexts JSONL to label from the cache")
-    imports.add_argument("--output", help="labelled contexts JSONL (with --contexts)")
+    out = add_out(imports, "labelled contexts JSONL (with --contexts)")
+    add_deprecated(imports, "--output", out)
     _add_annotation_arguments(imports)
     return parser
 
@@ -112,7 +134,7 @@ def _openai_judge(args: argparse.Namespace) -> OpenAIJudge:
             f"openai:MODEL@BASE_URL, got {args.judge!r}",
             field="judge",
         )
-    judge = load_judge(args.judge, args.judge_name, **judge_options(args))
+    judge = load_judge(args.judge, args.judge_key, **judge_options(args))
     assert isinstance(judge, OpenAIJudge)
     return judge
 
@@ -163,15 +185,15 @@ def _chat(judge: OpenAIJudge) -> ChatSettings:
 def _export(args: argparse.Namespace) -> None:
     judge = _openai_judge(args)
     inputs = {"input": args.input, "--cache": args.cache}
-    refuse_same_file(args.output, inputs)
+    refuse_same_file(args.out, inputs)
     contexts = list(read_contexts(args.input))
     check_inputs(contexts, args.steps, args.relevance)
     if "abstain" in args.steps:
         abstain_marker(judge)
     grading = "outcomes" in args.steps and args.grader == "llm"
     with (
-        exclusive_writer(args.output, "batch requests file"),
-        RequestWriter(args.output, args.max_lines, inputs) as writer,
+        exclusive_writer(args.out, "batch requests file"),
+        RequestWriter(args.out, args.max_lines, inputs) as writer,
     ):
         recorder = BatchRecorder(
             judge.name, judge.fingerprint, _chat(judge), writer, args.cache, key_settings(judge)
@@ -217,14 +239,14 @@ def _read_calls(paths: list[str], judge: OpenAIJudge) -> dict[str, Call]:
 
 
 def _import(args: argparse.Namespace) -> int:
-    if (args.contexts is None) != (args.output is None):
-        raise UDCGInputError("--contexts and --output go together", field="output")
+    if (args.contexts is None) != (args.out is None):
+        raise UDCGInputError("--contexts and -o/--out go together", field="out")
     judge = _openai_judge(args)
-    if args.output is not None:
+    if args.out is not None:
         inputs = {"--contexts": args.contexts, "--cache": args.cache}
         inputs.update({f"results {p}": p for p in args.results})
         inputs.update({f"--calls {p}": p for p in args.calls})
-        refuse_same_file(args.output, inputs)
+        refuse_same_file(args.out, inputs)
     contexts = None
     if args.contexts is not None:
         contexts = list(read_contexts(args.contexts))
@@ -241,7 +263,7 @@ def _import(args: argparse.Namespace) -> int:
             f"udcg batch import: error: ... and {len(batch.errors) - SHOWN_ERRORS} more lines",
             file=sys.stderr,
         )
-    out = info_stream(args.output)
+    out = info_stream(args.out)
     results = batch.results.values()
     operations = Counter(r.call.operation for r in results)
     ops = ", ".join(f"{op} {n}" for op, n in sorted(operations.items())) or "none"
@@ -269,11 +291,11 @@ def _import(args: argparse.Namespace) -> int:
             args.grader,
             max_new_tokens=args.max_new_tokens,
         )
-        with exclusive_writer(args.output, "labelled contexts file"):
-            write_contexts(args.output, annotated)
+        with exclusive_writer(args.out, "labelled contexts file"):
+            write_contexts(args.out, annotated)
         print(
             f"annotated {report.contexts} contexts with {judge.name} from the cache "
-            f"(hits {refusing.cache.hits}) into {args.output}",
+            f"(hits {refusing.cache.hits}) into {args.out}",
             file=out,
         )
     return 1 if batch.errors else 0
@@ -281,7 +303,7 @@ def _import(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake, 1 for unusable results)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     if args.command == "export":
         return run_cli("udcg batch export", lambda: _export(args))
     return run_cli("udcg batch import", lambda: _import(args))

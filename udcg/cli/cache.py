@@ -27,26 +27,50 @@ import argparse
 import sys
 import time
 
-from udcg.cli.common import run_cli
+from udcg.cli.common import parse, run_cli
 from udcg.io.files import refuse_same_file
 from udcg.judge.cache import JudgeCache
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="udcg cache", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    merge = commands.add_parser("merge", help="add the entries of IN files to OUT")
-    merge.add_argument("output", help="cache file to merge into (created when missing)")
-    merge.add_argument("inputs", nargs="+", help="cache files to merge from")
-    stats = commands.add_parser("stats", help="entries and write times of cache files")
-    stats.add_argument("files", nargs="+")
-    checkpoint = commands.add_parser(
-        "checkpoint", help="move the entries of FILE-wal into FILE (before copying FILE)"
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg cache`` and its actions."""
+    parser = argparse.ArgumentParser(
+        prog="udcg cache",
+        description="Keep judge caches: merge the caches of several machines into one, count "
+        "what a cache holds, checkpoint it, drop entries.",
     )
-    checkpoint.add_argument("files", nargs="+")
-    drop = commands.add_parser("drop", help="delete entries by key")
-    drop.add_argument("file")
-    drop.add_argument("keys", nargs="+")
+    commands = parser.add_subparsers(dest="command", required=True)
+    merge = commands.add_parser(
+        "merge",
+        help="add the entries of IN files to OUT",
+        description="Add to OUT every entry of each IN whose key OUT lacks; a key already in "
+        "OUT keeps OUT's value, and a different value is counted as a conflict.",
+    )
+    merge.add_argument(
+        "into", metavar="OUT", help="cache file to merge into (created when missing)"
+    )
+    merge.add_argument("inputs", metavar="IN", nargs="+", help="cache files to merge from")
+    stats = commands.add_parser(
+        "stats",
+        help="entries and write times of cache files",
+        description="Print the number of entries of each cache file and the span of their "
+        "write times.",
+    )
+    stats.add_argument("files", metavar="FILE", nargs="+", help="judge cache files (SQLite)")
+    checkpoint = commands.add_parser(
+        "checkpoint",
+        help="move the entries of FILE-wal into FILE (before copying FILE)",
+        description="Move every committed entry of FILE-wal into FILE, so that a copy of FILE "
+        "alone holds them.",
+    )
+    checkpoint.add_argument("files", metavar="FILE", nargs="+", help="judge cache files (SQLite)")
+    drop = commands.add_parser(
+        "drop",
+        help="delete entries by key",
+        description="Delete the named entries of a cache file; the next run computes them again.",
+    )
+    drop.add_argument("file", metavar="FILE", help="judge cache file (SQLite)")
+    drop.add_argument("keys", metavar="KEY", nargs="+", help="cache keys to delete")
     return parser
 
 
@@ -120,11 +144,11 @@ def drop(path: str, keys: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake, 1 for skipped entries or an
     incomplete checkpoint)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def work() -> int | None:
         if args.command == "merge":
-            return merge(args.output, args.inputs)
+            return merge(args.into, args.inputs)
         if args.command == "checkpoint":
             return checkpoint(args.files)
         if args.command == "drop":

@@ -8,6 +8,7 @@ reports for a tool killed by a broken pipe).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import traceback
@@ -15,14 +16,11 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
 from udcg.io.files import STDIO
 from udcg.validation import printable
-
-if TYPE_CHECKING:
-    import argparse
 
 #: Exit status after a broken pipe on standard output (128 + SIGPIPE).
 BROKEN_PIPE = 141
@@ -137,27 +135,281 @@ def judge_inputs(args: argparse.Namespace) -> dict[str, str | None]:
 
 
 def add_theta_weights(parser: argparse.ArgumentParser) -> None:
-    """``--weights FILE...``: UDCG-theta weights for ``UDCGtheta@k`` measures, one per k."""
-    parser.add_argument(
+    """``--weights FILE``: UDCG-theta weights for ``UDCGtheta@k`` measures, one per k (a list
+    option)."""
+    add_list_option(
+        parser,
         "--weights",
-        nargs="+",
         metavar="FILE",
-        help="UDCG-theta weights for UDCGtheta@k, one per k: folders of save_pretrained/train.py "
-        "or .safetensors files with their .json card",
+        help="UDCG-theta weights for UDCGtheta@k, one per k (repeatable): folders of "
+        "save_pretrained/train.py or .safetensors files with their .json card",
     )
 
 
 def add_allow_mismatch(
     parser: argparse.ArgumentParser, fields: Sequence[str], help: str | None = None
 ) -> None:
-    """``--allow-mismatch FIELD`` (repeatable, one of ``fields``): weights fitted with another
-    value of FIELD are used on purpose."""
-    parser.add_argument(
+    """``--allow-mismatch FIELD`` (a list option, each item one of ``fields``): weights fitted
+    with another value of FIELD are used on purpose."""
+    add_list_option(
+        parser,
         "--allow-mismatch",
-        action="append",
         default=[],
-        choices=list(fields),
+        items=list(fields),
         metavar="FIELD",
         help=help
         or f"use weights fitted with another FIELD on purpose (repeatable; {', '.join(fields)})",
     )
+
+
+# -- the command-line grammar (docs/cli.md) -------------------------------------------------------
+
+#: Namespace attribute collecting the deprecation notes of one parse (each printed once).
+_NOTES = "_udcg_notes"
+#: Namespace attributes of :func:`add_out`: the old positional OUT, and whether OUT is required.
+_OLD_OUT, _OUT_REQUIRED = "_udcg_old_out", "_udcg_out_required"
+
+
+def split_items(text: str) -> list[str]:
+    """The items of one value of a list option: ``"nDCG@10, AP"`` -> ``["nDCG@10", "AP"]``;
+    commas and whitespace inside parentheses do not split (``UDCG(gamma=0.5, x=1)@5``)."""
+    items, current, depth = [], [], 0
+    for char in text:
+        depth += (char == "(") - (char == ")")
+        if depth <= 0 and (char == "," or char.isspace()):
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    items.append("".join(current))
+    return [item for item in items if item]
+
+
+def note(namespace: argparse.Namespace, text: str) -> None:
+    """Queue a deprecation note of this parse; :func:`parse` prints each once."""
+    notes = getattr(namespace, _NOTES, None) or []
+    if text not in notes:
+        setattr(namespace, _NOTES, [*notes, text])
+
+
+class ListAction(argparse.Action):
+    """A list option: one value per flag, the flag repeatable, the items of each value
+    (:func:`split_items`) added in order to the list (which replaces the default); ``items``,
+    when given, are the names an item may take."""
+
+    def __init__(self, *args: Any, items: Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.items = None if items is None else list(items)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest, None)
+        added = [] if current is None or current is self.default else list(current)
+        for item in split_items(values):
+            if self.items is not None and item not in self.items:
+                raise argparse.ArgumentError(
+                    self, f"invalid choice: {item!r} (choose from {', '.join(self.items)})"
+                )
+            added.append(item)
+        setattr(namespace, self.dest, added)
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of ``target``'s option (hidden from ``--help``): queues one note naming
+    the new spelling, then acts as ``target`` does on the value, mapped by ``mapping`` when
+    the old spelling took other values."""
+
+    def __init__(
+        self,
+        *args: Any,
+        target: argparse.Action,
+        mapping: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.target = target
+        self.mapping = mapping
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        new = "/".join(self.target.option_strings)
+        if self.mapping is None:
+            note(namespace, f"{option_string} is deprecated: use {new}")
+        else:
+            old, values = values, self.mapping[values]
+            note(namespace, f"{option_string} {old} is deprecated: use {new} {values}")
+        self.target(parser, namespace, values, self.target.option_strings[-1])
+
+
+def add_list_option(
+    parser: Any, *flags: str, items: Sequence[str] | None = None, **kwargs: Any
+) -> argparse.Action:
+    """A list option (:class:`ListAction`) on ``parser`` (a parser or an argument group);
+    ``items``: the names an item may take."""
+    if items is not None:
+        kwargs.setdefault("metavar", "{" + ",".join(items) + "}")
+    return parser.add_argument(*flags, action=ListAction, items=items, **kwargs)
+
+
+def add_deprecated(
+    parser: Any, old: str, target: argparse.Action, mapping: dict[str, str] | None = None
+) -> argparse.Action:
+    """``old``: a hidden, deprecated spelling of ``target`` (one note names the new one);
+    ``mapping``: its values -> ``target``'s."""
+    return parser.add_argument(
+        old,
+        action=DeprecatedAlias,
+        target=target,
+        mapping=mapping,
+        dest=target.dest,
+        default=argparse.SUPPRESS,
+        choices=None if mapping is None else list(mapping),
+        metavar=None if mapping is not None else target.metavar,
+        help=argparse.SUPPRESS,
+    )
+
+
+def add_out(
+    parser: Any, help: str, required: bool = False, old_positional: bool = False, **kwargs: Any
+) -> argparse.Action:
+    """``-o/--out PATH``, the output; ``old_positional``: the output was a positional OUT
+    (after the other positionals), still taken with a note."""
+    if not old_positional:
+        return parser.add_argument("-o", "--out", required=required, help=help, **kwargs)
+    action = parser.add_argument("-o", "--out", help=help, **kwargs)
+    parser.add_argument(_OLD_OUT, nargs="?", metavar="OUT", help=argparse.SUPPRESS)
+    parser.set_defaults(**{_OUT_REQUIRED: required})
+    return action
+
+
+def _list_flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Each flag of a list option (old spellings included) of ``parser`` and its subcommands."""
+    flags: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags.update(_list_flags(sub))
+        target = action.target if isinstance(action, DeprecatedAlias) else action
+        if isinstance(target, ListAction):
+            flags.update(dict.fromkeys(action.option_strings, action))
+    return flags
+
+
+def _old_list_form(parser: argparse.ArgumentParser, argv: list[str], extras: list[str]) -> list:
+    """``argv`` with the flag repeated before each value of the old form ``-m A B C``: the
+    ``extras`` argparse left over that directly follow a list option's value; [] when none."""
+    flags = _list_flags(parser)
+    followers: list[tuple[int, str]] = []  # (index in argv, flag)
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        flag, eq, _ = argv[i].partition("=")
+        if flag not in flags:
+            i += 1
+            continue
+        i += 1 if eq else 2
+        while i < len(argv) and (argv[i] == "-" or not argv[i].startswith("-")):
+            followers.append((i, flag))
+            i += 1
+    inserts: dict[int, str] = {}
+    start = 0
+    for extra in extras:
+        match = next(
+            (j for j in range(start, len(followers)) if argv[followers[j][0]] == extra), None
+        )
+        if match is not None:
+            inserts.setdefault(*followers[match])
+            start = match + 1
+    if not inserts:
+        return []
+    out: list[str] = []
+    for index, token in enumerate(argv):
+        if index in inserts:
+            out.append(inserts[index])
+        out.append(token)
+    return out
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse ``argv`` as every command does (docs/cli.md): options before or after the files;
+    the old form of a list option (``-m A B C``) and old spellings taken with one note each on
+    stderr; anything else left over is a usage error (exit status 2)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        rewritten = _old_list_form(parser, argv, extras)
+        if rewritten:
+            args, extras = parser.parse_known_args(rewritten)
+            note(args, "several values after one flag are deprecated: repeat the flag "
+                 "(-m A -m B) or join the values with commas (-m A,B)")  # fmt: skip
+        if extras:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    notes = vars(args).pop(_NOTES, None) or []
+    old_out = vars(args).pop(_OLD_OUT, None)
+    required = vars(args).pop(_OUT_REQUIRED, False)
+    if old_out is not None:
+        if args.out is not None:
+            parser.error("the output is given twice: as OUT and as -o/--out")
+        args.out = old_out
+        notes.append("OUT as a positional argument is deprecated: use -o/--out OUT")
+    if required and args.out is None:
+        parser.error("the following arguments are required: -o/--out")
+    for text in notes:
+        print(f"{parser.prog}: note: {text}", file=sys.stderr)
+    return args
+
+
+def add_measures(parser: Any, default: Sequence[str], help: str) -> argparse.Action:
+    """``-m/--measure MEASURE`` (a list option; ``--measures``: old)."""
+    action = add_list_option(
+        parser, "-m", "--measure", dest="measures", default=list(default), metavar="MEASURE",
+        help=f"{help} (repeatable, or comma-separated; default: {','.join(default)})",
+    )  # fmt: skip
+    add_deprecated(parser, "--measures", action)
+    return action
+
+
+def add_judge_key(parser: Any, help: str, metavar: str = "KEY") -> argparse.Action:
+    """``--judge-key KEY``: the key a judge's labels are stored and read under
+    (``--judge-name``: old)."""
+    action = parser.add_argument("--judge-key", metavar=metavar, help=help)
+    add_deprecated(parser, "--judge-name", action)
+    return action
+
+
+#: ``--utility`` of a file of values that are the utilities themselves.
+GIVEN = "given"
+
+
+def add_utility(
+    parser: Any, help: str, given: bool = False, default: str | None = None
+) -> argparse.Action:
+    """``--utility SOURCE``: a utility source of :mod:`udcg.io.utility_sources`, or (``given``)
+    ``given``, values that are u itself; with ``given``, the old ``--utility-field FIELD``
+    too (its values mapped to sources)."""
+    from udcg.io.utility_sources import SOURCES
+
+    choices = [*SOURCES, *([GIVEN] if given else [])]
+    action = parser.add_argument("--utility", choices=choices, default=default, help=help)
+    if given:
+        fields = {source.field: name for name, source in SOURCES.items()}
+        add_deprecated(parser, "--utility-field", action, {**fields, "utility": GIVEN})
+    return action
+
+
+def utility_field(utility: str | None) -> str | None:
+    """The field of values ``--utility`` names (None: the file says; ``given``: ``utility``)."""
+    from udcg.io.utility_sources import get_source
+
+    if utility is None:
+        return None
+    return "utility" if utility == GIVEN else get_source(utility).field

@@ -1,7 +1,7 @@
-"""``udcg compare QRELS RUN1 RUN2 [RUN ...] -m UDCG@5 nDCG@10 AP [--utilities U [U ...]]
-[--utility abstention|answer_likelihood] [--judge-key KEY] [--weights W ...]
-[--test t|randomization|bootstrap] [--alpha 0.05] [--baseline NAME] [--names A B ...]
-[--n-resamples 10000] [--seed 0] [--confidence 0.95] [--format markdown|json|latex]``.
+"""``udcg compare [-m MEASURE]... QRELS RUN1 RUN2 [RUN ...] [--utilities U]... [--utility SOURCE]
+[--judge-key KEY] [--weights W]... [--test t|randomization|bootstrap] [--alpha 0.05]
+[--baseline NAME] [--names A,B,...] [--n-resamples 10000] [--seed 0] [--confidence 0.95]
+[--format markdown|json|latex]``.
 
 Evaluates every run against the qrels (trec_eval semantics, a judged query a run misses scores
 0) and prints the means with paired significance tests between the systems, and each system's
@@ -18,18 +18,26 @@ import argparse
 import sys
 from pathlib import Path
 
-from udcg.cli.common import add_allow_mismatch, add_theta_weights, run_cli
-from udcg.cli.trec import _weights, add_measures_argument
+from udcg.cli.common import (
+    add_allow_mismatch,
+    add_judge_key,
+    add_list_option,
+    add_theta_weights,
+    parse,
+    run_cli,
+    utility_field,
+)
+from udcg.cli.trec import _weights, add_measures_argument, add_utility_source
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
 from udcg.io.files import STDIO
-from udcg.io.utilities import UTILITY_FIELDS, check_field, read_utility_file
-from udcg.io.utility_sources import SOURCES
+from udcg.io.utilities import read_utility_file
 from udcg.trec.comparison import ComparisonReport, compare
 from udcg.trec.significance import TESTS
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg compare``."""
     parser = argparse.ArgumentParser(
         prog="udcg compare",
         description="Compare TREC runs on the same qrels with paired significance tests.",
@@ -39,7 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     add_measures_argument(parser)
     _add_utility_arguments(parser)
     parser.add_argument("--test", choices=TESTS, default="t", help="paired test (default: t)")
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    parser.add_argument(
+        "--alpha", type=float, default=0.05, help="significance level (default: %(default)s)"
+    )
     parser.add_argument(
         "--correction",
         choices=["holm", "none"],
@@ -61,45 +71,37 @@ def _parser() -> argparse.ArgumentParser:
         help="level of the paired bootstrap confidence intervals (default: 0.95)",
     )
     parser.add_argument("--baseline", metavar="NAME", help="test each system against this one only")
-    parser.add_argument("--names", nargs="+", metavar="NAME", help="system names, one per run")
-    parser.add_argument("--format", choices=["markdown", "json", "latex"], default="markdown")
+    add_list_option(
+        parser, "--names", metavar="NAME", help="system names, one per run (repeatable)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=["markdown", "json", "latex"],
+        default="markdown",
+        help="output format (default: %(default)s)",
+    )
     parser.add_argument("--digits", type=int, default=4, help="decimals of the means in tables")
     return parser
 
 
 def _add_utility_arguments(parser: argparse.ArgumentParser) -> None:
     """The inputs of the UDCG measures, spelt as ``udcg trec`` spells them."""
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--utilities",
-        nargs="+",
         metavar="FILE",
-        help="for UDCG measures: one file for every run, or one per run in the order of the "
-        'runs; each TSV lines \'qid doc_id value\', JSONL lines {"qid", "doc_id", FIELD: '
-        "value} or an annotated contexts JSONL (udcg annotate; gzip ok; - reads stdin)",
+        help="for UDCG measures (repeatable): one file for every run, or one per run in the "
+        "order of the runs; each TSV lines 'qid doc_id value', JSONL lines {\"qid\", "
+        '"doc_id", FIELD: value} or an annotated contexts JSONL (udcg annotate; gzip ok; - '
+        "reads stdin)",
     )
-    parser.add_argument(
-        "--judge-key",
-        "--judge-name",
-        dest="judge_key",
-        metavar="KEY",
-        help="with annotated contexts files as --utilities: the judge whose "
+    add_judge_key(
+        parser,
+        "with annotated contexts files as --utilities: the judge whose "
         "passages[].abstain_prob[KEY] (or answer_prob[KEY]) to read (needed when they hold "
         "several judges)",
     )
-    field = parser.add_mutually_exclusive_group()
-    field.add_argument(
-        "--utility-field",
-        choices=UTILITY_FIELDS,
-        metavar="{" + ",".join(UTILITY_FIELDS) + "}",
-        help="what the utilities' values are: abstain_prob (P(abstain), u = 1 - p; the TSV "
-        "default), answer_prob (u = p) or utility (u); a JSONL line says it by its key",
-    )
-    field.add_argument(
-        "--utility",
-        choices=list(SOURCES),
-        help="the utility source, as udcg score takes it: abstention (--utility-field "
-        "abstain_prob) or answer_likelihood (--utility-field answer_prob)",
-    )
+    add_utility_source(parser)
     add_theta_weights(parser)
     add_allow_mismatch(
         parser,
@@ -112,7 +114,7 @@ def _add_utility_arguments(parser: argparse.ArgumentParser) -> None:
 def _utilities(args: argparse.Namespace) -> tuple[str | list | None, str | None]:
     """``(utilities, utility field)`` as :func:`udcg.trec.compare` takes them: one source or
     one per run; with ``--judge-key`` each file is read here with that key."""
-    field = SOURCES[args.utility].field if args.utility else check_field(args.utility_field)
+    field = utility_field(args.utility)
     files = args.utilities
     if files is None:
         if args.judge_key is not None:
@@ -161,7 +163,7 @@ def render(report: ComparisonReport, fmt: str, digits: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def work() -> None:
         if [args.qrels, *args.runs, *(args.utilities or [])].count(STDIO) > 1:

@@ -1,4 +1,4 @@
-"""``udcg contexts RUN --topics T --collection C --k K --out OUT [--answers A] [--qrels Q]
+"""``udcg contexts RUN --topics T --collection C -k K -o OUT [--answers A] [--qrels Q]
 [--name NAME]``: a TREC run joined with its topics and passage collection into contexts JSONL.
 
 Each query's top-k documents in trec_eval order, with question, passage texts, scores and,
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from udcg.cli.common import run_cli
+from udcg.cli.common import add_out, parse, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.context_model import Context
 from udcg.io.contexts import write_contexts
@@ -27,7 +27,8 @@ from udcg.progress import progress
 _INPUTS = ("topics", "collection", "answers", "qrels")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg contexts``."""
     parser = argparse.ArgumentParser(
         prog="udcg contexts",
         description="Join a TREC run with topics and a passage collection into contexts JSONL "
@@ -46,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         "naming the columns), or JSONL {doc_id|id|_id, text|contents[, title]} (gzip ok)",
     )
     parser.add_argument("-k", "--k", type=int, required=True, help="passages per context")
-    parser.add_argument("--out", required=True, help="contexts JSONL (.gz compresses; - = stdout)")
+    add_out(parser, "contexts JSONL (.gz compresses; - = stdout)", required=True)
     parser.add_argument(
         "--answers",
         help="reference answers: qid<TAB>answer[<TAB>answer...], or JSONL {qid, answers: [...]}",
@@ -94,7 +95,7 @@ class _Tally:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def work() -> None:
         start = time.perf_counter()

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from udcg.cli.common import info_stream, judge_inputs, run_cli
+from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
 from udcg.io.contexts import write_contexts
@@ -15,20 +15,35 @@ from udcg.io.files import refuse_same_file
 from udcg.labels.annotate import annotate
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg demo``."""
     parser = argparse.ArgumentParser(
-        prog="udcg demo", description=__doc__.splitlines()[0].strip('"`')
+        prog="udcg demo",
+        description="Rebuild the embedded demo set and annotate it with the judge (about 20 "
+        "minutes on 2 CPU cores).",
     )
-    parser.add_argument("--source", type=Path, default=SOURCE)
-    parser.add_argument("--out", type=Path, default=OUTPUT, help="- writes to stdout")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=SOURCE,
+        help="the questions and passages the set is built from (default: the shipped file)",
+    )
+    add_out(
+        parser,
+        "annotated contexts JSONL (default: the shipped demo file; - writes to stdout)",
+        type=Path,
+        default=OUTPUT,
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the set's sampling (default: %(default)s)"
+    )
     add_judge_arguments(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Build, annotate and write the demo set."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def work() -> None:
         check_judge_arguments(args)

@@ -1,5 +1,6 @@
-"""The judge arguments of ``udcg annotate``, ``udcg qcare label`` and ``udcg demo``: the spec,
-the key its labels are stored under, every backend option, and the cache.
+"""The judge arguments of ``udcg annotate``, ``udcg qcare label``, ``udcg demo`` and the other
+commands that ask a judge: the spec, the key its labels are stored under (``--judge-key``),
+every backend option, and the cache.
 
 ``--judge-option KEY=VALUE`` (repeatable) sets any option of the backend; a value that reads as
 JSON (``8``, ``2.5``, ``true``, ``null``, ``{"a": 1}``) is taken as such, ``True``/``False``
@@ -12,7 +13,8 @@ base URL that does not parse), and ``--max-new-tokens`` must be a positive integ
 
 ``--engine ray`` runs the judge calls on Ray actors (:mod:`udcg.judge.ray_engine`, the ``ray``
 extra): ``--ray-address``, ``--ray-workers``, ``--ray-gpus-per-worker`` and ``--ray-servers``
-set :class:`~udcg.judge.ray_engine.RayOptions`; they need ``--engine ray``.
+set :class:`~udcg.judge.ray_engine.RayOptions`; they need ``--engine ray``. A command whose
+judge calls do not run here (``udcg batch``) takes neither.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from udcg.cli.common import add_judge_key, add_list_option
 from udcg.cli.extras import missing_extras, needs
 from udcg.errors import UDCGInputError
 from udcg.judge import EMBEDDED, judge_key, load_judge, open_judge
@@ -51,6 +54,8 @@ FLAGS: tuple[tuple[str, type, str, str], ...] = (
         "tokenizer whose chat template builds answer-likelihood prompts (openai judge)",
     ),
 )
+#: Backend options only a command that makes the judge calls itself takes.
+CALL_FLAGS = ("--max-concurrency",)
 #: Ray options with a flag: (flag, RayOptions field, type, metavar, help).
 RAY_FLAGS: tuple[tuple[str, str, type, str, str], ...] = (
     ("--ray-address", "address", str, "ADDR", "Ray cluster to join (auto: this machine's)"),
@@ -82,8 +87,10 @@ def judge_option(text: str) -> tuple[str, Any]:
     return key.strip(), option_value(value)
 
 
-def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--judge``, ``--judge-name``, ``--judge-option``, the option flags and ``--cache``."""
+def add_judge_arguments(parser: argparse.ArgumentParser, calls: bool = True) -> None:
+    """``--judge``, ``--judge-key``, ``--judge-option``, the option flags and ``--cache``;
+    ``calls``: a command that makes the judge calls itself, which also takes
+    ``--max-concurrency``, ``--engine`` and the Ray flags."""
     group = parser.add_argument_group("judge")
     group.add_argument(
         "--judge",
@@ -91,10 +98,9 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
         help="judge spec: smollm2-135m, a transformers id or path, openai:MODEL@BASE_URL or "
         "precomputed:FILE.jsonl (default: %(default)s)",
     )
-    group.add_argument(
-        "--judge-name",
-        metavar="NAME",
-        help="key the labels are stored under (default: the spec without connection details: "
+    add_judge_key(
+        group,
+        "key the labels are stored under (default: the spec without connection details: "
         "MODEL for openai:MODEL@BASE_URL, the file name for precomputed:FILE)",
     )
     group.add_argument(
@@ -107,22 +113,24 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
         help="backend option, repeatable (e.g. batch_size=8, extra_body='{\"a\": 1}')",
     )
     for flag, kind, metavar, helptext in FLAGS:
-        group.add_argument(flag, type=kind, metavar=metavar, help=helptext)
-    group.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="local",
-        help="where judge calls run: this process, or Ray actors (default: %(default)s)",
-    )
-    for flag, _, kind, metavar, helptext in RAY_FLAGS:
-        group.add_argument(flag, type=kind, metavar=metavar, help=helptext)
-    group.add_argument(
-        "--ray-servers",
-        nargs="+",
-        metavar="URL",
-        help="base URLs of a pool of servers of the openai judge's deployment, one per actor "
-        "in turn",
-    )
+        if calls or flag not in CALL_FLAGS:
+            group.add_argument(flag, type=kind, metavar=metavar, help=helptext)
+    if calls:
+        group.add_argument(
+            "--engine",
+            choices=ENGINES,
+            default="local",
+            help="where judge calls run: this process, or Ray actors (default: %(default)s)",
+        )
+        for flag, _, kind, metavar, helptext in RAY_FLAGS:
+            group.add_argument(flag, type=kind, metavar=metavar, help=helptext)
+        add_list_option(
+            group,
+            "--ray-servers",
+            metavar="URL",
+            help="base URLs of a pool of servers of the openai judge's deployment, one per "
+            "actor in turn (repeatable)",
+        )
     group.add_argument(
         "--cache",
         help="judge cache (SQLite); default $UDCG_CACHE_DIR/judge.sqlite, else "
@@ -133,15 +141,18 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
 def judge_options(args: argparse.Namespace) -> dict[str, Any]:
     """The backend options of ``args``: ``--judge-option`` pairs, then the flags that are set."""
     options = dict(args.judge_options)
-    for flag, *_ in FLAGS:
+    for flag, *_ in FLAGS:  # those of the command (batch takes no --max-concurrency)
         name = flag.removeprefix("--").replace("-", "_")
-        if getattr(args, name) is not None:
+        if getattr(args, name, None) is not None:
             options[name] = getattr(args, name)
     return options
 
 
 def engine(args: argparse.Namespace) -> RayOptions | None:
-    """The Ray options of ``args`` (None for ``--engine local``, which takes no Ray flag)."""
+    """The Ray options of ``args`` (None for ``--engine local``, which takes no Ray flag, and
+    for a command without ``--engine``)."""
+    if not hasattr(args, "engine"):
+        return None
     values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field, *_ in RAY_FLAGS}
     values["servers"] = args.ray_servers
     given = {key: value for key, value in values.items() if value is not None}
@@ -160,11 +171,11 @@ def check_judge_arguments(args: argparse.Namespace) -> None:
     naming it). An openai judge is built to check its values; its server is not asked."""
     options = judge_options(args)
     check_options(args.judge, options)
-    judge_key(args.judge, args.judge_name)
+    judge_key(args.judge, args.judge_key)
     if getattr(args, "max_new_tokens", None) is not None:
         positive_int(args.max_new_tokens, "--max-new-tokens")
     if args.judge.startswith(OPENAI):
-        load_judge(args.judge, args.judge_name, **options).close()
+        load_judge(args.judge, args.judge_key, **options).close()
     if engine(args) is not None and missing_extras(["ray"]):
         raise UDCGInputError(needs(["ray"]))
 
@@ -172,4 +183,4 @@ def check_judge_arguments(args: argparse.Namespace) -> None:
 def open_cli_judge(args: argparse.Namespace) -> CachedJudge:
     """The judge of ``args`` as :func:`udcg.judge.open_judge` opens it (probed, cached; on
     Ray actors with ``--engine ray``)."""
-    return open_judge(args.judge, args.judge_name, judge_options(args), args.cache, engine(args))
+    return open_judge(args.judge, args.judge_key, judge_options(args), args.cache, engine(args))

@@ -1,4 +1,4 @@
-"""``udcg order IN OUT --weights W [--k K] [--ordering O]``: choose and order each context's
+"""``udcg order IN -o OUT --weights W [-k K] [--ordering O]``: choose and order each context's
 passages; ``udcg order --run RUN --qrels QRELS --utilities U --weights W -o OUT``: the same for
 a TREC run.
 
@@ -19,7 +19,7 @@ Orderings (:data:`udcg.theta.ordering.ORDERINGS`): ``theta`` (UDCG-theta's best 
 order, :meth:`UDCGTheta.best_context`), ``retriever``, ``reversed``, ``ends``, ``gold_first``.
 The summary line gives the mean UDCG-theta probability before (the first k candidates as
 ranked) and after. Weights are checked as ``udcg score`` checks them (utility source, judge
-and prompt; :func:`udcg.io.weights.check_compatible`, ``--allow-mismatch FIELD``); ``--k``
+and prompt; :func:`udcg.io.weights.check_compatible`, ``--allow-mismatch FIELD``); ``-k``
 may not exceed the weights' k (a shorter context is zero-padded).
 """
 
@@ -31,24 +31,42 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from udcg.cli.common import add_allow_mismatch, info_stream, run_cli, weights_inputs
+from udcg.cli.common import (
+    add_allow_mismatch,
+    add_judge_key,
+    add_out,
+    info_stream,
+    parse,
+    run_cli,
+    utility_field,
+    weights_inputs,
+)
+from udcg.cli.trec import add_utility_source
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
-from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES
+from udcg.io.utility_sources import DEFAULT_SOURCE
 from udcg.io.weights import MISMATCH_FIELDS, check_compatible
 from udcg.theta.ordering import ORDERINGS, order_by
 
-_TREC_ONLY = ("qrels", "utilities", "utility_field", "out", "depth")
+_TREC_ONLY = ("qrels", "utilities", "depth")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg order``."""
     parser = argparse.ArgumentParser(
         prog="udcg order",
         description="Choose and order each context's passages, or each query's documents of a "
         "TREC run, by UDCG-theta or a heuristic ordering.",
     )
-    parser.add_argument("input", nargs="?", metavar="IN", help="annotated contexts JSONL (- stdin)")
-    parser.add_argument("output", nargs="?", metavar="OUT", help="contexts JSONL (- stdout)")
+    parser.add_argument(
+        "input", nargs="?", metavar="IN", help="contexts mode: annotated contexts JSONL (- stdin)"
+    )
+    add_out(
+        parser,
+        "the reordered contexts JSONL, or in TREC mode the reordered run (- stdout)",
+        required=True,
+        old_positional=True,
+    )
     parser.add_argument(
         "--weights",
         required=True,
@@ -56,7 +74,9 @@ def _parser() -> argparse.ArgumentParser:
         help="UDCG-theta weights: a folder of save_pretrained/train.py or a .safetensors file",
     )
     add_allow_unverified(parser)
-    parser.add_argument("--k", type=int, help="passages per context (default: the weights' k)")
+    parser.add_argument(
+        "-k", "--k", type=int, help="passages per context (default: the weights' k)"
+    )
     parser.add_argument(
         "--ordering",
         choices=list(ORDERINGS),
@@ -64,16 +84,9 @@ def _parser() -> argparse.ArgumentParser:
         help="; ".join(f"{name}: {text}" for name, text in ORDERINGS.items())
         + " (default: %(default)s)",
     )
-    parser.add_argument(
-        "--utility",
-        choices=list(SOURCES),
-        default=DEFAULT_SOURCE,
-        help="contexts mode: the utility source (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--judge-key",
-        metavar="NAME",
-        help="the judge whose values to read (default: the judge of the weights' card)",
+    add_utility_source(parser)
+    add_judge_key(
+        parser, "the judge whose values to read (default: the judge of the weights' card)"
     )
     add_allow_mismatch(parser, list(MISMATCH_FIELDS))
     trec = parser.add_argument_group("TREC mode")
@@ -84,13 +97,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="utilities as udcg trec --utilities reads them (TSV, JSONL, annotated contexts)",
     )
-    trec.add_argument(
-        "--utility-field",
-        metavar="{abstain_prob,answer_prob,utility}",
-        help="what the utilities' values are (as udcg trec --utility-field)",
-    )
     trec.add_argument("--depth", type=int, help="candidates per query: the first N ranked (all)")
-    trec.add_argument("-o", "--out", help="the reordered run (- stdout)")
     return parser
 
 
@@ -153,26 +160,27 @@ def order_contexts(args: argparse.Namespace) -> None:
     from udcg.judge.prompts import prompt_record
 
     model = _Model(args.weights, args.k, args.allow_unverified)
+    utility = args.utility or DEFAULT_SOURCE
     judge = args.judge_key or model.theta.card_.get("judge_model")
     if not judge:
         raise UDCGInputError("the weights' card names no judge: pass --judge-key NAME")
     notes = check_compatible(
         model.theta.card_,
-        {"utility": args.utility, "judge": judge, "prompt": prompt_record()["sha256"]},
+        {"utility": utility, "judge": judge, "prompt": prompt_record()["sha256"]},
         args.allow_mismatch,
     )
     contexts = list(read_contexts(args.input))
     relevant = relevance_matrix(contexts, unit=True)
-    utility = get_source(args.utility).utilities(contexts, judge)
-    orders, before, after = _reorder(model, args.ordering, relevant, utility)
+    utilities = get_source(utility).utilities(contexts, judge)
+    orders, before, after = _reorder(model, args.ordering, relevant, utilities)
     out, changed = [], 0
     for ctx, order in zip(contexts, orders, strict=True):
         same = order.tolist() == list(range(len(ctx.passages)))
         changed += not same
         passages = [ctx.passages[i] for i in order]
         out.append(ctx if same else replace(ctx, passages=passages, outcomes={}))
-    write_contexts(args.output, out)
-    stream = info_stream(args.output)
+    write_contexts(args.out, out)
+    stream = info_stream(args.out)
     for note in notes:
         print(f"udcg order: {note}", file=sys.stderr)
     print(_summary("contexts", args.ordering, model, before, after, changed), file=stream)
@@ -213,7 +221,7 @@ def order_run(args: argparse.Namespace) -> None:
     model = _Model(args.weights, args.k, args.allow_unverified)
     if args.depth is not None and args.depth < 1:
         raise UDCGInputError(f"must be >= 1, got {args.depth}", field="depth")
-    utilities = read_utility_file(args.utilities, args.utility_field, args.judge_key)
+    utilities = read_utility_file(args.utilities, utility_field(args.utility), args.judge_key)
     source = source_of(utilities.field)
     notes = check_compatible(
         model.theta.card_, {"utility": source and source.name}, args.allow_mismatch
@@ -254,37 +262,33 @@ def order_run(args: argparse.Namespace) -> None:
 
 
 def _check_mode(args: argparse.Namespace) -> None:
-    """Contexts mode takes IN and OUT and no TREC option; TREC mode the reverse."""
+    """Contexts mode takes IN and no TREC option; TREC mode the reverse."""
     if args.run is None:
-        if args.input is None or args.output is None:
-            raise UDCGInputError("give IN and OUT (contexts mode) or --run (TREC mode)")
+        if args.input is None:
+            raise UDCGInputError("give IN (contexts mode) or --run (TREC mode)")
         given = [name for name in _TREC_ONLY if getattr(args, name) is not None]
         if given:
             raise UDCGInputError(f"--{given[0].replace('_', '-')} needs --run (TREC mode)")
         return
     if args.input is not None:
-        raise UDCGInputError("TREC mode (--run) takes no IN/OUT: the output is -o/--out")
-    for name in ("qrels", "utilities", "out"):
+        raise UDCGInputError("TREC mode (--run) takes no IN")
+    for name in ("qrels", "utilities"):
         if getattr(args, name) is None:
             raise UDCGInputError(f"TREC mode (--run) needs --{name}")
-    if args.utility != DEFAULT_SOURCE:
-        raise UDCGInputError("--utility is for contexts mode; TREC mode reads --utility-field")
 
 
 def _refuse_overwriting(args: argparse.Namespace) -> None:
-    """The output (OUT, or --out in TREC mode) may not name an input."""
+    """The output may not name an input."""
     from udcg.io.files import refuse_same_file
 
     inputs = {"IN": args.input, "--run": args.run, "--qrels": args.qrels}
     inputs["--utilities"] = args.utilities
-    refuse_same_file(
-        args.output if args.run is None else args.out, {**inputs, **weights_inputs(args.weights)}
-    )
+    refuse_same_file(args.out, {**inputs, **weights_inputs(args.weights)})
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def work() -> None:
         _check_mode(args)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from udcg.cli.common import run_cli
+from udcg.cli.common import parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
 from udcg.judge.spec import OPENAI
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 PROG = "udcg probe"
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg probe``."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Ask an OpenAI-compatible judge server what it offers each annotate step "
@@ -84,7 +85,7 @@ def _text(report: ServerReport) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``udcg probe``; returns the exit status."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def run() -> int:
         if not args.judge.startswith(OPENAI):
@@ -99,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from udcg.judge.openai_probe import probe_server, report_json
         from udcg.labels.annotate import relevance_messages
 
-        judge = load_judge(args.judge, args.judge_name, **judge_options(args))
+        judge = load_judge(args.judge, args.judge_key, **judge_options(args))
         relevance = relevance_messages(
             "Who wrote Hamlet?",
             ["William Shakespeare"],

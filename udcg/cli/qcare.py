@@ -1,7 +1,7 @@
 """Q-CARE from the command line.
 
-    udcg qcare label IN.jsonl OUT.jsonl --judge smollm2-135m [--answers-from MODEL]
-    udcg qcare score LABELLED.jsonl [--answers-from MODEL] [--k 10] [--binary]
+    udcg qcare label IN.jsonl -o OUT.jsonl --judge smollm2-135m [--answers-from MODEL]
+    udcg qcare score LABELLED.jsonl [--answers-from MODEL] [-k 10] [--binary]
     udcg qcare agreement JUDGE.jsonl HUMAN.jsonl [--answers-from MODEL] [--split-by run]
 
 ``label`` adds sub-queries, coverage labels and (with ``--answers-from``) the claims and
@@ -10,7 +10,9 @@ checks of ``outcomes[MODEL].answer``, through the cached judge (options and cach
 prints the mean of each metric and why values are missing (``--out`` writes them per context).
 ``agreement`` prints Pearson and Spearman correlations between judge-based and human-based
 metrics per split. ``-`` as an input file reads standard input; as OUT or ``--out`` it writes
-standard output, and the counts or means go to stderr.
+standard output, and the counts or means go to stderr. ``--answers-from MODEL`` names the
+answers to read (``outcomes[MODEL]``: a generator's, which need not be the judge's), so it is not
+``--judge-key``, the key of the labelling judge.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from udcg.cli.common import info_stream, judge_inputs, run_cli
+from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.io.contexts import read_contexts, write_contexts
 from udcg.io.files import atomic_write, refuse_same_file
@@ -40,30 +42,64 @@ def _positive(text: str) -> int:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="udcg qcare", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg qcare`` and its actions."""
+    parser = argparse.ArgumentParser(
+        prog="udcg qcare",
+        description="Label contexts for Q-CARE with a judge, score them, and measure judge-human "
+        "agreement.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    label = sub.add_parser("label", help="add Q-CARE labels through the judge")
-    label.add_argument("input", help="contexts JSONL (gzip ok)")
-    label.add_argument("output", help="labelled contexts JSONL (.gz compresses)")
-    label.add_argument("--answers-from", metavar="MODEL", help="label outcomes[MODEL].answer")
-    label.add_argument("--checks", choices=CHECK_MODES, default="auto")
-    label.add_argument("--retries", type=int, default=2, help="retries of malformed output")
+    label = sub.add_parser(
+        "label",
+        help="add Q-CARE labels through the judge",
+        description="Add sub-queries, coverage labels and (with --answers-from) the claims and "
+        "checks of an answer to each context, through the cached judge.",
+    )
+    label.add_argument("input", help="contexts JSONL (gzip ok; - reads stdin)")
+    add_out(
+        label,
+        "labelled contexts JSONL (.gz compresses; - is stdout)",
+        required=True,
+        old_positional=True,
+    )
+    label.add_argument(
+        "--answers-from", metavar="MODEL", help="also label the answer outcomes[MODEL].answer"
+    )
+    label.add_argument(
+        "--checks",
+        choices=CHECK_MODES,
+        default="auto",
+        help="how Yes/No labels are read: from log-probs, from the text, or auto (log-probs "
+        "when the judge gives them) (default: %(default)s)",
+    )
+    label.add_argument(
+        "--retries", type=int, default=2, help="retries of malformed output (default: 2)"
+    )
     add_judge_arguments(label)
-    for name, helptext in (("score", "metrics from labels"), ("agreement", "judge vs human")):
-        cmd = sub.add_parser(name, help=helptext)
-        if name == "score":
-            cmd.add_argument("input", help="labelled contexts JSONL")
-            cmd.add_argument("--out", help="write per-context metrics as JSONL")
-        else:
-            cmd.add_argument("judge_labels", help="judge-labelled contexts JSONL")
-            cmd.add_argument("human_labels", help="human-labelled contexts JSONL, same structure")
-            cmd.add_argument("--split-by", help="context field or extra key (e.g. run, split)")
-            cmd.add_argument(
-                "--no-fill", action="store_true", help="do not fill missing human labels"
-            )
-        cmd.add_argument("--answers-from", metavar="MODEL", help="generator metrics of MODEL")
-        cmd.add_argument("--k", type=_positive, help="truncate retrieved lists to k")
+    score = sub.add_parser(
+        "score",
+        help="metrics from labels",
+        description="Print the mean of each Q-CARE metric of labelled contexts and why values "
+        "are missing.",
+    )
+    score.add_argument("input", help="labelled contexts JSONL (- reads stdin)")
+    add_out(score, "write per-context metrics as JSONL (- is stdout)")
+    agree = sub.add_parser(
+        "agreement",
+        help="judge vs human",
+        description="Print Pearson and Spearman correlations between judge-based and "
+        "human-based Q-CARE metrics, per split.",
+    )
+    agree.add_argument("judge_labels", help="judge-labelled contexts JSONL")
+    agree.add_argument("human_labels", help="human-labelled contexts JSONL, same structure")
+    agree.add_argument("--split-by", help="context field or extra key (e.g. run, split)")
+    agree.add_argument("--no-fill", action="store_true", help="do not fill missing human labels")
+    for cmd in (score, agree):
+        cmd.add_argument(
+            "--answers-from", metavar="MODEL", help="generator metrics of outcomes[MODEL]"
+        )
+        cmd.add_argument("-k", "--k", type=_positive, help="truncate retrieved lists to k")
         cmd.add_argument("--binary", action="store_true", help="binary coverage gains")
     return parser
 
@@ -114,20 +150,20 @@ def format_scores(scores: QCareScores) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def work() -> None:
         if args.command == "label":
             check_judge_arguments(args)
-            refuse_same_file(args.output, {"INPUT": args.input, **judge_inputs(args)})
+            refuse_same_file(args.out, {"INPUT": args.input, **judge_inputs(args)})
             contexts = list(read_contexts(args.input))
             check_inputs(contexts, args.answers_from)  # before the judge loads
             judge = open_cli_judge(args)
             labelled, report = label_contexts(
                 contexts, judge, args.answers_from, args.checks, args.retries
             )
-            write_contexts(args.output, labelled)
-            out = info_stream(args.output)
+            write_contexts(args.out, labelled)
+            out = info_stream(args.out)
             print(format_report(report, judge.name), file=out)
             print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}", file=out)
         elif args.command == "score":

@@ -1,5 +1,5 @@
 """``udcg report RUN RUN... --topics T --collection C [--qrels Q] [--answers A] --judge J
---out DIR [-m MEASURE...] [--baseline NAME] [--weights W]``: several systems' TREC runs to one
+-o DIR [-m MEASURE]... [--baseline NAME] [--weights W]``: several systems' TREC runs to one
 verdict, in one command.
 
 Each run (system name: its file name without suffix) is joined with the topics and collection
@@ -28,12 +28,20 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from udcg.cli.common import add_allow_mismatch, run_cli, weights_inputs
+from udcg.cli.common import (
+    add_allow_mismatch,
+    add_measures,
+    add_out,
+    add_utility,
+    parse,
+    run_cli,
+    weights_inputs,
+)
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import read_contexts
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
-from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
+from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
 from udcg.labels.signal_check import check_contexts
@@ -48,7 +56,8 @@ if TYPE_CHECKING:
     from udcg.theta import UDCGTheta
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg report``."""
     parser = argparse.ArgumentParser(
         prog="udcg report",
         description="Compare several systems' TREC runs in one command: contexts, judge labels, "
@@ -63,14 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--answers", help="reference answers: qid<TAB>answer..., or JSONL {qid, answers}"
     )
-    parser.add_argument("--out", required=True, help="folder the report and its files go to")
-    parser.add_argument(
-        "-m",
-        "--measures",
-        nargs="+",
-        default=list(journey.DEFAULT_MEASURES),
-        help="measures (default: %(default)s)",
-    )
+    add_out(parser, "folder the report and its files go to", required=True)
+    add_measures(parser, journey.DEFAULT_MEASURES, "measures, as udcg trec -m takes them")
     parser.add_argument(
         "-k",
         "--k",
@@ -78,21 +81,33 @@ def _parser() -> argparse.ArgumentParser:
         help="passages per context the judge labels (default: the largest UDCG cutoff, else 5)",
     )
     parser.add_argument("--baseline", help="system the others are compared with (default: first)")
-    parser.add_argument(
-        "--utility",
-        choices=list(SOURCES),
+    add_utility(
+        parser,
+        "utility source: abstention (u = 1 - abstain_prob) or answer_likelihood "
+        "(default: %(default)s)",
         default=DEFAULT_SOURCE,
-        help="utility source: abstention (u = 1 - abstain_prob) or answer_likelihood",
     )
     parser.add_argument("--test", choices=TESTS, default="t", help="paired test (default: t)")
-    parser.add_argument("--alpha", type=float, default=0.05)
-    parser.add_argument("--n-resamples", type=int, default=10000, help="bootstrap resamples")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--alpha", type=float, default=0.05, help="significance level (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--n-resamples", type=int, default=10000, help="bootstrap resamples (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the resamples (default: %(default)s)"
+    )
     parser.add_argument(
         "--weights", help="UDCG-theta weights (folder or .safetensors): forecast accuracy"
     )
     add_allow_mismatch(parser, list(MISMATCH_FIELDS))
-    parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, metavar="N")
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=DEFAULT_CHUNK,
+        metavar="N",
+        help="contexts annotated and written at a time (default: %(default)s)",
+    )
     add_judge_arguments(parser)
     return parser
 
@@ -114,7 +129,7 @@ def _say(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def work() -> None:
         start = time.perf_counter()
@@ -146,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         with exclusive_writer(out / "report.json", "report"):
             weights = None
             if args.weights:  # checked before any file is written
-                key = judge_key(args.judge, args.judge_name)
+                key = judge_key(args.judge, args.judge_key)
                 weights = journey.load_weights(
                     args.weights, key, args.utility, k, args.allow_mismatch
                 )

@@ -1,5 +1,5 @@
 """``udcg score CONTEXTS.jsonl --judge J [--utility SOURCE] [--weights DIR_OR_FILE]
-[--mode MODE] [--allow-mismatch FIELD]... [--out F.jsonl]``.
+[--mode MODE] [--allow-mismatch FIELD]... [-o F.jsonl]``.
 
 Scores each retrieved context with UDCG (at ``--gamma``), UDCG-theta (with fitted weights, for
 contexts of the weights' k; also ``UDCG-theta (recalibrated)`` when the weights carry a
@@ -8,7 +8,7 @@ accuracy the weights forecast for it, from judge labels alone) and, with
 ``--out``, writes one JSON line per context (``--out -``: to standard output, the means then
 to stderr). ``-`` as CONTEXTS reads standard input. ``--judge`` takes the spec the contexts
 were annotated with (labels are read under its key, :func:`udcg.judge.judge_key`) or the key
-itself; ``--judge-name`` names the key outright. ``--utility`` picks the utility source (see
+itself; ``--judge-key`` names the key outright. ``--utility`` picks the utility source (see
 :mod:`udcg.io.utility_sources`).
 
 Weights are checked against what they are applied to (:func:`udcg.io.weights.check_compatible`):
@@ -27,18 +27,32 @@ import sys
 import numpy as np
 
 from udcg import metrics
-from udcg.cli.common import add_allow_mismatch, info_stream, run_cli, weights_inputs
+from udcg.cli.common import (
+    add_allow_mismatch,
+    add_judge_key,
+    add_out,
+    add_utility,
+    info_stream,
+    parse,
+    run_cli,
+    weights_inputs,
+)
 from udcg.cli.weights import add_allow_unverified
 from udcg.io.contexts import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write, refuse_same_file
-from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
+from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights import MISMATCH_FIELDS, check_compatible
 from udcg.judge.spec import judge_key
 from udcg.pipeline.compare import classic_metrics
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="udcg score", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg score``."""
+    parser = argparse.ArgumentParser(
+        prog="udcg score",
+        description="Score each annotated context with UDCG, UDCG-theta (with fitted weights) "
+        "and nDCG, MAP, MRR and Precision, and print the means.",
+    )
     parser.add_argument(
         "contexts",
         help="contexts JSONL (relevant and the utility source's field needed; - reads stdin)",
@@ -48,13 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help="the judge whose labels to read: its spec as given to annotate, or its key",
     )
-    parser.add_argument("--judge-name", metavar="NAME", help="the key the labels are stored under")
-    parser.add_argument(
-        "--utility",
-        choices=list(SOURCES),
+    add_judge_key(parser, "the key the labels are stored under (default: the --judge spec's)")
+    add_utility(
+        parser,
+        "utility source: abstention (u = 1 - abstain_prob) or answer_likelihood "
+        "(u = answer_prob) (default: %(default)s)",
         default=DEFAULT_SOURCE,
-        help="utility source: abstention (u = 1 - abstain_prob) or answer_likelihood "
-        "(u = answer_prob)",
     )
     parser.add_argument(
         "--weights",
@@ -75,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_allow_unverified(parser)
     parser.add_argument("--gamma", type=float, default=1 / 3, help="UDCG gamma (default 1/3)")
-    parser.add_argument("--out", help="write per-context scores here (JSONL; - is stdout)")
+    add_out(parser, "write per-context scores here (JSONL; - is stdout)")
     return parser
 
 
@@ -101,7 +114,7 @@ def score(args: argparse.Namespace) -> None:
     """Compute, print and optionally write the scores."""
     if args.out:
         refuse_same_file(args.out, {"CONTEXTS": args.contexts, **weights_inputs(args.weights)})
-    judge = judge_key(args.judge, args.judge_name)
+    judge = judge_key(args.judge, args.judge_key)
     contexts = list(read_contexts(args.contexts))
     relevant = relevance_matrix(contexts, unit=True)
     utility = get_source(args.utility).utilities(contexts, judge)
@@ -167,7 +180,7 @@ def score(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     return run_cli("udcg score", lambda: score(args))
 
 

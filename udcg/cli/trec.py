@@ -1,10 +1,11 @@
-"""``udcg trec QRELS RUN -m nDCG@10 AP RR P@10 [-q] [--format text|json|csv]``, and with
-utilities ``udcg trec QRELS RUN -m UDCG@5 UDCGtheta@5 --utilities U [--utility-field F]
-[--weights W.safetensors ...]``.
+"""``udcg trec [-m MEASURE]... QRELS RUN [-q] [--format text|json|csv]``, and with utilities
+``udcg trec -m UDCG@5 -m UDCGtheta@5 QRELS RUN --utilities U [--utility SOURCE]
+[--weights W.safetensors]...``.
 
 Prints the mean of each measure over the evaluated queries (and, with ``-q``, one row per query)
 like trec_eval: ``measure<TAB>qid<TAB>value`` with ``all`` for the mean. ``-`` for QRELS, RUN or
-the utilities reads standard input (one of them at most).
+the utilities reads standard input (one of them at most). Options go before or after the files
+(docs/cli.md).
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
 
-from udcg.cli.common import add_allow_mismatch, add_theta_weights, run_cli  # noqa: E402
+from udcg.cli.common import (  # noqa: E402
+    add_allow_mismatch,
+    add_judge_key,
+    add_measures,
+    add_theta_weights,
+    add_utility,
+    parse,
+    run_cli,
+    utility_field,
+)
 from udcg.cli.weights import add_allow_unverified  # noqa: E402
 from udcg.errors import UDCGInputError  # noqa: E402
 from udcg.io.files import STDIO  # noqa: E402
@@ -32,20 +42,29 @@ DEFAULT_MEASURES = ["nDCG@10", "AP", "RR", "P@10"]
 
 
 def add_measures_argument(parser: argparse.ArgumentParser) -> None:
-    """``-m/--measures`` as ``udcg trec`` and ``udcg compare`` take it."""
-    parser.add_argument(
-        "-m",
-        "--measures",
-        nargs="+",
-        default=DEFAULT_MEASURES,
-        metavar="MEASURE",
-        help="ir_measures names, e.g. nDCG@10 AP AP@100 RR P@5 R@100 Hits@10 HitCount@10, "
-        "pytrec_eval names (ndcg_cut_10, map, P_5...), UDCG@5 UDCG(gamma=0.5)@5 UDCGtheta@5 "
-        f"(default: {' '.join(DEFAULT_MEASURES)})",
+    """``-m/--measure`` as ``udcg trec`` and ``udcg compare`` take it."""
+    add_measures(
+        parser,
+        DEFAULT_MEASURES,
+        "ir_measures names, e.g. nDCG@10 AP AP@100 RR P@5 R@100 Hits@10 HitCount@10, "
+        "trec_eval and pytrec_eval names (map, P.10, ndcg_cut.10, recip_rank, P_5), UDCG@5 "
+        "UDCG(gamma=0.5)@5 UDCGtheta@5",
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def add_utility_source(parser: argparse.ArgumentParser) -> None:
+    """``--utility`` of a utilities file, as ``udcg trec``, ``compare`` and ``order`` take it."""
+    add_utility(
+        parser,
+        "what the utilities' values are: abstention (P(abstain), u = 1 - p; the TSV default), "
+        "answer_likelihood (P(answer), u = p) or given (u itself); a JSONL line says it by its "
+        "key (abstain_prob, answer_prob, utility)",
+        given=True,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg trec``."""
     parser = argparse.ArgumentParser(
         prog="udcg trec",
         description="Evaluate a TREC run against qrels with trec_eval semantics.",
@@ -64,19 +83,13 @@ def _parser() -> argparse.ArgumentParser:
         '{"qid", "doc_id", FIELD: value} or an annotated contexts JSONL (udcg annotate; '
         "gzip ok; - reads stdin)",
     )
-    parser.add_argument(
-        "--judge-key",
-        metavar="KEY",
-        help="with an annotated contexts file as --utilities: the judge whose "
+    add_judge_key(
+        parser,
+        "with an annotated contexts file as --utilities: the judge whose "
         "passages[].abstain_prob[KEY] (or answer_prob[KEY]) to read (needed when it holds "
         "several judges)",
     )
-    parser.add_argument(
-        "--utility-field",
-        metavar="{abstain_prob,answer_prob,utility}",
-        help="what the utilities' values are: abstain_prob (P(abstain), u = 1 - p; the TSV "
-        "default), answer_prob (u = p) or utility (u); a JSONL line says it by its key",
-    )
+    add_utility_source(parser)
     add_theta_weights(parser)
     add_allow_mismatch(
         parser,
@@ -86,7 +99,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_allow_unverified(parser)
     parser.add_argument("-q", "--per-query", action="store_true", help="also print each query")
-    parser.add_argument("--format", choices=["text", "json", "csv"], default="text")
+    parser.add_argument(
+        "--format",
+        choices=["text", "json", "csv"],
+        default="text",
+        help="trec_eval-like text, JSON or CSV (default: %(default)s)",
+    )
     return parser
 
 
@@ -133,28 +151,25 @@ def write_result(result: Evaluation, per_query: bool, fmt: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
 
     def work() -> None:
         if [args.qrels, args.run, args.utilities].count(STDIO) > 1:
             raise UDCGInputError("only one of QRELS, RUN and --utilities can be - (standard input)")
-        if args.utility_field is not None:  # checked even when no UDCG measure reads it
-            from udcg.io.utilities import check_field
-
-            check_field(args.utility_field)
+        field = utility_field(args.utility)
         utilities = args.utilities
         if args.judge_key is not None:
             from udcg.io.utilities import read_utility_file
 
             if utilities is None:
                 raise UDCGInputError("--judge-key reads the --utilities file; none given")
-            utilities = read_utility_file(utilities, args.utility_field, args.judge_key)
+            utilities = read_utility_file(utilities, field, args.judge_key)
         result = evaluate_table(
             args.qrels,
             args.run,
             args.measures,
             utilities=utilities,
-            utility_field=args.utility_field,
+            utility_field=field,
             weights=_weights(args.weights, args.allow_unverified),
             allow_mismatch=args.allow_mismatch,
         )

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from udcg.cli.common import run_cli
+from udcg.cli.common import add_judge_key, add_out, add_utility, parse, run_cli
 from udcg.errors import UDCGInputError
 from udcg.validation import printable
 
@@ -38,10 +38,20 @@ def add_allow_unverified(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="udcg weights", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``udcg weights`` and its actions."""
+    parser = argparse.ArgumentParser(
+        prog="udcg weights",
+        description="Show the checked card of UDCG-theta weights, or calibrate their "
+        "probabilities on held-out annotated contexts.",
+    )
     commands = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    show = commands.add_parser("show", help="print the card and verify the SHA-256")
+    show = commands.add_parser(
+        "show",
+        help="print the card and verify the SHA-256",
+        description="Read UDCG-theta weights with every check, their SHA-256 included, and "
+        "print their card and a table of alpha and beta per position.",
+    )
     show.add_argument("path", metavar="DIR_OR_FILE", help="a weights folder or .safetensors file")
     add_allow_unverified(show)
     calibrate = commands.add_parser(
@@ -53,16 +63,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     calibrate.add_argument("path", metavar="DIR_OR_FILE", help="the weights to calibrate")
     calibrate.add_argument("contexts", help="annotated contexts JSONL with outcomes (- stdin)")
-    calibrate.add_argument("-o", "--out", required=True, help="the calibrated weights folder")
-    calibrate.add_argument("--method", choices=["temperature", "platt"], default="temperature")
+    add_out(calibrate, "the calibrated weights folder", required=True)
     calibrate.add_argument(
-        "--judge-key",
-        metavar="NAME",
-        help="judge of the utilities and outcomes (default: the card's)",
+        "--method",
+        choices=["temperature", "platt"],
+        default="temperature",
+        help="p = sigmoid(logit / T) or sigmoid(a * logit + b) (default: %(default)s)",
     )
-    calibrate.add_argument(
-        "--utility", choices=["abstention", "answer_likelihood"], help="default: the card's"
-    )
+    add_judge_key(calibrate, "judge of the utilities and outcomes (default: the card's)")
+    add_utility(calibrate, "the utility source (default: the card's)")
     add_allow_unverified(calibrate)
     return parser
 
@@ -185,7 +194,7 @@ def calibrate(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake or a file that fails a
     check)."""
-    args = _parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     return run_cli(
         "udcg weights",
         lambda: (
