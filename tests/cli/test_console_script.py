@@ -1,4 +1,4 @@
-"""``udcg train`` and ``udcg evaluate`` through the installed console script, from a directory
+"""``udcg train`` and ``udcg benchmark`` through the installed console script, from a directory
 outside the clone: Hydra finds the configs shipped in the package, sees the arguments after the
 command, and names the command in its one-line errors; a missing optional dependency is one
 line naming the extra to install."""
@@ -44,11 +44,12 @@ def script(name: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_udcg_help_lists_train_and_evaluate(capsys: pytest.CaptureFixture[str]) -> None:
+def test_udcg_help_lists_train_and_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     assert dispatcher.main(["--help"]) == 0
     lines = capsys.readouterr().out.splitlines()
     commands = [line.split()[0] for line in lines if line.startswith("  ")]
-    assert {"trec", "train", "evaluate"} <= set(commands)
+    assert {"trec", "train", "benchmark"} <= set(commands)
+    assert "evaluate" not in commands  # the old name runs, with a note, but is not listed
 
 
 def test_the_configs_live_in_the_package() -> None:
@@ -58,10 +59,11 @@ def test_the_configs_live_in_the_package() -> None:
 
 
 @needs_script
-@pytest.mark.parametrize("job", ["train", "evaluate"])
+@pytest.mark.parametrize("job", ["train", "benchmark"])
 def test_hydra_help_through_the_console_script(job: str, tmp_path: Path) -> None:
     done = udcg(job, "--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].endswith(".")  # a sentence saying what the job does
     assert "== Configuration groups ==" in done.stdout
     assert "retriever: bm25, dense, given, gold_at, hybrid" in done.stdout
     assert not list(tmp_path.iterdir())  # --help runs nothing
@@ -77,11 +79,13 @@ def test_a_bad_option_through_the_console_script_is_one_line(tmp_path: Path) -> 
 
 
 @needs_script
-@pytest.mark.parametrize("job", ["train", "evaluate"])
-def test_udcg_and_the_script_compose_the_same_config(job: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("command", "job"), [("train", "train"), ("benchmark", "evaluate")])
+def test_udcg_and_the_script_compose_the_same_config(
+    command: str, job: str, tmp_path: Path
+) -> None:
     """Same job config and the same output directories as ``python JOB.py`` in the clone."""
     args = ["--cfg", "all", "k=3", "seed=2"]
-    mine, theirs = udcg(job, *args, cwd=tmp_path), script(f"{job}.py", *args)
+    mine, theirs = udcg(command, *args, cwd=tmp_path), script(f"{job}.py", *args)
     assert mine.returncode == theirs.returncode == 0, mine.stderr + theirs.stderr
 
     def without_cwd(text: str) -> list[str]:  # hydra.runtime.cwd: where each one ran
@@ -126,9 +130,10 @@ def test_a_missing_extra_is_one_line_naming_it(
     )
     monkeypatch.setitem(sys.modules, "bm25s", None)
     monkeypatch.setitem(sys.modules, "transformers", None)
-    assert dispatcher.main(["evaluate"]) == 2
+    assert dispatcher.main(["evaluate"]) == 2  # the old name of udcg benchmark
     assert capsys.readouterr().err == (
-        "udcg evaluate: error: needs the 'train', 'judge' and 'retrieval' extras: "
+        "udcg: note: udcg evaluate is deprecated: use udcg benchmark\n"
+        "udcg benchmark: error: needs the 'train', 'judge' and 'retrieval' extras: "
         "pip install 'udcg[train,judge,retrieval]'\n"
     )
 

@@ -223,11 +223,11 @@ def test_a_bad_option_is_one_line_naming_it(bad_option_runs: dict, name: str) ->
         (["train.py"], "train.py"),
         (["evaluate.py"], "evaluate.py"),
         (["-m", "udcg", "train"], "udcg train"),
-        (["-m", "udcg", "evaluate"], "udcg evaluate"),
+        (["-m", "udcg", "benchmark"], "udcg benchmark"),
     ],
 )
 def test_a_negative_seed_is_one_line_naming_it(tmp_path: Path, door: list[str], prog: str) -> None:
-    extra = [f"cache_dir={tmp_path / 'cache'}"] if "evaluate" in door[-1] else []
+    extra = [f"cache_dir={tmp_path / 'cache'}"] if door[-1] in ("evaluate.py", "benchmark") else []
     done = run(*door, "seed=-1", *extra, f"hydra.run.dir={tmp_path}")
     assert_one_line_error(
         done, f"{prog}: error: field 'seed': must be a non-negative integer, got -1"

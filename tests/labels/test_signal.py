@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from udcg.cli.evaluate import run_evaluate
+from udcg.cli.benchmark import run_evaluate
 from udcg.data import demo_contexts
 from udcg.errors import UDCGWarning
 from udcg.io.contexts import Context, Passage, write_contexts

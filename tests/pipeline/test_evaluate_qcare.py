@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from udcg.cli.evaluate import run_evaluate
+from udcg.cli.benchmark import run_evaluate
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
 
 DOCS = ["capital #a", "river #b", "capital #a river #b", "nothing", "river #b again", "none"]

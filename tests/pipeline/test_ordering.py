@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from udcg.cli.evaluate import run_evaluate
+from udcg.cli.benchmark import run_evaluate
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import Context, Passage, write_contexts
 from udcg.pipeline.ordering import OrderedRun, compare_orders

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from udcg.cli.evaluate import run_evaluate
+from udcg.cli.benchmark import run_evaluate
 from udcg.errors import UDCGInputError
 from udcg.pipeline.datasets import trec
 

@@ -1,9 +1,9 @@
-"""Hydra wiring shared by ``udcg train``/``udcg evaluate`` and the repository's ``train.py``/
+"""Hydra wiring shared by ``udcg train``/``udcg benchmark`` and the repository's ``train.py``/
 ``evaluate.py``: where the configs are, objects built from ``_target_`` configs with errors that
 name the option the user typed, the jobs' error handling, and the sweep callbacks.
 
 The configs ship inside the package (``udcg/conf/``, package data): the ``@hydra.main`` of
-:mod:`udcg.cli.train` and :mod:`udcg.cli.evaluate` points at :data:`CONF_DIR`, an absolute path
+:mod:`udcg.cli.train` and :mod:`udcg.cli.benchmark` points at :data:`CONF_DIR`, an absolute path
 found from this file, so the same configs are found from a clone (``python train.py``), an
 editable install or a wheel, whatever the working directory.
 

@@ -31,12 +31,14 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "fit UDCG-theta, tune gamma, compare metrics (Hydra: udcg train k=5)",
         ("train",),
     ),
-    "evaluate": (
-        "udcg.cli.evaluate:command",
+    "benchmark": (
+        "udcg.cli.benchmark:command",
         "which metric predicts answers, which retriever to ship (Hydra)",
         ("train", "judge", "retrieval"),
     ),
 }
+#: old command name -> its new name (still run, with a note on stderr)
+RENAMED: dict[str, str] = {"evaluate": "benchmark"}
 
 #: extras to name first for a missing module that several extras provide (torch)
 _JUDGE_FIRST = ("judge",)
@@ -64,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"udcg {__version__}")
         return 0
+    if args[0] in RENAMED:
+        old, args[0] = args[0], RENAMED[args[0]]
+        print(f"udcg: note: udcg {old} is deprecated: use udcg {args[0]}", file=sys.stderr)
     command = COMMANDS.get(args[0])
     if command is None:
         print(

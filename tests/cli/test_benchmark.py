@@ -20,7 +20,7 @@ from scipy import stats as sps
 from sklearn.metrics import ndcg_score
 
 from udcg import metrics
-from udcg.cli.evaluate import main, run_evaluate
+from udcg.cli.benchmark import main, run_evaluate
 from udcg.cli.hydra_config import plain
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts import Context, Passage, read_contexts, write_contexts

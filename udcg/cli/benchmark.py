@@ -1,9 +1,9 @@
-"""The door behind ``udcg evaluate`` and the repository's ``evaluate.py``: a composed Hydra
-config in, its options checked before any work, the evaluation pipeline run with typed
-arguments, a short summary out.
+"""The door behind ``udcg benchmark`` and the repository's ``evaluate.py``: a composed Hydra
+config in, its options checked before any work, the benchmark pipeline (which metric predicts
+answers, which retriever to ship) run with typed arguments, a short summary out.
 
-``udcg evaluate ARGS`` and ``python evaluate.py ARGS`` are the same run through
-:func:`hydra_main` (configs in ``udcg/conf``, outputs under the working directory).
+``udcg benchmark ARGS`` and ``python evaluate.py ARGS`` are the same run through
+:func:`hydra_main` (config ``udcg/conf/evaluate.yaml``, outputs under the working directory).
 """
 
 from __future__ import annotations
@@ -80,10 +80,10 @@ def main(cfg: DictConfig) -> Outcome:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
 def hydra_main(cfg: DictConfig) -> Outcome:
-    """The Hydra application: ``python evaluate.py ARGS`` and ``udcg evaluate ARGS``."""
+    """The Hydra application: ``python evaluate.py ARGS`` and ``udcg benchmark ARGS``."""
     return main(cfg)
 
 
 def command(argv: Sequence[str]) -> int:
-    """``udcg evaluate [OVERRIDES]``: Hydra's arguments after the command; the exit status."""
-    return run_hydra("evaluate", hydra_main, argv)
+    """``udcg benchmark [OVERRIDES]``: Hydra's arguments after the command; the exit status."""
+    return run_hydra("benchmark", hydra_main, argv)
