@@ -697,7 +697,7 @@ def _score_contexts(d: Path) -> None:
     args = argparse.Namespace(
         contexts=d / "contexts.jsonl",
         judge="m1",
-        judge_name=None,
+        judge_key=None,
         utility="abstention",
         weights=None,
         mode=None,

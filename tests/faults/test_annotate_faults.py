@@ -91,8 +91,8 @@ def _driver(tmp_path: Path) -> Path:
 
 
 def _start(driver: Path, src: Path, out: Path, *extra: str, **env: str) -> subprocess.Popen:
-    """``udcg annotate SRC OUT --steps abstain --chunk 2`` with the slow judge, in a process."""
-    command = [sys.executable, str(driver), str(src), str(out), "--chunk", "2"]
+    """``udcg annotate SRC -o OUT --steps abstain --chunk 2`` with the slow judge, in a process."""
+    command = [sys.executable, str(driver), str(src), "-o", str(out), "--chunk", "2"]
     command += extra if "--steps" in extra else ["--steps", "abstain", *extra]
     environ = {**os.environ, "HF_HUB_OFFLINE": "1", "SLOW_DELAY": "0"} | env
     return subprocess.Popen(
@@ -165,7 +165,7 @@ def test_resume_refuses_another_judge_other_steps_and_an_edited_input(tmp_path: 
          'was written with judge_fingerprint "slow-v1", this run has judge_fingerprint "slow-v2"'),
         ((src,), {"SLOW_NAME": "other"},
          'was written with judge "slow", this run has judge "other"'),
-        ((src, "--steps", "abstain", "relevance"), {},
+        ((src, "--steps", "abstain,relevance"), {},
          'was written with steps ["abstain"], this run has steps ["abstain", "relevance"]'),
         ((src, "--mode", "sequence"), {}, 'mode "first_token", this run has mode "sequence"'),
         ((edited,), {}, f"{partial_path(out)}:1: was annotated from another version of the input "
@@ -200,9 +200,9 @@ def _pipe_input(tmp_path: Path) -> tuple[list[Context], Path, list[str], bytes]:
     src = tmp_path / "in.jsonl"
     write_contexts(src, contexts)
     judge = ["--judge", f"precomputed:{_probs(tmp_path / 'p.jsonl', contexts)}"]
-    base = [*judge, "--steps", "abstain", "relevance", "--chunk", "16"]
+    base = [*judge, "--steps", "abstain,relevance", "--chunk", "16"]
     out = tmp_path / "from-file.jsonl"
-    assert annotate_main([str(src), str(out), *base]) == 0
+    assert annotate_main([str(src), "-o", str(out), *base]) == 0
     return contexts, src, base, out.read_bytes()
 
 
@@ -211,13 +211,13 @@ def test_annotate_reads_a_process_substitution_once(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     udcg = f"{sys.executable} -m udcg annotate"
     for producer in (f"cat {src}", f"gzip -c {src}"):
-        script = f"{udcg} <({producer}) {out} {' '.join(base)} --cache {tmp_path}/c.sqlite"
+        script = f"{udcg} <({producer}) -o {out} {' '.join(base)} --cache {tmp_path}/c.sqlite"
         done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "annotated 200 contexts" in done.stdout
         assert out.read_bytes() == reference
         out.unlink()
-    bad = f'{udcg} <(printf \'{{"qid": "q"}}\\n\') {out} {" ".join(base)}'
+    bad = f'{udcg} <(printf \'{{"qid": "q"}}\\n\') -o {out} {" ".join(base)}'
     done = subprocess.run(["bash", "-c", bad], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "udcg-annotate-" not in done.stderr
     assert done.stderr.startswith("udcg annotate: error: /dev/fd/"), done.stderr
@@ -237,7 +237,7 @@ def test_annotate_reads_a_fifo_once(tmp_path: Path) -> None:
 
     writer = threading.Thread(target=feed, daemon=True)
     writer.start()
-    command = [sys.executable, "-m", "udcg", "annotate", str(fifo), str(out), *base]
+    command = [sys.executable, "-m", "udcg", "annotate", str(fifo), "-o", str(out), *base]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     finally:
@@ -253,14 +253,14 @@ def _shards(tmp_path: Path, contexts: list[Context], judge: Path) -> tuple[Path,
     write_contexts(src, contexts)
     parts = [tmp_path / f"part-{i}-of-3.jsonl" for i in (1, 2, 3)]
     for i, part in enumerate(parts, start=1):
-        assert annotate_main([str(src), str(part), "--judge", f"precomputed:{judge}",
+        assert annotate_main([str(src), "-o", str(part), "--judge", f"precomputed:{judge}",
                               "--steps", "abstain", "--shard", f"{i}/3"]) == 0  # fmt: skip
     return src, parts
 
 
 def _merge(src: Path, out: Path, parts: list[Path], capsys) -> tuple[int, str]:
     capsys.readouterr()
-    code = udcg_main(["merge-shards", str(src), str(out), *map(str, parts)])
+    code = udcg_main(["merge-shards", str(src), *map(str, parts), "-o", str(out)])
     return code, capsys.readouterr().err
 
 
@@ -293,14 +293,19 @@ def test_merge_refuses_shards_of_another_judge_steps_or_input_and_edited_shards(
     other = tmp_path / "other" / "q.jsonl"
     other.parent.mkdir()
     other.write_bytes(judge.read_bytes().replace(b'"abstain_prob": 0.', b'"abstain_prob": 0.0'))
-    assert annotate_main([str(src), str(parts[1]), "--judge", f"precomputed:{other}", *one]) == 0
+    assert (
+        annotate_main([str(src), "-o", str(parts[1]), "--judge", f"precomputed:{other}", *one]) == 0
+    )
     refused(f'{parts[1]}: was annotated with judge "q", {parts[0]} with judge "p"')
-    steps = ["--steps", "abstain", "relevance", "--shard", "2/3"]
-    assert annotate_main([str(src), str(parts[1]), "--judge", f"precomputed:{judge}", *steps]) == 0
+    steps = ["--steps", "abstain,relevance", "--shard", "2/3"]
+    assert (
+        annotate_main([str(src), "-o", str(parts[1]), "--judge", f"precomputed:{judge}", *steps])
+        == 0
+    )
     refused('was annotated with steps ["abstain", "relevance"], ')
     edited_src = tmp_path / "edited-in.jsonl"
     write_contexts(edited_src, edited_contexts)
-    assert annotate_main([str(edited_src), str(parts[1]), "--judge", f"precomputed:{judge}",
+    assert annotate_main([str(edited_src), "-o", str(parts[1]), "--judge", f"precomputed:{judge}",
                           *one]) == 0  # fmt: skip
     refused(f"{parts[1]}: was annotated from other contexts than shard 2 of 3 of {src}")
     parts[1].write_bytes(good[0].replace(b'"d0"', b'"d9"', 1))  # an edited shard
@@ -318,12 +323,12 @@ def test_outputs_that_name_an_input_are_refused(tmp_path: Path, capsys) -> None:
     judge = _probs(tmp_path / "p.jsonl", contexts)
     src, parts = _shards(tmp_path, contexts, judge)
     before = src.read_bytes()
-    code = annotate_main([str(src), str(src), "--judge", f"precomputed:{judge}",
+    code = annotate_main([str(src), "-o", str(src), "--judge", f"precomputed:{judge}",
                           "--steps", "abstain"])  # fmt: skip
     assert code == 2 and "the output names the input IN" in capsys.readouterr().err
     partial_input = tmp_path / "x.jsonl.partial"
     partial_input.write_bytes(before)
-    code = annotate_main([str(partial_input), str(tmp_path / "x.jsonl"), "--judge",
+    code = annotate_main([str(partial_input), "-o", str(tmp_path / "x.jsonl"), "--judge",
                           f"precomputed:{judge}", "--steps", "abstain"])  # fmt: skip
     assert code == 2 and "the output names the input IN" in capsys.readouterr().err
     for output in (src, parts[2]):
@@ -340,7 +345,9 @@ def test_stdout_output_takes_no_lock_and_writes_no_manifest(
     judge = _probs(tmp_path / "p.jsonl", contexts)
     monkeypatch.chdir(tmp_path)
     assert (
-        annotate_main(["in.jsonl", "-", "--judge", f"precomputed:{judge}", "--steps", "abstain"])
+        annotate_main(
+            ["in.jsonl", "-o", "-", "--judge", f"precomputed:{judge}", "--steps", "abstain"]
+        )
         == 0
     )
     assert capsys.readouterr().out.count("\n") == 4

@@ -134,7 +134,7 @@ def test_import_refuses_an_output_that_names_an_input(tmp_path, exported, capsys
     results = str(tmp_path / "r.jsonl")
     for output in (results, str(exported["calls"])):
         argv = ["import", results, "--calls", str(exported["calls"]), *JUDGE, *exported["cache"]]
-        argv += ["--steps", "abstain", "--contexts", str(tmp_path / "in.jsonl"), "--output", output]
+        argv += ["--steps", "abstain", "--contexts", str(tmp_path / "in.jsonl"), "-o", output]
         assert batch_main(argv) == 2
         assert "the output names the input" in capsys.readouterr().err
     assert ((tmp_path / "r.jsonl").read_bytes(), exported["calls"].read_bytes()) == before

@@ -65,7 +65,15 @@ def test_a_cache_option_naming_no_judge_cache_is_one_line(tmp_path, capsys, kind
     else:
         _sql(cache, "CREATE TABLE judge_cache (key TEXT PRIMARY KEY, value TEXT)")
     before = sorted(p.name for p in tmp_path.iterdir())
-    argv = ["annotate", str(contexts), str(tmp_path / "out.jsonl"), *JUDGE, "--steps", "abstain"]
+    argv = [
+        "annotate",
+        str(contexts),
+        "-o",
+        str(tmp_path / "out.jsonl"),
+        *JUDGE,
+        "--steps",
+        "abstain",
+    ]
     assert main([*argv, "--cache", str(cache)]) == 2
     line = _one_error_line(capsys, "udcg annotate")
     assert f"error: {cache}: " in line

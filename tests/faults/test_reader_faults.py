@@ -283,8 +283,8 @@ GUARDED = [
     # (command, arguments with {name} for a path, the input the output names)
     ("score", "{contexts} --judge sim --out {contexts}", "contexts"),
     ("score", "{contexts} --judge sim --weights {weights} --out {card}", "card"),
-    ("order", "{contexts} {contexts} --weights {weights}", "contexts"),
-    ("order", "{contexts} {card} --weights {weights}", "card"),
+    ("order", "{contexts} -o {contexts} --weights {weights}", "contexts"),
+    ("order", "{contexts} -o {card} --weights {weights}", "card"),
     (
         "order",
         "--run {run} --qrels {qrels} --utilities {utilities} --weights {weights} --out {run}",
@@ -300,9 +300,9 @@ GUARDED = [
         "--run {run} --qrels {qrels} --utilities {utilities} --weights {weights} --out {utilities}",
         "utilities",
     ),
-    ("qcare", "label {qcare} {qcare} --judge precomputed:{contexts}", "qcare"),
-    ("qcare", "label {qcare} {cache} --judge precomputed:{contexts} --cache {cache}", "cache"),
-    ("qcare", "label {qcare} {contexts} --judge precomputed:{contexts}", "contexts"),
+    ("qcare", "label {qcare} -o {qcare} --judge precomputed:{contexts}", "qcare"),
+    ("qcare", "label {qcare} -o {cache} --judge precomputed:{contexts} --cache {cache}", "cache"),
+    ("qcare", "label {qcare} -o {contexts} --judge precomputed:{contexts}", "contexts"),
     ("qcare", "score {qcare} --out {qcare}", "qcare"),
     ("contexts", "{run} --topics {topics} --collection {collection} -k 2 --out {run}", "run"),
     (

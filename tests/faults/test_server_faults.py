@@ -220,7 +220,7 @@ def test_annotate_against_a_server_that_never_answers_says_so_and_stops(
         start = time.monotonic()
         status = annotate_main(
             [
-                str(contexts), str(tmp_path / "out.jsonl"), "--steps", "abstain",
+                str(contexts), "-o", str(tmp_path / "out.jsonl"), "--steps", "abstain",
                 "--judge", f"openai:m@{hole.url}", "--judge-option", "abstain_token=NO",
                 "--timeout", "0.2", "--deadline", "1", "--judge-option", "backoff=0.05",
                 "--cache", str(tmp_path / "c.sqlite"),
@@ -263,7 +263,7 @@ def test_bad_judge_values_are_one_line_before_any_request(
     with ScriptedServer(lambda *_: (500, {}, {})) as server:
         status = annotate_main(
             [
-                str(contexts), str(tmp_path / "out.jsonl"), "--steps", "abstain", "outcomes",
+                str(contexts), "-o", str(tmp_path / "out.jsonl"), "--steps", "abstain,outcomes",
                 "--judge", f"openai:m@{server.url}", "--cache", str(tmp_path / "c.sqlite"),
                 *options,
             ]
@@ -281,8 +281,8 @@ def test_a_judge_url_that_does_not_parse_is_one_line(
     contexts = _contexts(tmp_path / "in.jsonl")
     out = str(tmp_path / "out.jsonl")
     judge = ["--judge", f"openai:m@{url}", "--cache", str(tmp_path / "c.sqlite")]
-    assert annotate_main([str(contexts), out, *judge]) == 2
-    assert qcare_main(["label", str(contexts), out, *judge]) == 2
+    assert annotate_main([str(contexts), "-o", out, *judge]) == 2
+    assert qcare_main(["label", str(contexts), "-o", out, *judge]) == 2
     for line, prog in zip(capsys.readouterr().err.splitlines(), ("annotate", "qcare"), strict=True):
         assert line.startswith(f"udcg {prog}: error: field 'base_url': must be an http(s) URL")
         assert message in line
@@ -301,7 +301,7 @@ def test_a_ray_client_address_without_the_client_extra_is_one_line(
     contexts = _contexts(tmp_path / "in.jsonl")
     status = annotate_main(
         [
-            str(contexts), str(tmp_path / "out.jsonl"), "--judge", "openai:m@http://127.0.0.1:9",
+            str(contexts), "-o", str(tmp_path / "out.jsonl"), "--judge", "openai:m@http://127.0.0.1:9",
             "--engine", "ray", "--ray-address", "ray://127.0.0.1:10001",
         ]
     )  # fmt: skip

@@ -66,7 +66,7 @@ DOORS: dict[str, list[str]] = {
     "weights show": ["weights", "show", "{w}"],
     "weights calibrate": ["weights", "calibrate", "{w}", "{contexts}", "-o", "{tmp}/cal"],
     "score": ["score", "{contexts}", "--judge", "sim", "--weights", "{w}"],
-    "order": ["order", "{contexts}", "{tmp}/ordered.jsonl", "--weights", "{w}"],
+    "order": ["order", "{contexts}", "-o", "{tmp}/ordered.jsonl", "--weights", "{w}"],
     "trec": [
         *["trec", "{qrels}", "{run}", "-m", "UDCGtheta@3"],
         *["--utilities", "{utilities}", "--weights", "{w}"],
@@ -142,7 +142,10 @@ def test_escape_sequences_of_a_card_reach_errors_escaped(tmp_path: Path, capsys)
     folder = model.save_pretrained(tmp_path / "theta", card={"judge_model": judge})
     contexts = tmp_path / "c.jsonl"
     write_contexts(contexts, simulate(2, 3))
-    assert udcg(["order", str(contexts), str(tmp_path / "o.jsonl"), "--weights", str(folder)]) == 2
+    assert (
+        udcg(["order", str(contexts), "-o", str(tmp_path / "o.jsonl"), "--weights", str(folder)])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err
     assert r"\x1b]0;title\x07\x1b[2J" in err

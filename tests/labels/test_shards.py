@@ -59,17 +59,20 @@ def test_sharded_runs_merge_to_the_unsharded_bytes(tmp_path: Path, capsys) -> No
     src = tmp_path / "in.jsonl"
     write_contexts(src, contexts)
     judge = ["--judge", f"precomputed:{_probs(tmp_path / 'p.jsonl', contexts)}"]
-    base = [*judge, "--steps", "abstain", "relevance", "--chunk", "4"]
+    base = [*judge, "--steps", "abstain,relevance", "--chunk", "4"]
     whole = tmp_path / "whole.jsonl"
-    assert annotate_main([str(src), str(whole), *base, "--cache", str(tmp_path / "c.sqlite")]) == 0
+    assert (
+        annotate_main([str(src), "-o", str(whole), *base, "--cache", str(tmp_path / "c.sqlite")])
+        == 0
+    )
     parts = [tmp_path / "out" / f"part-{i}-of-3.jsonl" for i in (1, 2, 3)]
     for i, part in enumerate(parts, start=1):
         cache = ["--cache", str(tmp_path / f"c{i}.sqlite")]
-        assert annotate_main([str(src), str(part), *base, "--shard", f"{i}/3", *cache]) == 0
+        assert annotate_main([str(src), "-o", str(part), *base, "--shard", f"{i}/3", *cache]) == 0
     capsys.readouterr()
     merged = tmp_path / "merged.jsonl"
     shuffled = [parts[2], parts[0], parts[1]]  # part-I-of-N names are put in order
-    assert udcg_main(["merge-shards", str(src), str(merged), *map(str, shuffled)]) == 0
+    assert udcg_main(["merge-shards", str(src), *map(str, shuffled), "-o", str(merged)]) == 0
     assert capsys.readouterr().out == "merged 30 contexts from 3 shards\n"
     assert merged.read_bytes() == whole.read_bytes()
     assert manifest_path(merged).read_bytes() == manifest_path(whole).read_bytes()
@@ -88,7 +91,7 @@ def test_sharded_runs_merge_to_the_unsharded_bytes(tmp_path: Path, capsys) -> No
         (renamed[:2], "give all 2 shard files"),
     ]
     for shards, message in cases:
-        assert udcg_main(["merge-shards", str(src), str(merged), *map(str, shards)]) == 2
+        assert udcg_main(["merge-shards", str(src), *map(str, shards), "-o", str(merged)]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.splitlines()) == 1 and not merged.exists()
     lines = parts[1].read_bytes().splitlines(keepends=True)
