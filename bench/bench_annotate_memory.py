@@ -4,7 +4,7 @@
 
 For each size, writes a contexts file (k=5 passages, a distinct query id per context, every
 (question, passage) pair distinct) and the matching ``precomputed:`` file of abstention
-probabilities, then runs ``python -m udcg annotate IN OUT --steps abstain --judge
+probabilities, then runs ``python -m udcg annotate IN -o OUT --steps abstain --judge
 precomputed:FILE`` as a subprocess with a fresh cache and index directory, and reports its
 wall time and peak RSS (``os.wait4`` of that child), sizes side by side.
 """
@@ -43,7 +43,7 @@ def write_inputs(directory: Path, n: int, k: int, chars: int) -> tuple[Path, Pat
 def run_annotate(directory: Path, contexts: Path, probs: Path) -> tuple[float, float, str]:
     """Wall seconds, peak RSS in MiB and the summary line of one ``udcg annotate`` run."""
     out = directory / f"out-{contexts.stem}.jsonl"
-    command = [sys.executable, "-m", "udcg", "annotate", str(contexts), str(out)]
+    command = [sys.executable, "-m", "udcg", "annotate", str(contexts), "-o", str(out)]
     command += ["--steps", "abstain", "--judge", f"precomputed:{probs}"]
     command += ["--cache", str(directory / f"cache-{contexts.stem}.sqlite")]
     env = {**os.environ, "UDCG_CACHE_DIR": str(directory / f"cachedir-{contexts.stem}")}

@@ -90,7 +90,7 @@ _PYTREC_NAMES = {"nDCG@10": "ndcg_cut_10", "AP": "map", "RR": "recip_rank", "P@1
 def command(tool: str, qrels: Path, run: Path) -> list[str]:
     """The command line of one whole-process run of ``tool``."""
     if tool == "udcg":
-        return [sys.executable, "-m", "udcg.trec", str(qrels), str(run), "-m", *MEASURES]
+        return [sys.executable, "-m", "udcg.trec", str(qrels), str(run), "-m", ",".join(MEASURES)]
     script = {"pytrec_eval": _PYTREC, "ranx": _RANX, "ir_measures": _IR_MEASURES}[tool]
     return [sys.executable, "-c", script, str(qrels), str(run)]
 

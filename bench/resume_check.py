@@ -57,8 +57,8 @@ JUDGE: list[str] = []
 
 
 def annotate(src: Path, out: Path, cache: Path, *extra: str) -> subprocess.Popen:
-    steps = ["--steps", "abstain", "outcomes", "--chunk", "4"]
-    return udcg("annotate", src, out, "--cache", cache, *steps, *JUDGE, *extra)
+    steps = ["--steps", "abstain,outcomes", "--chunk", "4"]
+    return udcg("annotate", src, "-o", out, "--cache", cache, *steps, *JUDGE, *extra)
 
 
 @contextlib.contextmanager
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> None:
             print(f"shard {i}/{n} ({sizes[i]} contexts): {finished(run)}")
 
     merged = work / "merged.jsonl"
-    print(finished(udcg("merge-shards", src, merged, *parts)))
+    print(finished(udcg("merge-shards", src, *parts, "-o", merged)))
     same = whole.read_bytes() == merged.read_bytes()
     print(f"{len(contexts)} contexts; merged shards identical to the uninterrupted run: {same}")
     print(finished(udcg("cache", "merge", work / "merged.sqlite", *caches)))
