@@ -286,7 +286,9 @@ def add_out(
     (after the other positionals), still taken with a note."""
     if not old_positional:
         return parser.add_argument("-o", "--out", required=required, help=help, **kwargs)
-    action = parser.add_argument("-o", "--out", help=help, **kwargs)
+    action = parser.add_argument(
+        "-o", "--out", help=help + (" (required)" if required else ""), **kwargs
+    )
     parser.add_argument(_OLD_OUT, nargs="?", metavar="OUT", help=argparse.SUPPRESS)
     parser.set_defaults(**{_OUT_REQUIRED: required})
     return action
