@@ -133,7 +133,7 @@ def main() -> int:
         wall = time.perf_counter() - started
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
         sys.path.insert(0, str(ROOT))
-        from udcg.io.contexts import read_contexts
+        from udcg.io.contexts.jsonl import read_contexts
 
         contexts = sum(1 for _ in read_contexts(out))
         print(

@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
-    from udcg.io.utility_sources import SOURCES
+    from udcg.io.joins.utility_sources import SOURCES
     from udcg.judge import load_judge
     from udcg.judge.cached import CachedJudge
 

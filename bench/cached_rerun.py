@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 
 QUESTIONS = ("Where does the Danube end?", "How long is the Danube?", "Who wrote Faust?")
 PASSAGES = (

@@ -38,8 +38,8 @@ PREDICTORS = ("UDCG-theta", "UDCG (calibrated)", "no change")
 
 def load(paths: list[Path], judge: str, utility: str) -> dict[str, dict[str, np.ndarray]]:
     """Per run: question ids, relevance, utilities and correctness of its contexts."""
-    from udcg.io.contexts import correctness, read_contexts, relevance_matrix
-    from udcg.io.utility_sources import get_source
+    from udcg.io.contexts.jsonl import correctness, read_contexts, relevance_matrix
+    from udcg.io.joins.utility_sources import get_source
 
     runs: dict[str, dict[str, np.ndarray]] = {}
     for path in paths:

@@ -60,10 +60,10 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import read_contexts
-from udcg.io.reference import read_reference_json
-from udcg.io.trec_contexts import read_outcomes, read_trec_contexts, read_utilities
-from udcg.io.trec_files import read_trec_qrels, read_trec_run
+from udcg.io.contexts.jsonl import read_contexts
+from udcg.io.formats.reference import read_reference_json
+from udcg.io.formats.trec import read_trec_qrels, read_trec_run
+from udcg.io.joins.trec_contexts import read_outcomes, read_trec_contexts, read_utilities
 from udcg.theta import UDCGTheta
 
 Files = dict[str, bytes]

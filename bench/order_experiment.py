@@ -51,7 +51,7 @@ def log(message: str) -> None:
 
 def candidates(args: argparse.Namespace, names: list[str]) -> dict[str, list]:
     """Per retriever, one context of the top ``--candidates`` passages per question (cached)."""
-    from udcg.io.contexts import read_contexts, write_contexts
+    from udcg.io.contexts.jsonl import read_contexts, write_contexts
     from udcg.pipeline.datasets import nq_open
     from udcg.pipeline.stages import retrieve_contexts
     from udcg.retrieval import BM25Retriever, DenseRetriever

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from udcg.cli.qcare import format_report, format_scores
-from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.judge import EMBEDDED, load_judge
 from udcg.judge.cached import CachedJudge
 from udcg.labels.annotate import annotate

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from servers import free_port
 
-from udcg.data.demo import SOURCE, build_contexts, load_source
-from udcg.io.contexts import write_contexts
+from udcg.demo_data.demo import SOURCE, build_contexts, load_source
+from udcg.io.contexts.jsonl import write_contexts
 from udcg.labels.shards import shard_of
 
 

@@ -122,7 +122,9 @@ def test_the_wheel_ships_configs_data_types_and_license(tmp_path: Path) -> None:
     configs = {f"udcg/conf/{p.relative_to(conf).as_posix()}" for p in conf.rglob("*.yaml")}
     assert {"udcg/conf/train.yaml", "udcg/conf/evaluate.yaml"} <= configs
     assert configs - names == set()
-    data = {f"udcg/data/{p.name}" for p in (REPO / "udcg" / "data").iterdir() if p.is_file()}
+    data = {
+        f"udcg/demo_data/{p.name}" for p in (REPO / "udcg" / "demo_data").iterdir() if p.is_file()
+    }
     assert {n for n in data if not n.endswith(".pyc")} - names == set()
     assert "udcg/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)

@@ -16,7 +16,7 @@ import pytest
 from udcg import progress as progress_module
 from udcg.cli.contexts import main as contexts_main
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 from udcg.progress import LineProgress, next_stage, progress, progress_mode
 
 LINE = re.compile(r"^contexts: (\d+)/40 \((\d+)%\), \d+\.\d/s(, ETA \d+s)?$")

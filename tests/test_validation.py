@@ -7,6 +7,7 @@ import pytest
 
 from udcg import metrics
 from udcg.errors import UDCGInputError
+from udcg.qcare.coverage import c_precision
 from udcg.retrieval import check_depth
 from udcg.theta import UDCGTheta
 from udcg.validation import binary_vector, positive_int, show
@@ -26,7 +27,7 @@ def test_k_has_one_message_everywhere(k) -> None:
     for check in (
         lambda: positive_int(k, "k"),
         lambda: metrics.context_ndcg([[1, 0]], k=k),
-        lambda: metrics.c_precision([[0.5, 0.0]], k=k),
+        lambda: c_precision([[0.5, 0.0]], k=k),
         lambda: check_depth(k, []),
         lambda: UDCGTheta(k).fit(np.ones((4, 2)), np.ones((4, 2)), [0, 1, 0, 1]),
     ):

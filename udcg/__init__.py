@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from udcg import _moved
 from udcg._lazy import lazy_attributes
 from udcg.errors import UDCGInputError
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 #: public name -> module that defines it
 _LAZY = {
@@ -21,19 +20,17 @@ _LAZY = {
     "evaluate_table": "udcg.trec.engine",
     "compare": "udcg.trec.comparison",
     "ComparisonReport": "udcg.trec.comparison",
-    "Qrels": "udcg.io.trec_files",
-    "Run": "udcg.io.trec_files",
-    "read_trec_qrels": "udcg.io.trec_files",
-    "read_trec_run": "udcg.io.trec_files",
+    "Qrels": "udcg.io.formats.trec",
+    "Run": "udcg.io.formats.trec",
+    "read_trec_qrels": "udcg.io.formats.trec",
+    "read_trec_run": "udcg.io.formats.trec",
     "UDCGTheta": "udcg.theta.estimator",
 }
 
 __all__ = ["UDCGInputError", *sorted(_LAZY)]
 
-_moved.install()
-
 if TYPE_CHECKING:  # the lazy names, for type checkers
-    from udcg.io.trec_files import Qrels, Run, read_trec_qrels, read_trec_run  # noqa: F401
+    from udcg.io.formats.trec import Qrels, Run, read_trec_qrels, read_trec_run  # noqa: F401
     from udcg.theta.estimator import UDCGTheta  # noqa: F401
     from udcg.trec.comparison import ComparisonReport, compare  # noqa: F401
     from udcg.trec.engine import Evaluation, evaluate, evaluate_table  # noqa: F401

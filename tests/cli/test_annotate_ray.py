@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from udcg.cli.annotate import main
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 
 
 def _inputs(folder: Path) -> tuple[Path, Path]:

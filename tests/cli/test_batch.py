@@ -25,7 +25,7 @@ import pytest
 from tests.judge.test_openai_backend import ScriptedServer
 from udcg.cli.annotate import main as annotate_main
 from udcg.cli.batch import main as batch_main
-from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.judge.cache import JudgeCache
 
 REPO = Path(__file__).resolve().parents[2]

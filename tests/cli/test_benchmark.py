@@ -23,7 +23,7 @@ from udcg import metrics
 from udcg.cli.benchmark import main, run_evaluate
 from udcg.cli.hydra_config import plain
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.judge.base import Judge
 from udcg.pipeline.stages import stage_key
 from udcg.pipeline.sweep import write_summary
@@ -74,7 +74,7 @@ class WordJudge(Judge):
 def fake_judge(monkeypatch) -> WordJudge:
     judge = WordJudge()
     monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: judge)
-    monkeypatch.setattr("udcg.pipeline.evaluation.check_hub_judge", lambda spec: None)
+    monkeypatch.setattr("udcg.pipeline.benchmark.check_hub_judge", lambda spec: None)
     return judge
 
 

@@ -16,7 +16,7 @@ import udcg.cli.score
 import udcg.cli.trec
 from udcg.cli.common import BROKEN_PIPE, run_cli
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.contexts import write_contexts
+from udcg.io.contexts.jsonl import write_contexts
 from udcg.theta.simulate import simulate_contexts as simulate
 
 TREC = Path(__file__).resolve().parents[2] / "examples" / "trec"

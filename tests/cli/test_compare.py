@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from udcg.cli.compare import main, system_name
-from udcg.io.trec_files import read_trec_run
+from udcg.io.formats.trec import read_trec_run
 from udcg.trec import compare
 
 TREC = Path(__file__).resolve().parents[2] / "examples" / "trec"

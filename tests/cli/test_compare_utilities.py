@@ -100,7 +100,7 @@ def test_per_run_utilities_p_values_equal_the_api(capsys, case: dict[str, Path])
     status, out, err = _cli(capsys, *_per_run_args(case), "--format", "json")
     assert (status, err) == (0, "")
     got = json.loads(out)
-    from udcg.io.utilities import read_utility_file
+    from udcg.io.joins.utilities import read_utility_file
 
     api = compare(
         case["qrels"],
@@ -140,7 +140,7 @@ def test_per_run_utilities_p_values_equal_the_api(capsys, case: dict[str, Path])
 def test_markdown_shows_differences_intervals_and_p_values(capsys, case: dict[str, Path]) -> None:
     status, out, err = _cli(capsys, *_per_run_args(case))
     assert (status, err) == (0, "")
-    from udcg.io.utilities import read_utility_file
+    from udcg.io.joins.utilities import read_utility_file
 
     report = compare(
         case["qrels"],
@@ -195,7 +195,7 @@ def test_one_shared_file_the_other_judge_and_answer_likelihood(
         contexts = [case["bm25_contexts"], case["dense_contexts"]]
         status, out, err = _cli(capsys, *args, "--utilities", ",".join(map(str, contexts)), *extra)
         assert (status, err) == (0, note)
-        from udcg.io.utilities import read_utility_file
+        from udcg.io.joins.utilities import read_utility_file
 
         want = compare(
             case["qrels"],
@@ -230,7 +230,7 @@ def test_user_mistakes_exit_2_with_one_line(
 def test_theta_weights_and_utilities_from_stdin(case: dict[str, Path], tmp_path: Path) -> None:
     """A whole process: UDCGtheta@5 with --weights, one utilities file for both runs read from
     standard input (read once, though two runs use it); JSON equal to the API's."""
-    from udcg.io.weights import ThetaWeights, write_weights
+    from udcg.io.weights.files import ThetaWeights, write_weights
 
     rng = np.random.default_rng(3)
     weights = tmp_path / "theta_k5.safetensors"

@@ -17,7 +17,7 @@ import pytest
 from udcg.cli import main as dispatcher
 from udcg.cli.extras import EXTRAS, extra_of, needs
 from udcg.cli.hydra_config import CONF_DIR, run_job
-from udcg.io.contexts import write_contexts
+from udcg.io.contexts.jsonl import write_contexts
 from udcg.theta.simulate import simulate_contexts as simulate
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from udcg.cli.contexts import main
-from udcg.io.contexts import read_contexts
+from udcg.io.contexts.jsonl import read_contexts
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 from udcg.theta.simulate import simulate_contexts as simulate
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ import udcg
 from udcg.cli import annotate, compare, merge_shards, report
 from udcg.cli.common import DeprecatedAlias, ListAction, parse, split_items
 from udcg.cli.main import COMMANDS
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 
 #: idea -> (its destination, its one spelling)
 IDEAS = {

@@ -15,7 +15,7 @@ import pytest
 
 from udcg.cli import annotate, demo, qcare
 from udcg.cli.judge_args import add_judge_arguments, judge_options, option_value
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], list[str]]] = {
     "udcg annotate": (annotate.main, ["{inp}", "-o", "{out}"]),

@@ -14,7 +14,7 @@ import pytest
 from scipy.special import expit
 
 from udcg.cli.order import main
-from udcg.io.contexts import read_contexts, write_contexts
+from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.theta import UDCGTheta
 from udcg.theta.simulate import simulate_contexts
 

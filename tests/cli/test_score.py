@@ -11,7 +11,7 @@ import pytest
 
 from udcg import metrics
 from udcg.cli.score import main
-from udcg.io.contexts import write_contexts
+from udcg.io.contexts.jsonl import write_contexts
 from udcg.theta import UDCGTheta
 from udcg.theta.simulate import simulate_contexts as simulate
 

@@ -15,7 +15,7 @@ import pytest
 
 import udcg.cli.trec
 from udcg import evaluate, evaluate_table
-from udcg.io.weights import ThetaWeights, write_weights
+from udcg.io.weights.files import ThetaWeights, write_weights
 
 TREC = Path(__file__).resolve().parents[2] / "examples" / "trec"
 QRELS, RUN = TREC / "qrels.trec", TREC / "run.trec"

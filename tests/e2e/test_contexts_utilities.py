@@ -13,7 +13,7 @@ import pytest
 import udcg
 from udcg.cli.trec import main as trec_main
 from udcg.errors import UDCGInputError
-from udcg.io.utilities import read_utility_file
+from udcg.io.joins.utilities import read_utility_file
 from udcg.metrics import udcg as udcg_metric
 
 QRELS = {"q1": {"d1": 1, "d2": 0}, "q2": {"e1": 0, "e2": 1}}

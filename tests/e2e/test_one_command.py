@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import udcg
-from udcg.io.contexts import read_contexts
+from udcg.io.contexts.jsonl import read_contexts
 from udcg.metrics import udcg as udcg_metric
 
 SYSTEMS = ("a", "b", "c")

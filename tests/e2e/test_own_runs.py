@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from udcg.io.contexts import read_contexts
+from udcg.io.contexts.jsonl import read_contexts
 from udcg.metrics import udcg
 
 pytestmark = pytest.mark.filterwarnings("ignore:abstain_prob.*upper bound")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from udcg.cli.annotate import main as annotate_main
 from udcg.cli.main import main as udcg_main
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 from udcg.labels.shards import shard_of
 from udcg.labels.stream import partial_path
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.bench_scripts import load
 from udcg.cli.batch import main as batch_main
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 
 JUDGE = ["--judge", "openai:m@http://127.0.0.1:9/v1", "--judge-option", "abstain_token=NO"]
 

@@ -21,7 +21,7 @@ import pytest
 from tests.bench_scripts import load
 from udcg.cli.main import main
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 from udcg.judge.base import JSONResult, Judge
 from udcg.judge.cache import JudgeCache, cache_key
 from udcg.judge.prompts import abstain_messages

@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import context_line, read_contexts, write_contexts
-from udcg.io.trec_files import read_trec_run
+from udcg.io.contexts.jsonl import context_line, read_contexts, write_contexts
+from udcg.io.formats.trec import read_trec_run
 from udcg.theta import UDCGTheta
 from udcg.theta.simulate import simulate_contexts
 

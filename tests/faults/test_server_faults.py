@@ -25,7 +25,7 @@ from tests.judge.test_openai_backend import ScriptedServer, _chat_reply, _fast, 
 from udcg.cli.annotate import main as annotate_main
 from udcg.cli.qcare import main as qcare_main
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 from udcg.judge.cached import CachedJudge
 from udcg.judge.openai_backend import JudgeServerError, OpenAIJudge
 from udcg.judge.ray_engine import ray_options

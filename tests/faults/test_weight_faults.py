@@ -18,8 +18,8 @@ from safetensors.numpy import save as st_save
 
 from udcg.cli.main import main as udcg
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.contexts import write_contexts
-from udcg.pipeline.evaluation import load_theta
+from udcg.io.contexts.jsonl import write_contexts
+from udcg.pipeline.benchmark import load_theta
 from udcg.theta import UDCGTheta
 from udcg.theta.simulate import simulate_contexts as simulate
 

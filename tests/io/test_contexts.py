@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import (
+from udcg.io.contexts.jsonl import (
     Context,
     Passage,
     abstain_probs,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from udcg.io.trec_files import read_trec_run
+from udcg.io.formats.trec import read_trec_run
 
 RUN = b"q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5 t\n"
 

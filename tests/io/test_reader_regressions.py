@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import read_contexts
-from udcg.io.reference import read_reference_json
-from udcg.io.trec_contexts import read_trec_contexts
-from udcg.io.trec_files import read_trec_qrels, read_trec_run, run_from_dict, write_trec_run
+from udcg.io.contexts.jsonl import read_contexts
+from udcg.io.formats.reference import read_reference_json
+from udcg.io.formats.trec import read_trec_qrels, read_trec_run, run_from_dict, write_trec_run
+from udcg.io.joins.trec_contexts import read_trec_contexts
 from udcg.theta import UDCGTheta
 
 RUN = b"q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5 t\n" * 50

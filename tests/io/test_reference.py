@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage, abstain_probs, read_contexts, relevance_matrix
-from udcg.io.reference import read_reference_json, write_reference_json
+from udcg.io.contexts.jsonl import Context, Passage, abstain_probs, read_contexts, relevance_matrix
+from udcg.io.formats.reference import read_reference_json, write_reference_json
 
 SAMPLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "udcg-official-sample"
 LLAMA = "meta-llama/Llama-3.2-3B-Instruct"

@@ -1,4 +1,4 @@
-"""Contexts from a run + topics + collection (udcg.io.run_contexts): exact contexts in every
+"""Contexts from a run + topics + collection (udcg.io.joins.run_contexts): exact contexts in every
 accepted file format, located errors, and a streamed collection read that keeps only what the
 run needs."""
 
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.io.collection import Document, read_collection
-from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
-from udcg.io.run_contexts import build_run_contexts
-from udcg.io.topics import Topic, read_answers, read_topics
-from udcg.io.trec_files import qrels_from_dict, run_from_dict
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
+from udcg.io.formats.collection import Document, read_collection
+from udcg.io.formats.topics import Topic, read_answers, read_topics
+from udcg.io.formats.trec import qrels_from_dict, run_from_dict
+from udcg.io.joins.run_contexts import build_run_contexts
 
 DOCS = {f"d{i}": (f"Title {i}", f"text of d{i}") for i in range(1, 8)}
 #: (qid, doc_id, score): q1 has a tie (d2, d3) and more than k=3 documents; q10 fewer.

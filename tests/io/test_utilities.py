@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.io.utilities import (
+from udcg.io.joins.utilities import (
     Utilities,
     as_utilities,
     read_utility_file,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage, read_contexts
-from udcg.io.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts
+from udcg.io.joins.utility_sources import DEFAULT_SOURCE, SOURCES, get_source
 
 
 def test_each_source_names_its_field_step_and_formula() -> None:

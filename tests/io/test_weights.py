@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.model_card import render
-from udcg.io.weights import ThetaWeights, card_path, read_weights, write_weights
+from udcg.io.weights.card import render
+from udcg.io.weights.files import ThetaWeights, card_path, read_weights, write_weights
 from udcg.theta import UDCGTheta
 
 

@@ -133,7 +133,7 @@ def test_cached_openai_judge_asks_server_once(llama_server, tmp_path):
 
 
 def _labelled_input(path: Path) -> None:
-    from udcg.io.contexts import Context, Passage, write_contexts
+    from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 
     passages = [Passage(doc_id="a", text="Paris is the capital of France."), Passage(text="Rome.")]
     write_contexts(
@@ -150,7 +150,7 @@ def test_annotate_command_through_the_server_labels_under_the_model_name(
     llama_server, tmp_path, capsys
 ):
     from udcg.cli.annotate import main
-    from udcg.io.contexts import read_contexts
+    from udcg.io.contexts.jsonl import read_contexts
     from udcg.judge import judge_key
     from udcg.pipeline.stages import missing_steps
 
@@ -688,7 +688,7 @@ def test_answer_prob_limitations_are_clear_errors(tmp_path):
 
 def test_answer_likelihood_from_the_command_line(tmp_path, capsys):
     from udcg.cli.annotate import main
-    from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+    from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 
     _tiny_tokenizer(tmp_path / "tokenizer")
     passages = [Passage(doc_id="a", text="In 1901."), Passage(doc_id="b", text="a, b")]

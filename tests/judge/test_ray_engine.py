@@ -228,7 +228,7 @@ def test_engine_options() -> None:
 
 
 def test_evaluate_settings_check_the_engine_and_open_a_ray_judge(precomputed, tmp_path) -> None:
-    from udcg.pipeline.evaluation import connect_judge
+    from udcg.pipeline.benchmark import connect_judge
     from udcg.pipeline.settings import EvaluateSettings
 
     spec, questions, passages = precomputed

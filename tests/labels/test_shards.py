@@ -11,7 +11,7 @@ import pytest
 from udcg.cli.annotate import main as annotate_main
 from udcg.cli.main import main as udcg_main
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 from udcg.labels.provenance import manifest_path
 from udcg.labels.shards import in_shard, merge_shards, order_shards, parse_shard, shard_of
 

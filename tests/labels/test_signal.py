@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from udcg.cli.benchmark import run_evaluate
-from udcg.data import demo_contexts
+from udcg.demo_data import demo_contexts
 from udcg.errors import UDCGWarning
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 from udcg.labels.signal_check import (
     FLAT_SPREAD,
     SMALL_EFFECT,

@@ -12,7 +12,7 @@ import pytest
 
 from udcg.cli.annotate import main
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.judge.base import Judge, judge_values
 from udcg.labels.annotate import annotate
 from udcg.labels.provenance import annotation_record, line_hash, manifest_path, record_of

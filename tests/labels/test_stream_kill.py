@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 from udcg.labels.annotate import annotate
 from udcg.labels.shards import merge_shards, shard_of
 from udcg.labels.stream import partial_path

@@ -16,21 +16,17 @@ import numpy as np
 import pytest
 
 import udcg
-from udcg.io.weights import ThetaWeights
+from udcg.io.weights.files import ThetaWeights
 from udcg.metrics import (
-    c_ndcg,
-    c_precision,
-    completeness,
-    conciseness,
     context_average_precision,
     context_ndcg,
-    coverage,
     hits,
     precision,
     reciprocal_rank,
-    verifiableness,
 )
 from udcg.metrics import udcg as udcg_score
+from udcg.qcare.coverage import c_ndcg, c_precision, coverage
+from udcg.qcare.generator import completeness, conciseness, verifiableness
 
 #: every measure udcg.evaluate supports, at several cutoffs and levels
 TREC_MEASURES = [

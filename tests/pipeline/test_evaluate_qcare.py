@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from udcg.cli.benchmark import run_evaluate
-from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 
 DOCS = ["capital #a", "river #b", "capital #a river #b", "nothing", "river #b again", "none"]
 
@@ -39,7 +39,7 @@ def test_evaluate_with_qcare_labels_coverage_through_the_judge(
 ) -> None:
     judge = tag_judge()
     monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: judge)
-    monkeypatch.setattr("udcg.pipeline.evaluation.check_hub_judge", lambda spec: None)
+    monkeypatch.setattr("udcg.pipeline.benchmark.check_hub_judge", lambda spec: None)
     write_contexts(tmp_path / "in.jsonl", _contexts())
     cfg = evaluate_config(
         "dataset=jsonl",

@@ -15,10 +15,10 @@ import pytest
 from udcg.cli.annotate import main as annotate_main
 from udcg.cli.score import main as score_main
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.judge import judge_key
+from udcg.pipeline.benchmark import run_benchmark
 from udcg.pipeline.datasets import Dataset
-from udcg.pipeline.evaluation import evaluate
 from udcg.pipeline.settings import EvaluateSettings, TrainSettings
 from udcg.pipeline.stages import missing_steps
 from udcg.pipeline.training import select
@@ -64,7 +64,7 @@ def _contexts(key: str | None = None, outcomes: str | None = None) -> list[Conte
 def _evaluate(contexts: list[Context], tmp_path: Path, **options: Any) -> dict[str, Any]:
     settings = EvaluateSettings(k=2, n_bootstrap=20, cache_dir=tmp_path / "stages", **options)
     dataset = Dataset("given", [], [], contexts=contexts)
-    report, _ = evaluate(dataset, None, settings, tmp_path / f"report-{time.monotonic_ns()}")
+    report, _ = run_benchmark(dataset, None, settings, tmp_path / f"report-{time.monotonic_ns()}")
     return report
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from udcg.cli.benchmark import run_evaluate
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.contexts import Context, Passage, write_contexts
-from udcg.pipeline.ordering import OrderedRun, compare_orders
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
+from udcg.pipeline.order_study import OrderedRun, compare_orders
 from udcg.pipeline.settings import EvaluateSettings, TrainSettings
 from udcg.pipeline.sweep import write_summary
 from udcg.theta.simulate import simulate_contexts

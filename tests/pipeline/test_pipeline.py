@@ -14,11 +14,11 @@ from scipy import stats as sps
 
 from udcg import metrics
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage
+from udcg.io.contexts.jsonl import Context, Passage
+from udcg.pipeline.benchmark import check_hub_judge
 from udcg.pipeline.correlate import accuracy_by_gold_position
 from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
-from udcg.pipeline.evaluation import check_hub_judge
-from udcg.pipeline.scoring import crossfit_gamma, crossfit_theta, score_contexts
+from udcg.pipeline.scoring import crossfit_gamma, crossfit_theta, score_table
 from udcg.pipeline.stages import StageCache, missing_steps, stage_key
 from udcg.pipeline.sweep import markdown, member_names, summarize
 from udcg.theta import split_by_query, tune_gamma
@@ -159,7 +159,7 @@ def test_ablations_drop_the_distraction_term_or_the_utility() -> None:
         )
         for i in range(3)
     ]
-    table = score_contexts(contexts, 3, "j", ablations=True)
+    table = score_table(contexts, 3, "j", ablations=True)
     r, u = np.array(rel, dtype=float), 1 - np.array(p_abstain)
 
     def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -168,7 +168,7 @@ def test_ablations_drop_the_distraction_term_or_the_utility() -> None:
     np.testing.assert_allclose(table.scores["UDCG w/o distraction"], sigmoid((r * u).sum(1) / 3))
     no_utility = sigmoid((r - (1 - r) / 3).sum(1) / 3)
     np.testing.assert_allclose(table.scores["UDCG w/o utility"], no_utility)
-    assert "UDCG w/o utility" not in score_contexts(contexts, 3, "j").scores
+    assert "UDCG w/o utility" not in score_table(contexts, 3, "j").scores
 
 
 def test_accuracy_by_gold_position() -> None:

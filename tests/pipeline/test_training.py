@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
 from udcg.pipeline.settings import TrainSettings
 from udcg.pipeline.training import select, train
 from udcg.theta import UDCGTheta
@@ -179,8 +179,8 @@ def test_same_seed_gives_byte_identical_weights(tmp_path: Path) -> None:
 
 
 def test_train_py_answer_likelihood_on_the_shipped_demo(tmp_path: Path) -> None:
-    from udcg.data import demo_contexts
-    from udcg.data.demo import STEPS
+    from udcg.demo_data import demo_contexts
+    from udcg.demo_data.demo import STEPS
 
     contexts = demo_contexts()
     assert "answer_likelihood" in STEPS  # a rebuild of the demo set annotates it

@@ -14,7 +14,7 @@ from scipy import stats
 
 from udcg.cli.qcare import main
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import coverage_matrices, read_contexts
+from udcg.io.contexts.jsonl import coverage_matrices, read_contexts
 from udcg.qcare import agreement, fill_labels, qcare_scores
 
 T, F = True, False

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from udcg.cli.hydra_config import CONF_DIR, build_retriever
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Passage
+from udcg.io.contexts.jsonl import Passage
 from udcg.retrieval import (
     BM25Retriever,
     DenseRetriever,

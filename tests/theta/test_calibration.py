@@ -263,7 +263,7 @@ def test_plot_reliability_writes_a_png(tmp_path):
 
 def test_weights_calibrate_command_and_show(tmp_path, capsys):
     from udcg.cli.weights import main as weights_main
-    from udcg.io.contexts import write_contexts
+    from udcg.io.contexts.jsonl import write_contexts
     from udcg.theta.simulate import simulate_contexts
 
     contexts = simulate_contexts(60, 3, per_query=4, seed=4)

@@ -183,7 +183,7 @@ def test_a_mistyped_local_path_is_never_fetched_from_the_hub(
 
 def test_a_mistyped_local_path_is_one_line_from_the_command_line(hub: list[dict], capsys) -> None:
     from udcg.cli.main import main
-    from udcg.io.contexts import write_contexts
+    from udcg.io.contexts.jsonl import write_contexts
 
     write_contexts("c.jsonl", simulate(2, 3))
     assert main(["score", "c.jsonl", "--judge", "sim", "--weights", "weights/typo"]) == 2

@@ -12,7 +12,7 @@ import pytrec_eval
 
 from udcg import evaluate
 from udcg.errors import UDCGInputError
-from udcg.io.trec_files import (
+from udcg.io.formats.trec import (
     Qrels,
     Run,
     qrels_from_dict,

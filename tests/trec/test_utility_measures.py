@@ -14,7 +14,7 @@ import pytest
 
 from udcg import compare, evaluate, evaluate_table
 from udcg.errors import UDCGInputError
-from udcg.io.weights import ThetaWeights, write_weights
+from udcg.io.weights.files import ThetaWeights, write_weights
 from udcg.metrics import udcg, utility
 from udcg.theta import UDCGTheta
 
@@ -258,7 +258,7 @@ def test_weights_of_another_utility_source_are_refused(tmp_path: Path) -> None:
 
 def test_another_utility_source_allowed_on_purpose_is_recorded(tmp_path: Path) -> None:
     from udcg.errors import UDCGWarning
-    from udcg.io.weights import write_pretrained
+    from udcg.io.weights.files import write_pretrained
 
     folder = tmp_path / "theta"
     write_pretrained(folder, ThetaWeights(np.array([1.5]), np.array([-1.0])), {"utility": "x"})
@@ -363,8 +363,8 @@ def test_no_utility_measure_reads_no_utilities_and_imports_nothing_more() -> Non
         "import sys; from udcg.cli.trec import main; "
         "from udcg import evaluate; "
         "print(evaluate({'q': {'d': 1}}, {'q': {'d': 1.0}}, 'AP', utilities='/nonexistent')); "
-        "print(sorted(m for m in sys.modules if m.startswith(('udcg.io.utilities', "
-        "'udcg.io.weights', 'udcg.trec.utility_measures', 'safetensors', 'scipy'))))"
+        "print(sorted(m for m in sys.modules if m.startswith(('udcg.io.joins.utilities', "
+        "'udcg.io.weights.files', 'udcg.trec.utility_measures', 'safetensors', 'scipy'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["{'q': {'AP': 1.0}}", "[]"]
@@ -381,7 +381,7 @@ def test_the_table_keeps_the_measure_order_and_names(tmp_path: Path) -> None:
 
 def test_udcg_trec_allow_mismatch_utility(tmp_path: Path, capsys) -> None:
     from udcg.cli.trec import main
-    from udcg.io.weights import write_pretrained
+    from udcg.io.weights.files import write_pretrained
 
     folder = tmp_path / "theta"
     write_pretrained(folder, ThetaWeights(np.array([1.5]), np.array([-1.0])), {"utility": "x"})

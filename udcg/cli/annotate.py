@@ -44,9 +44,9 @@ from pathlib import Path
 from udcg.cli.common import add_list_option, add_out, info_stream, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.contexts import Context, read_contexts
+from udcg.io.contexts.jsonl import Context, read_contexts
 from udcg.io.files import STDIO, PathType, exclusive_writer, refuse_same_file
-from udcg.io.utility_sources import SOURCES
+from udcg.io.joins.utility_sources import SOURCES
 from udcg.labels.annotate import (
     BOUNDS,
     DEFAULT_STEPS,

@@ -41,7 +41,7 @@ from udcg.cli.annotate import add_step_arguments
 from udcg.cli.common import add_deprecated, add_list_option, add_out, info_stream, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import read_contexts, write_contexts
+from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.files import exclusive_writer, refuse_same_file
 from udcg.judge import load_judge
 from udcg.judge.batch_files import (

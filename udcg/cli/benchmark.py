@@ -25,8 +25,8 @@ from udcg.cli.hydra_config import (
     run_hydra,
     run_job,
 )
-from udcg.pipeline.compare import show_correlation, show_interval
-from udcg.pipeline.evaluation import GIVEN, evaluate
+from udcg.pipeline.benchmark import GIVEN, run_benchmark
+from udcg.pipeline.metric_table import show_correlation, show_interval
 from udcg.pipeline.report import show_forecast
 
 
@@ -36,7 +36,7 @@ def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], lis
     settings = evaluate_settings(cfg)
     dataset = build(cfg.dataset, "dataset")
     retriever = None if cfg.retriever.name == GIVEN else build_retriever(cfg.retriever)
-    return evaluate(
+    return run_benchmark(
         dataset,
         retriever,
         settings,

@@ -119,7 +119,7 @@ def weights_inputs(weights: str | None) -> dict[str, str | None]:
     for :func:`udcg.io.files.refuse_same_file`; nothing without weights."""
     if weights is None:
         return {}
-    from udcg.io.weights import weights_files
+    from udcg.io.weights.files import weights_files
 
     tensors, card = weights_files(weights)
     return {"--weights": weights, "--weights tensors": str(tensors), "--weights card": str(card)}
@@ -395,10 +395,11 @@ GIVEN = "given"
 def add_utility(
     parser: Any, help: str, given: bool = False, default: str | None = None
 ) -> argparse.Action:
-    """``--utility SOURCE``: a utility source of :mod:`udcg.io.utility_sources`, or (``given``)
-    ``given``, values that are u itself; with ``given``, the old ``--utility-field FIELD``
+    """``--utility SOURCE``: a utility source of :mod:`udcg.io.joins.utility_sources`, or
+    (``given``) ``given``, values that are u itself; with ``given``, the old ``--utility-field
+    FIELD``
     too (its values mapped to sources)."""
-    from udcg.io.utility_sources import SOURCES
+    from udcg.io.joins.utility_sources import SOURCES
 
     choices = [*SOURCES, *([GIVEN] if given else [])]
     action = parser.add_argument("--utility", choices=choices, default=default, help=help)
@@ -410,7 +411,7 @@ def add_utility(
 
 def utility_field(utility: str | None) -> str | None:
     """The field of values ``--utility`` names (None: the file says; ``given``: ``utility``)."""
-    from udcg.io.utility_sources import get_source
+    from udcg.io.joins.utility_sources import get_source
 
     if utility is None:
         return None

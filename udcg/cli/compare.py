@@ -31,7 +31,7 @@ from udcg.cli.trec import _weights, add_measures_argument, add_utility_source
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
 from udcg.io.files import STDIO
-from udcg.io.utilities import read_utility_file
+from udcg.io.joins.utilities import read_utility_file
 from udcg.trec.comparison import ComparisonReport, compare
 from udcg.trec.significance import TESTS
 

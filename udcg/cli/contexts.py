@@ -2,9 +2,9 @@
 [--name NAME]``: a TREC run joined with its topics and passage collection into contexts JSONL.
 
 Each query's top-k documents in trec_eval order, with question, passage texts, scores and,
-when given, reference answers and qrels relevance (:mod:`udcg.io.run_contexts`); the collection
-is streamed, keeping only the passages the run needs. ``-`` as RUN reads standard input, as
-OUT writes standard output. A one-line summary goes to stderr.
+when given, reference answers and qrels relevance (:mod:`udcg.io.joins.run_contexts`); the
+collection is streamed, keeping only the passages the run needs. ``-`` as RUN reads standard input,
+as OUT writes standard output. A one-line summary goes to stderr.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 from udcg.cli.common import add_out, parse, run_cli
 from udcg.errors import UDCGInputError
-from udcg.io.context_model import Context
-from udcg.io.contexts import write_contexts
+from udcg.io.contexts.jsonl import write_contexts
+from udcg.io.contexts.model import Context
 from udcg.io.files import STDIO, refuse_same_file
-from udcg.io.run_contexts import build_run_contexts
+from udcg.io.joins.run_contexts import build_run_contexts
 from udcg.progress import progress
 
 _INPUTS = ("topics", "collection", "answers", "qrels")

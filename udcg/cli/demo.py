@@ -1,5 +1,5 @@
 """``udcg demo``: build the embedded demo set and annotate it with the judge (about 20 minutes
-on 2 CPU cores); see :mod:`udcg.data.demo` for what it holds."""
+on 2 CPU cores); see :mod:`udcg.demo_data.demo` for what it holds."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
-from udcg.data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
-from udcg.io.contexts import write_contexts
+from udcg.demo_data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
+from udcg.io.contexts.jsonl import write_contexts
 from udcg.io.files import refuse_same_file
 from udcg.labels.annotate import annotate
 

@@ -3,7 +3,7 @@ passages; ``udcg order --run RUN --qrels QRELS --utilities U --weights W -o OUT`
 a TREC run.
 
 Contexts mode: IN is an annotated contexts JSONL (every passage with ``relevant`` and the
-judge's value of the utility source, :mod:`udcg.io.utility_sources`); each context's passages
+judge's value of the utility source, :mod:`udcg.io.joins.utility_sources`); each context's passages
 are the candidates, and OUT gets the ``min(k, n)`` passages the ordering picks, in its order
 (the others are dropped: a context is what the generator reads). ``outcomes`` are kept only
 for contexts whose passages did not change (they were measured on the original context).
@@ -19,7 +19,7 @@ Orderings (:data:`udcg.theta.ordering.ORDERINGS`): ``theta`` (UDCG-theta's best 
 order, :meth:`UDCGTheta.best_context`), ``retriever``, ``reversed``, ``ends``, ``gold_first``.
 The summary line gives the mean UDCG-theta probability before (the first k candidates as
 ranked) and after. Weights are checked as ``udcg score`` checks them (utility source, judge
-and prompt; :func:`udcg.io.weights.check_compatible`, ``--allow-mismatch FIELD``); ``-k``
+and prompt; :func:`udcg.io.weights.files.check_compatible`, ``--allow-mismatch FIELD``); ``-k``
 may not exceed the weights' k (a shorter context is zero-padded).
 """
 
@@ -44,8 +44,8 @@ from udcg.cli.common import (
 from udcg.cli.trec import add_utility_source
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
-from udcg.io.utility_sources import DEFAULT_SOURCE
-from udcg.io.weights import MISMATCH_FIELDS, check_compatible
+from udcg.io.joins.utility_sources import DEFAULT_SOURCE
+from udcg.io.weights.files import MISMATCH_FIELDS, check_compatible
 from udcg.theta.ordering import ORDERINGS, order_by
 
 _TREC_ONLY = ("qrels", "utilities", "depth")
@@ -154,9 +154,9 @@ def order_contexts(args: argparse.Namespace) -> None:
     """Contexts mode (module docstring)."""
     from dataclasses import replace
 
-    from udcg.io.context_arrays import relevance_matrix
-    from udcg.io.contexts import read_contexts, write_contexts
-    from udcg.io.utility_sources import get_source
+    from udcg.io.contexts.arrays import relevance_matrix
+    from udcg.io.contexts.jsonl import read_contexts, write_contexts
+    from udcg.io.joins.utility_sources import get_source
     from udcg.judge.prompts import prompt_record
 
     model = _Model(args.weights, args.k, args.allow_unverified)
@@ -194,7 +194,7 @@ def _lookup(
 
 def _ranked(run_path: str) -> dict[str, list[str]]:
     """Each query's documents in trec_eval's ranking order, queries in file order."""
-    from udcg.io.trec_files import read_trec_run, trec_order
+    from udcg.io.formats.trec import read_trec_run, trec_order
 
     run = read_trec_run(run_path)
     qids, docs = run.qids.to_pylist(), run.doc_ids.to_pylist()
@@ -215,8 +215,8 @@ def _candidate_values(
 def order_run(args: argparse.Namespace) -> None:
     """TREC mode (module docstring)."""
     from udcg.io.files import atomic_write
-    from udcg.io.trec_files import read_trec_qrels
-    from udcg.io.utilities import read_utility_file, source_of
+    from udcg.io.formats.trec import read_trec_qrels
+    from udcg.io.joins.utilities import read_utility_file, source_of
 
     model = _Model(args.weights, args.k, args.allow_unverified)
     if args.depth is not None and args.depth < 1:

@@ -27,11 +27,11 @@ import numpy as np
 
 from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
-from udcg.io.contexts import read_contexts, write_contexts
+from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.files import atomic_write, refuse_same_file
-from udcg.labels.qcare.checks import CHECK_MODES
-from udcg.labels.qcare.label import CHECKS, QCareReport, check_inputs, label_contexts
 from udcg.qcare.agreement import agreement
+from udcg.qcare.labels.checks import CHECK_MODES
+from udcg.qcare.labels.label import CHECKS, QCareReport, check_inputs, label_contexts
 from udcg.qcare.scores import QCareScores, qcare_scores
 
 

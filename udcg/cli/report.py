@@ -39,10 +39,10 @@ from udcg.cli.common import (
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.contexts import read_contexts
+from udcg.io.contexts.jsonl import read_contexts
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
-from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.io.weights import MISMATCH_FIELDS
+from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
 from udcg.labels.signal_check import check_contexts
 from udcg.labels.stream import DEFAULT_CHUNK

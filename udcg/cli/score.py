@@ -9,13 +9,14 @@ accuracy the weights forecast for it, from judge labels alone) and, with
 to stderr). ``-`` as CONTEXTS reads standard input. ``--judge`` takes the spec the contexts
 were annotated with (labels are read under its key, :func:`udcg.judge.judge_key`) or the key
 itself; ``--judge-key`` names the key outright. ``--utility`` picks the utility source (see
-:mod:`udcg.io.utility_sources`).
+:mod:`udcg.io.joins.utility_sources`).
 
-Weights are checked against what they are applied to (:func:`udcg.io.weights.check_compatible`):
-their k against the contexts' sizes, the utility source, the judge key, the abstention prompt's
-SHA-256 against this udcg's prompt, and the abstention mode against ``--mode`` (not checked
-without it). A difference is refused unless ``--allow-mismatch FIELD`` is given; each allowed
-difference is printed on stderr and recorded as ``weights_overrides`` in every ``--out`` line.
+Weights are checked against what they are applied to
+(:func:`udcg.io.weights.files.check_compatible`): their k against the contexts' sizes, the utility
+source, the judge key, the abstention prompt's SHA-256 against this udcg's prompt, and the
+abstention mode against ``--mode`` (not checked without it). A difference is refused unless
+``--allow-mismatch FIELD`` is given; each allowed difference is printed on stderr and recorded as
+``weights_overrides`` in every ``--out`` line.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ from udcg.cli.common import (
     weights_inputs,
 )
 from udcg.cli.weights import add_allow_unverified
-from udcg.io.contexts import read_contexts, relevance_matrix
+from udcg.io.contexts.jsonl import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write, refuse_same_file
-from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.io.weights import MISMATCH_FIELDS, check_compatible
+from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.io.weights.files import MISMATCH_FIELDS, check_compatible
 from udcg.judge.spec import judge_key
-from udcg.pipeline.compare import classic_metrics
+from udcg.pipeline.metric_table import classic_metrics
 
 
 def build_parser() -> argparse.ArgumentParser:

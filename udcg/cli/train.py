@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from udcg.cli.common import Outcome
 from udcg.cli.hydra_config import CONF_DIR, as_option, build, run_hydra, run_job, train_settings
 from udcg.errors import UDCGInputError
-from udcg.pipeline.compare import format_table
+from udcg.pipeline.metric_table import format_table
 from udcg.pipeline.training import TrainReport, train
 from udcg.theta import UDCGTheta
 

@@ -36,7 +36,7 @@ from udcg.io.files import STDIO  # noqa: E402
 from udcg.trec.engine import Evaluation, evaluate_table  # noqa: E402
 
 if TYPE_CHECKING:
-    from udcg.io.weights import ThetaWeights
+    from udcg.io.weights.files import ThetaWeights
 
 DEFAULT_MEASURES = ["nDCG@10", "AP", "RR", "P@10"]
 
@@ -112,10 +112,10 @@ def _weights(
     paths: list[str] | None, allow_unverified: bool
 ) -> list[str] | list[ThetaWeights] | None:
     """``--weights`` as evaluate takes them: the paths, read here when unverified weights are
-    allowed (:func:`udcg.io.weights.read_weights`)."""
+    allowed (:func:`udcg.io.weights.files.read_weights`)."""
     if not (paths and allow_unverified):
         return paths
-    from udcg.io.weights import read_weights
+    from udcg.io.weights.files import read_weights
 
     return [read_weights(path, allow_unverified=True) for path in paths]
 
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         field = utility_field(args.utility)
         utilities = args.utilities
         if args.judge_key is not None:
-            from udcg.io.utilities import read_utility_file
+            from udcg.io.joins.utilities import read_utility_file
 
             if utilities is None:
                 raise UDCGInputError("--judge-key reads the --utilities file; none given")

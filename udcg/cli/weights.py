@@ -4,7 +4,7 @@ weights with a recalibration of their probabilities fitted on held-out annotated
 
 Reads a weights folder (``model.safetensors`` + ``config.json``, :meth:`UDCGTheta.save_pretrained`)
 or a single-file export (``.safetensors`` + ``.json`` card) with every check of
-:func:`udcg.io.weights.read_weights`, the SHA-256 of the weights included, then prints k, the
+:func:`udcg.io.weights.files.read_weights`, the SHA-256 of the weights included, then prints k, the
 judge, utility source, abstention mode, prompt hash, udcg version, gamma, the held-out
 correlations and a table of alpha and beta per position. A file that fails a check is one line
 on stderr and exit status 2; so is a card that records no SHA-256, unless
@@ -148,7 +148,7 @@ def card_text(
 
 def show(path: str, allow_unverified: bool) -> None:
     """Read ``path`` with every check and print its card."""
-    from udcg.io.weights import read_weights
+    from udcg.io.weights.files import read_weights
 
     weights = read_weights(path, allow_unverified=allow_unverified)
     print(f"weights: {printable(str(weights.path))}")
@@ -159,10 +159,10 @@ def calibrate(args: argparse.Namespace) -> None:
     """Fit the recalibration, print its measures on the fitting contexts, write the folder."""
     import numpy as np
 
-    from udcg.io.context_arrays import correctness, relevance_matrix
-    from udcg.io.contexts import read_contexts
-    from udcg.io.utility_sources import get_source
-    from udcg.io.weights import RESERVED
+    from udcg.io.contexts.arrays import correctness, relevance_matrix
+    from udcg.io.contexts.jsonl import read_contexts
+    from udcg.io.joins.utility_sources import get_source
+    from udcg.io.weights.files import RESERVED
     from udcg.theta import UDCGTheta
     from udcg.theta.calibration import brier_score, expected_calibration_error
 

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context
+from udcg.io.contexts.jsonl import Context
 from udcg.judge.base import AbstainMode, Judge
 from udcg.judge.batch_files import Call, ChatSettings, RequestWriter, request_body
 from udcg.judge.cache import JudgeCache

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage
+from udcg.io.contexts.jsonl import Context, Passage
 from udcg.judge.base import AbstainMode, Judge
 from udcg.judge.prompts import Messages, answer_messages
 from udcg.labels.answers import contains_answer, grade_span

@@ -3,7 +3,7 @@
 The **record** of an annotation names everything that changes its values: the judge (``name``
 and ``fingerprint``), the steps, ``relevance``, ``relabel_relevance``, ``grader``, ``mode``,
 ``max_new_tokens`` and the shard (``"I/N"``, or null for the whole input). Each input context
-has a **line hash**: blake2b (16 bytes, hex) of the line :func:`udcg.io.contexts.context_line`
+has a **line hash**: blake2b (16 bytes, hex) of the line :func:`udcg.io.contexts.jsonl.context_line`
 writes for it as read (so re-encoding the same values does not change it, any edit does). The
 **input digest** of a sequence of contexts is the SHA-256 of their line hashes, each followed by
 a newline.
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, context_line
+from udcg.io.contexts.jsonl import Context, context_line
 from udcg.io.files import PathType, atomic_write, open_binary
 from udcg.labels.annotate import STEPS
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, read_contexts
+from udcg.io.contexts.jsonl import Context, read_contexts
 from udcg.io.files import (
     STDIO,
     PathType,

@@ -1,6 +1,6 @@
 """Does a utility source carry information? A check over the judge's passage utilities.
 
-UDCG weighs each passage by its utility ``u`` (:mod:`udcg.io.utility_sources`). When ``u``
+UDCG weighs each passage by its utility ``u`` (:mod:`udcg.io.joins.utility_sources`). When ``u``
 hardly varies, UDCG is a function of the relevance labels alone (a rescaled precision); when
 ``u`` does not separate relevant from irrelevant passages, it adds nothing the labels lack.
 :func:`check_signal` measures both and says when the source carries (almost) no information:
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from udcg.io.contexts import Context
-from udcg.io.utility_sources import get_source
+from udcg.io.contexts.jsonl import Context
+from udcg.io.joins.utility_sources import get_source
 
 #: Width under which the central 90% of u counts as flat.
 FLAT_SPREAD = 0.01

@@ -4,7 +4,7 @@
 sees each step's work for the whole chunk at once) and appends each finished chunk to
 ``OUT.partial``; at the end the partial file becomes ``OUT`` atomically (renamed, or compressed
 into ``OUT`` when it ends in ``.gz``). Memory therefore holds one chunk, whatever the input
-size, and the result is byte for byte what :func:`udcg.io.contexts.write_contexts` writes.
+size, and the result is byte for byte what :func:`udcg.io.contexts.jsonl.write_contexts` writes.
 
 Only one process writes an output at a time: a second one is refused in one line
 (:func:`udcg.io.files.exclusive_writer`, a lock a killed process does not leave stuck).
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, context_line
+from udcg.io.contexts.jsonl import Context, context_line
 from udcg.io.files import STDIO, PathType, atomic_write, exclusive_writer
 from udcg.labels.annotate import AnnotationReport
 from udcg.labels.provenance import (

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from udcg import stats
-from udcg.pipeline.compare import compare, finite_or_none, is_relevant
+from udcg.pipeline.metric_table import finite_or_none, is_relevant, metric_rows
 
 
 def correlations(
@@ -26,7 +26,7 @@ def correlations(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         rows = [
-            row.to_json() for row in compare(scores, correct, groups, method, n_resamples, seed)
+            row.to_json() for row in metric_rows(scores, correct, groups, method, n_resamples, seed)
         ]
     return sorted(rows, key=lambda r: -r[method] if r[method] is not None else math.inf)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context, Passage, read_contexts
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts
 from udcg.io.files import PathType, open_text
 from udcg.labels.answers import normalize
 from udcg.retrieval import Query
@@ -63,7 +63,7 @@ def _queries(rows: list[tuple[str, str, list[str]]], corpus: list[Passage]) -> l
 
 def demo_source(path: PathType | None = None, limit: int | None = 12) -> Dataset:
     """The shipped demo source: its first ``limit`` questions; corpus = every passage."""
-    from udcg.data.demo import SOURCE, load_source
+    from udcg.demo_data.demo import SOURCE, load_source
 
     _check_limit(limit)
     questions = load_source(Path(path) if path else SOURCE)
@@ -122,7 +122,7 @@ def contexts_jsonl(path: PathType) -> Dataset:
 
 def reference_json(path: PathType) -> Dataset:
     """Contexts in the reference UDCG JSON format (relevance and abstention included)."""
-    from udcg.io.reference import read_reference_json
+    from udcg.io.formats.reference import read_reference_json
 
     return Dataset("reference", [], [], read_reference_json(path))
 
@@ -138,9 +138,10 @@ def trec(
 ) -> Dataset:
     """Annotated contexts from a TREC run + qrels + per-passage judge probabilities + per-query
     outcomes: each judged query's top-k of the run in trec_eval order, relevant = grade >= 1
-    (unjudged: not relevant), no passage text (:func:`udcg.io.trec_contexts.read_trec_contexts`
+    (unjudged: not relevant), no passage text
+    (:func:`udcg.io.joins.trec_contexts.read_trec_contexts`
     gives the file formats). Run queries without qrels are skipped and counted in ``notes``."""
-    from udcg.io.trec_contexts import read_trec_contexts
+    from udcg.io.joins.trec_contexts import read_trec_contexts
 
     contexts, notes = read_trec_contexts(run, qrels, utilities, outcomes, judge, k, utility_field)
     return Dataset("trec", [], [], contexts, notes)

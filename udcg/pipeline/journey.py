@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow.compute as pc
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import read_contexts, relevance_matrix, write_contexts
+from udcg.io.contexts.jsonl import read_contexts, relevance_matrix, write_contexts
 from udcg.io.files import PathType
-from udcg.io.run_contexts import build_run_contexts
-from udcg.io.utility_sources import get_source
+from udcg.io.joins.run_contexts import build_run_contexts
+from udcg.io.joins.utility_sources import get_source
 from udcg.labels.annotate import AnnotationReport, annotate, check_inputs
 from udcg.labels.provenance import annotation_record
 from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream
@@ -80,7 +80,7 @@ def build_contexts(
     qrels: PathType | None = None,
     answers: PathType | None = None,
 ) -> dict[str, Path]:
-    """Each run's top-``k`` contexts (:func:`udcg.io.run_contexts.build_run_contexts`, run
+    """Each run's top-``k`` contexts (:func:`udcg.io.joins.run_contexts.build_run_contexts`, run
     name = system name) written to ``folder/NAME.jsonl``; every run is read and checked before
     any file is written."""
     built = {
@@ -268,10 +268,10 @@ def load_weights(
     allow_mismatch: Sequence[str] = (),
 ) -> tuple[UDCGTheta, list[str]]:
     """UDCG-theta weights checked against what they will be applied to
-    (:func:`udcg.io.weights.check_compatible`: their k against the contexts' ``k``, the utility
-    source, the judge key, the abstention prompt's SHA-256); the model and the differences
+    (:func:`udcg.io.weights.files.check_compatible`: their k against the contexts' ``k``, the
+    utility source, the judge key, the abstention prompt's SHA-256); the model and the differences
     allowed by ``allow_mismatch``."""
-    from udcg.io.weights import check_compatible
+    from udcg.io.weights.files import check_compatible
     from udcg.judge.prompts import prompt_record
     from udcg.theta import UDCGTheta
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from udcg.io.files import atomic_write
-from udcg.pipeline.compare import show_correlation, show_interval
+from udcg.pipeline.metric_table import show_correlation, show_interval
 from udcg.pipeline.plots import plot_weights, pyplot
 
 

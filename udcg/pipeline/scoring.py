@@ -10,15 +10,16 @@ import numpy as np
 
 from udcg import metrics
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import (
+from udcg.io.contexts.jsonl import (
     Context,
     correctness,
     coverage_matrices,
     relevance_matrix,
 )
-from udcg.io.utility_sources import get_source
-from udcg.pipeline.compare import classic_metrics
+from udcg.io.joins.utility_sources import get_source
 from udcg.pipeline.fit_size import warn_if_few_contexts
+from udcg.pipeline.metric_table import classic_metrics
+from udcg.qcare.coverage import c_ndcg, c_precision, coverage
 from udcg.theta import UDCGTheta, UDCGThetaConvergenceWarning, split_by_query, tune_gamma
 
 # metrics fitted on the outcomes of the run they score (each half on the other half): fine
@@ -101,7 +102,7 @@ def crossfit_theta(
     return values, models
 
 
-def score_contexts(
+def score_table(
     contexts: Sequence[Context],
     k: int,
     judge: str,
@@ -160,9 +161,9 @@ def score_contexts(
     if all(
         c.subqueries is not None and all(p.covers is not None for p in c.passages) for c in kept
     ):
-        gains = np.stack(metrics.coverage(coverage_matrices(kept)))
-        scores["C-Prec"] = metrics.c_precision(gains, k)
-        scores["C-nDCG"] = metrics.c_ndcg(gains, k)
+        gains = np.stack(coverage(coverage_matrices(kept)))
+        scores["C-Prec"] = c_precision(gains, k)
+        scores["C-nDCG"] = c_ndcg(gains, k)
     else:
         notes.append("C-Prec and C-nDCG skipped: no coverage labels (set qcare=true)")
     scores.update(classic_metrics(relevant, hits=True))

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.io.weights import MISMATCH_FIELDS
+from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.options import check_options
 from udcg.judge.ray_engine import engine_options
 from udcg.judge.spec import judge_key

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from udcg.io.contexts import Context, Passage, read_contexts, write_contexts
-from udcg.io.utility_sources import get_source
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
+from udcg.io.joins.utility_sources import get_source
 from udcg.judge.base import Judge
 from udcg.pipeline.datasets import Dataset
 from udcg.retrieval import Retriever

@@ -21,7 +21,7 @@ from typing import Any
 from udcg import stats
 from udcg.io.files import atomic_write
 from udcg.pipeline.calibration_report import CALIBRATED_UDCG, THETA_METRICS
-from udcg.pipeline.compare import show_interval
+from udcg.pipeline.metric_table import show_interval
 from udcg.pipeline.report import show_forecast, show_optional
 from udcg.pipeline.scoring import FITTED_PER_RUN
 

@@ -22,10 +22,10 @@ import numpy as np
 
 from udcg import metrics
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Context
-from udcg.io.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.pipeline.compare import MetricRow, classic_metrics, compare, finite_or_none
+from udcg.io.contexts.jsonl import Context
+from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.pipeline.fit_size import warn_if_few_contexts
+from udcg.pipeline.metric_table import MetricRow, classic_metrics, finite_or_none, metric_rows
 from udcg.pipeline.plots import plot_weights
 from udcg.pipeline.settings import TrainSettings
 from udcg.progress import next_stage, progress
@@ -74,7 +74,7 @@ def select(
     contexts: Iterable[Context], k: int, judge: str, utility: str = DEFAULT_SOURCE
 ) -> Selection:
     """Contexts with exactly ``k`` passages, all labelled ``relevant``, with the judge's
-    utilities from source ``utility`` (see :mod:`udcg.io.utility_sources`) and an outcome
+    utilities from source ``utility`` (see :mod:`udcg.io.joins.utility_sources`) and an outcome
     ``outcomes[judge].correct``; the rest are counted by reason."""
     source = get_source(utility)
     skipped: Counter = Counter()
@@ -215,7 +215,7 @@ def train(
             method=settings.correlation,
         )
         next_stage(bar, "train", "held-out comparison")
-        rows = compare(
+        rows = metric_rows(
             metric_scores(test_set, model, tuned.gamma),
             test_set.correct,
             test_set.qids,

@@ -5,13 +5,14 @@ decomposition, four Yes/No checks, and the coverage and generator metrics from t
 * :func:`qcare_scores` computes C-Prec, C-nDCG, Completeness, Conciseness and
   Verifiableness from judge or human labels (``udcg qcare score``);
 * :func:`agreement` compares judge-based and human-based metrics
-  (``udcg qcare agreement``).
+  (``udcg qcare agreement``);
+* :mod:`udcg.qcare.coverage` and :mod:`udcg.qcare.generator` hold the metrics.
 """
 
-from udcg.labels.qcare.checks import YesNoChecker, parse_yes_no
-from udcg.labels.qcare.decompose import decompose_answers, decompose_queries
-from udcg.labels.qcare.label import QCareReport, label_contexts
 from udcg.qcare.agreement import AgreementRow, agreement, fill_labels
+from udcg.qcare.labels.checks import YesNoChecker, parse_yes_no
+from udcg.qcare.labels.decompose import decompose_answers, decompose_queries
+from udcg.qcare.labels.label import QCareReport, label_contexts
 from udcg.qcare.scores import METRICS, QCareScores, qcare_scores
 
 __all__ = [

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import ANSWER_LABELS, CONTEXT_KEYS, Context
+from udcg.io.contexts.jsonl import ANSWER_LABELS, CONTEXT_KEYS, Context
 from udcg.qcare.scores import METRICS, qcare_scores
 from udcg.stats import correlation
 

@@ -1,6 +1,6 @@
 """Q-CARE metrics of labelled contexts, computed with the core metric functions.
 
-Per context (see :mod:`udcg.metrics.coverage` and :mod:`udcg.metrics.generator`)::
+Per context (see :mod:`udcg.qcare.coverage` and :mod:`udcg.qcare.generator`)::
 
     r_j        = |{s : passage j covers s}| / |SQ|   (binary: 1[j covers any s])
     C-Prec@k   = (1/k) * sum_j r_j          C-nDCG@k = DCG(r) / IDCG(r)
@@ -23,15 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from udcg.io.contexts import Context
-from udcg.metrics import (
-    c_ndcg,
-    c_precision,
-    completeness,
-    conciseness,
-    coverage,
-    verifiableness,
-)
+from udcg.io.contexts.jsonl import Context
+from udcg.qcare.coverage import c_ndcg, c_precision, coverage
+from udcg.qcare.generator import completeness, conciseness, verifiableness
 
 RETRIEVAL_METRICS = ("C-Prec", "C-nDCG")
 GENERATOR_METRICS = ("Completeness", "Conciseness", "Verifiableness")

@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Passage
+from udcg.io.contexts.jsonl import Passage
 from udcg.validation import positive_int
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from udcg.io.contexts import Passage
+from udcg.io.contexts.jsonl import Passage
 from udcg.retrieval.base import Query, ScoringRetriever
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Passage
+from udcg.io.contexts.jsonl import Passage
 from udcg.retrieval.base import Query, Ranking, Retriever, check_depth
 
 #: Score given to the passages a control places by itself (not ranked by the base).

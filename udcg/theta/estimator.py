@@ -12,7 +12,7 @@ regularisation its optimum is unique and matches any other logistic-regression s
 
 Fitted weights are data: :meth:`UDCGTheta.save` writes a safetensors file (``alpha``, ``beta``,
 ``intercept``) and a JSON card beside it; :meth:`UDCGTheta.load` checks one against the other
-(both through :mod:`udcg.io.weights`). :meth:`UDCGTheta.save_pretrained` writes a weights
+(both through :mod:`udcg.io.weights.files`). :meth:`UDCGTheta.save_pretrained` writes a weights
 folder (``model.safetensors``, ``config.json``, ``README.md`` model card) that records what
 decides whether the weights apply (judge, prompt and its hash, abstention mode, utility source,
 udcg version...); :meth:`UDCGTheta.from_pretrained` reads a folder, a single-file export or a
@@ -38,8 +38,8 @@ import numpy as np
 from scipy.special import expit
 
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.utility_sources import DEFAULT_SOURCE
-from udcg.io.weights import (
+from udcg.io.joins.utility_sources import DEFAULT_SOURCE
+from udcg.io.weights.files import (
     FORMAT,
     FORMAT_VERSION,
     PRETRAINED_FILES,
@@ -438,7 +438,7 @@ class UDCGTheta:
             ADAM_STEPS_PER_EPOCH,
             UDCGThetaDataModule,
             UDCGThetaModule,
-            train,
+            fit_with_trainer,
         )
 
         def tensor(a: np.ndarray) -> torch.Tensor:
@@ -460,7 +460,7 @@ class UDCGTheta:
             lr=params["lr"],
             tol=params["tol"],
         )
-        outcome = train(
+        outcome = fit_with_trainer(
             module,
             data,
             max_epochs=params["max_epochs"],
@@ -569,7 +569,7 @@ class UDCGTheta:
         records ``format``, ``format_version``, ``k``, ``bias``, ``l2``, the tensors' shapes and
         the SHA-256 of the weights file, plus every entry of ``card`` (JSON-serialisable: judge
         model, gamma, training-data fingerprint, held-out correlation...). Each file is
-        written atomically (:func:`udcg.io.weights.write_weights`). Returns the card's path.
+        written atomically (:func:`udcg.io.weights.files.write_weights`). Returns the card's path.
         """
         self._check_fitted()
         weights = ThetaWeights(
@@ -588,7 +588,7 @@ class UDCGTheta:
         A missing or corrupted file, a card that does not describe the weights, a card of
         another format, or one that records no SHA-256 of the weights (unless
         ``allow_unverified``: then a warning) raise :class:`UDCGInputError`
-        (:func:`udcg.io.weights.read_weights`). The card's entries are in ``card_``; its
+        (:func:`udcg.io.weights.files.read_weights`). The card's entries are in ``card_``; its
         ``calibration`` entry in ``calibration_`` (None when it has none, as after :meth:`fit`).
         """
         weights = read_weights(path, k, allow_unverified=allow_unverified)
@@ -630,7 +630,8 @@ class UDCGTheta:
         data has (``k``, ``utility``, ``judge``, ``prompt``: the prompt's SHA-256, ``mode``;
         None or absent: not checked); a difference from the card raises a one-line
         :class:`UDCGInputError` naming both values unless its field is in ``allow_mismatch``.
-        Returns a note per mismatch allowed on purpose (:func:`udcg.io.weights.check_compatible`).
+        Returns a note per mismatch allowed on purpose
+        (:func:`udcg.io.weights.files.check_compatible`).
         """
         self._check_fitted()
         card = {"k": len(self.alpha_), **getattr(self, "card_", {})}

@@ -32,8 +32,8 @@ __all__ = [
     "UDCGThetaDataModule",
     "UDCGThetaModule",
     "bce_with_logits",
+    "fit_with_trainer",
     "resolve_accelerator",
-    "train",
 ]
 
 # L-BFGS iterations per epoch: an epoch is one ``optimizer.step(closure)``.
@@ -275,7 +275,7 @@ def _restore_torch_flags() -> Iterator[None]:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = cublas
 
 
-def train(
+def fit_with_trainer(
     module: UDCGThetaModule,
     data: UDCGThetaDataModule,
     *,

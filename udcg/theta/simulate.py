@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from udcg.io.contexts import Context, Passage
+from udcg.io.contexts.jsonl import Context, Passage
 
 
 def u_shaped_weights(k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from udcg.errors import UDCGInputError
-from udcg.io.trec_files import Qrels
+from udcg.io.formats.trec import Qrels
 from udcg.trec.engine import QrelsLike, RunLike, as_qrels, evaluate_table, import_pandas
 from udcg.trec.measures import UTILITY_MEASURES, Measure, parse_measures
 from udcg.trec.significance import TESTS, bootstrap_interval, holm, paired_test
@@ -31,7 +31,7 @@ from udcg.validation import (
 )
 
 if TYPE_CHECKING:
-    from udcg.io.utilities import Utilities, UtilitiesLike
+    from udcg.io.joins.utilities import Utilities, UtilitiesLike
     from udcg.trec.utility_measures import WeightsLike
 
 Test = Literal["t", "randomization", "bootstrap"]
@@ -412,7 +412,7 @@ def _utility_options(
     wanted = [m for m in measures if m.name in UTILITY_MEASURES]
     if not wanted:
         return [{} for _ in systems]
-    from udcg.io.utilities import as_utilities
+    from udcg.io.joins.utilities import as_utilities
     from udcg.trec.utility_measures import _weights_by_k
 
     loaded_weights = list(_weights_by_k(wanted, weights).values()) or None
@@ -467,7 +467,7 @@ def compare(
     (files, dicts, udcg or ranx objects, DataFrames, ir_measures Qrel/ScoredDoc lists).
     ``utilities``, ``utility_field``, ``weights`` and ``allow_mismatch`` go to
     ``evaluate_table`` for the utility measures (UDCG@k, UDCGtheta@k): ``utilities`` is one
-    source (a file, a ``{qid: {doc_id: value}}`` dict, :class:`~udcg.io.utilities.Utilities`)
+    source (a file, a ``{qid: {doc_id: value}}`` dict, :class:`~udcg.io.joins.utilities.Utilities`)
     for every run, or a list of one source per run in the order of ``runs`` (each run's
     annotated contexts, say); each file is read once.
 

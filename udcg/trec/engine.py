@@ -21,9 +21,9 @@ import pyarrow as pa
 
 from udcg._threads import run_concurrently
 from udcg.errors import UDCGInputError
-from udcg.io import interop
 from udcg.io.arrow import dictionary_encode, string_ranks, take, to_numpy
-from udcg.io.trec_files import (
+from udcg.io.formats import interop
+from udcg.io.formats.trec import (
     Qrels,
     Run,
     locate_duplicate,
@@ -38,7 +38,7 @@ from udcg.trec._pages import small_pages
 from udcg.trec.measures import UTILITY_MEASURES, Measure, parse_measures
 
 if TYPE_CHECKING:
-    from udcg.io.utilities import Utilities, UtilitiesLike
+    from udcg.io.joins.utilities import Utilities, UtilitiesLike
     from udcg.trec.utility_measures import UtilityPlan, WeightsLike
 
 #: besides these: ranx Qrels/Run, pandas DataFrames and iterables of ir_measures Qrel/ScoredDoc
@@ -94,7 +94,7 @@ def import_pandas(what: str) -> Any:
 def as_run(run: RunLike) -> Run:
     """``run`` as a :class:`Run`: a Run, a TREC run file, ``{qid: {doc_id: score}}``, a ranx
     Run, a DataFrame (``q_id``/``qid``/``query_id``, ``doc_id``/``docno``, ``score``) or an
-    iterable of ir_measures ``ScoredDoc`` (see :mod:`udcg.io.interop`)."""
+    iterable of ir_measures ``ScoredDoc`` (see :mod:`udcg.io.formats.interop`)."""
     if isinstance(run, Run):
         return run
     if isinstance(run, Mapping):
@@ -597,11 +597,11 @@ def evaluate(
 
     Utility measures: ``UDCG@k`` (``UDCG(gamma=0.5)@k``; gamma 1/3 by default) and
     ``UDCGtheta@k`` score each query's top k documents with ``utilities`` per (query,
-    document): a dict ``{qid: {doc_id: value}}`` or a TSV/JSONL file (:mod:`udcg.io.utilities`).
-    ``utility_field`` says what a value is: ``abstain_prob`` (u = 1 - p; a TSV file's
-    default), ``answer_prob`` (u = p) or ``utility`` (u itself); a JSONL line says it by its
-    key, and a dict, whose numbers do not say it, is refused without it.
-    ``weights``: UDCG-theta weight files (or :class:`udcg.io.weights.ThetaWeights`), one per
+    document): a dict ``{qid: {doc_id: value}}`` or a TSV/JSONL file
+    (:mod:`udcg.io.joins.utilities`). ``utility_field`` says what a value is: ``abstain_prob`` (u =
+    1 - p; a TSV file's default), ``answer_prob`` (u = p) or ``utility`` (u itself); a JSONL line
+    says it by its key, and a dict, whose numbers do not say it, is refused without it.
+    ``weights``: UDCG-theta weight files (or :class:`udcg.io.weights.files.ThetaWeights`), one per
     UDCGtheta cutoff, matched by the k of their card; weights fitted on another utility source
     are refused unless ``allow_mismatch=["utility"]``. Semantics in
     :mod:`udcg.trec.utility_measures`.

@@ -1,7 +1,7 @@
 """UDCG@k and UDCGtheta@k of a run: the passages are each query's top k documents in
 trec_eval order (score descending, ties by document id descending), relevant when their qrels
 grade is >= ``rel`` (1 by default; unjudged: not relevant), with utilities ``u`` given per
-(query, document) (:mod:`udcg.io.utilities`).
+(query, document) (:mod:`udcg.io.joins.utilities`).
 
 * ``UDCG@k`` is :func:`udcg.metrics.udcg` of those passages::
 
@@ -9,12 +9,13 @@ grade is >= ``rel`` (1 by default; unjudged: not relevant), with utilities ``u``
 
   with n = min(k, documents ranked for the query): a query with fewer than k ranked documents
   is averaged over the ones it has, as :func:`udcg.metrics.udcg` does for a shorter list.
-* ``UDCGtheta@k`` uses weights fitted for lists of exactly k passages (:mod:`udcg.io.weights`)::
+* ``UDCGtheta@k`` uses weights fitted for lists of exactly k passages
+  (:mod:`udcg.io.weights.files`)::
 
       UDCG_theta = sigmoid( b + sum_i alpha_i * rel_i * u_i + sum_i beta_i * (1 - rel_i) * u_i )
 
   a scored query with fewer than k ranked documents is an error. The weights (a folder or a
-  ``.safetensors`` file, :mod:`udcg.io.weights`) must be for k (never overridable) and fitted
+  ``.safetensors`` file, :mod:`udcg.io.weights.files`) must be for k (never overridable) and fitted
   on the utility source the utilities hold (``allow_mismatch=["utility"]`` overrides it, with
   a :class:`~udcg.errors.UDCGWarning` that says so). A utilities file records neither judge,
   prompt nor abstention mode: those are not checked here.
@@ -34,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.utilities import Utilities, UtilitiesLike, as_utilities, check_field, source_of
-from udcg.io.weights import ThetaWeights, check_compatible, read_weights
+from udcg.io.joins.utilities import Utilities, UtilitiesLike, as_utilities, check_field, source_of
+from udcg.io.weights.files import ThetaWeights, check_compatible, read_weights
 from udcg.metrics._kernels import row_sums
 from udcg.metrics.udcg import udcg, udcg_terms
 from udcg.trec.measures import UTILITY_MEASURES, Measure

@@ -1,0 +1,79 @@
+"""The embedded demo set's source and the contexts built from it (``udcg demo`` annotates them).
+
+The source (``demo_source.json`` beside this module, written for this project) has factoid
+questions with acceptable answers and seven passages each: two relevant, two hard distractors
+(same topic, a plausible wrong answer) and three weak ones. From it this module builds
+retrieved contexts of k = 1, 3, 5 and 10 passages in several orderings ("runs"), which
+``udcg demo`` annotates with the embedded judge through :mod:`udcg.labels.annotate` (steps
+:data:`STEPS`): abstention probabilities, answer likelihoods (the ``answer_likelihood``
+utility source), relevance by answer match, and the judge's own end-to-end answers graded by
+sub-span match.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts.jsonl import Context, Passage
+
+SOURCE = Path(__file__).with_name("demo_source.json")
+OUTPUT = Path(__file__).with_name("demo.jsonl.gz")
+# list size -> number of orderings per question
+ORDERINGS = {1: 7, 3: 3, 5: 6, 10: 1}
+#: The annotation steps of the shipped demo set.
+STEPS = ("abstain", "answer_likelihood", "relevance", "outcomes")
+
+
+def load_source(path: Path) -> list[dict]:
+    """The questions of the source file."""
+    try:
+        questions = json.loads(Path(path).read_text(encoding="utf-8"))["questions"]
+    except FileNotFoundError:
+        raise UDCGInputError("no such file", path=path) from None
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise UDCGInputError(f"not a demo source file ({exc})", path=path) from None
+    return questions
+
+
+def _passage(p: dict) -> Passage:
+    return Passage(doc_id=p["doc_id"], text=p["text"], extra={"kind": p["kind"]})
+
+
+def build_contexts(questions: list[dict], seed: int = 0) -> list[Context]:
+    """Contexts of every list size in :data:`ORDERINGS`, deterministic for a seed.
+
+    k=1: each passage alone; k=3 and k=5: random draws with 0, 1 or 2 relevant passages in
+    random positions; k=10: the question's seven passages and three weak passages of other
+    questions, shuffled.
+    """
+    rng = np.random.default_rng(seed)
+    contexts: list[Context] = []
+    for qi, q in enumerate(questions):
+        own = [_passage(p) for p in q["passages"]]
+        relevant = [p for p in own if p.extra["kind"] == "relevant"]
+        others = [p for p in own if p.extra["kind"] != "relevant"]
+        base = {"question": q["question"], "answers": list(q["answers"])}
+        lists: list[tuple[str, list[Passage]]] = [(f"single-{i}", [p]) for i, p in enumerate(own)]
+        for k in (3, 5):
+            for r in range(ORDERINGS[k]):
+                n_rel = r % 3
+                picked = list(rng.choice(len(relevant), n_rel, replace=False)) if n_rel else []
+                chosen = [relevant[i] for i in picked]
+                chosen += [others[i] for i in rng.choice(len(others), k - n_rel, replace=False)]
+                lists.append((f"mix{k}-{r}", [chosen[i] for i in rng.permutation(k)]))
+        foreign = [
+            _passage(p)
+            for j, other in enumerate(questions)
+            if j != qi
+            for p in other["passages"]
+            if p["kind"] == "weak"
+        ]
+        extra = [foreign[i] for i in rng.choice(len(foreign), 3, replace=False)]
+        full = own + extra
+        lists.append(("all-10", [full[i] for i in rng.permutation(len(full))]))
+        contexts.extend(Context(q["qid"], passages, run=run, **base) for run, passages in lists)
+    return contexts

@@ -1,0 +1,1 @@
+"""The context model: contexts and passages, their checks, array views and JSONL files."""

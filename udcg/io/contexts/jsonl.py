@@ -1,0 +1,117 @@
+"""Contexts JSONL files: one retrieved context per line, read as a stream and written whole.
+
+The line format and its rules are the data model's (:mod:`udcg.io.contexts.model`); this
+module also re-exports the model, its key constants and the array helpers of
+:mod:`udcg.io.contexts.arrays`, so ``from udcg.io.contexts.jsonl import ...`` reaches all of them.
+
+* Duplicate keys inside one JSON object follow :mod:`json` (the last one wins).
+* A file without any context is an error; blank lines are skipped but still counted, so line
+  numbers in messages match what an editor shows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts.arrays import (
+    abstain_probs,
+    answer_probs,
+    correctness,
+    coverage_matrices,
+    judge_probs,
+    relevance_matrix,
+)
+from udcg.io.contexts.checks import ANSWER_LABELS, Where, json_problem
+from udcg.io.contexts.model import (
+    CONTEXT_KEYS,
+    JUDGE_PROB_KEYS,
+    PASSAGE_KEYS,
+    Context,
+    Passage,
+    parse_context,
+)
+from udcg.io.files import PathType, atomic_write, check_input, numbered_lines
+
+__all__ = [
+    "ANSWER_LABELS",
+    "CONTEXT_KEYS",
+    "JUDGE_PROB_KEYS",
+    "PASSAGE_KEYS",
+    "Context",
+    "Passage",
+    "abstain_probs",
+    "answer_probs",
+    "context_line",
+    "correctness",
+    "coverage_matrices",
+    "judge_probs",
+    "read_contexts",
+    "relevance_matrix",
+    "write_contexts",
+]
+
+
+def read_contexts(path: PathType) -> Iterator[Context]:
+    """Stream the contexts of a JSONL file (gzip detected by content), one line at a time.
+
+    A missing path or a directory fails at once (asked of the file system, not by opening
+    it); everything else (malformed JSON, invalid fields, an empty file) fails while
+    iterating, with ``FILE:LINE: field 'x': ...``, once the reader reaches the offending line.
+    Lines before it have been yielded already. The path is opened once, when iteration
+    starts, so a pipe (``<(...)``, a FIFO, ``/dev/stdin``) is read whole.
+    """
+    check_input(path)
+    return _read_contexts(path)
+
+
+def _read_contexts(path: PathType) -> Iterator[Context]:
+    count = 0
+    for line_no, text in numbered_lines(path):
+        if not text.strip():
+            continue
+        yield parse_context(_json_line(text, path, line_no), Where(path, line_no))
+        count += 1
+    if count == 0:
+        raise UDCGInputError("empty file: no contexts", path=path)
+
+
+def _json_line(text: str, path: PathType, line_no: int) -> Any:
+    """The JSON value of one line; anything :mod:`json` rejects is an error at that line."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise UDCGInputError(json_problem(exc), path=path, line=line_no) from None
+
+
+def _numpy_scalar(value: Any) -> Any:
+    """JSON for numpy scalars (``np.bool_``, ``np.int64``, ``np.float32``...) built into
+    contexts by user code; anything else is not JSON data."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def write_contexts(path: PathType, contexts: Iterable[Context]) -> int:
+    """Write ``contexts`` as JSONL (one object per line, UTF-8, keys in a fixed order).
+
+    The file is replaced atomically; a ``.gz`` suffix compresses it. numpy scalars are written
+    as the Python values they hold. NaN or infinite numbers raise ``ValueError`` and leave any
+    existing file untouched. Returns the number written.
+    """
+    count = 0
+    with atomic_write(path) as handle:
+        for ctx in contexts:
+            handle.write(context_line(ctx))
+            count += 1
+    return count
+
+
+def context_line(ctx: Context) -> str:
+    """One context as the JSONL line :func:`write_contexts` writes, ending in a newline."""
+    line = json.dumps(ctx.to_json(), ensure_ascii=False, allow_nan=False, default=_numpy_scalar)
+    return line + "\n"

@@ -1,0 +1,1 @@
+"""File formats: TREC runs and qrels, passage collections, topics, reference JSON, interop."""

@@ -1,0 +1,1 @@
+"""Joins: runs, qrels and utilities joined with passages into contexts."""

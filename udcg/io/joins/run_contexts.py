@@ -1,0 +1,165 @@
+"""Contexts from a team's own TREC run: each query's top-k documents joined with the question
+(topics), the passage text (collection) and, optionally, reference answers and qrels.
+
+* Order: per query, score descending, ties broken by document id descending (trec_eval's
+  order, :func:`udcg.io.formats.trec.trec_order`; the rank column is ignored); queries in
+  ascending id order. A query with fewer than k documents gives a shorter context.
+* ``relevant``: qrels grade >= 1; an unjudged document is not relevant. A query without any
+  judgement keeps ``relevant`` unset (unknown, not false).
+* ``answers``: from the answers file when it has the query, else from the topics file.
+* ``run``: ``run_name``, by default the tag column of the run file's first line.
+* The title of a passage, when the collection gives one, is kept as ``extra["title"]``.
+
+Memory is bounded by what the run's top k needs: the run is read first, then only its queries
+are kept from the topics and only its documents from the collection, which is streamed.
+Errors: a ranked document missing from the collection, or a query missing from the topics, is
+an error at its line of the run, which also counts the others missing
+(``RUN:LINE: field 'doc_id': 'd17' is not in the collection FILE (4 more documents missing
+too)``); the readers' errors are located in their own files.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Container, Iterator
+from operator import itemgetter
+
+import numpy as np
+import pyarrow as pa
+
+from udcg.errors import UDCGInputError
+from udcg.io.arrow import dictionary_encode, take, to_numpy
+from udcg.io.contexts.model import Context, Passage
+from udcg.io.files import PathType, numbered_lines
+from udcg.io.formats.collection import Document, read_collection
+from udcg.io.formats.topics import Topic, read_answers, read_topics
+from udcg.io.formats.trec import (
+    Qrels,
+    Run,
+    locate_duplicate,
+    read_trec_qrels,
+    read_trec_run,
+    trec_order,
+)
+from udcg.io.joins.trec_contexts import judged_grades, run_line
+from udcg.validation import positive_int
+
+__all__ = ["build_run_contexts", "run_tag", "top_k_rows"]
+
+
+def _codes(ids: pa.Array) -> np.ndarray:
+    """Integer codes of Arrow strings, plain or dictionary-encoded (equal ids, equal codes)."""
+    encoded = ids if pa.types.is_dictionary(ids.type) else dictionary_encode(ids)
+    return to_numpy(encoded.indices).astype(np.int64)
+
+
+def top_k_rows(run: Run, k: int) -> np.ndarray:
+    """Row indices of each query's first ``k`` documents in trec_eval order, queries in
+    ascending id order. A document ranked twice for one query is an error at its line."""
+    queries, docs = _codes(run.qids), _codes(run.doc_ids)
+    if len(np.unique(queries * (int(docs.max(initial=0)) + 1) + docs)) < len(run):
+        locate_duplicate(run.source, "run")
+        raise UDCGInputError("a document is ranked twice for one query", field="doc_id")
+    order = trec_order(run.qids, run.scores, run.doc_ids)
+    grouped = queries[order]
+    starts = np.ones(len(order), dtype=bool)
+    starts[1:] = grouped[1:] != grouped[:-1]
+    first = np.flatnonzero(starts)[np.cumsum(starts) - 1]
+    return order[np.arange(len(order)) - first < k]
+
+
+def run_tag(run: Run) -> str | None:
+    """The tag column of the first line of the file ``run`` was read from (None without one)."""
+    if run.source is None:
+        return None
+    for _, text in numbered_lines(run.source):
+        if fields := text.split():
+            return fields[5] if len(fields) > 5 else None
+    return None
+
+
+def _check_present(
+    run: Run, rows: list[tuple[str, str, float]], present: Container[str], column: int, what: str
+) -> None:
+    """The first row whose ``column`` (0: qid, 1: doc_id) is not in ``present`` is an error at
+    its line of the run file, telling how many other ids are missing."""
+    missing = dict.fromkeys(row[column] for row in rows if row[column] not in present)
+    if not missing:
+        return
+    first = next(row for row in rows if row[column] in missing)
+    n = len(missing) - 1
+    noun = (("query", "queries"), ("document", "documents"))[column][n > 1]
+    more = f" ({n} more {noun} missing too)" if n else ""
+    raise UDCGInputError(
+        f"{first[column]!r} is not in {what}{more}",
+        path=run.source,
+        line=run_line(run, first[0], first[1]),
+        field=("qid", "doc_id")[column],
+    )
+
+
+def build_run_contexts(
+    run: PathType | Run,
+    topics: PathType,
+    collection: PathType,
+    k: int,
+    *,
+    answers: PathType | None = None,
+    qrels: PathType | Qrels | None = None,
+    run_name: str | None = None,
+) -> Iterator[Context]:
+    """The top-``k`` context of every query of ``run`` with its question, passage texts and
+    scores, and, when given, reference answers and qrels relevance (see the module docstring).
+    Every file is read and checked before this returns; the contexts are built as iterated."""
+    k = positive_int(k, "k")
+    ranked = run if isinstance(run, Run) else read_trec_run(run)
+    top = top_k_rows(ranked, k)
+    rows = list(
+        zip(
+            take(ranked.qids, top).to_pylist(),
+            take(ranked.doc_ids, top).to_pylist(),
+            ranked.scores[top].tolist(),
+            strict=True,
+        )
+    )
+    qids = dict.fromkeys(row[0] for row in rows)
+    questions = read_topics(topics, qids)
+    _check_present(ranked, rows, questions, 0, f"the topics {topics}")
+    references = read_answers(answers, qids) if answers is not None else {}
+    judged = None
+    if qrels is not None:
+        judged = judged_grades(qrels if isinstance(qrels, Qrels) else read_trec_qrels(qrels))
+    documents = read_collection(collection, {row[1] for row in rows})
+    _check_present(ranked, rows, documents, 1, f"the collection {collection}")
+    name = run_name if run_name is not None else run_tag(ranked)
+    return _contexts(rows, questions, documents, references, judged, name)
+
+
+def _contexts(
+    rows: list[tuple[str, str, float]],
+    questions: dict[str, Topic],
+    documents: dict[str, Document],
+    references: dict[str, list[str]],
+    judged: dict[str, dict[str, int]] | None,
+    name: str | None,
+) -> Iterator[Context]:
+    for qid, ranked in itertools.groupby(rows, key=itemgetter(0)):
+        grades = None if judged is None else judged.get(qid)
+        passages = [
+            Passage(
+                doc_id=doc_id,
+                text=documents[doc_id].text,
+                score=score,
+                relevant=None if grades is None else grades.get(doc_id, 0) >= 1,
+                extra={} if documents[doc_id].title is None else {"title": documents[doc_id].title},
+            )
+            for _, doc_id, score in ranked
+        ]
+        topic = questions[qid]
+        yield Context(
+            qid,
+            passages,
+            run=name,
+            question=topic.text,
+            answers=references.get(qid, topic.answers),
+        )

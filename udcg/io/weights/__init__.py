@@ -1,0 +1,1 @@
+"""UDCG-theta weight files and their model cards."""

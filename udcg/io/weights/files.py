@@ -1,0 +1,361 @@
+"""UDCG-theta weight files: a safetensors file and a JSON card beside it.
+
+Tensors (float64): ``alpha`` ``[k]``, ``beta`` ``[k]`` and ``intercept`` ``[]`` (``b``), the
+weights of::
+
+    UDCG_theta = sigmoid( b + sum_i alpha_i * rel_i * u_i + sum_i beta_i * (1 - rel_i) * u_i )
+
+The card ``<stem>.json`` records ``format``, ``format_version``, ``k``, ``bias``, ``l2``, the
+tensors' shapes and the SHA-256 of the weights file, plus free entries (judge, utility source,
+gamma, training-data fingerprint, held-out correlations...). Reading checks one against the
+other; a card that records no SHA-256 is refused unless unverified weights are allowed on
+purpose (``allow_unverified=True``, the commands' ``--allow-unverified``), and then a
+:class:`~udcg.errors.UDCGWarning` says they are used unchecked.
+
+A weights *folder* (:func:`write_pretrained`, the Hugging Face layout) holds the same tensors
+in ``model.safetensors``, the same card as ``config.json`` and a ``README.md`` model card
+(:mod:`udcg.io.weights.card`); :func:`read_weights` reads a folder or a single file. Needs
+``safetensors`` (the ``train`` extra), imported when a file is read or written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from udcg.errors import UDCGInputError, UDCGWarning
+from udcg.io.files import atomic_write
+from udcg.validation import positive_int, show
+
+__all__ = [
+    "CONFIG_NAME",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MISMATCH_FIELDS",
+    "PRETRAINED_FILES",
+    "README_NAME",
+    "RESERVED",
+    "WEIGHTS_NAME",
+    "ThetaWeights",
+    "card_path",
+    "check_compatible",
+    "read_weights",
+    "weights_files",
+    "write_pretrained",
+    "write_weights",
+]
+
+#: the files of a weights folder
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+README_NAME = "README.md"
+#: every file :func:`write_pretrained` writes (what a Hub download of a weights folder fetches)
+PRETRAINED_FILES = (WEIGHTS_NAME, CONFIG_NAME, README_NAME)
+
+FORMAT = "udcg-theta"
+FORMAT_VERSION = 1
+#: card keys written by :func:`write_weights`; the free entries may not override them
+RESERVED = ("format", "format_version", "k", "bias", "l2", "weights_sha256", "tensors")
+
+
+@dataclass(frozen=True, eq=False)
+class ThetaWeights:
+    """Fitted UDCG-theta weights for lists of ``k = len(alpha)`` passages, with their card.
+    ``verified``: the weights file was read and matched the SHA-256 its card records
+    (:func:`read_weights`); False for weights built in memory or read unverified."""
+
+    alpha: np.ndarray
+    beta: np.ndarray
+    intercept: float = 0.0
+    bias: bool = False
+    l2: float = 0.0
+    card: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+    verified: bool = False
+
+    @property
+    def k(self) -> int:
+        """The list size the weights score."""
+        return len(self.alpha)
+
+
+def card_path(path: str | PathLike[str]) -> Path:
+    """The JSON card beside a weights file: ``dir/name.safetensors`` -> ``dir/name.json``."""
+    path = Path(path)
+    return path.with_name(path.stem + ".json")
+
+
+def _encode(
+    weights: ThetaWeights, card: Mapping[str, Any] | None
+) -> tuple[bytes, dict[str, Any], str]:
+    """``(safetensors blob, full card, card JSON text)`` of ``weights`` and the free entries."""
+    from safetensors.numpy import save as st_save
+
+    extra = dict(card or {})
+    clash = [key for key in extra if key in RESERVED]
+    if clash:
+        raise UDCGInputError(
+            f"card key {clash[0]!r} is reserved (reserved: {', '.join(RESERVED)})", field="card"
+        )
+    tensors = {
+        "alpha": np.ascontiguousarray(weights.alpha, dtype=np.float64),
+        "beta": np.ascontiguousarray(weights.beta, dtype=np.float64),
+        "intercept": np.asarray(float(weights.intercept), dtype=np.float64),
+    }
+    blob = st_save(tensors, metadata={"format": FORMAT})
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "k": weights.k,
+        "bias": bool(weights.bias),
+        "l2": float(weights.l2),
+        "tensors": {name: list(t.shape) for name, t in tensors.items()},
+        "weights_sha256": hashlib.sha256(blob).hexdigest(),
+    }
+    full = {**meta, **extra}
+    try:
+        text = json.dumps(full, indent=2, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise UDCGInputError(f"card is not JSON-serialisable ({exc})", field="card") from None
+    return blob, json.loads(text), text
+
+
+def write_weights(
+    path: str | PathLike[str], weights: ThetaWeights, card: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``weights`` to ``path`` (safetensors) and its card beside it, each atomically;
+    ``card`` holds the free entries (JSON-serialisable, none of :data:`RESERVED`). Returns the
+    card's path."""
+    blob, _, text = _encode(weights, card)
+    path = Path(path)
+    with atomic_write(path, "wb") as handle:
+        handle.write(blob)
+    target = card_path(path)
+    with atomic_write(target, "w") as handle:
+        handle.write(text + "\n")
+    return target
+
+
+def write_pretrained(
+    directory: str | PathLike[str], weights: ThetaWeights, card: Mapping[str, Any] | None = None
+) -> Path:
+    """Write a weights folder: ``model.safetensors``, ``config.json`` (the card, as
+    :func:`write_weights` writes it) and ``README.md`` (the model card rendered from the
+    config, :func:`udcg.io.weights.card.render`). Each file is written atomically; other files
+    in the folder are left alone. Returns the folder."""
+    from udcg.io.weights.card import render
+
+    blob, full, text = _encode(weights, card)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with atomic_write(directory / WEIGHTS_NAME, "wb") as handle:
+        handle.write(blob)
+    with atomic_write(directory / CONFIG_NAME, "w") as handle:
+        handle.write(text + "\n")
+    with atomic_write(directory / README_NAME, "w") as handle:
+        handle.write(render(full, alpha=weights.alpha, beta=weights.beta))
+    return directory
+
+
+def weights_files(path: str | PathLike[str]) -> tuple[Path, Path]:
+    """``(weights file, card file)`` of a weights folder (``model.safetensors`` and
+    ``config.json``) or of a single ``.safetensors`` file (its ``<stem>.json`` card)."""
+    path = Path(path)
+    if path.is_dir():
+        return path / WEIGHTS_NAME, path / CONFIG_NAME
+    return path, card_path(path)
+
+
+def _read_card(cpath: Path) -> tuple[dict[str, Any], int, bool, float]:
+    """``(card, k, bias, l2)`` of a card file, each checked."""
+    try:
+        card = json.loads(cpath.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as exc:  # also bad UTF-8, too deep, too many digits
+        raise UDCGInputError(f"model card is not valid JSON ({exc})", path=cpath) from None
+    if not isinstance(card, dict):
+        raise UDCGInputError("model card must be a JSON object", path=cpath)
+    if card.get("format") != FORMAT:
+        raise UDCGInputError(f"not a UDCG-theta card (format {card.get('format')!r})", path=cpath)
+    if card.get("format_version") != FORMAT_VERSION:
+        raise UDCGInputError(
+            f"unsupported format_version {card.get('format_version')!r} "
+            f"(this version reads {FORMAT_VERSION})",
+            path=cpath,
+        )
+    try:
+        k = positive_int(card.get("k"), "k")
+    except UDCGInputError as exc:
+        raise UDCGInputError(exc.reason, path=cpath, field="k") from None
+    bias = card.get("bias")
+    if not isinstance(bias, bool):
+        raise UDCGInputError(f"expected true or false, got {show(bias)}", path=cpath, field="bias")
+    l2 = card.get("l2", 0.0)
+    is_number = isinstance(l2, int | float) and not isinstance(l2, bool)
+    if not is_number or not 0 <= l2 <= sys.float_info.max:  # a float, not NaN or inf
+        raise UDCGInputError(
+            f"expected a finite number >= 0, got {show(l2)}", path=cpath, field="l2"
+        )
+    return card, k, bias, float(l2)
+
+
+def _read_tensors(path: Path, blob: bytes, k: int) -> dict[str, np.ndarray]:
+    """The three tensors of a safetensors blob, each of the shape ``k`` asks and finite."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load as st_load
+
+    try:
+        tensors = st_load(blob)
+    except (SafetensorError, ValueError, OSError) as exc:
+        raise UDCGInputError(f"not a valid safetensors file ({exc})", path=path) from None
+    except KeyError as exc:  # a dtype numpy does not have, such as BF16
+        raise UDCGInputError(
+            f"a tensor has dtype {exc.args[0]}, which numpy cannot read", path=path
+        ) from None
+    for name, shape in {"alpha": (k,), "beta": (k,), "intercept": ()}.items():
+        if name not in tensors:
+            raise UDCGInputError(f"tensor {name!r} is missing", path=path)
+        if tensors[name].shape != shape:
+            raise UDCGInputError(
+                f"tensor {name!r} has shape {list(tensors[name].shape)} but the card says "
+                f"k={k} (expected {list(shape)})",
+                path=path,
+            )
+        if tensors[name].dtype.kind != "f" or not np.isfinite(tensors[name]).all():
+            raise UDCGInputError(
+                f"tensor {name!r} must hold finite floating-point values", path=path
+            )
+    return tensors
+
+
+def read_weights(
+    path: str | PathLike[str], k: int | None = None, *, allow_unverified: bool = False
+) -> ThetaWeights:
+    """The weights in ``path`` (a weights folder or a ``.safetensors`` file) and its card
+    (see the module docstring), every check done.
+
+    ``k``: the list size the caller's data has; an error if the weights are for another. A
+    missing or corrupted file, a card that does not describe the weights (SHA-256, shapes,
+    bias), or a card of another format raise :class:`UDCGInputError`; so does a card that
+    records no SHA-256 (nothing would notice alpha and beta swapped or edited) unless
+    ``allow_unverified``: then a :class:`UDCGWarning` says the weights are used unchecked.
+    """
+    given = Path(path)
+    path, cpath = weights_files(path)
+    if not given.exists() and given.suffix != ".safetensors":
+        raise UDCGInputError("no such weights folder", path=given)
+    if not path.is_file():
+        raise UDCGInputError("no such weights file", path=path)
+    if not cpath.is_file():
+        raise UDCGInputError(
+            f"no model card {cpath.name} next to the weights (save() writes both)", path=cpath
+        )
+    card, card_k, bias, l2 = _read_card(cpath)
+    if k is not None and positive_int(k, "k") != card_k:
+        raise UDCGInputError(f"weights are for k={card_k}, data has k={k}", path=path)
+    blob = path.read_bytes()
+    digest = card.get("weights_sha256")
+    if digest is None and not allow_unverified:
+        raise UDCGInputError(
+            f"{cpath.name} records no weights_sha256, so nothing checks the weights against "
+            "their card (swapped or edited tensors would load unnoticed); to use them "
+            "unchecked, allow unverified weights (--allow-unverified, allow_unverified=True)",
+            path=path,
+        )
+    if digest is not None and digest != hashlib.sha256(blob).hexdigest():
+        raise UDCGInputError(
+            f"weights file does not match its card {cpath.name} (SHA-256 differs): "
+            "corrupted, truncated or replaced",
+            path=path,
+        )
+    tensors = _read_tensors(path, blob, card_k)
+    intercept = float(tensors["intercept"])
+    if not bias and intercept != 0.0:
+        raise UDCGInputError(
+            f"the card says bias=false but the intercept is {show(intercept)}", path=path
+        )
+    if digest is None:
+        warnings.warn(
+            f"{path}: unverified weights ({cpath.name} records no weights_sha256): alpha, "
+            "beta and the intercept are used as the file holds them, unchecked",
+            UDCGWarning,
+            stacklevel=2,
+        )
+    return ThetaWeights(
+        alpha=tensors["alpha"].astype(np.float64),
+        beta=tensors["beta"].astype(np.float64),
+        intercept=intercept,
+        bias=bias,
+        l2=l2,
+        card=card,
+        path=path,
+        verified=digest is not None,
+    )
+
+
+#: what :func:`check_compatible` compares: field -> (card key, what it is called in errors)
+MISMATCH_FIELDS: dict[str, tuple[str, str]] = {
+    "k": ("k", "k"),
+    "utility": ("utility", "utility source"),
+    "judge": ("judge_model", "judge"),
+    "prompt": ("prompt", "prompt SHA-256"),
+    "mode": ("abstention_mode", "abstention mode"),
+}
+
+
+def _card_value(card: Mapping[str, Any], name: str) -> Any:
+    key = MISMATCH_FIELDS[name][0]
+    value = card.get(key)
+    if name == "utility" and value is None:
+        return "abstention"  # cards that predate the option were all fitted on it
+    if name == "prompt":
+        return value.get("sha256") if isinstance(value, Mapping) else None
+    return value
+
+
+def check_compatible(
+    card: Mapping[str, Any],
+    applied: Mapping[str, Any],
+    allow_mismatch: Any = (),
+    option: str = "--allow-mismatch {field}",
+) -> list[str]:
+    """Refuse weights whose card differs from what they are applied to.
+
+    ``applied`` maps fields of :data:`MISMATCH_FIELDS` (``k``, ``utility``, ``judge``,
+    ``prompt``: the prompt's SHA-256, ``mode``) to the value on the applying side; a field
+    that side does not know (absent or None) is not checked, nor one the card does not record
+    (older cards). A difference raises a one-line :class:`UDCGInputError` naming both values,
+    unless its field is in ``allow_mismatch`` (``option``, with ``{field}``, is how the message
+    says to allow it); returns one note per mismatch allowed on purpose, to record in the output.
+    """
+    allowed = [allow_mismatch] if isinstance(allow_mismatch, str) else list(allow_mismatch or ())
+    for name in allowed:
+        if name not in MISMATCH_FIELDS:
+            raise UDCGInputError(
+                f"unknown field {name!r} (choose from {', '.join(MISMATCH_FIELDS)})",
+                field="allow_mismatch",
+            )
+    notes = []
+    for name, value in applied.items():
+        if name not in MISMATCH_FIELDS:
+            raise UDCGInputError(f"unknown field {name!r}", field="applied")
+        fitted = _card_value(card, name)
+        if value is None or fitted is None or fitted == value:
+            continue
+        what = MISMATCH_FIELDS[name][1]
+        message = f"the weights were fitted with {what} {fitted!r}, not {value!r}"
+        if name in allowed:
+            notes.append(f"field {name!r}: {message} (allowed on purpose)")
+            continue
+        raise UDCGInputError(
+            f"field {name!r}: {message} ({option.format(field=name)} to use them anyway)"
+        )
+    return notes

@@ -1,0 +1,118 @@
+"""Yes/No checks through the judge, with a soft label beside the hard one.
+
+Where the backend gives log-probabilities, the soft label is P(Yes) / (P(Yes) + P(No)) of the
+first answer token (:meth:`Judge.yes_prob`) and the hard label is ``soft >= 0.5``. Otherwise
+(``checks="text"``, or ``"auto"`` when the backend refuses log-probs) the judge generates a
+short reply that is parsed strictly: its first word must be Yes or No. An unusable reply is
+retried with a reminder; one still unusable after ``retries`` gets no label (``None``), is
+counted, and never becomes a silent No.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Literal
+
+from udcg.errors import UDCGInputError
+from udcg.judge.base import Judge
+from udcg.judge.prompts import Messages
+from udcg.labels.batches import judge_call
+from udcg.qcare.labels.prompts import YES_NO_RETRY
+
+CheckMode = Literal["auto", "logprobs", "text"]
+CHECK_MODES: tuple[str, ...] = ("auto", "logprobs", "text")
+_TEXT_TOKENS = 4
+
+
+def parse_yes_no(text: str) -> bool | None:
+    """True for Yes, False for No (first word, case and surrounding punctuation ignored),
+    None for anything else."""
+    words = text.strip().split()
+    word = words[0].strip(".,:;!?\"'*()[]").lower() if words else ""
+    return {"yes": True, "no": False}.get(word)
+
+
+class YesNoChecker:
+    """Runs batches of Yes/No prompts through ``judge`` (see the module docstring).
+
+    ``counts`` accumulates ``logprobs`` and ``text`` (labels by each route), ``retried``
+    (text replies asked again) and ``unusable`` (no label after the retries);
+    ``text_reason`` says why ``auto`` fell back to text.
+    """
+
+    def __init__(
+        self, judge: Judge, mode: CheckMode = "auto", retries: int = 1, batch: int = 64
+    ) -> None:
+        if mode not in CHECK_MODES:
+            raise UDCGInputError(
+                f"unknown check mode {mode!r}; known: {', '.join(CHECK_MODES)}", field="checks"
+            )
+        self.judge = judge
+        self.mode = mode
+        self.retries = int(retries)
+        self.batch = int(batch)
+        self.counts: Counter[str] = Counter()
+        self.text_reason: str | None = None
+
+    def __call__(
+        self, prompts: Sequence[Messages], label: str
+    ) -> tuple[list[float | None], list[bool | None]]:
+        """``(soft, hard)`` per prompt; soft is None for text labels and unusable replies."""
+        prompts = list(prompts)
+        soft: list[float | None] = [None] * len(prompts)
+        hard: list[bool | None] = [None] * len(prompts)
+        todo = list(range(len(prompts)))
+        if self.mode != "text" and self.text_reason is None and prompts:
+            try:
+                values, _ = judge_call(self.judge, prompts, self.judge.yes_prob, label, self.batch)
+            except (NotImplementedError, RuntimeError, UDCGInputError) as exc:
+                if self.mode == "logprobs":
+                    raise
+                self.text_reason = f"{type(exc).__name__}: {exc}"
+                values = [math.nan] * len(prompts)
+            todo = []
+            for i, value in enumerate(values):
+                value = float(value)
+                if math.isfinite(value):
+                    soft[i], hard[i] = value, value >= 0.5
+                    self.counts["logprobs"] += 1
+                else:
+                    todo.append(i)
+        if todo:
+            answers = self._by_text([prompts[i] for i in todo], label)
+            for i, answer in zip(todo, answers, strict=True):
+                hard[i] = answer
+        return soft, hard
+
+    def _by_text(self, prompts: list[Messages], label: str) -> list[bool | None]:
+        conversations = [list(m) for m in prompts]
+        out: list[bool | None] = [None] * len(prompts)
+        pending = list(range(len(prompts)))
+        for attempt in range(self.retries + 1):
+            if not pending:
+                break
+            if attempt:
+                self.counts["retried"] += len(pending)
+            replies, _ = judge_call(
+                self.judge,
+                [conversations[i] for i in pending],
+                lambda chunk, **stream: self.judge.generate(list(chunk), _TEXT_TOKENS, **stream),
+                f"{label} (text)",
+                self.batch,
+            )
+            still = []
+            for i, reply in zip(pending, replies, strict=True):
+                out[i] = parse_yes_no(reply)
+                if out[i] is None:
+                    conversations[i] = [
+                        *conversations[i],
+                        {"role": "assistant", "content": reply},
+                        {"role": "user", "content": YES_NO_RETRY},
+                    ]
+                    still.append(i)
+            pending = still
+        self.counts["text"] += len(prompts) - len(pending)
+        self.counts["unusable"] += len(pending)
+        return out

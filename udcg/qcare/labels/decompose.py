@@ -1,0 +1,141 @@
+"""Query and answer decomposition through the judge (JSON generation with bounded retries).
+
+* A query becomes a list of minimal self-contained sub-queries. A single sub-query means a
+  single-focus query, which stays as it is: the original query text is kept verbatim. When
+  generation fails after the retries, the query is its own single sub-query (a counted
+  fallback).
+* An answer becomes a list of atomic claims. An empty answer or an abstention (NO-RESPONSE)
+  makes no claim; an answer shorter than :data:`MIN_ANSWER_CHARS` characters is its own claim
+  (no call); when generation fails, the whole answer is its own claim (a counted fallback).
+
+Exact duplicates (after case and whitespace folding) are dropped from both lists.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from udcg.judge.base import JSONResult, Judge
+from udcg.judge.prompts import Messages
+from udcg.labels.answers import is_abstention
+from udcg.labels.batches import in_batches
+from udcg.qcare.labels import prompts as qp
+
+MIN_ANSWER_CHARS = 3
+MAX_ITEMS = 12
+_GENERATE_TOKENS = 64
+
+
+def _string_list(value: Any, key: str) -> list[str]:
+    """The de-duplicated non-empty strings of ``{key: [...]}`` (or of a bare list)."""
+    if isinstance(value, dict):
+        if key not in value:
+            raise ValueError(f"expected an object with a {key!r} list")
+        value = value[key]
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{key!r} must be a non-empty list of strings")
+    if len(value) > MAX_ITEMS:
+        raise ValueError(f"{key!r} has {len(value)} items, at most {MAX_ITEMS} expected")
+    out: dict[str, str] = {}
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"{key!r} items must be non-empty strings, got {item!r}")
+        text = " ".join(item.split())
+        out.setdefault(text.casefold(), text)
+    return list(out.values())
+
+
+def subqueries_value(value: Any) -> list[str]:
+    """Validator of a query decomposition reply."""
+    return _string_list(value, "subqueries")
+
+
+def claims_value(value: Any) -> list[str]:
+    """Validator of an answer decomposition reply."""
+    return _string_list(value, "claims")
+
+
+subqueries_value.cache_id = "udcg.qcare:subqueries-v1"  # type: ignore[attr-defined]
+claims_value.cache_id = "udcg.qcare:claims-v1"  # type: ignore[attr-defined]
+
+
+def _generate(
+    judge: Judge, prompts: list[Messages], validate: Any, retries: int, label: str, counts: Counter
+) -> list[JSONResult]:
+    """``judge.generate_json`` in batches with a progress bar; counts the model calls a cold
+    run makes (``generation prompts``, retries included) and the retried items."""
+    results = in_batches(
+        prompts,
+        16,
+        lambda chunk: judge.generate_json(list(chunk), validate, _GENERATE_TOKENS, retries),
+        label,
+    )
+    for result in results:
+        counts["generation prompts"] += result.attempts
+        counts["retried decompositions"] += int(result.attempts > 1)
+    return results
+
+
+def decompose_queries(
+    judge: Judge, questions: Sequence[str], retries: int = 2, counts: Counter | None = None
+) -> list[list[str]]:
+    """Sub-queries of each question; ``counts["subquery fallback"]`` counts failures."""
+    counts = Counter() if counts is None else counts
+    results = _generate(
+        judge,
+        [qp.query_decomposition(q) for q in questions],
+        subqueries_value,
+        retries,
+        "sub-queries",
+        counts,
+    )
+    out = []
+    for question, result in zip(questions, results, strict=True):
+        if not result.ok:
+            counts["subquery fallback"] += 1
+            out.append([question])
+        elif len(result.value) == 1:
+            out.append([question])  # single-focus: the query stays as it is
+        else:
+            out.append(list(result.value))
+    return out
+
+
+def decompose_answers(
+    judge: Judge,
+    questions: Sequence[str],
+    answers: Sequence[str],
+    retries: int = 2,
+    counts: Counter | None = None,
+) -> list[list[str]]:
+    """Claims of each answer (see the module docstring for the special cases)."""
+    counts = Counter() if counts is None else counts
+    out: list[list[str] | None] = [None] * len(answers)
+    ask = []
+    for i, answer in enumerate(answers):
+        text = " ".join(answer.split())
+        if not text or is_abstention(text):
+            counts["no claims (empty or abstained answer)"] += 1
+            out[i] = []
+        elif len(text) < MIN_ANSWER_CHARS:
+            counts["short answer is its own claim"] += 1
+            out[i] = [text]
+        else:
+            ask.append(i)
+    results = _generate(
+        judge,
+        [qp.answer_decomposition(questions[i], answers[i]) for i in ask],
+        claims_value,
+        retries,
+        "claims",
+        counts,
+    )
+    for i, result in zip(ask, results, strict=True):
+        if result.ok:
+            out[i] = list(result.value)
+        else:
+            counts["claim fallback"] += 1
+            out[i] = [" ".join(answers[i].split())]
+    return [claims for claims in out if claims is not None]

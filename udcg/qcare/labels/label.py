@@ -1,0 +1,260 @@
+"""The Q-CARE labelling pipeline: decompositions and the four checks for a batch of contexts.
+
+Every judge call is made once per distinct input across the whole batch (the same question
+under several runs is decomposed once, the same sub-query x chunk pair is checked once) and
+goes through whatever cache the judge has, so a rerun only computes what is missing.
+
+What is written (see :mod:`udcg.io.contexts.jsonl`):
+
+* ``subqueries`` (kept when the context already has them, e.g. written by a human);
+* ``passages[].covers[s]`` (hard) and ``passages[].covers_prob[s]`` (soft, null for text
+  labels);
+* with ``answers_from=MODEL``, in ``outcomes[MODEL]``: ``claims`` of its ``answer``,
+  ``claim_relevance[f][s]``, ``subquery_covered[s]`` and ``claim_support[f][chunk]``, each with
+  its ``_prob`` twin. A sub-query with no relevant claim is not covered (no call); when a
+  relevance check had no usable answer, its coverage is unknown (null, no call).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts.jsonl import Context
+from udcg.judge.base import Judge
+from udcg.qcare.labels import prompts as qp
+from udcg.qcare.labels.checks import CheckMode, YesNoChecker
+from udcg.qcare.labels.decompose import MIN_ANSWER_CHARS, decompose_answers, decompose_queries
+
+#: Chunks the reference pipeline judges per query.
+REFERENCE_TOP_K = 10
+CHECKS = ("coverage", "claim_relevance", "claims_cover", "claim_support")
+
+
+@dataclass
+class QCareReport:
+    """What a labelling run did. ``prompts`` counts the distinct prompts of each stage (what
+    a cold run sends, before the cache; text-mode and JSON retries included in ``checks`` and
+    ``fallbacks``); ``reference_calls`` is the number of LLM calls the reference pipeline
+    makes for the same contexts (one run per context, no sharing), from the same sizes."""
+
+    contexts: int = 0
+    questions: int = 0
+    answers: int = 0
+    subqueries: int = 0
+    claims: int = 0
+    labels: dict[str, Counter] = field(default_factory=lambda: {c: Counter() for c in CHECKS})
+    fallbacks: Counter = field(default_factory=Counter)
+    prompts: Counter = field(default_factory=Counter)
+    checks: Counter = field(default_factory=Counter)
+    text_reason: str | None = None
+    reference_calls: int = 0
+
+    @property
+    def judge_calls(self) -> int:
+        """Model calls of a cold run: generations (with retries) and Yes/No prompts."""
+        return (
+            self.fallbacks["generation prompts"]
+            + sum(self.prompts[c] for c in CHECKS)
+            + self.checks["retried"]
+        )
+
+
+def answer_of(ctx: Context, model: str) -> str:
+    """``outcomes[model].answer`` of a context, or a located error."""
+    answer = ctx.outcomes.get(model, {}).get("answer")
+    if not isinstance(answer, str):
+        present = sorted(m for m, o in ctx.outcomes.items() if isinstance(o.get("answer"), str))
+        hint = f"; models with an answer: {', '.join(present)}" if present else ""
+        raise UDCGInputError(
+            f"missing or not a string (qid {ctx.qid!r}){hint}",
+            field=f"outcomes.{model}.answer",
+            **ctx.location(),
+        )
+    return answer
+
+
+def check_inputs(contexts: Sequence[Context], answers_from: str | None) -> None:
+    """Every field the pipeline needs, checked before any judge call."""
+    for ctx in contexts:
+        if not (ctx.question and ctx.question.strip()):
+            raise UDCGInputError("missing or empty", field="question", **ctx.location())
+        for i, passage in enumerate(ctx.passages):
+            if passage.text is None or not passage.text.strip():
+                raise UDCGInputError(
+                    "missing or empty", field=f"passages[{i}].text", **ctx.location()
+                )
+        if answers_from is not None:
+            answer_of(ctx, answers_from)
+
+
+def _run_checks(
+    checker: YesNoChecker, name: str, keys: list[Any], build: Any, report: QCareReport
+) -> dict[Any, tuple[float | None, bool | None]]:
+    """``{key: (soft, hard)}`` for distinct keys, counting prompts and yes/no/unusable labels."""
+    report.prompts[name] += len(keys)
+    soft, hard = checker([build(*key) for key in keys], name.replace("_", " "))
+    for value in hard:
+        report.labels[name]["unusable" if value is None else ("yes" if value else "no")] += 1
+    return dict(zip(keys, zip(soft, hard, strict=True), strict=True))
+
+
+def _reference_calls(ctx: Context, answer: str | None, claims: list[str], relevant: int) -> int:
+    """LLM calls of the reference pipeline for one context: decomposition, k x |SQ| coverage
+    checks (top 10 chunks) and, with an answer, fact extraction (skipped below 3 characters;
+    at least one fact), |SQ| x |F| relevance checks, one support call per chunk and one
+    coverage call per sub-query with a relevant fact."""
+    n_sub, k = len(ctx.subqueries or []), min(len(ctx.passages), REFERENCE_TOP_K)
+    calls = 1 + k * n_sub
+    if answer is not None:
+        n_facts = max(len(claims), 1)
+        calls += int(len(answer.strip()) >= MIN_ANSWER_CHARS) + n_sub * n_facts + k + relevant
+    return calls
+
+
+def label_contexts(
+    contexts: Sequence[Context],
+    judge: Judge,
+    answers_from: str | None = None,
+    checks: CheckMode = "auto",
+    retries: int = 2,
+    batch: int = 64,
+) -> tuple[list[Context], QCareReport]:
+    """New contexts with Q-CARE labels (inputs are not modified) and a report.
+
+    ``answers_from`` names the outcome whose ``answer`` is decomposed and checked (a model's
+    generated answer, or any user-supplied one); without it only retrieval coverage is
+    labelled. ``checks`` picks how Yes/No labels are read (see :mod:`udcg.qcare.labels.checks`);
+    ``retries`` bounds the retries of malformed JSON and Yes/No replies.
+    """
+    check_inputs(contexts, answers_from)
+    report = QCareReport(contexts=len(contexts))
+    checker = YesNoChecker(judge, checks, retries=max(retries - 1, 0), batch=batch)
+
+    need = sorted({c.question for c in contexts if c.subqueries is None})
+    decomposed = dict(
+        zip(need, decompose_queries(judge, need, retries, report.fallbacks), strict=True)
+    )
+    out = [
+        replace(ctx, subqueries=decomposed[ctx.question]) if ctx.subqueries is None else ctx
+        for ctx in contexts
+    ]
+    per_question = {c.question: c.subqueries for c in out}
+    report.questions = len(per_question)
+    report.subqueries = sum(len(s) for s in per_question.values())
+
+    coverage = _run_checks(
+        checker,
+        "coverage",
+        sorted({(s, p.text) for c in out for s in c.subqueries for p in c.passages}),
+        qp.chunk_coverage,
+        report,
+    )
+    out = [
+        replace(
+            ctx,
+            passages=[
+                replace(
+                    p,
+                    covers=[coverage[(s, p.text)][1] for s in ctx.subqueries],
+                    extra={
+                        **p.extra,
+                        "covers_prob": [coverage[(s, p.text)][0] for s in ctx.subqueries],
+                    },
+                )
+                for p in ctx.passages
+            ],
+        )
+        for ctx in out
+    ]
+    if answers_from is None:
+        report.reference_calls = sum(_reference_calls(c, None, [], 0) for c in out)
+    else:
+        out = _label_answers(out, checker, answers_from, retries, report)
+    report.checks.update(+checker.counts)
+    report.text_reason = checker.text_reason
+    return out, report
+
+
+def _label_answers(
+    contexts: list[Context],
+    checker: YesNoChecker,
+    model: str,
+    retries: int,
+    report: QCareReport,
+) -> list[Context]:
+    """Claims and the three answer checks for ``outcomes[model].answer``."""
+    answers = [answer_of(c, model) for c in contexts]
+    keys = sorted({(c.question, a) for c, a in zip(contexts, answers, strict=True)})
+    report.answers = len(keys)
+    claims_of = dict(
+        zip(
+            keys,
+            decompose_answers(
+                checker.judge, [q for q, _ in keys], [a for _, a in keys], retries, report.fallbacks
+            ),
+            strict=True,
+        )
+    )
+    report.claims = sum(len(c) for c in claims_of.values())
+    claims = [claims_of[(c.question, a)] for c, a in zip(contexts, answers, strict=True)]
+    pairs = list(zip(contexts, claims, strict=True))
+    relevance = _run_checks(
+        checker,
+        "claim_relevance",
+        sorted({(s, f) for c, fs in pairs for s in c.subqueries for f in fs}),
+        qp.claim_relevance,
+        report,
+    )
+    support = _run_checks(
+        checker,
+        "claim_support",
+        sorted({(f, p.text) for c, fs in pairs for f in fs for p in c.passages}),
+        qp.claim_support,
+        report,
+    )
+    # claims-cover-sub-query: asked only of the claims judged relevant to the sub-query
+    cover_key: list[list[tuple[str, tuple[str, ...]] | bool | None]] = []
+    for ctx, fs in zip(contexts, claims, strict=True):
+        row: list[tuple[str, tuple[str, ...]] | bool | None] = []
+        for s in ctx.subqueries:
+            hard = [relevance[(s, f)][1] for f in fs]
+            if None in hard:
+                report.fallbacks["coverage unknown (relevance unusable)"] += 1
+                row.append(None)
+            elif not any(hard):
+                row.append(False)
+            else:
+                row.append((s, tuple(f for f, h in zip(fs, hard, strict=True) if h)))
+        cover_key.append(row)
+    covered = _run_checks(
+        checker,
+        "claims_cover",
+        sorted({key for row in cover_key for key in row if isinstance(key, tuple)}),
+        lambda s, fs: qp.claims_cover(s, fs),
+        report,
+    )
+    out = []
+    for ctx, answer, fs, row in zip(contexts, answers, claims, cover_key, strict=True):
+        labels: dict[str, Any] = {"claims": fs}
+        grids = {
+            "claim_relevance": [[relevance[(s, f)] for s in ctx.subqueries] for f in fs],
+            "subquery_covered": [covered[k] if isinstance(k, tuple) else (None, k) for k in row],
+            "claim_support": [[support[(f, p.text)] for p in ctx.passages] for f in fs],
+        }
+        for name, grid in grids.items():
+            labels[name] = _component(grid, 1)
+            labels[f"{name}_prob"] = _component(grid, 0)
+        relevant = sum(isinstance(k, tuple) for k in row)
+        report.reference_calls += _reference_calls(ctx, answer, fs, relevant)
+        outcomes = {**ctx.outcomes, model: {**ctx.outcomes[model], **labels}}
+        out.append(replace(ctx, outcomes=outcomes))
+    return out
+
+
+def _component(grid: list[Any], index: int) -> list[Any]:
+    """Element ``index`` of every ``(soft, hard)`` pair of a nested list."""
+    return [_component(item, index) if isinstance(item, list) else item[index] for item in grid]
