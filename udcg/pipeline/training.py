@@ -23,7 +23,9 @@ import numpy as np
 from udcg import metrics
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context
+from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.pipeline.context_scores import as_contexts, stored_judge_key
 from udcg.pipeline.fit_size import warn_if_few_contexts
 from udcg.pipeline.metric_table import MetricRow, classic_metrics, finite_or_none, metric_rows
 from udcg.pipeline.plots import plot_weights
@@ -263,3 +265,36 @@ def train(
             (report.model_dir / FIGURE_NAME).write_bytes(report.plot_path.read_bytes())
         bar.update(1)
     return report
+
+
+def fit_theta(
+    contexts: Iterable[Context] | PathType,
+    k: int,
+    *,
+    judge_key: str | None = None,
+    utility: str = DEFAULT_SOURCE,
+    **options: Any,
+) -> UDCGTheta:
+    """:class:`UDCGTheta` for lists of ``k`` passages fitted on every labelled context of that
+    size (:func:`select`: relevance labels, the judge's utilities from source ``utility``,
+    graded outcomes); ``contexts``: contexts or a contexts JSONL file; ``judge_key``: the key
+    their labels are stored under (None: the only one they hold); ``options`` go to
+    :class:`UDCGTheta` (``l2``, ``val_fraction``, ``seed``...). ``train.py`` adds a held-out
+    comparison, gamma tuning and a weights card.
+
+    >>> import udcg
+    >>> model = udcg.fit_theta(udcg.demo_contexts(), 3, val_fraction=0.0)
+    >>> model.alpha_.shape, model.beta_.shape
+    ((3,), (3,))
+    """
+    contexts = as_contexts(contexts)
+    judge = judge_key or stored_judge_key(contexts, utility)
+    data = select(contexts, k, judge, utility).data
+    if not len(data):
+        raise UDCGInputError(
+            f"no context has k={k} passages with relevance labels, {utility} utilities and "
+            f"graded outcomes of judge {judge!r}",
+            field="k",
+        )
+    model = UDCGTheta(k, **options)
+    return model.fit(data.relevant, data.utility, data.correct, groups=data.qids)

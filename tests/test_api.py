@@ -1,0 +1,212 @@
+"""The top-level Python path: each of the five jobs with ``import udcg`` alone (plus pandas where
+a DataFrame is the output), in a fresh interpreter, checked against independent references
+(pytrec_eval, scipy, the formulas written out here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytrec_eval
+from scipy import stats as sps
+from scipy.special import expit
+
+from udcg.demo_data import demo_contexts
+from udcg.io.contexts.jsonl import read_contexts
+
+REPO = Path(__file__).resolve().parents[1]
+QRELS = REPO / "examples" / "trec" / "qrels.trec"
+RUN = REPO / "examples" / "trec" / "run.trec"
+
+
+def run_snippet(code: str, tmp_path: Path) -> object:
+    """Run ``code`` in a fresh interpreter (cwd ``tmp_path``); it prints one JSON value."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _imports(code: str) -> set[str]:
+    return {line.split()[1] for line in code.splitlines() if line.strip().startswith("import ")}
+
+
+def _trec(path: Path) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 4:  # qrels: qid iteration doc grade
+            out.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+        else:  # run: qid Q0 doc rank score tag
+            out.setdefault(parts[0], {})[parts[2]] = float(parts[4])
+    return out
+
+
+SCORE_RUN = """
+import json
+import udcg
+print(json.dumps(udcg.evaluate(r"{qrels}", r"{run}", ["nDCG@10", "P@5"])))
+"""
+
+
+def test_score_a_run_equals_pytrec_eval(tmp_path: Path) -> None:
+    code = SCORE_RUN.format(qrels=QRELS, run=RUN)
+    assert _imports(code) == {"json", "udcg"}
+    got = run_snippet(code, tmp_path)
+    qrels, run = _trec(QRELS), _trec(RUN)
+    expected = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "P.5"}).evaluate(run)
+    assert set(got) == set(expected)
+    for qid, values in expected.items():
+        assert got[qid]["nDCG@10"] == pytest.approx(values["ndcg_cut_10"], abs=1e-12)
+        assert got[qid]["P@5"] == pytest.approx(values["P_5"], abs=1e-12)
+
+
+COMPARE = """
+import json
+import udcg
+run = udcg.read_trec_run(r"{run}")
+weaker = {{q: {{d: -s for d, s in docs.items()}} for q, docs in {swapped}.items()}}
+report = udcg.compare(r"{qrels}", {{"run": r"{run}", "reversed": weaker}}, ["AP"])
+c = report.comparison("run", "reversed", "AP")
+print(json.dumps({{"difference": c.difference, "p": c.p_value}}))
+"""
+
+
+def test_compare_runs_equals_scipy_paired_t_test(tmp_path: Path) -> None:
+    qrels, run = _trec(QRELS), _trec(RUN)
+    code = COMPARE.format(qrels=QRELS, run=RUN, swapped=json.dumps(run))
+    assert _imports(code) == {"json", "udcg"}
+    got = run_snippet(code, tmp_path)
+    reversed_run = {q: {d: -s for d, s in docs.items()} for q, docs in run.items()}
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"map"})
+    ap = evaluator.evaluate(run)
+    ap_reversed = evaluator.evaluate(reversed_run)
+    qids = sorted(qrels)
+    a = np.array([ap.get(q, {"map": 0.0})["map"] for q in qids])
+    b = np.array([ap_reversed.get(q, {"map": 0.0})["map"] for q in qids])
+    assert got["difference"] == pytest.approx(float((a - b).mean()), abs=1e-12)
+    assert got["p"] == pytest.approx(float(sps.ttest_rel(a, b).pvalue), abs=1e-9)
+
+
+LABEL = """
+import json
+import udcg
+contexts = list(udcg.demo_contexts())[:3]
+with open("probs.jsonl", "w") as out:
+    for i, c in enumerate(contexts):
+        for j, p in enumerate(c.passages):
+            row = {{"question": c.question, "passage": p.text, "abstain_prob": (i + j) / 20}}
+            out.write(json.dumps(row) + "\\n")
+judge = udcg.load_judge("precomputed:probs.jsonl", name="{name}")
+labelled = udcg.label(contexts, judge, ["abstain", "relevance"], relevance="string")
+udcg.write_contexts("labelled.jsonl", labelled)
+print(json.dumps(judge.name))
+"""
+
+
+def test_label_contexts_with_a_judge(tmp_path: Path) -> None:
+    code = LABEL.format(name="file-judge")
+    assert _imports(code) == {"json", "udcg"}
+    assert run_snippet(code, tmp_path) == "file-judge"
+    labelled = list(read_contexts(tmp_path / "labelled.jsonl"))
+    given = list(demo_contexts())[:3]
+    assert len(labelled) == 3
+    for i, (ctx, before) in enumerate(zip(labelled, given, strict=True)):
+        for j, (passage, old) in enumerate(zip(ctx.passages, before.passages, strict=True)):
+            assert passage.abstain_prob == {**old.abstain_prob, "file-judge": (i + j) / 20}
+            assert passage.relevant == old.relevant  # given labels are kept
+
+
+SCORE_CONTEXTS = """
+import json
+import pandas
+import udcg
+frame = udcg.score_contexts(udcg.demo_contexts(), gamma=0.5)
+assert isinstance(frame, pandas.DataFrame)
+print(frame.to_json(orient="records", double_precision=15))
+"""
+
+
+def test_score_labelled_contexts_into_a_dataframe(tmp_path: Path) -> None:
+    assert _imports(SCORE_CONTEXTS) == {"json", "pandas", "udcg"}
+    rows = run_snippet(SCORE_CONTEXTS, tmp_path)
+    contexts = list(demo_contexts())
+    assert len(rows) == len(contexts)
+    for row, ctx in zip(rows, contexts, strict=True):
+        rel = np.array([float(p.relevant) for p in ctx.passages])
+        u = 1 - np.array([p.abstain_prob["smollm2-135m"] for p in ctx.passages])
+        udcg_value = expit(np.mean(rel * u - 0.5 * (1 - rel) * u))
+        hits = np.flatnonzero(rel)
+        assert (row["qid"], row["k"]) == (ctx.qid, len(ctx.passages))
+        assert row["correct"] == float(ctx.outcomes["smollm2-135m"]["correct"])
+        assert row["UDCG"] == pytest.approx(udcg_value, abs=1e-12)
+        assert row["Precision"] == pytest.approx(rel.mean(), abs=1e-12)
+        assert row["MRR"] == pytest.approx(1 / (hits[0] + 1) if len(hits) else 0.0, abs=1e-12)
+
+
+FIT = """
+import json
+import udcg
+model = udcg.fit_theta(udcg.demo_contexts(), 3, val_fraction=0.0)
+model.save_pretrained("weights")
+loaded = udcg.UDCGTheta.from_pretrained("weights")
+frame = udcg.score_contexts(udcg.demo_contexts(), weights="weights")
+three = frame[frame["k"] == 3]
+print(json.dumps({{
+    "alpha": loaded.alpha_.tolist(), "beta": loaded.beta_.tolist(),
+    "same": model.alpha_.tolist() == loaded.alpha_.tolist(),
+    "theta": three["UDCG-theta"].tolist(), "qids": three["qid"].tolist(),
+    "other_sizes_nan": bool(frame[frame["k"] != 3]["UDCG-theta"].isna().all()),
+}}))
+"""
+
+
+def test_fit_save_and_load_udcg_theta(tmp_path: Path) -> None:
+    code = FIT.format()
+    assert _imports(code) == {"json", "udcg"}
+    got = run_snippet(code, tmp_path)
+    assert got["same"] and got["other_sizes_nan"]
+    alpha, beta = np.array(got["alpha"]), np.array(got["beta"])
+    threes = [c for c in demo_contexts() if len(c.passages) == 3]
+    assert [c.qid for c in threes] == got["qids"]
+    for ctx, theta in zip(threes, got["theta"], strict=True):
+        rel = np.array([float(p.relevant) for p in ctx.passages])
+        u = 1 - np.array([p.abstain_prob["smollm2-135m"] for p in ctx.passages])
+        expected = expit(alpha @ (rel * u) + beta @ ((1 - rel) * u))
+        assert theta == pytest.approx(expected, abs=1e-9)
+
+
+def test_label_adds_qcare_labels_through_the_cache(tag_judge, tmp_path: Path) -> None:
+    import udcg
+    from udcg.qcare import label_contexts
+
+    contexts = [
+        udcg.Context(
+            "q1",
+            [
+                udcg.Passage(doc_id="p1", text="Paris is the capital #fr"),
+                udcg.Passage(doc_id="p2", text="Nothing useful here"),
+            ],
+            question="capital #fr and river #rv",
+        )
+    ]
+    expected, _ = label_contexts(contexts, tag_judge())
+    assert expected[0].passages[0].covers == [True, False]
+    cache = tmp_path / "judge.sqlite"
+    assert udcg.label(contexts, tag_judge(), ["qcare"], cache=cache) == expected
+    again = tag_judge()
+    assert udcg.label(contexts, again, ["qcare"], cache=cache) == expected
+    assert sum(again.calls.values()) == 0  # every call answered by the cache
+    with pytest.raises(udcg.UDCGInputError, match="unknown step 'qcar'"):
+        udcg.label(contexts, tag_judge(), ["qcar"])

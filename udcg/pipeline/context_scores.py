@@ -1,0 +1,173 @@
+"""Scores of labelled contexts, one row per context, as a pandas DataFrame
+(``udcg.score_contexts``): UDCG, UDCG-theta with fitted weights, the classic ranking metrics and
+Q-CARE's metrics when the contexts carry its labels."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from udcg import metrics
+from udcg.errors import UDCGInputError
+from udcg.io.contexts.jsonl import Context, read_contexts, relevance_matrix
+from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.io.weights.files import check_compatible
+from udcg.metrics.udcg import DEFAULT_GAMMA
+from udcg.pipeline.metric_table import classic_metrics
+from udcg.qcare.scores import qcare_scores
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from udcg.theta import UDCGTheta
+
+
+def as_contexts(contexts: Iterable[Context] | str | os.PathLike[str]) -> list[Context]:
+    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read."""
+    if isinstance(contexts, (str, os.PathLike)):
+        return list(read_contexts(contexts))
+    return list(contexts)
+
+
+def stored_judge_key(contexts: Sequence[Context], utility: str = DEFAULT_SOURCE) -> str:
+    """The one judge key the contexts' utilities (source ``utility``) are stored under; none or
+    several is an error naming them."""
+    field = get_source(utility).field
+    keys = sorted({key for c in contexts for p in c.passages for key in getattr(p, field)})
+    if len(keys) != 1:
+        found = ", ".join(keys) if keys else "none"
+        raise UDCGInputError(
+            f"cannot tell which judge's labels to score: passages hold {field} of {found}; "
+            "pass judge_key",
+            field="judge_key",
+        )
+    return keys[0]
+
+
+def theta_columns(
+    model: UDCGTheta, relevant: Sequence[np.ndarray], utility: Sequence[np.ndarray]
+) -> dict[str, np.ndarray]:
+    """``UDCG-theta`` of each context of the weights' k (NaN for other sizes), and
+    ``UDCG-theta (recalibrated)`` when the weights carry a calibration."""
+    k = len(model.alpha_)
+    rows = np.flatnonzero([len(r) == k for r in relevant])
+    variants = {"UDCG-theta": False}
+    if model.calibration_ is not None:
+        variants["UDCG-theta (recalibrated)"] = True
+    columns = {}
+    for name, calibrated in variants.items():
+        values = np.full(len(relevant), np.nan)
+        if len(rows):
+            values[rows] = model.predict_proba(
+                np.stack([relevant[i] for i in rows]),
+                np.stack([utility[i] for i in rows]),
+                calibrated=calibrated,
+            )
+        columns[name] = values
+    return columns
+
+
+def checked_theta(
+    weights: UDCGTheta | str | os.PathLike[str],
+    contexts: Sequence[Context],
+    judge: str,
+    utility: str,
+    allow_mismatch: Sequence[str] = (),
+    *,
+    mode: str | None = None,
+    allow_unverified: bool = False,
+    option: str = "allow_mismatch=['{field}']",
+) -> tuple[UDCGTheta, list[str]]:
+    """``(model, notes)``: weights (a fitted model, a weights folder or file:
+    :meth:`udcg.theta.UDCGTheta.from_pretrained`) checked against the contexts
+    (:func:`udcg.io.weights.files.check_compatible`: k against their sizes, the utility source,
+    the judge key, the abstention prompt's SHA-256, the abstention ``mode`` when given); a note
+    per mismatch allowed by ``allow_mismatch`` (``option`` says how to allow one)."""
+    from udcg.judge.prompts import prompt_record
+    from udcg.theta import UDCGTheta
+
+    model = (
+        weights
+        if isinstance(weights, UDCGTheta)
+        else UDCGTheta.from_pretrained(weights, allow_unverified=allow_unverified)
+    )
+    k = len(model.alpha_)
+    sizes = sorted({len(c.passages) for c in contexts})
+    applied = {
+        "k": None if k in sizes else ", ".join(map(str, sizes)),
+        "utility": utility,
+        "judge": judge,
+        "prompt": prompt_record()["sha256"],
+        "mode": mode,
+    }
+    card = {"k": k, **getattr(model, "card_", {})}
+    return model, check_compatible(card, applied, allow_mismatch, option)
+
+
+def _has_qcare_labels(contexts: Sequence[Context]) -> bool:
+    return any(c.subqueries is not None for c in contexts)
+
+
+def _has_answer_labels(contexts: Sequence[Context], judge: str) -> bool:
+    return any(c.outcomes.get(judge, {}).get("claims") is not None for c in contexts)
+
+
+def score_contexts(
+    contexts: Iterable[Context] | str | os.PathLike[str],
+    *,
+    judge_key: str | None = None,
+    utility: str = DEFAULT_SOURCE,
+    weights: UDCGTheta | str | os.PathLike[str] | None = None,
+    gamma: float = DEFAULT_GAMMA,
+    qcare: bool | None = None,
+    allow_mismatch: Sequence[str] = (),
+) -> pd.DataFrame:
+    """One row per context: ``qid``, ``run``, ``k`` (its list size), ``correct`` (the judge's
+    graded outcome, NaN when ungraded), ``UDCG`` (:func:`udcg.metrics.udcg` at ``gamma``),
+    ``UDCG-theta`` with ``weights`` (NaN for contexts not of the weights' k), nDCG, MAP, MRR and
+    Precision, then Q-CARE's C-Prec and C-nDCG (and Completeness, Conciseness, Verifiableness
+    when the judge's answers carry claim labels; NaN where labels are missing).
+
+    ``contexts``: contexts or a contexts JSONL file; ``judge_key``: the key their labels are
+    stored under (None: the only one they hold); ``utility``: the utility source
+    (``abstention`` or ``answer_likelihood``); ``weights``: a fitted :class:`udcg.UDCGTheta`,
+    a weights folder or file, checked against the contexts (``allow_mismatch`` lets named
+    fields differ, with a note); ``qcare``: None adds Q-CARE's columns when some context has
+    its labels, True always, False never. Notes land in ``frame.attrs["notes"]``.
+
+    >>> import udcg
+    >>> frame = udcg.score_contexts(udcg.demo_contexts())
+    >>> list(frame.columns)
+    ['qid', 'run', 'k', 'correct', 'UDCG', 'nDCG', 'MAP', 'MRR', 'Precision']
+    >>> frame.groupby("k")["UDCG"].mean().round(3).to_dict()
+    {1: 0.507, 3: 0.527, 5: 0.484, 10: 0.483}
+    """
+    import pandas as pd
+
+    contexts = as_contexts(contexts)
+    judge = judge_key or stored_judge_key(contexts, utility)
+    relevant = relevance_matrix(contexts, unit=True)
+    util = get_source(utility).utilities(contexts, judge)
+    correct = [c.outcomes.get(judge, {}).get("correct") for c in contexts]
+    columns: dict[str, Any] = {
+        "qid": [c.qid for c in contexts],
+        "run": [c.run for c in contexts],
+        "k": [len(c.passages) for c in contexts],
+        "correct": np.array([np.nan if v is None else float(v) for v in correct]),
+        "UDCG": metrics.udcg(relevant, util, gamma),
+    }
+    notes: list[str] = []
+    if weights is not None:
+        model, notes = checked_theta(weights, contexts, judge, utility, allow_mismatch)
+        columns.update(theta_columns(model, relevant, util))
+    columns.update(classic_metrics(relevant))
+    if qcare or (qcare is None and _has_qcare_labels(contexts)):
+        answers = judge if qcare or _has_answer_labels(contexts, judge) else None
+        scores = qcare_scores(contexts, answers_from=answers)
+        columns.update({name: v.filled(np.nan) for name, v in scores.values.items()})
+    frame = pd.DataFrame(columns)
+    frame.attrs["notes"] = notes
+    return frame
