@@ -42,8 +42,9 @@ from udcg.cli.weights import add_allow_unverified
 from udcg.io.contexts.jsonl import read_contexts, relevance_matrix
 from udcg.io.files import atomic_write, refuse_same_file
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.io.weights.files import MISMATCH_FIELDS, check_compatible
+from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
+from udcg.pipeline.context_scores import checked_theta, theta_columns
 from udcg.pipeline.metric_table import classic_metrics
 
 
@@ -124,42 +125,25 @@ def score(args: argparse.Namespace) -> None:
         **classic_metrics(relevant),
     }
     if args.weights:
-        from udcg.judge.prompts import prompt_record
-        from udcg.theta import UDCGTheta
-
-        model = UDCGTheta.from_pretrained(args.weights, allow_unverified=args.allow_unverified)
-        k = len(model.alpha_)
-        sizes = sorted({len(c.passages) for c in contexts})
-        overrides = check_compatible(
-            model.card_,
-            {
-                "k": None if k in sizes else ", ".join(map(str, sizes)),
-                "utility": args.utility,
-                "judge": judge,
-                "prompt": prompt_record()["sha256"],
-                "mode": args.mode,
-            },
+        model, overrides = checked_theta(
+            args.weights,
+            contexts,
+            judge,
+            args.utility,
             args.allow_mismatch,
+            mode=args.mode,
+            allow_unverified=args.allow_unverified,
+            option="--allow-mismatch {field}",
         )
         for note in overrides:
             print(f"UDCG-theta: {note}", file=sys.stderr)
-        rows = np.flatnonzero([len(c.passages) == k for c in contexts])
-        variants = {"UDCG-theta": False}
-        if model.calibration_ is not None:  # train.py calibration=... / udcg weights calibrate
-            variants["UDCG-theta (recalibrated)"] = True
-        for name, calibrated in variants.items():
-            theta = np.full(len(contexts), np.nan)
-            if len(rows):
-                theta[rows] = model.predict_proba(
-                    np.stack([relevant[i] for i in rows]),
-                    np.stack([utility[i] for i in rows]),
-                    calibrated=calibrated,
-                )
-            columns[name] = theta
-        if len(rows) < len(contexts):
+        columns.update(theta_columns(model, relevant, utility))
+        k = len(model.alpha_)
+        others = sum(len(c.passages) != k for c in contexts)
+        if others:
             print(
-                f"UDCG-theta: {len(contexts) - len(rows)} of {len(contexts)} contexts do not "
-                f"have k={k} passages and are left empty (null)",
+                f"UDCG-theta: {others} of {len(contexts)} contexts do not have k={k} passages "
+                "and are left empty (null)",
                 file=sys.stderr,
             )
     else:
