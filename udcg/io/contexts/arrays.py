@@ -42,6 +42,14 @@ def relevance_matrix(contexts: Iterable[Context], unit: bool = False) -> list[np
     Every passage needs ``relevant``; the first one without it raises
     :class:`~udcg.errors.UDCGInputError` naming ``passages[i].relevant``. With ``unit`` (for
     UDCG and UDCG-theta, which take relevance in [0, 1]) a grade above 1 is such an error too.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> p1 = Passage("d1", relevant=True, abstain_prob={"m": 0.25}, answer_prob={"m": 0.5})
+        >>> p2 = Passage("d2", relevant=0.5, abstain_prob={"m": 0.75}, answer_prob={"m": 0.1})
+        >>> contexts = [Context("q1", [p1, p2], outcomes={"m": {"correct": True}})]
+        >>> [row.tolist() for row in relevance_matrix(contexts)]
+        [[1.0, 0.5]]
     """
     out = []
     for n, ctx in enumerate(contexts):
@@ -66,6 +74,14 @@ def abstain_probs(contexts: Iterable[Context], model: str) -> list[np.ndarray]:
 
     Every passage needs ``abstain_prob[model]``; the first one without it raises
     :class:`~udcg.errors.UDCGInputError` naming ``passages[i].abstain_prob.<model>``.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> p1 = Passage("d1", relevant=True, abstain_prob={"m": 0.25}, answer_prob={"m": 0.5})
+        >>> p2 = Passage("d2", relevant=0.5, abstain_prob={"m": 0.75}, answer_prob={"m": 0.1})
+        >>> contexts = [Context("q1", [p1, p2], outcomes={"m": {"correct": True}})]
+        >>> [row.tolist() for row in abstain_probs(contexts, "m")]
+        [[0.25, 0.75]]
     """
     return judge_probs(contexts, model, "abstain_prob")
 
@@ -75,6 +91,14 @@ def answer_probs(contexts: Iterable[Context], model: str) -> list[np.ndarray]:
 
     Every passage needs ``answer_prob[model]``; the first one without it raises
     :class:`~udcg.errors.UDCGInputError` naming ``passages[i].answer_prob.<model>``.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> p1 = Passage("d1", relevant=True, abstain_prob={"m": 0.25}, answer_prob={"m": 0.5})
+        >>> p2 = Passage("d2", relevant=0.5, abstain_prob={"m": 0.75}, answer_prob={"m": 0.1})
+        >>> contexts = [Context("q1", [p1, p2], outcomes={"m": {"correct": True}})]
+        >>> [row.tolist() for row in answer_probs(contexts, "m")]
+        [[0.5, 0.1]]
     """
     return judge_probs(contexts, model, "answer_prob")
 
@@ -82,7 +106,21 @@ def answer_probs(contexts: Iterable[Context], model: str) -> list[np.ndarray]:
 def judge_probs(contexts: Iterable[Context], model: str, key: str) -> list[np.ndarray]:
     """Per context, a float64 array of ``passage.<key>[model]`` (``key`` in
     :data:`~udcg.io.contexts.model.JUDGE_PROB_KEYS`); a missing value names
-    ``passages[i].<key>.<model>``."""
+    ``passages[i].<key>.<model>``.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> p1 = Passage("d1", relevant=True, abstain_prob={"m": 0.25}, answer_prob={"m": 0.5})
+        >>> p2 = Passage("d2", relevant=0.5, abstain_prob={"m": 0.75}, answer_prob={"m": 0.1})
+        >>> contexts = [Context("q1", [p1, p2], outcomes={"m": {"correct": True}})]
+        >>> [row.tolist() for row in judge_probs(contexts, "m", "answer_prob")]
+        [[0.5, 0.1]]
+        >>> try:
+        ...     judge_probs(contexts, "qwen", "abstain_prob")
+        ... except UDCGInputError as error:
+        ...     print(error.field, error.reason)
+        passages[0].abstain_prob.qwen missing (context 0, qid 'q1'); models present: m
+    """
     out = []
     for n, ctx in enumerate(contexts):
         try:
@@ -100,6 +138,14 @@ def correctness(contexts: Iterable[Context], model: str) -> np.ndarray:
 
     A context without it raises :class:`~udcg.errors.UDCGInputError` naming
     ``outcomes.<model>.correct``.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> p1 = Passage("d1", relevant=True, abstain_prob={"m": 0.25}, answer_prob={"m": 0.5})
+        >>> p2 = Passage("d2", relevant=0.5, abstain_prob={"m": 0.75}, answer_prob={"m": 0.1})
+        >>> contexts = [Context("q1", [p1, p2], outcomes={"m": {"correct": True}})]
+        >>> correctness(contexts, "m").tolist()
+        [1.0]
     """
     out = []
     for n, ctx in enumerate(contexts):
@@ -117,6 +163,12 @@ def coverage_matrices(contexts: Iterable[Context]) -> list[np.ndarray]:
 
     Needs ``subqueries`` on the context and ``covers`` on every passage, without ``null``
     entries (checks that gave no usable answer).
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> passages = [Passage("d1", covers=[True, False]), Passage("d2", covers=[False, False])]
+        >>> coverage_matrices([Context("q1", passages, subqueries=["who", "when"])])[0].tolist()
+        [[True, False], [False, False]]
     """
     out = []
     for n, ctx in enumerate(contexts):

@@ -64,6 +64,15 @@ def read_contexts(path: PathType) -> Iterator[Context]:
     iterating, with ``FILE:LINE: field 'x': ...``, once the reader reaches the offending line.
     Lines before it have been yielded already. The path is opened once, when iteration
     starts, so a pipe (``<(...)``, a FIFO, ``/dev/stdin``) is read whole.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "c.jsonl").write_text('{"qid": 17, "passages": []}\\n')
+        ...     contexts = list(read_contexts(Path(folder) / "c.jsonl"))
+        >>> [(c.qid, c.passages) for c in contexts]
+        [('17', [])]
     """
     check_input(path)
     return _read_contexts(path)
@@ -102,6 +111,18 @@ def write_contexts(path: PathType, contexts: Iterable[Context]) -> int:
     The file is replaced atomically; a ``.gz`` suffix compresses it. numpy scalars are written
     as the Python values they hold. NaN or infinite numbers raise ``ValueError`` and leave any
     existing file untouched. Returns the number written.
+
+    Examples:
+        A round trip through a gzipped file:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> ctx = Context("q1", [Passage("d1", relevant=True)], run="bm25")
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     n = write_contexts(Path(folder) / "c.jsonl.gz", [ctx, ctx])
+        ...     back = list(read_contexts(Path(folder) / "c.jsonl.gz"))
+        >>> n, back == [ctx, ctx]
+        (2, True)
     """
     count = 0
     with atomic_write(path) as handle:
@@ -112,6 +133,11 @@ def write_contexts(path: PathType, contexts: Iterable[Context]) -> int:
 
 
 def context_line(ctx: Context) -> str:
-    """One context as the JSONL line :func:`write_contexts` writes, ending in a newline."""
+    """One context as the JSONL line :func:`write_contexts` writes, ending in a newline.
+
+    Examples:
+        >>> context_line(Context("q1", [Passage("d1")]))
+        '{"qid": "q1", "passages": [{"doc_id": "d1"}]}\\n'
+    """
     line = json.dumps(ctx.to_json(), ensure_ascii=False, allow_nan=False, default=_numpy_scalar)
     return line + "\n"

@@ -68,7 +68,12 @@ JUDGE_PROB_KEYS = ("abstain_prob", "answer_prob")
 
 @dataclass(frozen=True, slots=True)
 class Passage:
-    """One retrieved passage; fields are ``None`` when the input did not give them."""
+    """One retrieved passage; fields are ``None`` when the input did not give them.
+
+    Examples:
+        >>> Passage(doc_id="d1", relevant=True, abstain_prob={"llama3": 0.2}).to_json()
+        {'doc_id': 'd1', 'relevant': True, 'abstain_prob': {'llama3': 0.2}}
+    """
 
     doc_id: str | None = None
     text: str | None = None
@@ -97,6 +102,13 @@ class Context:
     ``source`` is ``(file, line)`` of the line the context was read from, used only to locate
     errors; it does not take part in equality and is ``None`` for contexts built in memory.
     Fields after ``passages`` are keyword-only.
+
+    Examples:
+        >>> ctx = Context("q1", [Passage("d1", relevant=True)], run="bm25")
+        >>> ctx.to_json()
+        {'qid': 'q1', 'run': 'bm25', 'passages': [{'doc_id': 'd1', 'relevant': True}]}
+        >>> Context.from_json({"qid": 17, "passages": [{"doc_id": "d1"}]}).qid
+        '17'
     """
 
     qid: str

@@ -49,7 +49,13 @@ _QRELS_COLUMNS = ("qid", "iteration", "doc_id", "relevance")
 
 @dataclass(frozen=True, eq=False)
 class Run:
-    """A ranked retrieval run: one row per (query, document) with its score."""
+    """A ranked retrieval run: one row per (query, document) with its score.
+
+    Examples:
+        >>> run = run_from_dict({"q1": {"d1": 12.5, "d2": 9.0}, "q2": {"d3": 1.0}})
+        >>> len(run), run.qids.to_pylist(), run.scores.tolist()
+        (3, ['q1', 'q1', 'q2'], [12.5, 9.0, 1.0])
+    """
 
     qids: pa.Array  # strings, or dictionary-encoded strings as the file readers give them
     doc_ids: pa.Array
@@ -66,7 +72,13 @@ class Run:
 
 @dataclass(frozen=True, eq=False)
 class Qrels:
-    """Relevance judgements: one row per judged (query, document) with an integer grade."""
+    """Relevance judgements: one row per judged (query, document) with an integer grade.
+
+    Examples:
+        >>> qrels = qrels_from_dict({"q1": {"d1": 2, "d2": 0}})
+        >>> len(qrels), qrels.to_dict()
+        (2, {'q1': {'d1': 2, 'd2': 0}})
+    """
 
     qids: pa.Array
     doc_ids: pa.Array
@@ -287,7 +299,18 @@ def locate_duplicate(source: str | InputBytes | None, kind: Literal["run", "qrel
 
 def read_trec_run(path: PathType) -> Run:
     """Read a TREC run file (``qid Q0 doc_id rank score tag``); gzip is detected. A pipe is
-    read once and its content kept as the run's ``source``, where errors are located later."""
+    read once and its content kept as the run's ``source``, where errors are located later.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> lines = "q1 Q0 d1 1 12.5 bm25\\nq1 Q0 d2 2 9 bm25\\n"
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "bm25.run").write_text(lines)
+        ...     run = read_trec_run(Path(folder) / "bm25.run")
+        >>> run.to_dict()
+        {'q1': {'d1': 12.5, 'd2': 9.0}}
+    """
     path = read_once(path)
     qids, doc_ids, scores = read_columns(path, _RUN_COLUMNS, "score", pa.float64())
     return Run(qids, doc_ids, scores.astype(np.float64, copy=False), _source(path))
@@ -295,7 +318,17 @@ def read_trec_run(path: PathType) -> Run:
 
 def read_trec_qrels(path: PathType) -> Qrels:
     """Read a TREC qrels file (``qid iteration doc_id relevance``); gzip is detected. A pipe
-    is read once, as for :func:`read_trec_run`."""
+    is read once, as for :func:`read_trec_run`.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "test.qrels").write_text("q1 0 d1 2\\nq1 0 d2 0\\n")
+        ...     qrels = read_trec_qrels(Path(folder) / "test.qrels")
+        >>> qrels.to_dict(), qrels.relevance.dtype.name
+        ({'q1': {'d1': 2, 'd2': 0}}, 'int64')
+    """
     path = read_once(path)
     qids, doc_ids, grades = read_columns(path, _QRELS_COLUMNS, "relevance", pa.int64())
     return Qrels(qids, doc_ids, grades.astype(np.int64, copy=False), _source(path))
@@ -331,7 +364,12 @@ def columns_from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, p
 
 
 def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
-    """A Run from ``{qid: {doc_id: score}}``."""
+    """A Run from ``{qid: {doc_id: score}}``.
+
+    Examples:
+        >>> run_from_dict({"q1": {"d1": 1.5}}).to_dict()
+        {'q1': {'d1': 1.5}}
+    """
     qids, doc_ids, values = columns_from_dict(data, "score", "run")
     scores = np.asarray(values, dtype=np.float64)
     if not np.isfinite(scores).all():
@@ -344,7 +382,12 @@ def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
 
 
 def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
-    """Qrels from ``{qid: {doc_id: relevance}}`` with integer grades."""
+    """Qrels from ``{qid: {doc_id: relevance}}`` with integer grades.
+
+    Examples:
+        >>> qrels_from_dict({"q1": {"d1": 1, "d2": 2.0}}).relevance.tolist()
+        [1, 2]
+    """
     qids, doc_ids, values = columns_from_dict(data, "relevance", "qrels")
     for q, d, v in zip(qids, doc_ids, values, strict=True):
         if int(v) != v:
@@ -372,7 +415,21 @@ def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
 
 
 def write_trec_run(path: PathType, run: Run, tag: str = "udcg") -> None:
-    """Write ``run`` as a TREC run file, ranked by score descending within each query."""
+    """Write ``run`` as a TREC run file, ranked by score descending within each query.
+
+    Examples:
+        Ties are broken by document id descending, as trec_eval ranks them:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> run = run_from_dict({"q1": {"a": 1.0, "b": 2.0, "c": 1.0}})
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     write_trec_run(Path(folder) / "out.run", run, tag="mine")
+        ...     print((Path(folder) / "out.run").read_text(), end="")
+        q1 Q0 b 1 2.0 mine
+        q1 Q0 c 2 1.0 mine
+        q1 Q0 a 3 1.0 mine
+    """
     order = trec_order(run.qids, run.scores, run.doc_ids)
     qids = np.asarray(run.qids.to_pylist(), dtype=object)[order]
     docs = np.asarray(run.doc_ids.to_pylist(), dtype=object)[order]

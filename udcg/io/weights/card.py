@@ -109,7 +109,13 @@ def _rows(card: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def render(card: Mapping[str, Any], alpha: Sequence[float], beta: Sequence[float]) -> str:
-    """The model card of a weights folder whose ``config.json`` is ``card``."""
+    """The model card of a weights folder whose ``config.json`` is ``card``.
+
+    Examples:
+        >>> text = render({"k": 2, "judge_model": "llama3"}, alpha=[1.0, 0.5], beta=[-0.5, -0.25])
+        >>> text.splitlines()[0], "# udcg-theta-k2-llama3" in text
+        ('---', True)
+    """
     k = card.get("k", len(alpha))
     judge = card.get("judge_model")
     correlation = str(card.get("correlation") or "spearman")

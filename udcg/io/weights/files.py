@@ -71,7 +71,13 @@ RESERVED = ("format", "format_version", "k", "bias", "l2", "weights_sha256", "te
 class ThetaWeights:
     """Fitted UDCG-theta weights for lists of ``k = len(alpha)`` passages, with their card.
     ``verified``: the weights file was read and matched the SHA-256 its card records
-    (:func:`read_weights`); False for weights built in memory or read unverified."""
+    (:func:`read_weights`); False for weights built in memory or read unverified.
+
+    Examples:
+        >>> w = ThetaWeights(alpha=np.array([1.0, 0.5]), beta=np.array([-0.5, -0.25]))
+        >>> w.k, w.intercept, w.verified
+        (2, 0.0, False)
+    """
 
     alpha: np.ndarray
     beta: np.ndarray
@@ -89,7 +95,12 @@ class ThetaWeights:
 
 
 def card_path(path: str | PathLike[str]) -> Path:
-    """The JSON card beside a weights file: ``dir/name.safetensors`` -> ``dir/name.json``."""
+    """The JSON card beside a weights file: ``dir/name.safetensors`` -> ``dir/name.json``.
+
+    Examples:
+        >>> card_path("runs/theta-k5.safetensors").as_posix()
+        'runs/theta-k5.json'
+    """
     path = Path(path)
     return path.with_name(path.stem + ".json")
 
@@ -134,7 +145,18 @@ def write_weights(
 ) -> Path:
     """Write ``weights`` to ``path`` (safetensors) and its card beside it, each atomically;
     ``card`` holds the free entries (JSON-serialisable, none of :data:`RESERVED`). Returns the
-    card's path."""
+    card's path.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> w = ThetaWeights(alpha=np.array([1.0, 0.5]), beta=np.array([-0.5, -0.25]))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     card = write_weights(Path(folder) / "theta.safetensors", w, {"judge": "llama3"})
+        ...     back = read_weights(Path(folder) / "theta.safetensors", k=2)
+        >>> card.name, back.alpha.tolist(), back.card["judge"], back.verified
+        ('theta.json', [1.0, 0.5], 'llama3', True)
+    """
     blob, _, text = _encode(weights, card)
     path = Path(path)
     with atomic_write(path, "wb") as handle:
@@ -151,7 +173,19 @@ def write_pretrained(
     """Write a weights folder: ``model.safetensors``, ``config.json`` (the card, as
     :func:`write_weights` writes it) and ``README.md`` (the model card rendered from the
     config, :func:`udcg.io.weights.card.render`). Each file is written atomically; other files
-    in the folder are left alone. Returns the folder."""
+    in the folder are left alone. Returns the folder.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> w = ThetaWeights(alpha=np.array([1.0, 0.5]), beta=np.array([-0.5, -0.25]))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     written = write_pretrained(Path(folder) / "k2", w, card={"judge_model": "llama3"})
+        ...     names = sorted(p.name for p in written.iterdir())
+        ...     judge = read_weights(written).card["judge_model"]
+        >>> names, judge
+        (['README.md', 'config.json', 'model.safetensors'], 'llama3')
+    """
     from udcg.io.weights.card import render
 
     blob, full, text = _encode(weights, card)
@@ -168,7 +202,12 @@ def write_pretrained(
 
 def weights_files(path: str | PathLike[str]) -> tuple[Path, Path]:
     """``(weights file, card file)`` of a weights folder (``model.safetensors`` and
-    ``config.json``) or of a single ``.safetensors`` file (its ``<stem>.json`` card)."""
+    ``config.json``) or of a single ``.safetensors`` file (its ``<stem>.json`` card).
+
+    Examples:
+        >>> [p.as_posix() for p in weights_files("runs/theta.safetensors")]
+        ['runs/theta.safetensors', 'runs/theta.json']
+    """
     path = Path(path)
     if path.is_dir():
         return path / WEIGHTS_NAME, path / CONFIG_NAME
@@ -247,6 +286,19 @@ def read_weights(
     bias), or a card of another format raise :class:`UDCGInputError`; so does a card that
     records no SHA-256 (nothing would notice alpha and beta swapped or edited) unless
     ``allow_unverified``: then a :class:`UDCGWarning` says the weights are used unchecked.
+
+    Examples:
+        Weights for another list size are refused (a round trip: :func:`write_weights`):
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> w = ThetaWeights(alpha=np.array([1.0, 0.5]), beta=np.array([-0.5, -0.25]))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_weights(Path(folder) / "theta.safetensors", w)
+        ...     read_weights(Path(folder) / "theta.safetensors", k=3)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: ...
     """
     given = Path(path)
     path, cpath = weights_files(path)
@@ -335,6 +387,15 @@ def check_compatible(
     (older cards). A difference raises a one-line :class:`UDCGInputError` naming both values,
     unless its field is in ``allow_mismatch`` (``option``, with ``{field}``, is how the message
     says to allow it); returns one note per mismatch allowed on purpose, to record in the output.
+
+    Examples:
+        >>> check_compatible({"k": 5}, {"k": 3})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'k': the weights were fitted with k 5, not 3 (...)
+        >>> card = {"k": 5, "utility": "abstention"}
+        >>> len(check_compatible(card, {"k": 5, "utility": "answer_likelihood"}, ["utility"]))
+        1
     """
     allowed = [allow_mismatch] if isinstance(allow_mismatch, str) else list(allow_mismatch or ())
     for name in allowed:
