@@ -33,7 +33,13 @@ ALL = "all"
 
 @dataclass(frozen=True)
 class AgreementRow:
-    """One metric in one split: pairs used, Pearson r and Spearman rho (nan if undefined)."""
+    """One metric in one split: pairs used, Pearson r and Spearman rho (nan if undefined).
+
+    Examples:
+        >>> row = AgreementRow("all", "C-Prec", n=2, pearson=float("nan"), spearman=float("nan"))
+        >>> row.metric, row.n, row.pearson
+        ('C-Prec', 2, nan)
+    """
 
     split: str
     metric: str
@@ -48,7 +54,16 @@ def _same_passages(a: Context, b: Context) -> bool:
 
 def fill_labels(human: Context, judge: Context, model: str | None) -> tuple[Context, Counter]:
     """``human`` with the labels it lacks taken from ``judge`` where both label the same
-    things; returns the new context and the count of filled fields by name."""
+    things; returns the new context and the count of filled fields by name.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> human = Context("q1", [Passage(text="a")], run="r")
+        >>> judge = Context("q1", [Passage(text="a", covers=[True])], run="r", subqueries=["s"])
+        >>> filled, counts = fill_labels(human, judge, model=None)
+        >>> filled.subqueries, filled.passages[0].covers, dict(counts)
+        (['s'], [True], {'subqueries': 1, 'covers': 1})
+    """
     filled: Counter = Counter()
     if not _same_passages(human, judge):
         return human, filled
@@ -108,7 +123,23 @@ def agreement(
     fill: bool = True,
 ) -> tuple[list[AgreementRow], Counter]:
     """Per split and metric, how well judge-based metrics agree with human-based ones.
-    Returns the rows and the count of labels filled from the judge."""
+    Returns the rows and the count of labels filled from the judge.
+
+    Examples:
+        C-Prec per query (judge 0.5, 1, 0; human 0.5, 1, 0.5): r = 0.25 / (0.7071 * 0.4082);
+        C-nDCG (1, 1, 0 against 1, 1, 0.63) is one line, r = 1:
+
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> def labelled(qid, covers):  # two passages, one sub-query
+        ...     passages = [Passage(text=t, covers=[c]) for t, c in zip("ab", covers)]
+        ...     return Context(qid, passages, run="r", subqueries=["s"])
+        >>> judge = [labelled("q1", [True, False]), labelled("q2", [True, True]),
+        ...          labelled("q3", [False, False])]
+        >>> human = judge[:2] + [labelled("q3", [False, True])]
+        >>> rows, filled = agreement(judge, human)
+        >>> [(row.split, row.metric, row.n, round(row.pearson, 4)) for row in rows]
+        [('all', 'C-Prec', 3, 0.866), ('all', 'C-nDCG', 3, 1.0)]
+    """
     by_key = {(c.qid, c.run): c for c in judge_contexts}
     pairs: list[tuple[Context, Context]] = []
     filled: Counter = Counter()

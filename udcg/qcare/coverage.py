@@ -37,6 +37,13 @@ def coverage(covers: Any, binary: bool = False) -> Any:
     bool array ``[n_queries, k, n_subqueries]`` (returns a 2-D ``[n_queries, k]`` array) or a
     ragged list of per-query ``[k_chunks, n_subqueries]`` lists (returns a list of 1-D
     arrays; a query with no chunks gives an empty array).
+
+    Examples:
+        Three chunks and two sub-queries: the first chunk covers one, the second both:
+
+        >>> covers = [[[True, False], [True, True], [False, False]]]
+        >>> coverage(covers)[0].tolist(), coverage(covers, binary=True)[0].tolist()
+        ([0.5, 1.0, 0.0], [1.0, 1.0, 0.0])
     """
     cube, n_chunks, n_sub = as_padded_matrices(covers, "covers", ("chunks", "sub-queries"))
     counts = cube.sum(axis=2)
@@ -60,7 +67,14 @@ def _gains(coverage_values: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]
 def c_precision(coverage_values: Any, k: int | None = None) -> np.ndarray:
     """``C-Prec@k = (1/k) * sum_{j<=k} r_j``: chunks missing from a list shorter than k count
     0; without k, divides by each list's length (0 for an empty list). ``coverage_values``:
-    per-chunk ``r_j`` in [0, 1] (see :func:`coverage`), 2-D array or ragged list."""
+    per-chunk ``r_j`` in [0, 1] (see :func:`coverage`), 2-D array or ragged list.
+
+    Examples:
+        >>> c_precision([[0.5, 1.0, 0.0]]).tolist(), c_precision([[0.5, 1.0, 0.0]], k=2).tolist()
+        ([0.5], [0.75])
+        >>> c_precision([[1.0]], k=2).tolist()  # the missing second chunk counts 0
+        [0.5]
+    """
     r, lengths = _gains(coverage_values, k)
     if k is None:
         return _kernels.safe_divide(_kernels.row_sums(r), lengths)
@@ -70,6 +84,13 @@ def c_precision(coverage_values: Any, k: int | None = None) -> np.ndarray:
 def c_ndcg(coverage_values: Any, k: int | None = None) -> np.ndarray:
     """``C-nDCG@k = DCG@k(r) / IDCG@k`` with ``DCG = sum_i r_i / log2(i + 1)`` and IDCG the DCG
     of the (truncated) list's own r sorted descending; 0 when IDCG = 0 (no chunk covers
-    anything). ``coverage_values``: per-chunk ``r_j`` in [0, 1], 2-D array or ragged list."""
+    anything). ``coverage_values``: per-chunk ``r_j`` in [0, 1], 2-D array or ragged list.
+
+    Examples:
+        ``(0.5 + 1/log2(3)) / (1 + 0.5/log2(3))``: the ideal puts the full chunk first:
+
+        >>> c_ndcg([[0.5, 1.0, 0.0], [0.0, 0.0, 0.0]]).round(4).tolist()
+        [0.8597, 0.0]
+    """
     r, _ = _gains(coverage_values, k)
     return _kernels.ndcg(r, _kernels.ideal_dcg_of_rows(r))

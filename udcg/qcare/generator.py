@@ -64,7 +64,15 @@ def _masked(count: np.ndarray, total: np.ndarray) -> np.ma.MaskedArray:
 
 def completeness(subquery_covered: Any) -> np.ma.MaskedArray:
     """``Completeness = |{s covered by the answer}| / |SQ|``; missing (masked) when a query
-    has no sub-queries."""
+    has no sub-queries.
+
+    Examples:
+        Two of three sub-queries covered; the second query has none (missing, not 0):
+
+        >>> values = completeness([[True, False, True], []])
+        >>> values.round(4).tolist(), round(float(values.mean()), 4)
+        ([0.6667, None], 0.6667)
+    """
     covered, n_sub = _bool_rows(subquery_covered, "subquery_covered")
     return _masked(covered.sum(axis=1), n_sub)
 
@@ -72,7 +80,16 @@ def completeness(subquery_covered: Any) -> np.ma.MaskedArray:
 def conciseness(claim_relevance: Any, subquery_covered: Any) -> np.ma.MaskedArray:
     """``Conciseness = |{f : exists covered s with f relevant to s}| / |F|``; missing (masked)
     when a query has no claims. ``claim_relevance[q]`` has one column per entry of
-    ``subquery_covered[q]``."""
+    ``subquery_covered[q]``.
+
+    Examples:
+        Claim 1 is relevant to the covered sub-query, claim 2 only to the uncovered one, claim
+        3 to none:
+
+        >>> relevance = [[[True, False], [False, True], [False, False]]]
+        >>> conciseness(relevance, [[True, False]]).round(4).tolist()
+        [0.3333]
+    """
     covered, n_sub = _bool_rows(subquery_covered, "subquery_covered")
     relevance, n_claims, n_cols = as_padded_matrices(
         claim_relevance, "claim_relevance", ("claims", "sub-queries")
@@ -101,6 +118,13 @@ def conciseness(claim_relevance: Any, subquery_covered: Any) -> np.ma.MaskedArra
 
 def verifiableness(claim_support: Any) -> np.ma.MaskedArray:
     """``Verifiableness = |{f : exists chunk j supporting f}| / |F|``; missing (masked) when a
-    query has no claims."""
+    query has no claims.
+
+    Examples:
+        Of two claims, one is supported by the first chunk; the second query makes no claim:
+
+        >>> verifiableness([[[True, False], [False, False]], []]).tolist()
+        [0.5, None]
+    """
     support, n_claims, _ = as_padded_matrices(claim_support, "claim_support", ("claims", "chunks"))
     return _masked(support.any(axis=2).sum(axis=1), n_claims)

@@ -37,7 +37,16 @@ UNUSABLE = "a check without a usable answer"
 @dataclass
 class QCareScores:
     """``values[metric]``: a masked float64 array, one entry per context (masked = missing);
-    ``missing[metric]``: why entries are missing, counted."""
+    ``missing[metric]``: why entries are missing, counted.
+
+    Examples:
+        A context without coverage labels is missing, and says why:
+
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> scores = qcare_scores([Context("q1", [Passage("d1")])])
+        >>> scores.values["C-Prec"].tolist(), dict(scores.missing["C-Prec"]), scores.means()
+        ([None], {'no labels': 1}, {'C-Prec': None, 'C-nDCG': None})
+    """
 
     values: dict[str, np.ma.MaskedArray]
     missing: dict[str, Counter]
@@ -104,7 +113,22 @@ def qcare_scores(
     binary: bool = False,
 ) -> QCareScores:
     """The five Q-CARE metrics of each context (retrieval ones only without
-    ``answers_from``); ``k`` truncates the retrieved lists, ``binary`` uses binary r_j."""
+    ``answers_from``); ``k`` truncates the retrieved lists, ``binary`` uses binary r_j.
+
+    Examples:
+        Chunk gains r = (0.5, 1); the answer covers 1 of 2 sub-queries with one claim,
+        relevant to it and supported by chunk 2:
+
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> answer = {"claims": ["Austen wrote Emma."], "subquery_covered": [True, False],
+        ...           "claim_relevance": [[True, False]], "claim_support": [[False, True]]}
+        >>> passages = [Passage("d1", covers=[True, False]), Passage("d2", covers=[True, True])]
+        >>> ctx = Context("q1", passages, subqueries=["who", "when"], outcomes={"m": answer})
+        >>> means = qcare_scores([ctx], answers_from="m").means()
+        >>> {name: round(value, 4) for name, value in means.items()}
+        {'C-Prec': 0.75, 'C-nDCG': 0.8597, 'Completeness': 0.5,
+         'Conciseness': 1.0, 'Verifiableness': 1.0}
+    """
     values: dict[str, np.ma.MaskedArray] = {}
     missing: dict[str, Counter] = {}
     labelled = [_coverage_labels(c) for c in contexts]

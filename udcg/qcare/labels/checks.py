@@ -28,7 +28,12 @@ _TEXT_TOKENS = 4
 
 def parse_yes_no(text: str) -> bool | None:
     """True for Yes, False for No (first word, case and surrounding punctuation ignored),
-    None for anything else."""
+    None for anything else.
+
+    Examples:
+        >>> parse_yes_no("Yes, it does."), parse_yes_no("**No**"), parse_yes_no("Maybe")
+        (True, False, None)
+    """
     words = text.strip().split()
     word = words[0].strip(".,:;!?\"'*()[]").lower() if words else ""
     return {"yes": True, "no": False}.get(word)
@@ -40,6 +45,25 @@ class YesNoChecker:
     ``counts`` accumulates ``logprobs`` and ``text`` (labels by each route), ``retried``
     (text replies asked again) and ``unusable`` (no label after the retries);
     ``text_reason`` says why ``auto`` fell back to text.
+
+    Examples:
+        A judge without log-probs: ``auto`` falls back to text replies, parsed strictly:
+
+        >>> from udcg.judge import Judge
+        >>> class Replies(Judge):  # generates one fixed text, has no log-probs
+        ...     name = fingerprint = "replies"
+        ...     def __init__(self, text):
+        ...         self.text = text
+        ...     def yes_prob(self, prompts):
+        ...         raise NotImplementedError("no log-probs")
+        ...     abstain_prob = None  # not used here
+        ...     def generate(self, prompts, max_new_tokens=64):
+        ...         return [self.text] * len(prompts)
+        >>> checker = YesNoChecker(Replies("Yes."))
+        >>> checker([[{"role": "user", "content": "Is Paris in France?"}]], "check")
+        ([None], [True])
+        >>> checker.counts["text"], checker.text_reason.split(":")[0]
+        (1, 'NotImplementedError')
     """
 
     def __init__(

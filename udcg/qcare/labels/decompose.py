@@ -81,7 +81,25 @@ def _generate(
 def decompose_queries(
     judge: Judge, questions: Sequence[str], retries: int = 2, counts: Counter | None = None
 ) -> list[list[str]]:
-    """Sub-queries of each question; ``counts["subquery fallback"]`` counts failures."""
+    """Sub-queries of each question; ``counts["subquery fallback"]`` counts failures.
+
+    Examples:
+        >>> from udcg.judge import Judge
+        >>> class Replies(Judge):  # generates one fixed text, has no log-probs
+        ...     name = fingerprint = "replies"
+        ...     def __init__(self, text):
+        ...         self.text = text
+        ...     def yes_prob(self, prompts):
+        ...         raise NotImplementedError("no log-probs")
+        ...     abstain_prob = None  # not used here
+        ...     def generate(self, prompts, max_new_tokens=64):
+        ...         return [self.text] * len(prompts)
+        >>> judge = Replies('["Who wrote Emma?", "When was Emma published?"]')
+        >>> decompose_queries(judge, ["Who wrote Emma, and when?"])
+        [['Who wrote Emma?', 'When was Emma published?']]
+        >>> decompose_queries(Replies("no JSON here"), ["Who wrote Emma?"], retries=0)
+        [['Who wrote Emma?']]
+    """
     counts = Counter() if counts is None else counts
     results = _generate(
         judge,
@@ -110,7 +128,26 @@ def decompose_answers(
     retries: int = 2,
     counts: Counter | None = None,
 ) -> list[list[str]]:
-    """Claims of each answer (see the module docstring for the special cases)."""
+    """Claims of each answer (see the module docstring for the special cases).
+
+    Examples:
+        An abstention makes no claim and a 2-character answer is its own (neither asks the
+        judge):
+
+        >>> from udcg.judge import Judge
+        >>> class Replies(Judge):  # generates one fixed text, has no log-probs
+        ...     name = fingerprint = "replies"
+        ...     def __init__(self, text):
+        ...         self.text = text
+        ...     def yes_prob(self, prompts):
+        ...         raise NotImplementedError("no log-probs")
+        ...     abstain_prob = None  # not used here
+        ...     def generate(self, prompts, max_new_tokens=64):
+        ...         return [self.text] * len(prompts)
+        >>> judge = Replies('["Austen wrote Emma.", "Emma appeared in 1815."]')
+        >>> decompose_answers(judge, ["q"] * 3, ["Jane Austen, in 1815.", "NO-RESPONSE", "42"])
+        [['Austen wrote Emma.', 'Emma appeared in 1815.'], [], ['42']]
+    """
     counts = Counter() if counts is None else counts
     out: list[list[str] | None] = [None] * len(answers)
     ask = []

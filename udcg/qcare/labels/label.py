@@ -39,7 +39,14 @@ class QCareReport:
     """What a labelling run did. ``prompts`` counts the distinct prompts of each stage (what
     a cold run sends, before the cache; text-mode and JSON retries included in ``checks`` and
     ``fallbacks``); ``reference_calls`` is the number of LLM calls the reference pipeline
-    makes for the same contexts (one run per context, no sharing), from the same sizes."""
+    makes for the same contexts (one run per context, no sharing), from the same sizes.
+
+    Examples:
+        >>> report = QCareReport(contexts=2)
+        >>> report.prompts["coverage"] += 6
+        >>> report.judge_calls, report.labels["coverage"]
+        (6, Counter())
+    """
 
     contexts: int = 0
     questions: int = 0
@@ -129,6 +136,24 @@ def label_contexts(
     generated answer, or any user-supplied one); without it only retrieval coverage is
     labelled. ``checks`` picks how Yes/No labels are read (see :mod:`udcg.qcare.labels.checks`);
     ``retries`` bounds the retries of malformed JSON and Yes/No replies.
+
+    Examples:
+        Sub-queries given, no answer: one coverage check, read from log-probs:
+
+        >>> import numpy as np
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> from udcg.judge import Judge
+        >>> class Sure(Judge):  # P(Yes) = 0.9 for every check
+        ...     name = fingerprint = "sure"
+        ...     def yes_prob(self, prompts):
+        ...         return np.full(len(prompts), 0.9)
+        ...     abstain_prob = generate = None
+        >>> passages = [Passage("d1", text="Austen wrote Emma.")]
+        >>> question = "Who wrote Emma?"
+        >>> ctx = Context("q1", passages, question=question, subqueries=[question])
+        >>> (labelled,), report = label_contexts([ctx], Sure())
+        >>> labelled.passages[0].covers, labelled.passages[0].extra, report.judge_calls
+        ([True], {'covers_prob': [0.9]}, 1)
     """
     check_inputs(contexts, answers_from)
     report = QCareReport(contexts=len(contexts))
