@@ -1,0 +1,82 @@
+"""Every public function and class carries a runnable example: ``>>>`` in its docstring (a
+class: in its own docstring or a public method's). pytest runs the examples as doctests
+(``--doctest-modules`` in pyproject.toml)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Iterator
+
+import pytest
+
+#: modules whose public functions and classes carry examples: their ``__all__``, or without
+#: one every public function and class they define
+MODULES = (
+    "udcg",
+    "udcg.metrics",
+    "udcg.trec",
+    "udcg.theta",
+    "udcg.stats",
+    "udcg.judge",
+    "udcg.qcare",
+    "udcg.qcare.coverage",
+    "udcg.qcare.generator",
+    "udcg.io.contexts.jsonl",
+    "udcg.io.weights.files",
+)
+#: public name -> why it has no example (keep this short; better empty)
+NO_EXAMPLE: dict[str, str] = {}
+
+
+def _public(module_name: str) -> Iterator[tuple[str, object]]:
+    """``(dotted name, object)`` of the public functions and classes of ``module_name``."""
+    module = importlib.import_module(module_name)
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [
+            name
+            for name, value in vars(module).items()
+            if (inspect.isfunction(value) or inspect.isclass(value))
+            and not name.startswith("_")
+            and value.__module__ == module_name
+        ]
+    for name in names:
+        value = getattr(module, name)
+        if inspect.isfunction(value) or inspect.isclass(value):
+            yield f"{module_name}.{name}", value
+
+
+def _has_example(value: object) -> bool:
+    docs = [inspect.getdoc(value) or ""]
+    if inspect.isclass(value):
+        docs += [
+            inspect.getdoc(member) or ""
+            for name, member in vars(value).items()
+            if not name.startswith("_") and callable(member)
+        ]
+    return any(">>>" in doc for doc in docs)
+
+
+PUBLIC = [item for module in MODULES for item in _public(module)]
+
+
+def test_the_walk_finds_the_api() -> None:
+    names = {name for name, _ in PUBLIC}
+    assert {"udcg.evaluate", "udcg.metrics.udcg", "udcg.theta.UDCGTheta"} <= names
+    assert {"udcg.stats.correlation", "udcg.qcare.coverage.c_ndcg"} <= names
+    assert "udcg.theta.DEFAULT_GRID" not in names  # data, not a function or class
+
+
+@pytest.mark.parametrize(("name", "value"), PUBLIC, ids=[name for name, _ in PUBLIC])
+def test_public_name_has_an_example(name: str, value: object) -> None:
+    if name in NO_EXAMPLE:
+        pytest.skip(NO_EXAMPLE[name])
+    assert _has_example(value), f"{name}: no '>>>' example in its docstring"
+
+
+def test_excused_names_exist_and_lack_examples() -> None:
+    found = dict(PUBLIC)
+    for name in NO_EXAMPLE:
+        assert name in found, f"{name} is excused but not public"
+        assert not _has_example(found[name]), f"{name} has an example now: drop its excuse"
