@@ -295,10 +295,11 @@ def read_weights(
         >>> w = ThetaWeights(alpha=np.array([1.0, 0.5]), beta=np.array([-0.5, -0.25]))
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     _ = write_weights(Path(folder) / "theta.safetensors", w)
-        ...     read_weights(Path(folder) / "theta.safetensors", k=3)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        udcg.errors.UDCGInputError: ...
+        ...     try:
+        ...         read_weights(Path(folder) / "theta.safetensors", k=3)
+        ...     except UDCGInputError as error:
+        ...         print(error.reason)
+        weights are for k=2, data has k=3
     """
     given = Path(path)
     path, cpath = weights_files(path)
