@@ -153,6 +153,19 @@ def test_values_split_on_commas_and_spaces_outside_parentheses() -> None:
     ]
 
 
+def test_paths_and_urls_are_one_item_per_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """A path may hold commas and spaces: path-valued list options never split a value."""
+    argv = ["qrels", "r1", "r2", "--utilities", "my runs/u,1.tsv", "--utilities", "u 2.tsv"]
+    argv += ["--weights", "w, k=5", "-m", "AP,RR"]
+    args = parse(compare.build_parser(), argv)
+    assert args.utilities == ["my runs/u,1.tsv", "u 2.tsv"]
+    assert args.weights == ["w, k=5"]
+    assert args.measures == ["AP", "RR"]
+    old = parse(compare.build_parser(), ["qrels", "r1", "r2", "--utilities", "a b", "c,d"])
+    assert old.utilities == ["a b", "c,d"]
+    assert capsys.readouterr().err.count("note:") == 1
+
+
 def test_old_positional_out_is_taken_with_one_note(capsys: pytest.CaptureFixture[str]) -> None:
     new = parse(annotate.build_parser(), ["in.jsonl", "-o", "out.jsonl", "--steps", "abstain"])
     assert capsys.readouterr().err == ""

@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--calls",
         required=True,
         metavar="FILE",
+        whole=True,
         help="the calls files written by the export (repeatable)",
     )
     imports.add_argument("--contexts", help="contexts JSONL to label from the cache")

@@ -141,6 +141,7 @@ def add_theta_weights(parser: argparse.ArgumentParser) -> None:
         parser,
         "--weights",
         metavar="FILE",
+        whole=True,
         help="UDCG-theta weights for UDCGtheta@k, one per k (repeatable): folders of "
         "save_pretrained/train.py or .safetensors files with their .json card",
     )
@@ -195,11 +196,15 @@ def note(namespace: argparse.Namespace, text: str) -> None:
 class ListAction(argparse.Action):
     """A list option: one value per flag, the flag repeatable, the items of each value
     (:func:`split_items`) added in order to the list (which replaces the default); ``items``,
-    when given, are the names an item may take."""
+    when given, are the names an item may take; ``whole``: each value is one item (a path or
+    URL, which may hold commas and spaces)."""
 
-    def __init__(self, *args: Any, items: Sequence[str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, items: Sequence[str] | None = None, whole: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.items = None if items is None else list(items)
+        self.whole = whole
 
     def __call__(
         self,
@@ -210,7 +215,7 @@ class ListAction(argparse.Action):
     ) -> None:
         current = getattr(namespace, self.dest, None)
         added = [] if current is None or current is self.default else list(current)
-        for item in split_items(values):
+        for item in [values] if self.whole else split_items(values):
             if self.items is not None and item not in self.items:
                 raise argparse.ArgumentError(
                     self, f"invalid choice: {item!r} (choose from {', '.join(self.items)})"
@@ -252,13 +257,17 @@ class DeprecatedAlias(argparse.Action):
 
 
 def add_list_option(
-    parser: Any, *flags: str, items: Sequence[str] | None = None, **kwargs: Any
+    parser: Any,
+    *flags: str,
+    items: Sequence[str] | None = None,
+    whole: bool = False,
+    **kwargs: Any,
 ) -> argparse.Action:
     """A list option (:class:`ListAction`) on ``parser`` (a parser or an argument group);
-    ``items``: the names an item may take."""
+    ``items``: the names an item may take; ``whole``: one item per flag (paths, URLs)."""
     if items is not None:
         kwargs.setdefault("metavar", "{" + ",".join(items) + "}")
-    return parser.add_argument(*flags, action=ListAction, items=items, **kwargs)
+    return parser.add_argument(*flags, action=ListAction, items=items, whole=whole, **kwargs)
 
 
 def add_deprecated(

@@ -90,6 +90,7 @@ def _add_utility_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--utilities",
         metavar="FILE",
+        whole=True,
         help="for UDCG measures (repeatable): one file for every run, or one per run in the "
         "order of the runs; each TSV lines 'qid doc_id value', JSONL lines {\"qid\", "
         '"doc_id", FIELD: value} or an annotated contexts JSONL (udcg annotate; gzip ok; - '

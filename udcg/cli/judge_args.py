@@ -128,6 +128,7 @@ def add_judge_arguments(parser: argparse.ArgumentParser, calls: bool = True) -> 
             group,
             "--ray-servers",
             metavar="URL",
+            whole=True,
             help="base URLs of a pool of servers of the openai judge's deployment, one per "
             "actor in turn (repeatable)",
         )
