@@ -100,7 +100,7 @@ def test_command_line(annotated: Path, tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err
     assert "abstain_prob[j], abstain_prob[k], answer_prob[j]" in err and "--judge-key" in err
     assert trec_main([*common, str(annotated), "--judge-key", "j"]) == 2  # both fields
-    assert "--utility-field" in capsys.readouterr().err
+    assert "(--utility) picks one" in capsys.readouterr().err
     assert trec_main([str(qrels), str(run), "-m", "UDCG@2", "--judge-key", "k"]) == 2
     assert "--judge-key reads the --utilities file" in capsys.readouterr().err
 

@@ -98,7 +98,7 @@ def test_a_judge_name_replaces_the_key(tmp_path: Path, no_judge, capsys) -> None
     report = _evaluate(contexts, tmp_path, judge=spec, judge_name="prod-judge")
     assert report["setup"]["judge"] == "prod-judge"
     write_contexts(tmp_path / "labelled.jsonl", contexts)
-    args = [str(tmp_path / "labelled.jsonl"), "--judge", spec, "--judge-name", "prod-judge"]
+    args = [str(tmp_path / "labelled.jsonl"), "--judge", spec, "--judge-key", "prod-judge"]
     assert score_main(args) == 0
 
 
@@ -121,8 +121,8 @@ def test_precomputed_judge_annotate_then_evaluate(
     _probabilities(tmp_path / file)
     unlabelled = _contexts(outcomes="llama3")  # outcomes from elsewhere, under the judge's key
     write_contexts(tmp_path / "in.jsonl", unlabelled)
-    named = ["--judge-name", name] if name else []
-    args = [str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"), "--judge", spec, *named]
+    named = ["--judge-key", name] if name else []
+    args = [str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"), "--judge", spec, *named]
     assert annotate_main([*args, "--steps", "abstain", "relevance"]) == 0
     assert "cache hits 0, misses 12" in capsys.readouterr().out
     labelled = list(read_contexts(tmp_path / "out.jsonl"))

@@ -80,7 +80,7 @@ def check_options(spec: str, options: Mapping[str, Any], prefix: str = "") -> No
         field = f"{prefix}{key}"
         if key == "name":
             raise UDCGInputError(
-                "the key of the labels is set with judge_name (--judge-name), not as a backend "
+                "the key of the labels is set with judge_name (--judge-key), not as a backend "
                 "option",
                 field=field,
             )

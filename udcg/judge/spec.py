@@ -1,7 +1,7 @@
 """The key a judge's labels are stored under, from its spec.
 
 The key is the spec without connection details, unless the user names the judge
-(``--judge-name``, ``judge_name=``):
+(``--judge-key``, ``judge_name=``):
 
 =============================  =============================================================
 spec                           key

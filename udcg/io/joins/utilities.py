@@ -274,7 +274,7 @@ def _pick(
     if len(fields) > 1:
         raise UDCGInputError(
             f"holds both abstain_prob[{judge_key}] and answer_prob[{judge_key}]; "
-            "utility_field (--utility-field) picks one",
+            "utility_field (--utility) picks one",
             path=path,
             field="utility_field",
         )
