@@ -35,7 +35,12 @@ __all__ = ["Document", "Layout", "Record", "read_collection", "records", "unique
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One passage of a collection; ``title`` is ``None`` when the file gives none."""
+    """One passage of a collection; ``title`` is ``None`` when the file gives none.
+
+    Examples:
+        >>> Document("1", "Canberra is the capital.", title="Australia").title
+        'Australia'
+    """
 
     doc_id: str
     text: str
@@ -50,6 +55,13 @@ class Layout:
     accepted TSV header names; the first one names the field in messages); ``columns``: the
     headerless TSV layouts, one role per column (``id``, ``text`` or a JSON key); a last role
     ending in ``*`` takes the remaining columns (one or more) as a list.
+
+    Examples:
+        The collection's layout: DPR's header names its columns; a headerless line of three
+        columns is id, title, text:
+
+        >>> COLLECTION.header(["id", "text", "title"]), COLLECTION.roles(3, Where(None, 1))
+        (('id', 'text', 'title'), ('id', 'title', 'text'))
     """
 
     what: str
@@ -99,7 +111,13 @@ class Layout:
 @dataclass(frozen=True, slots=True)
 class Record:
     """One line of an id-keyed file: its checked id and its values (the JSON object, or the
-    TSV columns by role, a ``*`` role's list under its name without the star)."""
+    TSV columns by role, a ``*`` role's list under its name without the star).
+
+    Examples:
+        >>> record = Record(Where(None, 1), "1", {"_id": 1, "contents": "Paris."}, json=True)
+        >>> record.text(COLLECTION)
+        'Paris.'
+    """
 
     where: Where
     id: str
@@ -121,7 +139,18 @@ Parser = Callable[[Where, str], Record]
 
 def records(path: PathType, layout: Layout) -> Iterator[Record]:
     """Every non-blank line of ``path`` as a :class:`Record` (a TSV header is skipped); a file
-    without any record is an error once its lines are exhausted."""
+    without any record is an error once its lines are exhausted.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> lines = "id\\ttext\\ttitle\\n1\\tCanberra.\\tAustralia\\n2\\tParis.\\tFrance\\n"
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "psgs.tsv").write_text(lines)
+        ...     first = next(records(Path(folder) / "psgs.tsv", COLLECTION))
+        >>> first.id, first.values
+        ('1', {'id': '1', 'text': 'Canberra.', 'title': 'Australia'})
+    """
     lines = ((n, text.rstrip("\r\n")) for n, text in numbered_lines(path) if text.strip())
     first = next(lines, None)
     count = 0
@@ -187,7 +216,21 @@ COLLECTION = Layout(
 
 def unique_records(path: PathType, layout: Layout, ids: Collection[str] | None) -> Iterator[Record]:
     """The records of ``path`` whose id is in ``ids`` (all when ``None``); a repeated id among
-    them is an error at its second line."""
+    them is an error at its second line.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "psgs.jsonl"
+        ...     _ = path.write_text('{"_id": "d1", "text": "a"}\\n{"_id": "d1", "text": "b"}\\n')
+        ...     kept = [r.id for r in unique_records(path, COLLECTION, {"d2"})]
+        ...     try:
+        ...         list(unique_records(path, COLLECTION, None))
+        ...     except UDCGInputError as error:
+        ...         print(kept, error.line, error.reason)
+        [] 2 duplicate passage 'd1' (first at line 1)
+    """
     first_lines: dict[str, int | None] = {}
     for record in records(path, layout):
         if ids is not None and record.id not in ids:
@@ -202,7 +245,18 @@ def unique_records(path: PathType, layout: Layout, ids: Collection[str] | None) 
 
 def read_collection(path: PathType, doc_ids: Collection[str] | None = None) -> dict[str, Document]:
     """``{doc_id: Document}`` of the passages of ``path`` whose id is in ``doc_ids`` (all of
-    them when ``None``), read one line at a time (see the module docstring for the formats)."""
+    them when ``None``), read one line at a time (see the module docstring for the formats).
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> lines = "id\\ttext\\ttitle\\n1\\tCanberra.\\tAustralia\\n2\\tParis.\\tFrance\\n"
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "psgs.tsv").write_text(lines)
+        ...     passages = read_collection(Path(folder) / "psgs.tsv", doc_ids={"2"})
+        >>> passages
+        {'2': Document(doc_id='2', text='Paris.', title='France')}
+    """
     return {
         record.id: Document(
             record.id,

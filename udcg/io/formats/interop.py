@@ -54,12 +54,29 @@ def _is_dataframe(obj: Any) -> bool:
 
 
 def to_run(obj: Any) -> Run:
-    """A Run from a ranx Run, a DataFrame or an iterable of ScoredDoc-like objects."""
+    """A Run from a ranx Run, a DataFrame or an iterable of ScoredDoc-like objects.
+
+    Examples:
+        A PyTerrier-style DataFrame (``qid``, ``docno``, ``score``):
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"qid": ["q1", "q1"], "docno": ["d1", "d2"], "score": [2.0, 1.0]})
+        >>> to_run(frame).to_dict()
+        {'q1': {'d1': 2.0, 'd2': 1.0}}
+    """
     return _convert(obj, "run")  # type: ignore[return-value]
 
 
 def to_qrels(obj: Any) -> Qrels:
-    """Qrels from a ranx Qrels, a DataFrame or an iterable of Qrel-like objects."""
+    """Qrels from a ranx Qrels, a DataFrame or an iterable of Qrel-like objects.
+
+    Examples:
+        Objects with ``query_id``, ``doc_id`` and ``relevance``, as ir_measures' ``Qrel``:
+
+        >>> from types import SimpleNamespace as Qrel
+        >>> to_qrels([Qrel(query_id="q1", doc_id="d1", relevance=2)]).to_dict()
+        {'q1': {'d1': 2}}
+    """
     return _convert(obj, "qrels")  # type: ignore[return-value]
 
 

@@ -176,6 +176,17 @@ def read_reference_json(path: PathType) -> list[Context]:
     Raises :class:`~udcg.errors.UDCGInputError` for malformed JSON (with JSON's own line and
     column), a document that is not a list, an empty list, or an invalid item; field paths
     start with the item index, e.g. ``[1].passages[2].models_info.<model>.no_res_prob``.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> item = {"example_id": "q1", "passages": [
+        ...     {"doc_id": "d1", "is_relevant": True, "models_info": {"m": {"no_res_prob": 0.25}}}]}
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "ref.json").write_text(json.dumps([item]))
+        ...     (ctx,) = read_reference_json(Path(folder) / "ref.json")
+        >>> ctx.qid, ctx.passages[0].relevant, ctx.passages[0].abstain_prob
+        ('q1', True, {'m': 0.25})
     """
     text = _decode(path)
     items = _items(path, text) if text.strip() else []
@@ -233,6 +244,19 @@ def write_reference_json(path: PathType, contexts: Iterable[Context]) -> int:
     """Write ``contexts`` in the reference UDCG JSON format (indented like the reference files).
 
     The file is replaced atomically; a ``.gz`` suffix compresses it. Returns the number of items.
+
+    Examples:
+        A write -> read round trip returns equal contexts:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> ctx = Context("q1", [Passage("d1", relevant=True, abstain_prob={"m": 0.25})])
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     n = write_reference_json(Path(folder) / "ref.json", [ctx])
+        ...     item = json.loads((Path(folder) / "ref.json").read_text())[0]
+        ...     back = read_reference_json(Path(folder) / "ref.json")
+        >>> n, item["passages"][0]["models_info"], back == [ctx]
+        (1, {'m': {'no_res_prob': 0.25}}, True)
     """
     items = [_context_to_reference(ctx) for ctx in contexts]
     with atomic_write(path) as handle:

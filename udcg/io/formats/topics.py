@@ -31,7 +31,12 @@ ANSWERS = Layout("query", _QID_KEYS, ("answers",), (("id", "answers*"),))
 
 @dataclass(frozen=True, slots=True)
 class Topic:
-    """One query: its question and, when the topics file gives them, reference answers."""
+    """One query: its question and, when the topics file gives them, reference answers.
+
+    Examples:
+        >>> Topic("q1", "Who wrote Emma?", answers=["Jane Austen"]).answers
+        ['Jane Austen']
+    """
 
     qid: str
     text: str
@@ -43,7 +48,18 @@ def _answers(record: Record) -> list[str] | None:
 
 
 def read_topics(path: PathType, qids: Collection[str] | None = None) -> dict[str, Topic]:
-    """``{qid: Topic}`` of the topics of ``path`` whose id is in ``qids`` (all when None)."""
+    """``{qid: Topic}`` of the topics of ``path`` whose id is in ``qids`` (all when None).
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> line = '{"qid": "q1", "question": "Who wrote Emma?", "answers": ["Austen"]}'
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "topics.jsonl").write_text(line)
+        ...     topics = read_topics(Path(folder) / "topics.jsonl")
+        >>> topics
+        {'q1': Topic(qid='q1', text='Who wrote Emma?', answers=['Austen'])}
+    """
     return {
         record.id: Topic(record.id, record.text(TOPICS), _answers(record))
         for record in unique_records(path, TOPICS, qids)
@@ -52,7 +68,19 @@ def read_topics(path: PathType, qids: Collection[str] | None = None) -> dict[str
 
 def read_answers(path: PathType, qids: Collection[str] | None = None) -> dict[str, list[str]]:
     """``{qid: answers}`` of the queries of ``path`` whose id is in ``qids`` (all when None);
-    a JSONL line without ``answers`` is an error."""
+    a JSONL line without ``answers`` is an error.
+
+    Examples:
+        A TSV line holds the id, then one answer per column:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "answers.tsv").write_text("q1\\tJane Austen\\tAusten\\n")
+        ...     answers = read_answers(Path(folder) / "answers.tsv")
+        >>> answers
+        {'q1': ['Jane Austen', 'Austen']}
+    """
     out: dict[str, list[str]] = {}
     for record in unique_records(path, ANSWERS, qids):
         answers = _answers(record)

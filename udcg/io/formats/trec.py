@@ -175,7 +175,17 @@ def split_columns(
 ) -> list[str]:
     """The columns of ``line``, separated by ASCII whitespace as in the normalised parse (other
     spaces belong to an id): none for a blank line, else exactly ``len(names)`` (an error at
-    ``path:number`` otherwise)."""
+    ``path:number`` otherwise).
+
+    Examples:
+        >>> columns = ("qid", "Q0", "doc_id", "rank", "score", "tag")
+        >>> split_columns("q1  Q0 d1\\t1 2.5 bm25", columns, "run.txt", 7)
+        ['q1', 'Q0', 'd1', '1', '2.5', 'bm25']
+        >>> split_columns("q1 Q0", columns[:3], "run.txt", 7)
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: run.txt:7: expected 3 columns (qid Q0 doc_id), found 2
+    """
     fields = _ASCII_SPACES.split(line.strip(_ASCII_SPACE))
     fields = fields if fields != [""] else []
     if fields and len(fields) != len(names):
@@ -259,7 +269,19 @@ def _arrow_table(
 
 def read_columns(path: PathType, names: tuple[str, ...], value_field: str, value_type: pa.DataType):
     """``(qids, doc_ids, values)`` of a whitespace-separated file with the columns ``names``
-    (ids dictionary-encoded, ``value_field`` as ``value_type``); errors name file and line."""
+    (ids dictionary-encoded, ``value_field`` as ``value_type``); errors name file and line.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> columns = ("qid", "Q0", "doc_id", "rank", "score", "tag")
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "r.run").write_text("q1 Q0 d1 1 2.5 t\\nq1 Q0 d2 2 1.5 t\\n")
+        ...     table = read_columns(Path(folder) / "r.run", columns, "score", pa.float64())
+        >>> qids, doc_ids, scores = table
+        >>> qids.to_pylist(), doc_ids.to_pylist(), scores.tolist()
+        (['q1', 'q1'], ['d1', 'd2'], [2.5, 1.5])
+    """
     # ids parsed as strings and dictionary-encoded after (``_read_csv``): one hash table per
     # column costs less than one per block and the merge of their dictionaries
     types = {"qid": pa.string(), "doc_id": pa.string(), value_field: value_type}
@@ -292,7 +314,19 @@ _LAYOUTS = {"run": (_RUN_COLUMNS, "score"), "qrels": (_QRELS_COLUMNS, "relevance
 
 def locate_duplicate(source: str | InputBytes | None, kind: Literal["run", "qrels"]) -> None:
     """Raise the file-and-line error for a duplicate (query, document) found in ``source``,
-    a TREC file of ``kind``; nothing when there is no file."""
+    a TREC file of ``kind``; nothing when there is no file.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "r.run").write_text("q1 Q0 d1 1 2.5 t\\nq1 Q0 d1 2 1.5 t\\n")
+        ...     try:
+        ...         locate_duplicate(str(Path(folder) / "r.run"), "run")
+        ...     except UDCGInputError as error:
+        ...         print(error.line, error.reason)
+        2 duplicate document 'd1' for query 'q1'
+    """
     if source is not None:
         _scan(source, read_bytes(source), *_LAYOUTS[kind])
 
@@ -341,7 +375,14 @@ def _source(path: PathType) -> str | InputBytes:
 
 def columns_from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, pa.Array, list]:
     """``(qids, doc_ids, values)`` of ``{qid: {doc_id: value}}``; a malformed entry is an error
-    naming ``name`` (the argument) and the query."""
+    naming ``name`` (the argument) and the query.
+
+    Examples:
+        >>> data = {"q1": {"d1": 2, "d2": 0}}
+        >>> qids, doc_ids, values = columns_from_dict(data, "relevance", "qrels")
+        >>> qids.to_pylist(), doc_ids.to_pylist(), values
+        (['q1', 'q1'], ['d1', 'd2'], [2, 0])
+    """
     if not isinstance(data, Mapping):
         raise UDCGInputError(
             f"expected {{qid: {{doc_id: {field}}}}}, got {type(data).__name__}", field=name
@@ -401,6 +442,13 @@ def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
     """Row indices in trec_eval's ranking order: by query, then score descending, then doc id
     descending (the tie-break trec_eval applies). ``qids``: query ids or integer codes (Arrow
     or numpy), ``scores``: float array, ``doc_ids``: Arrow strings, plain or dictionary-encoded.
+
+    Examples:
+        b (score 2) first, then the tie of a and c broken by id descending:
+
+        >>> scores, doc_ids = np.array([1.0, 2.0, 1.0]), pa.array(["a", "b", "c"])
+        >>> trec_order(pa.array(["q1"] * 3), scores, doc_ids).tolist()
+        [1, 2, 0]
     """
     # Arrow sorts plain strings only: dictionary-encoded ids are decoded first
     table = pa.Table.from_arrays(
