@@ -312,7 +312,7 @@ def test_cli_warns_once_when_a_utility_source_carries_no_signal(
     assert (
         "AUROC relevant vs irrelevant 1.000" in warning and "(6 relevant, 6 irrelevant)" in warning
     )
-    assert "try --steps answer_likelihood (utility source answer_likelihood) or a larger judge" in (
+    assert "try --steps answer_likelihood or a larger judge" in (
         warning
     )
     _cli_judge(monkeypatch, RuleJudge())  # u 0.1 or 0.9: spread, separating

@@ -45,7 +45,8 @@ def test_nearly_constant_values_fire_whatever_they_separate() -> None:
     assert check.auroc == pytest.approx(check_signal(u, relevant).auroc)
     message = check.warning()
     assert message.startswith("abstention utilities of j carry almost no information: 90% of")
-    assert "--steps answer_likelihood" in message and "a larger judge" in message
+    assert "try --utility answer_likelihood or a larger judge" in message
+    assert "try utility=answer_likelihood or" in check.warning("utility=answer_likelihood")
     assert "no separation" not in message and "\n" not in message
 
 
@@ -57,7 +58,7 @@ def test_spread_values_that_do_not_separate_fire() -> None:
     assert not check.flat and check.inseparable and abs(check.auroc - 0.5) < SMALL_EFFECT
     assert check.auroc_low < 0.5 < check.auroc_high
     message = check.warning()
-    assert "no separation" in message and "--steps answer_likelihood" not in message
+    assert "no separation" in message and "answer_likelihood or" not in message
 
 
 def test_a_few_outliers_do_not_hide_a_flat_source() -> None:

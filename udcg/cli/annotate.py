@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         for signal in signals:
             check = signal.result()
             if check is not None and check.fires:
-                warnings.warn(check.warning(), UDCGWarning, stacklevel=1)
+                warnings.warn(check.warning("--steps answer_likelihood"), UDCGWarning, stacklevel=1)
 
     return run_cli("udcg annotate", work)
 

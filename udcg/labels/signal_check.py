@@ -97,8 +97,9 @@ class SignalCheck:
             "thresholds": {"flat_spread": FLAT_SPREAD, "small_effect": SMALL_EFFECT},
         }
 
-    def warning(self) -> str | None:
-        """One line with the numbers and the remedy when the check fires, else None."""
+    def warning(self, switch: str = "--utility answer_likelihood") -> str | None:
+        """One line with the numbers and the remedy when the check fires, else None;
+        ``switch``: how the caller's command switches to answer-likelihood utilities."""
         if not self.fires:
             return None
         found = []
@@ -116,7 +117,7 @@ class SignalCheck:
             )
         remedy = "a larger judge"
         if self.source != "answer_likelihood":
-            remedy = "--steps answer_likelihood (utility source answer_likelihood) or " + remedy
+            remedy = f"{switch} or {remedy}"
         return (
             f"{self.source} utilities of {self.judge} carry almost no information: "
             f"{'; '.join(found)}; try {remedy}"

@@ -167,7 +167,7 @@ def signal_check(contexts: Sequence[Context], judge: str, utility: str) -> Signa
     carries almost no information."""
     check = check_contexts(contexts, judge, utility)
     if check is not None and check.fires:
-        warnings.warn(check.warning(), UDCGWarning, stacklevel=2)
+        warnings.warn(check.warning("utility=answer_likelihood"), UDCGWarning, stacklevel=2)
     return check
 
 
@@ -302,7 +302,11 @@ def run_benchmark(
                 *table.notes,
                 *(ordered.notes if ordered is not None else []),
                 *(f"UDCG-theta weights: {note}" for note in theta_notes),
-                *([] if signal is None or not signal.fires else [signal.warning()]),
+                *(
+                    []
+                    if signal is None or not signal.fires
+                    else [signal.warning("utility=answer_likelihood")]
+                ),
             ],
         }
         next_stage(bar, "evaluate", "report")
