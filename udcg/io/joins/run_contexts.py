@@ -55,7 +55,21 @@ def _codes(ids: pa.Array) -> np.ndarray:
 
 def top_k_rows(run: Run, k: int) -> np.ndarray:
     """Row indices of each query's first ``k`` documents in trec_eval order, queries in
-    ascending id order. A document ranked twice for one query is an error at its line."""
+    ascending id order. A document ranked twice for one query is an error at its line.
+
+    Examples:
+        Rows of the run file: q1's best document (row 1), then q2's (row 0):
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from udcg.io.formats.trec import read_trec_run
+        >>> lines = "q2 Q0 d1 1 3 bm25\\nq1 Q0 d1 1 2 bm25\\nq1 Q0 d2 2 1 bm25\\n"
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "bm25.run").write_text(lines)
+        ...     run = read_trec_run(Path(folder) / "bm25.run")
+        >>> top_k_rows(run, k=1).tolist()
+        [1, 0]
+    """
     queries, docs = _codes(run.qids), _codes(run.doc_ids)
     if len(np.unique(queries * (int(docs.max(initial=0)) + 1) + docs)) < len(run):
         locate_duplicate(run.source, "run")
@@ -69,7 +83,19 @@ def top_k_rows(run: Run, k: int) -> np.ndarray:
 
 
 def run_tag(run: Run) -> str | None:
-    """The tag column of the first line of the file ``run`` was read from (None without one)."""
+    """The tag column of the first line of the file ``run`` was read from (None without one).
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from udcg.io.formats.trec import read_trec_run
+        >>> lines = "q2 Q0 d1 1 3 bm25\\nq1 Q0 d1 1 2 bm25\\nq1 Q0 d2 2 1 bm25\\n"
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "bm25.run").write_text(lines)
+        ...     run = read_trec_run(Path(folder) / "bm25.run")
+        ...     run_tag(run)  # read from the file's first line
+        'bm25'
+    """
     if run.source is None:
         return None
     for _, text in numbered_lines(run.source):
@@ -110,7 +136,25 @@ def build_run_contexts(
 ) -> Iterator[Context]:
     """The top-``k`` context of every query of ``run`` with its question, passage texts and
     scores, and, when given, reference answers and qrels relevance (see the module docstring).
-    Every file is read and checked before this returns; the contexts are built as iterated."""
+    Every file is read and checked before this returns; the contexts are built as iterated.
+
+    Examples:
+        q1 has qrels (d1 relevant, d2 not judged: not relevant); q2 has none (unknown):
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> files = {"bm25.run": "q2 Q0 d1 1 3 bm25\\nq1 Q0 d1 1 2 bm25\\nq1 Q0 d2 2 1 bm25\\n",
+        ...          "topics.tsv": "q1\\tWho wrote Emma?\\nq2\\tWhere is Canberra?\\n",
+        ...          "psgs.tsv": "d1\\tAusten wrote Emma.\\nd2\\tCanberra is in Australia.\\n",
+        ...          "test.qrels": "q1 0 d1 1\\n"}
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     paths = {name: Path(folder) / name for name in files}
+        ...     _ = [paths[name].write_text(text) for name, text in files.items()]
+        ...     run, topics, psgs, qrels = paths.values()
+        ...     contexts = list(build_run_contexts(run, topics, psgs, k=2, qrels=qrels))
+        >>> [(c.qid, c.run, [(p.doc_id, p.relevant) for p in c.passages]) for c in contexts]
+        [('q1', 'bm25', [('d1', True), ('d2', False)]), ('q2', 'bm25', [('d1', None)])]
+    """
     k = positive_int(k, "k")
     ranked = run if isinstance(run, Run) else read_trec_run(run)
     top = top_k_rows(ranked, k)

@@ -56,7 +56,17 @@ def _rows(path: PathType, names: tuple[str, ...]) -> Iterator[tuple[int, list[st
 
 
 def read_utilities(path: PathType) -> dict[tuple[str, str], float]:
-    """``{(qid, doc_id): p}`` from ``qid doc_id p`` lines, ``p`` a probability in [0, 1]."""
+    """``{(qid, doc_id): p}`` from ``qid doc_id p`` lines, ``p`` a probability in [0, 1].
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "u.txt").write_text("q1 d1 0.25\\nq1 d2 0.5\\n")
+        ...     probs = read_utilities(Path(folder) / "u.txt")
+        >>> probs
+        {('q1', 'd1'): 0.25, ('q1', 'd2'): 0.5}
+    """
     out: dict[tuple[str, str], float] = {}
     for number, (qid, doc_id, text) in _rows(path, ("qid", "doc_id", "p")):
         try:
@@ -79,7 +89,17 @@ def read_utilities(path: PathType) -> dict[tuple[str, str], float]:
 
 
 def read_outcomes(path: PathType) -> dict[str, bool]:
-    """``{qid: correct}`` from ``qid correct`` lines, ``correct`` in 1/0/true/false."""
+    """``{qid: correct}`` from ``qid correct`` lines, ``correct`` in 1/0/true/false.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "o.txt").write_text("q1 1\\nq2 false\\n")
+        ...     outcomes = read_outcomes(Path(folder) / "o.txt")
+        >>> outcomes
+        {'q1': True, 'q2': False}
+    """
     out: dict[str, bool] = {}
     for number, (qid, text) in _rows(path, ("qid", "correct")):
         word = text.lower()
@@ -128,7 +148,25 @@ def read_trec_contexts(
 ) -> tuple[list[Context], list[str]]:
     """Per judged query of ``run``, its top-``k`` context with relevance, the judge's
     ``utility_field`` probabilities and outcome (see the module docstring for the formats);
-    returns the contexts and notes on what was skipped."""
+    returns the contexts and notes on what was skipped.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> files = {"r.run": "q1 Q0 d1 1 2 bm25\\nq1 Q0 d2 2 1 bm25\\nq9 Q0 d1 1 1 bm25\\n",
+        ...          "q.qrels": "q1 0 d1 1\\n", "u.txt": "q1 d1 0.25\\nq1 d2 0.5\\n",
+        ...          "o.txt": "q1 1\\n"}
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     paths = [Path(folder) / name for name in files]
+        ...     _ = [path.write_text(text) for path, text in zip(paths, files.values())]
+        ...     (ctx,), notes = read_trec_contexts(*paths, judge="llama3", k=2)
+        >>> [(p.doc_id, p.relevant, p.abstain_prob) for p in ctx.passages]
+        [('d1', True, {'llama3': 0.25}), ('d2', False, {'llama3': 0.5})]
+        >>> ctx.outcomes
+        {'llama3': {'correct': True}}
+        >>> notes
+        ['1 of 2 run queries have no qrels and were skipped (as trec_eval)']
+    """
     if utility_field not in JUDGE_PROB_KEYS:
         raise UDCGInputError(
             f"expected one of {', '.join(JUDGE_PROB_KEYS)}, got {utility_field!r}",

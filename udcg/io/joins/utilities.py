@@ -72,7 +72,13 @@ UtilitiesLike = Mapping[str, Mapping[str, float]] | str | PathLike[str]
 @dataclass(frozen=True, eq=False)
 class Utilities:
     """One utility ``u`` in [0, 1] per (query, document); ``field`` is what the input held,
-    ``source`` the file it was read from (``None`` for a dict)."""
+    ``source`` the file it was read from (``None`` for a dict).
+
+    Examples:
+        >>> u = utilities_from_dict({"q1": {"d1": 0.25, "d2": 1.0}}, "abstain_prob")
+        >>> len(u), u.values.tolist(), u.field, u.source
+        (2, [0.75, 0.0], 'abstain_prob', None)
+    """
 
     qids: pa.Array  # strings, plain or dictionary-encoded
     doc_ids: pa.Array
@@ -95,7 +101,12 @@ def check_field(utility_field: str | None) -> str | None:
 
 
 def source_of(utility_field: str) -> UtilitySource | None:
-    """The utility source whose judge probability ``utility_field`` is (None for ``utility``)."""
+    """The utility source whose judge probability ``utility_field`` is (None for ``utility``).
+
+    Examples:
+        >>> source_of("answer_prob").name, source_of("utility")
+        ('answer_likelihood', None)
+    """
     return next((s for s in SOURCES.values() if s.field == utility_field), None)
 
 
@@ -311,7 +322,19 @@ def read_utility_file(
 ) -> Utilities:
     """Utilities from a TSV, JSONL or annotated contexts file (see the module docstring);
     ``judge_key`` picks a judge's values in a contexts file (only there). The kind is told by
-    the first line, so a pipe is read once, whole, before it is parsed."""
+    the first line, so a pipe is read once, whole, before it is parsed.
+
+    Examples:
+        A TSV file holds P(abstain) by default: u = 1 - p:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "u.tsv").write_text("q1 d1 0.25\\nq1 d2 0.5\\n")
+        ...     u = read_utility_file(Path(folder) / "u.tsv")
+        >>> u.doc_ids.to_pylist(), u.values.tolist(), u.field
+        (['d1', 'd2'], [0.75, 0.5], 'abstain_prob')
+    """
     check_field(utility_field)
     path = read_once(path)
     file_kind = _file_kind(path)
@@ -333,7 +356,16 @@ def utilities_from_dict(
     data: Mapping[str, Mapping[str, float]], utility_field: str | None = None
 ) -> Utilities:
     """Utilities from ``{qid: {doc_id: value}}``, values of ``utility_field``, which must be
-    given: a plain number could be any of :data:`UTILITY_FIELDS`."""
+    given: a plain number could be any of :data:`UTILITY_FIELDS`.
+
+    Examples:
+        >>> utilities_from_dict({"q1": {"d1": 0.4}}, "answer_prob").values.tolist()
+        [0.4]
+        >>> utilities_from_dict({"q1": {"d1": 0.4}})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: ...
+    """
     field = check_field(utility_field)
     if field is None:
         choices = ", ".join(f"{f!r} ({_formula(f)})" for f in UTILITY_FIELDS)
@@ -358,7 +390,13 @@ def as_utilities(
     utilities: Utilities | UtilitiesLike, utility_field: str | None = None
 ) -> Utilities:
     """``utilities`` as :class:`Utilities`: read from a file, converted from a dict, or as given
-    (then ``utility_field``, if given, must be what it holds)."""
+    (then ``utility_field``, if given, must be what it holds).
+
+    Examples:
+        >>> u = as_utilities({"q1": {"d1": 0.25}}, "utility")
+        >>> as_utilities(u) is u, u.values.tolist()
+        (True, [0.25])
+    """
     if isinstance(utilities, Utilities):
         if check_field(utility_field) not in (None, utilities.field):
             raise UDCGInputError(

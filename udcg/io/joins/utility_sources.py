@@ -30,7 +30,15 @@ __all__ = ["DEFAULT_SOURCE", "SOURCES", "UtilitySource", "check_fitted_on", "get
 
 @dataclass(frozen=True)
 class UtilitySource:
-    """One way to get passage utilities from a judge's stored probabilities."""
+    """One way to get passage utilities from a judge's stored probabilities.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> source = get_source("abstention")
+        >>> ctx = Context("q1", [Passage("d1", abstain_prob={"m": 0.25})])
+        >>> source.field, source.formula, source.passage_utilities(ctx, "m").tolist()
+        ('abstain_prob', 'u = 1 - P(abstain)', [0.75])
+    """
 
     name: str
     field: str  # passage field mapping judge -> probability (see udcg.io.contexts.jsonl)
@@ -89,7 +97,12 @@ DEFAULT_SOURCE = "abstention"
 
 
 def get_source(name: str) -> UtilitySource:
-    """The source called ``name``; an unknown name is an error listing the known ones."""
+    """The source called ``name``; an unknown name is an error listing the known ones.
+
+    Examples:
+        >>> get_source("answer_likelihood").from_probs([0.4]).tolist()
+        [0.4]
+    """
     source = SOURCES.get(name)
     if source is None:
         raise UDCGInputError(
@@ -100,7 +113,16 @@ def get_source(name: str) -> UtilitySource:
 
 def check_fitted_on(card: dict, utility: str, option: str = "--utility") -> None:
     """Weights are used only with the utility source they were fitted on (``card["utility"]``,
-    ``abstention`` for cards that predate the option); otherwise an error naming ``option``."""
+    ``abstention`` for cards that predate the option); otherwise an error naming ``option``.
+
+    Examples:
+        >>> check_fitted_on({}, "abstention")  # an old card: abstention
+        >>> try:
+        ...     check_fitted_on({"utility": "abstention"}, "answer_likelihood")
+        ... except UDCGInputError as error:
+        ...     print(error.reason)
+        the weights were fitted on utility source 'abstention', not 'answer_likelihood' (pass ...)
+    """
     fitted_on = card.get("utility", DEFAULT_SOURCE)
     if fitted_on != utility:
         raise UDCGInputError(
