@@ -210,3 +210,50 @@ def test_label_adds_qcare_labels_through_the_cache(tag_judge, tmp_path: Path) ->
     assert sum(again.calls.values()) == 0  # every call answered by the cache
     with pytest.raises(udcg.UDCGInputError, match="unknown step 'qcar'"):
         udcg.label(contexts, tag_judge(), ["qcar"])
+
+
+def _qcare_contexts(**extra_probs: float) -> list:
+    import udcg
+
+    return [
+        udcg.Context(
+            "q1",
+            [
+                udcg.Passage(text="a", relevant=True, abstain_prob={"j": 0.2, **extra_probs}),
+                udcg.Passage(text="b", relevant=False, abstain_prob={"j": 0.5, **extra_probs}),
+            ],
+            subqueries=["s1", "s2"],
+        ),
+        udcg.Context(
+            "q2", [udcg.Passage(text="c", relevant=True, abstain_prob={"j": 0.1, **extra_probs})]
+        ),
+    ]
+
+
+def test_score_contexts_adds_qcare_columns_where_labelled() -> None:
+    import dataclasses
+
+    import udcg
+
+    contexts = _qcare_contexts()
+    covers = [[True, False], [False, False]]
+    contexts[0].passages[:] = [
+        dataclasses.replace(p, covers=c) for p, c in zip(contexts[0].passages, covers, strict=True)
+    ]
+    frame = udcg.score_contexts(contexts)
+    # r = (1/2, 0): C-Prec = mean(r); C-nDCG = DCG(r) / IDCG(r) = 1 (already ideal)
+    assert frame["C-Prec"].iloc[0] == pytest.approx(0.25)
+    assert frame["C-nDCG"].iloc[0] == pytest.approx(1.0)
+    assert np.isnan(frame["C-Prec"].iloc[1])  # no Q-CARE labels
+    assert frame["UDCG"].iloc[1] == pytest.approx(expit(0.9))
+    assert "C-Prec" not in udcg.score_contexts(contexts, qcare=False)
+
+
+def test_score_contexts_asks_for_the_judge_key_when_two_judges_labelled() -> None:
+    import udcg
+
+    contexts = _qcare_contexts(other=0.3)
+    with pytest.raises(udcg.UDCGInputError, match="abstain_prob of j, other; pass judge_key"):
+        udcg.score_contexts(contexts)
+    frame = udcg.score_contexts(contexts, judge_key="other", qcare=False)
+    assert frame["UDCG"].iloc[0] == pytest.approx(expit((0.7 - 0.7 / 3) / 2))
