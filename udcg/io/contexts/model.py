@@ -205,7 +205,21 @@ def _judge_probs(obj: dict[str, Any], key: str, name: str, where: Where) -> dict
 
 
 def parse_context(obj: Any, where: Where) -> Context:
-    """A :class:`Context` from one parsed JSON line; errors are located by ``where``."""
+    """A :class:`Context` from one parsed JSON line; errors are located by ``where``.
+
+    Examples:
+        A graded label becomes a float, an unknown key is kept in ``extra``:
+
+        >>> line = {"qid": "q1", "passages": [{"relevant": 2}], "note": "x"}
+        >>> ctx = parse_context(line, Where("c.jsonl", 4))
+        >>> ctx.passages[0].relevant, ctx.extra
+        (2.0, {'note': 'x'})
+        >>> try:
+        ...     parse_context({"qid": True, "passages": []}, Where("c.jsonl", 4))
+        ... except UDCGInputError as error:
+        ...     print(error)
+        c.jsonl:4: field 'qid': must be a non-empty string or an integer, got a boolean
+    """
     if not isinstance(obj, dict):
         raise UDCGInputError(
             f"expected a JSON object (one context per line), got {check.kind(obj)}",
