@@ -54,7 +54,14 @@ BOUNDS = "bounds"
 
 @dataclass
 class AnnotationReport:
-    """Counts of what an annotation run did."""
+    """Counts of what an annotation run did.
+
+    Examples:
+        >>> report = AnnotationReport(contexts=2, pairs=3)
+        >>> report.add(AnnotationReport(contexts=1, pairs=2))
+        >>> report.contexts, report.pairs
+        (3, 5)
+    """
 
     contexts: int = 0
     pairs: int = 0
@@ -77,7 +84,13 @@ class AnnotationReport:
 
 
 def relevance_messages(question: str, answers: Sequence[str], passage: str) -> Messages:
-    """The relevance check: is the passage RELEVANT, i.e. does it support an acceptable answer."""
+    """The relevance check: is the passage RELEVANT, i.e. does it support an acceptable answer.
+
+    Examples:
+        >>> messages = relevance_messages("Who wrote Emma?", ["Jane Austen"], "Austen wrote it.")
+        >>> [m["role"] for m in messages], messages[1]["content"].splitlines()[1]
+        (['system', 'user'], 'Acceptable answers: Jane Austen')
+    """
     return [
         {
             "role": "system",
@@ -93,7 +106,13 @@ def relevance_messages(question: str, answers: Sequence[str], passage: str) -> M
 
 
 def grader_messages(question: str, answers: Sequence[str], answer: str) -> Messages:
-    """The LLM grader: CORRECT, INCORRECT or ABSTAINED, one word."""
+    """The LLM grader: CORRECT, INCORRECT or ABSTAINED, one word.
+
+    Examples:
+        >>> messages = grader_messages("Who wrote Emma?", ["Jane Austen"], "Austen.")
+        >>> messages[1]["content"].splitlines()[-2:]
+        ['Model answer: Austen.', 'Grade:']
+    """
     return [
         {
             "role": "system",
@@ -110,14 +129,24 @@ def grader_messages(question: str, answers: Sequence[str], answer: str) -> Messa
 
 
 def parse_grade(text: str) -> str | None:
-    """The first word of ``text`` if it is a grade, else None (strict)."""
+    """The first word of ``text`` if it is a grade, else None (strict).
+
+    Examples:
+        >>> parse_grade("correct."), parse_grade("ABSTAINED: none"), parse_grade("I'd say CORRECT")
+        ('CORRECT', 'ABSTAINED', None)
+    """
     words = text.strip().split()
     word = words[0].strip(".:,;!\"'").upper() if words else ""
     return word if word in GRADES else None
 
 
 def relabels(passage: Passage, relabel_relevance: bool) -> bool:
-    """Whether the relevance step labels ``passage``: it has no label, or relabelling is asked."""
+    """Whether the relevance step labels ``passage``: it has no label, or relabelling is asked.
+
+    Examples:
+        >>> relabels(Passage("d1"), False), relabels(Passage("d1", relevant=True), False)
+        (True, False)
+    """
     return relabel_relevance or passage.relevant is None
 
 
@@ -129,7 +158,18 @@ def check_inputs(
 ) -> int:
     """Check every field the chosen steps need before any LLM call; the number of contexts.
     The relevance step needs answers (and, for ``llm``, the question) only for contexts with a
-    passage it labels (see :func:`annotate`)."""
+    passage it labels (see :func:`annotate`).
+
+    Examples:
+        >>> passages = [Passage("d1", text="Austen wrote Emma.")]
+        >>> ctx = Context("q1", passages, question="Who wrote Emma?")
+        >>> check_inputs([ctx], ["abstain"], "string")
+        1
+        >>> check_inputs([ctx], ["abstain", "outcomes"], "string")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'answers': missing: step outcomes needs acceptable answers
+    """
     asks_question = "abstain" in steps or "answer_likelihood" in steps or "outcomes" in steps
     count = 0
     for ctx in contexts:
@@ -165,7 +205,13 @@ def check_inputs(
 
 def with_bound(passage: Passage, name: str, value_field: str, bound: bool) -> Passage:
     """``passage`` with ``value_field`` listed under ``extra["bounds"][name]`` when ``bound``,
-    and removed from that list otherwise (an empty list or mapping is dropped)."""
+    and removed from that list otherwise (an empty list or mapping is dropped).
+
+    Examples:
+        >>> bounded = with_bound(Passage("d1"), "llama3", "abstain_prob", True)
+        >>> bounded.extra, with_bound(bounded, "llama3", "abstain_prob", False).extra
+        ({'bounds': {'llama3': ['abstain_prob']}}, {})
+    """
     marks = passage.extra.get(BOUNDS, {})
     listed = value_field in marks.get(name, [])
     if bound == listed:
@@ -207,6 +253,23 @@ def annotate(
 
     Each step hands the judge all its distinct calls at once when the judge streams results
     (``streams_results``), else in batches of ``batch``.
+
+    Examples:
+        A precomputed judge gives the abstention probability; the string check finds an
+        acceptable answer in the passage:
+
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> from udcg.judge import load_judge
+        >>> row = {"question": "Who wrote Emma?", "passage": "Austen did.", "abstain_prob": 0.1}
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "llama3.jsonl").write_text(json.dumps(row))
+        ...     judge = load_judge(f"precomputed:{folder}/llama3.jsonl")
+        >>> passages = [Passage("d1", text=row["passage"])]
+        >>> ctx = Context("q1", passages, question=row["question"], answers=["Austen"])
+        >>> (labelled,), report = annotate([ctx], judge, steps=["abstain", "relevance"])
+        >>> labelled.passages[0].abstain_prob, labelled.passages[0].relevant, report.pairs
+        ({'llama3': 0.1}, True, 1)
     """
     unknown = [s for s in steps if s not in STEPS]
     if unknown:
