@@ -22,8 +22,20 @@ MODULES = (
     "udcg.qcare",
     "udcg.qcare.coverage",
     "udcg.qcare.generator",
+    "udcg.io.contexts.model",
     "udcg.io.contexts.jsonl",
+    "udcg.io.formats.collection",
+    "udcg.io.formats.interop",
+    "udcg.io.formats.reference",
+    "udcg.io.formats.topics",
+    "udcg.io.formats.trec",
+    "udcg.io.joins.run_contexts",
+    "udcg.io.joins.trec_contexts",
+    "udcg.io.joins.utilities",
+    "udcg.io.joins.utility_sources",
     "udcg.io.weights.files",
+    "udcg.labels.annotate",
+    "udcg.labels.signal_check",
 )
 #: public name -> why it has no example (keep this short; better empty)
 NO_EXAMPLE: dict[str, str] = {}
