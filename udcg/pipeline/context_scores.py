@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 
 
 def as_contexts(contexts: Iterable[Context] | str | os.PathLike[str]) -> list[Context]:
-    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read."""
+    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read.
+
+    >>> from udcg.demo_data.demo import OUTPUT
+    >>> len(as_contexts(OUTPUT))
+    1020
+    """
     if isinstance(contexts, (str, os.PathLike)):
         return list(read_contexts(contexts))
     return list(contexts)
@@ -34,7 +39,12 @@ def as_contexts(contexts: Iterable[Context] | str | os.PathLike[str]) -> list[Co
 
 def stored_judge_key(contexts: Sequence[Context], utility: str = DEFAULT_SOURCE) -> str:
     """The one judge key the contexts' utilities (source ``utility``) are stored under; none or
-    several is an error naming them."""
+    several is an error naming them.
+
+    >>> from udcg.demo_data import demo_contexts
+    >>> stored_judge_key(list(demo_contexts()))
+    'smollm2-135m'
+    """
     field = get_source(utility).field
     keys = sorted({key for c in contexts for p in c.passages for key in getattr(p, field)})
     if len(keys) != 1:
