@@ -22,6 +22,19 @@ grade is >= ``rel`` (1 by default; unjudged: not relevant), with utilities ``u``
 
 A document ranked within the top k of a scored query without a utility is an error naming the
 query and the document, never a silent value. Queries the qrels do not judge are not scored.
+
+Examples:
+    Relevant d1 (u 0.9) ranked above d2 (u 0.6); with alpha = (2, 1) and beta = (-1, -1),
+    UDCGtheta@2 = sigmoid(2 * 0.9 - 0.6), and UDCG@2 = sigmoid((0.9 - 0.6 / 3) / 2):
+
+    >>> from udcg.trec import evaluate
+    >>> weights = ThetaWeights(alpha=np.array([2.0, 1.0]), beta=np.array([-1.0, -1.0]))
+    >>> qrels, run = {"q1": {"d1": 1}}, {"q1": {"d1": 2.0, "d2": 1.0}}
+    >>> u = {"q1": {"d1": 0.9, "d2": 0.6}}
+    >>> values = evaluate(qrels, run, ["UDCGtheta@2", "UDCG@2"], utilities=u,
+    ...                   utility_field="utility", weights=weights)["q1"]
+    >>> {name: round(value, 4) for name, value in values.items()}
+    {'UDCGtheta@2': 0.7685, 'UDCG@2': 0.5866}
 """
 
 from __future__ import annotations
@@ -48,7 +61,15 @@ _API_AND_CLI = {"utilities": "--utilities FILE", "weights": "--weights FILE"}
 @dataclass(frozen=True, eq=False)
 class UtilityPlan:
     """What the utility measures of one evaluation need: the utilities, the weights of each
-    UDCGtheta cutoff, and the depth up to which every scored query needs utilities."""
+    UDCGtheta cutoff, and the depth up to which every scored query needs utilities.
+
+    Examples:
+        >>> from udcg.trec.measures import parse_measures
+        >>> measures = parse_measures(["UDCG@3", "nDCG@10"])
+        >>> needs = plan(measures, {"q1": {"d1": 0.9}}, "utility", weights=None)
+        >>> needs.depth, needs.weights, needs.utilities.values.tolist()
+        (3, {}, [0.9])
+    """
 
     utilities: Utilities
     weights: dict[int, ThetaWeights]
@@ -160,7 +181,17 @@ def plan(
     allow_mismatch: Sequence[str] = (),
 ) -> UtilityPlan | None:
     """The checked inputs of the utility measures among ``measures`` (None when there are
-    none); the weights are read before the utilities, both before the run."""
+    none); the weights are read before the utilities, both before the run.
+
+    Examples:
+        >>> from udcg.trec.measures import parse_measures
+        >>> plan(parse_measures("nDCG@10"), None, None, None) is None
+        True
+        >>> plan(parse_measures("UDCG@5"), None, None, None)
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'utilities': UDCG@5 needs utilities: pass utilities= (...)
+    """
     check_field(utility_field)
     wanted = [m for m in measures if m.name in UTILITY_MEASURES]
     if not wanted:
