@@ -254,7 +254,7 @@ def test_cli_default_steps_keep_qrels_labels(tmp_path: Path, capsys, monkeypatch
     monkeypatch.setattr(cli, "open_cli_judge", lambda args: judge)
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_contexts(src, _given(False, True, True))  # as udcg contexts --qrels writes them
-    assert main([str(src), str(out)]) == 0  # default steps: abstain relevance outcomes
+    assert main([str(src), "-o", str(out)]) == 0  # default steps: abstain relevance outcomes
     assert [p.relevant for p in next(read_contexts(out)).passages] == [False, True, True]
     assert "relevance: kept 3 given labels, computed 0\n" in capsys.readouterr().out
     assert json.loads((tmp_path / "out.jsonl.manifest.json").read_text())["steps"] == [
@@ -262,7 +262,7 @@ def test_cli_default_steps_keep_qrels_labels(tmp_path: Path, capsys, monkeypatch
         "relevance",
         "outcomes",
     ]
-    assert main([str(src), str(out), "--relabel-relevance"]) == 0
+    assert main([str(src), "-o", str(out), "--relabel-relevance"]) == 0
     assert [p.relevant for p in next(read_contexts(out)).passages] == [True, False, False]
     assert "relevance: kept 0 given labels, computed 3\n" in capsys.readouterr().out
 
@@ -301,7 +301,7 @@ def test_cli_warns_once_when_a_utility_source_carries_no_signal(
     write_contexts(src, _many())
     steps = ["--steps", "abstain", "answer_likelihood", "relevance"]
     _cli_judge(monkeypatch, FlatJudge())
-    assert main([str(src), str(out), *steps]) == 0
+    assert main([str(src), "-o", str(out), *steps]) == 0
     warnings = _warnings(capsys.readouterr().err)
     assert len(warnings) == 1, warnings
     warning = warnings[0]
@@ -312,12 +312,10 @@ def test_cli_warns_once_when_a_utility_source_carries_no_signal(
     assert (
         "AUROC relevant vs irrelevant 1.000" in warning and "(6 relevant, 6 irrelevant)" in warning
     )
-    assert "try --steps answer_likelihood or a larger judge" in (
-        warning
-    )
+    assert "try --steps answer_likelihood or a larger judge" in (warning)
     _cli_judge(monkeypatch, RuleJudge())  # u 0.1 or 0.9: spread, separating
     out.unlink()
-    assert main([str(src), str(out), *steps]) == 0
+    assert main([str(src), "-o", str(out), *steps]) == 0
     assert _warnings(capsys.readouterr().err) == []
 
 
@@ -343,7 +341,7 @@ def test_cli_summary_and_signal_after_a_resume_count_the_whole_output(
 
     monkeypatch.setattr(cli, "annotate", first_chunk_only)
     with pytest.raises(Interrupted):
-        main([str(src), str(out), "--chunk", "2"])
+        main([str(src), "-o", str(out), "--chunk", "2"])
     capsys.readouterr()
     monkeypatch.setattr(cli, "annotate", annotate)
     assert main([str(src), str(out), "--chunk", "2"]) == 0  # abstain relevance outcomes

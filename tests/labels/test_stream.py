@@ -159,13 +159,14 @@ def test_cli_chunks_resume_and_stdout(tmp_path: Path, capsys) -> None:
     base = ["--judge", f"precomputed:{probs}", "--steps", "abstain", "--chunk", "2"]
     cache = ["--cache", str(tmp_path / "c.sqlite")]
     out = tmp_path / "out.jsonl"
-    assert main([str(src), str(out), *base, *cache]) == 0  # a finished run, cut back to 1 line
+    # a finished run, cut back to 1 line
+    assert main([str(src), "-o", str(out), *base, *cache]) == 0
     record = record_of(json.loads(manifest_path(out).read_text()))
     assert record["judge"] == "p" and record["steps"] == ["abstain"]
     out.unlink()
     write_partial(out, reference.splitlines(keepends=True)[0], contexts[:1], record)
     capsys.readouterr()
-    assert main([str(src), str(out), *base, *cache]) == 0
+    assert main([str(src), "-o", str(out), *base, *cache]) == 0
     printed = capsys.readouterr().out
     assert "resumed after 1 contexts already written" in printed
     assert f"annotated 7 contexts (1 resumed from {out}.partial, 6 now)" in printed
@@ -216,7 +217,8 @@ def test_cli_warns_once_about_upper_bounds(tmp_path: Path, capsys, monkeypatch) 
     write_contexts(src, contexts)
     bounded = [contexts[0].passages[0].text, contexts[0].passages[1].text]
     monkeypatch.setattr(cli, "open_cli_judge", lambda args: _Uncached(CountingJudge(bounded)))
-    assert main([str(src), str(tmp_path / "o.jsonl"), "--steps", "abstain", "--chunk", "2"]) == 0
+    out = tmp_path / "o.jsonl"
+    assert main([str(src), "-o", str(out), "--steps", "abstain", "--chunk", "2"]) == 0
     err = capsys.readouterr().err
     warnings = [line for line in err.splitlines() if "warning" in line]
     # counted per chunk of 2 contexts: the distinct pairs of each chunk

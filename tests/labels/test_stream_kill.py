@@ -74,7 +74,7 @@ def _contexts() -> list[Context]:
 
 def _run(driver: Path, src: Path, out: Path, shard: int, log: Path) -> subprocess.Popen:
     env = {**os.environ, "SLOW_DELAY": "0.04", "SLOW_LOG": str(log), "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, str(driver), str(src), str(out), "--steps", "abstain"]
+    command = [sys.executable, str(driver), str(src), "-o", str(out), "--steps", "abstain"]
     command += ["--chunk", "2", "--shard", f"{shard}/{SHARDS}"]
     command += ["--cache", str(out.parent / f"cache-{shard}.sqlite")]
     return subprocess.Popen(
