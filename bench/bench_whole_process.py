@@ -9,7 +9,7 @@ shapes (10,000 queries x 100 documents, 100,000 x 10, 1,000 x 1,000; about 1M ru
 ``--seeds`` seeds. Every round starts one fresh process per tool and file pair, the tools
 taking turns (their order flips every round), and times it from start to exit:
 
-* udcg: ``python -m udcg.trec QRELS RUN -m nDCG@10 AP RR P@10``;
+* udcg: ``python -m udcg.trec QRELS RUN -m nDCG@10,AP,RR,P@10``;
 * pytrec_eval: a script that imports pytrec_eval, reads both files into dicts by splitting
   lines, evaluates ``ndcg_cut_10``, ``map``, ``recip_rank`` and ``P_10`` and prints the means;
 * ranx and ir_measures (optional): their own file readers and evaluation, means printed.

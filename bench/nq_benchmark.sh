@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-data benchmark of evaluate.py on NQ-open (results: docs/evaluate-nq.md).
+# Real-data benchmark of evaluate.py on NQ-open (set-up: docs/evaluate-nq.md; results: docs/findings.md).
 #
 #   bash bench/nq_benchmark.sh            # QUESTIONS=300 by default; PYTHON=... the venv's python
 #

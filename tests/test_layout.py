@@ -1,6 +1,6 @@
-"""The package reads in one direction: each layer imports only layers below it (README's module
-map), Hydra only at the doors, and no import circles. Every import counts, also the ones inside
-functions (a lazy import is still a dependency)."""
+"""The package reads in one direction: each layer imports only layers below it (the module map
+of CONTRIBUTING.md), Hydra only at the doors, and no import circles. Every import counts, also
+the ones inside functions (a lazy import is still a dependency)."""
 
 from __future__ import annotations
 
