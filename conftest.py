@@ -8,20 +8,29 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import re
 from collections.abc import Generator
 
 import pytest
 from _pytest.doctest import DoctestItem, DoctestModule
 from _pytest.reports import CollectReport, TestReport
 
+_NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'", re.M)
+
 
 def _missing(error: BaseException | None) -> str | None:
-    """The top-level name of the non-udcg module whose absence raised ``error``, else None."""
+    """The top-level name of the non-udcg module whose absence raised ``error`` (also when an
+    example expecting another exception got that one instead), else None."""
     if isinstance(error, doctest.UnexpectedException):
         error = error.exc_info[1]
-    if not isinstance(error, ModuleNotFoundError):
+    if isinstance(error, doctest.DocTestFailure):
+        found = _NO_MODULE.search(error.got)
+        name = found[1] if found else ""
+    elif isinstance(error, ModuleNotFoundError):
+        name = error.name or ""
+    else:
         return None
-    name = (error.name or "").split(".")[0]
+    name = name.split(".")[0]
     return name if name and name != "udcg" else None
 
 
