@@ -47,6 +47,7 @@ from udcg.judge.spec import judge_key
 from udcg.labels.signal_check import check_contexts
 from udcg.labels.stream import DEFAULT_CHUNK
 from udcg.pipeline import journey
+from udcg.pipeline.context_scores import checked_theta
 from udcg.pipeline.journey_report import to_html, to_markdown
 from udcg.trec.measures import UTILITY_MEASURES, parse_measures
 from udcg.trec.significance import TESTS
@@ -162,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
             weights = None
             if args.weights:  # checked before any file is written
                 key = judge_key(args.judge, args.judge_key)
-                weights = journey.load_weights(
-                    args.weights, key, args.utility, k, args.allow_mismatch
-                )
+                weights = checked_theta(
+                    args.weights, [k], key, args.utility, args.allow_mismatch,
+                    option="--allow-mismatch {field}",
+                )  # fmt: skip
                 for note in weights[1]:
                     _say(f"UDCG-theta: {note}")
             contexts = journey.build_contexts(

@@ -127,7 +127,7 @@ def score(args: argparse.Namespace) -> None:
     if args.weights:
         model, overrides = checked_theta(
             args.weights,
-            contexts,
+            (len(c.passages) for c in contexts),
             judge,
             args.utility,
             args.allow_mismatch,

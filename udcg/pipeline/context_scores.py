@@ -82,7 +82,7 @@ def theta_columns(
 
 def checked_theta(
     weights: UDCGTheta | str | os.PathLike[str],
-    contexts: Sequence[Context],
+    sizes: Iterable[int],
     judge: str,
     utility: str,
     allow_mismatch: Sequence[str] = (),
@@ -92,10 +92,10 @@ def checked_theta(
     option: str = "allow_mismatch=['{field}']",
 ) -> tuple[UDCGTheta, list[str]]:
     """``(model, notes)``: weights (a fitted model, a weights folder or file:
-    :meth:`udcg.theta.UDCGTheta.from_pretrained`) checked against the contexts
-    (:func:`udcg.io.weights.files.check_compatible`: k against their sizes, the utility source,
-    the judge key, the abstention prompt's SHA-256, the abstention ``mode`` when given); a note
-    per mismatch allowed by ``allow_mismatch`` (``option`` says how to allow one)."""
+    :meth:`udcg.theta.UDCGTheta.from_pretrained`) checked against what they score
+    (:func:`udcg.io.weights.files.check_compatible`: k against the list ``sizes``, the utility
+    source, the judge key, the abstention prompt's SHA-256, the abstention ``mode`` when given);
+    a note per mismatch allowed by ``allow_mismatch`` (``option`` says how to allow one)."""
     from udcg.judge.prompts import prompt_record
     from udcg.theta import UDCGTheta
 
@@ -105,7 +105,7 @@ def checked_theta(
         else UDCGTheta.from_pretrained(weights, allow_unverified=allow_unverified)
     )
     k = len(model.alpha_)
-    sizes = sorted({len(c.passages) for c in contexts})
+    sizes = sorted(set(sizes))
     applied = {
         "k": None if k in sizes else ", ".join(map(str, sizes)),
         "utility": utility,
@@ -171,7 +171,7 @@ def score_contexts(
     }
     notes: list[str] = []
     if weights is not None:
-        model, notes = checked_theta(weights, contexts, judge, utility, allow_mismatch)
+        model, notes = checked_theta(weights, columns["k"], judge, utility, allow_mismatch)
         columns.update(theta_columns(model, relevant, util))
     columns.update(classic_metrics(relevant))
     if qcare or (qcare is None and _has_qcare_labels(contexts)):

@@ -260,36 +260,6 @@ def _judged(qrels: PathType | Mapping[str, Mapping[str, int]]) -> set[str]:
     return set(pc.unique(as_qrels(qrels).qids).to_pylist())
 
 
-def load_weights(
-    weights: PathType,
-    judge_key: str,
-    utility: str,
-    k: int,
-    allow_mismatch: Sequence[str] = (),
-) -> tuple[UDCGTheta, list[str]]:
-    """UDCG-theta weights checked against what they will be applied to
-    (:func:`udcg.io.weights.files.check_compatible`: their k against the contexts' ``k``, the
-    utility source, the judge key, the abstention prompt's SHA-256); the model and the differences
-    allowed by ``allow_mismatch``."""
-    from udcg.io.weights.files import check_compatible
-    from udcg.judge.prompts import prompt_record
-    from udcg.theta import UDCGTheta
-
-    model = UDCGTheta.from_pretrained(weights)
-    overrides = check_compatible(
-        model.card_,
-        {
-            "k": None if len(model.alpha_) == k else str(k),
-            "utility": utility,
-            "judge": judge_key,
-            "prompt": prompt_record()["sha256"],
-            "mode": None,
-        },
-        allow_mismatch,
-    )
-    return model, overrides
-
-
 def forecasts(
     labelled: Mapping[str, Path],
     model: UDCGTheta,
