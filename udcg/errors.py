@@ -42,9 +42,23 @@ class UDCGInputError(ValueError):
 
 class UDCGWarning(UserWarning):
     """Something the user should know about a result that still runs (for instance a fit with
-    few contexts per parameter). Command-line entry points print it as one line on stderr."""
+    few contexts per parameter). Command-line entry points print it as one line on stderr.
+
+    Examples:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warnings.warn("only 12 contexts per parameter", UDCGWarning)
+        >>> [str(w.message) for w in caught]
+        ['only 12 contexts per parameter']
+    """
 
 
 class UDCGServiceError(RuntimeError):
     """A service the toolkit calls (a judge server) failed; commands print its message as one
-    line and exit with status 1."""
+    line and exit with status 1.
+
+    Examples:
+        >>> str(UDCGServiceError("http://localhost:8000/v1 did not answer in 10 s"))
+        'http://localhost:8000/v1 did not answer in 10 s'
+    """

@@ -33,7 +33,12 @@ ANSWER_NORMALISATION = "max_over_answers(exp(mean_token_logprob))"
 def check_abstain_inputs(
     questions: Sequence[str], passages: Sequence[str]
 ) -> tuple[list[str], list[str]]:
-    """The inputs of :meth:`Judge.abstain_prob` as lists, checked: one passage per question."""
+    """The inputs of :meth:`Judge.abstain_prob` as lists, checked: one passage per question.
+
+    Examples:
+        >>> check_abstain_inputs(("Who wrote Emma?",), ("Austen did.",))
+        (['Who wrote Emma?'], ['Austen did.'])
+    """
     from udcg.errors import UDCGInputError
 
     questions, passages = list(questions), list(passages)
@@ -50,7 +55,16 @@ def check_answer_inputs(
 ) -> tuple[list[str], list[str], list[list[str]]]:
     """The inputs of :meth:`Judge.answer_prob` as lists, checked: one passage and one list of
     acceptable answers per question, every answer a non-empty string. A question without
-    answers is an error (its likelihood is undefined, never 0)."""
+    answers is an error (its likelihood is undefined, never 0).
+
+    Examples:
+        >>> check_answer_inputs(["Who wrote Emma?"], ["Austen did."], [("Austen",)])
+        (['Who wrote Emma?'], ['Austen did.'], [['Austen']])
+        >>> check_answer_inputs(["Who wrote Emma?"], ["Austen did."], [[]])
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'answers[0]': needs a non-empty list ..., got no answers
+    """
     from udcg.errors import UDCGInputError
 
     if isinstance(questions, str) or isinstance(passages, str):
@@ -79,7 +93,13 @@ def check_answer_inputs(
 
 def judge_values(values: Any, upper_bound: Any = None) -> JudgeValues:
     """``values`` as float64 :class:`JudgeValues`; ``upper_bound`` a boolean mask (default: none
-    is a bound)."""
+    is a bound).
+
+    Examples:
+        >>> values = judge_values([0.2, 0.4], upper_bound=[False, True])
+        >>> values.tolist(), values.upper_bound.tolist()
+        ([0.2, 0.4], [False, True])
+    """
     out = np.asarray(values, dtype=np.float64).view(JudgeValues)
     mask = np.zeros(out.shape, dtype=bool) if upper_bound is None else np.asarray(upper_bound)
     if mask.shape != out.shape:
@@ -95,6 +115,11 @@ class JudgeValues(np.ndarray):
     probability (a server returned the top-k log-probs and the token asked for was not among
     them). Backends that never produce bounds may return plain arrays; read the mask with
     :func:`upper_bounds`.
+
+    Examples:
+        >>> values = judge_values([0.2, 0.4], upper_bound=[False, True])
+        >>> isinstance(values, JudgeValues), values.upper_bound.tolist()
+        (True, [False, True])
     """
 
     upper_bound: np.ndarray
@@ -107,7 +132,14 @@ class JudgeValues(np.ndarray):
 
 
 def upper_bounds(values: Any) -> np.ndarray:
-    """The upper-bound mask of judge values (all False for a plain array)."""
+    """The upper-bound mask of judge values (all False for a plain array).
+
+    Examples:
+        >>> upper_bounds(judge_values([0.2], upper_bound=[True])).tolist()
+        [True]
+        >>> upper_bounds(np.array([0.2, 0.3])).tolist()
+        [False, False]
+    """
     mask = getattr(values, "upper_bound", None)
     return np.zeros(np.shape(values), dtype=bool) if mask is None else np.asarray(mask, bool)
 

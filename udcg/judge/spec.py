@@ -31,7 +31,12 @@ PRECOMPUTED = "precomputed:"
 
 
 def split_openai(spec: str) -> tuple[str, str]:
-    """``(MODEL, BASE_URL)`` of ``openai:MODEL@BASE_URL``."""
+    """``(MODEL, BASE_URL)`` of ``openai:MODEL@BASE_URL``.
+
+    Examples:
+        >>> split_openai("openai:Qwen/Qwen3-8B@http://localhost:8000/v1")
+        ('Qwen/Qwen3-8B', 'http://localhost:8000/v1')
+    """
     model, sep, base_url = spec.removeprefix(OPENAI).partition("@")
     if not sep or not model or not base_url:
         raise UDCGInputError(f"expected openai:MODEL@BASE_URL, got {spec!r}", field="judge")
@@ -39,7 +44,12 @@ def split_openai(spec: str) -> tuple[str, str]:
 
 
 def precomputed_key(path: str | Path) -> str:
-    """The key of a precomputed file: its name without ``.gz`` and ``.jsonl``."""
+    """The key of a precomputed file: its name without ``.gz`` and ``.jsonl``.
+
+    Examples:
+        >>> precomputed_key("runs/llama3.jsonl.gz")
+        'llama3'
+    """
     name = Path(path).name.removesuffix(".gz").removesuffix(".jsonl")
     if not name:
         raise UDCGInputError(
@@ -50,7 +60,12 @@ def precomputed_key(path: str | Path) -> str:
 
 
 def local_key(source: str | Path) -> str:
-    """The key of a transformers model: the id or path as given, without a trailing ``/``."""
+    """The key of a transformers model: the id or path as given, without a trailing ``/``.
+
+    Examples:
+        >>> local_key("models/qwen/"), local_key("Qwen/Qwen3-8B")
+        ('models/qwen', 'Qwen/Qwen3-8B')
+    """
     return str(source).rstrip("/") or str(source)
 
 

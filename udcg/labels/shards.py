@@ -79,14 +79,28 @@ def shard_of(qid: str, shards: int) -> int:
 
 
 def in_shard(contexts: Iterable[Context], shard: tuple[int, int]) -> Iterator[Context]:
-    """The contexts of shard ``(I, N)``, in input order."""
+    """The contexts of shard ``(I, N)``, in input order.
+
+    Examples:
+        Of q1, q2 and q3 (shards 1, 3 and 2 of 4, see :func:`shard_of`), shard 2/4 holds q3:
+
+        >>> [ctx.qid for ctx in in_shard([Context(q) for q in ("q1", "q2", "q3")], (2, 4))]
+        ['q3']
+    """
     index, shards = shard
     return (ctx for ctx in contexts if shard_of(ctx.qid, shards) == index)
 
 
 def order_shards(paths: Sequence[PathType]) -> list[PathType]:
     """Shard files in shard order: by the ``part-I-of-N`` in their names when every name has
-    one (all N present, each once), else as given."""
+    one (all N present, each once), else as given.
+
+    Examples:
+        >>> order_shards(["out.part-2-of-2.jsonl", "out.part-1-of-2.jsonl"])
+        ['out.part-1-of-2.jsonl', 'out.part-2-of-2.jsonl']
+        >>> order_shards(["b.jsonl", "a.jsonl"])
+        ['b.jsonl', 'a.jsonl']
+    """
     found = [_PART.search(Path(p).name) for p in paths]
     if not paths or not all(found):
         return list(paths)

@@ -83,7 +83,12 @@ class Evaluation:
 
 
 def import_pandas(what: str) -> Any:
-    """The pandas module, or an ImportError saying that ``what`` needs it."""
+    """The pandas module, or an ImportError saying that ``what`` needs it.
+
+    Examples:
+        >>> import_pandas("Evaluation.to_dataframe()").__name__
+        'pandas'
+    """
     try:
         import pandas
     except ImportError as exc:
@@ -94,7 +99,13 @@ def import_pandas(what: str) -> Any:
 def as_run(run: RunLike) -> Run:
     """``run`` as a :class:`Run`: a Run, a TREC run file, ``{qid: {doc_id: score}}``, a ranx
     Run, a DataFrame (``q_id``/``qid``/``query_id``, ``doc_id``/``docno``, ``score``) or an
-    iterable of ir_measures ``ScoredDoc`` (see :mod:`udcg.io.formats.interop`)."""
+    iterable of ir_measures ``ScoredDoc`` (see :mod:`udcg.io.formats.interop`).
+
+    Examples:
+        >>> run = as_run({"q1": {"d1": 1.5}})
+        >>> as_run(run) is run, run.to_dict()
+        (True, {'q1': {'d1': 1.5}})
+    """
     if isinstance(run, Run):
         return run
     if isinstance(run, Mapping):
@@ -107,7 +118,12 @@ def as_run(run: RunLike) -> Run:
 def as_qrels(qrels: QrelsLike) -> Qrels:
     """``qrels`` as :class:`Qrels`: Qrels, a TREC qrels file, ``{qid: {doc_id: grade}}``, a
     ranx Qrels, a DataFrame (``q_id``/``qid``/``query_id``, ``doc_id``/``docno``,
-    ``relevance``/``label``/``rel``/``score``) or an iterable of ir_measures ``Qrel``."""
+    ``relevance``/``label``/``rel``/``score``) or an iterable of ir_measures ``Qrel``.
+
+    Examples:
+        >>> as_qrels({"q1": {"d1": 2}}).relevance.tolist()
+        [2]
+    """
     if isinstance(qrels, Qrels):
         return qrels
     if isinstance(qrels, Mapping):

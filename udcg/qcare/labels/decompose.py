@@ -48,12 +48,28 @@ def _string_list(value: Any, key: str) -> list[str]:
 
 
 def subqueries_value(value: Any) -> list[str]:
-    """Validator of a query decomposition reply."""
+    """Validator of a query decomposition reply.
+
+    Examples:
+        Duplicates (case and spaces folded) are dropped:
+
+        >>> subqueries_value({"subqueries": ["Who wrote Emma?", " who wrote  emma? ", "When?"]})
+        ['Who wrote Emma?', 'When?']
+    """
     return _string_list(value, "subqueries")
 
 
 def claims_value(value: Any) -> list[str]:
-    """Validator of an answer decomposition reply."""
+    """Validator of an answer decomposition reply.
+
+    Examples:
+        >>> claims_value(["Austen  wrote Emma."])
+        ['Austen wrote Emma.']
+        >>> claims_value([])
+        Traceback (most recent call last):
+        ...
+        ValueError: 'claims' must be a non-empty list of strings
+    """
     return _string_list(value, "claims")
 
 

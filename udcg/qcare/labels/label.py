@@ -71,7 +71,19 @@ class QCareReport:
 
 
 def answer_of(ctx: Context, model: str) -> str:
-    """``outcomes[model].answer`` of a context, or a located error."""
+    """``outcomes[model].answer`` of a context, or a located error.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Passage
+        >>> outcomes = {"m": {"answer": "Austen."}}
+        >>> ctx = Context("q1", [Passage("d1", text="t")], question="Who?", outcomes=outcomes)
+        >>> answer_of(ctx, "m")
+        'Austen.'
+        >>> answer_of(ctx, "other")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'outcomes.other.answer': missing or not a string ...
+    """
     answer = ctx.outcomes.get(model, {}).get("answer")
     if not isinstance(answer, str):
         present = sorted(m for m, o in ctx.outcomes.items() if isinstance(o.get("answer"), str))
@@ -85,7 +97,18 @@ def answer_of(ctx: Context, model: str) -> str:
 
 
 def check_inputs(contexts: Sequence[Context], answers_from: str | None) -> None:
-    """Every field the pipeline needs, checked before any judge call."""
+    """Every field the pipeline needs, checked before any judge call.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Passage
+        >>> outcomes = {"m": {"answer": "Austen."}}
+        >>> ctx = Context("q1", [Passage("d1", text="t")], question="Who?", outcomes=outcomes)
+        >>> check_inputs([ctx], answers_from="m")  # nothing missing
+        >>> check_inputs([Context("q2", [Passage("d1")], question="Who?")], None)
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'passages[0].text': missing or empty
+    """
     for ctx in contexts:
         if not (ctx.question and ctx.question.strip()):
             raise UDCGInputError("missing or empty", field="question", **ctx.location())
