@@ -14,7 +14,12 @@ from udcg.errors import UDCGInputError
 
 def show(value: Any) -> str:
     """``value`` as an error message shows it: numbers plainly (``1.2``, not
-    ``np.float64(1.2)``), anything else as its ``repr`` (strings quoted)."""
+    ``np.float64(1.2)``), anything else as its ``repr`` (strings quoted).
+
+    Examples:
+        >>> show(np.float64(1.2)), show("1.2"), show(None)
+        ('1.2', "'1.2'", 'None')
+    """
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, bool | int | float):
@@ -25,7 +30,12 @@ def show(value: Any) -> str:
 def printable(text: str) -> str:
     """``text`` safe to print on a terminal: every character that is not printable (C0 and
     C1 controls such as ESC and BEL, DEL, line breaks, bidirectional overrides and other
-    format characters) written as its Python escape (``\\x1b``, ``\\u202e``), the rest kept."""
+    format characters) written as its Python escape (``\\x1b``, ``\\u202e``), the rest kept.
+
+    Examples:
+        >>> print(printable("judge\\x1b[31m: é"))
+        judge\\x1b[31m: é
+    """
     if text.isprintable():
         return text
     return "".join(
@@ -34,7 +44,16 @@ def printable(text: str) -> str:
 
 
 def integer(value: Any, name: str) -> int:
-    """``value`` as an int (numpy integers accepted, booleans refused)."""
+    """``value`` as an int (numpy integers accepted, booleans refused).
+
+    Examples:
+        >>> integer(np.int64(3), "k")
+        3
+        >>> integer(True, "k")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'k': must be an integer, got True
+    """
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise UDCGInputError(f"must be an integer, got {show(value)}", field=name)
     return int(value)
@@ -42,21 +61,40 @@ def integer(value: Any, name: str) -> int:
 
 def nonnegative_int(value: Any, name: str) -> int:
     """``value`` as an int >= 0, such as a seed of numpy's generators (numpy integers
-    accepted, booleans refused)."""
+    accepted, booleans refused).
+
+    Examples:
+        >>> nonnegative_int(0, "seed")
+        0
+    """
     if integer(value, name) < 0:
         raise UDCGInputError(f"must be a non-negative integer, got {show(value)}", field=name)
     return int(value)
 
 
 def positive_int(value: Any, name: str) -> int:
-    """``value`` as an int >= 1 (numpy integers accepted, booleans refused)."""
+    """``value`` as an int >= 1 (numpy integers accepted, booleans refused).
+
+    Examples:
+        >>> positive_int(5, "k")
+        5
+        >>> positive_int(0, "k")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'k': must be a positive integer, got 0
+    """
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise UDCGInputError(f"must be a positive integer, got {show(value)}", field=name)
     return int(value)
 
 
 def open_fraction(value: Any, name: str) -> float:
-    """``value`` as a float strictly between 0 and 1."""
+    """``value`` as a float strictly between 0 and 1.
+
+    Examples:
+        >>> open_fraction(0.95, "confidence")
+        0.95
+    """
     is_number = isinstance(value, int | float | np.integer | np.floating)
     if isinstance(value, bool) or not is_number or not 0.0 < float(value) < 1.0:
         raise UDCGInputError(
@@ -66,7 +104,12 @@ def open_fraction(value: Any, name: str) -> float:
 
 
 def nonnegative_float(value: Any, name: str) -> float:
-    """``value`` as a finite float >= 0 (numpy numbers accepted, booleans refused)."""
+    """``value`` as a finite float >= 0 (numpy numbers accepted, booleans refused).
+
+    Examples:
+        >>> nonnegative_float(np.float32(0.5), "l2"), nonnegative_float(0, "l2")
+        (0.5, 0.0)
+    """
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise UDCGInputError(f"expected a number, got {show(value)}", field=name)
     if not np.isfinite(value) or value < 0:
@@ -75,21 +118,40 @@ def nonnegative_float(value: Any, name: str) -> float:
 
 
 def boolean(value: Any, name: str) -> bool:
-    """``value`` as a bool (``True``/``False`` only)."""
+    """``value`` as a bool (``True``/``False`` only).
+
+    Examples:
+        >>> boolean(np.bool_(True), "bias")
+        True
+    """
     if not isinstance(value, bool | np.bool_):
         raise UDCGInputError(f"must be true or false, got {show(value)}", field=name)
     return bool(value)
 
 
 def nonempty_str(value: Any, name: str) -> str:
-    """``value`` if it is a non-empty string."""
+    """``value`` if it is a non-empty string.
+
+    Examples:
+        >>> nonempty_str("llama3", "judge")
+        'llama3'
+    """
     if not isinstance(value, str) or not value:
         raise UDCGInputError(f"must be a non-empty string, got {show(value)}", field=name)
     return value
 
 
 def one_of(value: Any, name: str, choices: Sequence[str]) -> str:
-    """``value`` if it is one of ``choices``."""
+    """``value`` if it is one of ``choices``.
+
+    Examples:
+        >>> one_of("t", "test", ("t", "randomization"))
+        't'
+        >>> one_of("z", "test", ("t", "randomization"))
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'test': must be one of t, randomization, got 'z'
+    """
     if value not in choices:
         raise UDCGInputError(f"must be one of {', '.join(choices)}, got {show(value)}", field=name)
     return value
@@ -98,7 +160,16 @@ def one_of(value: Any, name: str, choices: Sequence[str]) -> str:
 def float_vector(
     values: Any, name: str, length: int | None = None, length_of: str = "the other input"
 ) -> np.ndarray:
-    """``values`` as a finite float64 1-D array (of ``length`` values when given)."""
+    """``values`` as a finite float64 1-D array (of ``length`` values when given).
+
+    Examples:
+        >>> float_vector([1, 2.5], "metric", length=2).tolist()
+        [1.0, 2.5]
+        >>> float_vector([1, float("nan")], "metric")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'metric': position 1: NaN or infinite value
+    """
     try:
         out = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -120,7 +191,12 @@ def float_vector(
 def binary_vector(
     values: Any, name: str, length: int | None = None, length_of: str = "the other input"
 ) -> np.ndarray:
-    """:func:`float_vector` whose values are all 0 or 1 (booleans accepted)."""
+    """:func:`float_vector` whose values are all 0 or 1 (booleans accepted).
+
+    Examples:
+        >>> binary_vector([True, False, 1], "correct").tolist()
+        [1.0, 0.0, 1.0]
+    """
     out = float_vector(values, name, length, length_of)
     bad = (out != 0) & (out != 1)
     if bad.any():
@@ -132,7 +208,12 @@ def binary_vector(
 def query_codes(groups: Any, n: int, length_of: str = "the contexts") -> np.ndarray:
     """Each context's query id as an integer 0..n_queries-1, numbered in sorted id order (as
     strings when the ids cannot be compared), so codes do not depend on context order.
-    ``None`` makes every context its own query."""
+    ``None`` makes every context its own query.
+
+    Examples:
+        >>> query_codes(["q2", "q1", "q2"], 3).tolist(), query_codes(None, 3).tolist()
+        ([1, 0, 1], [0, 1, 2])
+    """
     if groups is None:
         return np.arange(n, dtype=np.int64)
     labels = np.asarray(groups)
@@ -156,7 +237,14 @@ def query_codes(groups: Any, n: int, length_of: str = "the contexts") -> np.ndar
 def by_query(**inputs: Any) -> list[Any] | None:
     """Inputs given as mappings ``{qid: value}`` as lists in the order of the first one's keys;
     None when no input is a mapping. Mixing mappings and sequences, or mappings with different
-    qids, is an error naming the input that differs."""
+    qids, is an error naming the input that differs.
+
+    Examples:
+        >>> by_query(relevant={"q1": [1, 0], "q2": [0]}, utility={"q2": [0.5], "q1": [0.9, 0.1]})
+        [[[1, 0], [0]], [[0.9, 0.1], [0.5]]]
+        >>> by_query(relevant=[[1, 0]], utility=[[0.9, 0.1]]) is None
+        True
+    """
     names = list(inputs)
     maps = [isinstance(v, Mapping) for v in inputs.values()]
     if not any(maps):
