@@ -15,6 +15,7 @@ import pytest
 MODULES = (
     "udcg",
     "udcg.errors",
+    "udcg.validation",
     "udcg.stats",
     "udcg.demo_data",
     "udcg.metrics",
