@@ -16,7 +16,13 @@ from udcg.validation import positive_int
 
 @dataclass(frozen=True)
 class Query:
-    """A question to retrieve for; ``relevant`` holds the corpus indices of its gold passages."""
+    """A question to retrieve for; ``relevant`` holds the corpus indices of its gold passages.
+
+    Examples:
+        >>> query = Query("q1", "Who wrote Emma?", answers=["Jane Austen"], relevant=frozenset({2}))
+        >>> query.answers, 2 in query.relevant
+        (['Jane Austen'], True)
+    """
 
     qid: str
     question: str
@@ -26,7 +32,13 @@ class Query:
 
 @dataclass(frozen=True, eq=False)
 class Ranking:
-    """Corpus indices best first, with the retriever's score for each."""
+    """Corpus indices best first, with the retriever's score for each.
+
+    Examples:
+        >>> ranking = top_k(np.array([[0.1, 0.7, 0.4]]), k=2)[0]
+        >>> ranking.indices.tolist(), ranking.scores.tolist()
+        ([1, 2], [0.7, 0.4])
+    """
 
     indices: np.ndarray
     scores: np.ndarray
@@ -34,7 +46,13 @@ class Ranking:
 
 @runtime_checkable
 class Retriever(Protocol):
-    """Ranks ``corpus`` for each query and returns its ``k`` best passages."""
+    """Ranks ``corpus`` for each query and returns its ``k`` best passages.
+
+    Examples:
+        >>> from udcg.retrieval.bm25 import BM25Retriever
+        >>> isinstance(BM25Retriever(), Retriever)
+        True
+    """
 
     def retrieve(
         self, queries: Sequence[Query], corpus: Sequence[Passage], k: int
@@ -42,20 +60,43 @@ class Retriever(Protocol):
 
 
 def check_depth(k: int, corpus: Sequence[Passage]) -> None:
-    """A list size the corpus can fill: 1 <= k <= len(corpus)."""
+    """A list size the corpus can fill: 1 <= k <= len(corpus).
+
+    Examples:
+        >>> check_depth(4, [Passage("d0"), Passage("d1")])
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'k': k=4 is larger than the corpus (2 passages)
+    """
     positive_int(k, "k")
     if k > len(corpus):
         raise UDCGInputError(f"k={k} is larger than the corpus ({len(corpus)} passages)", field="k")
 
 
 def top_k(scores: np.ndarray, k: int) -> list[Ranking]:
-    """Per row of ``scores`` ``[n_queries, n_docs]``, the k highest; ties by lower index."""
+    """Per row of ``scores`` ``[n_queries, n_docs]``, the k highest; ties by lower index.
+
+    Examples:
+        >>> [r.indices.tolist() for r in top_k(np.array([[0.1, 0.5, 0.5], [3.0, 1.0, 2.0]]), 2)]
+        [[1, 2], [0, 2]]
+    """
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return [Ranking(row, scores[i, row]) for i, row in enumerate(order)]
 
 
 class ScoringRetriever(ABC):
-    """A retriever that scores every passage for every query and keeps the k best."""
+    """A retriever that scores every passage for every query and keeps the k best.
+
+    Examples:
+        A retriever that prefers short passages:
+
+        >>> class Shortest(ScoringRetriever):
+        ...     def scores(self, queries, corpus):
+        ...         return -np.array([[len(p.text) for p in corpus]] * len(queries), dtype=float)
+        >>> corpus = [Passage("d0", text="long passage"), Passage("d1", text="short")]
+        >>> Shortest().retrieve([Query("q1", "?")], corpus, k=1)[0].indices.tolist()
+        [1]
+    """
 
     @abstractmethod
     def scores(self, queries: Sequence[Query], corpus: Sequence[Passage]) -> np.ndarray:

@@ -17,6 +17,19 @@ class BM25Retriever(ScoringRetriever):
 
     score(q, d) = sum_t idf(t) * tf(t, d) / (tf(t, d) + k1 (1 - b + b |d| / avgdl)),
     idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5)).
+
+    Examples:
+        "who" is a stop word: d0 matches "wrote" and "emma", d2 "emma" only, d1 nothing:
+
+        >>> from udcg.io.contexts.jsonl import Passage
+        >>> corpus = [Passage("d0", text="Jane Austen wrote Emma."),
+        ...           Passage("d1", text="Canberra is the capital of Australia."),
+        ...           Passage("d2", text="Emma is a novel.")]
+        >>> from udcg.retrieval.base import Query
+        >>> queries = [Query("q1", "Who wrote Emma?", relevant=frozenset({2}))]
+        >>> ranking = BM25Retriever().retrieve(queries, corpus, k=3)[0]
+        >>> ranking.indices.tolist(), float(ranking.scores[-1])
+        ([0, 2, 1], 0.0)
     """
 
     def __init__(

