@@ -62,6 +62,11 @@ MODULES = (
     "udcg.labels.annotate",
     "udcg.labels.answers",
     "udcg.labels.signal_check",
+    "udcg.retrieval.base",
+    "udcg.retrieval.bm25",
+    "udcg.retrieval.controls",
+    "udcg.retrieval.dense",
+    "udcg.retrieval.hybrid",
 )
 #: public name -> why it has no example (keep this short; better empty)
 NO_EXAMPLE: dict[str, str] = {}
