@@ -26,7 +26,13 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 @dataclass(frozen=True)
 class Backend:
     """A judge backend as the options check sees it: a label for messages and the keyword
-    parameters a user may set."""
+    parameters a user may set.
+
+    Examples:
+        >>> backend = backend_of("openai:Qwen/Qwen3-8B@http://localhost:8000/v1")
+        >>> backend.label, "timeout" in backend.parameters
+        ('openai judge', True)
+    """
 
     label: str
     parameters: Mapping[str, inspect.Parameter]
@@ -42,7 +48,12 @@ def _keywords(function: Callable[..., Any], *fixed: str) -> dict[str, inspect.Pa
 
 
 def backend_of(spec: str) -> Backend:
-    """The backend that :func:`udcg.judge.load_judge` builds for ``spec``."""
+    """The backend that :func:`udcg.judge.load_judge` builds for ``spec``.
+
+    Examples:
+        >>> backend_of("precomputed:runs/llama3.jsonl").label
+        'precomputed judge'
+    """
     if spec == EMBEDDED:
         from udcg.judge.embedded import load_embedded_judge
         from udcg.judge.local import TransformersJudge
@@ -74,7 +85,19 @@ def _expected(parameter: inspect.Parameter) -> tuple[tuple[type, ...], str] | No
 def check_options(spec: str, options: Mapping[str, Any], prefix: str = "") -> None:
     """Every option in ``options`` is a parameter of ``spec``'s backend with a value of its
     type; a mistake is an error whose field is ``prefix`` + the option and whose message lists
-    the backend's options."""
+    the backend's options.
+
+    Examples:
+        >>> check_options("openai:m@http://localhost:8000/v1", {"timeout": 10.0})
+        >>> check_options("openai:m@http://localhost:8000/v1", {"timeout": "10"})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'timeout': must be a number, got '10'
+        >>> check_options("precomputed:runs/llama3.jsonl", {"temperature": 0.0})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'temperature': not an option of the precomputed judge; ...
+    """
     backend = backend_of(spec)
     for key, value in options.items():
         field = f"{prefix}{key}"

@@ -19,7 +19,17 @@ Validator = Callable[[Any], Any]
 
 
 class Generates(Protocol):
-    """What the JSON logic needs of a judge: greedy completions."""
+    """What the JSON logic needs of a judge: greedy completions.
+
+    Examples:
+        Any object with ``generate`` (a :class:`~udcg.judge.base.Judge`, or):
+
+        >>> class Fixed:
+        ...     def generate(self, prompts, max_new_tokens=64):
+        ...         return ['{"a": 1}'] * len(prompts)
+        >>> generate_json(Fixed(), [[]])[0].value
+        {'a': 1}
+    """
 
     def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]: ...
 
@@ -27,7 +37,13 @@ class Generates(Protocol):
 @dataclass(frozen=True)
 class Completions:
     """A :class:`Generates` made of a function ``ask(prompts, max_new_tokens)`` (e.g. a backend's
-    completions with options of its own, such as a requested output format)."""
+    completions with options of its own, such as a requested output format).
+
+    Examples:
+        >>> echo = Completions(lambda prompts, n: [p[-1]["content"] for p in prompts])
+        >>> echo.generate([[{"role": "user", "content": "[1, 2]"}]])
+        ['[1, 2]']
+    """
 
     ask: Callable[[Sequence[Messages], int], list[str]]
 
@@ -70,7 +86,14 @@ RETRY_MESSAGE = (
 def extract_json(text: str) -> Any:
     """The first JSON object or array in ``text``; fenced blocks (```json ... ```) first.
 
-    Raises ValueError when there is none."""
+    Raises ValueError when there is none.
+
+    Examples:
+        >>> extract_json('Sure! ```json\\n{"claims": ["a"]}\\n```')
+        {'claims': ['a']}
+        >>> extract_json('Claims: ["a", "b"].')
+        ['a', 'b']
+    """
     candidates = [m.group(1) for m in _FENCE.finditer(text)]
     candidates.append(text)
     for chunk in candidates:
@@ -118,6 +141,18 @@ def generate_json(
     value (e.g. a normalised form). Failed prompts are retried, alone, at most ``retries``
     times. A prompt still failing is returned with ``error`` set, ``value`` None and every raw
     reply in ``raw``; model output never raises.
+
+    Examples:
+        A validator's return value replaces the parsed one; a reply without JSON fails after
+        its retry:
+
+        >>> doubles = Completions(lambda prompts, n: ["[1, 2]"] * len(prompts))
+        >>> generate_json(doubles, [[]], validate=lambda v: [2 * x for x in v])[0].value
+        [2, 4]
+        >>> silent = Completions(lambda prompts, n: ["no JSON"] * len(prompts))
+        >>> result = generate_json(silent, [[]], retries=1)[0]
+        >>> result.ok, result.attempts, result.error
+        (False, 2, 'no JSON object or array found in the reply')
     """
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
