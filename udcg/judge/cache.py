@@ -56,14 +56,24 @@ _BUSY = ("database is locked", "database table is locked")
 
 
 def default_cache_path() -> Path:
-    """``$UDCG_CACHE_DIR/judge.sqlite``, else ``~/.cache/udcg/judge.sqlite``."""
+    """``$UDCG_CACHE_DIR/judge.sqlite``, else ``~/.cache/udcg/judge.sqlite``.
+
+    Examples:
+        >>> default_cache_path().name
+        'judge.sqlite'
+    """
     base = os.environ.get("UDCG_CACHE_DIR")
     directory = Path(base).expanduser() if base else Path.home() / ".cache" / "udcg"
     return directory / CACHE_FILENAME
 
 
 def canonical_json(value: Any) -> str:
-    """Compact JSON with sorted keys; NaN and infinities are refused."""
+    """Compact JSON with sorted keys; NaN and infinities are refused.
+
+    Examples:
+        >>> canonical_json({"b": 1, "a": [1.5, "é"]})
+        '{"a":[1.5,"é"],"b":1}'
+    """
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
@@ -76,6 +86,14 @@ def cache_key(
 
     ``fingerprint`` names the judge (backend, model, settings), ``operation`` the method,
     ``payload`` the input of one item (e.g. its chat messages), ``params`` the call's options.
+
+    Examples:
+        >>> messages = [{"role": "user", "content": "Who wrote Emma?"}]
+        >>> key = cache_key("precomputed:abc", "abstain_prob", messages)
+        >>> len(key), key == cache_key("precomputed:abc", "abstain_prob", messages)
+        (64, True)
+        >>> key == cache_key("precomputed:abc", "abstain_prob", messages, {"mode": "sequence"})
+        False
     """
     identity = {
         "v": _KEY_VERSION,
@@ -93,7 +111,16 @@ def cache_key(
 def probability_entry(stored: Any) -> tuple[float, bool]:
     """``(value, is upper bound)`` of a probability entry (``abstain_prob``, ``answer_prob``,
     ``yes_prob``): a number, or ``{"value": number, "upper_bound": bool}``; the number finite
-    and in [0, 1]. ``ValueError`` for anything else."""
+    and in [0, 1]. ``ValueError`` for anything else.
+
+    Examples:
+        >>> probability_entry(0.25), probability_entry({"value": 0.5, "upper_bound": True})
+        ((0.25, False), (0.5, True))
+        >>> probability_entry(1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: expected a probability in [0, 1], got 1.5
+    """
     bound = False
     if isinstance(stored, Mapping):
         if set(stored) - {"value", "upper_bound"} or not isinstance(
@@ -110,7 +137,12 @@ def probability_entry(stored: Any) -> tuple[float, bool]:
 
 
 def text_entry(stored: Any) -> str:
-    """The text of a ``generate`` entry (a string); ``ValueError`` for anything else."""
+    """The text of a ``generate`` entry (a string); ``ValueError`` for anything else.
+
+    Examples:
+        >>> text_entry("Canberra")
+        'Canberra'
+    """
     if not isinstance(stored, str):
         raise ValueError(f"expected a generated text, got {type(stored).__name__}")
     return stored
@@ -118,7 +150,12 @@ def text_entry(stored: Any) -> str:
 
 def json_entry(stored: Any) -> tuple[Any, int, list[str]]:
     """``(value, attempts, raw replies)`` of a ``generate_json`` entry: ``{"value": any JSON,
-    "attempts": int >= 1, "raw": [str, ...]}``; ``ValueError`` for anything else."""
+    "attempts": int >= 1, "raw": [str, ...]}``; ``ValueError`` for anything else.
+
+    Examples:
+        >>> json_entry({"value": ["a claim"], "attempts": 1, "raw": ['["a claim"]']})
+        (['a claim'], 1, ['["a claim"]'])
+    """
     if not isinstance(stored, Mapping) or set(stored) != {"value", "attempts", "raw"}:
         raise ValueError("expected {'value', 'attempts', 'raw'}")
     attempts, raw = stored["attempts"], stored["raw"]
@@ -136,7 +173,12 @@ ENTRY_FORMS: tuple[Callable[[Any], Any], ...] = (probability_entry, text_entry, 
 
 
 def is_entry(stored: Any) -> bool:
-    """True when ``stored`` is of one of the :data:`ENTRY_FORMS`."""
+    """True when ``stored`` is of one of the :data:`ENTRY_FORMS`.
+
+    Examples:
+        >>> is_entry(0.3), is_entry("Paris"), is_entry({"answer": "Paris"})
+        (True, True, False)
+    """
     for form in ENTRY_FORMS:
         try:
             form(stored)
@@ -155,6 +197,20 @@ class JudgeCache:
 
     ``hits``, ``misses`` and ``writes`` count, for this object, the distinct keys found and not
     found by :meth:`get_many` and the entries written by :meth:`put_many`.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     cache = JudgeCache(Path(folder) / "judge.sqlite")
+        ...     _ = cache.put_many({"k1": 0.25, "k2": "Paris"})
+        ...     found = cache.get_many(["k1", "k3"])
+        ...     counts = cache.add_new({"k1": 0.25, "k2": "Rome", "k3": 0.5})
+        ...     cache.close()
+        >>> found, cache.stats()
+        ({'k1': 0.25}, {'hits': 1, 'misses': 1, 'writes': 3})
+        >>> counts
+        MergeCounts(added=1, same=1, conflicts=1, invalid=0, first_invalid=None)
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 60.0) -> None:
@@ -535,7 +591,12 @@ class MergeCounts:
     """What :meth:`JudgeCache.merge_from` or :meth:`JudgeCache.add_new` did: entries
     ``added``; keys already present with the ``same`` value; keys already present with another
     value (``conflicts``, left as they were); source entries skipped as ``invalid`` (the first
-    one's key: ``first_invalid``)."""
+    one's key: ``first_invalid``).
+
+    Examples:
+        >>> MergeCounts(added=1, same=2, conflicts=0).plus(MergeCounts(3, 0, 1), ["bad-key"])
+        MergeCounts(added=4, same=2, conflicts=1, invalid=1, first_invalid='bad-key')
+    """
 
     added: int
     same: int
@@ -555,7 +616,12 @@ class MergeCounts:
 
 
 def finite_json(value: Any) -> bool:
-    """True when ``value`` holds no NaN or infinite float (so it may be cached)."""
+    """True when ``value`` holds no NaN or infinite float (so it may be cached).
+
+    Examples:
+        >>> finite_json({"a": [1.0, 2]}), finite_json({"a": [1.0, float("nan")]})
+        (True, False)
+    """
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, Mapping):
