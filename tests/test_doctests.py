@@ -35,6 +35,7 @@ MODULES = (
     "udcg.theta.simulate",
     "udcg.judge",
     "udcg.judge.base",
+    "udcg.judge.cache",
     "udcg.judge.loading",
     "udcg.judge.options",
     "udcg.judge.prompts",
