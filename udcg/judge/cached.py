@@ -103,7 +103,16 @@ def item_key(
     ``yes_prob`` or ``generate``) of the judge ``fingerprint`` with the method's arguments for
     one item, ``args`` (``question``, ``passage``, ``mode``; ``messages``; ``messages``,
     ``max_new_tokens``), and the judge's run-time ``settings`` of the operation
-    (:meth:`~udcg.judge.base.Judge.key_settings`)."""
+    (:meth:`~udcg.judge.base.Judge.key_settings`).
+
+    Examples:
+        The abstention mode is part of the key:
+
+        >>> args = {"question": "Who wrote Emma?", "passage": "Austen did.", "mode": "first_token"}
+        >>> first = item_key("fingerprint", "abstain_prob", args)
+        >>> first == item_key("fingerprint", "abstain_prob", {**args, "mode": "sequence"})
+        False
+    """
     if operation == "abstain_prob":
         payload = abstain_messages(args["question"], args["passage"])
         params: dict[str, Any] = {"mode": args["mode"]}
@@ -119,7 +128,12 @@ def item_key(
 def encode_value(value: float, upper_bound: bool) -> float | dict[str, Any] | None:
     """The cached form of a judge value: the number, or ``{"value": v, "upper_bound": true}``
     for an upper bound; None (not cached) when it is not a probability (not finite, or outside
-    [0, 1])."""
+    [0, 1]).
+
+    Examples:
+        >>> encode_value(0.25, False), encode_value(0.25, True), encode_value(float("nan"), False)
+        (0.25, {'value': 0.25, 'upper_bound': True}, None)
+    """
     number = float(value)
     if not 0.0 <= number <= 1.0:  # False for NaN too
         return None
@@ -137,7 +151,22 @@ def _decode_json(stored: Any) -> tuple[JSONResult, bool]:
 
 class GroupCommit:
     """Buffers cache writes and commits them together: when ``size`` entries wait, every
-    ``interval`` seconds from a background thread, and at :meth:`close`."""
+    ``interval`` seconds from a background thread, and at :meth:`close`.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     cache = JudgeCache(Path(folder) / "judge.sqlite")
+        ...     commits = GroupCommit(cache, interval=60)
+        ...     commits.add("key", 0.5)
+        ...     waiting = cache.get("key")
+        ...     commits.close()
+        ...     stored = cache.get("key")
+        ...     cache.close()
+        >>> waiting, stored
+        (None, 0.5)
+    """
 
     def __init__(self, cache: JudgeCache, interval: float = 0.2, size: int = 256) -> None:
         self.cache = cache
@@ -185,6 +214,23 @@ class CachedJudge(Judge):
     ``inner_calls`` counts the calls made to the wrapped judge and ``uncached`` the computed
     results that were not stored (see the module docstring). It streams iff the wrapped judge
     does.
+
+    Examples:
+        The second call is answered by the cache; the wrapped judge was called once:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> import numpy as np
+        >>> class Quarter(Judge):
+        ...     name = fingerprint = "quarter"
+        ...     def abstain_prob(self, questions, passages, mode="first_token"):
+        ...         return np.full(len(questions), 0.25)
+        ...     yes_prob = generate = None  # not used here
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     judge = CachedJudge(Quarter(), cache=Path(folder) / "judge.sqlite")
+        ...     values = [judge.abstain_prob(["q"], ["p"]).tolist() for _ in range(2)]
+        >>> values, judge.inner_calls, judge.name
+        ([[0.25], [0.25]], 1, 'quarter')
     """
 
     def __init__(
