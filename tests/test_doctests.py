@@ -36,6 +36,7 @@ MODULES = (
     "udcg.judge",
     "udcg.judge.base",
     "udcg.judge.cache",
+    "udcg.judge.cached",
     "udcg.judge.loading",
     "udcg.judge.options",
     "udcg.judge.prompts",
