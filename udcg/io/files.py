@@ -49,7 +49,15 @@ def _stdin_bytes(stream: IO[bytes]) -> bytes:
 
 def check_input(path: PathType) -> None:
     """Refuse a missing ``path`` or a directory, asking the file system (``stat``) without
-    opening it: opening a pipe to look would consume what it holds. ``-`` is standard input."""
+    opening it: opening a pipe to look would consume what it holds. ``-`` is standard input.
+
+    Examples:
+        >>> check_input("-")  # standard input: nothing to check
+        >>> check_input("no/such/file.jsonl")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: no/such/file.jsonl: no such file
+    """
     if os.fspath(path) == STDIO or isinstance(path, InputBytes):
         return
     try:
@@ -64,7 +72,12 @@ def check_input(path: PathType) -> None:
 
 def is_regular_file(path: PathType) -> bool:
     """Whether ``path`` names a regular file, which can be opened and read more than once
-    (not ``-``, a pipe, a device or content already read)."""
+    (not ``-``, a pipe, a device or content already read).
+
+    Examples:
+        >>> is_regular_file("-"), is_regular_file(InputBytes("/dev/stdin", b"q1 Q0 d1 1 2 t"))
+        (False, False)
+    """
     if os.fspath(path) == STDIO or isinstance(path, InputBytes):
         return False
     try:
@@ -95,7 +108,19 @@ class InputBytes(PathLike[str]):
 def read_once(path: PathType) -> PathType:
     """``path`` ready for readers that read it more than once: a regular file or ``-`` as
     given; any other input (a pipe, ``<(...)``, ``/dev/stdin``) read whole, once, into an
-    :class:`InputBytes`. A missing path or a directory is an error."""
+    :class:`InputBytes`. A missing path or a directory is an error.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "lines.txt.gz"
+        ...     with atomic_write(path) as out:
+        ...         _ = out.write("a\\nb\\n")
+        ...     same = read_once(path) == path  # a regular file is read where it is
+        >>> same
+        True
+    """
     check_input(path)
     if os.fspath(path) == STDIO or isinstance(path, InputBytes) or is_regular_file(path):
         return path
@@ -109,7 +134,20 @@ def read_once(path: PathType) -> PathType:
 def open_binary(path: PathType) -> IO[bytes]:
     """Open ``path`` for binary reading, decompressing gzip (by magic bytes, not by name).
     The file is opened once and its first bytes peeked, so pipes work too; ``-`` reads
-    standard input, an :class:`InputBytes` its content."""
+    standard input, an :class:`InputBytes` its content.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "lines.txt.gz"
+        ...     with atomic_write(path) as out:
+        ...         _ = out.write("a\\nb\\n")
+        ...     with open_binary(path) as handle:  # gzip told by its magic bytes
+        ...         content = handle.read()
+        >>> content
+        b'a\\nb\\n'
+    """
     if os.fspath(path) == STDIO:
         raw = io.BufferedReader(io.BytesIO(_stdin_bytes(sys.stdin.buffer)))
     elif isinstance(path, InputBytes):
@@ -123,7 +161,13 @@ def open_binary(path: PathType) -> IO[bytes]:
 
 
 def open_text(path: PathType) -> IO[str]:
-    """Open ``path`` for UTF-8 text reading, decompressing gzip transparently."""
+    """Open ``path`` for UTF-8 text reading, decompressing gzip transparently.
+
+    Examples:
+        >>> with open_text(InputBytes("piped", "Zürich\\n".encode())) as handle:
+        ...     handle.read()
+        'Zürich\\n'
+    """
     return io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="")
 
 
@@ -137,7 +181,12 @@ def _unreadable(path: PathType, exc: BaseException, line: int | None = None) -> 
 
 def read_bytes(path: PathType) -> bytes:
     """The whole (decompressed) content of ``path``. A damaged gzip stream or a failed read is
-    a :class:`~udcg.errors.UDCGInputError` at the line where the readable content stops."""
+    a :class:`~udcg.errors.UDCGInputError` at the line where the readable content stops.
+
+    Examples:
+        >>> read_bytes(InputBytes("piped", b"q1 0 d1 1\\n"))
+        b'q1 0 d1 1\\n'
+    """
     chunks: list[bytes] = []
     try:
         with open_binary(path) as handle:
@@ -154,7 +203,19 @@ def read_bytes(path: PathType) -> bytes:
 def numbered_lines(path: PathType) -> Iterator[tuple[int, str]]:
     """``(line_number, text)`` for every line of ``path`` (gzip detected), each decoded as
     UTF-8 on its own so that invalid bytes are located; a leading BOM is dropped. Lines keep
-    their ending; a damaged gzip stream is an error at the line it breaks."""
+    their ending; a damaged gzip stream is an error at the line it breaks.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "lines.txt.gz"
+        ...     with atomic_write(path) as out:
+        ...         _ = out.write("a\\nb\\n")
+        ...     lines = list(numbered_lines(path))
+        >>> lines
+        [(1, 'a\\n'), (2, 'b\\n')]
+    """
     line_no = 0
     try:
         with open_binary(path) as handle:
@@ -181,6 +242,25 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     After a crash or an exception the target is untouched: either the old content or the
     complete new content, never half a file. A ``.gz`` suffix compresses the output. ``-``
     writes to standard output, uncompressed.
+
+    Examples:
+        A write that fails leaves the old content:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "lines.txt.gz"
+        ...     with atomic_write(path) as out:
+        ...         _ = out.write("a\\nb\\n")
+        ...     try:
+        ...         with atomic_write(path) as out:
+        ...             _ = out.write("half")
+        ...             raise RuntimeError("killed")
+        ...     except RuntimeError:
+        ...         pass
+        ...     content = read_bytes(path)
+        >>> content
+        b'a\\nb\\n'
     """
     if os.fspath(path) == STDIO:
         yield sys.stdout.buffer if "b" in mode else sys.stdout
@@ -216,7 +296,15 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
 def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> None:
     """Refuse an ``output`` path that names one of ``inputs`` (option or argument name -> path):
     writing it would replace the input being read. ``-`` and missing inputs are skipped; an
-    output that does not exist yet cannot name an existing input."""
+    output that does not exist yet cannot name an existing input.
+
+    Examples:
+        >>> refuse_same_file("-", {"IN": "contexts.jsonl"})  # standard output: never an input
+        >>> refuse_same_file("out/contexts.jsonl", {"IN": "out/../out/contexts.jsonl"})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: out/contexts.jsonl: the output names the input IN ...
+    """
     if os.fspath(output) == STDIO:
         return
     out = Path(output)
@@ -251,6 +339,17 @@ def exclusive_writer(path: PathType, what: str = "output") -> Iterator[None]:
     that asks for the same ``path`` is refused at once with one line. Within the holding
     process the lock nests (a command may take it before loading its judge, the library again
     around the writing). ``-`` takes no lock.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "out.jsonl"
+        ...     with exclusive_writer(path), exclusive_writer(path):  # nested in one process
+        ...         held = Path(f"{path}.lock").exists()
+        ...     released = not Path(f"{path}.lock").exists()
+        >>> held, released
+        (True, True)
     """
     if os.fspath(path) == STDIO:
         yield
