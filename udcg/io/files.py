@@ -89,7 +89,13 @@ def is_regular_file(path: PathType) -> bool:
 class InputBytes(PathLike[str]):
     """The raw content of an input that cannot be opened twice (a pipe, ``<(...)``, a device),
     read once; it stands for its path: :func:`open_binary` reads the content, messages show
-    the path."""
+    the path.
+
+    Examples:
+        >>> piped = InputBytes("/dev/fd/63", b"q1 0 d1 1\\n")
+        >>> os.fspath(piped), read_bytes(piped)
+        ('/dev/fd/63', b'q1 0 d1 1\\n')
+    """
 
     def __init__(self, path: PathType, data: bytes) -> None:
         self.path = os.fspath(path)
