@@ -19,17 +19,20 @@ _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'", re.M
 
 
 def _missing(error: BaseException | None) -> str | None:
-    """The top-level name of the non-udcg module whose absence raised ``error`` (also when an
-    example expecting another exception got that one instead), else None."""
+    """The top-level name of the non-udcg module whose absence raised ``error``, directly or
+    as the cause of another error (or when an example expecting another exception got that
+    one instead), else None."""
     if isinstance(error, doctest.UnexpectedException):
         error = error.exc_info[1]
     if isinstance(error, doctest.DocTestFailure):
         found = _NO_MODULE.search(error.got)
         name = found[1] if found else ""
-    elif isinstance(error, ModuleNotFoundError):
-        name = error.name or ""
     else:
-        return None
+        while error is not None and not isinstance(error, ModuleNotFoundError):
+            error = error.__cause__
+        if error is None:
+            return None
+        name = error.name or ""
     name = name.split(".")[0]
     return name if name and name != "udcg" else None
 
