@@ -49,7 +49,14 @@ def annotation_record(
     max_new_tokens: int,
     shard: tuple[int, int] | None,
 ) -> dict[str, Any]:
-    """The record of an annotation run with these settings (steps in :data:`STEPS` order)."""
+    """The record of an annotation run with these settings (steps in :data:`STEPS` order).
+
+    Examples:
+        >>> record = annotation_record("llama3", "fp", ["relevance", "abstain"], "string", False,
+        ...                            "span", "first_token", 32, shard=(1, 4))
+        >>> record["steps"], record["shard"], record["format"]
+        (['abstain', 'relevance'], '1/4', 'udcg-annotate/1')
+    """
     return {
         "format": FORMAT,
         "judge": judge_name,
@@ -65,12 +72,27 @@ def annotation_record(
 
 
 def line_hash(ctx: Context) -> str:
-    """The line hash of an input context (hex)."""
+    """The line hash of an input context (hex).
+
+    Examples:
+        Equal contexts hash equally, any edit changes the hash:
+
+        >>> len(line_hash(Context("q1"))), line_hash(Context("q1")) == line_hash(Context("q2"))
+        (32, False)
+    """
     return hashlib.blake2b(context_line(ctx).encode("utf-8"), digest_size=16).hexdigest()
 
 
 class InputDigest:
-    """The input digest of contexts added one at a time."""
+    """The input digest of contexts added one at a time.
+
+    Examples:
+        >>> digest = InputDigest()
+        >>> digest.add(Context("q1")) == line_hash(Context("q1")), digest.count
+        (True, 1)
+        >>> len(digest.hexdigest())
+        64
+    """
 
     def __init__(self) -> None:
         self._sha = hashlib.sha256()
@@ -93,7 +115,21 @@ class InputDigest:
 
 
 def file_sha256(path: PathType) -> str:
-    """SHA-256 of the (uncompressed) bytes of ``path``."""
+    """SHA-256 of the (uncompressed) bytes of ``path``.
+
+    Examples:
+        The same content, compressed or not, has one hash:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     with atomic_write(Path(folder) / "a.jsonl.gz") as out:
+        ...         _ = out.write("{}\\n")
+        ...     _ = (Path(folder) / "b.jsonl").write_text("{}\\n")
+        ...     hashes = [file_sha256(Path(folder) / name) for name in ("a.jsonl.gz", "b.jsonl")]
+        >>> hashes[0] == hashes[1]
+        True
+    """
     sha = hashlib.sha256()
     with open_binary(path) as handle:
         while block := handle.read(1 << 20):
@@ -102,18 +138,43 @@ def file_sha256(path: PathType) -> str:
 
 
 def manifest_path(output: PathType) -> Path:
-    """Where the manifest of ``output`` lives: ``OUT.manifest.json``."""
+    """Where the manifest of ``output`` lives: ``OUT.manifest.json``.
+
+    Examples:
+        >>> manifest_path("out/contexts.jsonl.gz").as_posix()
+        'out/contexts.jsonl.gz.manifest.json'
+    """
     return Path(f"{os.fspath(output)}{MANIFEST}")
 
 
 def write_manifest(output: PathType, record: Mapping[str, Any], counts: Mapping[str, Any]) -> None:
-    """Write ``OUT.manifest.json``: ``record`` then ``counts`` (atomically)."""
+    """Write ``OUT.manifest.json``: ``record`` then ``counts`` (atomically).
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> record = annotation_record("llama3", "fp", ["abstain"], "string", False, "span",
+        ...                            "first_token", 32, None)
+        >>> counts = {"contexts": 2, "input_sha256": "ab", "output_sha256": "cd"}
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     write_manifest(Path(folder) / "out.jsonl", record, counts)
+        ...     manifest = read_manifest(Path(folder) / "out.jsonl")
+        >>> manifest["contexts"], record_of(manifest) == record
+        (2, True)
+    """
     with atomic_write(manifest_path(output)) as handle:
         handle.write(json.dumps({**record, **counts}, indent=1) + "\n")
 
 
 def read_manifest(output: PathType) -> dict[str, Any]:
-    """The manifest of ``output``; a missing or unreadable one is a one-line error."""
+    """The manifest of ``output``; a missing or unreadable one is a one-line error.
+
+    Examples:
+        >>> read_manifest("no/such/out.jsonl")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: no/such/out.jsonl: no manifest out.jsonl.manifest.json ...
+    """
     path = manifest_path(output)
     if not path.is_file():
         raise UDCGInputError(
@@ -134,7 +195,12 @@ def read_manifest(output: PathType) -> dict[str, Any]:
 
 
 def record_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The record part of a manifest (without its counts)."""
+    """The record part of a manifest (without its counts).
+
+    Examples:
+        >>> record_of({"format": "udcg-annotate/1", "judge": "llama3", "contexts": 2})
+        {'format': 'udcg-annotate/1', 'judge': 'llama3'}
+    """
     return {k: v for k, v in manifest.items() if k not in COUNTS}
 
 
@@ -142,7 +208,16 @@ def first_difference(
     old: Mapping[str, Any], new: Mapping[str, Any], skip: Sequence[str] = ()
 ) -> tuple[str, Any, Any] | None:
     """The first field (in ``new``'s order, then ``old``'s) whose value differs between two
-    records, with both values; None when they agree. Fields in ``skip`` are not compared."""
+    records, with both values; None when they agree. Fields in ``skip`` are not compared.
+
+    Examples:
+        >>> record = annotation_record("llama3", "fp", ["abstain"], "string", False, "span",
+        ...                            "first_token", 32, None)
+        >>> first_difference(record, {**record, "mode": "sequence"})
+        ('mode', 'first_token', 'sequence')
+        >>> first_difference(record, {**record, "shard": "1/2"}, skip=["shard"]) is None
+        True
+    """
     for key in [*new, *(k for k in old if k not in new)]:
         if key not in skip and old.get(key) != new.get(key):
             return key, old.get(key), new.get(key)

@@ -57,19 +57,34 @@ AnnotateChunk = Callable[[list[Context]], tuple[list[Context], AnnotationReport]
 
 
 def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    """Consecutive lists of ``size`` items (the last one shorter)."""
+    """Consecutive lists of ``size`` items (the last one shorter).
+
+    Examples:
+        >>> list(chunks(range(5), 2))
+        [[0, 1], [2, 3], [4]]
+    """
     iterator = iter(items)
     while part := list(islice(iterator, size)):
         yield part
 
 
 def partial_path(output: PathType) -> Path:
-    """Where a run writes ``output`` while it works: ``OUT.partial``."""
+    """Where a run writes ``output`` while it works: ``OUT.partial``.
+
+    Examples:
+        >>> partial_path("out/contexts.jsonl").as_posix()
+        'out/contexts.jsonl.partial'
+    """
     return Path(f"{os.fspath(output)}{PARTIAL}")
 
 
 def partial_manifest_path(partial: Path) -> Path:
-    """The record and line hashes beside ``partial``: ``OUT.partial.manifest``."""
+    """The record and line hashes beside ``partial``: ``OUT.partial.manifest``.
+
+    Examples:
+        >>> partial_manifest_path(partial_path("out.jsonl")).name
+        'out.jsonl.partial.manifest'
+    """
     return Path(f"{os.fspath(partial)}{PARTIAL_MANIFEST}")
 
 
@@ -209,7 +224,27 @@ def annotate_stream(
     (:func:`udcg.labels.provenance.annotation_record`) says what ``work`` computes: a partial
     file of another record is refused, and the finished output's manifest holds it. ``total``
     (the number of contexts, when known) sizes the progress bar. Holds the output's lock
-    (:func:`udcg.io.files.exclusive_writer`) for the whole run."""
+    (:func:`udcg.io.files.exclusive_writer`) for the whole run.
+
+    Examples:
+        A ``work`` that labels nothing, two contexts at a time; the output's manifest records
+        the run:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from udcg.labels.provenance import annotation_record, read_manifest
+        >>> def work(chunk):
+        ...     return chunk, AnnotationReport(contexts=len(chunk))
+        >>> record = annotation_record("llama3", "fp", ["abstain"], "string", False, "span",
+        ...                            "first_token", 32, None)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     out = Path(folder) / "out.jsonl"
+        ...     contexts = [Context("q1"), Context("q2"), Context("q3")]
+        ...     report, resumed = annotate_stream(contexts, out, work, chunk=2, record=record)
+        ...     manifest = read_manifest(out)
+        >>> report.contexts, resumed, manifest["contexts"], manifest["judge"]
+        (3, 0, 3, 'llama3')
+    """
     if chunk < 1:
         raise UDCGInputError(f"must be at least 1, got {chunk}", field="chunk")
     with exclusive_writer(output, "annotation output"):
