@@ -361,10 +361,11 @@ def utilities_from_dict(
     Examples:
         >>> utilities_from_dict({"q1": {"d1": 0.4}}, "answer_prob").values.tolist()
         [0.4]
-        >>> utilities_from_dict({"q1": {"d1": 0.4}})  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        udcg.errors.UDCGInputError: ...
+        >>> try:  # a number alone: is u = p or u = 1 - p?
+        ...     utilities_from_dict({"q1": {"d1": 0.4}})
+        ... except UDCGInputError as error:
+        ...     print(error.field, "-", error.reason.split(": pass")[0])
+        utility_field - a dict {qid: {doc_id: value}} does not say what its values are
     """
     field = check_field(utility_field)
     if field is None:
