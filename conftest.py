@@ -51,9 +51,10 @@ def _reason(missing: str) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> CollectReport | None:
-    if not isinstance(collector, DoctestModule):
+    root = collector.config.rootpath
+    if not isinstance(collector, DoctestModule) or not collector.path.is_relative_to(root):
         return None
-    relative = collector.path.relative_to(collector.config.rootpath).with_suffix("")
+    relative = collector.path.relative_to(root).with_suffix("")
     if relative.parts[0] != "udcg":
         return None
     parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
