@@ -16,7 +16,12 @@ T = TypeVar("T")
 def in_batches(
     items: Sequence[Any], batch: int, work: Callable[[Sequence[Any]], Sequence[T]], label: str
 ) -> list[T]:
-    """``work`` over ``items`` in batches, with a progress bar on stderr."""
+    """``work`` over ``items`` in batches, with a progress bar on stderr.
+
+    Examples:
+        >>> in_batches([1, 2, 3, 4, 5], 2, lambda chunk: [10 * x for x in chunk], "items")
+        [10, 20, 30, 40, 50]
+    """
     return judge_batches(items, batch, work, label)[0]
 
 
@@ -29,7 +34,18 @@ def judge_batches(
 ) -> tuple[list[T], np.ndarray]:
     """``work`` over ``items`` in batches (progress bar on stderr, kept when done if
     ``leave``); the results and their upper-bound mask (:func:`udcg.judge.base.upper_bounds`
-    of each batch's result)."""
+    of each batch's result).
+
+    Examples:
+        Item 3's value is only an upper bound:
+
+        >>> from udcg.judge.base import judge_values
+        >>> def work(chunk):
+        ...     return judge_values([0.5] * len(chunk), [x == 3 for x in chunk])
+        >>> values, bounds = judge_batches([1, 2, 3], 2, work, "calls")
+        >>> [float(v) for v in values], bounds.tolist()
+        ([0.5, 0.5, 0.5], [False, False, True])
+    """
     out: list[T] = []
     masks = [np.zeros(0, dtype=bool)]
     with progress(len(items), label, unit="call", leave=leave) as bar:
@@ -55,6 +71,17 @@ def judge_call(
     requests in flight) and moves the progress bar from ``on_result``, once per finished item;
     any other judge gets batches of ``batch`` items, the bar moving per batch. The bar is
     cleared when done (a run annotates many chunks).
+
+    Examples:
+        A judge that does not stream gets batches; plain arrays carry no bounds:
+
+        >>> class Plain:
+        ...     streams_results = False
+        >>> def work(chunk):
+        ...     return [0.1] * len(chunk)
+        >>> values, bounds = judge_call(Plain(), ["a", "b"], work, "calls")
+        >>> values, bounds.tolist()
+        ([0.1, 0.1], [False, False])
     """
     if not getattr(judge, "streams_results", False):
         return judge_batches(items, batch, work, label, leave=False)
