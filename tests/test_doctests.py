@@ -67,6 +67,7 @@ MODULES = (
     "udcg.io.weights.files",
     "udcg.labels.annotate",
     "udcg.labels.answers",
+    "udcg.labels.batches",
     "udcg.labels.provenance",
     "udcg.labels.signal_check",
     "udcg.retrieval.base",
