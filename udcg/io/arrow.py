@@ -31,7 +31,12 @@ _ARROW_TYPES = {
 
 
 def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A read-only numpy view of a null-free integer or float column."""
+    """A read-only numpy view of a null-free integer or float column.
+
+    Examples:
+        >>> to_numpy(pa.chunked_array([[1.5, 2.0], [3.0]])).tolist()
+        [1.5, 2.0, 3.0]
+    """
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if array.null_count:
@@ -43,7 +48,12 @@ def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def from_numpy(values: np.ndarray) -> pa.Array:
-    """An Arrow array sharing the memory of a 1-D integer or float numpy array."""
+    """An Arrow array sharing the memory of a 1-D integer or float numpy array.
+
+    Examples:
+        >>> from_numpy(np.array([1.0, 2.5])).to_pylist()
+        [1.0, 2.5]
+    """
     values = np.ascontiguousarray(values)
     return pa.Array.from_buffers(
         _ARROW_TYPES[values.dtype], len(values), [None, pa.py_buffer(values)]
@@ -64,13 +74,25 @@ def _compute() -> Any:
 
 
 def dictionary_encode(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
-    """``values`` as a dictionary array (codes in order of first appearance)."""
+    """``values`` as a dictionary array (codes in order of first appearance).
+
+    Examples:
+        >>> codes = dictionary_encode(pa.array(["q2", "q1", "q2"]))
+        >>> codes.indices.to_pylist(), codes.dictionary.to_pylist()
+        ([0, 1, 0], ['q2', 'q1'])
+    """
     return _compute().call_function("dictionary_encode", [values])
 
 
 def encoded(strings: pa.ChunkedArray) -> pa.DictionaryArray:
     """A string column as one dictionary array, encoded in one pass over its chunks (one hash
-    table for the whole column; codes in order of first appearance)."""
+    table for the whole column; codes in order of first appearance).
+
+    Examples:
+        >>> codes = encoded(pa.chunked_array([["q2", "q1"], ["q2", "q3"]]))
+        >>> codes.indices.to_pylist(), codes.dictionary.to_pylist()
+        ([0, 1, 0, 2], ['q2', 'q1', 'q3'])
+    """
     chunks = dictionary_encode(strings).chunks
     if not chunks:
         return pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], strings.type))
@@ -88,19 +110,34 @@ def encoded(strings: pa.ChunkedArray) -> pa.DictionaryArray:
 
 
 def one_chunk(column: pa.ChunkedArray) -> pa.Array:
-    """The column as one array: its only chunk as it is, or its chunks concatenated."""
+    """The column as one array: its only chunk as it is, or its chunks concatenated.
+
+    Examples:
+        >>> one_chunk(pa.chunked_array([[1], [2, 3]])).to_pylist()
+        [1, 2, 3]
+    """
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def take(values: pa.Array, indices: np.ndarray | pa.Array) -> pa.Array:
-    """``values[indices]``."""
+    """``values[indices]``.
+
+    Examples:
+        >>> take(pa.array(["a", "b", "c"]), np.array([2, 0])).to_pylist()
+        ['c', 'a']
+    """
     if isinstance(indices, np.ndarray):
         indices = from_numpy(indices.astype(np.int64, copy=False))
     return _compute().call_function("take", [values, indices])
 
 
 def decoded(strings: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Plain values of a possibly chunked, possibly dictionary-encoded array."""
+    """Plain values of a possibly chunked, possibly dictionary-encoded array.
+
+    Examples:
+        >>> decoded(dictionary_encode(pa.array(["q2", "q1", "q2"]))).to_pylist()
+        ['q2', 'q1', 'q2']
+    """
     if isinstance(strings, pa.ChunkedArray):
         strings = strings.combine_chunks()
     if pa.types.is_dictionary(strings.type):
@@ -110,14 +147,27 @@ def decoded(strings: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def sort_indices(table: pa.Table, keys: Sequence[tuple[str, str]]) -> np.ndarray:
     """Row indices that sort ``table`` by ``keys`` (``(column, "ascending"|"descending")``),
-    stable."""
+    stable.
+
+    Examples:
+        >>> table = pa.table({"qid": ["q1", "q1", "q2"], "score": [1.0, 3.0, 2.0]})
+        >>> sort_indices(table, [("qid", "ascending"), ("score", "descending")]).tolist()
+        [1, 0, 2]
+    """
     kernels = _compute()
     return to_numpy(kernels.call_function("sort_indices", [table], kernels.SortOptions(keys)))
 
 
 def string_ranks(strings: pa.Array) -> np.ndarray:
     """The position of each of ``strings`` in their byte-wise ascending order (ties in order
-    of appearance)."""
+    of appearance).
+
+    Examples:
+        Byte-wise: upper case sorts before lower case:
+
+        >>> string_ranks(pa.array(["b", "a", "B", "b"])).tolist()
+        [2, 1, 0, 3]
+    """
     kernels = _compute()
     order = to_numpy(
         kernels.call_function("array_sort_indices", [strings], kernels.ArraySortOptions())
@@ -129,7 +179,12 @@ def string_ranks(strings: pa.Array) -> np.ndarray:
 
 def has_any_byte(strings: pa.Array, values: bytes) -> bool:
     """Whether any of ``strings`` (plain strings) contains one of the bytes ``values``;
-    read from the array's data buffer, so any ASCII byte is found wherever it is."""
+    read from the array's data buffer, so any ASCII byte is found wherever it is.
+
+    Examples:
+        >>> has_any_byte(pa.array(["q1", "q 2"]), b" \\t"), has_any_byte(pa.array(["q1"]), b" \\t")
+        (True, False)
+    """
     if not len(strings):
         return False
     offset_type = np.int64 if pa.types.is_large_string(strings.type) else np.int32
