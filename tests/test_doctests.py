@@ -53,6 +53,7 @@ MODULES = (
     "udcg.io.contexts.arrays",
     "udcg.io.contexts.jsonl",
     "udcg.io.contexts.model",
+    "udcg.io.arrow",
     "udcg.io.files",
     "udcg.io.formats.collection",
     "udcg.io.formats.interop",
