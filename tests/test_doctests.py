@@ -77,8 +77,6 @@ MODULES = (
     "udcg.retrieval.dense",
     "udcg.retrieval.hybrid",
 )
-#: public name -> why it has no example (keep this short; better empty)
-NO_EXAMPLE: dict[str, str] = {}
 
 
 def _public(module_name: str) -> Iterator[tuple[str, object]]:
@@ -132,13 +130,4 @@ def test_the_walk_finds_the_api() -> None:
 
 @pytest.mark.parametrize(("name", "value"), PUBLIC, ids=[name for name, _ in PUBLIC])
 def test_public_name_has_an_example(name: str, value: object) -> None:
-    if name in NO_EXAMPLE:
-        pytest.skip(NO_EXAMPLE[name])
     assert _has_example(value), f"{name}: no '>>>' example in its docstring"
-
-
-def test_excused_names_exist_and_lack_examples() -> None:
-    found = dict(PUBLIC)
-    for name in NO_EXAMPLE:
-        assert name in found, f"{name} is excused but not public"
-        assert not _has_example(found[name]), f"{name} has an example now: drop its excuse"
