@@ -122,7 +122,8 @@ def test_annotate_with_stderr_in_a_file_writes_progress_lines(tmp_path: Path) ->
     probs.write_text("".join(json.dumps(row) + "\n" for row in rows))
     env = {k: v for k, v in os.environ.items() if k not in ("UDCG_PROGRESS", "TQDM_DISABLE")}
     env |= {"HF_HUB_OFFLINE": "1", "UDCG_PROGRESS_INTERVAL": "0.000001"}
-    command = [sys.executable, "-m", "udcg", "annotate", str(src), "-o", str(tmp_path / "out.jsonl"),
+    out = tmp_path / "out.jsonl"
+    command = [sys.executable, "-m", "udcg", "annotate", str(src), "-o", str(out),
                "--judge", f"precomputed:{probs}", "--steps", "abstain", "--chunk", "4",
                "--cache", str(tmp_path / "cache.sqlite")]  # fmt: skip
     log = tmp_path / "stderr.log"
