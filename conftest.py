@@ -2,6 +2,7 @@
 optional dependencies: a module that imports a missing one (torch, hydra, transformers, ...) is
 skipped, and so is an example that imports one when it runs (``UDCGTheta.fit`` needs torch),
 each naming what is missing; any other import error still fails.
+A line after the results counts the doctests.
 """
 
 from __future__ import annotations
@@ -77,3 +78,17 @@ def pytest_runtest_makereport(
             report.outcome = "skipped"
             report.longrepr = (str(item.path), item.reportinfo()[1] or 0, _reason(missing))
     return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line counting the doctests among the results (they run in the same session)."""
+    counts = {
+        outcome: sum(
+            isinstance(report, TestReport) and report.nodeid.startswith("udcg/")
+            for report in terminalreporter.stats.get(outcome, [])
+        )
+        for outcome in ("passed", "failed", "skipped")
+    }
+    if any(counts.values()):
+        line = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
+        terminalreporter.write_line(f"doctests: {line}")
