@@ -193,7 +193,8 @@ def test_one_shared_file_the_other_judge_and_answer_likelihood(
         (["--utility", "answer_likelihood"], "answer_prob", "small", ""),
     ]:
         contexts = [case["bm25_contexts"], case["dense_contexts"]]
-        status, out, err = _cli(capsys, *args, "--utilities", ",".join(map(str, contexts)), *extra)
+        files = [arg for c in contexts for arg in ("--utilities", str(c))]
+        status, out, err = _cli(capsys, *args, *files, *extra)
         assert (status, err) == (0, note)
         from udcg.io.joins.utilities import read_utility_file
 
@@ -210,7 +211,10 @@ def test_one_shared_file_the_other_judge_and_answer_likelihood(
     ("extra", "message"),
     [
         ([], "field 'utilities': UDCG@5 needs utilities"),
-        (["--utilities", "A,B", "--utilities", "C"], "3 utilities files for 2 runs"),
+        (
+            ["--utilities", "A", "--utilities", "B", "--utilities", "C"],
+            "3 utilities files for 2 runs",
+        ),
         (["--judge-key", "small"], "--judge-key reads the --utilities files; none given"),
         (["--utilities", "CTX"], "holds judges abstain_prob[big], abstain_prob[small]"),
     ],
