@@ -1,11 +1,14 @@
 """RayJudge against the single-process judge built from the same spec: the same values, bound
 masks, name and fingerprint, on a local Ray instance (2 CPUs, started once for the module);
-a worker killed midway changes nothing in the output, and a rerun answers from the cache."""
+a worker killed in the middle of a request changes nothing in the output (restarted by Ray, or
+past its restarts, its pieces sent to the other worker), the workers never open the cache, and a
+rerun answers from it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -20,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests.judge.test_openai_backend import ScriptedServer
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGServiceError
 from udcg.judge import load_judge
 from udcg.judge.base import upper_bounds
 from udcg.judge.cached import CachedJudge
@@ -44,17 +47,23 @@ def _digest(text: str) -> int:
 class ChatServer(ScriptedServer):
     """A loopback OpenAI-compatible chat server, deterministic per prompt: generation replies
     ``reply-<hash>``, log-prob requests give Yes/No log-probs from the hash (``No`` left out of
-    the top tokens for every third hash: an upper bound). Each request waits ``delay`` s;
-    ``chats`` counts the chat requests received."""
+    the top tokens for every third hash: an upper bound). Each request waits ``delay`` s; the
+    chat requests after the first ``hold_from`` wait until ``release`` is set (``held``: how
+    many wait); ``chats`` counts the chat requests received."""
 
-    def __init__(self, delay: float = 0.0) -> None:
-        self.delay = delay
+    def __init__(self, delay: float = 0.0, hold_from: float = math.inf) -> None:
+        self.delay, self.hold_from, self.held = delay, hold_from, 0
+        self.release = threading.Event()
         super().__init__(self._answer)
         self.start()
 
     def _answer(self, path: str, body: Any, headers: dict[str, str]) -> Any:
         if body is None:
             return 200, {}, {"object": "list", "data": [{"id": "m"}]}
+        if self.chats > self.hold_from and not self.release.is_set():
+            with self.lock:
+                self.held += 1
+            self.release.wait()
         time.sleep(self.delay)
         return 200, {}, self.reply(body)
 
@@ -168,37 +177,86 @@ def test_a_pool_of_servers_gives_the_single_server_results_and_fingerprint() -> 
         second.close()
 
 
-def test_a_worker_killed_midway_changes_nothing_and_a_rerun_hits_the_cache(tmp_path) -> None:
-    server = ChatServer(delay=0.05)
+def _kill_in_a_request(server: ChatServer, pid: int) -> threading.Thread:
+    """A thread that SIGKILLs process ``pid`` once both workers wait in a request of
+    ``server`` (its own included), then lets the held requests go on."""
+
+    def kill() -> None:
+        while server.held < 2:
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        server.release.set()
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    return killer
+
+
+def _open_files(pid: int) -> set[str]:
+    """The files process ``pid`` holds open."""
+    fds = Path(f"/proc/{pid}/fd")
+    return {os.path.realpath(fd) for fd in fds.iterdir()}
+
+
+def _replies(prompts: list[list[dict[str, str]]]) -> list[str]:
+    return [ChatServer.reply({"messages": p})["choices"][0]["message"]["content"] for p in prompts]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_a_worker_killed_in_a_request_is_restarted_and_the_driver_alone_writes_the_cache(
+    tmp_path,
+) -> None:
+    server = ChatServer(delay=0.02, hold_from=4)
     try:
         spec = f"openai:m@{server.url}"
         options = {"max_concurrency": 1}
         engine = RayOptions(workers=2, piece_size=2, in_flight=1)
         prompts = _prompts(24)
-        expected = [
-            ChatServer.reply({"messages": p})["choices"][0]["message"]["content"] for p in prompts
-        ]
         ray_judge = RayJudge(spec, options=options, engine=engine)
         victim = ray_judge.pids[0]
-
-        def kill_when_busy() -> None:
-            while server.chats < 6:
-                time.sleep(0.01)
-            os.kill(victim, signal.SIGKILL)
-
-        killer = threading.Thread(target=kill_when_busy)
-        killer.start()
+        killer = _kill_in_a_request(server, victim)
         cached = CachedJudge(ray_judge, tmp_path / "judge.sqlite")
-        assert cached.generate(prompts, max_new_tokens=4) == expected
+        assert cached.generate(prompts, max_new_tokens=4) == _replies(prompts)
         killer.join()
-        _, _, pid = ray.get(ray_judge.actors[0].identity.remote())
-        assert pid != victim  # the actor was restarted
+        assert server.chats > len(prompts)  # the killed worker's request was sent again
+        pids = [ray.get(actor.identity.remote())[2] for actor in ray_judge.actors]
+        assert pids[0] != victim and pids[1] == ray_judge.pids[1]  # restarted by Ray
+        cache_files = {str(path.resolve()) for path in tmp_path.iterdir()}
+        assert any(name.endswith("judge.sqlite") for name in cache_files)
+        assert all(not (_open_files(pid) & cache_files) for pid in pids)
+        assert _open_files(os.getpid()) & cache_files  # the driver's own connection
         ray_judge.close()
 
         rerun = CachedJudge(load_judge(spec, **options), tmp_path / "judge.sqlite")
         before = server.chats
-        assert rerun.generate(prompts, max_new_tokens=4) == expected
+        assert rerun.generate(prompts, max_new_tokens=4) == _replies(prompts)
         assert rerun.cache.hits == len(prompts) and server.chats == before
+    finally:
+        server.close()
+
+
+def test_the_pieces_of_a_worker_past_its_restarts_go_to_the_live_ones() -> None:
+    server = ChatServer(delay=0.02, hold_from=4)
+    try:
+        engine = RayOptions(workers=2, piece_size=2, in_flight=2, max_restarts=0)
+        judge = RayJudge(f"openai:m@{server.url}", options={"max_concurrency": 1}, engine=engine)
+        prompts = _prompts(20)
+        killer = _kill_in_a_request(server, judge.pids[0])
+        seen: list[int] = []
+        assert judge.generate(prompts, 4, on_result=lambda i, v, b: seen.append(i)) == (
+            _replies(prompts)
+        )
+        killer.join()
+        assert sorted(seen) == list(range(20))  # each item reported once
+        assert server.chats > len(prompts)
+        with pytest.raises(ray.exceptions.ActorDiedError):
+            ray.get(judge.actors[0].identity.remote())
+        assert judge.generate(prompts[:5], 4) == _replies(prompts[:5])  # the live one
+        assert judge.key_settings("yes_prob") == {}
+        ray.kill(judge.actors[1], no_restart=True)
+        with pytest.raises(UDCGServiceError, match="every Ray worker of judge 'm' died"):
+            judge.generate(prompts[:5], 4)
+        judge.close()
     finally:
         server.close()
 

@@ -2,29 +2,30 @@
 
 Each of N Ray actors builds the judge from its spec in its own process
 (:func:`udcg.judge.load_judge`: a transformers model per GPU worker, or a client of an
-OpenAI-compatible server). A call splits its items into pieces of ``piece_size``, keeps at most
-``in_flight`` pieces queued per actor, and reports every item (``on_result``) as its piece comes
-back; the results are returned in input order, upper-bound masks kept. An actor that dies is
-restarted by Ray (up to ``max_restarts`` times) and its pieces rerun there; an actor past its
-restarts hands its pieces to the live ones. Only the calling process sees the results, so the
-on-disk cache (:class:`~udcg.judge.cached.CachedJudge` around this judge) has one writer and a
-killed driver resumes from it.
+OpenAI-compatible server). A call splits its items into pieces of ``piece_size`` and maps them
+over the actors with Ray's :class:`~ray.util.ActorPool` (each actor in the pool ``in_flight``
+times), reporting every item (``on_result``) as its piece comes back in input order; upper-bound
+masks are kept. Ray restarts an actor that dies (``max_restarts``) and reruns its tasks there
+(``max_task_retries``); a piece whose actor is past its restarts is submitted again to the pool
+of live actors. Only the calling process sees the results, so the on-disk cache
+(:class:`~udcg.judge.cached.CachedJudge` around this judge) has one writer and a killed driver
+resumes from it.
 
 ``address`` joins a running cluster (``auto``: the one this machine belongs to; a ``ray://``
 address goes through the Ray client, which needs ``pip install "ray[client]"``: without it the
 address is refused before any work); without it a Ray instance already started in this process
-is used, else a local one is started. A Ray
-instance is never shut down here. Importing this module does not import ``ray``.
+is used, else a local one is started. A Ray instance is never shut down here. Importing this
+module does not import ``ray``.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from udcg.judge.base import (
 from udcg.judge.options import check_options
 from udcg.judge.prompts import Messages
 from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED, judge_key, split_openai
-from udcg.validation import integer, one_of, positive_int, show
+from udcg.validation import nonnegative_float, nonnegative_int, one_of, positive_int, show
 
 #: How judge calls run: in this process, or on Ray actors.
 ENGINES = ("local", "ray")
@@ -68,21 +69,6 @@ class RayOptions:
     in_flight: int = 2
     max_restarts: int = 3
     start_timeout: float = 300.0
-
-
-def _number(value: Any, field: str, least: float | None) -> float:
-    """``value`` as a float >= ``least`` (None: > 0)."""
-    low = 0.0 if least is None else least
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < low
-        or (least is None and value == 0)
-    ):
-        bound = "> 0" if least is None else f">= {least:g}"
-        raise UDCGInputError(f"must be a finite number {bound}, got {show(value)}", field=field)
-    return float(value)
 
 
 def _has_ray_client() -> bool:
@@ -126,16 +112,17 @@ def ray_options(values: Mapping[str, Any], prefix: str = "") -> RayOptions:
             raise UDCGInputError(f"must be a URL, got {show(url)}", field=f"{prefix}servers[{i}]")
     for name in ("piece_size", "in_flight"):
         positive_int(got[name], f"{prefix}{name}")
-    if integer(got["max_restarts"], f"{prefix}max_restarts") < 0:
-        raise UDCGInputError(
-            f"must be >= 0, got {got['max_restarts']}", field=f"{prefix}max_restarts"
-        )
+    nonnegative_int(got["max_restarts"], f"{prefix}max_restarts")
+    if not nonnegative_float(got["start_timeout"], f"{prefix}start_timeout") > 0:
+        raise UDCGInputError("must be > 0, got 0", field=f"{prefix}start_timeout")
     return RayOptions(
         **{
             **got,
-            "gpus_per_worker": _number(got["gpus_per_worker"], f"{prefix}gpus_per_worker", 0),
+            "gpus_per_worker": nonnegative_float(
+                got["gpus_per_worker"], f"{prefix}gpus_per_worker"
+            ),
             "servers": tuple(servers),
-            "start_timeout": _number(got["start_timeout"], f"{prefix}start_timeout", None),
+            "start_timeout": float(got["start_timeout"]),
         }
     )
 
@@ -244,6 +231,18 @@ def default_workers(options: RayOptions) -> int:
     return max(1, int(resources.get("CPU", 1)))
 
 
+@contextmanager
+def _own_errors() -> Iterator[None]:
+    """A Ray task's own exception raised as itself."""
+    try:
+        yield
+    except _ray().exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            raise cause from None
+        raise
+
+
 def _kill(actors: list[Any]) -> None:
     ray = _ray()
     if not ray.is_initialized():
@@ -278,7 +277,7 @@ class RayJudge(Judge):
             num_cpus=0 if spec.startswith(OPENAI) else 1,  # a server client mostly waits
             num_gpus=engine.gpus_per_worker,
             max_restarts=engine.max_restarts,
-            max_task_retries=-1,
+            max_task_retries=-1,  # Ray reruns the tasks of an actor it restarts
         )(JudgeWorker)
         n = default_workers(engine)
         self.engine = engine
@@ -296,7 +295,8 @@ class RayJudge(Judge):
                 f"{engine.start_timeout:g} s (cluster: {_ray().cluster_resources()}): ask for "
                 "fewer workers or fewer GPUs per worker"
             )
-        identities = self._get(refs)
+        with _own_errors():
+            identities = ray.get(refs)
         self.name, self.fingerprint, _ = identities[0]
         self.pids = [pid for _, _, pid in identities]
         differ = {fp for _, fp, _ in identities} - {self.fingerprint}
@@ -307,17 +307,20 @@ class RayJudge(Judge):
                 "servers of a pool must serve one deployment; set server_id",
                 field="judge",
             )
-        self._alive = list(range(n))
         self._key_settings: dict[str, dict[str, Any]] = {}
 
     def key_settings(self, operation: str) -> dict[str, Any]:
-        """The actors' :meth:`~udcg.judge.base.Judge.key_settings` of ``operation`` (asked
-        once); actors that resolve different settings are an error, as different
+        """The live actors' :meth:`~udcg.judge.base.Judge.key_settings` of ``operation``
+        (asked once); actors that resolve different settings are an error, as different
         fingerprints are."""
         if operation not in self._key_settings:
-            answers = self._get(
-                [self.actors[w].key_settings.remote(operation) for w in self._alive]
-            )
+            ray = _ray()
+            answers = []
+            for ref in [actor.key_settings.remote(operation) for actor in self.actors]:
+                with suppress(ray.exceptions.ActorDiedError), _own_errors():
+                    answers.append(ray.get(ref))
+            if not answers:
+                raise self._all_died()
             differ = [a for a in answers if a != answers[0]]
             if differ:
                 raise UDCGInputError(
@@ -335,17 +338,8 @@ class RayJudge(Judge):
         """End the actors (the Ray instance stays)."""
         self._closer()
 
-    @staticmethod
-    def _get(refs: Any) -> Any:
-        """``ray.get``, a task's own exception raised as itself."""
-        ray = _ray()
-        try:
-            return ray.get(refs)
-        except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, BaseException):
-                raise cause from None
-            raise
+    def _all_died(self) -> UDCGServiceError:
+        return UDCGServiceError(f"every Ray worker of judge {self.name!r} died")
 
     def _map(
         self,
@@ -354,51 +348,39 @@ class RayJudge(Judge):
         params: Mapping[str, Any],
         on_result: OnResult | None,
     ) -> tuple[list[Any], np.ndarray]:
-        """Values and upper-bound mask of ``operation`` on the items (rows of ``columns``),
-        computed by pieces on the actors, ``on_result`` called per item as pieces finish."""
+        """Values and upper-bound mask of ``operation`` on the items (rows of ``columns``):
+        pieces mapped over an :class:`~ray.util.ActorPool` of the actors, ``on_result`` called
+        per item as pieces come back (in input order, a resubmitted piece last)."""
+        from ray.util import ActorPool
+
         ray = _ray()
-        n = len(columns[0])
-        size = self.engine.piece_size
-        todo = deque(range(0, n, size))
+        n, size = len(columns[0]), self.engine.piece_size
         values: list[Any] = [None] * n
         bounds = np.zeros(n, dtype=bool)
-        pending: dict[Any, tuple[int, int]] = {}
+        pool = ActorPool(self.actors * self.engine.in_flight)
 
-        def submit(worker: int) -> None:
-            start = todo.popleft()
+        def run(actor: Any, start: int) -> Any:
             piece = [list(column[start : start + size]) for column in columns]
-            ref = self.actors[worker].run.remote(operation, piece, dict(params))
-            pending[ref] = (worker, start)
+            return actor.run.remote(operation, piece, dict(params))
 
-        for _ in range(self.engine.in_flight):
-            for worker in self._alive:
-                if todo:
-                    submit(worker)
-        while pending:
-            (ref,), _ = ray.wait(list(pending), num_returns=1)
-            worker, start = pending.pop(ref)
+        order = deque(range(0, n, size))  # the pieces in the order get_next returns them
+        for start in order:
+            pool.submit(run, start)
+        while order:
+            if not pool.has_next():  # pieces wait, no actor runs: all past their restarts
+                raise self._all_died()
+            start = order.popleft()
             try:
-                out, mask = self._get(ref)
-            except ray.exceptions.RayActorError:
-                # past its restarts: its pieces go to the live actors
-                if worker in self._alive:
-                    self._alive.remove(worker)
-                if not self._alive:
-                    raise UDCGServiceError(
-                        f"every Ray worker of judge {self.name!r} died"
-                    ) from None
-                todo.appendleft(start)
-                busy = [w for w, _ in pending.values()]
-                worker = min(self._alive, key=busy.count)
-                submit(worker)
+                with _own_errors():
+                    out, mask = pool.get_next()
+            except ray.exceptions.RayActorError:  # past its restarts: the pool drops it
+                order.append(start)
+                pool.submit(run, start)
                 continue
             for offset, (value, bound) in enumerate(zip(out, mask, strict=True)):
-                i = start + offset
-                values[i], bounds[i] = value, bound
+                values[start + offset], bounds[start + offset] = value, bound
                 if on_result is not None:
-                    on_result(i, value, bool(bound))
-            if todo and worker in self._alive:
-                submit(worker)
+                    on_result(start + offset, value, bool(bound))
         return values, bounds
 
     def _floats(self, *args: Any, **kwargs: Any) -> np.ndarray:
