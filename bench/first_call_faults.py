@@ -8,9 +8,9 @@ process, optionally right after another tool's process has run on the same files
 The fault count (``getrusage`` minor faults) varies by a few percent from run to run, far less
 than the time, so it measures how much fresh memory a first call touches; a fault on a
 transparent huge page counts once for 2 MiB, so the table also shows the process's memory in
-huge pages after the first call. udcg turns huge pages off inside the call and gives Arrow
-jemalloc: ``--huge-pages`` leaves numpy's advice on, ``--pool`` puts another Arrow pool in its
-place (``mimalloc``, Arrow's default, asks for huge pages; ``system`` is glibc's malloc).
+huge pages after the first call. udcg's Arrow calls allocate from jemalloc
+(``udcg.io.arrow.memory_pool``): ``--pool`` puts another Arrow pool in its place (``mimalloc``,
+Arrow's default, asks for huge pages; ``system`` is glibc's malloc).
 """
 
 from __future__ import annotations
@@ -25,13 +25,10 @@ from bench_trec import _WORKERS, TOOLS
 _CHILD = """
 import json, resource, sys, time
 import udcg
-import udcg.trec._pages
 from udcg import evaluate_table  # loads the engine before the first call is measured
-if {huge_pages}:
-    udcg.trec._pages._set_madvise_hugepage = lambda flag: True
-if {pool!r} != "jemalloc":
+if {pool!r} != "jemalloc":  # udcg asks for its pool on the first call
     import pyarrow
-    udcg.trec._pages._small_page_pool = getattr(pyarrow, {pool!r} + "_memory_pool")
+    pyarrow.jemalloc_memory_pool = getattr(pyarrow, {pool!r} + "_memory_pool")
 def huge_mib():
     with open("/proc/self/smaps_rollup") as f:
         kib = [int(line.split()[1]) for line in f if line.startswith("AnonHugePages")]
@@ -62,7 +59,6 @@ def main() -> None:
     parser.add_argument("run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--after", choices=TOOLS, help="run this tool's process first")
-    parser.add_argument("--huge-pages", action="store_true")
     parser.add_argument("--pool", choices=["jemalloc", "system", "mimalloc"], default="jemalloc")
     args = parser.parse_args()
     print(
@@ -73,7 +69,7 @@ def main() -> None:
     for i in range(1, args.rounds + 1):
         if args.after:
             _run_tool(args.after, args.qrels, args.run)
-        child = _CHILD.format(huge_pages=args.huge_pages, pool=args.pool)
+        child = _CHILD.format(pool=args.pool)
         out = subprocess.run(
             [sys.executable, "-c", child, args.qrels, args.run],
             check=True,

@@ -12,6 +12,7 @@ import pytrec_eval
 
 from udcg import evaluate
 from udcg.errors import UDCGInputError
+from udcg.io import arrow
 from udcg.io.formats.trec import (
     Qrels,
     Run,
@@ -22,7 +23,6 @@ from udcg.io.formats.trec import (
     trec_order,
 )
 from udcg.metrics import _kernels
-from udcg.trec import _pages
 from udcg.trec.engine import _lookup, evaluate_table
 
 # ir_measures name -> pytrec_eval name
@@ -256,52 +256,25 @@ def test_unknown_or_malformed_measures_are_errors(measure: str) -> None:
         evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}}, measure)
 
 
-def _huge_page_advice() -> bool:
-    """numpy's current huge-page advice setting (read by setting it back to what it was)."""
-    current = _pages._set_madvise_hugepage(True)
-    _pages._set_madvise_hugepage(current)
-    return current
-
-
-def _memory_settings() -> tuple[bool, str]:
-    return _huge_page_advice(), pa.default_memory_pool().backend_name
-
-
-def test_huge_pages_are_off_during_evaluation_and_restored_after(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_evaluation_allocates_from_udcgs_pool_not_arrows_default(
+    examples: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    default = pa.default_memory_pool()
+    outside = default.backend_name, default.bytes_allocated(), arrow.memory_pool().bytes_allocated()
     seen = []
     precision = _kernels.precision
-    monkeypatch.setattr(
-        _kernels, "precision", lambda *a: seen.append(_memory_settings()) or precision(*a)
-    )
-    before = _pages._set_madvise_hugepage(True)
-    outside = (True, pa.default_memory_pool().backend_name)
-    try:
-        evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, "P@1")
-        assert seen == [(False, _pages._small_page_pool().backend_name)]
-        assert seen[0][1] in ("jemalloc", "system")  # not mimalloc's huge pages
-        assert _memory_settings() == outside
-        empty = tmp_path / "empty.qrels"
-        empty.write_text("\n")
-        with pytest.raises(UDCGInputError):
-            evaluate(empty, {"q": {"a": 1.0}}, "P@1")
-        assert _memory_settings() == outside
-    finally:
-        _pages._set_madvise_hugepage(before)
 
+    def spy(*args: object) -> object:
+        pools = pa.default_memory_pool(), arrow.memory_pool()
+        seen.append((pools[0].backend_name, pools[0].bytes_allocated(), pools[1].bytes_allocated()))
+        return precision(*args)
 
-def test_overlapping_blocks_restore_the_outside_settings_when_the_last_one_leaves() -> None:
-    outside = _memory_settings()
-    first, second = _pages.small_pages(), _pages.small_pages()
-    first.__enter__()
-    inside = _memory_settings()
-    assert inside[0] is False and inside[1] != "mimalloc"
-    second.__enter__()
-    first.__exit__(None, None, None)  # another thread's block leaves first
-    assert _memory_settings() == inside
-    second.__exit__(None, None, None)
-    assert _memory_settings() == outside
+    monkeypatch.setattr(_kernels, "precision", spy)
+    evaluate(examples / "trec" / "qrels.trec", examples / "trec" / "run.trec", "P@1")
+    ((backend, default_bytes, ours),) = seen
+    assert (backend, default_bytes) == outside[:2]  # the columns live in udcg's pool
+    assert ours > outside[2]
+    assert arrow.memory_pool().backend_name in ("jemalloc", "system")  # not mimalloc's pages
 
 
 def test_system_allocator_where_arrow_lacks_jemalloc(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -309,9 +282,13 @@ def test_system_allocator_where_arrow_lacks_jemalloc(monkeypatch: pytest.MonkeyP
         raise NotImplementedError("jemalloc support is not enabled")
 
     monkeypatch.setattr(pa, "jemalloc_memory_pool", missing)
-    assert _pages._small_page_pool().backend_name == "system"
-    qrels, run = _random_case(np.random.default_rng(5), n_queries=20)
-    _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
+    arrow.memory_pool.cache_clear()
+    try:
+        assert arrow.memory_pool().backend_name == "system"
+        qrels, run = _random_case(np.random.default_rng(5), n_queries=20)
+        _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
+    finally:
+        arrow.memory_pool.cache_clear()
 
 
 @pytest.mark.parametrize("n_keys", [10**6, 2**62])  # grades in the key bits, argsort

@@ -1,7 +1,6 @@
 """The TREC engine's shortcuts give what the general paths give: runs read in ranked order,
 the merged qrels lookup, the packed sort, the one-pass id encoding, the concurrent file reads;
-and the import-time promises (``import udcg`` loads neither numpy nor Arrow, numpy's private
-huge-page switch is looked up only when an evaluation runs and may be missing)."""
+and the import-time promise (``import udcg`` loads neither numpy nor Arrow)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ import pytrec_eval
 from udcg import evaluate
 from udcg.errors import UDCGInputError
 from udcg.io import arrow
-from udcg.trec import _pages, engine
+from udcg.trec import engine
 
 PARITY = {
     "nDCG@10": "ndcg_cut_10",
@@ -148,12 +147,6 @@ def test_public_compute_module_gives_the_same_results(
     expected = evaluate(*files, list(PARITY))
     monkeypatch.setattr(arrow, "_compute", lambda: pc)
     assert evaluate(*files, list(PARITY)) == expected
-
-
-def test_a_missing_huge_page_switch_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_pages, "_numpy_switch", lambda: None)
-    assert _pages._set_madvise_hugepage(False) is False
-    assert evaluate({"q": {"a": 1}}, {"q": {"a": 1.0, "b": 2.0}}, "RR") == {"q": {"RR": 0.5}}
 
 
 def test_both_files_bad_reports_the_qrels_first(tmp_path: Path) -> None:

@@ -11,6 +11,9 @@ pay at every start for the four it uses; where a pyarrow release lays the compil
 differently, the public module is used instead. Array methods such as ``take`` or
 ``dictionary_encode`` import the public module themselves, so the code that runs per
 evaluation calls the helpers below instead.
+
+Every Arrow call here allocates from :func:`memory_pool`, passed to the call; Arrow's default
+pool, a process-wide setting, is left as it is.
 """
 
 from __future__ import annotations
@@ -30,6 +33,27 @@ _ARROW_TYPES = {
 }
 
 
+@functools.cache
+def memory_pool() -> pa.MemoryPool:
+    """The Arrow pool udcg's readers and kernels allocate from: jemalloc, or the system
+    allocator where this Arrow lacks it.
+
+    Arrow's default pool (mimalloc) backs its whole arena with transparent huge pages. Where
+    they are in ``madvise`` mode (the common default), each 2 MiB page is allocated and zeroed
+    whole on first touch, and a TREC evaluation's first call in a process touches a few
+    hundred MiB of short-lived columns: jemalloc's 4 KiB pages touch only what it hands out,
+    and it keeps freed memory for the next call (``bench/first_call_faults.py``).
+
+    Examples:
+        >>> memory_pool().backend_name in ("jemalloc", "system")
+        True
+    """
+    try:
+        return pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        return pa.system_memory_pool()
+
+
 def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A read-only numpy view of a null-free integer or float column.
 
@@ -38,7 +62,7 @@ def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
         [1.5, 2.0, 3.0]
     """
     if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
+        array = one_chunk(array)
     if array.null_count:
         raise ValueError("column has nulls")
     dtype = np.dtype(array.type.to_pandas_dtype())
@@ -81,7 +105,7 @@ def dictionary_encode(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
         >>> codes.indices.to_pylist(), codes.dictionary.to_pylist()
         ([0, 1, 0], ['q2', 'q1'])
     """
-    return _compute().call_function("dictionary_encode", [values])
+    return _compute().call_function("dictionary_encode", [values], memory_pool=memory_pool())
 
 
 def encoded(strings: pa.ChunkedArray) -> pa.DictionaryArray:
@@ -110,13 +134,19 @@ def encoded(strings: pa.ChunkedArray) -> pa.DictionaryArray:
 
 
 def one_chunk(column: pa.ChunkedArray) -> pa.Array:
-    """The column as one array: its only chunk as it is, or its chunks concatenated.
+    """The column as one array: its only chunk as it is, or its chunks concatenated
+    (``ChunkedArray.combine_chunks`` allocates from Arrow's default pool whatever it is
+    given).
 
     Examples:
         >>> one_chunk(pa.chunked_array([[1], [2, 3]])).to_pylist()
         [1, 2, 3]
     """
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    if column.num_chunks == 0:
+        return pa.array([], column.type)
+    return pa.concat_arrays(column.chunks, memory_pool())
 
 
 def take(values: pa.Array, indices: np.ndarray | pa.Array) -> pa.Array:
@@ -128,7 +158,7 @@ def take(values: pa.Array, indices: np.ndarray | pa.Array) -> pa.Array:
     """
     if isinstance(indices, np.ndarray):
         indices = from_numpy(indices.astype(np.int64, copy=False))
-    return _compute().call_function("take", [values, indices])
+    return _compute().call_function("take", [values, indices], memory_pool=memory_pool())
 
 
 def decoded(strings: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -139,7 +169,7 @@ def decoded(strings: pa.Array | pa.ChunkedArray) -> pa.Array:
         ['q2', 'q1', 'q2']
     """
     if isinstance(strings, pa.ChunkedArray):
-        strings = strings.combine_chunks()
+        strings = one_chunk(strings)
     if pa.types.is_dictionary(strings.type):
         return take(strings.dictionary, strings.indices)
     return strings
@@ -155,7 +185,8 @@ def sort_indices(table: pa.Table, keys: Sequence[tuple[str, str]]) -> np.ndarray
         [1, 0, 2]
     """
     kernels = _compute()
-    return to_numpy(kernels.call_function("sort_indices", [table], kernels.SortOptions(keys)))
+    options = kernels.SortOptions(keys)
+    return to_numpy(kernels.call_function("sort_indices", [table], options, memory_pool()))
 
 
 def string_ranks(strings: pa.Array) -> np.ndarray:
@@ -170,7 +201,9 @@ def string_ranks(strings: pa.Array) -> np.ndarray:
     """
     kernels = _compute()
     order = to_numpy(
-        kernels.call_function("array_sort_indices", [strings], kernels.ArraySortOptions())
+        kernels.call_function(
+            "array_sort_indices", [strings], kernels.ArraySortOptions(), memory_pool()
+        )
     )
     ranks = np.empty(len(order), dtype=np.int64)
     ranks[order] = np.arange(len(order))

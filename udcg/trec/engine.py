@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from udcg._threads import run_concurrently
 from udcg.errors import UDCGInputError
-from udcg.io.arrow import dictionary_encode, string_ranks, take, to_numpy
+from udcg.io.arrow import dictionary_encode, memory_pool, string_ranks, take, to_numpy
 from udcg.io.formats import interop
 from udcg.io.formats.trec import (
     Qrels,
@@ -34,7 +34,6 @@ from udcg.io.formats.trec import (
     trec_order,
 )
 from udcg.metrics import _kernels
-from udcg.trec._pages import small_pages
 from udcg.trec.measures import UTILITY_MEASURES, Measure, parse_measures
 
 if TYPE_CHECKING:
@@ -143,7 +142,9 @@ def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, 
     columns (as read from files) are merged through their dictionaries, not row by row."""
     first, second = _dictionary(first), _dictionary(second)
     n_first = len(first.dictionary)
-    merged = dictionary_encode(pa.concat_arrays([first.dictionary, second.dictionary]))
+    merged = dictionary_encode(
+        pa.concat_arrays([first.dictionary, second.dictionary], memory_pool())
+    )
     codes = to_numpy(merged.indices)  # int32, read in place
     first_codes = to_numpy(first.indices).astype(np.int32, copy=False)
     # codes follow first appearance, so a dictionary without repeats keeps its own codes
@@ -488,14 +489,13 @@ def evaluate_table(
         from udcg.trec import utility_measures
 
         plan = utility_measures.plan(parsed, utilities, utility_field, weights, allow_mismatch)
-    with small_pages():
-        if isinstance(qrels, str | PathLike) and isinstance(run, str | PathLike):
-            # two files, each parsed on its own thread (Arrow's parser releases the GIL); the
-            # qrels on this one, so that its errors come first, as in a serial read
-            judged, ranked = run_concurrently(lambda: as_qrels(qrels), lambda: as_run(run))
-        else:
-            judged, ranked = as_qrels(qrels), as_run(run)
-        return _evaluate(parsed, judged, ranked, plan)
+    if isinstance(qrels, str | PathLike) and isinstance(run, str | PathLike):
+        # two files, each parsed on its own thread (Arrow's parser releases the GIL); the
+        # qrels on this one, so that its errors come first, as in a serial read
+        judged, ranked = run_concurrently(lambda: as_qrels(qrels), lambda: as_run(run))
+    else:
+        judged, ranked = as_qrels(qrels), as_run(run)
+    return _evaluate(parsed, judged, ranked, plan)
 
 
 def _ranked_utilities(

@@ -27,6 +27,7 @@ from udcg.io.arrow import (
     encoded,
     from_numpy,
     has_any_byte,
+    memory_pool,
     one_chunk,
     sort_indices,
     to_numpy,
@@ -163,6 +164,7 @@ def _csv_table(
             null_values=[],
             check_utf8=False,  # checked on each id column's dictionary (``_read_csv``)
         ),
+        memory_pool=memory_pool(),
     )
 
 
@@ -251,7 +253,7 @@ def _arrow_table(
     path: PathType, names: tuple[str, ...], types: dict[str, pa.DataType]
 ) -> pa.Table | None:
     """The parsed table of a regular, uncompressed file that Arrow reads itself (in blocks,
-    into its own memory pool: no copy of the whole file, far fewer fresh pages); None for
+    into udcg's memory pool: no copy of the whole file, far fewer fresh pages); None for
     gzip, pipes and other streams, for an empty file, or when the parse fails (other
     spacing, a bad line), all of which the in-memory path handles and words."""
     if not is_regular_file(path):  # asked first: opening a pipe would consume what it peeks
@@ -260,7 +262,7 @@ def _arrow_table(
         if isinstance(handle, gzip.GzipFile):
             return None
     try:
-        with pa.OSFile(os.fspath(path)) as source:
+        with pa.OSFile(os.fspath(path), memory_pool=memory_pool()) as source:
             table = _read_csv(source, names, types)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
@@ -401,7 +403,12 @@ def columns_from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, p
             raise UDCGInputError(
                 f"query {q!r}, document {d!r}: {show(v)} is not a number", field=name
             )
-    return pa.array(qids, pa.string()), pa.array(doc_ids, pa.string()), values
+    pool = memory_pool()
+    return (
+        pa.array(qids, pa.string(), memory_pool=pool),
+        pa.array(doc_ids, pa.string(), memory_pool=pool),
+        values,
+    )
 
 
 def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
