@@ -7,6 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from udcg._threads import one_blas_thread
 from udcg.cli.extras import missing_extras, missing_module_error, needs
 
 #: command -> (``module`` with ``main(argv) -> int``, or ``module:function``; one-line help;
@@ -37,6 +38,10 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("train", "judge", "retrieval"),
     ),
 }
+#: commands whose numpy work makes no large matrix products: started as a process, numpy's
+#: OpenBLAS runs without its thread pool (docs/cli.md, "Process settings")
+_ONE_BLAS_THREAD = frozenset({"trec"})
+
 #: old command name -> its new name (still run, with a note on stderr)
 RENAMED: dict[str, str] = {"evaluate": "benchmark"}
 
@@ -56,8 +61,10 @@ def _usage() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the command's module; returns the exit status (2 for a usage mistake or a
-    missing extra)."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    missing extra). Run as the console script (``argv`` None), it makes the process settings
+    of docs/cli.md ("Process settings"); called with ``argv``, none."""
+    process = argv is None
+    args = list(sys.argv[1:] if process else argv)
     if not args or args[0] in ("-h", "--help"):
         print(_usage(), file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
@@ -83,9 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: error: {needs(missing)}", file=sys.stderr)
         return 2
     module, _, function = target.partition(":")
+    if process and args[0] in _ONE_BLAS_THREAD:
+        one_blas_thread()  # before numpy is imported
     try:
         run = getattr(importlib.import_module(module), function or "main")
-        gc.freeze()  # the modules just imported live as long as the process
+        if process:
+            gc.freeze()  # the modules just imported live as long as the process
         return run(args[1:])
     except ModuleNotFoundError as exc:  # an optional dependency imported on the way
         message = missing_module_error(exc, prefer=extras or _JUDGE_FIRST)

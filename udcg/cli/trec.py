@@ -10,17 +10,13 @@ the utilities reads standard input (one of them at most). Options go before or a
 
 from __future__ import annotations
 
-from udcg._threads import one_blas_thread
+import argparse
+import csv
+import json
+import sys
+from typing import TYPE_CHECKING
 
-one_blas_thread()  # a short command: before numpy is imported (see udcg._threads)
-
-import argparse  # noqa: E402
-import csv  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
-
-from udcg.cli.common import (  # noqa: E402
+from udcg.cli.common import (
     add_allow_mismatch,
     add_judge_key,
     add_measures,
@@ -30,10 +26,10 @@ from udcg.cli.common import (  # noqa: E402
     run_cli,
     utility_field,
 )
-from udcg.cli.weights import add_allow_unverified  # noqa: E402
-from udcg.errors import UDCGInputError  # noqa: E402
-from udcg.io.files import STDIO  # noqa: E402
-from udcg.trec.engine import Evaluation, evaluate_table  # noqa: E402
+from udcg.cli.weights import add_allow_unverified
+from udcg.errors import UDCGInputError
+from udcg.io.files import STDIO
+from udcg.trec.engine import Evaluation, evaluate_table
 
 if TYPE_CHECKING:
     from udcg.io.weights.files import ThetaWeights

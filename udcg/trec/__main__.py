@@ -1,11 +1,14 @@
-"""``python -m udcg.trec`` is ``udcg trec``."""
+"""``python -m udcg.trec`` is ``udcg trec``, with the process settings of the console script
+(docs/cli.md, "Process settings")."""
 
 import gc
 import sys
 
-from udcg.cli.trec import main
+from udcg._threads import one_blas_thread
 
-# the modules just imported live as long as the process: garbage collections, the last one
-# at exit included, need not walk their objects again
-gc.freeze()
+one_blas_thread()  # before numpy is imported
+
+from udcg.cli.trec import main  # noqa: E402
+
+gc.freeze()  # the modules just imported live as long as the process
 sys.exit(main())
