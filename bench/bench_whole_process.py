@@ -3,11 +3,12 @@
     python bench/bench_whole_process.py --rounds 5 --seeds 2
     python bench/bench_whole_process.py --tools udcg pytrec_eval ranx ir_measures --rounds 1
 
-Generates runs and qrels with ``make_trec_data.write_files`` into a temporary directory: three
-shapes (10,000 queries x 100 documents, 100,000 x 10, 1,000 x 1,000; about 1M run lines and
-1.1M qrels lines each), each with few ties and with many (see ``--ties`` there), each with
-``--seeds`` seeds. Every round starts one fresh process per tool and file pair, the tools
-taking turns (their order flips every round), and times it from start to exit:
+Generates runs and qrels with ``make_trec_data.write_files`` into a temporary directory: four
+shapes (10,000 queries x 100 documents, 100,000 x 10, 1,000 x 1,000: about 1M run lines and
+1.1M qrels lines each; 10,000 x 100 with 20 judged documents per query: 0.2M qrels lines),
+each with few ties and with many (see ``--ties`` there), each with ``--seeds`` seeds. Every
+round starts one fresh process per tool and file pair, the tools taking turns (their order
+flips every round), and times it from start to exit:
 
 * udcg: ``python -m udcg.trec QRELS RUN -m nDCG@10,AP,RR,P@10``;
 * pytrec_eval: a script that imports pytrec_eval, reads both files into dicts by splitting
@@ -39,7 +40,13 @@ from pathlib import Path
 from make_trec_data import write_files
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = {"10000x100": (10_000, 100), "100000x10": (100_000, 10), "1000x1000": (1_000, 1_000)}
+#: shape -> (queries, documents per query, judgements per query; None: 7/6 x documents)
+SHAPES = {
+    "10000x100": (10_000, 100, None),
+    "100000x10": (100_000, 10, None),
+    "1000x1000": (1_000, 1_000, None),
+    "10000x100j20": (10_000, 100, 20),
+}
 TIES = ("few", "many")
 MEASURES = ["nDCG@10", "AP", "RR", "P@10"]
 TOOLS = ("udcg", "pytrec_eval", "ranx", "ir_measures")
@@ -159,11 +166,11 @@ def main() -> None:
         data = args.data or Path(tmp)
         pairs: dict[tuple[str, str], list[tuple[Path, Path]]] = {}
         for shape in args.shapes:
-            n_queries, depth = SHAPES[shape]
+            n_queries, depth, judged = SHAPES[shape]
             for ties in args.ties:
                 for seed in range(args.seeds):
                     out = data / f"{shape}-{ties}-{seed}"
-                    run, qrels = write_files(out, n_queries, depth, seed, ties)
+                    run, qrels = write_files(out, n_queries, depth, seed, ties, judged)
                     pairs.setdefault((shape, ties), []).append((qrels, run))
         print(f"# data in {data}: {sum(map(len, pairs.values()))} file pairs", file=sys.stderr)
 
