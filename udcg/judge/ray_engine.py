@@ -130,7 +130,15 @@ def ray_options(values: Mapping[str, Any], prefix: str = "") -> RayOptions:
 def engine_options(
     engine: str, values: Mapping[str, Any], prefix: str = "ray."
 ) -> RayOptions | None:
-    """The Ray options for ``engine``, checked (None for ``local``)."""
+    """The Ray options for ``engine``, checked (None for ``local``).
+
+    Examples:
+        >>> options = engine_options("ray", {"workers": 2, "servers": ["http://gpu-0:8000/v1"]})
+        >>> options.workers, options.servers, options.piece_size
+        (2, ('http://gpu-0:8000/v1',), 8)
+        >>> engine_options("local", {}) is None
+        True
+    """
     one_of(engine, "engine", ENGINES)
     options = ray_options(values, prefix)
     return None if engine == "local" else options
@@ -245,9 +253,7 @@ def _own_errors() -> Iterator[None]:
 
 def _kill(actors: list[Any]) -> None:
     ray = _ray()
-    if not ray.is_initialized():
-        return
-    for actor in actors:
+    for actor in actors if ray.is_initialized() else ():
         ray.kill(actor, no_restart=True)
 
 
