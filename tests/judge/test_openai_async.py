@@ -4,7 +4,6 @@ against loopback HTTP servers started by the tests (the harness of test_openai_b
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import math
 import pickle
 import threading
@@ -25,7 +24,7 @@ from tests.judge.test_openai_backend import (
 from tests.local_servers import servers
 from udcg.judge.base import upper_bounds
 from udcg.judge.openai_backend import JudgeServerError, OpenAIJudge
-from udcg.judge.openai_http import retry_after
+from udcg.judge.openai_http import JudgeHTTPClient
 
 
 def _abstain_reply(body: dict[str, Any]) -> dict[str, Any]:
@@ -109,13 +108,11 @@ def test_retry_after_is_capped_by_max_backoff():
         assert time.monotonic() - start < 20.0  # far below the 120 s asked for
 
 
-def test_retry_after_reads_seconds_and_http_dates():
-    now = time.time()
-    in_90s = email.utils.formatdate(now + 90, usegmt=True)  # whole seconds: up to 1 s less
-    assert 89.0 <= retry_after(in_90s, now=now) <= 90.0
-    assert retry_after(email.utils.formatdate(now - 30, usegmt=True), now=now) == 0.0
-    assert retry_after("2.5") == 2.5 and retry_after("-1") == 0.0
-    assert retry_after(None) is None and retry_after("soon") is None
+def test_waits_follow_retry_after_else_backoff_within_max_backoff():
+    http = JudgeHTTPClient("m", backoff=0.5, max_backoff=10.0)
+    assert http.wait(0, 2.5) == 2.5 and http.wait(3, 90.0) == 10.0 and http.wait(0, -30.0) == 0.0
+    assert 0.25 <= http.wait(0, None) <= 0.75 and 1.0 <= http.wait(2, None) <= 3.0
+    assert http.wait(9, None) == 10.0
 
 
 def test_timeout_is_per_request_not_per_call():

@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
         "gguf",
         "accelerate",
         "huggingface_hub",
+        "openai",
         "httpx",
         "tqdm",
     ),

@@ -1,25 +1,19 @@
 """Judge backend for any OpenAI-compatible chat server (vLLM, llama.cpp's llama-server,
 llama-cpp-python, ``transformers serve``, hosted APIs), for scaling the judge out.
 
-Requests go out through :class:`~udcg.judge.openai_http.JudgeHTTPClient`, which keeps up to
-``max_concurrency`` of them (default 64) in flight over a whole call, on an asyncio loop: as one
-ends the next starts. Connection errors, timeouts (``timeout`` seconds per attempt, default 60;
-``connect_timeout`` seconds to connect, default 10) and HTTP 408/409/425/429/5xx replies are
-retried up to ``max_retries`` times (default 5) with exponential backoff and jitter
-(``backoff``, capped at ``max_backoff``; a ``Retry-After`` header, in seconds or as an HTTP
-date, is honoured within the same cap), each retry announced by a one-line
-:class:`~udcg.errors.UDCGWarning`; no request takes more than ``deadline`` seconds in all
-(default 300), retries and waits included. Other HTTP errors, malformed JSON and replies
-missing a field are not retried; the first failure cancels the rest of the call. Every failure
-raises :class:`JudgeServerError`, naming the URL and the reason; no value is ever NaN or
-silently 0.
+Requests go out through :class:`~udcg.judge.openai_http.JudgeHTTPClient` (the ``openai``
+SDK's ``AsyncOpenAI``), up to ``max_concurrency`` in flight (default 64), with the retries,
+waits, ``timeout`` (60 s), ``connect_timeout`` (10 s) and ``deadline`` (300 s) its module
+docstring describes, each retry announced by a one-line :class:`~udcg.errors.UDCGWarning`.
+Replies missing a field are not retried; the first failure cancels the rest of the call.
+Every failure raises :class:`JudgeServerError`, naming the URL and the reason; no value is ever
+NaN or silently 0.
 Replies are read by :mod:`udcg.judge.openai_replies`, the server's tokenizer is asked by
 :mod:`udcg.judge.openai_tokenizer`.
 
 The API key is read from the environment variable ``api_key_env`` (default
-``OPENAI_API_KEY``) when the first request goes out, sent as a bearer token, and never stored on
-the judge, logged, or put in its ``fingerprint``, ``repr`` or error messages (any echo of it in
-a server reply is masked). Servers that need no key work with the variable unset.
+``OPENAI_API_KEY``), never stored on the judge or put in its ``fingerprint`` or ``repr``;
+servers that need no key work with the variable unset.
 
 :meth:`OpenAIJudge.probe` (called by :func:`udcg.judge.open_judge` before any work) asks
 ``/v1/models`` once, within 5 s and without retries, so that a server that does not answer is
@@ -321,7 +315,7 @@ class OpenAIJudge(Judge):
         not answer, or refuses the API key, is a one-line error naming its URL."""
         url = self._api + "/models"
         try:
-            status = self.http.status(url, min(timeout, self.http.timeout))
+            status = self.http.get(url, min(timeout, self.http.timeout)).status_code
         except JudgeServerError as exc:
             raise UDCGInputError(
                 f"the server at {self.base_url} does not answer ({exc})", field="judge"

@@ -1,41 +1,32 @@
-"""HTTP client of the OpenAI-compatible judge: requests kept in flight, retries, key handling.
+"""HTTP client of the OpenAI-compatible judge, on the ``openai`` SDK's ``AsyncOpenAI``.
 
-:meth:`JudgeHTTPClient.map` keeps up to ``max_concurrency`` requests in flight over the whole
-item list (a sliding window: as one ends the next starts, with no barrier between groups of
-items), on an asyncio event loop: one worker per request in flight, each with its own
-``httpx.AsyncClient`` holding one kept-alive connection (one pool shared by all would cost time
-quadratic in the connections: httpcore scans its whole pool at every request). The loop runs in
-a helper thread for the duration of the call, so the synchronous methods also work from a thread
-that already runs an event loop (Jupyter); results reach the caller's ``on_result`` in the
-calling thread, as they finish.
+:meth:`JudgeHTTPClient.map` keeps up to ``max_concurrency`` requests in flight (an
+:class:`asyncio.Semaphore`: as one ends, the next starts) through one SDK client per call, on an
+event loop in a helper thread, so the synchronous methods also work from a thread that already
+runs a loop (Jupyter); results reach the caller's ``on_result`` in the calling thread as they
+finish. Bodies go out as :mod:`udcg.judge.openai_requests` builds them (the SDK's generic
+``post``: server-specific fields travel as batch files hold them); replies come back as JSON.
 
-Each attempt of a request is limited to ``timeout`` seconds in all, and its connection to
-``connect_timeout`` seconds (a server that does not accept connections fails sooner than one
-that accepts and then computes). Connection errors, timeouts and HTTP 408/409/425/429/5xx
-replies are retried up to ``max_retries`` times with exponential backoff (``backoff *
-2**attempt``, times a random jitter in [0.5, 1.5]) or, when the reply carries a ``Retry-After``
-header (seconds or an HTTP date), after the time it asks for; every wait is capped at
-``max_backoff``. One request never takes more than ``deadline`` seconds, its attempts and waits
-together: an attempt is cut short, and no wait starts, past it. Other HTTP errors and malformed
-JSON are not retried. Every failure raises :class:`JudgeServerError`, naming the URL and the
-reason.
-
-Waits are visible: a retry is announced by a :class:`~udcg.errors.UDCGWarning` issued in the
-calling thread (``URL: attempt 1 of 6 failed (timed out after 60 s); next attempt in 0.7 s``;
-the command-line tools print it as one line on stderr), once per attempt number and call, so
-many requests failing together make one line per round, not one per request.
+Retries are the SDK's: connection errors, timeouts and HTTP 408/409/429/5xx, up to
+``max_retries`` times (a ``Retry-After`` over 120 s is not retried). The waits are ours:
+``backoff * 2**retry`` times a jitter in [0.5, 1.5], or what a ``Retry-After`` /
+``retry-after-ms`` header asks, capped at ``max_backoff``. Each attempt waits ``timeout``
+seconds per read and ``connect_timeout`` to connect; one request never takes more than
+``deadline`` seconds, attempts and waits together (an asyncio timeout around the SDK call; no
+wait starts past it). Every failure raises :class:`JudgeServerError`, one line naming the URL
+and the reason. Each retry is announced by a :class:`~udcg.errors.UDCGWarning` in the calling
+thread (``URL: attempt 1 of 6 failed (timed out after 60 s); next attempt in 0.7 s``), once per
+attempt number and call: many requests failing together make one line per round.
 
 The API key is read from the environment variable ``api_key_env`` when a call opens its
-connection pool, sent as a bearer token, and never stored, logged or put in error messages (any
-echo of it in a server reply is masked).
+client and sent as a bearer token (``EMPTY`` when unset, as vLLM's guide does: the SDK needs
+one); it is never stored, logged or put in error messages (an echo in a reply is masked).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-import email.utils
 import functools
 import math
 import os
@@ -43,41 +34,30 @@ import queue
 import random
 import re
 import ssl
+import sys
 import threading
 import time
 import urllib.parse
 import warnings
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
+import openai
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _ERRNO = re.compile(r"^\[Errno -?\d+\]")
 _SNIPPET = 300
 #: Seconds the calling thread waits for the next result before checking the loop thread again.
 _POLL = 0.5
 #: Seconds the calling thread lets results gather before handling them together.
 _BATCH = 0.01
-
-# The client of the worker running in the current asyncio context (set by ``connection``).
-_POOL: contextvars.ContextVar[httpx.AsyncClient] = contextvars.ContextVar("udcg_judge_pool")
-# Where a retry notice of the current call goes (set by ``JudgeHTTPClient.run``).
-_NOTICE: contextvars.ContextVar[Callable[[int, str], None]] = contextvars.ContextVar(
-    "udcg_judge_notice"
-)
-
-
-@functools.lru_cache(maxsize=1)
-def _tls() -> ssl.SSLContext:
-    """One TLS context per process for every connection (loading the CA bundle takes ~50 ms)."""
-    return httpx.create_ssl_context()
 
 
 class JudgeServerError(UDCGServiceError):
@@ -133,24 +113,6 @@ def split_base_url(base_url: str) -> tuple[str, str, str]:
     return origin + api, origin + api, origin + root
 
 
-def retry_after(header: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait per a ``Retry-After`` header: a number of seconds, or an HTTP date
-    (``now``, default the current time, is the reference); None when absent or unreadable."""
-    if header is None:
-        return None
-    try:
-        return max(0.0, float(header))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(header)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:  # HTTP dates are GMT
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 def transport_reason(exc: BaseException) -> str:
     """Why a connection failed, from the innermost OS error behind ``exc`` when there is one
     (``[Errno 111] Connection refused``), else ``exc``'s own text."""
@@ -163,6 +125,22 @@ def transport_reason(exc: BaseException) -> str:
             return f"[Errno {errno}] {os.strerror(errno)}"
         cause = cause.__cause__ or cause.__context__
     return str(exc) or type(exc).__name__
+
+
+def retried_status(status: int) -> bool:
+    """Whether the SDK retries a reply of HTTP ``status`` (408, 409, 429, 5xx)."""
+    return status in (408, 409, 429) or status >= 500
+
+
+def failure(exc: BaseException, timeout: float) -> str:
+    """Why an attempt failed: the HTTP reply of a status error, a timeout after ``timeout``
+    seconds, or a connection error (``exc`` an httpx or httpx2 exception: the SDK's transports)."""
+    response = getattr(exc, "response", None)
+    if response is not None:
+        return f"HTTP {response.status_code}: {snippet(response.text)}"
+    if any(cls.__name__ == "TimeoutException" for cls in type(exc).__mro__):
+        return f"timed out after {timeout:.3g} s"
+    return f"connection failed ({type(exc).__name__}: {transport_reason(exc)})"
 
 
 def seconds(value: Any, field: str, zero: bool = False) -> float:
@@ -178,15 +156,72 @@ def seconds(value: Any, field: str, zero: bool = False) -> float:
     return float(value)
 
 
+@functools.lru_cache(maxsize=1)
+def _tls() -> ssl.SSLContext:
+    """One TLS context per process for every connection (loading the CA bundle takes ~50 ms)."""
+    return httpx.create_ssl_context()
+
+
+@dataclass
+class Attempts:
+    """The attempts of one request to ``url``, due by ``end`` (monotonic): their ``count``,
+    when the last ``started``, why the last failed (``last``)."""
+
+    url: str
+    end: float
+    count: int = 0
+    started: float = 0.0
+    last: str = "no attempt made"
+
+
+# The SDK client of the current request (set where it is lent), the request under
+# way in the current task (set by ``JudgeHTTPClient.apost``), and where a retry notice of the
+# current call goes (set by ``JudgeHTTPClient.run``).
+_CLIENT: contextvars.ContextVar[_SDKClient] = contextvars.ContextVar("udcg_judge_client")
+_REQUEST: contextvars.ContextVar[Attempts] = contextvars.ContextVar("udcg_judge_request")
+_NOTICE: contextvars.ContextVar[Callable[[int, str], None]] = contextvars.ContextVar(
+    "udcg_judge_notice"
+)
+
+
+class _SDKClient(openai.AsyncOpenAI):
+    """``AsyncOpenAI`` whose attempts are counted in ``owner.stats`` and whose retries wait as
+    ``owner`` says (:meth:`JudgeHTTPClient.wait`), announced, within the request's deadline."""
+
+    def __init__(self, owner: JudgeHTTPClient, **options: Any) -> None:
+        super().__init__(**options)
+        self.owner = owner
+
+    async def _prepare_request(self, request: Any) -> None:
+        self.owner.count("requests")
+        attempts = _REQUEST.get(None)
+        if attempts is not None:
+            attempts.count += 1
+            attempts.started = time.monotonic()
+
+    def _calculate_retry_timeout(
+        self, remaining_retries: int, options: Any, response_headers: Any = None
+    ) -> float:
+        # called by the SDK before the wait of each retry, in the ``except`` clause of the failure
+        attempts = _REQUEST.get()
+        attempts.last = failure(sys.exc_info()[1], self.owner.timeout)
+        total = options.get_max_retries(self.max_retries) + 1
+        asked = self._parse_retry_after_header(response_headers)
+        wait = self.owner.wait(total - 1 - remaining_retries, asked)
+        self.owner.before_retry(attempts, total, wait)
+        return wait
+
+
 class JudgeHTTPClient:
     """JSON requests to one server with retries, up to ``max_concurrency`` of them in flight.
 
     ``model`` (the served model's name) and ``api_key_env`` only word the hints of HTTP 404 and
-    401/403 errors. ``timeout``, ``connect_timeout`` and ``deadline`` are described in the
-    module docstring. ``stats`` counts HTTP attempts (``requests``) and ``retries``; callers may
-    count their own events there with :meth:`count`. Each call of :meth:`map`, :meth:`post` or
-    :meth:`status` opens its own connections and closes them at its end, so the client holds
-    no connection, thread or loop between calls and pickles as plain settings.
+    401/403 errors. ``timeout``, ``connect_timeout``, ``backoff``, ``max_backoff`` and
+    ``deadline`` are described in the module docstring. ``stats`` counts HTTP attempts
+    (``requests``) and ``retries``; callers may count their own events there with
+    :meth:`count`. Each call of :meth:`map`, :meth:`post` or :meth:`get` opens its own SDK
+    client and closes it at its end, so the client holds no connection, thread or loop between
+    calls and pickles as plain settings.
     """
 
     def __init__(
@@ -229,7 +264,7 @@ class JudgeHTTPClient:
         self._stats_lock = threading.Lock()
 
     def close(self) -> None:
-        """Nothing to release: every call closes its own connections."""
+        """Nothing to release: every call closes its own client."""
 
     def count(self, what: str, n: int = 1) -> None:
         """Add ``n`` to ``stats[what]`` (thread-safe)."""
@@ -243,28 +278,47 @@ class JudgeHTTPClient:
             message, reply = message.replace(key, "***"), reply.replace(key, "***")
         return JudgeServerError(message, status, reply)
 
+    def wait(self, retry: int, asked: float | None) -> float:
+        """Seconds before retry ``retry + 1``: ``asked`` (a ``Retry-After``) when given, else
+        ``backoff * 2**retry`` times a jitter in [0.5, 1.5]; at most ``max_backoff``."""
+        if asked is None or not math.isfinite(asked):
+            asked = self.backoff * 2**retry * random.uniform(0.5, 1.5)
+        return min(self.max_backoff, max(0.0, asked))
+
+    def before_retry(self, attempts: Attempts, total: int, wait: float) -> None:
+        """Count and announce a retry after ``wait`` seconds, or raise the deadline error
+        when the wait would end past it."""
+        if time.monotonic() + wait >= attempts.end:
+            raise self._deadline_error(attempts)
+        self.count("retries")
+        notice = _NOTICE.get(None)
+        if notice is not None:
+            notice(
+                attempts.count,
+                f"{attempts.url}: attempt {attempts.count} of {total} failed ({attempts.last});"
+                f" next attempt in {wait:.2g} s",
+            )
+
+    def _deadline_error(self, attempts: Attempts) -> JudgeServerError:
+        return self.error(
+            f"{attempts.url}: no usable reply within the deadline of {self.deadline:g} s "
+            f"({attempts.count} attempt(s)): {attempts.last}"
+        )
+
     # -- running coroutines from synchronous code ----------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[None]:
-        """A client with one kept-alive connection for the requests of the current asyncio
-        context (:meth:`apost` uses it), closed at the end of the block."""
-        headers = {"Accept": "application/json"}
-        key = os.environ.get(self.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        client = httpx.AsyncClient(
+    def client(self) -> _SDKClient:
+        """A new SDK client with one kept-alive connection, for one request at a time (one pool
+        shared by many requests costs time quadratic in its connections: httpcore scans the
+        whole pool at every request)."""
+        one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        return _SDKClient(
+            self,
+            api_key=os.environ.get(self.api_key_env) or "EMPTY",  # the SDK needs one
+            max_retries=self.max_retries,
             timeout=httpx.Timeout(self.timeout, connect=min(self.connect_timeout, self.timeout)),
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-            headers=headers,
-            verify=_tls(),
+            http_client=openai.DefaultAsyncHttpxClient(limits=one, verify=_tls()),
         )
-        async with client:
-            token = _POOL.set(client)
-            try:
-                yield
-            finally:
-                _POOL.reset(token)
 
     def run(
         self,
@@ -337,95 +391,73 @@ class JudgeHTTPClient:
     # -- requests -------------------------------------------------------------------------------
 
     async def apost(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
-        """POST ``body`` as JSON on the current :meth:`connection` and return the decoded JSON
+        """POST ``body`` as JSON with the current task's SDK client and return the decoded JSON
         reply, retrying transient failures ``retries`` times (default ``max_retries``), all
         within ``deadline`` seconds; each retry is announced (see the module docstring)."""
-        retries = self.max_retries if retries is None else retries
-        pool = _POOL.get()
-        last = "no attempt made"
-        end = time.monotonic() + self.deadline
-        attempts = retries + 1
-        for attempt in range(1, attempts + 1):
-            wait: float | None = None
-            limit = min(self.timeout, end - time.monotonic())
-            self.count("requests")
-            try:
-                response = await asyncio.wait_for(pool.post(url, json=body), limit)
-            except (asyncio.TimeoutError, httpx.TimeoutException):
-                last = f"timed out after {limit:.3g} s"
-            except httpx.TransportError as exc:
-                last = f"connection failed ({type(exc).__name__}: {transport_reason(exc)})"
-            else:
-                status = response.status_code
-                if status in RETRY_STATUS:
-                    last = f"HTTP {status}: {snippet(response.text)}"
-                    wait = retry_after(response.headers.get("retry-after"))
-                elif status >= 400:
-                    text = snippet(response.text)
-                    raise self.error(
-                        f"{url}: HTTP {status}{self._hint(status)}: {text}", status, text
-                    )
-                else:
-                    try:
-                        return response.json()
-                    except ValueError:
-                        reply = snippet(response.text)
-                        raise self.error(
-                            f"{url}: malformed JSON reply (HTTP {status}): {reply}"
-                        ) from None
-            if attempt == attempts:
-                break
-            if wait is None:
-                wait = self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
-            wait = min(self.max_backoff, wait)
-            if time.monotonic() + wait >= end:
+        attempts = Attempts(url, time.monotonic() + self.deadline)
+        token = _REQUEST.set(attempts)
+        options: Any = {} if retries is None else {"max_retries": retries}
+        try:
+            send = _CLIENT.get().post(url, body=dict(body), cast_to=httpx.Response, options=options)
+            response = await asyncio.wait_for(send, self.deadline)
+        except asyncio.TimeoutError:
+            if attempts.started:
+                attempts.last = f"timed out after {time.monotonic() - attempts.started:.3g} s"
+            raise self._deadline_error(attempts) from None
+        except openai.APIStatusError as exc:
+            status, text = exc.status_code, snippet(exc.response.text)
+            if not retried_status(status):
                 raise self.error(
-                    f"{url}: no usable reply within the deadline of {self.deadline:g} s "
-                    f"({attempt} attempt(s)): {last}"
-                )
-            self.count("retries")
-            notice = _NOTICE.get(None)
-            if notice is not None:
-                notice(
-                    attempt,
-                    f"{url}: attempt {attempt} of {attempts} failed ({last}); next attempt in "
-                    f"{wait:.2g} s",
-                )
-            await asyncio.sleep(wait)
-        raise self.error(
-            f"{url}: server unreachable or failing after {attempts} attempt(s): {last}"
+                    f"{url}: HTTP {status}{self._hint(status)}: {text}", status, text
+                ) from None
+            attempts.last = f"HTTP {status}: {text}"
+            raise self._unreachable(attempts) from None
+        except openai.APIConnectionError as exc:  # timeouts included
+            attempts.last = failure(exc.__cause__ or exc, self.timeout)
+            raise self._unreachable(attempts) from None
+        finally:
+            _REQUEST.reset(token)
+        try:
+            return response.json()
+        except ValueError:
+            reply = snippet(response.text)
+            raise self.error(
+                f"{url}: malformed JSON reply (HTTP {response.status_code}): {reply}"
+            ) from None
+
+    def _unreachable(self, attempts: Attempts) -> JudgeServerError:
+        return self.error(
+            f"{attempts.url}: server unreachable or failing after {attempts.count} attempt(s):"
+            f" {attempts.last}"
         )
 
     def post(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
         """:meth:`apost` of one request, from synchronous code."""
 
         async def one(_: Callable[[Any], None]) -> Any:
-            async with self.connection():
+            async with self.client() as client:
+                _CLIENT.set(client)
                 return await self.apost(url, body, retries)
 
         return self.run(one)
-
-    def status(self, url: str, timeout: float) -> int:
-        """The HTTP status of one GET of ``url`` within ``timeout`` seconds, never retried; a
-        :class:`JudgeServerError` saying why when no reply came (``connection refused``,
-        ``no reply within 5 s``)."""
-        return self.get(url, timeout).status_code
 
     def get(self, url: str, timeout: float) -> httpx.Response:
         """The reply (read whole) to one GET of ``url`` within ``timeout`` seconds, never
         retried; a :class:`JudgeServerError` saying why when no reply came."""
 
         async def get(_: Callable[[Any], None]) -> httpx.Response:
-            self.count("requests")
+            options: Any = {"max_retries": 0, "timeout": timeout}
             try:
-                async with self.connection():
-                    reply = await asyncio.wait_for(_POOL.get().get(url, timeout=timeout), timeout)
-            except (asyncio.TimeoutError, httpx.TimeoutException):
+                async with self.client() as client:
+                    send = client.get(url, cast_to=httpx.Response, options=options)
+                    return await asyncio.wait_for(send, timeout)
+            except openai.APIStatusError as exc:
+                return exc.response
+            except (asyncio.TimeoutError, openai.APITimeoutError):
                 raise self.error(f"no reply within {timeout:g} s") from None
-            except httpx.TransportError as exc:
-                reason = _ERRNO.sub("", transport_reason(exc)).strip()
+            except openai.APIConnectionError as exc:
+                reason = _ERRNO.sub("", transport_reason(exc.__cause__ or exc)).strip()
                 raise self.error(reason[:1].lower() + reason[1:]) from None
-            return reply
 
         return self.run(get)
 
@@ -451,32 +483,30 @@ class JudgeHTTPClient:
         """
         if not items:
             return []
-        workers = min(self.max_concurrency, len(items))
         results: list[Any] = [None] * len(items)
 
         async def window(emit: Callable[[Any], None]) -> None:
-            upcoming = iter(enumerate(items))
-            failures: list[BaseException] = []
+            gate = asyncio.Semaphore(self.max_concurrency)
+            idle: list[_SDKClient] = []  # at most max_concurrency, each lent to one request
 
-            async def worker() -> None:
-                try:
-                    async with self.connection():
-                        for i, item in upcoming:
-                            results[i] = await function(i, item)
-                            emit(i)
-                except Exception as exc:
-                    failures.append(exc)
-                    raise
+            async def one(i: int, item: T) -> None:
+                async with gate:
+                    client = idle.pop() if idle else self.client()
+                    _CLIENT.set(client)  # in this task's own context
+                    try:
+                        results[i] = await function(i, item)
+                    finally:
+                        idle.append(client)
+                emit(i)
 
-            tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
+            tasks = [asyncio.ensure_future(one(i, item)) for i, item in enumerate(items)]
             try:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+                await asyncio.gather(*tasks)
             finally:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-            if failures:
-                raise failures[0]
+                await asyncio.gather(*(client.close() for client in idle))
 
         def deliver(i: int) -> None:
             if on_result is not None:

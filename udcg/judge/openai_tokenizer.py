@@ -2,9 +2,9 @@
 
 Servers expose their tokenizer outside the OpenAI API, at the server root: vLLM and llama.cpp's
 llama-server serve ``/tokenize`` and ``/detokenize``, llama-cpp-python serves
-``/extras/tokenize`` and ``/extras/detokenize``. Each request is retried as the client retries
-any request (transient failures: connection errors, timeouts, HTTP 408/429/5xx, within its
-deadline); an endpoint that still fails, or that the server refuses (HTTP 404), is skipped.
+``/extras/tokenize`` and ``/extras/detokenize``. Each request is retried as any request (see
+:mod:`udcg.judge.openai_http`); an endpoint that still fails, or that the server refuses (HTTP
+404), is skipped.
 """
 
 from __future__ import annotations
