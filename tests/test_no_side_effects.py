@@ -55,7 +55,7 @@ def full():
 _LIBRARY = (
     _STATE
     + r'''
-import contextlib, io, tempfile
+import contextlib, io
 from pathlib import Path
 
 checks = {}
@@ -90,7 +90,7 @@ class Recording(dict):
 qrels = {"q1": {"d1": 1, "d2": 0}, "q2": {"d3": 2}, "q3": {"d1": 1}}
 run = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d3": 0.5, "d1": 0.7}, "q3": {"d2": 1.0, "d1": 0.2}}
 other = {q: {d: -s for d, s in docs.items()} for q, docs in run.items()}
-folder = Path(tempfile.mkdtemp())
+folder = Path(sys.argv[2])
 qrels_file, run_file = folder / "qrels.trec", folder / "run.trec"
 qrels_file.write_text("".join(f"{q} 0 {d} {g}\n" for q, ds in qrels.items() for d, g in ds.items()))
 run_file.write_text(
@@ -99,15 +99,17 @@ run_file.write_text(
 contexts_file = folder / "contexts.jsonl"
 measures = ["nDCG@10", "AP", "RR", "P@1"]
 
+
+def contexts_round_trip():
+    udcg.write_contexts(contexts_file, udcg.demo_contexts())
+    return list(udcg.read_contexts(contexts_file))
+
+
 calls = {
     "udcg.evaluate(files)": lambda: udcg.evaluate(qrels_file, run_file, measures),
     "udcg.evaluate(dicts)": lambda: udcg.evaluate(Recording(qrels), run, measures),
     "udcg.compare": lambda: udcg.compare(qrels, {"a": run, "b": other}, measures),
-    "udcg.write_contexts, read_contexts": lambda: list(
-        udcg.read_contexts(contexts_file)
-        if udcg.write_contexts(contexts_file, udcg.demo_contexts())
-        else ()
-    ),
+    "udcg.write_contexts, read_contexts": contexts_round_trip,
     "udcg.score_contexts": lambda: udcg.score_contexts(udcg.demo_contexts()),
     "udcg.cli.main.main(['trec', ...])": lambda: udcg.cli.main.main(
         ["trec", str(qrels_file), str(run_file), "-m", "AP"]
@@ -156,8 +158,10 @@ def test_imports_into_a_bare_interpreter_change_nothing_but_warnings_filters() -
     assert changes == {}
 
 
-def test_library_calls_leave_the_process_as_they_found_it() -> None:
-    checks = json.loads(_python(_LIBRARY, "with the user's libraries").splitlines()[-1])
+def test_library_calls_leave_the_process_as_they_found_it(tmp_path: Path) -> None:
+    checks = json.loads(
+        _python(_LIBRARY, "with the user's libraries", str(tmp_path)).splitlines()[-1]
+    )
     assert len(checks) == 9
     assert _changes(checks) == {}
 
