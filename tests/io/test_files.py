@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 
 import pytest
 
+from udcg.io.files import atomic_write
 from udcg.io.formats.trec import read_trec_run
 
 RUN = b"q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5 t\n"
@@ -50,3 +52,14 @@ def test_exclusive_writer_nests_in_its_process_and_refuses_another(tmp_path):
         assert run.stdout.startswith(f"{out}: another process is writing this output")
     assert not Path(f"{out}.lock").exists()
     assert subprocess.run([sys.executable, "-c", other]).returncode == 0
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_atomic_write_gives_the_usual_permissions_under_the_umask(tmp_path, umask: int) -> None:
+    before = os.umask(umask)
+    try:
+        with atomic_write(tmp_path / "out.txt") as out:
+            out.write("x")
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o666 & ~umask

@@ -8,9 +8,9 @@ import functools
 import gzip
 import io
 import os
+import secrets
 import stat
 import sys
-import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
@@ -241,6 +241,19 @@ def numbered_lines(path: PathType) -> Iterator[tuple[int, str]]:
         raise _unreadable(path, exc, line_no + 1) from None
 
 
+def _new_file(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """A file of a fresh name in ``directory``, opened for writing with the usual permissions
+    (0o666 less the process's umask, applied by the kernel; the umask is never changed)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        candidate = os.path.join(directory, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            return os.open(candidate, flags, 0o666), candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {directory}")
+
+
 @contextlib.contextmanager
 def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     """Write to a temporary file beside ``path`` and rename it into place on success.
@@ -273,10 +286,7 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
+    fd, tmp = _new_file(path.parent, f".{path.name}.", ".tmp")
     try:
         with os.fdopen(fd, "wb") as raw:
             stream: IO = (
