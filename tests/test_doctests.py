@@ -50,7 +50,6 @@ MODULES = (
     "udcg.qcare.labels.checks",
     "udcg.qcare.labels.decompose",
     "udcg.qcare.labels.label",
-    "udcg.integrations.ir_measures",
     "udcg.io.contexts.arrays",
     "udcg.io.contexts.jsonl",
     "udcg.io.contexts.model",

@@ -30,7 +30,6 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "pandas": ("pandas",),
     "ray": ("ray",),
     "datasets": ("datasets",),
-    "ir-measures": ("ir_measures", "pandas"),
 }
 
 
