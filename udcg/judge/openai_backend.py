@@ -300,8 +300,7 @@ class OpenAIJudge(Judge):
         self._template = None
 
     def close(self) -> None:
-        """Close the HTTP connections (a later call opens new ones)."""
-        self.http.close()
+        """Nothing to release: every call closes its own connections."""
 
     def __enter__(self) -> OpenAIJudge:
         return self

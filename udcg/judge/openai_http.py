@@ -1,26 +1,24 @@
 """HTTP client of the OpenAI-compatible judge, on the ``openai`` SDK's ``AsyncOpenAI``.
 
 :meth:`JudgeHTTPClient.map` keeps up to ``max_concurrency`` requests in flight (an
-:class:`asyncio.Semaphore`: as one ends, the next starts) through one SDK client per call, on an
-event loop in a helper thread, so the synchronous methods also work from a thread that already
-runs a loop (Jupyter); results reach the caller's ``on_result`` in the calling thread as they
-finish. Bodies go out as :mod:`udcg.judge.openai_requests` builds them (the SDK's generic
-``post``: server-specific fields travel as batch files hold them); replies come back as JSON.
+:class:`asyncio.Semaphore`: as one ends, the next starts) on an event loop in a helper thread,
+so the synchronous methods also work where a loop runs (Jupyter); results reach ``on_result``
+in the calling thread as they finish. Bodies go out as :mod:`udcg.judge.openai_requests` builds
+them (the SDK's generic ``post``, so server-specific fields travel as batch files hold them).
 
 Retries are the SDK's: connection errors, timeouts and HTTP 408/409/429/5xx, up to
-``max_retries`` times (a ``Retry-After`` over 120 s is not retried). The waits are ours:
-``backoff * 2**retry`` times a jitter in [0.5, 1.5], or what a ``Retry-After`` /
-``retry-after-ms`` header asks, capped at ``max_backoff``. Each attempt waits ``timeout``
-seconds per read and ``connect_timeout`` to connect; one request never takes more than
-``deadline`` seconds, attempts and waits together (an asyncio timeout around the SDK call; no
-wait starts past it). Every failure raises :class:`JudgeServerError`, one line naming the URL
-and the reason. Each retry is announced by a :class:`~udcg.errors.UDCGWarning` in the calling
-thread (``URL: attempt 1 of 6 failed (timed out after 60 s); next attempt in 0.7 s``), once per
-attempt number and call: many requests failing together make one line per round.
+``max_retries`` (a ``Retry-After`` over 120 s is not retried); the waits are ours, ``backoff *
+2**retry`` times a jitter in [0.5, 1.5], or what ``Retry-After`` / ``retry-after-ms`` asks, at
+most ``max_backoff``. An attempt waits ``timeout`` seconds per read, ``connect_timeout`` to
+connect; a request never takes more than ``deadline`` seconds with all its attempts and waits
+(no wait starts past it). Every failure raises :class:`JudgeServerError`, one line naming the
+URL and the reason. Each retry is announced by a :class:`~udcg.errors.UDCGWarning` in the
+calling thread (``URL: attempt 1 of 6 failed (timed out after 60 s); next attempt in 0.7 s``),
+once per attempt number and call: requests failing together make one line per round.
 
-The API key is read from the environment variable ``api_key_env`` when a call opens its
-client and sent as a bearer token (``EMPTY`` when unset, as vLLM's guide does: the SDK needs
-one); it is never stored, logged or put in error messages (an echo in a reply is masked).
+The API key, from the environment variable ``api_key_env`` (``EMPTY`` when unset, as vLLM's
+guide does: the SDK needs one), is sent as a bearer token, never stored or logged, and masked
+in error messages.
 """
 
 from __future__ import annotations
@@ -164,14 +162,13 @@ def _tls() -> ssl.SSLContext:
 
 @dataclass
 class Attempts:
-    """The attempts of one request to ``url``, due by ``end`` (monotonic): their ``count``,
-    when the last ``started``, why the last failed (``last``)."""
+    """The attempts of one request to ``url``, due by ``end`` (monotonic): their ``count`` and
+    why the last one failed (``last``)."""
 
     url: str
     end: float
     count: int = 0
-    started: float = 0.0
-    last: str = "no attempt made"
+    last: str = "timed out"  # until an attempt fails otherwise
 
 
 # The SDK client of the current request (set where it is lent), the request under
@@ -197,7 +194,6 @@ class _SDKClient(openai.AsyncOpenAI):
         attempts = _REQUEST.get(None)
         if attempts is not None:
             attempts.count += 1
-            attempts.started = time.monotonic()
 
     def _calculate_retry_timeout(
         self, remaining_retries: int, options: Any, response_headers: Any = None
@@ -206,22 +202,30 @@ class _SDKClient(openai.AsyncOpenAI):
         attempts = _REQUEST.get()
         attempts.last = failure(sys.exc_info()[1], self.owner.timeout)
         total = options.get_max_retries(self.max_retries) + 1
-        asked = self._parse_retry_after_header(response_headers)
-        wait = self.owner.wait(total - 1 - remaining_retries, asked)
-        self.owner.before_retry(attempts, total, wait)
+        owner = self.owner
+        wait = owner.wait(
+            total - 1 - remaining_retries, self._parse_retry_after_header(response_headers)
+        )
+        if time.monotonic() + wait >= attempts.end:
+            raise owner.deadline_error(attempts)
+        owner.count("retries")
+        notice = _NOTICE.get(None)
+        if notice is not None:
+            notice(
+                attempts.count,
+                f"{attempts.url}: attempt {attempts.count} of {total} failed ({attempts.last});"
+                f" next attempt in {wait:.2g} s",
+            )
         return wait
 
 
 class JudgeHTTPClient:
     """JSON requests to one server with retries, up to ``max_concurrency`` of them in flight.
 
-    ``model`` (the served model's name) and ``api_key_env`` only word the hints of HTTP 404 and
-    401/403 errors. ``timeout``, ``connect_timeout``, ``backoff``, ``max_backoff`` and
-    ``deadline`` are described in the module docstring. ``stats`` counts HTTP attempts
-    (``requests``) and ``retries``; callers may count their own events there with
-    :meth:`count`. Each call of :meth:`map`, :meth:`post` or :meth:`get` opens its own SDK
-    client and closes it at its end, so the client holds no connection, thread or loop between
-    calls and pickles as plain settings.
+    ``model`` and ``api_key_env`` word the hints of HTTP 404 and 401/403 errors; the waits are
+    in the module docstring. ``stats`` counts HTTP attempts (``requests``) and ``retries``, and
+    callers' own events (:meth:`count`). Each call of :meth:`map`, :meth:`post` or :meth:`get`
+    opens its own SDK clients and closes them, so the client pickles as plain settings.
     """
 
     def __init__(
@@ -263,9 +267,6 @@ class JudgeHTTPClient:
         self.__dict__.update(state)
         self._stats_lock = threading.Lock()
 
-    def close(self) -> None:
-        """Nothing to release: every call closes its own client."""
-
     def count(self, what: str, n: int = 1) -> None:
         """Add ``n`` to ``stats[what]`` (thread-safe)."""
         with self._stats_lock:
@@ -285,21 +286,7 @@ class JudgeHTTPClient:
             asked = self.backoff * 2**retry * random.uniform(0.5, 1.5)
         return min(self.max_backoff, max(0.0, asked))
 
-    def before_retry(self, attempts: Attempts, total: int, wait: float) -> None:
-        """Count and announce a retry after ``wait`` seconds, or raise the deadline error
-        when the wait would end past it."""
-        if time.monotonic() + wait >= attempts.end:
-            raise self._deadline_error(attempts)
-        self.count("retries")
-        notice = _NOTICE.get(None)
-        if notice is not None:
-            notice(
-                attempts.count,
-                f"{attempts.url}: attempt {attempts.count} of {total} failed ({attempts.last});"
-                f" next attempt in {wait:.2g} s",
-            )
-
-    def _deadline_error(self, attempts: Attempts) -> JudgeServerError:
+    def deadline_error(self, attempts: Attempts) -> JudgeServerError:
         return self.error(
             f"{attempts.url}: no usable reply within the deadline of {self.deadline:g} s "
             f"({attempts.count} attempt(s)): {attempts.last}"
@@ -401,9 +388,7 @@ class JudgeHTTPClient:
             send = _CLIENT.get().post(url, body=dict(body), cast_to=httpx.Response, options=options)
             response = await asyncio.wait_for(send, self.deadline)
         except asyncio.TimeoutError:
-            if attempts.started:
-                attempts.last = f"timed out after {time.monotonic() - attempts.started:.3g} s"
-            raise self._deadline_error(attempts) from None
+            raise self.deadline_error(attempts) from None
         except openai.APIStatusError as exc:
             status, text = exc.status_code, snippet(exc.response.text)
             if not retried_status(status):
