@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("labels", ("udcg.labels", "udcg.retrieval")),
     ("models", ("udcg.theta",)),
     ("qcare", ("udcg.qcare",)),
+    ("integrations", ("udcg.integrations",)),
     ("pipelines", ("udcg.pipeline",)),
     ("doors", ("udcg.cli", "train", "evaluate")),
 ]

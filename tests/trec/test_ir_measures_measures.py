@@ -1,0 +1,188 @@
+"""udcg's measures inside ir_measures: calc_aggregate and iter_calc give udcg.evaluate's values
+(UDCG, UDCG(gamma), UDCGtheta) and the Q-CARE formulas (C-Prec, C-nDCG) per query, beside
+ir_measures' own measures; missing data sources are one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import ir_measures
+import numpy as np
+import pytest
+
+from udcg.errors import UDCGInputError
+from udcg.integrations.ir_measures import UDCG, CnDCG, CPrec, UDCGtheta
+from udcg.theta import UDCGTheta
+from udcg.theta.simulate import simulate_arrays
+from udcg.trec import evaluate
+
+TOL = 1e-12
+
+
+def _case(seed: int, n_queries: int, max_docs: int) -> tuple[dict, dict, dict]:
+    """Graded qrels, a run with tied scores (1..max_docs documents per query; a tenth of the
+    queries unjudged) and P(abstain) of every ranked document."""
+    rng = np.random.default_rng(seed)
+    qrels: dict[str, dict[str, int]] = {}
+    run: dict[str, dict[str, float]] = {}
+    probs: dict[str, dict[str, float]] = {}
+    for q in range(n_queries):
+        qid = f"q{q}"
+        docs = [f"d{i}" for i in rng.choice(40, size=int(rng.integers(1, max_docs)), replace=False)]
+        run[qid] = {d: float(rng.integers(0, 3)) for d in docs}
+        probs[qid] = {d: float(rng.random()) for d in docs}
+        if rng.random() < 0.1:
+            continue
+        judged = rng.choice([*docs, "x1"], size=int(rng.integers(1, 6)))
+        qrels[qid] = {str(d): int(rng.choice([0, 0, 1, 2])) for d in judged}
+    return qrels, run, probs
+
+
+def _per_query(measures: list, qrels: dict, run: dict) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for metric in ir_measures.iter_calc(measures, qrels, run):
+        out.setdefault(metric.query_id, {})[str(metric.measure)] = metric.value
+    return out
+
+
+def _max_diff(got: dict, want: dict, name: str) -> float:
+    """Largest |difference| over the queries udcg scores; ir_measures gives the same queries."""
+    assert set(want) <= set(got)
+    return max(abs(got[q][name] - want[q][name]) for q in want)
+
+
+def _write_tsv(path: Path, probs: dict) -> Path:
+    path.write_text("".join(f"{q}\t{d}\t{p!r}\n" for q, ds in probs.items() for d, p in ds.items()))
+    return path
+
+
+def _write_contexts(path: Path, probs: dict) -> Path:
+    """An annotated contexts JSONL with two judges' P(abstain): ``j1`` holds ``probs``."""
+    lines = [
+        {
+            "qid": q,
+            "passages": [
+                {"doc_id": d, "abstain_prob": {"j1": p, "j2": 1.0 - p}} for d, p in ds.items()
+            ],
+        }
+        for q, ds in probs.items()
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize(("seed", "n_queries", "max_docs"), [(0, 60, 12), (1, 30, 4), (2, 90, 20)])
+def test_udcg_equals_evaluate(tmp_path: Path, seed: int, n_queries: int, max_docs: int) -> None:
+    qrels, run, probs = _case(seed, n_queries, max_docs)
+    tsv = _write_tsv(tmp_path / "u.tsv", probs)
+    contexts = _write_contexts(tmp_path / "ctx.jsonl", probs)
+    measures = [
+        UDCG(utilities=tsv) @ 5,
+        UDCG(utilities=tsv, gamma=0.5) @ 3,
+        UDCG(utilities=str(contexts), judge_key="j1") @ 10,
+        ir_measures.nDCG @ 10,
+    ]
+    got = _per_query(measures, qrels, run)
+    want = evaluate(qrels, run, ["UDCG@5", "UDCG(gamma=0.5)@3", "nDCG@10"], utilities=tsv)
+    from_contexts = evaluate(qrels, run, "UDCG@10", utilities=tsv)
+    diffs = [_max_diff(got, want, n) for n in ("UDCG@5", "UDCG(gamma=0.5)@3", "nDCG@10")]
+    diffs.append(_max_diff(got, from_contexts, "UDCG@10"))
+    assert max(diffs) <= TOL, diffs
+    # the mean over the judged queries, as calc_aggregate gives it
+    agg = ir_measures.calc_aggregate(measures[:1], qrels, run)[measures[0]]
+    judged = [q for q in qrels]
+    expected = sum(want[q]["UDCG@5"] if q in want else 0.0 for q in judged) / len(judged)
+    assert math.isclose(agg, expected, rel_tol=0, abs_tol=TOL)
+
+
+def test_udcg_theta_with_saved_weights_equals_evaluate(tmp_path: Path) -> None:
+    k = 5
+    model = UDCGTheta(k, val_fraction=0.0).fit(*simulate_arrays(200, k, seed=4))
+    folder = model.save_pretrained(tmp_path / "theta", card={"utility": "abstention"})
+    qrels, run, probs = _case(5, 50, 12)
+    run = {q: docs for q, docs in run.items() if len(docs) >= k}  # UDCGtheta needs k documents
+    tsv = _write_tsv(tmp_path / "u.tsv", probs)
+    measure = UDCGtheta(utilities=tsv, weights=folder) @ k
+    got = _per_query([measure, UDCG(utilities=tsv) @ k], qrels, run)
+    want = evaluate(qrels, run, [f"UDCGtheta@{k}", f"UDCG@{k}"], utilities=tsv, weights=folder)
+    assert _max_diff(got, want, f"UDCGtheta@{k}") <= TOL
+    assert _max_diff(got, want, f"UDCG@{k}") <= TOL
+    assert len({round(v[f"UDCGtheta@{k}"], 6) for v in want.values()}) > 5  # not a constant
+
+
+def _coverage_reference(run: dict, gains: dict, qid: str, k: int) -> tuple[float, float]:
+    """C-Prec@k and C-nDCG@k of the query's top k in trec_eval order, written out."""
+    top = sorted(run[qid], key=lambda d: (run[qid][d], d), reverse=True)[:k]
+    r = [gains[qid][d] for d in top]
+    dcg = sum(g / math.log2(i + 2) for i, g in enumerate(r))
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(sorted(r, reverse=True)))
+    return sum(r) / k, dcg / idcg if idcg > 0 else 0.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_coverage_measures_equal_their_formulas(tmp_path: Path, seed: int) -> None:
+    qrels, run, _ = _case(seed, 50, 12)
+    rng = np.random.default_rng(seed)
+    gains = {q: {d: float(rng.choice([0.0, 0.25, 0.5, 1.0])) for d in ds} for q, ds in run.items()}
+    path = tmp_path / "coverage.tsv"
+    path.write_text("".join(f"{q} {d} {r!r}\n" for q, ds in gains.items() for d, r in ds.items()))
+    measures = [CPrec(coverage=gains) @ 5, CnDCG(coverage=path) @ 10]
+    got = _per_query(measures, qrels, run)
+    diffs = []
+    for q in qrels:
+        if q in run:
+            prec, _ = _coverage_reference(run, gains, q, 5)
+            _, ndcg = _coverage_reference(run, gains, q, 10)
+            diffs += [abs(got[q]["C-Prec@5"] - prec), abs(got[q]["C-nDCG@10"] - ndcg)]
+    assert max(diffs) <= TOL
+
+
+def test_missing_sources_are_one_line_errors(tmp_path: Path) -> None:
+    qrels, run = {"q1": {"d1": 1}}, {"q1": {"d1": 2.0, "d2": 1.0}}
+    cases = [
+        (UDCG @ 5, "UDCG needs utilities: pass UDCG(utilities=...)"),
+        (UDCGtheta(utilities={}) @ 5, "UDCGtheta needs weights: pass UDCGtheta(weights=...)"),
+        (CnDCG @ 10, "C-nDCG needs coverage: pass CnDCG(coverage=...)"),
+        (UDCG(utilities={}), "UDCG needs a cutoff, e.g. UDCG@10"),
+        (
+            UDCG(utilities={"q1": {"d1": 0.5}}, utility_field="utility") @ 5,
+            "no utility for query 'q1' document 'd2' (rank 2)",
+        ),
+        (CPrec(coverage={"q1": {"d1": 0.5}}) @ 5, "no coverage for query 'q1' document 'd2'"),
+        (CPrec(coverage={"q1": {"d1": 1.5}}) @ 1, "coverage 1.5 is not in [0, 1]"),
+    ]
+    for measure, message in cases:
+        with pytest.raises(UDCGInputError) as error:
+            ir_measures.calc_aggregate([measure, ir_measures.P @ 1], qrels, run)
+        assert message in str(error.value)
+        assert "\n" not in str(error.value)
+
+
+def test_names_and_identity() -> None:
+    u = {"q1": {"d1": 0.5}}
+    assert [str(UDCG), str(CnDCG)] == ["UDCG", "C-nDCG"]
+    assert str(UDCG(utilities=u, gamma=0.5) @ 5) == "UDCG(gamma=0.5)@5"
+    assert str(UDCGtheta(utilities=u, weights="w") @ 5) == "UDCGtheta@5"
+    assert [str(CPrec(coverage=u) @ 3), str(CnDCG(coverage=u) @ 3)] == ["C-Prec@3", "C-nDCG@3"]
+    assert UDCG(utilities="a.tsv") @ 5 == UDCG(utilities="a.tsv") @ 5
+    assert UDCG(utilities="a.tsv") @ 5 != UDCG(utilities="b.tsv") @ 5
+    assert UDCG(utilities=u) @ 5 != UDCG(utilities=dict(u)) @ 5
+
+
+def test_without_ir_measures_the_import_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['ir_measures'] = None\n"
+        "try:\n"
+        "    import udcg.integrations.ir_measures\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error.name, '|', error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == (
+        "ir_measures | udcg.integrations.ir_measures needs the 'ir-measures' extra: "
+        "pip install 'udcg[ir-measures]'\n"
+    )

@@ -1,0 +1,290 @@
+"""UDCG and Q-CARE coverage measures for ir_measures, so ``ir_measures.calc_aggregate``,
+``iter_calc`` and PyTerrier's ``pt.Experiment(eval_metrics=[...])`` compute them beside nDCG:
+
+* ``UDCG(utilities=...)@k`` (``gamma=``, ``rel=``, ``utility_field=``, ``judge_key=``) and
+  ``UDCGtheta(utilities=..., weights=...)@k`` (``allow_mismatch=``): the values of
+  :func:`udcg.trec.evaluate` with the same parameters (semantics in
+  :mod:`udcg.trec.utility_measures`); ``utilities`` is a dict, a TSV/JSONL utilities file or an
+  annotated contexts JSONL (with ``judge_key``), as ``udcg trec --utilities`` takes it.
+* ``CPrec(coverage=...)@k`` and ``CnDCG(coverage=...)@k``: :func:`udcg.qcare.coverage.c_precision`
+  and :func:`~udcg.qcare.coverage.c_ndcg` of each query's top k documents in trec_eval order
+  (score descending, ties by document id descending), with ``coverage`` the gain ``r`` in [0, 1]
+  of each (query, document) (:func:`udcg.qcare.coverage.coverage` of its sub-query labels): a
+  dict ``{qid: {doc_id: r}}`` or a ``qid doc_id r`` TSV file. A top-k document without a gain
+  is an error naming it.
+
+Queries the qrels do not judge are not scored; ir_measures gives 0 to judged queries the run
+lacks, as it does for its own measures. A measure's name is its udcg name (``UDCG@5``,
+``UDCG(gamma=0.5)@5``, ``C-nDCG@10``): the data sources are not part of it, but two measures
+with other sources are still distinct measures.
+
+Examples:
+    UDCG@3 beside nDCG@3, one query: relevant d1 and d3 ranked 1st and 3rd:
+
+    >>> import ir_measures
+    >>> qrels = {"q1": {"d1": 1, "d2": 0, "d3": 1}}
+    >>> run = {"q1": {"d1": 0.9, "d2": 0.8, "d3": 0.1}}
+    >>> u = {"q1": {"d1": 0.9, "d2": 0.6, "d3": 0.3}}
+    >>> udcg3 = UDCG(utilities=u, utility_field="utility") @ 3
+    >>> values = ir_measures.calc_aggregate([udcg3, ir_measures.nDCG @ 3], qrels, run)
+    >>> round(values[udcg3], 4), round(values[ir_measures.nDCG @ 3], 4)
+    (0.5826, 0.9197)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from os import PathLike
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+try:
+    import ir_measures
+    from ir_measures.measures.base import Measure as _IrMeasure
+    from ir_measures.measures.base import ParamInfo
+except ModuleNotFoundError as missing:
+    raise ModuleNotFoundError(
+        "udcg.integrations.ir_measures needs the 'ir-measures' extra: "
+        "pip install 'udcg[ir-measures]'",
+        name=missing.name,
+    ) from missing
+
+from udcg.errors import UDCGInputError
+from udcg.io.formats.trec import columns_from_dict, read_columns
+from udcg.io.joins.utilities import read_utility_file
+from udcg.metrics.udcg import DEFAULT_GAMMA
+from udcg.qcare.coverage import c_ndcg, c_precision
+from udcg.trec.engine import evaluate_table
+from udcg.trec.measures import Measure as _UdcgMeasure
+
+__all__ = ["UDCG", "CPrec", "CnDCG", "UDCGtheta"]
+
+_CUTOFF = ParamInfo(dtype=int, required=True, desc="ranking cutoff k")
+_UTILITY_PARAMS = {
+    "cutoff": _CUTOFF,
+    "rel": ParamInfo(dtype=int, default=1, desc="minimum relevance level"),
+    "utilities": ParamInfo(required=True, desc="dict, utilities file or annotated contexts"),
+    "utility_field": ParamInfo(dtype=str, desc="abstain_prob, answer_prob or utility"),
+    "judge_key": ParamInfo(dtype=str, desc="the judge of an annotated contexts file"),
+}
+#: parameters that name data, not the measure
+_SOURCES = ("utilities", "utility_field", "judge_key", "weights", "allow_mismatch", "coverage")
+
+
+def _ident(value: Any) -> Any:
+    """A path by its text, anything else by its identity (a dict is not hashable)."""
+    return str(value) if isinstance(value, str | PathLike) else id(value)
+
+
+class _Measure(_IrMeasure):
+    """A measure of ir_measures' runtime provider (``runtime_impl``), named by its udcg name."""
+
+    RUN_INPUTS = ("query_id", "doc_id", "score")
+    QREL_INPUTS = ("query_id", "doc_id", "relevance")
+
+    def _values(self, qrels: Any, run: Any) -> dict[str, float]:
+        raise NotImplementedError
+
+    def validate_params(self) -> None:
+        """ir_measures' checks, after a missing cutoff or data source is named in one line."""
+        for name, info in self.SUPPORTED_PARAMS.items():
+            if info.required and name not in self.params:
+                public = type(self).__name__.lstrip("_")
+                what = "a cutoff, e.g. " if name == "cutoff" else f"{name}: pass "
+                example = f"{public}@10" if name == "cutoff" else f"{public}({name}=...)"
+                raise UDCGInputError(f"{self.NAME} needs {what}{example}", field=name)
+        super().validate_params()
+
+    def runtime_impl(self, qrels: Any, run: Any) -> Iterator[ir_measures.Metric]:
+        for qid, value in self._values(qrels, run).items():
+            yield ir_measures.Metric(qid, self, value)
+
+    def __repr__(self) -> str:
+        return self._udcg_name()
+
+    def _udcg_name(self) -> str:
+        cutoff = self.params.get("cutoff")
+        return self.NAME if cutoff is None else f"{self.NAME}@{cutoff}"
+
+    def _key(self) -> tuple[Any, ...]:
+        return (repr(self), *(_ident(self.params.get(name)) for name in _SOURCES))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Measure) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class _UtilityMeasure(_Measure):
+    def _measure(self) -> _UdcgMeasure:
+        raise NotImplementedError
+
+    def _udcg_name(self) -> str:
+        return str(self._measure())
+
+    def _values(self, qrels: Any, run: Any) -> dict[str, float]:
+        utilities, field = self["utilities"], self.params.get("utility_field")
+        if "judge_key" in self.params:
+            utilities = read_utility_file(utilities, field, self.params["judge_key"])
+        table = evaluate_table(
+            qrels,
+            run,
+            [self._measure()],
+            utilities=utilities,
+            utility_field=field,
+            weights=self.params.get("weights"),
+            allow_mismatch=self.params.get("allow_mismatch", ()),
+        )
+        return dict(zip(table.qids, table.values[:, 0].tolist(), strict=True))
+
+
+class _UDCG(_UtilityMeasure):
+    """``UDCG(utilities=...)@k``: :func:`udcg.metrics.udcg` of the top k (gamma 1/3 unless
+    given).
+
+    Examples:
+        >>> u = {"q1": {"d1": 0.9, "d2": 0.6}}
+        >>> UDCG(utilities=u, utility_field="utility", gamma=0.5) @ 2
+        UDCG(gamma=0.5)@2
+        >>> m = UDCG(utilities=u, utility_field="utility") @ 2
+        >>> round(m.calc_aggregate({"q1": {"d1": 1}}, {"q1": {"d1": 2.0, "d2": 1.0}}), 4)
+        0.5866
+    """
+
+    NAME = "UDCG"
+    __name__ = "UDCG"
+    SUPPORTED_PARAMS: ClassVar[dict[str, ParamInfo]] = {
+        **_UTILITY_PARAMS,
+        "gamma": ParamInfo(dtype=int | float, default=DEFAULT_GAMMA, desc="penalty weight"),
+    }
+
+    def _measure(self) -> _UdcgMeasure:
+        return _UdcgMeasure("UDCG", self.params.get("cutoff"), self["rel"], float(self["gamma"]))
+
+
+class _UDCGtheta(_UtilityMeasure):
+    """``UDCGtheta(utilities=..., weights=...)@k``: UDCG-theta with weights fitted for k.
+
+    Examples:
+        alpha = (2, 1), beta = (-1, -1): UDCGtheta@2 = sigmoid(2 * 0.9 - 0.6):
+
+        >>> from udcg.io.weights.files import ThetaWeights
+        >>> w = ThetaWeights(alpha=np.array([2.0, 1.0]), beta=np.array([-1.0, -1.0]))
+        >>> u = {"q1": {"d1": 0.9, "d2": 0.6}}
+        >>> m = UDCGtheta(utilities=u, utility_field="utility", weights=w) @ 2
+        >>> round(m.calc_aggregate({"q1": {"d1": 1}}, {"q1": {"d1": 2.0, "d2": 1.0}}), 4)
+        0.7685
+    """
+
+    NAME = "UDCGtheta"
+    __name__ = "UDCGtheta"
+    SUPPORTED_PARAMS: ClassVar[dict[str, ParamInfo]] = {
+        **_UTILITY_PARAMS,
+        "weights": ParamInfo(required=True, desc="weights folder, .safetensors or ThetaWeights"),
+        "allow_mismatch": ParamInfo(dtype=list | tuple, desc="weight-card fields overridden"),
+    }
+
+    def _measure(self) -> _UdcgMeasure:
+        return _UdcgMeasure("UDCGtheta", self.params.get("cutoff"), self["rel"])
+
+
+def _coverage_gains(coverage: Any) -> dict[tuple[str, str], float]:
+    """``{(qid, doc_id): r}`` from a dict or a ``qid doc_id r`` file; r must be in [0, 1]."""
+    if isinstance(coverage, Mapping):
+        qids, doc_ids, values = columns_from_dict(coverage, "coverage", "coverage")
+        gains = np.asarray(values, dtype=np.float64)
+    else:
+        qids, doc_ids, gains = read_columns(
+            coverage, ("qid", "doc_id", "coverage"), "coverage", pa.float64()
+        )
+    bad = np.flatnonzero(~((gains >= 0.0) & (gains <= 1.0)))
+    if len(bad):
+        i = int(bad[0])
+        raise UDCGInputError(
+            f"query {qids[i].as_py()!r}, document {doc_ids[i].as_py()!r}: coverage "
+            f"{float(gains[i])!r} is not in [0, 1]",
+            field="coverage",
+        )
+    pairs = zip(qids.to_pylist(), doc_ids.to_pylist(), strict=True)
+    return {(q, d): float(r) for (q, d), r in zip(pairs, gains, strict=True)}
+
+
+class _CoverageMeasure(_Measure):
+    SUPPORTED_PARAMS: ClassVar[dict[str, ParamInfo]] = {
+        "cutoff": _CUTOFF,
+        "coverage": ParamInfo(required=True, desc="{qid: {doc_id: r}} or a qid doc_id r file"),
+    }
+
+    def _score(self, gains: list[np.ndarray]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _values(self, qrels: Any, run: Any) -> dict[str, float]:
+        k = self["cutoff"]
+        gain_of = _coverage_gains(self["coverage"])
+        judged = set(qrels["query_id"])
+        ranked = run.sort_values(["query_id", "score", "doc_id"], ascending=[True, False, False])
+        qids, gains = [], []
+        for qid, docs in ranked.groupby("query_id", sort=False)["doc_id"]:
+            if qid not in judged:
+                continue
+            top = docs.iloc[:k].tolist()
+            missing = [d for d in top if (qid, d) not in gain_of]
+            if missing:
+                raise UDCGInputError(
+                    f"no coverage for query {qid!r} document {missing[0]!r} "
+                    f"(rank {top.index(missing[0]) + 1})",
+                    field="coverage",
+                )
+            qids.append(qid)
+            gains.append(np.array([gain_of[qid, d] for d in top]))
+        return dict(zip(qids, self._score(gains).tolist(), strict=True)) if qids else {}
+
+
+class _CPrec(_CoverageMeasure):
+    """``CPrec(coverage=...)@k``: ``(1/k) * sum_{j<=k} r_j``.
+
+    Examples:
+        >>> cov = {"q1": {"d1": 0.5, "d2": 1.0}}
+        >>> (CPrec(coverage=cov) @ 2).calc_aggregate({"q1": {"d1": 1}}, {"q1": {"d1": 2, "d2": 1}})
+        0.75
+    """
+
+    NAME = "C-Prec"
+    __name__ = "C-Prec"
+
+    def _score(self, gains: list[np.ndarray]) -> np.ndarray:
+        return c_precision(gains, self["cutoff"])
+
+
+class _CnDCG(_CoverageMeasure):
+    """``CnDCG(coverage=...)@k``: ``DCG@k(r) / IDCG@k`` of the top k's own gains.
+
+    Examples:
+        ``(0.5 + 1/log2(3)) / (1 + 0.5/log2(3))``: the ideal puts d2 first:
+
+        >>> cov = {"q1": {"d1": 0.5, "d2": 1.0}}
+        >>> m = CnDCG(coverage=cov) @ 2
+        >>> round(m.calc_aggregate({"q1": {"d1": 1}}, {"q1": {"d1": 2, "d2": 1}}), 4)
+        0.8597
+    """
+
+    NAME = "C-nDCG"
+    __name__ = "C-nDCG"
+
+    def _score(self, gains: list[np.ndarray]) -> np.ndarray:
+        return c_ndcg(gains, self["cutoff"])
+
+
+UDCG = _UDCG()
+"""``UDCG(utilities=U)@k``, also ``gamma=``, ``rel=``, ``utility_field=``, ``judge_key=``:
+``udcg.evaluate``'s ``UDCG@k``."""
+UDCGtheta = _UDCGtheta()
+"""``UDCGtheta(utilities=U, weights=W)@k``, also ``rel=``, ``utility_field=``, ``judge_key=``,
+``allow_mismatch=``: ``udcg.evaluate``'s ``UDCGtheta@k``."""
+CPrec = _CPrec()
+"""``CPrec(coverage=C)@k``: ``(1/k) * sum_{j<=k} r_j`` of the top k's coverage gains."""
+CnDCG = _CnDCG()
+"""``CnDCG(coverage=C)@k``: ``DCG@k(r) / IDCG@k`` of the top k's coverage gains."""
