@@ -1,9 +1,11 @@
 """Contexts <-> ``datasets.Dataset``: exact round trips (objects and JSONL bytes), local copies of
-a Hub dataset (``save_to_disk``, parquet and JSON files), and the one-line errors."""
+a Hub dataset (``save_to_disk``, parquet and JSON files), ``train.py data=hf``, and the one-line
+errors."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 import udcg
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
+from udcg.theta.simulate import simulate_contexts as simulate
 
 datasets = pytest.importorskip("datasets")
 hf = pytest.importorskip("udcg.io.formats.hf_datasets")
@@ -228,4 +231,45 @@ def test_legacy_sequence_features_are_read_as_lists_of_structs() -> None:
     assert isinstance(ds[0]["passages"], dict)
     assert hf.contexts_from_dataset(ds) == [
         Context("q", [Passage("a", abstain_prob={"j": 0.5}), Passage("b")])
+    ]
+
+
+def _train(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """``train.py`` (the 'train' extra) with ``overrides``, its outputs in ``tmp_path``."""
+    for module in ("hydra", "torch", "lightning"):
+        pytest.importorskip(module)
+    return subprocess.run(
+        [sys.executable, "train.py", *overrides, f"hydra.run.dir={tmp_path}"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_train_data_hf_reads_a_dataset_like_the_jsonl(tmp_path: Path) -> None:
+    contexts = simulate(60, 5) + simulate(10, 3, seed=1)
+    hf.contexts_to_dataset(contexts).save_to_disk(tmp_path / "set")
+    write_contexts(tmp_path / "set.jsonl", contexts)
+    common = ("judge=sim", "k=5", "n_bootstrap=100")
+    from_hf = _train(tmp_path / "a", "data=hf", f"data.id_or_path={tmp_path / 'set'}", *common)
+    assert from_hf.returncode == 0, from_hf.stderr
+    from_jsonl = _train(
+        tmp_path / "b", "data=jsonl", f"data.path={tmp_path / 'set.jsonl'}", *common
+    )
+    assert from_jsonl.returncode == 0, from_jsonl.stderr
+    weights = [(tmp_path / run / "udcg_theta_k5.safetensors").read_bytes() for run in "ab"]
+    assert weights[0] == weights[1]
+
+
+def test_train_data_hf_bad_row_exits_2_with_one_line(tmp_path: Path) -> None:
+    rows = hf.contexts_to_dataset(simulate(5, 3)).to_list()
+    rows[1]["passages"][0]["grade"] = 1.0
+    features = hf.contexts_to_dataset([]).features
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(tmp_path / "bad")
+    done = _train(tmp_path / "o", "data=hf", f"data.id_or_path={tmp_path / 'bad'}")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "train.py: error: dataset row 1: field 'passages[0].grade': "
+        "'relevant' and 'grade' are both set"
     ]
