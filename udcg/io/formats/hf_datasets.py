@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from udcg.cli.extras import needs
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.checks import ANSWER_LABELS, Where
 from udcg.io.contexts.model import JUDGE_PROB_KEYS, Context, Passage, parse_context
@@ -98,7 +97,9 @@ def _datasets() -> Any:
     try:
         import datasets
     except ModuleNotFoundError as exc:
-        raise UDCGInputError(f"Hugging Face datasets {needs(['datasets'])}") from exc
+        raise UDCGInputError(
+            "Hugging Face datasets needs the 'datasets' extra: pip install 'udcg[datasets]'"
+        ) from exc
     return datasets
 
 
