@@ -141,6 +141,46 @@ def test_coverage_measures_equal_their_formulas(tmp_path: Path, seed: int) -> No
     assert max(diffs) <= TOL
 
 
+def test_coverage_from_labelled_contexts(tmp_path: Path) -> None:
+    """Gains from ``udcg qcare`` contexts: |covered sub-queries| / |SQ| (binary: any), null
+    labels outside the top k are harmless, a null label inside is the located error."""
+    rng = np.random.default_rng(7)
+    qrels, run, _ = _case(7, 40, 12)
+    covers = {
+        q: {d: [bool(rng.random() < 0.3) for _ in range(3)] for d in ds} for q, ds in run.items()
+    }
+    lines = [
+        {
+            "qid": q,
+            "subqueries": ["a", "b", "c"],
+            "passages": [{"doc_id": d, "covers": c} for d, c in cs.items()],
+        }
+        for q, cs in covers.items()
+    ]
+    lines.append(
+        {"qid": "q0", "subqueries": ["a"], "passages": [{"doc_id": "x9", "covers": [None]}]}
+    )
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    graded = {q: {d: sum(c) / 3 for d, c in cs.items()} for q, cs in covers.items()}
+    binary = {q: {d: float(any(c)) for d, c in cs.items()} for q, cs in covers.items()}
+    measures = [CPrec(coverage=path) @ 5, CnDCG(coverage=path, binary=True) @ 10]
+    assert [str(m) for m in measures] == ["C-Prec@5", "C-nDCG(binary=True)@10"]
+    got = _per_query(measures, qrels, run)
+    diffs = []
+    for q in qrels:
+        if q in run:
+            prec, _ = _coverage_reference(run, graded, q, 5)
+            _, ndcg = _coverage_reference(run, binary, q, 10)
+            diffs += [abs(got[q]["C-Prec@5"] - prec), abs(got[q]["C-nDCG(binary=True)@10"] - ndcg)]
+    assert max(diffs) <= TOL
+    q = next(q for q in run if q in qrels)
+    lines.append({"qid": q, "subqueries": ["a"], "passages": [{"doc_id": "z", "covers": [None]}]})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(UDCGInputError, match=f"no coverage for query '{q}' document 'z'"):
+        ir_measures.calc_aggregate([CPrec(coverage=path) @ 20], qrels, {q: {"z": 99.0}})
+
+
 def test_missing_sources_are_one_line_errors(tmp_path: Path) -> None:
     qrels, run = {"q1": {"d1": 1}}, {"q1": {"d1": 2.0, "d2": 1.0}}
     cases = [

@@ -9,9 +9,11 @@
 * ``CPrec(coverage=...)@k`` and ``CnDCG(coverage=...)@k``: :func:`udcg.qcare.coverage.c_precision`
   and :func:`~udcg.qcare.coverage.c_ndcg` of each query's top k documents in trec_eval order
   (score descending, ties by document id descending), with ``coverage`` the gain ``r`` in [0, 1]
-  of each (query, document) (:func:`udcg.qcare.coverage.coverage` of its sub-query labels): a
-  dict ``{qid: {doc_id: r}}`` or a ``qid doc_id r`` TSV file. A top-k document without a gain
-  is an error naming it.
+  of each (query, document): a dict ``{qid: {doc_id: r}}``, a ``qid doc_id r`` TSV file, or
+  contexts labelled by ``udcg qcare`` (a JSONL file; r is :func:`udcg.qcare.coverage.coverage`
+  of each passage's ``covers`` row); ``binary=True`` takes r = 1 if the passage covers any
+  sub-query (r > 0). A top-k document without a gain (or with a null label) is an error naming
+  it.
 
 Queries the qrels do not judge are not scored; ir_measures gives 0 to judged queries the run
 lacks, as it does for its own measures. A measure's name is its udcg name (``UDCG@5``,
@@ -52,10 +54,12 @@ except ModuleNotFoundError as missing:
     ) from missing
 
 from udcg.errors import UDCGInputError
+from udcg.io.contexts.jsonl import read_contexts
+from udcg.io.files import numbered_lines
 from udcg.io.formats.trec import columns_from_dict, read_columns
 from udcg.io.joins.utilities import read_utility_file
 from udcg.metrics.udcg import DEFAULT_GAMMA
-from udcg.qcare.coverage import c_ndcg, c_precision
+from udcg.qcare.coverage import c_ndcg, c_precision, coverage
 from udcg.trec.engine import evaluate_table
 from udcg.trec.measures import Measure as _UdcgMeasure
 
@@ -191,14 +195,49 @@ class _UDCGtheta(_UtilityMeasure):
         return _UdcgMeasure("UDCGtheta", self.params.get("cutoff"), self["rel"])
 
 
-def _coverage_gains(coverage: Any) -> dict[tuple[str, str], float]:
-    """``{(qid, doc_id): r}`` from a dict or a ``qid doc_id r`` file; r must be in [0, 1]."""
-    if isinstance(coverage, Mapping):
-        qids, doc_ids, values = columns_from_dict(coverage, "coverage", "coverage")
+def _is_jsonl(path: Any) -> bool:
+    """Whether the first non-blank line of ``path`` starts with ``{``."""
+    return next((t.lstrip().startswith("{") for _, t in numbered_lines(path) if t.strip()), False)
+
+
+def _labelled_gains(path: Any, binary: bool) -> dict[tuple[str, str], float]:
+    """``{(qid, doc_id): r}`` of the passages of labelled contexts (``udcg qcare`` output):
+    :func:`udcg.qcare.coverage.coverage` of each context's passages with a full ``covers`` row
+    (a passage without labels, or with a null label, has none); a (query, document) labelled
+    twice must have one gain."""
+    gains: dict[tuple[str, str], float] = {}
+    for ctx in read_contexts(path):
+        labelled = [
+            p
+            for p in ctx.passages
+            if ctx.subqueries is not None and p.covers is not None and None not in p.covers
+        ]
+        if not labelled:
+            continue
+        rows = coverage([[p.covers for p in labelled]], binary=binary)[0].tolist()
+        for passage, r in zip(labelled, rows, strict=True):
+            key = (ctx.qid, passage.doc_id)
+            if gains.setdefault(key, r) != r:
+                raise UDCGInputError(
+                    f"query {ctx.qid!r}, document {passage.doc_id!r}: two coverage gains "
+                    f"({gains[key]!r} and {r!r})",
+                    path=path,
+                    field="coverage",
+                )
+    return gains
+
+
+def _coverage_gains(coverage_source: Any, binary: bool) -> dict[tuple[str, str], float]:
+    """``{(qid, doc_id): r}`` from a dict, a ``qid doc_id r`` file or labelled contexts
+    (``binary``: r = 1 if the passage covers any sub-query); r must be in [0, 1]."""
+    if isinstance(coverage_source, Mapping):
+        qids, doc_ids, values = columns_from_dict(coverage_source, "coverage", "coverage")
         gains = np.asarray(values, dtype=np.float64)
+    elif _is_jsonl(coverage_source):
+        return _labelled_gains(coverage_source, binary)
     else:
         qids, doc_ids, gains = read_columns(
-            coverage, ("qid", "doc_id", "coverage"), "coverage", pa.float64()
+            coverage_source, ("qid", "doc_id", "coverage"), "coverage", pa.float64()
         )
     bad = np.flatnonzero(~((gains >= 0.0) & (gains <= 1.0)))
     if len(bad):
@@ -208,6 +247,8 @@ def _coverage_gains(coverage: Any) -> dict[tuple[str, str], float]:
             f"{float(gains[i])!r} is not in [0, 1]",
             field="coverage",
         )
+    if binary:
+        gains = (gains > 0).astype(np.float64)
     pairs = zip(qids.to_pylist(), doc_ids.to_pylist(), strict=True)
     return {(q, d): float(r) for (q, d), r in zip(pairs, gains, strict=True)}
 
@@ -215,15 +256,20 @@ def _coverage_gains(coverage: Any) -> dict[tuple[str, str], float]:
 class _CoverageMeasure(_Measure):
     SUPPORTED_PARAMS: ClassVar[dict[str, ParamInfo]] = {
         "cutoff": _CUTOFF,
-        "coverage": ParamInfo(required=True, desc="{qid: {doc_id: r}} or a qid doc_id r file"),
+        "coverage": ParamInfo(required=True, desc="gains (dict, file) or labelled contexts"),
+        "binary": ParamInfo(dtype=bool, default=False, desc="r = 1 if any sub-query is covered"),
     }
 
     def _score(self, gains: list[np.ndarray]) -> np.ndarray:
         raise NotImplementedError
 
+    def _udcg_name(self) -> str:
+        name = super()._udcg_name()
+        return name.replace(self.NAME, f"{self.NAME}(binary=True)", 1) if self["binary"] else name
+
     def _values(self, qrels: Any, run: Any) -> dict[str, float]:
         k = self["cutoff"]
-        gain_of = _coverage_gains(self["coverage"])
+        gain_of = _coverage_gains(self["coverage"], self["binary"])
         judged = set(qrels["query_id"])
         ranked = run.sort_values(["query_id", "score", "doc_id"], ascending=[True, False, False])
         qids, gains = [], []
