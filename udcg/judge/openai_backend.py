@@ -4,16 +4,12 @@ llama-cpp-python, ``transformers serve``, hosted APIs), for scaling the judge ou
 Requests go out through :class:`~udcg.judge.openai_http.JudgeHTTPClient` (the ``openai``
 SDK's ``AsyncOpenAI``), up to ``max_concurrency`` in flight (default 64), with the retries,
 waits, ``timeout`` (60 s), ``connect_timeout`` (10 s) and ``deadline`` (300 s) its module
-docstring describes, each retry announced by a one-line :class:`~udcg.errors.UDCGWarning`.
-Replies missing a field are not retried; the first failure cancels the rest of the call.
-Every failure raises :class:`JudgeServerError`, naming the URL and the reason; no value is ever
-NaN or silently 0.
-Replies are read by :mod:`udcg.judge.openai_replies`, the server's tokenizer is asked by
-:mod:`udcg.judge.openai_tokenizer`.
-
-The API key is read from the environment variable ``api_key_env`` (default
-``OPENAI_API_KEY``), never stored on the judge or put in its ``fingerprint`` or ``repr``;
-servers that need no key work with the variable unset.
+docstring describes; replies are read by :mod:`udcg.judge.openai_replies`, the server's
+tokenizer asked by :mod:`udcg.judge.openai_tokenizer`. Replies missing a field are not
+retried; the first failure cancels the rest of the call. Every failure raises
+:class:`JudgeServerError`, naming the URL and the reason; no value is ever NaN or silently 0.
+The API key, from the environment variable ``api_key_env`` (default ``OPENAI_API_KEY``; unset
+for servers that need none), is never stored on the judge or put in its ``fingerprint``.
 
 :meth:`OpenAIJudge.probe` (called by :func:`udcg.judge.open_judge` before any work) asks
 ``/v1/models`` once, within 5 s and without retries, so that a server that does not answer is

@@ -125,11 +125,6 @@ def transport_reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def retried_status(status: int) -> bool:
-    """Whether the SDK retries a reply of HTTP ``status`` (408, 409, 429, 5xx)."""
-    return status in (408, 409, 429) or status >= 500
-
-
 def failure(exc: BaseException, timeout: float) -> str:
     """Why an attempt failed: the HTTP reply of a status error, a timeout after ``timeout``
     seconds, or a connection error (``exc`` an httpx or httpx2 exception: the SDK's transports)."""
@@ -391,7 +386,7 @@ class JudgeHTTPClient:
             raise self.deadline_error(attempts) from None
         except openai.APIStatusError as exc:
             status, text = exc.status_code, snippet(exc.response.text)
-            if not retried_status(status):
+            if status not in (408, 409, 429) and status < 500:  # not retried by the SDK
                 raise self.error(
                     f"{url}: HTTP {status}{self._hint(status)}: {text}", status, text
                 ) from None
