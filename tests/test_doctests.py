@@ -50,6 +50,7 @@ MODULES = (
     "udcg.qcare.labels.checks",
     "udcg.qcare.labels.decompose",
     "udcg.qcare.labels.label",
+    "udcg.integrations.ir_measures",
     "udcg.io.contexts.arrays",
     "udcg.io.contexts.jsonl",
     "udcg.io.contexts.model",

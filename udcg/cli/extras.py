@@ -30,6 +30,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "pandas": ("pandas",),
     "ray": ("ray",),
     "datasets": ("datasets",),
+    "ir-measures": ("ir_measures", "pandas"),
 }
 
 
