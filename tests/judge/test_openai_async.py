@@ -4,6 +4,7 @@ against loopback HTTP servers started by the tests (the harness of test_openai_b
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import math
 import pickle
 import threading
@@ -106,6 +107,20 @@ def test_retry_after_is_capped_by_max_backoff():
         start = time.monotonic()
         assert _fast(server.url, max_backoff=0.2).generate([_user("x")]) == ["fine"]
         assert time.monotonic() - start < 20.0  # far below the 120 s asked for
+
+
+def test_retry_after_ms_and_http_dates_are_waited_for():
+    in_2s = email.utils.formatdate(time.time() + 2, usegmt=True)  # whole seconds: 1 to 2 s
+    script = [(429, {"retry-after-ms": "400"}, {}), (503, {"retry-after": in_2s}, {})]
+
+    def reply(path, body, headers):
+        return script.pop(0) if script else (200, {}, _chat_reply("fine"))
+
+    with ScriptedServer(reply) as server:
+        start = time.monotonic()
+        assert _fast(server.url, max_backoff=5.0).generate([_user("x")]) == ["fine"]
+        assert time.monotonic() - start >= 1.3  # 0.4 s, then about 1 to 2 s
+        assert server.chat_requests() == 3
 
 
 def test_waits_follow_retry_after_else_backoff_within_max_backoff():
