@@ -275,3 +275,24 @@ def test_train_data_hf_bad_row_exits_2_with_one_line(tmp_path: Path) -> None:
         "train.py: error: dataset row 1: field 'passages[0].grade': "
         "'relevant' and 'grade' are both set"
     ]
+
+
+def test_evaluate_dataset_hf_reports_like_the_jsonl(tmp_path: Path, evaluate_config) -> None:
+    pytest.importorskip("hydra")
+    from udcg.cli.benchmark import run_evaluate
+
+    contexts = simulate(40, 3, per_query=1, seed=2)
+    hf.contexts_to_dataset(contexts).save_to_disk(tmp_path / "set")
+    write_contexts(tmp_path / "set.jsonl", contexts)
+    common = ("retriever=given", "judge=sim")
+    reports = [
+        run_evaluate(evaluate_config(*overrides, *common), tmp_path / name)[0]
+        for name, overrides in (
+            ("hf", ("dataset=hf", f"dataset.id_or_path={tmp_path / 'set'}")),
+            ("jsonl", ("dataset=jsonl", f"dataset.path={tmp_path / 'set.jsonl'}")),
+        )
+    ]
+    assert reports[0]["setup"]["dataset"] == "hf" and reports[0]["setup"]["n_contexts"] == 40
+    assert reports[0]["means"].keys() >= {"UDCG", "nDCG"}
+    assert reports[0]["means"] == reports[1]["means"]
+    assert reports[0]["setup"]["accuracy"] == reports[1]["setup"]["accuracy"]

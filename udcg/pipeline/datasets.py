@@ -120,6 +120,14 @@ def contexts_jsonl(path: PathType) -> Dataset:
     return Dataset("jsonl", [], [], list(read_contexts(path)))
 
 
+def contexts_hf(id_or_path: str, split: str = "train") -> Dataset:
+    """Contexts from a Hugging Face dataset: a Hub id, a ``save_to_disk`` folder or a folder of
+    data files (columns: :mod:`udcg.io.formats.hf_datasets`)."""
+    from udcg.io.formats.hf_datasets import load_contexts_dataset
+
+    return Dataset("hf", [], [], load_contexts_dataset(id_or_path, split))
+
+
 def reference_json(path: PathType) -> Dataset:
     """Contexts in the reference UDCG JSON format (relevance and abstention included)."""
     from udcg.io.formats.reference import read_reference_json
