@@ -110,16 +110,21 @@ def test_retry_after_is_capped_by_max_backoff():
 
 
 def test_retry_after_ms_and_http_dates_are_waited_for():
-    in_2s = email.utils.formatdate(time.time() + 2, usegmt=True)  # whole seconds: 1 to 2 s
-    script = [(429, {"retry-after-ms": "400"}, {}), (503, {"retry-after": in_2s}, {})]
+    def in_3s() -> str:  # dated when sent; whole seconds, so a wait of 2 to 3 s
+        return email.utils.formatdate(time.time() + 3, usegmt=True)
+
+    script = [
+        lambda: (429, {"retry-after-ms": "400"}, {}),
+        lambda: (503, {"retry-after": in_3s()}, {}),
+    ]
 
     def reply(path, body, headers):
-        return script.pop(0) if script else (200, {}, _chat_reply("fine"))
+        return script.pop(0)() if script else (200, {}, _chat_reply("fine"))
 
     with ScriptedServer(reply) as server:
         start = time.monotonic()
         assert _fast(server.url, max_backoff=5.0).generate([_user("x")]) == ["fine"]
-        assert time.monotonic() - start >= 1.3  # 0.4 s, then about 1 to 2 s
+        assert time.monotonic() - start >= 2.3  # 0.4 s, then 2 to 3 s
         assert server.chat_requests() == 3
 
 
