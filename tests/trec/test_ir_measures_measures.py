@@ -123,6 +123,19 @@ def _coverage_reference(run: dict, gains: dict, qid: str, k: int) -> tuple[float
     return sum(r) / k, dcg / idcg if idcg > 0 else 0.0
 
 
+def _coverage_gap(
+    got: dict, qrels: dict, run: dict, prec: tuple[str, dict], ndcg: tuple[str, dict]
+) -> float:
+    """Largest |got - reference| of a C-Prec@5 and a C-nDCG@10 column (name, gains) over the
+    queries of both qrels and run."""
+    diffs = []
+    for q in qrels:
+        if q in run:
+            diffs.append(abs(got[q][prec[0]] - _coverage_reference(run, prec[1], q, 5)[0]))
+            diffs.append(abs(got[q][ndcg[0]] - _coverage_reference(run, ndcg[1], q, 10)[1]))
+    return max(diffs)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_coverage_measures_equal_their_formulas(tmp_path: Path, seed: int) -> None:
     qrels, run, _ = _case(seed, 50, 12)
@@ -132,13 +145,7 @@ def test_coverage_measures_equal_their_formulas(tmp_path: Path, seed: int) -> No
     path.write_text("".join(f"{q} {d} {r!r}\n" for q, ds in gains.items() for d, r in ds.items()))
     measures = [CPrec(coverage=gains) @ 5, CnDCG(coverage=path) @ 10]
     got = _per_query(measures, qrels, run)
-    diffs = []
-    for q in qrels:
-        if q in run:
-            prec, _ = _coverage_reference(run, gains, q, 5)
-            _, ndcg = _coverage_reference(run, gains, q, 10)
-            diffs += [abs(got[q]["C-Prec@5"] - prec), abs(got[q]["C-nDCG@10"] - ndcg)]
-    assert max(diffs) <= TOL
+    assert _coverage_gap(got, qrels, run, ("C-Prec@5", gains), ("C-nDCG@10", gains)) <= TOL
 
 
 def test_coverage_from_labelled_contexts(tmp_path: Path) -> None:
@@ -167,13 +174,8 @@ def test_coverage_from_labelled_contexts(tmp_path: Path) -> None:
     measures = [CPrec(coverage=path) @ 5, CnDCG(coverage=path, binary=True) @ 10]
     assert [str(m) for m in measures] == ["C-Prec@5", "C-nDCG(binary=True)@10"]
     got = _per_query(measures, qrels, run)
-    diffs = []
-    for q in qrels:
-        if q in run:
-            prec, _ = _coverage_reference(run, graded, q, 5)
-            _, ndcg = _coverage_reference(run, binary, q, 10)
-            diffs += [abs(got[q]["C-Prec@5"] - prec), abs(got[q]["C-nDCG(binary=True)@10"] - ndcg)]
-    assert max(diffs) <= TOL
+    prec, ndcg = ("C-Prec@5", graded), ("C-nDCG(binary=True)@10", binary)
+    assert _coverage_gap(got, qrels, run, prec, ndcg) <= TOL
     q = next(q for q in run if q in qrels)
     lines.append({"qid": q, "subqueries": ["a"], "passages": [{"doc_id": "z", "covers": [None]}]})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))

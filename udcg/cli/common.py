@@ -169,6 +169,8 @@ def add_allow_mismatch(
 _NOTES = "_udcg_notes"
 #: Namespace attributes of :func:`add_out`: the old positional OUT, and whether OUT is required.
 _OLD_OUT, _OUT_REQUIRED = "_udcg_old_out", "_udcg_out_required"
+#: the note of an output given as the old positional OUT
+OLD_OUT_NOTE = "OUT as a positional argument is deprecated: use -o/--out OUT"
 
 
 def split_items(text: str) -> list[str]:
@@ -371,7 +373,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) ->
         if args.out is not None:
             parser.error("the output is given twice: as OUT and as -o/--out")
         args.out = old_out
-        notes.append("OUT as a positional argument is deprecated: use -o/--out OUT")
+        notes.append(OLD_OUT_NOTE)
     if required and args.out is None:
         parser.error("the following arguments are required: -o/--out")
     for text in notes:

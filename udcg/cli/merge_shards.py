@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from udcg.cli.common import info_stream, parse, run_cli
+from udcg.cli.common import OLD_OUT_NOTE, info_stream, parse, run_cli
 from udcg.labels.shards import merge_shards
 
 
@@ -44,10 +44,7 @@ def _old_out(args: argparse.Namespace) -> None:
     if len(args.shards) < 2:
         build_parser().error("the following arguments are required: -o/--out")
     args.out, args.shards = args.shards[0], args.shards[1:]
-    print(
-        "udcg merge-shards: note: OUT as a positional argument is deprecated: use -o/--out OUT",
-        file=sys.stderr,
-    )
+    print(f"udcg merge-shards: note: {OLD_OUT_NOTE}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
