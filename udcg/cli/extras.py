@@ -31,6 +31,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "datasets": ("datasets",),
     "ir-measures": ("ir_measures", "pandas"),
+    "pyterrier": ("pyterrier", "ir_measures", "pandas"),
+    "ir-datasets": ("ir_datasets",),
+    "tracking": ("mlflow", "tensorboard"),
 }
 
 
