@@ -34,8 +34,9 @@ def _contexts() -> list[Context]:
     return out
 
 
+@pytest.mark.parametrize("gain", ["linear", "exponential"])
 def test_evaluate_with_qcare_labels_coverage_through_the_judge(
-    tmp_path: Path, tag_judge, monkeypatch, evaluate_config
+    tmp_path: Path, tag_judge, monkeypatch, evaluate_config, gain: str
 ) -> None:
     judge = tag_judge()
     monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: judge)
@@ -47,6 +48,7 @@ def test_evaluate_with_qcare_labels_coverage_through_the_judge(
         "retriever=given",
         "judge=tag",
         "qcare=true",
+        f"qcare_gain={gain}",
     )
     report, _ = run_evaluate(cfg, tmp_path / "out")
     (labelled,) = (tmp_path / "cache").glob("annotate-*.jsonl.gz")
@@ -58,8 +60,10 @@ def test_evaluate_with_qcare_labels_coverage_through_the_judge(
         [[(("#a" in p.text) + ("#b" in p.text)) / 2 for p in c.passages] for c in contexts]
     )
     assert report["means"]["C-Prec"] == pytest.approx(r.mean())
-    ideal = -np.sort(-r, axis=1)
+    g = r if gain == "linear" else 2 ** (10 * r) - 1  # exponential: the published Q-CARE gain
+    ideal = -np.sort(-g, axis=1)
     discounts = 1 / np.log2(np.arange(2, 5))
     with np.errstate(invalid="ignore", divide="ignore"):
-        c_ndcg = np.where(ideal[:, 0] > 0, (r @ discounts) / (ideal @ discounts), 0.0)
+        c_ndcg = np.where(ideal[:, 0] > 0, (g @ discounts) / (ideal @ discounts), 0.0)
     assert report["means"]["C-nDCG"] == pytest.approx(c_ndcg.mean())
+    assert report["config"]["qcare_gain"] == gain

@@ -159,15 +159,16 @@ def test_c_ndcg_scale_invariant(r: list[float], c: float) -> None:
 @pytest.mark.parametrize(
     ("covers", "match"),
     [
-        ([[[1, 0.5]]], "query 0, chunks row 0, sub-queries column 1"),
+        ([[[1, 1.5]]], "query 0, chunks row 0, sub-queries column 1"),
         ([[[1]], [[2]]], "query 1"),
-        ([[[float("nan")]]], "not a boolean"),
+        ([[[float("nan")]]], r"not a boolean or a number in \[0, 1\]"),
+        ([[[-0.25]]], "not a boolean"),
         ([[[1, 0], [1]]], "query 0"),  # chunks with different sub-query counts
         ([[True, False]], "query 0: expected"),  # per-chunk flags instead of a matrix
         ([[["yes"]]], "query 0"),
         (np.ones((2, 2), dtype=bool), "3-D"),
         (5, "list of per-query"),
-        (np.full((1, 1, 1), 0.5), "not a boolean"),
+        (np.full((1, 1, 1), 1.5), "not a boolean"),
     ],
 )
 def test_coverage_rejects_bad_covers(covers, match: str) -> None:

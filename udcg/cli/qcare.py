@@ -2,6 +2,7 @@
 
     udcg qcare label IN.jsonl -o OUT.jsonl --judge smollm2-135m [--answers-from MODEL]
     udcg qcare score LABELLED.jsonl [--answers-from MODEL] [-k 10] [--binary]
+        [--gain {linear,exponential}] [--coverage {boolean,fractional}]
     udcg qcare agreement JUDGE.jsonl HUMAN.jsonl [--answers-from MODEL] [--split-by run]
 
 ``label`` adds sub-queries, coverage labels and (with ``--answers-from``) the claims and
@@ -10,7 +11,9 @@ checks of ``outcomes[MODEL].answer``, through the cached judge (options and cach
 prints the mean of each metric and why values are missing (``--out`` writes them per context).
 ``agreement`` prints Pearson and Spearman correlations between judge-based and human-based
 metrics per split. ``-`` as an input file reads standard input; as OUT or ``--out`` it writes
-standard output, and the counts or means go to stderr. ``--answers-from MODEL`` names the
+standard output, and the counts or means go to stderr. ``--gain`` picks C-nDCG's gain and
+``--coverage fractional`` reads the per-chunk coverage from ``passages[].covers_prob`` (numbers
+in [0, 1]) instead of the booleans ``covers``. ``--answers-from MODEL`` names the
 answers to read (``outcomes[MODEL]``: a generator's, which need not be the judge's), so it is not
 ``--judge-key``, the key of the labelling judge.
 """
@@ -30,9 +33,10 @@ from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open
 from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.files import atomic_write, refuse_same_file
 from udcg.qcare.agreement import agreement
+from udcg.qcare.coverage import GAINS
 from udcg.qcare.labels.checks import CHECK_MODES
 from udcg.qcare.labels.label import CHECKS, QCareReport, check_inputs, label_contexts
-from udcg.qcare.scores import QCareScores, qcare_scores
+from udcg.qcare.scores import COVERAGE_LABELS, QCareScores, qcare_scores
 
 
 def _positive(text: str) -> int:
@@ -101,6 +105,21 @@ def build_parser() -> argparse.ArgumentParser:
         )
         cmd.add_argument("-k", "--k", type=_positive, help="truncate retrieved lists to k")
         cmd.add_argument("--binary", action="store_true", help="binary coverage gains")
+        cmd.add_argument(
+            "--gain",
+            choices=GAINS,
+            default="linear",
+            help="C-nDCG's gain g(r): linear r (the released Q-CARE code) or exponential "
+            "2^(10 r) - 1 (the published Q-CARE numbers) (default: %(default)s)",
+        )
+        cmd.add_argument(
+            "--coverage",
+            choices=COVERAGE_LABELS,
+            default="boolean",
+            help="coverage labels: boolean passages[].covers, or fractional "
+            "passages[].covers_prob in [0, 1] (judge probabilities, annotator means) "
+            "(default: %(default)s)",
+        )
     return parser
 
 
@@ -170,7 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.out:
                 refuse_same_file(args.out, {"INPUT": args.input})
             contexts = list(read_contexts(args.input))
-            scores = qcare_scores(contexts, args.answers_from, args.k, args.binary)
+            scores = qcare_scores(
+                contexts,
+                args.answers_from,
+                args.k,
+                args.binary,
+                gain=args.gain,
+                coverage=args.coverage,
+            )
             print(format_scores(scores), file=info_stream(args.out))
             if args.out:
                 _write_scores(args.out, contexts, scores)
@@ -183,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.k,
                 args.binary,
                 fill=not args.no_fill,
+                gain=args.gain,
+                coverage=args.coverage,
             )
             print(f"{'split':<14}{'metric':<16}{'n':>6}{'pearson':>10}{'spearman':>10}")
             for row in rows:

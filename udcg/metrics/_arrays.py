@@ -163,12 +163,13 @@ def unpad(padded: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
 
 
 def as_padded_matrices(
-    values: Any, name: str, axes: tuple[str, str]
+    values: Any, name: str, axes: tuple[str, str], fractions: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(cube, rows, cols)`` from a 3-D array ``[n, rows, cols]`` or a ragged list of per-query
     2-D lists of booleans: a zero-padded bool ``[n, max_rows, max_cols]`` array and each
     query's row and column counts. A query given as ``[]`` has 0 rows and 0 columns; values
-    must be booleans or 0/1. ``axes`` names rows and columns in error messages."""
+    must be booleans or 0/1 (with ``fractions``, any number in [0, 1], and the cube is
+    float64). ``axes`` names rows and columns in error messages."""
     shape = f"[{axes[0]}, {axes[1]}]"
     if isinstance(values, np.ndarray):
         if values.ndim != 3:
@@ -216,12 +217,15 @@ def as_padded_matrices(
         cube = np.zeros((len(mats), width_r, width_c), dtype=np.float64)
         for i, mat in enumerate(mats):
             cube[i, : mat.shape[0], : mat.shape[1]] = mat
-    bad = (cube != 0) & (cube != 1)
+    bad = ~((cube >= 0) & (cube <= 1)) if fractions else (cube != 0) & (cube != 1)
     if bad.any():
         q, r, c = (int(x) for x in np.argwhere(bad)[0])
+        expected = "a boolean or a number in [0, 1]"
+        if not fractions:
+            expected = "a boolean (expected True/False or 0/1)"
         raise UDCGInputError(
             f"query {q}, {axes[0]} row {r}, {axes[1]} column {c}: {show(cube[q, r, c])} is not "
-            "a boolean (expected True/False or 0/1)",
+            + expected,
             field=name,
         )
-    return cube.astype(bool), rows, cols
+    return (cube if fractions else cube.astype(bool)), rows, cols

@@ -258,6 +258,7 @@ def run_benchmark(
             settings.ablations,
             settings.theta_crossfit,
             settings.theta_l2,
+            settings.qcare_gain,
         )
         next_stage(bar, "evaluate", "correlate")
         args = (

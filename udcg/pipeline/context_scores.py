@@ -134,6 +134,8 @@ def score_contexts(
     gamma: float = DEFAULT_GAMMA,
     qcare: bool | None = None,
     allow_mismatch: Sequence[str] = (),
+    qcare_gain: str = "linear",
+    qcare_coverage: str = "boolean",
 ) -> pd.DataFrame:
     """One row per context: ``qid``, ``run``, ``k`` (its list size), ``correct`` (the judge's
     graded outcome, NaN when ungraded), ``UDCG`` (:func:`udcg.metrics.udcg` at ``gamma``),
@@ -146,7 +148,9 @@ def score_contexts(
     (``abstention`` or ``answer_likelihood``); ``weights``: a fitted :class:`udcg.UDCGTheta`,
     a weights folder or file, checked against the contexts (``allow_mismatch`` lets named
     fields differ, with a note); ``qcare``: None adds Q-CARE's columns when some context has
-    its labels, True always, False never. Notes land in ``frame.attrs["notes"]``.
+    its labels, True always, False never; ``qcare_gain`` and ``qcare_coverage`` are
+    :func:`udcg.qcare.qcare_scores`'s ``gain`` and ``coverage``. Notes land in
+    ``frame.attrs["notes"]``.
 
     >>> import udcg
     >>> frame = udcg.score_contexts(udcg.demo_contexts())
@@ -176,7 +180,9 @@ def score_contexts(
     columns.update(classic_metrics(relevant))
     if qcare or (qcare is None and _has_qcare_labels(contexts)):
         answers = judge if qcare or _has_answer_labels(contexts, judge) else None
-        scores = qcare_scores(contexts, answers_from=answers)
+        scores = qcare_scores(
+            contexts, answers_from=answers, gain=qcare_gain, coverage=qcare_coverage
+        )
         columns.update({name: v.filled(np.nan) for name, v in scores.values.items()})
     frame = pd.DataFrame(columns)
     frame.attrs["notes"] = notes

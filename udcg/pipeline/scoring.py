@@ -113,9 +113,11 @@ def score_table(
     ablations: bool = False,
     theta_crossfit: bool = False,
     theta_l2: float = 0.0,
+    qcare_gain: str = "linear",
 ) -> ScoreTable:
     """UDCG (gamma 1/3), UDCG-gamma (cross-fitted), UDCG-theta (with ``theta``), C-Prec and
-    C-nDCG (with coverage labels), nDCG, MAP, MRR, Precision and Hits for contexts of size k.
+    C-nDCG (with coverage labels; C-nDCG's gain is ``qcare_gain``), nDCG, MAP, MRR, Precision
+    and Hits for contexts of size k.
 
     ``theta_crossfit`` (without ``theta``) fits UDCG-theta on each half of the queries and
     scores the other half (:func:`crossfit_theta`, penalty ``theta_l2``). ``ablations`` adds the
@@ -163,7 +165,7 @@ def score_table(
     ):
         gains = np.stack(coverage(coverage_matrices(kept)))
         scores["C-Prec"] = c_precision(gains, k)
-        scores["C-nDCG"] = c_ndcg(gains, k)
+        scores["C-nDCG"] = c_ndcg(gains, k, qcare_gain)
     else:
         notes.append("C-Prec and C-nDCG skipped: no coverage labels (set qcare=true)")
     scores.update(classic_metrics(relevant, hits=True))

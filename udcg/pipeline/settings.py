@@ -19,6 +19,7 @@ from udcg.judge.options import check_options
 from udcg.judge.ray_engine import engine_options
 from udcg.judge.spec import judge_key
 from udcg.labels.annotate import GRADERS, RELEVANCE_MODES
+from udcg.qcare.coverage import GAINS
 from udcg.stats import METHODS
 from udcg.theta.gamma import check_grid
 from udcg.theta.ordering import ORDERINGS
@@ -91,7 +92,8 @@ class EvaluateSettings(Settings):
     shares, :func:`udcg.judge.cache.default_cache_path`). ``order`` picks the contexts'
     passages and their order from the retriever's top :attr:`candidates`
     (:data:`udcg.theta.ordering.ORDERINGS`; ``theta`` needs ``theta_weights`` or
-    ``theta_crossfit``, fitted with the penalty ``theta_l2``); ``allow_unverified`` loads
+    ``theta_crossfit``, fitted with the penalty ``theta_l2``); ``qcare_gain`` is C-nDCG's gain
+    (:data:`udcg.qcare.coverage.GAINS`); ``allow_unverified`` loads
     ``theta_weights`` whose card records no SHA-256 (unchecked, with a warning).
     ``engine=ray`` runs the judge calls on Ray actors set by ``ray``
     (:func:`udcg.judge.ray_engine.engine_options`)."""
@@ -102,6 +104,7 @@ class EvaluateSettings(Settings):
     grader: str = "span"
     max_new_tokens: int = 16
     qcare: bool = False
+    qcare_gain: str = "linear"
     ablations: bool = False
     theta_weights: str | None = None
     allow_mismatch: Sequence[str] = ()
@@ -128,6 +131,7 @@ class EvaluateSettings(Settings):
             nonempty_str(self.judge_cache, "judge_cache")
         one_of(self.relevance, "relevance", RELEVANCE_MODES)
         one_of(self.grader, "grader", GRADERS)
+        one_of(self.qcare_gain, "qcare_gain", GAINS)
         positive_int(self.max_new_tokens, "max_new_tokens")
         for name in ("qcare", "ablations", "theta_crossfit", "allow_unverified"):
             boolean(getattr(self, name), name)

@@ -5,7 +5,8 @@ Human labels come in the same structure as the judge's (a contexts JSONL with
 are matched by ``(qid, run)``. A human file may label only some checks: with ``fill=True``
 every label it lacks is taken from the judge's context when both describe the same
 sub-queries, passages and claims (as in the reference study, where humans did not label
-claim relevance); what was filled is counted.
+claim relevance); a passage's ``covers`` and ``covers_prob`` are filled only when the human
+labelled neither; what was filled is counted.
 
 For each metric and split (the value of a context field such as ``run``, or of an extra key
 such as ``split``; all contexts in one split by default), the Pearson and Spearman
@@ -74,9 +75,16 @@ def fill_labels(human: Context, judge: Context, model: str | None) -> tuple[Cont
         filled["subqueries"] += 1
     if subqueries == judge.subqueries:
         for i, (mine, theirs) in enumerate(zip(passages, judge.passages, strict=True)):
-            if mine.covers is None and theirs.covers is not None:
-                passages[i] = replace(mine, covers=theirs.covers)
-                filled["covers"] += 1
+            if mine.covers is None and "covers_prob" not in mine.extra:
+                if theirs.covers is not None:
+                    mine = replace(mine, covers=theirs.covers)
+                    filled["covers"] += 1
+                if "covers_prob" in theirs.extra:
+                    mine = replace(
+                        mine, extra={**mine.extra, "covers_prob": theirs.extra["covers_prob"]}
+                    )
+                    filled["covers_prob"] += 1
+                passages[i] = mine
     outcomes = dict(human.outcomes)
     if model is not None and model in judge.outcomes:
         mine, theirs = dict(outcomes.get(model, {})), judge.outcomes[model]
@@ -121,9 +129,13 @@ def agreement(
     k: int | None = None,
     binary: bool = False,
     fill: bool = True,
+    *,
+    gain: str = "linear",
+    coverage: str = "boolean",
 ) -> tuple[list[AgreementRow], Counter]:
     """Per split and metric, how well judge-based metrics agree with human-based ones.
-    Returns the rows and the count of labels filled from the judge.
+    Returns the rows and the count of labels filled from the judge. ``k``, ``binary``,
+    ``gain`` and ``coverage`` are :func:`~udcg.qcare.scores.qcare_scores`'s, on both sides.
 
     Examples:
         C-Prec per query (judge 0.5, 1, 0; human 0.5, 1, 0.5): r = 0.25 / (0.7071 * 0.4082);
@@ -155,8 +167,9 @@ def agreement(
             human, more = fill_labels(human, judge, answers_from)
             filled.update(more)
         pairs.append((judge, human))
-    judged = qcare_scores([j for j, _ in pairs], answers_from, k, binary)
-    humans = qcare_scores([h for _, h in pairs], answers_from, k, binary)
+    options = {"gain": gain, "coverage": coverage}
+    judged = qcare_scores([j for j, _ in pairs], answers_from, k, binary, **options)
+    humans = qcare_scores([h for _, h in pairs], answers_from, k, binary, **options)
     splits = np.array([_split_of(h, split_by) for _, h in pairs], dtype=object)
     rows = []
     for split in sorted(set(splits)):

@@ -3,7 +3,7 @@
 Per context (see :mod:`udcg.qcare.coverage` and :mod:`udcg.qcare.generator`)::
 
     r_j        = |{s : passage j covers s}| / |SQ|   (binary: 1[j covers any s])
-    C-Prec@k   = (1/k) * sum_j r_j          C-nDCG@k = DCG(r) / IDCG(r)
+    C-Prec@k   = (1/k) * sum_j r_j          C-nDCG@k = DCG(g(r)) / IDCG(g(r))
     Completeness   = |{s covered by the answer}| / |SQ|
     Conciseness    = |{f relevant to a covered s}| / |F|
     Verifiableness = |{f supported by a retrieved chunk}| / |F|
@@ -12,6 +12,12 @@ A value is missing (masked) when its labels are absent, when one of the labels i
 ``null`` (a check without a usable answer), or when it is undefined (no sub-queries for
 Completeness, no claims for Conciseness and Verifiableness); ``missing[metric]`` counts each
 reason. Labels may come from the judge or from humans: only the structure matters.
+
+Coverage labels are the booleans ``passages[].covers[s]`` (``coverage="boolean"``, the
+default) or, with ``coverage="fractional"``, the numbers in [0, 1] of
+``passages[].covers_prob[s]``: the judge's P(Yes), or the share of annotators who said the
+chunk covers s; then ``r_j`` is the mean of the chunk's fractions over SQ. C-nDCG's gain ``g``
+is ``linear`` (default) or ``exponential`` (see :mod:`udcg.qcare.coverage`).
 """
 
 from __future__ import annotations
@@ -23,14 +29,20 @@ from typing import Any
 
 import numpy as np
 
+from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context
-from udcg.qcare.coverage import c_ndcg, c_precision, coverage
+from udcg.qcare.coverage import GAINS, c_ndcg, c_precision
+from udcg.qcare.coverage import coverage as coverage_gains
 from udcg.qcare.generator import completeness, conciseness, verifiableness
+from udcg.validation import one_of
 
 RETRIEVAL_METRICS = ("C-Prec", "C-nDCG")
 GENERATOR_METRICS = ("Completeness", "Conciseness", "Verifiableness")
 METRICS = RETRIEVAL_METRICS + GENERATOR_METRICS
 NO_LABELS = "no labels"
+NO_FRACTIONS = "no covers_prob"
+#: Where coverage labels are read from: ``covers`` (booleans) or ``covers_prob`` (in [0, 1]).
+COVERAGE_LABELS = ("boolean", "fractional")
 UNUSABLE = "a check without a usable answer"
 
 
@@ -60,19 +72,41 @@ class QCareScores:
         return out
 
 
-def _grid(value: Any, depth: int) -> tuple[Any, bool]:
-    """``(grid with nulls as False, has_null)`` for a nested label list of ``depth``."""
+def _grid(value: Any, depth: int, kind: type = bool) -> tuple[Any, bool]:
+    """``(grid with nulls as 0, has_null)`` for a nested label list of ``depth``, its values
+    converted by ``kind`` (``bool``; ``float`` for fractions)."""
     if depth == 0:
-        return (False, True) if value is None else (bool(value), False)
-    items = [_grid(v, depth - 1) for v in value]
+        return (kind(0), True) if value is None else (kind(value), False)
+    items = [_grid(v, depth - 1, kind) for v in value]
     return [g for g, _ in items], any(n for _, n in items)
 
 
-def _coverage_labels(ctx: Context) -> tuple[list[list[bool]], str | None]:
-    rows = [p.covers for p in ctx.passages]
+def _is_fraction(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+
+
+def _coverage_labels(ctx: Context, fractional: bool) -> tuple[list[list[Any]], str | None]:
+    """The context's ``[chunk][sub-query]`` coverage labels and why they cannot be used."""
+    key = "covers_prob" if fractional else "covers"
+    rows = [p.extra.get(key) if fractional else p.covers for p in ctx.passages]
     if ctx.subqueries is None or None in rows:
-        return [], NO_LABELS
-    grid, has_null = _grid(rows, 2)
+        return [], NO_FRACTIONS if fractional else NO_LABELS
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(ctx.subqueries):
+            raise UDCGInputError(
+                f"must be a list of {len(ctx.subqueries)} labels, one per sub-query",
+                field=f"passages[{i}].{key}",
+                **ctx.location(),
+            )
+        if fractional:
+            for s, value in enumerate(row):
+                if value is not None and not _is_fraction(value):
+                    raise UDCGInputError(
+                        f"must be a number in [0, 1] or null, got {value!r}",
+                        field=f"passages[{i}].{key}[{s}]",
+                        **ctx.location(),
+                    )
+    grid, has_null = _grid(rows, 2, float if fractional else bool)
     return grid, UNUSABLE if has_null else None
 
 
@@ -111,9 +145,14 @@ def qcare_scores(
     answers_from: str | None = None,
     k: int | None = None,
     binary: bool = False,
+    *,
+    gain: str = "linear",
+    coverage: str = "boolean",
 ) -> QCareScores:
     """The five Q-CARE metrics of each context (retrieval ones only without
-    ``answers_from``); ``k`` truncates the retrieved lists, ``binary`` uses binary r_j.
+    ``answers_from``); ``k`` truncates the retrieved lists, ``binary`` uses binary r_j,
+    ``gain`` is C-nDCG's (``linear`` or ``exponential``) and ``coverage`` says which labels
+    give r_j: ``boolean`` (``covers``) or ``fractional`` (``covers_prob``, in [0, 1]).
 
     Examples:
         Chunk gains r = (0.5, 1); the answer covers 1 of 2 sub-queries with one claim,
@@ -128,14 +167,25 @@ def qcare_scores(
         >>> {name: round(value, 4) for name, value in means.items()}
         {'C-Prec': 0.75, 'C-nDCG': 0.8597, 'Completeness': 0.5,
          'Conciseness': 1.0, 'Verifiableness': 1.0}
+
+        Fractional coverage (two of four annotators say chunk 1 covers "who"):
+
+        >>> passages = [Passage("d1", extra={"covers_prob": [0.5, 0.0]}),
+        ...             Passage("d2", extra={"covers_prob": [1.0, 1.0]})]
+        >>> ctx = Context("q1", passages, subqueries=["who", "when"])
+        >>> qcare_scores([ctx], coverage="fractional").means()["C-Prec"]
+        0.625
     """
+    one_of(gain, "gain", GAINS)
+    one_of(coverage, "coverage", COVERAGE_LABELS)
     values: dict[str, np.ma.MaskedArray] = {}
     missing: dict[str, Counter] = {}
-    labelled = [_coverage_labels(c) for c in contexts]
-    r = coverage([grid for grid, _ in labelled], binary=binary)
+    labelled = [_coverage_labels(c, coverage == "fractional") for c in contexts]
+    r = coverage_gains([grid for grid, _ in labelled], binary=binary)
     reasons = [reason for _, reason in labelled]
-    for name, fn in (("C-Prec", c_precision), ("C-nDCG", c_ndcg)):
-        raw = np.ma.MaskedArray(fn(r, k) if len(r) else np.zeros(0))
+    retrieval = (("C-Prec", lambda: c_precision(r, k)), ("C-nDCG", lambda: c_ndcg(r, k, gain)))
+    for name, compute in retrieval:
+        raw = np.ma.MaskedArray(compute() if len(r) else np.zeros(0))
         values[name], missing[name] = _finish(raw, reasons, None)
     if answers_from is None:
         return QCareScores(values, missing)

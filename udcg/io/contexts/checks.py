@@ -22,6 +22,7 @@ __all__ = [
     "Where",
     "answer_labels",
     "covers",
+    "covers_prob",
     "finite",
     "identifier",
     "json_object",
@@ -187,6 +188,22 @@ def covers(value: Any, name: str, where: Where, n_sub: int | None) -> list[bool 
             raise where.error(
                 f"{name}[{i}]", f"must be true or false (null: no usable answer), got {kind(item)}"
             )
+    if n_sub is not None and len(value) != n_sub:
+        raise where.error(name, f"has {len(value)} entries but the context has {n_sub} subqueries")
+    return value
+
+
+def covers_prob(value: Any, name: str, where: Where, n_sub: int | None) -> Any:
+    """Per sub-query fractional coverage in [0, 1] (the judge's P(Yes), or the share of
+    annotators who said the chunk covers the sub-query); ``null`` entries mark a check without
+    a usable answer. Returned unchanged (a passage keeps it in ``extra``)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise where.error(name, f"must be a list of numbers in [0, 1], got {kind(value)}")
+    for i, item in enumerate(value):
+        if item is not None:
+            probability(item, f"{name}[{i}]", where)
     if n_sub is not None and len(value) != n_sub:
         raise where.error(name, f"has {len(value)} entries but the context has {n_sub} subqueries")
     return value

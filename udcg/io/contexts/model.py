@@ -34,7 +34,9 @@ Decisions:
 * Q-CARE labels: ``passages[].covers`` entries may be ``null`` (a check without a usable
   answer); an outcome may hold the answer's ``claims`` and the checks named in
   :data:`~udcg.io.contexts.checks.ANSWER_LABELS` (and their ``_prob`` soft twins), validated
-  against the numbers of claims, sub-queries and passages.
+  against the numbers of claims, sub-queries and passages. ``passages[].covers_prob`` (soft
+  or fractional coverage in [0, 1], or ``null``, one per sub-query) is checked the same way
+  and kept, as read, in the passage's ``extra``.
 """
 
 from __future__ import annotations
@@ -189,6 +191,8 @@ def _parse_passage(obj: Any, name: str, where: Where, n_sub: int | None) -> Pass
         and all(type(c) is bool for c in covers)
     ):
         check.covers(covers, f"{name}.covers", where, n_sub)
+    if extra and "covers_prob" in extra:
+        check.covers_prob(extra["covers_prob"], f"{name}.covers_prob", where, n_sub)
     return Passage(doc_id, text, score, relevant, probs, covers, extra, answer_probs)
 
 
