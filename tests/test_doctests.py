@@ -58,6 +58,7 @@ MODULES = (
     "udcg.io.files",
     "udcg.io.formats.collection",
     "udcg.io.formats.hf_datasets",
+    "udcg.io.formats.ir_datasets",
     "udcg.io.formats.interop",
     "udcg.io.formats.reference",
     "udcg.io.formats.topics",

@@ -5,6 +5,7 @@ errors."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -296,3 +297,80 @@ def test_evaluate_dataset_hf_reports_like_the_jsonl(tmp_path: Path, evaluate_con
     assert reports[0]["means"].keys() >= {"UDCG", "nDCG"}
     assert reports[0]["means"] == reports[1]["means"]
     assert reports[0]["setup"]["accuracy"] == reports[1]["setup"]["accuracy"]
+
+
+def test_hf_specs_read_wherever_a_contexts_file_is_read(tmp_path: Path) -> None:
+    """``read_contexts("hf:DIR")`` (and ``hf:DIR#SPLIT``) reads the saved dataset; written back
+    as JSONL, the bytes equal the file the dataset was made from."""
+    contexts = _generated()
+    write_contexts(tmp_path / "c.jsonl", contexts)
+    hf.contexts_to_dataset(contexts).save_to_disk(tmp_path / "set")
+    datasets.DatasetDict({"dev": hf.contexts_to_dataset(contexts)}).save_to_disk(tmp_path / "dd")
+    assert list(read_contexts(f"hf:{tmp_path / 'set'}")) == contexts
+    assert list(read_contexts(f"hf:{tmp_path / 'dd'}#dev")) == contexts
+    assert (
+        _jsonl(tmp_path, "back.jsonl", list(read_contexts(f"hf:{tmp_path / 'set'}")))
+        == (tmp_path / "c.jsonl").read_bytes()
+    )
+    # a Path is a file name, never a dataset
+    with pytest.raises(UDCGInputError, match="no such file"):
+        read_contexts(Path(f"hf:{tmp_path / 'set'}"))
+    with pytest.raises(UDCGInputError, match=r"no split 'train' \(splits: dev\)"):
+        read_contexts(f"hf:{tmp_path / 'dd'}")
+    with pytest.raises(UDCGInputError, match=r"^hf:: expected hf:ID or hf:DIR after hf:$"):
+        read_contexts("hf:")
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "udcg", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+def test_a_command_reads_hf_like_the_jsonl(tmp_path: Path) -> None:
+    contexts = simulate(30, 4, seed=3)
+    write_contexts(tmp_path / "c.jsonl", contexts)
+    hf.contexts_to_dataset(contexts).save_to_disk(tmp_path / "set")
+    outputs = [
+        _cli("score", source, "--judge", "sim", "-o", str(tmp_path / f"{name}.json"))
+        for name, source in (("hf", f"hf:{tmp_path / 'set'}"), ("file", str(tmp_path / "c.jsonl")))
+    ]
+    assert [o.returncode for o in outputs] == [0, 0], [o.stderr for o in outputs]
+    assert outputs[0].stdout == outputs[1].stdout and "UDCG" in outputs[0].stdout
+    assert (tmp_path / "hf.json").read_bytes() == (tmp_path / "file.json").read_bytes()
+    missing = _cli("score", f"hf:{tmp_path / 'nothing'}", "--judge", "sim")
+    assert missing.returncode == 2
+    (line,) = missing.stderr.strip().splitlines()
+    assert line.startswith(f"udcg score: error: {tmp_path / 'nothing'}: cannot load the dataset: ")
+
+
+def test_udcg_contexts_writes_a_dataset_that_reads_back_exactly(tmp_path: Path) -> None:
+    """``udcg contexts -o hf:DIR`` (save_to_disk), read back, written as JSONL: the same bytes
+    as ``-o FILE``."""
+    from udcg.cli.contexts import main
+
+    files = {
+        "run": "q2 Q0 d1 1 3 bm25\nq1 Q0 d1 1 2 bm25\nq1 Q0 d2 2 2 bm25\nq1 Q0 d3 3 -1 bm25\n",
+        "topics": '{"qid": "q1", "text": "Who wrote Emma?", "answers": ["Austen"]}\n'
+        '{"qid": "q2", "text": "Ωmega 東京?"}\n',
+        "collection": "d1\tEmma\tAusten wrote Emma.\nd2\t\tCanberra.\nd3\tX\ty\n",
+        "qrels": "q1 0 d2 2\nq1 0 d3 0\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    common = [
+        *(str(tmp_path / "run"), "--topics", str(tmp_path / "topics")),
+        *("--collection", str(tmp_path / "collection"), "--qrels", str(tmp_path / "qrels")),
+        *("-k", "2"),
+    ]
+    assert main([*common, "-o", str(tmp_path / "c.jsonl")]) == 0
+    assert main([*common, "-o", f"hf:{tmp_path / 'set'}"]) == 0
+    assert (tmp_path / "set" / "state.json").is_file()
+    back = hf.load_contexts_dataset(tmp_path / "set")
+    assert back == list(read_contexts(tmp_path / "c.jsonl"))
+    assert _jsonl(tmp_path, "back.jsonl", back) == (tmp_path / "c.jsonl").read_bytes()
+    assert datasets.load_from_disk(str(tmp_path / "set")).data.schema == hf.SCHEMA

@@ -1,10 +1,16 @@
-"""``udcg contexts RUN --topics T --collection C -k K -o OUT [--answers A] [--qrels Q]
-[--name NAME]``: a TREC run joined with its topics and passage collection into contexts JSONL.
+"""``udcg contexts RUN (--topics T --collection C | --dataset ID) -k K -o OUT [--answers A]
+[--qrels Q] [--name NAME]``: a TREC run joined with its topics and passage collection into
+contexts JSONL.
 
 Each query's top-k documents in trec_eval order, with question, passage texts, scores and,
 when given, reference answers and qrels relevance (:mod:`udcg.io.joins.run_contexts`); the
-collection is streamed, keeping only the passages the run needs. ``-`` as RUN reads standard input,
-as OUT writes standard output. A one-line summary goes to stderr.
+collection is streamed, keeping only the passages the run needs. With ``--dataset ID`` the
+topics, passages and qrels come from an ir_datasets dataset
+(:mod:`udcg.io.formats.ir_datasets`): queries from ``queries_iter()``, passages looked up by id
+in its docs store, qrels from ``qrels_iter()`` when it has them; ``--topics``,
+``--collection`` and ``--qrels`` files replace those parts. ``-`` as RUN reads standard input,
+as OUT writes standard output; ``hf:DIR`` as OUT writes a Hugging Face dataset
+(``save_to_disk``, :mod:`udcg.io.formats.hf_datasets`). A one-line summary goes to stderr.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import write_contexts
 from udcg.io.contexts.model import Context
 from udcg.io.files import STDIO, refuse_same_file
+from udcg.io.formats.hf_datasets import HF_PREFIX
 from udcg.io.joins.run_contexts import build_run_contexts
 from udcg.progress import progress
 
@@ -37,22 +44,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("run", help="run file: qid Q0 doc_id rank score tag (gzip ok; - = stdin)")
     parser.add_argument(
         "--topics",
-        required=True,
-        help="queries: qid<TAB>text, or JSONL {qid, text|query|question[, answers]} (gzip ok)",
+        help="queries: qid<TAB>text, or JSONL {qid, text|query|question[, answers]} (gzip ok); "
+        "required without --dataset",
     )
     parser.add_argument(
         "--collection",
-        required=True,
         help="passages, streamed: doc_id<TAB>text, doc_id<TAB>title<TAB>text (or a header "
-        "naming the columns), or JSONL {doc_id|id|_id, text|contents[, title]} (gzip ok)",
+        "naming the columns), or JSONL {doc_id|id|_id, text|contents[, title]} (gzip ok); "
+        "required without --dataset",
+    )
+    parser.add_argument(
+        "--dataset",
+        metavar="ID",
+        help="an ir_datasets id (e.g. msmarco-passage/dev/small): its queries, its passages "
+        "looked up by id in the docs store and its qrels (the ir-datasets extra)",
     )
     parser.add_argument("-k", "--k", type=int, required=True, help="passages per context")
-    add_out(parser, "contexts JSONL (.gz compresses; - = stdout)", required=True)
+    add_out(
+        parser,
+        "contexts JSONL (.gz compresses; - = stdout), or hf:DIR for a Hugging Face dataset "
+        "saved with save_to_disk",
+        required=True,
+    )
     parser.add_argument(
         "--answers",
         help="reference answers: qid<TAB>answer[<TAB>answer...], or JSONL {qid, answers: [...]}",
     )
-    parser.add_argument("--qrels", help="qrels file: qid iteration doc_id grade (relevant: >= 1)")
+    parser.add_argument(
+        "--qrels",
+        help="qrels file: qid iteration doc_id grade (relevant: >= 1); default with --dataset: "
+        "the dataset's qrels, when it has them",
+    )
     parser.add_argument("--name", help="the contexts' run name (default: the run file's tag)")
     return parser
 
@@ -81,6 +103,7 @@ class _Tally:
             yield ctx
 
     def summary(self, k: int, qrels: bool, out: str, seconds: float) -> str:
+        """The one line on stderr: what was written, where, how long it took."""
         notes = [f"k={k}"]
         if self.short:
             notes.append(f"{_queries(self.short)} with fewer than {k}")
@@ -93,9 +116,51 @@ class _Tally:
         )
 
 
+def _sources(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """Topics, collection and qrels: the files given, the rest from ``--dataset``."""
+    if args.dataset is None:
+        return args.topics, args.collection, args.qrels
+    from udcg.io.formats.ir_datasets import load_ir_dataset
+    from udcg.io.formats.trec import qrels_from_dict
+
+    dataset = load_ir_dataset(args.dataset)
+    topics, collection, qrels = args.topics, args.collection, args.qrels
+    if topics is None:
+        dataset.require("queries", "give --topics")
+        topics = dataset.topics
+    if collection is None:
+        dataset.require("docs", "give --collection")
+        collection = dataset.passages
+    if qrels is None and dataset.has("qrels"):
+        qrels = qrels_from_dict(dataset.qrels())
+    return topics, collection, qrels
+
+
+def _out_path(out: str) -> str:
+    """The path ``-o`` names: the folder of ``hf:DIR``, else ``out`` itself."""
+    return out.removeprefix(HF_PREFIX) if out.startswith(HF_PREFIX) else out
+
+
+def _write(out: str, contexts: Iterable[Context]) -> None:
+    """``contexts`` to the JSONL file ``out``, or to a Hugging Face dataset for ``hf:DIR``."""
+    if not out.startswith(HF_PREFIX):
+        write_contexts(out, contexts)
+        return
+    from udcg.io.formats.hf_datasets import save_contexts_dataset
+
+    save_contexts_dataset(contexts, out.removeprefix(HF_PREFIX))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = parse(build_parser(), argv)
+    parser = build_parser()
+    args = parse(parser, argv)
+    if args.dataset is None:
+        missing = [f"--{name}" for name in ("topics", "collection") if getattr(args, name) is None]
+        if missing:
+            parser.error(
+                f"the following arguments are required without --dataset: {', '.join(missing)}"
+            )
 
     def work() -> None:
         start = time.perf_counter()
@@ -103,21 +168,22 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, name) == STDIO:
                 raise UDCGInputError("only RUN may be - (standard input)", field=name)
         inputs = {f"--{name}": getattr(args, name) for name in _INPUTS}
-        refuse_same_file(args.out, {"RUN": args.run, **inputs})
+        refuse_same_file(_out_path(args.out), {"RUN": args.run, **inputs})
+        topics, collection, qrels = _sources(args)
         contexts = build_run_contexts(
             args.run,
-            args.topics,
-            args.collection,
+            topics,
+            collection,
             args.k,
             answers=args.answers,
-            qrels=args.qrels,
+            qrels=qrels,
             run_name=args.name,
         )
         tally = _Tally()
         with progress(None, "contexts", unit="ctx") as bar:
-            write_contexts(args.out, tally.count(contexts, args.k, bar))
+            _write(args.out, tally.count(contexts, args.k, bar))
         seconds = time.perf_counter() - start
-        print(tally.summary(args.k, args.qrels is not None, args.out, seconds), file=sys.stderr)
+        print(tally.summary(args.k, qrels is not None, args.out, seconds), file=sys.stderr)
 
     return run_cli("udcg contexts", work)
 

@@ -63,7 +63,9 @@ def read_contexts(path: PathType) -> Iterator[Context]:
     it); everything else (malformed JSON, invalid fields, an empty file) fails while
     iterating, with ``FILE:LINE: field 'x': ...``, once the reader reaches the offending line.
     Lines before it have been yielded already. The path is opened once, when iteration
-    starts, so a pipe (``<(...)``, a FIFO, ``/dev/stdin``) is read whole.
+    starts, so a pipe (``<(...)``, a FIFO, ``/dev/stdin``) is read whole. A string
+    ``hf:ID``/``hf:DIR`` reads a Hugging Face dataset instead, whole and at once
+    (:func:`udcg.io.formats.hf_datasets.read_hf_contexts`).
 
     Examples:
         >>> import tempfile
@@ -74,6 +76,10 @@ def read_contexts(path: PathType) -> Iterator[Context]:
         >>> [(c.qid, c.passages) for c in contexts]
         [('17', [])]
     """
+    if isinstance(path, str) and path.startswith("hf:"):
+        from udcg.io.formats.hf_datasets import read_hf_contexts
+
+        return iter(read_hf_contexts(path))
     check_input(path)
     return _read_contexts(path)
 

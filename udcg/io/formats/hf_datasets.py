@@ -18,6 +18,11 @@ in the map's order, so every column has one Arrow type whatever judges or models
 Reading builds each row's JSON object and validates it with the data model
 (:func:`udcg.io.contexts.model.parse_context`), so a wrong value fails like a bad JSONL line,
 located as ``dataset row N`` (``N`` = the row index). ``datasets`` is the ``datasets`` extra.
+
+On the command line, ``hf:ID`` or ``hf:DIR`` (``hf:DIR#SPLIT`` for a split other than
+``train``) reads a dataset wherever a contexts file is read
+(:func:`udcg.io.contexts.jsonl.read_contexts` takes such a string), and ``udcg contexts -o
+hf:DIR`` writes one with ``save_to_disk``.
 """
 
 from __future__ import annotations
@@ -36,7 +41,18 @@ from udcg.io.contexts.model import JUDGE_PROB_KEYS, Context, Passage, parse_cont
 if TYPE_CHECKING:
     import datasets
 
-__all__ = ["SCHEMA", "contexts_from_dataset", "contexts_to_dataset", "load_contexts_dataset"]
+__all__ = [
+    "HF_PREFIX",
+    "SCHEMA",
+    "contexts_from_dataset",
+    "contexts_to_dataset",
+    "load_contexts_dataset",
+    "read_hf_contexts",
+    "save_contexts_dataset",
+]
+
+#: What names a Hugging Face dataset where a contexts file is expected: ``hf:ID``, ``hf:DIR``.
+HF_PREFIX = "hf:"
 
 _JUDGE_PROBS = pa.list_(pa.struct([("judge", pa.string()), ("prob", pa.float64())]))
 _STRINGS = pa.list_(pa.string())
@@ -314,3 +330,49 @@ def load_contexts_dataset(
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UDCGInputError(f"cannot load the dataset: {reason}", path=str(id_or_path)) from None
     return contexts_from_dataset(ds)
+
+
+def read_hf_contexts(spec: str) -> list[Context]:
+    """The contexts of ``hf:ID_OR_PATH`` or ``hf:ID_OR_PATH#SPLIT`` (default split
+    ``train``), read with :func:`load_contexts_dataset`.
+
+    Examples:
+        >>> import tempfile
+        >>> import datasets
+        >>> ctx = Context("q1", [Passage("d1", relevant=True)])
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     datasets.DatasetDict({"dev": contexts_to_dataset([ctx])}).save_to_disk(folder)
+        ...     read_hf_contexts(f"hf:{folder}#dev") == [ctx]
+        True
+    """
+    if not spec.startswith(HF_PREFIX):
+        raise UDCGInputError(f"expected {HF_PREFIX}ID or {HF_PREFIX}DIR", path=spec)
+    name, hash_, split = spec.removeprefix(HF_PREFIX).rpartition("#")
+    if not hash_ or not split or "/" in split:
+        name, split = spec.removeprefix(HF_PREFIX), "train"
+    if not name:
+        raise UDCGInputError(
+            f"expected {HF_PREFIX}ID or {HF_PREFIX}DIR after {HF_PREFIX}", path=spec
+        )
+    return load_contexts_dataset(name, split)
+
+
+def save_contexts_dataset(contexts: Iterable[Context], folder: str | Path) -> int:
+    """Write ``contexts`` as a dataset in :data:`SCHEMA`'s columns to ``folder`` with
+    ``save_to_disk``; returns the number of contexts.
+
+    Examples:
+        >>> import tempfile
+        >>> ctx = Context("q1", [Passage("d1", "Paris.", 1.5)], run="bm25")
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     n = save_contexts_dataset([ctx], folder)
+        ...     n, load_contexts_dataset(folder) == [ctx]
+        (1, True)
+    """
+    ds = contexts_to_dataset(contexts)
+    try:
+        ds.save_to_disk(str(folder))
+    except OSError as exc:
+        reason = exc.strerror or str(exc).splitlines()[0]
+        raise UDCGInputError(f"cannot write the dataset: {reason}", path=str(folder)) from None
+    return int(ds.num_rows)

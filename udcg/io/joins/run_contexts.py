@@ -11,7 +11,10 @@
 * The title of a passage, when the collection gives one, is kept as ``extra["title"]``.
 
 Memory is bounded by what the run's top k needs: the run is read first, then only its queries
-are kept from the topics and only its documents from the collection, which is streamed.
+are kept from the topics and only its documents from the collection, which is streamed. The
+topics or the collection may also be a lookup, a callable from ids to ``{id: Topic}`` or
+``{id: Document}`` that leaves out the ids it lacks (an ir_datasets dataset's queries and docs
+store, :class:`udcg.io.formats.ir_datasets.IRDataset`); messages name it by ``str()``.
 Errors: a ranked document missing from the collection, or a query missing from the topics, is
 an error at its line of the run, which also counts the others missing
 (``RUN:LINE: field 'doc_id': 'd17' is not in the collection FILE (4 more documents missing
@@ -21,7 +24,7 @@ too)``); the readers' errors are located in their own files.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Collection, Container, Iterator, Mapping
 from operator import itemgetter
 
 import numpy as np
@@ -45,6 +48,10 @@ from udcg.io.joins.trec_contexts import judged_grades, run_line
 from udcg.validation import positive_int
 
 __all__ = ["build_run_contexts", "run_tag", "top_k_rows"]
+
+#: ids -> ``{id: entry}`` for the ids found (a file is read by its reader instead)
+TopicSource = PathType | Callable[[Collection[str]], Mapping[str, Topic]]
+CollectionSource = PathType | Callable[[Collection[str]], Mapping[str, Document]]
 
 
 def _codes(ids: pa.Array) -> np.ndarray:
@@ -126,8 +133,8 @@ def _check_present(
 
 def build_run_contexts(
     run: PathType | Run,
-    topics: PathType,
-    collection: PathType,
+    topics: TopicSource,
+    collection: CollectionSource,
     k: int,
     *,
     answers: PathType | None = None,
@@ -167,13 +174,14 @@ def build_run_contexts(
         )
     )
     qids = dict.fromkeys(row[0] for row in rows)
-    questions = read_topics(topics, qids)
+    questions = topics(qids) if callable(topics) else read_topics(topics, qids)
     _check_present(ranked, rows, questions, 0, f"the topics {topics}")
     references = read_answers(answers, qids) if answers is not None else {}
     judged = None
     if qrels is not None:
         judged = judged_grades(qrels if isinstance(qrels, Qrels) else read_trec_qrels(qrels))
-    documents = read_collection(collection, {row[1] for row in rows})
+    ids = {row[1] for row in rows}
+    documents = collection(ids) if callable(collection) else read_collection(collection, ids)
     _check_present(ranked, rows, documents, 1, f"the collection {collection}")
     name = run_name if run_name is not None else run_tag(ranked)
     return _contexts(rows, questions, documents, references, judged, name)
