@@ -357,3 +357,158 @@ def test_without_a_dataset_topics_and_collection_are_required(
     assert capsys.readouterr().err.splitlines()[-1] == (
         "udcg contexts: error: the following arguments are required without --dataset: --collection"
     )
+
+
+def test_evaluate_dataset_from_a_run_equals_udcg_contexts(
+    tmp_path: Path, register: Callable[..., str]
+) -> None:
+    """``dataset=ir_datasets dataset.run=RUN``: the contexts ``udcg contexts`` writes."""
+    from udcg.pipeline.datasets import ir_datasets_source
+
+    files = _files(tmp_path, 7, titles=True, answers=False)
+    name = register(
+        docs=TsvDocs(LocalDownload(files["docs.tsv"]), TitledDoc),
+        queries=TsvQueries(LocalDownload(files["topics.tsv"])),
+        qrels=TrecQrels(LocalDownload(files["qrels.txt"]), {}),
+    )
+    data = ir_datasets_source(name, run=files["run.trec"], k=4)
+    _contexts(
+        str(files["run.trec"]), "--topics", str(files["topics.tsv"]), "--collection",
+        str(files["docs.tsv"]), "--qrels", str(files["qrels.txt"]), "-k", "4", "-o",
+        str(tmp_path / "c.jsonl"),
+    )  # fmt: skip
+    assert data.contexts == list(read_contexts(tmp_path / "c.jsonl"))
+    assert (data.name, data.queries, data.corpus) == ("ir_datasets", [], [])
+
+
+def test_evaluate_dataset_without_a_run_is_queries_and_corpus(
+    tmp_path: Path, register: Callable[..., str]
+) -> None:
+    """Corpus = every document in file order; the first ``limit`` judged queries in file
+    order; relevant = the corpus positions of grade >= 1 (compared with the files read
+    independently)."""
+    from udcg.pipeline.datasets import ir_datasets_source
+
+    files = _files(tmp_path, 8, titles=True, answers=True)
+    name = register(
+        docs=TsvDocs(LocalDownload(files["docs.tsv"]), TitledDoc),
+        queries=TsvQueries(LocalDownload(files["queries.tsv"]), AnswerQuery),
+        qrels=TrecQrels(LocalDownload(files["qrels.txt"]), {}),
+    )
+    docs = [line.rstrip("\n").split("\t") for line in files["docs.tsv"].open()]
+    queries = [line.rstrip("\n").split("\t") for line in files["queries.tsv"].open()]
+    grades: dict[str, dict[str, int]] = {}
+    for line in files["qrels.txt"].open():
+        qid, _, doc_id, grade = line.split()
+        grades.setdefault(qid, {})[doc_id] = int(grade)
+    judged = [q for q in queries if q[0] in grades]
+    assert len(judged) < len(queries)  # some are skipped
+    data = ir_datasets_source(name, limit=5)
+    assert [(p.doc_id, p.text, p.extra.get("title")) for p in data.corpus] == [
+        (d, text, title or None) for d, title, text in docs
+    ]
+    assert [(q.qid, q.question, q.answers) for q in data.queries] == [
+        (q[0], q[1], q[2:]) for q in judged[:5]
+    ]
+    position = {d[0]: i for i, d in enumerate(docs)}
+    assert [q.relevant for q in data.queries] == [
+        frozenset(position[d] for d, g in grades[q[0]].items() if g >= 1) for q in judged[:5]
+    ]
+    first_five = queries[: queries.index(judged[4]) + 1]
+    skipped = len(first_five) - 5
+    assert data.notes == ([f"{skipped} queries without qrels skipped"] if skipped else [])
+    assert len(ir_datasets_source(name, limit=None).queries) == len(judged)
+
+
+def test_the_evaluate_config_group_builds_it(
+    tmp_path: Path, register: Callable[..., str], evaluate_config: Callable[..., Any]
+) -> None:
+    pytest.importorskip("hydra")
+    from udcg.cli.hydra_config import build
+
+    files = _files(tmp_path, 9, titles=False, answers=False)
+    name = register(
+        docs=TsvDocs(LocalDownload(files["docs.tsv"])),
+        queries=TsvQueries(LocalDownload(files["topics.tsv"])),
+        qrels=TrecQrels(LocalDownload(files["qrels.txt"]), {}),
+    )
+    cfg = evaluate_config("dataset=ir_datasets", f"dataset.id={name}", "k=3")
+    data = build(cfg.dataset, "dataset")
+    assert len(data.queries) == min(200, len(load_ir_dataset(name).qrels()))
+    given = evaluate_config(
+        "dataset=ir_datasets", f"dataset.id={name}", f"dataset.run={files['run.trec']}", "k=3"
+    )
+    contexts = build(given.dataset, "dataset").contexts
+    assert contexts and all(len(c.passages) <= 3 for c in contexts)
+    with pytest.raises(UDCGInputError, match=r"set dataset.id=\.\.\."):
+        build(evaluate_config("dataset=ir_datasets").dataset, "dataset")
+
+
+def _report_json(out: Path) -> dict[str, Any]:
+    """report.json without what names files or times the run."""
+    import json
+
+    found = json.loads((out / "report.json").read_text())
+    for key in ("runs", "seconds"):
+        found.pop(key)
+    found["judge"].pop("cache")
+    found["judge"].pop("calls")
+    found["judge"].pop("cache_hits")
+    for entry in found["labels"].values():
+        entry.pop("file")
+        entry.pop("resumed")
+    return found
+
+
+def test_udcg_report_takes_a_dataset_like_the_files(
+    tmp_path: Path, register: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The one-command comparison: ``udcg report A B --dataset ID`` reports what the same
+    runs give with ``--topics --collection --qrels`` (a precomputed judge)."""
+    import json
+
+    from udcg.cli.report import main as report
+
+    files = _files(tmp_path, 10, titles=False, answers=False)
+    texts = dict(line.rstrip("\n").split("\t") for line in files["docs.tsv"].open())
+    questions = dict(line.rstrip("\n").split("\t") for line in files["topics.tsv"].open())
+    rng = np.random.default_rng(10)
+    probs = tmp_path / "probs.jsonl"
+    probs.write_text(
+        "".join(
+            json.dumps({"question": q, "passage": t, "abstain_prob": float(rng.random())}) + "\n"
+            for q in set(questions.values())
+            for t in set(texts.values())
+        )
+    )
+    judged = {line.split()[0] for line in files["qrels.txt"].open()}
+    lines = [line for line in files["run.trec"].open() if line.split()[0] in judged]
+    files["run.trec"].write_text("".join(lines))  # judged queries only: relevance from qrels
+    (tmp_path / "b.trec").write_text(
+        "".join(f"{' '.join(line.split()[:4])} {-float(line.split()[4])} b\n" for line in lines)
+    )
+    runs = [str(files["run.trec"]), str(tmp_path / "b.trec")]
+    name = register(
+        docs=TsvDocs(LocalDownload(files["docs.tsv"])),
+        queries=TsvQueries(LocalDownload(files["topics.tsv"])),
+        qrels=TrecQrels(LocalDownload(files["qrels.txt"]), {}),
+    )
+    judge = ("--judge", f"precomputed:{probs}", "-m", "UDCG@3,nDCG@3", "--n-resamples", "200")
+    sources = {
+        "dataset": ("--dataset", name),
+        "files": (
+            *("--topics", str(files["topics.tsv"]), "--collection", str(files["docs.tsv"])),
+            *("--qrels", str(files["qrels.txt"])),
+        ),
+    }
+    for label, given in sources.items():
+        cache = ("--cache", str(tmp_path / f"{label}.sqlite"))
+        assert report([*runs, *given, *judge, *cache, "-o", str(tmp_path / label)]) == 0
+    capsys.readouterr()
+    from_dataset, from_files = (_report_json(tmp_path / label) for label in sources)
+    assert from_dataset == from_files
+    assert from_dataset["relevance_from"] == "qrels"
+    assert set(from_dataset["comparison"]["means"]) == {"run", "b"}
+    for system in ("run", "b"):
+        contexts = [tmp_path / label / "contexts" / f"{system}.jsonl" for label in sources]
+        assert contexts[0].read_bytes() == contexts[1].read_bytes()

@@ -53,12 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "naming the columns), or JSONL {doc_id|id|_id, text|contents[, title]} (gzip ok); "
         "required without --dataset",
     )
-    parser.add_argument(
-        "--dataset",
-        metavar="ID",
-        help="an ir_datasets id (e.g. msmarco-passage/dev/small): its queries, its passages "
-        "looked up by id in the docs store and its qrels (the ir-datasets extra)",
-    )
+    add_dataset(parser)
     parser.add_argument("-k", "--k", type=int, required=True, help="passages per context")
     add_out(
         parser,
@@ -116,8 +111,10 @@ class _Tally:
         )
 
 
-def _sources(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """Topics, collection and qrels: the files given, the rest from ``--dataset``."""
+def dataset_sources(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """Topics, collection and qrels (``args.topics``, ``args.collection``, ``args.qrels``): the
+    files given, the rest from the ir_datasets dataset ``args.dataset`` when one is given
+    (qrels: None when it has none)."""
     if args.dataset is None:
         return args.topics, args.collection, args.qrels
     from udcg.io.formats.ir_datasets import load_ir_dataset
@@ -134,6 +131,28 @@ def _sources(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if qrels is None and dataset.has("qrels"):
         qrels = qrels_from_dict(dataset.qrels())
     return topics, collection, qrels
+
+
+def add_dataset(parser: argparse.ArgumentParser) -> None:
+    """``--dataset ID``: topics, passages and qrels from ir_datasets."""
+    parser.add_argument(
+        "--dataset",
+        metavar="ID",
+        help="an ir_datasets id (e.g. msmarco-passage/dev/small): its queries, its passages "
+        "looked up by id in the docs store and its qrels (the ir-datasets extra)",
+    )
+
+
+def require_files_without_dataset(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> None:
+    """Without ``--dataset``, ``--topics`` and ``--collection`` are required (a usage error)."""
+    if args.dataset is None:
+        missing = [f"--{name}" for name in ("topics", "collection") if getattr(args, name) is None]
+        if missing:
+            parser.error(
+                f"the following arguments are required without --dataset: {', '.join(missing)}"
+            )
 
 
 def _out_path(out: str) -> str:
@@ -155,12 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
     parser = build_parser()
     args = parse(parser, argv)
-    if args.dataset is None:
-        missing = [f"--{name}" for name in ("topics", "collection") if getattr(args, name) is None]
-        if missing:
-            parser.error(
-                f"the following arguments are required without --dataset: {', '.join(missing)}"
-            )
+    require_files_without_dataset(parser, args)
 
     def work() -> None:
         start = time.perf_counter()
@@ -169,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise UDCGInputError("only RUN may be - (standard input)", field=name)
         inputs = {f"--{name}": getattr(args, name) for name in _INPUTS}
         refuse_same_file(_out_path(args.out), {"RUN": args.run, **inputs})
-        topics, collection, qrels = _sources(args)
+        topics, collection, qrels = dataset_sources(args)
         contexts = build_run_contexts(
             args.run,
             topics,

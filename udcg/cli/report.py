@@ -1,9 +1,10 @@
-"""``udcg report RUN RUN... --topics T --collection C [--qrels Q] [--answers A] --judge J
--o DIR [-m MEASURE]... [--baseline NAME] [--weights W]``: several systems' TREC runs to one
-verdict, in one command.
+"""``udcg report RUN RUN... (--topics T --collection C | --dataset ID) [--qrels Q] [--answers A]
+--judge J -o DIR [-m MEASURE]... [--baseline NAME] [--weights W]``: several systems' TREC runs
+to one verdict, in one command.
 
 Each run (system name: its file name without suffix) is joined with the topics and collection
-into top-k contexts (``DIR/contexts/NAME.jsonl``, as ``udcg contexts``), annotated with the
+into top-k contexts (``DIR/contexts/NAME.jsonl``, as ``udcg contexts``; ``--dataset ID`` takes
+topics, passages and qrels from ir_datasets, as there), annotated with the
 judge (``DIR/labels/NAME.jsonl``, as ``udcg annotate``: chunked, resumable, through the shared
 judge cache; relevance labels the qrels give are kept), evaluated on the measures (trec_eval
 semantics; UDCG with the judge's utilities) and compared with the baseline (the first run, or
@@ -37,6 +38,7 @@ from udcg.cli.common import (
     run_cli,
     weights_inputs,
 )
+from udcg.cli.contexts import add_dataset, dataset_sources, require_files_without_dataset
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import read_contexts
@@ -65,10 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
         "measures and significance, written as report.md, report.json and report.html.",
     )
     parser.add_argument("runs", nargs="+", help="TREC run files, one per system (gzip ok)")
-    parser.add_argument("--topics", required=True, help="queries: qid<TAB>text, or JSONL")
-    parser.add_argument("--collection", required=True, help="passages: doc_id<TAB>text, or JSONL")
     parser.add_argument(
-        "--qrels", help="qrels (qid iteration doc_id grade); without: the judge labels relevance"
+        "--topics", help="queries: qid<TAB>text, or JSONL (required without --dataset)"
+    )
+    parser.add_argument(
+        "--collection", help="passages: doc_id<TAB>text, or JSONL (required without --dataset)"
+    )
+    add_dataset(parser)
+    parser.add_argument(
+        "--qrels",
+        help="qrels (qid iteration doc_id grade; default with --dataset: its qrels); without: "
+        "the judge labels relevance",
     )
     parser.add_argument(
         "--answers", help="reference answers: qid<TAB>answer..., or JSONL {qid, answers}"
@@ -130,7 +139,9 @@ def _say(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for a user mistake)."""
-    args = parse(build_parser(), argv)
+    parser = build_parser()
+    args = parse(parser, argv)
+    require_files_without_dataset(parser, args)
 
     def work() -> None:
         start = time.perf_counter()
@@ -144,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if len(runs) < 2:
             raise UDCGInputError("needs at least 2 runs to compare", field="runs")
-        if args.qrels is None and args.answers is None:
+        topics, collection, qrels = dataset_sources(args)
+        if qrels is None and args.answers is None:
             raise UDCGInputError("needs --qrels or --answers (or both): relevance comes from them")
         k = _k(args)
         out = Path(args.out)
@@ -170,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 for note in weights[1]:
                     _say(f"UDCG-theta: {note}")
             contexts = journey.build_contexts(
-                runs, args.topics, args.collection, k, out / "contexts",
-                qrels=args.qrels, answers=args.answers,
+                runs, topics, collection, k, out / "contexts",
+                qrels=qrels, answers=args.answers,
             )  # fmt: skip
             _say(f"{len(runs)} systems' top-{k} contexts -> {out / 'contexts'}")
             steps = journey.steps_for(contexts, args.utility)
@@ -182,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"labels ({' '.join(steps)}) by {judge.name} -> {out / 'labels'}: "
                 f"judge calls {calls}, cache hits {hits}"
             )
-            report = _report(args, runs, baseline, k, steps, labelled, judge, weights)
+            report = _report(args, runs, baseline, k, steps, labelled, judge, weights, qrels)
             report["seconds"] = round(time.perf_counter() - start, 3)
             markdown = to_markdown(report)
             for name, text in (
@@ -207,14 +219,15 @@ def _report(
     labelled: dict[str, journey.Labelled],
     judge: CachedJudge,
     weights: tuple[UDCGTheta, list[str]] | None,
+    given: Any,
 ) -> dict[str, Any]:
-    """Everything report.json holds."""
+    """Everything report.json holds; ``given``: the qrels (a file, a dataset's, or None)."""
     source = get_source(args.utility)
     paths = {name: item.path for name, item in labelled.items()}
     values = journey.pooled_values(paths, source.field, judge.name)
     utilities = {q: {d: float(v) for d, v in row.items()} for q, row in values.items()}
-    if args.qrels is not None:
-        qrels = args.qrels
+    if given is not None:
+        qrels = given if args.qrels is not None else given.to_dict()
     else:
         relevant = journey.pooled_values(paths, "relevant")
         qrels = {q: {d: int(v) for d, v in row.items()} for q, row in relevant.items()}
@@ -248,7 +261,7 @@ def _report(
         "format": "udcg-report/1",
         "runs": {name: str(path) for name, path in runs.items()},
         "k": k,
-        "relevance_from": "qrels" if args.qrels is not None else "the judge (answers)",
+        "relevance_from": "qrels" if given is not None else "the judge (answers)",
         "utility": args.utility,
         "judge": {
             "name": judge.name,

@@ -153,3 +153,61 @@ def trec(
 
     contexts, notes = read_trec_contexts(run, qrels, utilities, outcomes, judge, k, utility_field)
     return Dataset("trec", [], [], contexts, notes)
+
+
+def ir_datasets_source(
+    id: str, limit: int | None = 200, run: PathType | None = None, k: int | None = None
+) -> Dataset:
+    """An ir_datasets dataset by id (the ir-datasets extra; :mod:`udcg.io.formats.ir_datasets`).
+
+    Without ``run``, questions and a corpus for a retriever: the first ``limit`` queries (in
+    ``queries_iter()`` order) that the qrels judge, counted in ``notes`` when some are
+    skipped; corpus = every document (``docs_iter()``, held in memory); relevant = qrels
+    grade >= 1 (a dataset without qrels: answer containment, as ``nq_open``); answers = the
+    queries' ``answers`` field, when they have one.
+
+    With ``run`` (a TREC run; use ``retriever=given``): its top-``k`` contexts, passages looked
+    up in the docs store, as ``udcg contexts RUN --dataset ID -k K`` builds them."""
+    from udcg.io.formats.ir_datasets import load_ir_dataset
+
+    _check_limit(limit)
+    source = load_ir_dataset(id)
+    judged = source.qrels() if source.has("qrels") else None
+    if run is not None:
+        from udcg.io.formats.trec import qrels_from_dict
+        from udcg.io.joins.run_contexts import build_run_contexts
+
+        if k is None:
+            raise UDCGInputError("k is needed with a run", field="k")
+        qrels = None if judged is None else qrels_from_dict(judged)
+        contexts = build_run_contexts(run, source.topics, source.passages, k, qrels=qrels)
+        return Dataset("ir_datasets", [], [], list(contexts))
+    source.require("queries")
+    source.require("docs")
+    corpus = [
+        Passage(doc_id=d.doc_id, text=d.text, extra={} if d.title is None else {"title": d.title})
+        for d in source.iter_passages()
+    ]
+    topics, skipped = [], 0
+    for topic in source.iter_topics():
+        if limit is not None and len(topics) >= limit:
+            break
+        if judged is not None and topic.qid not in judged:
+            skipped += 1
+            continue
+        topics.append(topic)
+    notes = [f"{skipped} queries without qrels skipped"] if skipped else []
+    if judged is None:
+        rows = [(t.qid, t.text, list(t.answers or [])) for t in topics]
+        return Dataset("ir_datasets", _queries(rows, corpus), corpus, notes=notes)
+    index = {p.doc_id: i for i, p in enumerate(corpus)}
+    queries = [
+        Query(
+            t.qid,
+            t.text,
+            list(t.answers or []),
+            frozenset(index[d] for d, g in judged[t.qid].items() if g >= 1 and d in index),
+        )
+        for t in topics
+    ]
+    return Dataset("ir_datasets", queries, corpus, notes=notes)

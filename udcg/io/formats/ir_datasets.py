@@ -19,7 +19,7 @@ kept on disk beside it); a dataset registered from local files
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -75,13 +75,38 @@ def _text(entry: Any) -> str:
     return text
 
 
+def _topic(query: Any) -> Topic:
+    answers = getattr(query, "answers", None)
+    answers = None if answers is None else [str(a) for a in answers]
+    return Topic(str(query.query_id), _text(query), answers)
+
+
+def _document(doc: Any) -> Document:
+    title = getattr(doc, "title", None)
+    title = title if isinstance(title, str) and title else None
+    return Document(str(doc.doc_id), _text(doc), title)
+
+
+def _failed(name: str, exc: OSError) -> UDCGInputError:
+    """A failed download or unreadable file as one line naming the dataset ``name``."""
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return UDCGInputError(f"cannot read ir_datasets {name!r}: {reason}")
+
+
 def _fetching(name: str, action: Callable[[], T]) -> T:
     """``action()``, a failed download or unreadable file as one line naming ``name``."""
     try:
         return action()
     except OSError as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UDCGInputError(f"cannot read ir_datasets {name!r}: {reason}") from None
+        raise _failed(name, exc) from None
+
+
+def _each(name: str, items: Callable[[], Iterator[T]]) -> Iterator[T]:
+    """What ``items()`` yields, a failed download or unreadable file as one line."""
+    try:
+        yield from items()
+    except OSError as exc:
+        raise _failed(name, exc) from None
 
 
 @dataclass(frozen=True)
@@ -112,12 +137,15 @@ class IRDataset:
         ...     emma = load_ir_dataset(name)
         ...     topics, passages = emma.topics(["q1"]), emma.passages(["d2", "d9"])
         ...     qrels = emma.qrels()
+        ...     every = [d.doc_id for d in emma.iter_passages()], list(emma.iter_topics())
         >>> topics
         {'q1': Topic(qid='q1', text='Who wrote Emma?', answers=None)}
         >>> passages  # d9 is not in the docs store: left out
         {'d2': Document(doc_id='d2', text='Canberra.', title=None)}
         >>> qrels, emma.has("docs")
         ({'q1': {'d1': 1}}, True)
+        >>> every  # iter_passages() reads the whole collection, iter_topics() every query
+        (['d1', 'd2'], [Topic(qid='q1', text='Who wrote Emma?', answers=None)])
     """
 
     id: str
@@ -152,9 +180,7 @@ class IRDataset:
             for query in self.dataset.queries_iter():
                 qid = str(query.query_id)
                 if qid in wanted and qid not in out:
-                    answers = getattr(query, "answers", None)
-                    answers = None if answers is None else [str(a) for a in answers]
-                    out[qid] = Topic(qid, _text(query), answers)
+                    out[qid] = _topic(query)
             return out
 
         return Lookup(f"ir_datasets {self.id!r} queries", read)
@@ -171,14 +197,19 @@ class IRDataset:
 
         def documents(doc_ids: list[str]) -> dict[str, Document]:
             found = self.dataset.docs_store().get_many(doc_ids)
-            out = {}
-            for doc_id, doc in found.items():
-                title = getattr(doc, "title", None)
-                title = title if isinstance(title, str) and title else None
-                out[str(doc_id)] = Document(str(doc_id), _text(doc), title)
-            return out
+            return {str(doc_id): _document(doc) for doc_id, doc in found.items()}
 
         return Lookup(f"ir_datasets {self.id!r} docs store", read)
+
+    def iter_topics(self) -> Iterator[Topic]:
+        """Every query, in ``queries_iter()`` order."""
+        self.require("queries")
+        yield from _each(self.id, lambda: map(_topic, self.dataset.queries_iter()))
+
+    def iter_passages(self) -> Iterator[Document]:
+        """Every document, in ``docs_iter()`` order: a pass over the whole collection."""
+        self.require("docs")
+        yield from _each(self.id, lambda: map(_document, self.dataset.docs_iter()))
 
     def qrels(self, qids: Collection[str] | None = None) -> dict[str, dict[str, int]]:
         """``{qid: {doc_id: grade}}`` of the queries in ``qids`` (all when None), read with
