@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 
 from udcg.errors import UDCGInputError
-from udcg.integrations.ir_measures import UDCG, CnDCG, CPrec, UDCGtheta
+from udcg.integrations.ir_measures import UDCG, CnDCG, CPrec, UDCGtheta, parse_measure
+from udcg.io.contexts.jsonl import write_contexts
+from udcg.io.contexts.model import Context, Passage
+from udcg.qcare.scores import qcare_scores
 from udcg.theta import UDCGTheta
 from udcg.theta.simulate import simulate_arrays
 from udcg.trec import evaluate
@@ -183,10 +186,134 @@ def test_coverage_from_labelled_contexts(tmp_path: Path) -> None:
         ir_measures.calc_aggregate([CPrec(coverage=path) @ 20], qrels, {q: {"z": 99.0}})
 
 
+@pytest.fixture(scope="module")
+def theta_k5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """UDCG-theta weights for k = 5, fitted on simulated lists and saved."""
+    model = UDCGTheta(5, val_fraction=0.0).fit(*simulate_arrays(200, 5, seed=4))
+    return model.save_pretrained(tmp_path_factory.mktemp("theta"), card={"utility": "abstention"})
+
+
+def _top_contexts(run: dict, covers: dict, k: int) -> list[Context]:
+    """Each query's top k in trec_eval order (score descending, ties by doc id descending) as a
+    context labelled with ``covers``, for :func:`udcg.qcare.scores.qcare_scores`."""
+    contexts = []
+    for qid, docs in run.items():
+        top = sorted(docs, key=lambda d: (docs[d], d), reverse=True)[:k]
+        passages = [Passage(d, covers=covers[qid][d]) for d in top]
+        contexts.append(Context(qid, passages, subqueries=["a", "b", "c"]))
+    return contexts
+
+
+@pytest.mark.parametrize(
+    ("seed", "n_queries", "max_docs"), [(10, 40, 8), (11, 80, 16), (12, 25, 30), (13, 120, 11)]
+)
+def test_acceptance_udcg_theta_and_c_ndcg(
+    tmp_path: Path, theta_k5: Path, seed: int, n_queries: int, max_docs: int
+) -> None:
+    """UDCG@5, UDCGtheta@5 and C-nDCG@10 through iter_calc and calc_aggregate: per query equal
+    to udcg.evaluate (UDCG, UDCGtheta) and to udcg's Q-CARE scores of the same top 10
+    (C-nDCG, :func:`udcg.qcare.scores.qcare_scores`); the aggregate is the mean over the judged
+    queries, a judged query the run lacks counting 0."""
+    qrels, run, probs = _case(seed, n_queries, max_docs)
+    run = {q: docs for q, docs in run.items() if len(docs) >= 5}  # UDCGtheta needs k documents
+    rng = np.random.default_rng(seed)
+    covers = {
+        q: {d: [bool(rng.random() < 0.4) for _ in range(3)] for d in ds} for q, ds in run.items()
+    }
+    path = tmp_path / "labelled.jsonl"
+    write_contexts(path, _top_contexts(run, covers, 20))
+    tsv = _write_tsv(tmp_path / "u.tsv", probs)
+    measures = [
+        UDCG(utilities=tsv) @ 5,
+        UDCGtheta(utilities=tsv, weights=theta_k5) @ 5,
+        CnDCG(coverage=path) @ 10,
+    ]
+    got = _per_query(measures, qrels, run)
+    want = evaluate(qrels, run, ["UDCG@5", "UDCGtheta@5"], utilities=tsv, weights=theta_k5)
+    qcare = qcare_scores(_top_contexts(run, covers, 10), k=10).values["C-nDCG"].tolist()
+    want_cndcg = dict(zip(run, qcare, strict=True))
+    for q in want:
+        want[q]["C-nDCG@10"] = want_cndcg[q]
+    assert set(want) == {q for q in qrels if q in run} and set(got) == set(qrels)
+    assert all(v == 0.0 for q in set(got) - set(want) for v in got[q].values())
+    assert max(_max_diff(got, want, str(m)) for m in measures) <= TOL
+    assert len({round(v["UDCGtheta@5"], 6) for v in want.values()}) > 5  # not a constant
+    assert len({round(v["C-nDCG@10"], 6) for v in want.values()}) > 3
+    aggregate = ir_measures.calc_aggregate(measures, qrels, run)
+    for m in measures:
+        mean = sum(want[q][str(m)] if q in want else 0.0 for q in qrels) / len(qrels)
+        assert math.isclose(aggregate[m], mean, rel_tol=0, abs_tol=TOL), m
+
+
+def test_values_from_run_frame_columns(tmp_path: Path) -> None:
+    """``utility_column`` / ``coverage_column`` read the run DataFrame (PyTerrier's result
+    frames): the same values as the dict sources; a missing column is a one-line error."""
+    pd = pytest.importorskip("pandas")
+    qrels, run, probs = _case(21, 50, 12)
+    rng = np.random.default_rng(21)
+    gains = {q: {d: float(rng.choice([0.0, 0.5, 1.0])) for d in ds} for q, ds in run.items()}
+    frame = pd.DataFrame(
+        [
+            {"query_id": q, "doc_id": d, "score": s, "p": probs[q][d], "cov": gains[q][d]}
+            for q, ds in run.items()
+            for d, s in ds.items()
+        ]
+    )
+    from_columns = [
+        UDCG(utility_column="p", utility_field="abstain_prob") @ 5,
+        CnDCG(coverage_column="cov") @ 10,
+    ]
+    from_dicts = [
+        UDCG(utilities=probs, utility_field="abstain_prob") @ 5,
+        CnDCG(coverage=gains) @ 10,
+    ]
+    assert from_columns[0].RUN_INPUTS == ("query_id", "doc_id", "score", "p")
+    got, want = _per_query(from_columns, qrels, frame), _per_query(from_dicts, qrels, run)
+    assert max(_max_diff(got, want, str(m)) for m in from_dicts) <= TOL
+    assert len({round(v["UDCG@5"], 6) for v in want.values()}) > 5
+    with pytest.raises(UDCGInputError, match="utility_column='u': the run has no such column"):
+        ir_measures.calc_aggregate([UDCG(utility_column="u") @ 5], qrels, frame)
+    # a column named after its field needs no utility_field; another name does
+    renamed = frame.rename(columns={"p": "abstain_prob"})
+    got = _per_query([UDCG(utility_column="abstain_prob") @ 5], qrels, renamed)
+    assert _max_diff(got, want, "UDCG@5") <= TOL
+    with pytest.raises(UDCGInputError, match="utility_field"):
+        ir_measures.calc_aggregate([UDCG(utility_column="p") @ 5], qrels, frame)
+
+
+def test_parse_measure_names() -> None:
+    """udcg's names through parse_measure with their sources; ir_measures' own through
+    ir_measures; ir_measures.parse_measure itself is left untouched (no registration)."""
+    u = {"q1": {"d1": 0.9, "d2": 0.6}}
+    qrels, run = {"q1": {"d1": 1}}, {"q1": {"d1": 2.0, "d2": 1.0}}
+    cases = {
+        "UDCG@2": UDCG(utilities=u, utility_field="utility") @ 2,
+        "UDCG(gamma=0.5)@2": UDCG(utilities=u, utility_field="utility", gamma=0.5) @ 2,
+        "UDCG(rel=2)@2": UDCG(utilities=u, utility_field="utility", rel=2) @ 2,
+    }
+    for name, measure in cases.items():
+        parsed = parse_measure(name, utilities=u, utility_field="utility")
+        assert parsed == measure and str(parsed) == name
+        assert parsed.calc_aggregate(qrels, run) == measure.calc_aggregate(qrels, run)
+    assert (
+        parse_measure("C-nDCG(binary=True)@10", coverage=u) == CnDCG(coverage=u, binary=True) @ 10
+    )
+    assert parse_measure("C-Prec@3", coverage=u) == CPrec(coverage=u) @ 3
+    assert str(parse_measure("UDCGtheta@5", utilities=u, weights="w")) == "UDCGtheta@5"
+    assert parse_measure("nDCG@10") == ir_measures.nDCG @ 10
+    with pytest.raises(UDCGInputError, match="'nDCG@10' is not a udcg measure"):
+        parse_measure("nDCG@10", utilities=u)
+    with pytest.raises(UDCGInputError, match="UDCG needs a cutoff"):
+        parse_measure("UDCG", utilities=u)
+    with pytest.raises(NameError):
+        ir_measures.parse_measure("UDCG@5")
+
+
 def test_missing_sources_are_one_line_errors(tmp_path: Path) -> None:
     qrels, run = {"q1": {"d1": 1}}, {"q1": {"d1": 2.0, "d2": 1.0}}
     cases = [
-        (UDCG @ 5, "UDCG needs utilities: pass UDCG(utilities=...)"),
+        (UDCG @ 5, "UDCG needs utilities: pass UDCG(utilities=...) or UDCG(utility_column=...)"),
+        (UDCG(utilities={}, utility_column="u") @ 5, "takes utilities or utility_column, not both"),
         (UDCGtheta(utilities={}) @ 5, "UDCGtheta needs weights: pass UDCGtheta(weights=...)"),
         (CnDCG @ 10, "C-nDCG needs coverage: pass CnDCG(coverage=...)"),
         (UDCG(utilities={}), "UDCG needs a cutoff, e.g. UDCG@10"),

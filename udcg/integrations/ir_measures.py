@@ -5,20 +5,25 @@
   ``UDCGtheta(utilities=..., weights=...)@k`` (``allow_mismatch=``): the values of
   :func:`udcg.trec.evaluate` with the same parameters (semantics in
   :mod:`udcg.trec.utility_measures`); ``utilities`` is a dict, a TSV/JSONL utilities file or an
-  annotated contexts JSONL (with ``judge_key``), as ``udcg trec --utilities`` takes it.
+  annotated contexts JSONL (with ``judge_key``), as ``udcg trec --utilities`` takes it, or,
+  with ``utility_column=`` instead, a column of the run frame (PyTerrier's result frames carry
+  one after :class:`udcg.integrations.pyterrier.JudgeUtilities`; ``utility_field`` defaults to
+  the column's name when that is ``abstain_prob``, ``answer_prob`` or ``utility``).
 * ``CPrec(coverage=...)@k`` and ``CnDCG(coverage=...)@k``: :func:`udcg.qcare.coverage.c_precision`
   and :func:`~udcg.qcare.coverage.c_ndcg` of each query's top k documents in trec_eval order
   (score descending, ties by document id descending), with ``coverage`` the gain ``r`` in [0, 1]
   of each (query, document): a dict ``{qid: {doc_id: r}}``, a ``qid doc_id r`` TSV file, or
   contexts labelled by ``udcg qcare`` (a JSONL file; r is :func:`udcg.qcare.coverage.coverage`
   of each passage's ``covers`` row); ``binary=True`` takes r = 1 if the passage covers any
-  sub-query (r > 0). A top-k document without a gain (or with a null label) is an error naming
-  it.
+  sub-query (r > 0); or ``coverage_column=``, a column of the run frame. A top-k document
+  without a gain (or with a null label) is an error naming it.
 
 Queries the qrels do not judge are not scored; ir_measures gives 0 to judged queries the run
 lacks, as it does for its own measures. A measure's name is its udcg name (``UDCG@5``,
 ``UDCG(gamma=0.5)@5``, ``C-nDCG@10``): the data sources are not part of it, but two measures
-with other sources are still distinct measures.
+with other sources are still distinct measures. ``ir_measures.parse_measure`` reads only
+ir_measures' own registry (adding to it would change every user of the process), so names
+reach these measures through :func:`parse_measure` here, with the sources as keywords.
 
 Examples:
     UDCG@3 beside nDCG@3, one query: relevant d1 and d3 ranked 1st and 3rd:
@@ -35,6 +40,7 @@ Examples:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from os import PathLike
 from typing import Any, ClassVar
@@ -57,24 +63,35 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import read_contexts
 from udcg.io.files import numbered_lines
 from udcg.io.formats.trec import columns_from_dict, read_columns
-from udcg.io.joins.utilities import read_utility_file
+from udcg.io.joins.utilities import UTILITY_FIELDS, read_utility_file
 from udcg.metrics.udcg import DEFAULT_GAMMA
 from udcg.qcare.coverage import c_ndcg, c_precision, coverage
 from udcg.trec.engine import evaluate_table
 from udcg.trec.measures import Measure as _UdcgMeasure
+from udcg.trec.measures import parse_measure as _parse_udcg
 
-__all__ = ["UDCG", "CPrec", "CnDCG", "UDCGtheta"]
+__all__ = ["UDCG", "CPrec", "CnDCG", "UDCGtheta", "parse_measure"]
 
 _CUTOFF = ParamInfo(dtype=int, required=True, desc="ranking cutoff k")
 _UTILITY_PARAMS = {
     "cutoff": _CUTOFF,
     "rel": ParamInfo(dtype=int, default=1, desc="minimum relevance level"),
-    "utilities": ParamInfo(required=True, desc="dict, utilities file or annotated contexts"),
+    "utilities": ParamInfo(desc="dict, utilities file or annotated contexts"),
+    "utility_column": ParamInfo(dtype=str, desc="the run frame's column holding the values"),
     "utility_field": ParamInfo(dtype=str, desc="abstain_prob, answer_prob or utility"),
     "judge_key": ParamInfo(dtype=str, desc="the judge of an annotated contexts file"),
 }
 #: parameters that name data, not the measure
-_SOURCES = ("utilities", "utility_field", "judge_key", "weights", "allow_mismatch", "coverage")
+_SOURCES = (
+    "utilities",
+    "utility_column",
+    "utility_field",
+    "judge_key",
+    "weights",
+    "allow_mismatch",
+    "coverage",
+    "coverage_column",
+)
 
 
 def _ident(value: Any) -> Any:
@@ -85,20 +102,40 @@ def _ident(value: Any) -> Any:
 class _Measure(_IrMeasure):
     """A measure of ir_measures' runtime provider (``runtime_impl``), named by its udcg name."""
 
-    RUN_INPUTS = ("query_id", "doc_id", "score")
     QREL_INPUTS = ("query_id", "doc_id", "relevance")
+    #: the data source and the run-frame column that replaces it (one of the two is needed)
+    _SOURCE: ClassVar[tuple[str, str] | None] = None
+
+    @property
+    def RUN_INPUTS(self) -> tuple[str, ...]:
+        """The run columns read: PyTerrier checks a pipeline's output has them."""
+        column = self.params.get(self._SOURCE[1]) if self._SOURCE else None
+        return ("query_id", "doc_id", "score", *([column] if column else []))
 
     def _values(self, qrels: Any, run: Any) -> dict[str, float]:
         raise NotImplementedError
 
     def validate_params(self) -> None:
         """ir_measures' checks, after a missing cutoff or data source is named in one line."""
+        public = type(self).__name__.lstrip("_")
         for name, info in self.SUPPORTED_PARAMS.items():
             if info.required and name not in self.params:
-                public = type(self).__name__.lstrip("_")
                 what = "a cutoff, e.g. " if name == "cutoff" else f"{name}: pass "
                 example = f"{public}@10" if name == "cutoff" else f"{public}({name}=...)"
                 raise UDCGInputError(f"{self.NAME} needs {what}{example}", field=name)
+        if self._SOURCE is not None:
+            source, column = self._SOURCE
+            given = [name for name in self._SOURCE if name in self.params]
+            if not given:
+                raise UDCGInputError(
+                    f"{self.NAME} needs {source}: pass {public}({source}=...) "
+                    f"or {public}({column}=...)",
+                    field=source,
+                )
+            if len(given) == 2:
+                raise UDCGInputError(
+                    f"{self.NAME} takes {source} or {column}, not both", field=column
+                )
         super().validate_params()
 
     def runtime_impl(self, qrels: Any, run: Any) -> Iterator[ir_measures.Metric]:
@@ -122,7 +159,25 @@ class _Measure(_IrMeasure):
         return hash(self._key())
 
 
+def _column(run: Any, column: str, param: str) -> dict[str, dict[str, float]]:
+    """``{qid: {doc_id: value}}`` of a run frame's ``column`` (rows without a value left out:
+    a top-k document among them is the measure's located error)."""
+    if column not in run.columns:
+        raise UDCGInputError(
+            f"{param}={column!r}: the run has no such column (found "
+            f"{', '.join(map(str, run.columns))})",
+            field=param,
+        )
+    rows = run[["query_id", "doc_id", column]].dropna(subset=[column])
+    values: dict[str, dict[str, float]] = {}
+    for qid, doc_id, value in rows.itertuples(index=False):
+        values.setdefault(str(qid), {})[str(doc_id)] = float(value)
+    return values
+
+
 class _UtilityMeasure(_Measure):
+    _SOURCE = ("utilities", "utility_column")
+
     def _measure(self) -> _UdcgMeasure:
         raise NotImplementedError
 
@@ -130,8 +185,12 @@ class _UtilityMeasure(_Measure):
         return str(self._measure())
 
     def _values(self, qrels: Any, run: Any) -> dict[str, float]:
-        utilities, field = self["utilities"], self.params.get("utility_field")
-        if "judge_key" in self.params:
+        utilities, field = self.params.get("utilities"), self.params.get("utility_field")
+        column = self.params.get("utility_column")
+        if column is not None:
+            utilities = _column(run, column, "utility_column")
+            field = field or (column if column in UTILITY_FIELDS else None)
+        elif "judge_key" in self.params:
             utilities = read_utility_file(utilities, field, self.params["judge_key"])
         table = evaluate_table(
             qrels,
@@ -254,9 +313,11 @@ def _coverage_gains(coverage_source: Any, binary: bool) -> dict[tuple[str, str],
 
 
 class _CoverageMeasure(_Measure):
+    _SOURCE = ("coverage", "coverage_column")
     SUPPORTED_PARAMS: ClassVar[dict[str, ParamInfo]] = {
         "cutoff": _CUTOFF,
-        "coverage": ParamInfo(required=True, desc="gains (dict, file) or labelled contexts"),
+        "coverage": ParamInfo(desc="gains (dict, file) or labelled contexts"),
+        "coverage_column": ParamInfo(dtype=str, desc="the run frame's column holding the gains"),
         "binary": ParamInfo(dtype=bool, default=False, desc="r = 1 if any sub-query is covered"),
     }
 
@@ -269,7 +330,9 @@ class _CoverageMeasure(_Measure):
 
     def _values(self, qrels: Any, run: Any) -> dict[str, float]:
         k = self["cutoff"]
-        gain_of = _coverage_gains(self["coverage"], self["binary"])
+        column = self.params.get("coverage_column")
+        source = self["coverage"] if column is None else _column(run, column, "coverage_column")
+        gain_of = _coverage_gains(source, self["binary"])
         judged = set(qrels["query_id"])
         ranked = run.sort_values(["query_id", "score", "doc_id"], ascending=[True, False, False])
         qids, gains = [], []
@@ -334,3 +397,45 @@ CPrec = _CPrec()
 """``CPrec(coverage=C)@k``: ``(1/k) * sum_{j<=k} r_j`` of the top k's coverage gains."""
 CnDCG = _CnDCG()
 """``CnDCG(coverage=C)@k``: ``DCG@k(r) / IDCG@k`` of the top k's coverage gains."""
+
+_COVERAGE_NAME = re.compile(
+    r"^(?P<name>C-Prec|C-nDCG)(?P<binary>\(binary=True\))?@(?P<cutoff>[1-9][0-9]*)$"
+)
+_UTILITY_NAME = re.compile(r"^(?:UDCG|UDCGtheta)(?:[(@]|$)", re.IGNORECASE)
+
+
+def parse_measure(name: str, **sources: Any) -> ir_measures.Measure:
+    """The measure called ``name``, its data sources given as keywords: udcg's names
+    (``UDCG@5``, ``UDCG(gamma=0.5)@5``, ``UDCGtheta@5``, ``C-Prec@5``,
+    ``C-nDCG(binary=True)@10``) give this module's measures, any other name ir_measures' own
+    (:func:`ir_measures.parse_measure`: ``nDCG@10``, ``P(rel=2)@5``), which take no sources.
+
+    Examples:
+        >>> u = {"q1": {"d1": 0.9, "d2": 0.6}}
+        >>> m = parse_measure("UDCG(gamma=0.5)@2", utilities=u, utility_field="utility")
+        >>> m, m == UDCG(utilities=u, utility_field="utility", gamma=0.5) @ 2
+        (UDCG(gamma=0.5)@2, True)
+        >>> parse_measure("C-nDCG(binary=True)@10", coverage_column="coverage")
+        C-nDCG(binary=True)@10
+        >>> parse_measure("nDCG@10")
+        nDCG@10
+    """
+    text = name.strip()
+    coverage_name = _COVERAGE_NAME.match(text)
+    if coverage_name:
+        base: _Measure = CPrec if coverage_name["name"] == "C-Prec" else CnDCG
+        binary = {"binary": True} if coverage_name["binary"] else {}
+        return base(**binary, **sources) @ int(coverage_name["cutoff"])
+    if _UTILITY_NAME.match(text):
+        parsed = _parse_udcg(text)
+        params: dict[str, Any] = {"rel": parsed.rel} if parsed.rel != 1 else {}
+        if parsed.gamma is not None and parsed.gamma != DEFAULT_GAMMA:
+            params["gamma"] = parsed.gamma
+        base = UDCG if parsed.name == "UDCG" else UDCGtheta
+        return base(**params, **sources) @ parsed.cutoff
+    if sources:
+        raise UDCGInputError(
+            f"{text!r} is not a udcg measure: it takes no {', '.join(sorted(sources))}",
+            field="measures",
+        )
+    return ir_measures.parse_measure(text)
