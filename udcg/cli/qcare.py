@@ -4,18 +4,21 @@
     udcg qcare score LABELLED.jsonl [--answers-from MODEL] [-k 10] [--binary]
         [--gain {linear,exponential}] [--coverage {boolean,fractional}]
     udcg qcare agreement JUDGE.jsonl HUMAN.jsonl [--answers-from MODEL] [--split-by run]
+    udcg qcare import RESULTS.json -o OUT.jsonl [--benchmark TESTBED.json] [--retriever BM25]
 
 ``label`` adds sub-queries, coverage labels and (with ``--answers-from``) the claims and
 checks of ``outcomes[MODEL].answer``, through the cached judge (options and cache:
 :mod:`udcg.cli.judge_args`), and prints label, fallback and judge-call counts. ``score``
 prints the mean of each metric and why values are missing (``--out`` writes them per context).
 ``agreement`` prints Pearson and Spearman correlations between judge-based and human-based
-metrics per split. ``-`` as an input file reads standard input; as OUT or ``--out`` it writes
-standard output, and the counts or means go to stderr. ``--gain`` picks C-nDCG's gain and
-``--coverage fractional`` reads the per-chunk coverage from ``passages[].covers_prob`` (numbers
-in [0, 1]) instead of the booleans ``covers``. ``--answers-from MODEL`` names the
-answers to read (``outcomes[MODEL]``: a generator's, which need not be the judge's), so it is not
-``--judge-key``, the key of the labelling judge.
+metrics per split. ``import`` turns a results file of the Q-CARE release's pipeline into
+labelled contexts (:func:`udcg.qcare.release.read_release_results`). ``-`` as an input file
+reads standard input; as OUT or ``--out`` it writes standard output, and the counts or means
+go to stderr. ``--gain`` picks C-nDCG's gain and ``--coverage fractional`` reads the per-chunk
+coverage from ``passages[].covers_prob`` (numbers in [0, 1]) instead of the booleans
+``covers``. ``--answers-from MODEL`` names the answers to read (``outcomes[MODEL]``: a
+generator's, which need not be the judge's), so it is not ``--judge-key``, the key of the
+labelling judge.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from udcg.qcare.agreement import agreement
 from udcg.qcare.coverage import GAINS
 from udcg.qcare.labels.checks import CHECK_MODES
 from udcg.qcare.labels.label import CHECKS, QCareReport, check_inputs, label_contexts
+from udcg.qcare.release import RELEASE_TOP_K, read_release_results
 from udcg.qcare.scores import COVERAGE_LABELS, QCareScores, qcare_scores
 
 
@@ -99,6 +103,30 @@ def build_parser() -> argparse.ArgumentParser:
     agree.add_argument("human_labels", help="human-labelled contexts JSONL, same structure")
     agree.add_argument("--split-by", help="context field or extra key (e.g. run, split)")
     agree.add_argument("--no-fill", action="store_true", help="do not fill missing human labels")
+    release = sub.add_parser(
+        "import",
+        help="read a Q-CARE release results file",
+        description="Turn a results file of the Q-CARE release's pipeline (evaluate.py or "
+        "evaluate_retriever.py output) into labelled contexts for score and agreement.",
+    )
+    release.add_argument("input", help="results JSON (a list of per-query records)")
+    add_out(release, "labelled contexts JSONL (.gz compresses; - is stdout)", required=True)
+    release.add_argument(
+        "--benchmark",
+        metavar="PATH",
+        help="the benchmark JSON the run read, for the chunk texts (retrieved_chunk)",
+    )
+    release.add_argument(
+        "--retriever",
+        help="run name and retrieved_chunk key (default: the record's retriever, else BM25)",
+    )
+    release.add_argument(
+        "-k",
+        "--k",
+        type=_positive,
+        default=RELEASE_TOP_K,
+        help="chunks judged per query (default: %(default)s)",
+    )
     for cmd in (score, agree):
         cmd.add_argument(
             "--answers-from", metavar="MODEL", help="generator metrics of outcomes[MODEL]"
@@ -185,6 +213,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = info_stream(args.out)
             print(format_report(report, judge.name), file=out)
             print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}", file=out)
+        elif args.command == "import":
+            refuse_same_file(args.out, {"INPUT": args.input, "--benchmark": args.benchmark})
+            contexts = read_release_results(
+                args.input, args.benchmark, retriever=args.retriever, k=args.k
+            )
+            write_contexts(args.out, contexts)
+            unresolved = sum(
+                o.get("unresolved_facts", 0) for c in contexts for o in c.outcomes.values()
+            )
+            print(
+                f"imported {len(contexts)} contexts; fact references matching no claim "
+                f"(ignored): {unresolved}",
+                file=info_stream(args.out),
+            )
         elif args.command == "score":
             if args.out:
                 refuse_same_file(args.out, {"INPUT": args.input})

@@ -6,6 +6,8 @@ decomposition, four Yes/No checks, and the coverage and generator metrics from t
   Verifiableness from judge or human labels (``udcg qcare score``);
 * :func:`agreement` compares judge-based and human-based metrics
   (``udcg qcare agreement``);
+* :func:`read_release_results` reads the output of the Q-CARE release's pipeline into
+  contexts (``udcg qcare import``);
 * :mod:`udcg.qcare.coverage` and :mod:`udcg.qcare.generator` hold the metrics.
 """
 
@@ -13,6 +15,7 @@ from udcg.qcare.agreement import AgreementRow, agreement, fill_labels
 from udcg.qcare.labels.checks import YesNoChecker, parse_yes_no
 from udcg.qcare.labels.decompose import decompose_answers, decompose_queries
 from udcg.qcare.labels.label import QCareReport, label_contexts
+from udcg.qcare.release import read_release_results
 from udcg.qcare.scores import METRICS, QCareScores, qcare_scores
 
 __all__ = [
@@ -28,4 +31,5 @@ __all__ = [
     "label_contexts",
     "parse_yes_no",
     "qcare_scores",
+    "read_release_results",
 ]

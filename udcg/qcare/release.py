@@ -1,0 +1,303 @@
+"""Read the output of the Q-CARE release's pipeline (github DISL-Lab/Q-CaRE-COLM-26,
+``evaluate.py``) into contexts, so that ``udcg qcare score`` computes its metrics again.
+
+A results file is a JSON list of per-query records (read for the format only)::
+
+    {"qid": "nq_test_812", "query": "...", "model_answer": "...", "target_model": "GPT-5",
+     "decomposed_query": {"Core subquery1": "...", "Core subquery2": "..."},
+     "atomic_facts": {"Atomic fact1": "..."},
+     "relevance_check": {
+       "query_chunk_coverage": {"Chunk 2": ["Core subquery1"]},
+       "chunk_fact_relevance": {"Chunk 2": {"selected_facts": ["Atomic fact1"]}},
+       "query_fact_relevance": {"Core subquery1": {"selected_facts": ["Atomic fact1"]}},
+       "query_fact_coverage": {"Core subquery1": "Covered", "Core subquery2": "Not covered"}},
+     "metrics": {"precision_at_10": 0.05, "ndcg_at_10": 0.63, ...}}
+
+or, from ``evaluate_retriever.py``, ``{"qid", "query", "decomposed_query", "retriever",
+"query_chunk_coverage", "metrics"}`` (no answer). One context per record, run = the retriever,
+with:
+
+* ``subqueries``: the values of ``decomposed_query`` in file order;
+* ``passages``: the top ``k`` (10, as the release judges) chunks, ``doc_id`` their 1-based
+  position (``"1"`` for ``Chunk 1``; a chunk text may repeat in a list), ``text`` from the
+  benchmark file's ``retrieved_chunk[retriever]`` when it is given, and
+  ``covers[s]`` = sub-query s is listed under the chunk in ``query_chunk_coverage``;
+* ``outcomes[target_model]``: ``answer``, ``claims`` (the values of ``atomic_facts``),
+  ``subquery_covered[s]`` (``"Covered"``; ``null`` when the sub-query has no label),
+  ``claim_relevance[f][s]`` and ``claim_support[f][chunk]`` from the ``selected_facts`` lists;
+* ``extra["release_metrics"]``: the record's published ``metrics``, kept for comparison.
+
+``selected_facts`` entries are fact keys (``Atomic fact2``) or, as the release's ``paper``
+parsing keeps them, fact texts: a text equal (after trimming) to one claim is that claim; an
+entry matching no claim is ignored and counted in ``outcomes[MODEL]["unresolved_facts"]``.
+The release counts each distinct entry instead, so a claim named once by key and once by text
+counts twice there (and a ratio above 1 becomes 0); udcg counts claims. Anything of the wrong
+type, a key naming no sub-query or a chunk outside 1..k is an error naming the file, the item
+and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from udcg.errors import UDCGInputError
+from udcg.io.contexts.checks import Where, json_problem, kind
+from udcg.io.contexts.model import Context, Passage
+from udcg.io.files import PathType, read_bytes
+from udcg.validation import positive_int
+
+__all__ = ["RELEASE_TOP_K", "read_release_results"]
+
+#: Chunks the release's pipeline judges per query.
+RELEASE_TOP_K = 10
+#: The retriever of ``evaluate.py``'s records (they do not name it).
+DEFAULT_RETRIEVER = "BM25"
+_CHUNK = re.compile(r"Chunk (\d+)")
+_CHECKS = (
+    "query_chunk_coverage",
+    "chunk_fact_relevance",
+    "query_fact_relevance",
+    "query_fact_coverage",
+)
+
+
+def _load_json(path: PathType) -> Any:
+    data = read_bytes(path)
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UDCGInputError("not valid UTF-8", path=path, line=line) from None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        line = exc.lineno if isinstance(exc, json.JSONDecodeError) else None
+        raise UDCGInputError(json_problem(exc), path=path, line=line) from None
+
+
+def _object(value: Any, name: str, where: Where) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise where.error(name, f"must be an object, got {kind(value)}")
+    return value
+
+
+def _text_map(value: Any, name: str, where: Where) -> dict[str, str]:
+    """A ``{key: text}`` object (``decomposed_query``, ``atomic_facts``)."""
+    for key, text in _object(value, name, where).items():
+        if not isinstance(text, str):
+            raise where.error(f"{name}.{key}", f"must be a string, got {kind(text)}")
+    return value
+
+
+def _keys(value: Any, name: str, where: Where) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise where.error(name, f"must be a list of strings, got {kind(value)}")
+    return value
+
+
+def _selected(value: Any, name: str, where: Where) -> list[str]:
+    """The ``selected_facts`` list of a ``{"selected_facts": [...]}`` object."""
+    return _keys(
+        _object(value, name, where).get("selected_facts", []), f"{name}.selected_facts", where
+    )
+
+
+class _Facts:
+    """Resolves ``selected_facts`` entries (keys or texts) to claim indices."""
+
+    def __init__(self, facts: dict[str, str]) -> None:
+        self.index = {key: i for i, key in enumerate(facts)}
+        self.by_text: dict[str, int] = {}
+        for i, text in enumerate(facts.values()):
+            self.by_text.setdefault(text.strip(), i)
+        self.unresolved = 0
+
+    def flags(self, entries: list[str]) -> list[bool]:
+        chosen = [False] * len(self.index)
+        for entry in entries:
+            i = self.index.get(entry, self.by_text.get(entry.strip()))
+            if i is None:
+                self.unresolved += 1
+            else:
+                chosen[i] = True
+        return chosen
+
+
+def _chunk(key: str, name: str, where: Where, k: int) -> int:
+    """The 0-based position of a ``Chunk N`` key (N in 1..k)."""
+    match = _CHUNK.fullmatch(key)
+    if match is None or not 1 <= int(match.group(1)) <= k:
+        raise where.error(name, f"expected 'Chunk N' with N in 1..{k}, got {key!r}")
+    return int(match.group(1)) - 1
+
+
+def _record(
+    obj: Any,
+    where: Where,
+    chunks: Mapping[str, list[str]] | None,
+    retriever: str,
+    k: int,
+    model: str | None,
+) -> Context:
+    if not isinstance(obj, dict):
+        raise UDCGInputError(
+            f"must be an object (one record per query), got {kind(obj)}",
+            path=where.path,
+            field=where.prefix.rstrip("."),
+        )
+    for key in ("qid", "decomposed_query"):
+        if key not in obj:
+            raise where.error(key, "missing (every record needs qid and decomposed_query)")
+    if "relevance_check" not in obj and "query_chunk_coverage" not in obj:
+        raise where.error("relevance_check", "missing (and no query_chunk_coverage either)")
+    qid = obj["qid"]
+    if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+        raise where.error("qid", f"must be a string, got {kind(qid)}")
+    qid = str(qid)
+    subqueries = _text_map(obj["decomposed_query"], "decomposed_query", where)
+    sub_index = {key: s for s, key in enumerate(subqueries)}
+    if "relevance_check" in obj:
+        checks = _object(obj["relevance_check"], "relevance_check", where)
+        prefix = "relevance_check."
+    else:  # evaluate_retriever.py: the coverage alone, at the top level
+        checks, prefix = {"query_chunk_coverage": obj["query_chunk_coverage"]}, ""
+    run = retriever or obj.get("retriever") or DEFAULT_RETRIEVER
+    if not isinstance(run, str):
+        raise where.error("retriever", f"must be a string, got {kind(run)}")
+    texts: list[str | None] = [None] * k
+    if chunks is not None:
+        if qid not in chunks:
+            raise where.error("qid", f"{qid!r} is not in the benchmark file")
+        if run not in chunks[qid]:
+            raise where.error("qid", f"the benchmark file has no {run} chunks for {qid!r}")
+        texts = list(chunks[qid][run][:k])
+    n_chunks = len(texts)
+
+    covers = [[False] * len(subqueries) for _ in range(n_chunks)]
+    coverage = _object(
+        checks.get("query_chunk_coverage", {}), f"{prefix}query_chunk_coverage", where
+    )
+    for chunk_key, listed_keys in coverage.items():
+        name = f"{prefix}query_chunk_coverage.{chunk_key}"
+        j = _chunk(chunk_key, name, where, n_chunks)
+        for sq_key in _keys(listed_keys, name, where):
+            if sq_key not in sub_index:
+                raise where.error(name, f"names {sq_key!r}, which decomposed_query does not hold")
+            covers[j][sub_index[sq_key]] = True
+    passages = [Passage(str(j + 1), texts[j], covers=covers[j]) for j in range(n_chunks)]
+    extra: dict[str, Any] = {}
+    if "metrics" in obj:
+        extra["release_metrics"] = obj["metrics"]
+    ctx = {"run": run, "question": obj.get("query"), "subqueries": list(subqueries.values())}
+    if not isinstance(ctx["question"], (str, type(None))):
+        raise where.error("query", f"must be a string, got {kind(ctx['question'])}")
+
+    name = model or obj.get("target_model")
+    if name is None or "atomic_facts" not in obj:
+        return Context(qid, passages, **ctx, extra=extra, source=where.source())
+    if not isinstance(name, str):
+        raise where.error("target_model", f"must be a string, got {kind(name)}")
+    facts = _Facts(_text_map(obj["atomic_facts"], "atomic_facts", where))
+    base = "relevance_check.query_fact_coverage"
+    labels = _object(checks.get("query_fact_coverage", {}), base, where)
+    covered: list[bool | None] = []
+    for sq_key in subqueries:
+        status = labels.get(sq_key)
+        if status is not None and status not in ("Covered", "Not covered"):
+            raise where.error(
+                f"{base}.{sq_key}", f"must be 'Covered' or 'Not covered', got {kind(status)}"
+            )
+        covered.append(None if status is None else status == "Covered")
+    relevance = [[False] * len(subqueries) for _ in facts.index]
+    base = "relevance_check.query_fact_relevance"
+    for sq_key, value in _object(checks.get("query_fact_relevance", {}), base, where).items():
+        if sq_key not in sub_index:
+            raise where.error(f"{base}.{sq_key}", "names no sub-query of decomposed_query")
+        for f, flag in enumerate(facts.flags(_selected(value, f"{base}.{sq_key}", where))):
+            relevance[f][sub_index[sq_key]] = flag
+    support = [[False] * n_chunks for _ in facts.index]
+    base = "relevance_check.chunk_fact_relevance"
+    for chunk_key, value in _object(checks.get("chunk_fact_relevance", {}), base, where).items():
+        j = _chunk(chunk_key, f"{base}.{chunk_key}", where, n_chunks)
+        for f, flag in enumerate(facts.flags(_selected(value, f"{base}.{chunk_key}", where))):
+            support[f][j] = support[f][j] or flag
+    outcome = {
+        "answer": obj.get("model_answer"),
+        "claims": list(obj["atomic_facts"].values()),
+        "subquery_covered": covered,
+        "claim_relevance": relevance,
+        "claim_support": support,
+        "unresolved_facts": facts.unresolved,
+    }
+    return Context(
+        qid, passages, **ctx, outcomes={name: outcome}, extra=extra, source=where.source()
+    )
+
+
+def _benchmark_chunks(path: PathType) -> dict[str, dict[str, list[str]]]:
+    """``{qid: {retriever: chunk texts}}`` of a benchmark file's ``retrieved_chunk``."""
+    items = _load_json(path)
+    if not isinstance(items, list):
+        raise UDCGInputError(f"expected a JSON list of records, got {kind(items)}", path=path)
+    out: dict[str, list[str]] = {}
+    for i, item in enumerate(items):
+        where = Where(path, None, prefix=f"[{i}].")
+        if not isinstance(item, dict):
+            raise UDCGInputError(f"must be an object, got {kind(item)}", path=path, field=f"[{i}]")
+        lists = _object(item.get("retrieved_chunk"), "retrieved_chunk", where)
+        out[str(item.get("qid"))] = {
+            name: _keys(texts, f"retrieved_chunk.{name}", where) for name, texts in lists.items()
+        }
+    return out
+
+
+def read_release_results(
+    path: PathType,
+    benchmark: PathType | None = None,
+    *,
+    retriever: str | None = None,
+    k: int = RELEASE_TOP_K,
+    model: str | None = None,
+) -> list[Context]:
+    """Contexts from a Q-CARE release results file (a JSON list, ``evaluate.py``'s or
+    ``evaluate_retriever.py``'s output).
+
+    ``benchmark``: the benchmark file the run read (``data/testbed/*.json``), for the chunk
+    texts of ``retrieved_chunk[retriever]`` (without it, passages have no text);
+    ``retriever``: the run name and the benchmark's chunk list (default: the record's
+    ``retriever``, else ``BM25``, evaluate.py's default); ``k``: chunks judged per query;
+    ``model``: the outcome key (default: each record's ``target_model``).
+
+    Examples:
+        One sub-query of two covered by chunk 2, one claim supported by chunk 2:
+
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> record = {"qid": "q1", "query": "who and when?", "target_model": "m",
+        ...     "model_answer": "Austen.", "decomposed_query": {"Core subquery1": "who?",
+        ...     "Core subquery2": "when?"}, "atomic_facts": {"Atomic fact1": "Austen wrote it."},
+        ...     "relevance_check": {"query_chunk_coverage": {"Chunk 2": ["Core subquery1"]},
+        ...         "chunk_fact_relevance": {"Chunk 2": {"selected_facts": ["Atomic fact1"]}},
+        ...         "query_fact_relevance": {
+        ...             "Core subquery1": {"selected_facts": ["Atomic fact1"]}},
+        ...         "query_fact_coverage": {"Core subquery1": "Covered",
+        ...                                 "Core subquery2": "Not covered"}}}
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "results.json"
+        ...     _ = path.write_text(json.dumps([record]))
+        ...     (ctx,) = read_release_results(path)
+        >>> [p.covers for p in ctx.passages[:3]], ctx.outcomes["m"]["subquery_covered"]
+        ([[False, False], [True, False], [False, False]], [True, False])
+    """
+    positive_int(k, "k")
+    items = _load_json(path)
+    if not isinstance(items, list):
+        raise UDCGInputError(f"expected a JSON list of records, got {kind(items)}", path=path)
+    chunks = None if benchmark is None else _benchmark_chunks(benchmark)
+    return [
+        _record(item, Where(path, None, prefix=f"[{i}]."), chunks, retriever, k, model)
+        for i, item in enumerate(items)
+    ]
