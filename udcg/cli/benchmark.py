@@ -24,19 +24,23 @@ from udcg.cli.hydra_config import (
     plain,
     run_hydra,
     run_job,
+    sweep_dir,
+    tracking_settings,
 )
 from udcg.pipeline.benchmark import GIVEN, run_benchmark
 from udcg.pipeline.metric_table import show_correlation, show_interval
 from udcg.pipeline.report import show_forecast
+from udcg.pipeline.tracking import track_report
 
 
 def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Path]]:
-    """Check the options of ``cfg`` (udcg/conf/evaluate.yaml), build its dataset and retriever and
-    run the pipeline."""
+    """Check the options of ``cfg`` (udcg/conf/evaluate.yaml), build its dataset and retriever,
+    run the pipeline and log the report to the tracker (``tracking=mlflow``)."""
     settings = evaluate_settings(cfg)
+    tracking = tracking_settings(cfg)
     dataset = build(cfg.dataset, "dataset")
     retriever = None if cfg.retriever.name == GIVEN else build_retriever(cfg.retriever)
-    return run_benchmark(
+    report, files = run_benchmark(
         dataset,
         retriever,
         settings,
@@ -44,6 +48,10 @@ def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], lis
         stage_id=(plain(cfg.dataset), plain(cfg.retriever)),
         config=plain(cfg),
     )
+    run_id = track_report(tracking, report, files, Path(output_dir), sweep_dir())
+    if run_id is not None:
+        print(f"tracked: MLflow run {run_id}")
+    return report, files
 
 
 def show_summary(report: dict[str, Any], files: list[Path]) -> None:

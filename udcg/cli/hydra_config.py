@@ -17,6 +17,7 @@ typed arguments built below.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ from udcg.cli.extras import missing_module_error
 from udcg.errors import UDCGInputError
 from udcg.pipeline.settings import EvaluateSettings, Settings, TrainSettings
 from udcg.pipeline.sweep import write_summary
+from udcg.pipeline.tracking import TrackingSettings, track_sweep
 from udcg.retrieval import Retriever
 
 S = TypeVar("S", bound=Settings)
@@ -170,6 +172,28 @@ def _in_sweep() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def sweep_dir() -> Path | None:
+    """The sweep directory when a sweep member runs, else None."""
+    return Path(HydraConfig.get().sweep.dir) if _in_sweep() else None
+
+
+def tracking_settings(cfg: DictConfig) -> TrackingSettings:
+    """The checked ``tracking`` options of ``cfg`` (``udcg/conf/tracking/``); with tracking
+    on, MLflow is imported now, so a missing one fails before any work."""
+    node = plain(cfg.get("tracking")) or {}
+    known = {f.name for f in fields(TrackingSettings)}
+    unknown = sorted(set(node) - known)
+    if unknown:
+        raise UDCGInputError(
+            f"unknown option; expected one of {', '.join(sorted(known))}",
+            field=f"tracking.{unknown[0]}",
+        )
+    settings = TrackingSettings(**node)
+    if settings.enabled:
+        import mlflow  # noqa: F401 (ModuleNotFoundError: needs the 'tracking' extra)
+    return settings
+
+
 def _with_extras(work: Callable[[], int | None]) -> Callable[[], int | None]:
     """``work`` where a missing optional dependency is a user mistake naming its extra."""
 
@@ -227,8 +251,26 @@ class SweepSummary(SweepFailures):
     the failed members (:class:`SweepFailures`)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        path = write_summary(Path(config.hydra.sweep.dir))
+        sweep = Path(config.hydra.sweep.dir)
+        path = write_summary(sweep)
+        tracked = None
         if path is not None:
             print(path.read_text())
             print(f"sweep summary: {path}")
+            tracked = run_command(
+                prog_name(config.hydra.job.name),
+                _with_extras(lambda: _track_sweep(config, sweep, path)),
+            )
         super().on_multirun_end(config, **kwargs)
+        if tracked is not None and tracked.status:
+            sys.exit(tracked.status)
+
+
+def _track_sweep(config: DictConfig, sweep: Path, summary_md: Path) -> None:
+    """Log the sweep summary to the tracker of ``config`` (``tracking=mlflow``)."""
+    settings = tracking_settings(config)
+    summary_json = summary_md.with_suffix(".json")
+    summary = json.loads(summary_json.read_text())
+    run_id = track_sweep(settings, summary, [summary_json, summary_md], sweep)
+    if run_id is not None:
+        print(f"sweep summary tracked: MLflow run {run_id}")

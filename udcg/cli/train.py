@@ -9,19 +9,38 @@ working directory).
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import importlib
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
 from udcg.cli.common import Outcome
-from udcg.cli.hydra_config import CONF_DIR, as_option, build, run_hydra, run_job, train_settings
+from udcg.cli.hydra_config import (
+    CONF_DIR,
+    as_option,
+    build,
+    plain,
+    run_hydra,
+    run_job,
+    train_settings,
+)
 from udcg.errors import UDCGInputError
 from udcg.pipeline.metric_table import format_table
-from udcg.pipeline.training import TrainReport, train
+from udcg.pipeline.tracking import flat_params, mlflow_uri_kept
+from udcg.pipeline.training import TrainReport, log_run, train
 from udcg.theta import UDCGTheta
+
+#: loggers whose package comes with an extra: class name -> the module to import first, so a
+#: missing one is the one-line "needs the 'tracking' extra" error
+LOGGER_MODULES = {"MLFlowLogger": "mlflow", "TensorBoardLogger": "tensorboard"}
+#: the key of a logger config that names udcg's own per-epoch history file, not a logger
+HISTORY_KEY = "history_csv"
 
 
 def write_history(path: Path, history: dict[str, list[float]]) -> None:
@@ -44,14 +63,83 @@ def build_model(cfg: DictConfig) -> UDCGTheta:
     return model
 
 
+def _targets(cfg: DictConfig | None) -> dict[str, DictConfig]:
+    """The entries of a group of named objects (``logger``, ``callbacks``) that have a
+    ``_target_``, by name."""
+    if cfg is None:
+        return {}
+    return {
+        str(name): node
+        for name, node in cfg.items()
+        if isinstance(node, DictConfig) and "_target_" in node
+    }
+
+
+def build_loggers(cfg: DictConfig) -> list[Any]:
+    """The Lightning loggers of ``cfg.logger`` (each named entry with a ``_target_``); a
+    logger whose package is missing is the one-line error naming its extra."""
+    loggers = []
+    for name, node in _targets(cfg.get("logger")).items():
+        module = LOGGER_MODULES.get(str(node._target_).rpartition(".")[2])
+        if module is not None:
+            importlib.import_module(module)  # ModuleNotFoundError: needs the 'tracking' extra
+        loggers.append(build(node, f"logger.{name}"))
+    return loggers
+
+
+def build_callbacks(cfg: DictConfig) -> list[Any]:
+    """The Lightning callbacks of ``cfg.callbacks`` (each named entry with a ``_target_``)."""
+    nodes = _targets(cfg.get("callbacks"))
+    return [build(node, f"callbacks.{name}") for name, node in nodes.items()]
+
+
+def build_trainer(cfg: DictConfig) -> Any:
+    """The ``lightning.Trainer`` partial of ``cfg.trainer`` (without udcg's ``verbose``), its
+    options checked against the Trainer's signature now."""
+    trainer = build(cfg.trainer, "trainer", drop=("verbose",))
+    func = getattr(trainer, "func", trainer)
+    try:
+        inspect.signature(func).bind_partial(**getattr(trainer, "keywords", {}))
+    except TypeError as exc:
+        raise UDCGInputError(f"cannot build trainer: {exc}", field="trainer") from None
+    return trainer
+
+
+def run_params(cfg: DictConfig) -> dict[str, str]:
+    """The run's config as flat parameters (``model.l2``: ``0.0``) for the loggers."""
+    return flat_params(plain(cfg))
+
+
 def run_train(cfg: DictConfig) -> TrainReport:
-    """Check the options of ``cfg`` (udcg/conf/train.yaml), build the model and data, train,
-    export, write the history."""
+    """Check the options of ``cfg`` (udcg/conf/train.yaml), build the model, data, Trainer,
+    callbacks and loggers, train, export, write the history and log the run."""
     settings = train_settings(cfg)
     model = build_model(cfg)
-    report = train(build(cfg.data, "data"), model, settings, Path(cfg.export_dir))
-    if cfg.logger.history_csv:
-        write_history(Path(cfg.export_dir) / cfg.logger.history_csv, model.history_)
+    trainer = build_trainer(cfg)
+    callbacks = build_callbacks(cfg)
+    loggers = build_loggers(cfg)
+    export_dir = Path(cfg.export_dir)
+    mlflow_used = any(type(lg).__name__ == "MLFlowLogger" for lg in loggers)
+    with mlflow_uri_kept() if mlflow_used else contextlib.nullcontext():
+        report = train(
+            build(cfg.data, "data"),
+            model,
+            settings,
+            export_dir,
+            trainer=trainer,
+            logger=loggers or None,
+            callbacks=callbacks,
+        )
+        artifacts = [
+            p for p in (report.weights_path, report.plot_path, report.model_dir) if p is not None
+        ]
+        if report.weights_path is not None:
+            artifacts.insert(1, report.weights_path.with_suffix(".json"))
+        history = cfg.logger.get(HISTORY_KEY) if cfg.get("logger") is not None else None
+        if history:
+            write_history(export_dir / history, model.history_)
+            artifacts.append(export_dir / history)
+        log_run(loggers, report, run_params(cfg), settings.utility, artifacts)
     return report
 
 

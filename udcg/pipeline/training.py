@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from udcg.pipeline.fit_size import warn_if_few_contexts
 from udcg.pipeline.metric_table import MetricRow, classic_metrics, finite_or_none, metric_rows
 from udcg.pipeline.plots import plot_weights
 from udcg.pipeline.settings import TrainSettings
+from udcg.pipeline.tracking import flat_metrics
 from udcg.progress import next_stage, progress
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
 
@@ -175,12 +176,18 @@ def train(
     model: UDCGTheta,
     settings: TrainSettings | None = None,
     export_dir: Path | None = None,
+    *,
+    trainer: Any = None,
+    logger: Any = None,
+    callbacks: Sequence[Any] = (),
 ) -> TrainReport:
     """Select, split by query, fit ``model`` and tune gamma, compare on held-out, fit the
     recalibration ``settings.calibration`` on the held-out queries (stored with the weights:
     :meth:`UDCGTheta.calibrate`), export.
 
-    ``settings`` default to :class:`TrainSettings` for the model's k."""
+    ``settings`` default to :class:`TrainSettings` for the model's k. ``trainer``, ``logger``
+    and ``callbacks`` go to :meth:`UDCGTheta.fit` (the Lightning Trainer, loggers, callbacks);
+    :func:`log_run` adds the results to the loggers."""
     if settings is None:
         settings = TrainSettings(k=model.k)
     k = settings.k
@@ -207,7 +214,15 @@ def train(
         )
     warn_if_few_contexts(len(train_set), model)
     with progress(4, "train: fit", unit="stage") as bar:
-        model.fit(train_set.relevant, train_set.utility, train_set.correct, groups=train_set.qids)
+        model.fit(
+            train_set.relevant,
+            train_set.utility,
+            train_set.correct,
+            groups=train_set.qids,
+            trainer=trainer,
+            logger=logger,
+            callbacks=callbacks,
+        )
         next_stage(bar, "train", "tune gamma")
         tuned = tune_gamma(
             train_set.relevant,
@@ -265,6 +280,52 @@ def train(
             (report.model_dir / FIGURE_NAME).write_bytes(report.plot_path.read_bytes())
         bar.update(1)
     return report
+
+
+def run_metrics(report: TrainReport, utility: str = DEFAULT_SOURCE) -> dict[str, float]:
+    """The run's numbers as the loggers get them: every finite number of its weights card
+    (:meth:`TrainReport.card`) under its ``/``-joined path (:func:`udcg.pipeline.tracking.
+    flat_metrics`): ``gamma``, ``sizes/train_contexts``, ``heldout/<metric>/spearman``...
+
+    >>> from udcg.theta.simulate import simulate_contexts
+    >>> settings = TrainSettings(k=3, judge="sim", n_bootstrap=20)
+    >>> report = train(simulate_contexts(40, 3), UDCGTheta(3), settings)
+    >>> metrics = run_metrics(report)
+    >>> theta = report.rows[0]
+    >>> metrics["gamma"] == report.gamma, metrics["heldout/UDCG-theta/kendall"] == theta.kendall
+    (True, True)
+    """
+    return flat_metrics(report.card(utility))
+
+
+def log_run(
+    loggers: Sequence[Any],
+    report: TrainReport,
+    params: Mapping[str, str],
+    utility: str = DEFAULT_SOURCE,
+    artifacts: Sequence[Path] = (),
+) -> None:
+    """Add a finished training run to its Lightning ``loggers``: ``params`` (flat names to
+    strings) as hyperparameters, :func:`run_metrics` as metrics; an ``MLFlowLogger`` also gets
+    the ``artifacts`` (files and folders). Each logger is finalized ("success") again.
+
+    >>> log_run([], None, {})  # no logger: nothing to do
+    """
+    if not loggers:
+        return
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    for logger in loggers:
+        logger.log_hyperparams(dict(params))
+        logger.log_metrics(run_metrics(report, utility))
+        if isinstance(logger, MLFlowLogger):
+            client, run_id = logger.experiment, logger.run_id
+            for path in artifacts:
+                if Path(path).is_dir():
+                    client.log_artifacts(run_id, str(path), artifact_path=Path(path).name)
+                else:
+                    client.log_artifact(run_id, str(path))
+        logger.finalize("success")
 
 
 def fit_theta(

@@ -408,12 +408,24 @@ class UDCGTheta:
     # ----------------------------------------------------------------------------------------
     # fitting and scoring
 
-    def fit(self, relevant: Any, utility: Any, correct: Any, groups: Any = None) -> UDCGTheta:
+    def fit(
+        self,
+        relevant: Any,
+        utility: Any,
+        correct: Any,
+        groups: Any = None,
+        *,
+        trainer: Any = None,
+        logger: Any = None,
+        callbacks: Any = (),
+    ) -> UDCGTheta:
         """Fit the weights on contexts ``[n, k]`` and their 0/1 end-to-end correctness.
 
         ``groups[i]`` is the query id of context i: the validation split holds out whole
         queries (no query is on both sides). ``groups=None`` treats every context as its own
         query, which leaks when a query has several contexts (runs, permutations).
+        ``trainer``, ``logger`` and ``callbacks`` (a ``lightning.Trainer`` partial, Lightning
+        loggers and callbacks) go to :func:`udcg.theta.lightning.fit_with_trainer`.
         """
         params = self._check_params()
         k = params["k"]
@@ -467,6 +479,9 @@ class UDCGTheta:
             patience=self.patience,
             accelerator=self.accelerator,
             verbose=bool(self.verbose),
+            trainer=trainer,
+            logger=logger,
+            callbacks=callbacks,
         )
         weight = outcome.weight.numpy()
         self.alpha_ = weight[:k].copy()

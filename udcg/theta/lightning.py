@@ -18,12 +18,13 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.callbacks import Callback, EarlyStopping
 from torch import nn
 from torch.nn import functional as F
 
@@ -138,6 +139,7 @@ class UDCGThetaModule(L.LightningModule):
         self.best_state: dict[str, torch.Tensor] | None = None
         self._val_sum = 0.0
         self._val_n = 0
+        self._logged_epochs = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``b + w . x``, shape ``[n]``."""
@@ -191,8 +193,22 @@ class UDCGThetaModule(L.LightningModule):
         self.history["train_loss"].append(after)
 
     def on_train_epoch_end(self) -> None:
+        self._log_epoch()
         if self.converged:
             self.trainer.should_stop = True
+
+    def _log_epoch(self) -> None:
+        """This epoch's ``history`` entries, as the float64 values themselves, to the Trainer's
+        loggers at step = epoch number (1, 2, ...: the rows of ``history.csv``)."""
+        epoch = len(self.history["train_loss"])
+        if not self.loggers or epoch == self._logged_epochs:
+            return
+        values = {"train_loss": self.history["train_loss"][-1]}
+        if len(self.history["val_loss"]) == epoch:
+            values["val_loss"] = self.history["val_loss"][-1]
+        for logger in self.loggers:
+            logger.log_metrics(values, step=epoch)
+        self._logged_epochs = epoch
 
     def on_validation_epoch_start(self) -> None:
         self._val_sum, self._val_n = 0.0, 0
@@ -208,7 +224,8 @@ class UDCGThetaModule(L.LightningModule):
             return
         val = self._val_sum / self._val_n
         self.history["val_loss"].append(val)
-        self.log("val_loss", val, prog_bar=True)
+        # for early stopping; the loggers get the float64 value from on_train_epoch_end
+        self.log("val_loss", val, prog_bar=True, logger=False)
         # keep the latest weights whose validation loss is within VAL_MIN_DELTA of the best:
         # a later epoch that is as good (up to noise) is the better-trained one
         if val <= self.best_val + VAL_MIN_DELTA:
@@ -283,27 +300,43 @@ def fit_with_trainer(
     patience: int,
     accelerator: str = "auto",
     verbose: bool = False,
+    trainer: Callable[..., L.Trainer] | None = None,
+    logger: Any = None,
+    callbacks: Sequence[Callback] = (),
 ) -> FitOutcome:
     """Fit ``module`` on ``data`` with a ``lightning.Trainer`` and return the chosen weights.
 
     With a validation split, training stops after ``patience`` epochs without a lower
     validation loss and the weights of the best validation epoch are returned. Without one,
-    the final weights are returned. Logger, checkpoints, progress bar and model summary are
-    off unless ``verbose``; nothing is written to disk.
+    the final weights are returned. Checkpoints, progress bar and model summary are off unless
+    ``verbose``.
+
+    ``trainer`` builds the Trainer (``lightning.Trainer`` when None; a ``functools.partial`` of
+    it, such as the ``trainer`` config of ``udcg train``, adds its other options); the
+    arguments set here win over the partial's. ``logger``: Lightning logger(s) that get the
+    module's hyperparameters and the per-epoch ``train_loss``/``val_loss`` (None: none, and
+    nothing is written to disk). ``callbacks`` are added to the Trainer's; an
+    ``EarlyStopping`` among them replaces the one built from ``patience`` (used only with a
+    validation split).
     """
-    callbacks = []
+    callbacks = list(callbacks)
+    given_early = [c for c in callbacks if isinstance(c, EarlyStopping)]
+    callbacks = [c for c in callbacks if not isinstance(c, EarlyStopping)]
     early = None
     if data.has_validation:
-        early = EarlyStopping(
-            monitor="val_loss", mode="min", patience=patience, min_delta=VAL_MIN_DELTA
-        )
+        early = given_early[0] if given_early else None
+        if early is None:
+            early = EarlyStopping(
+                monitor="val_loss", mode="min", patience=patience, min_delta=VAL_MIN_DELTA
+            )
         callbacks.append(early)
+    make_trainer = L.Trainer if trainer is None else trainer
     with _quiet(verbose), _restore_torch_flags():
-        trainer = L.Trainer(
+        lightning_trainer = make_trainer(
             accelerator=resolve_accelerator(accelerator),
             devices=1,
             max_epochs=max_epochs,
-            logger=False,
+            logger=False if logger is None else logger,
             enable_checkpointing=False,
             enable_progress_bar=verbose,
             enable_model_summary=verbose,
@@ -311,9 +344,8 @@ def fit_with_trainer(
             num_sanity_val_steps=0,
             limit_val_batches=1.0 if data.has_validation else 0,
             callbacks=callbacks,
-            default_root_dir=None,
         )
-        trainer.fit(module, datamodule=data)
+        lightning_trainer.fit(module, datamodule=data)
     if data.has_validation and module.best_state is not None:
         module.load_state_dict(module.best_state)
     weight = module.linear.weight.detach().to("cpu", torch.float64).reshape(-1)
