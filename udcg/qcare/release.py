@@ -137,8 +137,8 @@ def _chunk(key: str, name: str, where: Where, k: int) -> int:
 def _record(
     obj: Any,
     where: Where,
-    chunks: Mapping[str, list[str]] | None,
-    retriever: str,
+    chunks: Mapping[str, Mapping[str, list[str]]] | None,
+    retriever: str | None,
     k: int,
     model: str | None,
 ) -> Context:
@@ -200,18 +200,29 @@ def _record(
         return Context(qid, passages, **ctx, extra=extra, source=where.source())
     if not isinstance(name, str):
         raise where.error("target_model", f"must be a string, got {kind(name)}")
+    outcome = _outcome(obj, checks, list(subqueries), n_chunks, where)
+    return Context(
+        qid, passages, **ctx, outcomes={name: outcome}, extra=extra, source=where.source()
+    )
+
+
+def _outcome(
+    obj: dict[str, Any], checks: dict[str, Any], sq_keys: list[str], n_chunks: int, where: Where
+) -> dict[str, Any]:
+    """``outcomes[MODEL]`` of a record: the answer, its claims and the three answer checks."""
+    sub_index = {key: s for s, key in enumerate(sq_keys)}
     facts = _Facts(_text_map(obj["atomic_facts"], "atomic_facts", where))
     base = "relevance_check.query_fact_coverage"
     labels = _object(checks.get("query_fact_coverage", {}), base, where)
     covered: list[bool | None] = []
-    for sq_key in subqueries:
+    for sq_key in sq_keys:
         status = labels.get(sq_key)
         if status is not None and status not in ("Covered", "Not covered"):
             raise where.error(
                 f"{base}.{sq_key}", f"must be 'Covered' or 'Not covered', got {kind(status)}"
             )
         covered.append(None if status is None else status == "Covered")
-    relevance = [[False] * len(subqueries) for _ in facts.index]
+    relevance = [[False] * len(sq_keys) for _ in facts.index]
     base = "relevance_check.query_fact_relevance"
     for sq_key, value in _object(checks.get("query_fact_relevance", {}), base, where).items():
         if sq_key not in sub_index:
@@ -224,7 +235,7 @@ def _record(
         j = _chunk(chunk_key, f"{base}.{chunk_key}", where, n_chunks)
         for f, flag in enumerate(facts.flags(_selected(value, f"{base}.{chunk_key}", where))):
             support[f][j] = support[f][j] or flag
-    outcome = {
+    return {
         "answer": obj.get("model_answer"),
         "claims": list(obj["atomic_facts"].values()),
         "subquery_covered": covered,
@@ -232,9 +243,6 @@ def _record(
         "claim_support": support,
         "unresolved_facts": facts.unresolved,
     }
-    return Context(
-        qid, passages, **ctx, outcomes={name: outcome}, extra=extra, source=where.source()
-    )
 
 
 def _benchmark_chunks(path: PathType) -> dict[str, dict[str, list[str]]]:
@@ -242,7 +250,7 @@ def _benchmark_chunks(path: PathType) -> dict[str, dict[str, list[str]]]:
     items = _load_json(path)
     if not isinstance(items, list):
         raise UDCGInputError(f"expected a JSON list of records, got {kind(items)}", path=path)
-    out: dict[str, list[str]] = {}
+    out: dict[str, dict[str, list[str]]] = {}
     for i, item in enumerate(items):
         where = Where(path, None, prefix=f"[{i}].")
         if not isinstance(item, dict):
