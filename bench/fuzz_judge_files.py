@@ -60,7 +60,8 @@ from udcg.errors import UDCGInputError
 from udcg.judge import load_judge
 from udcg.judge.base import JSONResult, Judge
 from udcg.judge.cache import JudgeCache
-from udcg.judge.cached import CachedJudge, item_key
+from udcg.judge.cached import CachedJudge
+from udcg.judge.requests import item_key
 
 
 def _sibling(name: str) -> ModuleType:

@@ -23,7 +23,8 @@ from udcg.judge.batch_files import (
     request_body,
 )
 from udcg.judge.cache import JudgeCache
-from udcg.judge.cached import CachedJudge, item_key
+from udcg.judge.cached import CachedJudge
+from udcg.judge.requests import item_key
 
 
 def _chat(top: dict[str, float] | None, content: str = "x") -> dict:

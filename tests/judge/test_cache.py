@@ -328,9 +328,9 @@ def test_cached_answer_prob_keys_on_the_answer_set_and_normalisation(tmp_path, m
     )
     assert inner.calls == [("answer", 1)]  # only the new answer set
     # another normalisation is another key
-    from udcg.judge import cached
+    from udcg.judge import requests
 
-    monkeypatch.setattr(cached, "ANSWER_NORMALISATION", "other")
+    monkeypatch.setattr(requests, "ANSWER_NORMALISATION", "other")
     inner.calls.clear()
     judge.answer_prob(qs[:1], ps[:1], answers[:1])
     assert inner.calls == [("answer", 1)]

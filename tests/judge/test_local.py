@@ -372,7 +372,7 @@ def test_generate_batches_follow_their_own_token_budget(judge, monkeypatch):
 def test_input_errors_and_identity(judge):
     with pytest.raises(UDCGInputError, match=r"passages\[1\]"):
         judge.abstain_prob(["q", "q"], ["text", None])
-    with pytest.raises(UDCGInputError, match="2 questions but 1 passages"):
+    with pytest.raises(UDCGInputError, match="got 2 questions and 1 passages"):
         judge.abstain_prob(["q", "q"], ["text"])
     with pytest.raises(UDCGInputError, match="unknown mode"):
         judge.abstain_prob(["q"], ["p"], mode="greedy")

@@ -51,12 +51,13 @@ from udcg.judge.batch_files import (
     RequestWriter,
     read_batch,
     read_calls,
+    request_body,
 )
-from udcg.judge.batch_judges import BatchRecorder, RefusingJudge
 from udcg.judge.cache import JudgeCache
 from udcg.judge.cached import CachedJudge
 from udcg.judge.openai_backend import OpenAIJudge
 from udcg.judge.prompts import ABSTAIN_MARKER
+from udcg.judge.requests import MissingResults, Request
 from udcg.judge.spec import OPENAI
 from udcg.labels.annotate import (
     annotate,
@@ -191,39 +192,49 @@ def _export(args: argparse.Namespace) -> None:
     check_inputs(contexts, args.steps, args.relevance)
     if "abstain" in args.steps:
         abstain_marker(judge)
-    grading = "outcomes" in args.steps and args.grader == "llm"
+    settings = key_settings(judge)
+    cached = CachedJudge.from_cache(judge.name, judge.fingerprint, args.cache, settings)
+    chat = _chat(judge)
+    counts: Counter[str] = Counter()
+    waiting = 0
+
+    def missing(steps: list[str], grader: str) -> list[Request]:
+        try:
+            annotate(
+                contexts, cached, steps, args.relevance, grader, max_new_tokens=args.max_new_tokens
+            )
+        except MissingResults as exc:
+            return exc.requests
+        return []
+
     with (
         exclusive_writer(args.out, "batch requests file"),
         RequestWriter(args.out, args.max_lines, inputs) as writer,
     ):
-        recorder = BatchRecorder(
-            judge.name, judge.fingerprint, _chat(judge), writer, args.cache, key_settings(judge)
-        )
-
-        def record(steps: list[str], grader: str) -> None:
-            annotate(
-                contexts,
-                recorder.judge,
-                steps,
-                args.relevance,
-                grader,
-                max_new_tokens=args.max_new_tokens,
-            )
-
-        record(args.steps, "span" if grading else args.grader)
-        answers_missing = recorder.counts["generate"]
-        if grading and not answers_missing:
-            record(["outcomes"], "llm")
-    counts = ", ".join(f"{op} {n}" for op, n in sorted(recorder.counts.items())) or "none"
+        written: set[str | None] = set()
+        for step in args.steps:  # each step alone: the misses of one do not hide the next's
+            grading = step == "outcomes" and args.grader == "llm"
+            requests = missing([step], "span" if grading else args.grader)
+            if grading and requests:  # the grading prompts hold the answers: they wait
+                waiting = len(requests)
+            elif grading:
+                requests = missing([step], "llm")
+            for request in requests:
+                if request.key not in written:
+                    written.add(request.key)
+                    call = Call.of(request, judge.fingerprint, settings(request.op))
+                    writer.write(call, request_body(call, chat))
+                    counts[request.op] += 1
+    ops = ", ".join(f"{op} {n}" for op, n in sorted(counts.items())) or "none"
     files = ", ".join(str(p) for p in writer.paths)
-    cache = recorder.judge.cache
+    cache = cached.cache
     print(
-        f"wrote {writer.count} requests ({counts}) to {files}; calls: {writer.calls}; "
+        f"wrote {writer.count} requests ({ops}) to {files}; calls: {writer.calls}; "
         f"cache hits {cache.hits}, misses {cache.misses}"
     )
-    if grading and answers_missing:
+    if waiting:
         print(
-            f"the LLM grading of {answers_missing} answers waits for them: run this batch, "
+            f"the LLM grading of {waiting} answers waits for them: run this batch, "
             "import its results, then export again"
         )
 
@@ -280,23 +291,30 @@ def _import(args: argparse.Namespace) -> int:
         file=out,
     )
     if contexts is not None:
-        refusing = CachedJudge(
-            RefusingJudge(judge.name, judge.fingerprint, contexts, key_settings(judge)),
-            args.cache,
+        cached = CachedJudge.from_cache(
+            judge.name, judge.fingerprint, args.cache, key_settings(judge)
         )
-        annotated, report = annotate(
-            contexts,
-            refusing,
-            args.steps,
-            args.relevance,
-            args.grader,
-            max_new_tokens=args.max_new_tokens,
-        )
+        try:
+            annotated, report = annotate(
+                contexts,
+                cached,
+                args.steps,
+                args.relevance,
+                args.grader,
+                max_new_tokens=args.max_new_tokens,
+            )
+        except MissingResults as missing:
+            ctx = missing.context
+            raise UDCGInputError(
+                f"context {ctx.qid!r}: no imported batch holds its {missing.requests[0].op} "
+                "result; export its requests, run them and import the results",
+                **ctx.location(),
+            ) from None
         with exclusive_writer(args.out, "labelled contexts file"):
             write_contexts(args.out, annotated)
         print(
             f"annotated {report.contexts} contexts with {judge.name} from the cache "
-            f"(hits {refusing.cache.hits}) into {args.out}",
+            f"(hits {cached.cache.hits}) into {args.out}",
             file=out,
         )
     return 1 if batch.errors else 0

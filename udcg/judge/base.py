@@ -1,33 +1,39 @@
 """The judge interface: every LLM call of the toolkit goes through one of these methods.
 
-Streaming contract. A backend whose class sets ``streams_results = True`` accepts a keyword-only
-``on_result: OnResult | None = None`` on :meth:`Judge.abstain_prob`, :meth:`Judge.answer_prob`,
-:meth:`Judge.yes_prob` and :meth:`Judge.generate`, and calls ``on_result(i, value,
-upper_bound)`` exactly once per input index ``i``, as soon as that item is done (in any order),
-from the thread that called the method, before the method returns. ``value`` is what the method
-returns at position i (a float, or the str of ``generate``); ``upper_bound`` is True when the
-value is only an upper bound (see :class:`JudgeValues`). When the method raises, items not yet
-reported are never reported. Backends with ``streams_results = False`` take no ``on_result``.
+A judge answers :class:`~udcg.judge.requests.Request` lists with :meth:`Judge.run`, and the five
+operations (:meth:`Judge.abstain_prob`, :meth:`Judge.answer_prob`, :meth:`Judge.yes_prob`,
+:meth:`Judge.generate`, :meth:`Judge.generate_json`) are written once, here. A backend (local
+transformers, OpenAI-compatible server, precomputed file) computes the operations and gets
+``run`` from this class (it groups the requests by call); a layer over a backend (the cache,
+Ray) implements ``run`` alone, as a function of the request list, and gets the operations from
+this class (they build the requests, keyed by :meth:`Judge.request`, and call ``run``).
+
+Streaming contract. A judge whose class sets ``streams_results = True`` accepts a keyword-only
+``on_result: OnResult | None = None`` on :meth:`Judge.run` and on the operations (except
+``generate_json``), and calls ``on_result(i, value, upper_bound)`` exactly once per input index
+``i``, as soon as that item is done (in any order), from the thread that called the method,
+before the method returns. ``value`` is what the method returns at position i (a float, or the
+str of ``generate``); ``upper_bound`` is True when the value is only an upper bound (see
+:class:`JudgeValues`). When the method raises, items not yet reported are never reported.
+Backends with ``streams_results = False`` take no ``on_result``.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
 from udcg.judge.prompts import Messages
+from udcg.judge.requests import Request, Result, calls, column, make_request
 from udcg.judge.structured import JSONResult, generate_json
 
 AbstainMode = Literal["first_token", "sequence"]
 
 #: ``on_result(i, value, upper_bound)`` of a streaming judge (see the module docstring).
 OnResult = Callable[[int, Any, bool], None]
-
-#: How :meth:`Judge.answer_prob` turns token log-probs into one value (part of cache keys).
-ANSWER_NORMALISATION = "max_over_answers(exp(mean_token_logprob))"
 
 
 def check_abstain_inputs(
@@ -150,8 +156,12 @@ class Judge(ABC):
     identifies backend + model + settings for the cache. ``streams_results`` says whether the
     judge takes ``on_result`` and reports items as they finish (see the module docstring).
 
+    A subclass implements either the operations it computes (a backend: ``abstain_prob``,
+    ``yes_prob`` and ``generate``; ``answer_prob`` and ``generate_json`` when it can) or
+    :meth:`run` (a layer over requests).
+
     Examples:
-        A backend implements the three abstract methods; the rest comes with the class:
+        A backend implements three operations; ``run`` and the JSON logic come with the class:
 
         >>> class Constant(Judge):
         ...     name, fingerprint = "constant", "constant-v1"
@@ -163,6 +173,8 @@ class Judge(ABC):
         ...         return ['Claims: ["a", "b"]'] * len(prompts)
         >>> Constant().abstain_prob(["q"], ["p"]).tolist(), Constant().generate_json([[]])[0].value
         ([0.25], ['a', 'b'])
+        >>> Constant().run([Request("yes_prob", {"messages": []})])
+        [Result(value=0.9, upper_bound=False)]
     """
 
     name: str
@@ -172,8 +184,8 @@ class Judge(ABC):
     def key_settings(self, operation: str) -> dict[str, Any]:
         """What the judge resolves at run time that changes the values of ``operation`` (the
         abstention token an OpenAI-compatible server's tokenizer gives, for instance), as
-        JSON-able settings: the cache puts them in the key of each item of ``operation``,
-        next to the fingerprint. Most judges resolve nothing at run time: ``{}``."""
+        JSON-able settings: part of the key of each request of ``operation``, next to the
+        fingerprint. Most judges resolve nothing at run time: ``{}``."""
         return {}
 
     def probe(self) -> None:  # noqa: B027 (a hook: in-process backends have nothing to check)
@@ -181,21 +193,112 @@ class Judge(ABC):
         raises :class:`~udcg.errors.UDCGInputError` when it cannot. In-process backends have
         nothing to check."""
 
-    @abstractmethod
+    # -- requests -------------------------------------------------------------------------------
+
+    def request(
+        self, op: str, inputs: dict[str, Any], params: dict[str, Any] | None = None
+    ) -> Request:
+        """The request of one item of ``op``, keyed with this judge's fingerprint and its
+        :meth:`key_settings` of ``op`` (see :func:`udcg.judge.requests.make_request`)."""
+        return make_request(op, inputs, params, self.fingerprint, self.key_settings(op))
+
+    def _requests(
+        self, op: str, items: list[dict[str, Any]], params: dict[str, Any]
+    ) -> list[Request]:
+        if not items:
+            return []
+        settings = self.key_settings(op)
+        return [make_request(op, item, params, self.fingerprint, settings) for item in items]
+
+    def _layered(self) -> bool:
+        """Whether this judge implements :meth:`run` or :meth:`compute` (the operations then
+        come from this class) rather than the operations themselves."""
+        return type(self).run is not Judge.run or type(self).compute is not Judge.compute
+
+    def run(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[Result]:
+        """One :class:`~udcg.judge.requests.Result` per request, in order: the requests
+        grouped by call (operation and parameters), each call's values computed by
+        :meth:`compute`. ``on_result`` (streaming judges only) hears of every item."""
+        results: list[Result | None] = [None] * len(requests)
+        for (op, _), positions in calls(requests).items():
+            asked = [requests[i] for i in positions]
+            sink = None
+            if on_result is not None:
+                sink = lambda j, value, bound, at=positions: on_result(at[j], value, bound)  # noqa: E731
+            out = self.compute(op, asked, sink)
+            if len(out) != len(asked):
+                raise RuntimeError(
+                    f"judge {self.name!r} returned {len(out)} results for {len(asked)} inputs"
+                    f" ({op})"
+                )
+            bounds = upper_bounds(out) if op not in ("generate", "generate_json") else None
+            for j, i in enumerate(positions):
+                value = out[j]
+                if bounds is not None:
+                    value = float(value)
+                results[i] = Result(value, bool(bounds[j]) if bounds is not None else False)
+        return results  # type: ignore[return-value]
+
+    def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
+        """The values of one call: ``requests`` of operation ``op`` with equal parameters, in
+        order (floats, possibly :class:`JudgeValues` with bounds; strs for ``generate``;
+        :class:`JSONResult` for ``generate_json``), ``on_result`` (streaming judges) called per
+        item. What a backend implements; by default the operation's own method of a judge that
+        implements the operations. ``generate_json`` defaults to the JSON logic over
+        ``generate`` (:func:`udcg.judge.structured.generate_json`)."""
+        params = dict(requests[0].params)
+        stream = {} if on_result is None else {"on_result": on_result}
+        if op == "abstain_prob":
+            questions, passages = column(requests, "question"), column(requests, "passage")
+            return self.abstain_prob(questions, passages, params["mode"], **stream)
+        if op == "answer_prob":
+            questions, passages = column(requests, "question"), column(requests, "passage")
+            return self.answer_prob(questions, passages, column(requests, "answers"), **stream)
+        if op == "yes_prob":
+            return self.yes_prob(column(requests, "messages"), **stream)
+        if op == "generate":
+            return self.generate(column(requests, "messages"), params["max_new_tokens"], **stream)
+        schema = params.pop("schema", None)
+        if type(self).generate_json is Judge.generate_json:
+            return generate_json(self, column(requests, "messages"), **params)
+        extra = {} if schema is None else {"schema": schema}
+        return self.generate_json(column(requests, "messages"), **params, **extra)
+
+    def _unimplemented(self, op: str) -> NotImplementedError:
+        return NotImplementedError(f"{type(self).__name__} implements neither {op} nor run")
+
+    def _run_values(self, requests: list[Request], on_result: OnResult | None) -> JudgeValues:
+        results = self.run(requests, **({} if on_result is None else {"on_result": on_result}))
+        return judge_values([r.value for r in results], [r.upper_bound for r in results])
+
+    # -- the operations -------------------------------------------------------------------------
+
     def abstain_prob(
-        self, questions: Sequence[str], passages: Sequence[str], mode: AbstainMode = "first_token"
+        self,
+        questions: Sequence[str],
+        passages: Sequence[str],
+        mode: AbstainMode = "first_token",
+        *,
+        on_result: OnResult | None = None,
     ) -> np.ndarray:
         """P(abstain) per (question, passage) pair under the reference prompt.
 
         ``first_token``: softmax of the next-token logits at the first token of NO-RESPONSE;
         ``sequence``: product of the teacher-forced probabilities of all its tokens.
         """
+        if not self._layered():
+            raise self._unimplemented("abstain_prob")
+        questions, passages = check_abstain_inputs(questions, passages)
+        items = [{"question": q, "passage": p} for q, p in zip(questions, passages, strict=True)]
+        return self._run_values(self._requests("abstain_prob", items, {"mode": mode}), on_result)
 
     def answer_prob(
         self,
         questions: Sequence[str],
         passages: Sequence[str],
         answers: Sequence[Sequence[str]],
+        *,
+        on_result: OnResult | None = None,
     ) -> np.ndarray:
         """Likelihood of an acceptable answer per (question, passage) pair, in [0, 1].
 
@@ -210,18 +313,47 @@ class Judge(ABC):
         ``answers[i]`` lists the acceptable answers of pair i; an empty list is an error.
         Backends that cannot read teacher-forced log-probs raise NotImplementedError.
         """
-        raise NotImplementedError(
-            f"{type(self).__name__} cannot compute answer likelihoods (it does not expose "
-            "teacher-forced token log-probs); use the local transformers backend"
-        )
+        if not self._layered():
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot compute answer likelihoods (it does not expose "
+                "teacher-forced token log-probs); use the local transformers backend"
+            )
+        questions, passages, answers = check_answer_inputs(questions, passages, answers)
+        items = [
+            {"question": q, "passage": p, "answers": a}
+            for q, p, a in zip(questions, passages, answers, strict=True)
+        ]
+        return self._run_values(self._requests("answer_prob", items, {}), on_result)
 
-    @abstractmethod
-    def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
+    def yes_prob(
+        self, prompts: Sequence[Messages], *, on_result: OnResult | None = None
+    ) -> np.ndarray:
         """P(Yes) / (P(Yes) + P(No)) of the first answer token, read from log-probs."""
+        if not self._layered():
+            raise self._unimplemented("yes_prob")
+        items = [{"messages": list(m)} for m in prompts]
+        return self._run_values(self._requests("yes_prob", items, {}), on_result)
 
-    @abstractmethod
-    def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
+    def generate(
+        self,
+        prompts: Sequence[Messages],
+        max_new_tokens: int = 64,
+        *,
+        on_result: OnResult | None = None,
+    ) -> list[str]:
         """Greedy completions."""
+        if not self._layered():
+            raise self._unimplemented("generate")
+        items = [{"messages": list(m)} for m in prompts]
+        requests = self._requests("generate", items, {"max_new_tokens": int(max_new_tokens)})
+        stream = {} if on_result is None else {"on_result": on_result}
+        texts = [r.value for r in self.run(requests, **stream)]
+        for text in texts:
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"judge {self.name!r} generate() returned {type(text).__name__}, not str"
+                )
+        return texts
 
     def generate_json(
         self,
@@ -238,4 +370,14 @@ class Judge(ABC):
         returned, never raised or dropped. See :func:`udcg.judge.structured.generate_json`.
         ``schema`` (a JSON schema of the value) lets a server constrain its output to it;
         backends without constrained output ignore it."""
-        return generate_json(self, prompts, validate, max_new_tokens, retries)
+        if not self._layered():
+            return generate_json(self, prompts, validate, max_new_tokens, retries)
+        params: dict[str, Any] = {
+            "validate": validate,
+            "max_new_tokens": int(max_new_tokens),
+            "retries": int(retries),
+        }
+        if schema is not None:
+            params["schema"] = schema
+        items = [{"messages": list(m)} for m in prompts]
+        return [r.value for r in self.run(self._requests("generate_json", items, params))]

@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.files import STDIO, PathType, numbered_lines, refuse_same_file
-from udcg.judge.cached import encode_value, item_key
+from udcg.judge.cached import encode_value
 from udcg.judge.openai_http import snippet
 from udcg.judge.openai_replies import (
     ReplyError,
@@ -45,6 +45,7 @@ from udcg.judge.openai_replies import (
 )
 from udcg.judge.openai_requests import CHAT_PATH, first_token_body, generate_body
 from udcg.judge.prompts import abstain_messages
+from udcg.judge.requests import Request, item_key
 
 #: The ``url`` of every request line: the chat endpoint under the API root ``/v1``.
 BATCH_URL = "/v1" + CHAT_PATH
@@ -71,6 +72,13 @@ class Call:
     operation: str
     args: Mapping[str, Any]
     settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, request: Request, fingerprint: str, settings: Mapping[str, Any]) -> Call:
+        """The call of a keyed ``request`` of the judge ``fingerprint``."""
+        if request.key is None:
+            raise ValueError(f"a {request.op} request without a key cannot be a batch call")
+        return cls(request.key, fingerprint, request.op, request.args, dict(settings))
 
     def to_json(self) -> dict[str, Any]:
         return {

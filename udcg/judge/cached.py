@@ -1,10 +1,12 @@
 """A judge that answers from the on-disk cache and asks the wrapped judge only for the misses.
 
-Every operation looks up one key per item (see :func:`udcg.judge.cache.cache_key`: the judge's
-fingerprint, the operation, the item's chat messages and the call's options), then computes the
-missing items with the wrapped judge. Identical items within one call are computed once. Results
-come back in input order and are the values the wrapped judge returned (floats round-trip
-exactly through JSON).
+:meth:`CachedJudge.run` looks up the key of every request (:mod:`udcg.judge.requests`: the
+judge's fingerprint, the operation, the item's chat messages and the call's options), then runs
+the missing requests on the wrapped judge. Identical requests within one call are computed once.
+Results come back in input order and are the values the wrapped judge returned (floats
+round-trip exactly through JSON). :meth:`CachedJudge.from_cache` answers from the cache alone:
+a miss raises :class:`~udcg.judge.requests.MissingResults` (``udcg batch`` writes them as batch
+requests, or names the context that needs them).
 
 * When the wrapped judge streams (``streams_results``, see :mod:`udcg.judge.base`), all the
   missing items go to it in one call and each result is stored as it arrives: what finished since
@@ -34,10 +36,11 @@ What is not cached:
   trusted with the cache);
 * failed ``generate_json`` results: only ``ok`` results are stored, so a rerun retries the
   failures (with a fresh call to the model) instead of replaying them;
-* ``generate_json`` calls whose validator has no stable identity (a lambda, a local function, a
-  ``functools.partial``, an object without ``cache_id``): the cache could not tell two such
-  validators apart, so these calls go straight to the wrapped judge. Give a validator a string
-  attribute ``cache_id`` (or make it a module-level function) to cache its results. A validator
+* ``generate_json`` requests whose validator has no stable identity (a lambda, a local function,
+  a ``functools.partial``, an object without ``cache_id``): the cache could not tell two such
+  validators apart, so these requests (they have no key) go straight to the wrapped judge.
+  Give a validator a string attribute ``cache_id`` (or make it a module-level function) to
+  cache its results. A validator
   is identified by name, not by code: after changing what a validator accepts, clear the cache or
   rename it.
 """
@@ -51,18 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.judge.base import (
-    ANSWER_NORMALISATION,
-    AbstainMode,
-    JSONResult,
-    Judge,
-    JudgeValues,
-    OnResult,
-    check_abstain_inputs,
-    check_answer_inputs,
-    judge_values,
-    upper_bounds,
-)
+from udcg.judge.base import Judge, OnResult
 from udcg.judge.cache import (
     JudgeCache,
     cache_key,
@@ -72,57 +64,8 @@ from udcg.judge.cache import (
     probability_entry,
     text_entry,
 )
-from udcg.judge.prompts import Messages, abstain_messages
-
-_MISSING = object()
-
-
-def _validator_id(validate: Any) -> str | None:
-    """A stable name for a ``generate_json`` validator, or None when it has none."""
-    if validate is None:
-        return "none"
-    explicit = getattr(validate, "cache_id", None)
-    if isinstance(explicit, str) and explicit:
-        return explicit
-    module = getattr(validate, "__module__", None)
-    qualname = getattr(validate, "__qualname__", None)
-    if not (isinstance(module, str) and isinstance(qualname, str)):
-        return None
-    if "<lambda>" in qualname or "<locals>" in qualname:
-        return None
-    return f"{module}:{qualname}"
-
-
-def item_key(
-    fingerprint: str,
-    operation: str,
-    args: Mapping[str, Any],
-    settings: Mapping[str, Any] | None = None,
-) -> str:
-    """The key :class:`CachedJudge` stores one item under: ``operation`` (``abstain_prob``,
-    ``yes_prob`` or ``generate``) of the judge ``fingerprint`` with the method's arguments for
-    one item, ``args`` (``question``, ``passage``, ``mode``; ``messages``; ``messages``,
-    ``max_new_tokens``), and the judge's run-time ``settings`` of the operation
-    (:meth:`~udcg.judge.base.Judge.key_settings`).
-
-    Examples:
-        The abstention mode is part of the key:
-
-        >>> args = {"question": "Who wrote Emma?", "passage": "Austen did.", "mode": "first_token"}
-        >>> first = item_key("fingerprint", "abstain_prob", args)
-        >>> first == item_key("fingerprint", "abstain_prob", {**args, "mode": "sequence"})
-        False
-    """
-    if operation == "abstain_prob":
-        payload = abstain_messages(args["question"], args["passage"])
-        params: dict[str, Any] = {"mode": args["mode"]}
-    elif operation == "yes_prob":
-        payload, params = list(args["messages"]), {}
-    elif operation == "generate":
-        payload, params = list(args["messages"]), {"max_new_tokens": int(args["max_new_tokens"])}
-    else:
-        raise ValueError(f"no item key for operation {operation!r}")
-    return cache_key(fingerprint, operation, payload, {**params, **(settings or {})})
+from udcg.judge.requests import MissingResults, Request, Result
+from udcg.judge.structured import JSONResult
 
 
 def encode_value(value: float, upper_bound: bool) -> float | dict[str, Any] | None:
@@ -140,13 +83,30 @@ def encode_value(value: float, upper_bound: bool) -> float | dict[str, Any] | No
     return {"value": number, "upper_bound": True} if upper_bound else number
 
 
-def _decode_text(stored: Any) -> tuple[str, bool]:
-    return text_entry(stored), False
+def _encode_json(result: JSONResult, _: bool) -> dict[str, Any] | None:
+    if not result.ok or not finite_json(result.value):
+        return None
+    stored = {"value": result.value, "attempts": result.attempts, "raw": list(result.raw)}
+    try:
+        canonical_json(stored)
+    except (TypeError, ValueError):
+        return None
+    return stored
 
 
 def _decode_json(stored: Any) -> tuple[JSONResult, bool]:
     value, attempts, raw = json_entry(stored)
     return JSONResult(value=value, attempts=attempts, raw=raw), False
+
+
+#: operation -> (encode(result, bound) -> cached JSON or None, decode(cached) -> (result, bound))
+_FORMS: dict[str, tuple[Callable[[Any, bool], Any], Callable[[Any], tuple[Any, bool]]]] = {
+    "abstain_prob": (encode_value, probability_entry),
+    "answer_prob": (encode_value, probability_entry),
+    "yes_prob": (encode_value, probability_entry),
+    "generate": (lambda text, _: str(text), lambda stored: (text_entry(stored), False)),
+    "generate_json": (_encode_json, _decode_json),
+}
 
 
 class GroupCommit:
@@ -225,7 +185,6 @@ class CachedJudge(Judge):
         ...     name = fingerprint = "quarter"
         ...     def abstain_prob(self, questions, passages, mode="first_token"):
         ...         return np.full(len(questions), 0.25)
-        ...     yes_prob = generate = None  # not used here
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     judge = CachedJudge(Quarter(), cache=Path(folder) / "judge.sqlite")
         ...     values = [judge.abstain_prob(["q"], ["p"]).tolist() for _ in range(2)]
@@ -235,7 +194,7 @@ class CachedJudge(Judge):
 
     def __init__(
         self,
-        judge: Judge,
+        judge: Judge | None,
         cache: JudgeCache | str | os.PathLike[str] | None = None,
         chunk_size: int = 64,
         commit_interval: float = 0.2,
@@ -254,12 +213,43 @@ class CachedJudge(Judge):
         self.chunk_size = int(chunk_size)
         self.commit_interval = float(commit_interval)
         self.commit_size = int(commit_size)
-        self.name = judge.name
-        self.fingerprint = judge.fingerprint
+        if judge is not None:
+            self.name = judge.name
+            self.fingerprint = judge.fingerprint
         self.inner_calls = 0
         self.uncached = 0
         self._warned_validators: set[int] = set()
         self._probe_pending = bool(probe)
+        self._settings: Callable[[str], Mapping[str, Any]] = lambda operation: {}
+
+    @classmethod
+    def from_cache(
+        cls,
+        name: str,
+        fingerprint: str,
+        cache: JudgeCache | str | os.PathLike[str] | None = None,
+        settings: Callable[[str], Mapping[str, Any]] = lambda operation: {},
+    ) -> CachedJudge:
+        """The judge ``name`` with ``fingerprint`` and run-time ``settings``
+        (:meth:`~udcg.judge.base.Judge.key_settings`) answering from ``cache`` alone: a call
+        with requests the cache does not hold raises
+        :class:`~udcg.judge.requests.MissingResults` with all of them (it streams, so that a
+        step hands it all its requests at once). Nothing is written to the cache.
+
+        Examples:
+            >>> import tempfile
+            >>> from udcg.judge.requests import MissingResults
+            >>> with tempfile.TemporaryDirectory() as folder:
+            ...     judge = CachedJudge.from_cache("llama3", "fp", f"{folder}/judge.sqlite")
+            ...     try:
+            ...         judge.yes_prob([[{"role": "user", "content": "Ok?"}]] * 2)
+            ...     except MissingResults as missing:
+            ...         print(len(missing.requests), missing.requests[0].op)
+            1 yes_prob
+        """
+        judge = cls(None, cache)
+        judge.name, judge.fingerprint, judge._settings = name, fingerprint, settings
+        return judge
 
     def __repr__(self) -> str:
         return f"CachedJudge({self.inner!r}, cache={self.cache!r})"
@@ -272,123 +262,12 @@ class CachedJudge(Judge):
 
     @property
     def streams_results(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.inner, "streams_results", False))
+        return self.inner is None or bool(getattr(self.inner, "streams_results", False))
 
     def probe(self) -> None:
         self._probe_pending = False
-        self.inner.probe()
-
-    # -- the shared lookup / compute / store loop ---------------------------------------------
-
-    def _cached(
-        self,
-        operation: str,
-        keys: list[str],
-        compute: Callable[[list[int], OnResult | None], Sequence[Any]],
-        encode: Callable[[Any, bool], Any],
-        decode: Callable[[Any], tuple[Any, bool]],
-        on_result: OnResult | None = None,
-        streamed: bool = False,
-    ) -> tuple[list[Any], list[bool]]:
-        """(results, upper-bound flags) for the items of ``keys``: decoded cache hits, else
-        ``compute(indices, sink)`` of all the misses at once with a ``sink`` that stores each
-        result as it arrives when ``streamed``, else by chunks (``sink`` None).
-
-        ``encode(result, bound)`` turns a computed result into its cached JSON value, or None to
-        not store it; ``decode`` reverses it, raising ``ValueError`` for a value not of the
-        operation's form (an error naming the cache file and the key). ``on_result(i, result,
-        bound)`` hears of every item, hits first.
-        """
-        found = self.cache.get_many(keys)
-        results: list[Any] = [_MISSING] * len(keys)
-        flags = [False] * len(keys)
-        todo: dict[str, list[int]] = {}
-        for i, key in enumerate(keys):
-            if key in found:
-                try:
-                    results[i], flags[i] = decode(found[key])
-                except ValueError as exc:
-                    raise self.cache.bad_entry(key, f"not a {operation} value: {exc}") from None
-                if on_result is not None:
-                    on_result(i, results[i], flags[i])
-            else:
-                todo.setdefault(key, []).append(i)
-        pending = list(todo)
-        if not pending:
-            return results, flags
-        if self._probe_pending:  # the first call the cache cannot answer
-            self.probe()
-        committer = GroupCommit(self.cache, self.commit_interval, self.commit_size)
-
-        def record(key: str, result: Any, bound: bool) -> None:
-            if results[todo[key][0]] is not _MISSING:
-                return
-            encoded = encode(result, bound)
-            if encoded is None:
-                self.uncached += 1
-            else:
-                committer.add(key, encoded)
-            for i in todo[key]:
-                results[i], flags[i] = result, bound
-                if on_result is not None:
-                    on_result(i, result, bound)
-
-        def check(out: Sequence[Any], asked: int) -> None:
-            if len(out) != asked:
-                raise RuntimeError(
-                    f"judge {self.name!r} returned {len(out)} results for {asked} inputs"
-                    f" ({operation})"
-                )
-
-        try:
-            if streamed:
-                self.inner_calls += 1
-                indices = [todo[key][0] for key in pending]
-                out = compute(indices, lambda j, result, bound: record(pending[j], result, bound))
-                check(out, len(indices))
-                for key, result, bound in zip(pending, out, upper_bounds(out), strict=True):
-                    record(key, result, bool(bound))
-            else:
-                for start in range(0, len(pending), self.chunk_size):
-                    chunk = pending[start : start + self.chunk_size]
-                    self.inner_calls += 1
-                    out = compute([todo[key][0] for key in chunk], None)
-                    check(out, len(chunk))
-                    for key, result, bound in zip(chunk, out, upper_bounds(out), strict=True):
-                        record(key, result, bool(bound))
-                    committer.flush()
-        finally:
-            committer.close()
-        return results, flags
-
-    def _values(
-        self,
-        operation: str,
-        keys: list[str],
-        compute: Callable[[list[int], OnResult | None], Any],
-        on_result: OnResult | None,
-    ) -> JudgeValues:
-        """:meth:`_cached` of an operation returning floats, as :class:`JudgeValues`."""
-
-        def floats(indices: list[int], sink: OnResult | None) -> JudgeValues:
-            out = compute(indices, sink)
-            return judge_values(out, upper_bounds(out))
-
-        values, flags = self._cached(
-            operation,
-            keys,
-            floats,
-            encode_value,
-            probability_entry,
-            on_result,
-            self.streams_results,
-        )
-        return judge_values(values, flags)
-
-    def _key_settings(self, operation: str, items: Sequence[Any]) -> dict[str, Any]:
-        """:meth:`key_settings` of ``operation``, part of every item's key (not asked for an
-        empty call)."""
-        return self.key_settings(operation) if items else {}
+        if self.inner is not None:
+            self.inner.probe()
 
     def key_settings(self, operation: str) -> dict[str, Any]:
         """The wrapped judge's run-time settings of ``operation``.
@@ -397,6 +276,8 @@ class CachedJudge(Judge):
         fingerprint and operation); when it cannot resolve them (a server that does not answer)
         the recorded ones serve, so a rerun the cache answers whole needs no server. Without a
         record its error stands."""
+        if self.inner is None:
+            return dict(self._settings(operation))
         record = cache_key(self.fingerprint, "key_settings", operation)
         try:
             settings = self.inner.key_settings(operation)
@@ -409,179 +290,112 @@ class CachedJudge(Judge):
             self.cache.put_many({record: settings}, count=False)
         return settings
 
-    def _streaming(self, sink: OnResult | None) -> dict[str, Any]:
-        """The keyword arguments that pass ``sink`` to the wrapped judge (none without one)."""
-        return {} if sink is None else {"on_result": sink}
+    def run(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[Result]:
+        """Cache hits decoded (each checked against its operation's form: an entry of another
+        form is an error naming the cache file and the key), the misses run on the wrapped
+        judge (all at once with a sink that stores each result as it arrives when it streams,
+        else by chunks) and stored; requests without a key run uncached. ``on_result`` hears
+        of every item, hits first."""
+        requests = list(requests)
+        results: list[Result | None] = [None] * len(requests)
+        found = self.cache.get_many([r.key for r in requests if r.key is not None])
+        todo: dict[str, list[int]] = {}
+        loose: list[int] = []
+        for i, request in enumerate(requests):
+            if request.key is None:
+                loose.append(i)
+            elif request.key in found:
+                try:
+                    value, bound = _FORMS[request.op][1](found[request.key])
+                except ValueError as exc:
+                    raise self.cache.bad_entry(
+                        request.key, f"not a {request.op} value: {exc}"
+                    ) from None
+                results[i] = Result(value, bound)
+                if on_result is not None:
+                    on_result(i, value, bound)
+            else:
+                todo.setdefault(request.key, []).append(i)
+        if self.inner is None and (todo or loose):
+            firsts = sorted([*loose, *(positions[0] for positions in todo.values())])
+            raise MissingResults([requests[i] for i in firsts], firsts[0])
+        if loose:
+            self._run_uncached(requests, loose, results)
+        if todo:
+            self._run_misses(requests, todo, results, on_result)
+        return results  # type: ignore[return-value]
 
-    # -- operations ---------------------------------------------------------------------------
-
-    def abstain_prob(
-        self,
-        questions: Sequence[str],
-        passages: Sequence[str],
-        mode: AbstainMode = "first_token",
-        *,
-        on_result: OnResult | None = None,
-    ) -> JudgeValues:
-        questions, passages = check_abstain_inputs(questions, passages)
-        settings = self._key_settings("abstain_prob", questions)
-        keys = [
-            item_key(
-                self.fingerprint,
-                "abstain_prob",
-                {"question": q, "passage": p, "mode": mode},
-                settings,
-            )
-            for q, p in zip(questions, passages, strict=True)
-        ]
-
-        def compute(indices: list[int], sink: OnResult | None) -> Any:
-            return self.inner.abstain_prob(
-                [questions[i] for i in indices],
-                [passages[i] for i in indices],
-                mode=mode,
-                **self._streaming(sink),
-            )
-
-        return self._values("abstain_prob", keys, compute, on_result)
-
-    def answer_prob(
-        self,
-        questions: Sequence[str],
-        passages: Sequence[str],
-        answers: Sequence[Sequence[str]],
-        *,
-        on_result: OnResult | None = None,
-    ) -> JudgeValues:
-        """Cached per (abstention prompt, set of acceptable answers): the key holds the pair's
-        messages and its distinct answers in sorted order (the max does not depend on their
-        order), and the call's parameters name the normalisation."""
-        questions, passages, answers = check_answer_inputs(questions, passages, answers)
-        payloads = [
-            {"messages": abstain_messages(q, p), "answers": sorted(set(a))}
-            for q, p, a in zip(questions, passages, answers, strict=True)
-        ]
-
-        def compute(indices: list[int], sink: OnResult | None) -> Any:
-            return self.inner.answer_prob(
-                [questions[i] for i in indices],
-                [passages[i] for i in indices],
-                [answers[i] for i in indices],
-                **self._streaming(sink),
-            )
-
-        params = {"normalisation": ANSWER_NORMALISATION}
-        params.update(self._key_settings("answer_prob", payloads))
-        keys = [cache_key(self.fingerprint, "answer_prob", p, params) for p in payloads]
-        return self._values("answer_prob", keys, compute, on_result)
-
-    def yes_prob(
-        self, prompts: Sequence[Messages], *, on_result: OnResult | None = None
-    ) -> JudgeValues:
-        prompts = list(prompts)
-
-        def compute(indices: list[int], sink: OnResult | None) -> Any:
-            return self.inner.yes_prob([prompts[i] for i in indices], **self._streaming(sink))
-
-        settings = self._key_settings("yes_prob", prompts)
-        keys = [item_key(self.fingerprint, "yes_prob", {"messages": m}, settings) for m in prompts]
-        return self._values("yes_prob", keys, compute, on_result)
-
-    def generate(
-        self,
-        prompts: Sequence[Messages],
-        max_new_tokens: int = 64,
-        *,
-        on_result: OnResult | None = None,
-    ) -> list[str]:
-        prompts = list(prompts)
-
-        def compute(indices: list[int], sink: OnResult | None) -> list[str]:
-            out = self.inner.generate(
-                [prompts[i] for i in indices],
-                max_new_tokens=max_new_tokens,
-                **self._streaming(sink),
-            )
-            for text in out:
-                if not isinstance(text, str):
-                    raise TypeError(
-                        f"judge {self.name!r} generate() returned {type(text).__name__}, not str"
-                    )
-            return out
-
-        limit = {"max_new_tokens": max_new_tokens}
-        settings = self._key_settings("generate", prompts)
-        texts, _ = self._cached(
-            "generate",
-            [
-                item_key(self.fingerprint, "generate", {"messages": m, **limit}, settings)
-                for m in prompts
-            ],
-            compute,
-            lambda text, _: str(text),
-            _decode_text,
-            on_result,
-            self.streams_results,
-        )
-        return texts
-
-    def generate_json(
-        self,
-        prompts: Sequence[Messages],
-        validate: Any = None,
-        max_new_tokens: int = 256,
-        retries: int = 2,
-        *,
-        schema: Mapping[str, Any] | None = None,
-    ) -> list[JSONResult]:
-        """Cached per prompt, validator name and options; a ``schema`` is part of the key (when
-        given) and passed to the wrapped judge. Calls go by chunks (``generate_json`` does not
-        stream)."""
-        prompts = list(prompts)
-        asked = {} if schema is None else {"schema": schema}
-        validator = _validator_id(validate)
-        if validator is None:
+    def _run_uncached(
+        self, requests: list[Request], loose: list[int], results: list[Result | None]
+    ) -> None:
+        """Requests without a key (generate_json with a validator of no stable name), run on
+        the wrapped judge and not stored, with one warning per validator."""
+        assert self.inner is not None
+        for i in loose:
+            validate = requests[i].params.get("validate")
             if id(validate) not in self._warned_validators:
                 self._warned_validators.add(id(validate))
                 warnings.warn(
                     f"generate_json validator {validate!r} has no stable name (lambda, local"
                     " function or object without a 'cache_id' string): its results are not"
                     " cached",
-                    stacklevel=2,
+                    stacklevel=4,
                 )
+        self.inner_calls += 1
+        out = self.inner.run([requests[i] for i in loose])
+        self.uncached += len(out)
+        for i, result in zip(loose, out, strict=True):
+            results[i] = result
+
+    def _run_misses(
+        self,
+        requests: list[Request],
+        todo: dict[str, list[int]],
+        results: list[Result | None],
+        on_result: OnResult | None,
+    ) -> None:
+        assert self.inner is not None
+        if self._probe_pending:  # the first call the cache cannot answer
+            self.probe()
+        pending = list(todo)
+        committer = GroupCommit(self.cache, self.commit_interval, self.commit_size)
+
+        def record(key: str, value: Any, bound: bool) -> None:
+            first = todo[key][0]
+            if results[first] is not None:
+                return
+            op = requests[first].op
+            if op == "generate" and not isinstance(value, str):
+                raise TypeError(
+                    f"judge {self.name!r} generate() returned {type(value).__name__}, not str"
+                )
+            encoded = _FORMS[op][0](value, bound)
+            if encoded is None:
+                self.uncached += 1
+            else:
+                committer.add(key, encoded)
+            for i in todo[key]:
+                results[i] = Result(value, bound)
+                if on_result is not None:
+                    on_result(i, value, bound)
+
+        def ask(keys: list[str], sink: OnResult | None) -> None:
             self.inner_calls += 1
-            out = self.inner.generate_json(
-                prompts, validate, max_new_tokens=max_new_tokens, retries=retries, **asked
-            )
-            self.uncached += len(out)
-            return out
+            stream = {} if sink is None else {"on_result": sink}
+            out = self.inner.run([requests[todo[key][0]] for key in keys], **stream)
+            if len(out) != len(keys):
+                raise RuntimeError(
+                    f"judge {self.name!r} returned {len(out)} results for {len(keys)} inputs"
+                )
+            for key, (value, bound) in zip(keys, out, strict=True):
+                record(key, value, bool(bound))
 
-        def compute(indices: list[int], _: OnResult | None) -> list[JSONResult]:
-            return self.inner.generate_json(
-                [prompts[i] for i in indices],
-                validate,
-                max_new_tokens=max_new_tokens,
-                retries=retries,
-                **asked,
-            )
-
-        def encode(result: JSONResult, _: bool) -> dict[str, Any] | None:
-            if not result.ok or not finite_json(result.value):
-                return None
-            stored = {"value": result.value, "attempts": result.attempts, "raw": list(result.raw)}
-            try:
-                canonical_json(stored)
-            except (TypeError, ValueError):
-                return None
-            return stored
-
-        params = {
-            "max_new_tokens": int(max_new_tokens),
-            "retries": int(retries),
-            "validate": validator,
-            **asked,
-        }
-        params.update(self._key_settings("generate_json", prompts))
-        keys = [cache_key(self.fingerprint, "generate_json", p, params) for p in prompts]
-        results, _ = self._cached("generate_json", keys, compute, encode, _decode_json)
-        return results
+        try:
+            if self.streams_results:
+                ask(pending, lambda j, value, bound: record(pending[j], value, bound))
+            else:
+                for start in range(0, len(pending), self.chunk_size):
+                    ask(pending[start : start + self.chunk_size], None)
+                    committer.flush()
+        finally:
+            committer.close()

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.judge.base import AbstainMode, Judge, check_answer_inputs
+from udcg.judge.base import Judge, OnResult
 from udcg.judge.file_digest import file_sha256
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
+from udcg.judge.requests import Request, column
 from udcg.judge.scoring_engine import (
     ForwardStats,
     ScoringEngine,
@@ -399,12 +400,21 @@ class TransformersJudge(Judge):
         self.abstain_prob(list(WARM_UP_QUESTIONS), [WARM_UP_PASSAGE] * len(WARM_UP_QUESTIONS))
         self.last_stats, self.n_truncated = stats, truncated
 
-    def abstain_prob(
-        self,
-        questions: Sequence[str],
-        passages: Sequence[str],
-        mode: AbstainMode = "first_token",
-    ) -> np.ndarray:
+    def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
+        """The values of one call of ``op`` (see :meth:`Judge.compute`)."""
+        params = requests[0].params
+        if op == "yes_prob":
+            return self._yes(column(requests, "messages"))
+        if op == "generate":
+            return self._generate(column(requests, "messages"), params["max_new_tokens"])
+        if op == "generate_json":
+            return super().compute(op, requests, on_result)
+        questions, passages = column(requests, "question"), column(requests, "passage")
+        if op == "abstain_prob":
+            return self._abstain(questions, passages, params["mode"])
+        return self._answer(questions, passages, column(requests, "answers"))
+
+    def _abstain(self, questions: Sequence[str], passages: Sequence[str], mode: str) -> np.ndarray:
         """P(abstain) per (question, passage) pair under the reference prompt (see class doc).
 
         ``first_token``: next-token probability of the first token of NO-RESPONSE right after the
@@ -414,11 +424,6 @@ class TransformersJudge(Judge):
         """
         questions = _check_texts(questions, "questions")
         passages = _check_texts(passages, "passages")
-        if len(questions) != len(passages):
-            raise UDCGInputError(
-                f"{len(questions)} questions but {len(passages)} passages: "
-                "pass one question per passage"
-            )
         if mode not in ("first_token", "sequence"):
             raise UDCGInputError(f"unknown mode {mode!r}: use 'first_token' or 'sequence'")
         if not questions:
@@ -450,11 +455,8 @@ class TransformersJudge(Judge):
         logp, self.last_stats = self.engine.score(rows, n_out, reduce, prefix=prefix, groups=groups)
         return np.exp(logp)
 
-    def answer_prob(
-        self,
-        questions: Sequence[str],
-        passages: Sequence[str],
-        answers: Sequence[Sequence[str]],
+    def _answer(
+        self, questions: Sequence[str], passages: Sequence[str], answers: Sequence[Sequence[str]]
     ) -> np.ndarray:
         """Max over acceptable answers of exp(mean token log-prob of the answer), teacher-forced
         as the assistant turn of the abstention prompt (see :meth:`Judge.answer_prob`).
@@ -464,7 +466,6 @@ class TransformersJudge(Judge):
         marker); a tokenizer that merges the answer into the prompt's last token is an error.
         Passages are truncated as in :meth:`abstain_prob`. Float64 values in [0, 1].
         """
-        questions, passages, answers = check_answer_inputs(questions, passages, answers)
         if not questions:
             self.last_stats = ForwardStats()
             return np.zeros(0, dtype=np.float64)
@@ -518,7 +519,7 @@ class TransformersJudge(Judge):
         np.maximum.at(best, [i for i, _ in flat], np.exp(mean_logp))
         return best
 
-    def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
+    def _yes(self, prompts: Sequence[Messages]) -> np.ndarray:
         """P(yes) / (P(yes) + P(no)) of the first answer token, with yes = {"Yes", " Yes"} and
         no = {"No", " No"} (the single-token forms of this tokenizer), read from the next-token
         log-probabilities after the chat template's generation prompt."""
@@ -538,7 +539,7 @@ class TransformersJudge(Judge):
         values, self.last_stats = self.engine.score(rows, 1, reduce, prefix=None, groups=None)
         return values
 
-    def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
+    def _generate(self, prompts: Sequence[Messages], max_new_tokens: int) -> list[str]:
         """Greedy completions (chat template, generation prompt), batched with left padding.
         Special tokens are removed from the returned text."""
         import torch

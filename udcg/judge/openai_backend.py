@@ -94,16 +94,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.judge.base import (
-    AbstainMode,
-    JSONResult,
-    Judge,
-    JudgeValues,
-    OnResult,
-    check_abstain_inputs,
-    check_answer_inputs,
-    judge_values,
-)
+from udcg.judge.base import JSONResult, Judge, JudgeValues, OnResult, judge_values
 from udcg.judge.cache import canonical_json
 from udcg.judge.openai_http import JudgeHTTPClient, JudgeServerError, split_base_url
 from udcg.judge.openai_replies import (
@@ -128,6 +119,7 @@ from udcg.judge.openai_requests import (
 )
 from udcg.judge.openai_tokenizer import first_token_text
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
+from udcg.judge.requests import Request, column
 from udcg.judge.structured import Completions, generate_json
 from udcg.validation import positive_int, show
 
@@ -365,14 +357,21 @@ class OpenAIJudge(Judge):
 
     # -- operations ---------------------------------------------------------------------------
 
-    def generate(
-        self,
-        prompts: Sequence[Messages],
-        max_new_tokens: int = 64,
-        *,
-        on_result: OnResult | None = None,
-    ) -> list[str]:
-        return self._generate(prompts, max_new_tokens, None, on_result)
+    def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
+        """The values of one call of ``op`` (see :meth:`Judge.compute`), streamed."""
+        params = requests[0].params
+        if op == "generate":
+            return self._generate(
+                column(requests, "messages"), params["max_new_tokens"], None, on_result
+            )
+        if op == "generate_json":
+            return self._generate_json(column(requests, "messages"), **params)
+        if op == "yes_prob":
+            return self._yes(column(requests, "messages"), on_result)
+        questions, passages = column(requests, "question"), column(requests, "passage")
+        if op == "abstain_prob":
+            return self._abstain(questions, passages, params["mode"], on_result)
+        return self._answer(questions, passages, column(requests, "answers"), on_result)
 
     def _generate(
         self,
@@ -405,13 +404,12 @@ class OpenAIJudge(Judge):
         deliver = None if on_result is None else lambda i, text: on_result(i, text, False)
         return self.http.map(one, list(prompts), deliver)
 
-    def generate_json(
+    def _generate_json(
         self,
         prompts: Sequence[Messages],
-        validate: Callable[[Any], Any] | None = None,
-        max_new_tokens: int = 256,
-        retries: int = 2,
-        *,
+        validate: Callable[[Any], Any] | None,
+        max_new_tokens: int,
+        retries: int,
         schema: Mapping[str, Any] | None = None,
     ) -> list[JSONResult]:
         """:meth:`Judge.generate_json`, asking the server for JSON output (see the module
@@ -425,9 +423,7 @@ class OpenAIJudge(Judge):
 
         return generate_json(Completions(ask), prompts, validate, max_new_tokens, retries)
 
-    def yes_prob(
-        self, prompts: Sequence[Messages], *, on_result: OnResult | None = None
-    ) -> JudgeValues:
+    def _yes(self, prompts: Sequence[Messages], on_result: OnResult | None) -> JudgeValues:
         url = self._api + CHAT_PATH
 
         async def one(i: int, messages: Messages) -> tuple[float, bool]:
@@ -436,13 +432,8 @@ class OpenAIJudge(Judge):
 
         return self._bounded(one, list(prompts), "yes_no_bound", on_result)
 
-    def abstain_prob(
-        self,
-        questions: Sequence[str],
-        passages: Sequence[str],
-        mode: AbstainMode = "first_token",
-        *,
-        on_result: OnResult | None = None,
+    def _abstain(
+        self, questions: list[str], passages: list[str], mode: str, on_result: OnResult | None
     ) -> JudgeValues:
         if mode == "sequence":
             raise NotImplementedError(
@@ -452,9 +443,6 @@ class OpenAIJudge(Judge):
             )
         if mode != "first_token":
             raise UDCGInputError(f"must be 'first_token' or 'sequence', got {mode!r}", field="mode")
-        questions, passages = check_abstain_inputs(questions, passages)
-        if not questions:
-            return judge_values(np.zeros(0))
         marker = self.abstain_token_text()
 
         async def one(i: int, pair: tuple[str, str]) -> tuple[float, bool]:
@@ -470,20 +458,16 @@ class OpenAIJudge(Judge):
         pairs = list(zip(questions, passages, strict=True))
         return self._bounded(one, pairs, "abstain_bound", on_result)
 
-    def answer_prob(
+    def _answer(
         self,
-        questions: Sequence[str],
-        passages: Sequence[str],
-        answers: Sequence[Sequence[str]],
-        *,
-        on_result: OnResult | None = None,
+        questions: list[str],
+        passages: list[str],
+        answers: list[list[str]],
+        on_result: OnResult | None,
     ) -> np.ndarray:
         """Max over acceptable answers of exp(mean log-prob of the answer's tokens), read from
         ``/v1/completions`` with ``echo`` (see the module docstring); pair i reaches
         ``on_result`` once all its answers are read."""
-        questions, passages, answers = check_answer_inputs(questions, passages, answers)
-        if not questions:
-            return np.zeros(0, dtype=np.float64)
         prompts = [
             self._render(abstain_messages(q, p)) for q, p in zip(questions, passages, strict=True)
         ]

@@ -20,14 +20,15 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.files import PathType, open_text
-from udcg.judge.base import AbstainMode, Judge, check_answer_inputs
+from udcg.judge.base import Judge, OnResult
 from udcg.judge.cache import SELECT_BATCH, default_cache_path
-from udcg.judge.prompts import Messages
+from udcg.judge.requests import Request, column
 from udcg.judge.spec import precomputed_key
 
 #: Stored values: probability field -> its log-probability alternative.
@@ -133,35 +134,16 @@ class PrecomputedJudge(Judge):
                 )
         return np.asarray(values, dtype=np.float64).reshape(len(pairs))
 
-    def abstain_prob(
-        self, questions: Sequence[str], passages: Sequence[str], mode: AbstainMode = "first_token"
-    ) -> np.ndarray:
-        """The stored probability of each pair; a pair not in the file is an error."""
-        return self._lookup("abstain_prob", questions, passages)
-
-    def answer_prob(
-        self,
-        questions: Sequence[str],
-        passages: Sequence[str],
-        answers: Sequence[Sequence[str]],
-    ) -> np.ndarray:
-        """The stored answer likelihood of each pair (answers are checked, not used); a pair
-        without one is an error."""
-        questions, passages, _ = check_answer_inputs(questions, passages, answers)
-        return self._lookup("answer_prob", questions, passages)
-
-    def _unsupported(self, what: str) -> UDCGInputError:
-        return UDCGInputError(
-            f"the precomputed judge only provides stored probabilities, not {what}; "
-            "use a model judge for this step",
-            field="judge",
-        )
-
-    def yes_prob(self, prompts: Sequence[Messages]) -> np.ndarray:
-        raise self._unsupported("Yes/No checks")
-
-    def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
-        raise self._unsupported("generation")
+    def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
+        """The stored ``abstain_prob`` or ``answer_prob`` of each pair (answers are checked,
+        not used); a pair not in the file is an error, and so is any other operation."""
+        if op not in VALUES:
+            raise UDCGInputError(
+                f"the precomputed judge only provides stored probabilities, not {op}; "
+                "use a model judge for this step",
+                field="judge",
+            )
+        return self._lookup(op, column(requests, "question"), column(requests, "passage"))
 
 
 class PrecomputedIndex:

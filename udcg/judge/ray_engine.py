@@ -30,20 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from udcg.errors import UDCGInputError, UDCGServiceError
-from udcg.judge.base import (
-    AbstainMode,
-    Judge,
-    OnResult,
-    check_abstain_inputs,
-    check_answer_inputs,
-    judge_values,
-    upper_bounds,
-)
+from udcg.judge.base import Judge, OnResult
 from udcg.judge.options import check_options
-from udcg.judge.prompts import Messages
+from udcg.judge.requests import Request, Result
 from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED, judge_key, split_openai
 from udcg.validation import nonnegative_float, nonnegative_int, one_of, positive_int, show
 
@@ -196,15 +186,10 @@ class JudgeWorker:
         assert self.judge is not None
         return self.judge.key_settings(operation)
 
-    def run(
-        self, operation: str, columns: Sequence[Sequence[Any]], params: Mapping[str, Any]
-    ) -> tuple[list[Any], list[bool]]:
-        """``operation`` of the judge on one piece: its values and upper-bound mask."""
+    def run(self, requests: Sequence[Request]) -> list[Result]:
+        """The judge's results of one piece of requests."""
         assert self.judge is not None
-        out = getattr(self.judge, operation)(*columns, **params)
-        if operation == "generate":
-            return list(out), [False] * len(out)
-        return np.asarray(out, dtype=np.float64).tolist(), upper_bounds(out).tolist()
+        return self.judge.run(requests)
 
 
 def _ray() -> Any:
@@ -347,87 +332,37 @@ class RayJudge(Judge):
     def _all_died(self) -> UDCGServiceError:
         return UDCGServiceError(f"every Ray worker of judge {self.name!r} died")
 
-    def _map(
-        self,
-        operation: str,
-        columns: Sequence[Sequence[Any]],
-        params: Mapping[str, Any],
-        on_result: OnResult | None,
-    ) -> tuple[list[Any], np.ndarray]:
-        """Values and upper-bound mask of ``operation`` on the items (rows of ``columns``):
-        pieces mapped over an :class:`~ray.util.ActorPool` of the actors, ``on_result`` called
-        per item as pieces come back (in input order, a resubmitted piece last)."""
+    def run(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[Result]:
+        """The requests in pieces mapped over an :class:`~ray.util.ActorPool` of the actors,
+        ``on_result`` called per item as pieces come back (in input order, a resubmitted piece
+        last)."""
         from ray.util import ActorPool
 
         ray = _ray()
-        n, size = len(columns[0]), self.engine.piece_size
-        values: list[Any] = [None] * n
-        bounds = np.zeros(n, dtype=bool)
+        requests = list(requests)
+        size = self.engine.piece_size
+        results: list[Result | None] = [None] * len(requests)
         pool = ActorPool(self.actors * self.engine.in_flight)
 
-        def run(actor: Any, start: int) -> Any:
-            piece = [list(column[start : start + size]) for column in columns]
-            return actor.run.remote(operation, piece, dict(params))
+        def submit(actor: Any, start: int) -> Any:
+            return actor.run.remote(requests[start : start + size])
 
-        order = deque(range(0, n, size))  # the pieces in the order get_next returns them
+        order = deque(range(0, len(requests), size))  # the pieces in the order get_next returns
         for start in order:
-            pool.submit(run, start)
+            pool.submit(submit, start)
         while order:
             if not pool.has_next():  # pieces wait, no actor runs: all past their restarts
                 raise self._all_died()
             start = order.popleft()
             try:
                 with _own_errors():
-                    out, mask = pool.get_next()
+                    out = pool.get_next()
             except ray.exceptions.RayActorError:  # past its restarts: the pool drops it
                 order.append(start)
-                pool.submit(run, start)
+                pool.submit(submit, start)
                 continue
-            for offset, (value, bound) in enumerate(zip(out, mask, strict=True)):
-                values[start + offset], bounds[start + offset] = value, bound
+            for offset, (value, bound) in enumerate(out):
+                results[start + offset] = Result(value, bool(bound))
                 if on_result is not None:
                     on_result(start + offset, value, bool(bound))
-        return values, bounds
-
-    def _floats(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        values, bounds = self._map(*args, **kwargs)
-        return judge_values(np.asarray(values, dtype=np.float64), bounds)
-
-    def abstain_prob(
-        self,
-        questions: Sequence[str],
-        passages: Sequence[str],
-        mode: AbstainMode = "first_token",
-        *,
-        on_result: OnResult | None = None,
-    ) -> np.ndarray:
-        columns = check_abstain_inputs(questions, passages)
-        return self._floats("abstain_prob", list(columns), {"mode": mode}, on_result)
-
-    def answer_prob(
-        self,
-        questions: Sequence[str],
-        passages: Sequence[str],
-        answers: Sequence[Sequence[str]],
-        *,
-        on_result: OnResult | None = None,
-    ) -> np.ndarray:
-        columns = check_answer_inputs(questions, passages, answers)
-        return self._floats("answer_prob", list(columns), {}, on_result)
-
-    def yes_prob(
-        self, prompts: Sequence[Messages], *, on_result: OnResult | None = None
-    ) -> np.ndarray:
-        return self._floats("yes_prob", [list(prompts)], {}, on_result)
-
-    def generate(
-        self,
-        prompts: Sequence[Messages],
-        max_new_tokens: int = 64,
-        *,
-        on_result: OnResult | None = None,
-    ) -> list[str]:
-        values, _ = self._map(
-            "generate", [list(prompts)], {"max_new_tokens": max_new_tokens}, on_result
-        )
-        return values
+        return results  # type: ignore[return-value]

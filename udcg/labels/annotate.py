@@ -14,7 +14,11 @@
   ``relevance_computed`` count the labels kept and computed;
 * ``outcomes``: the judge answers from the whole context (``outcomes[judge].answer``), graded
   by normalised sub-span match (``span``) or by the judge as CORRECT / INCORRECT / ABSTAINED
-  (``llm``; an unparsable grade is counted and leaves ``correct`` unset, never a silent 0).
+  (``llm``; an unparsable grade is counted and leaves ``correct`` unset, never a silent 0);
+* ``erag``: eRAG's per-passage labels (:mod:`udcg.labels.erag`): the judge answers from each
+  passage alone, graded as ``outcomes`` grades; ``passages[].erag[judge]`` (0/1) and
+  ``passages[].erag_answer[judge]``, one generation per distinct (question, passage) (not a
+  default step).
 
 A value the judge could only bound from above (a server's top log-probs did not hold the token
 asked for, :func:`udcg.judge.base.upper_bounds`) is kept and its field listed under the judge's
@@ -30,7 +34,8 @@ The command line is ``udcg annotate`` (:mod:`udcg.cli.annotate`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -38,11 +43,13 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage
 from udcg.judge.base import AbstainMode, Judge
 from udcg.judge.prompts import Messages, answer_messages
+from udcg.judge.requests import MissingResults
 from udcg.labels.answers import contains_answer, grade_span
 from udcg.labels.batches import judge_call
+from udcg.labels.erag import Grader, label_erag
 
-STEPS = ("abstain", "answer_likelihood", "relevance", "outcomes")
-#: Steps run when none are named (answer likelihoods are asked for explicitly).
+STEPS = ("abstain", "answer_likelihood", "relevance", "outcomes", "erag")
+#: Steps run when none are named (answer likelihoods and eRAG labels are asked for explicitly).
 DEFAULT_STEPS = ("abstain", "relevance", "outcomes")
 GRADES = ("CORRECT", "INCORRECT", "ABSTAINED")
 #: How ``relevance`` labels passages and how ``outcomes`` grades answers.
@@ -76,6 +83,9 @@ class AnnotationReport:
     #: passages whose given ``relevant`` label was kept / computed by the relevance step
     relevance_kept: int = 0
     relevance_computed: int = 0
+    #: distinct (question, passage) answers of the eRAG step and the grades of its passages
+    erag_answers: int = 0
+    erag_grades: Counter = field(default_factory=Counter)
 
     def add(self, other: AnnotationReport) -> None:
         """Add the counts of ``other`` (another chunk of the same run) to these."""
@@ -170,14 +180,14 @@ def check_inputs(
         ...
         udcg.errors.UDCGInputError: field 'answers': missing: step outcomes needs acceptable answers
     """
-    asks_question = "abstain" in steps or "answer_likelihood" in steps or "outcomes" in steps
+    asks_question = any(s in steps for s in ("abstain", "answer_likelihood", "outcomes", "erag"))
     count = 0
     for ctx in contexts:
         count += 1
         labels = "relevance" in steps and any(relabels(p, relabel_relevance) for p in ctx.passages)
         needs_answers = [
             s
-            for s in ("answer_likelihood", "relevance", "outcomes")
+            for s in ("answer_likelihood", "relevance", "outcomes", "erag")
             if s in steps and (s != "relevance" or labels)
         ]
         needs_question = asks_question or (labels and relevance == "llm")
@@ -222,6 +232,37 @@ def with_bound(passage: Passage, name: str, value_field: str, bound: bool) -> Pa
     return replace(passage, extra=extra | ({BOUNDS: new_marks} if new_marks else {}))
 
 
+@contextmanager
+def _named(holder: Callable[[int], Context]) -> Iterator[None]:
+    """:class:`~udcg.judge.requests.MissingResults` of a judge call given the context that
+    needs its first missing item: ``holder(i)`` of the item's position in the call."""
+    try:
+        yield
+    except MissingResults as missing:
+        if missing.context is None:
+            missing.context = holder(missing.first)
+        raise
+
+
+def _holding(
+    contexts: Sequence[Context], items: list[Any], passage_text: int
+) -> Callable[[int], Context]:
+    """The first context whose question (and answers, for triples) and a passage's text make
+    item ``i`` of ``items`` (the text at position ``passage_text`` of the item)."""
+
+    def holder(i: int) -> Context:
+        item = items[i]
+        return next(
+            c
+            for c in contexts
+            if c.question == item[0]
+            and (passage_text == 1 or tuple(c.answers) == item[1])
+            and any(p.text == item[passage_text] for p in c.passages)
+        )
+
+    return holder
+
+
 def _judged(
     judge: Judge,
     keys: list[Any],
@@ -230,11 +271,40 @@ def _judged(
     batch: int,
     report: AnnotationReport,
     value_field: str,
+    contexts: Sequence[Context],
 ) -> dict[Any, tuple[float, bool]]:
-    """``key -> (value, is an upper bound)`` for each distinct key, counted in ``report``."""
-    values, bounds = judge_call(judge, keys, work, label, batch)
+    """``key -> (value, is an upper bound)`` for each distinct key (a pair or a triple of the
+    contexts' items), counted in ``report``."""
+    with _named(_holding(contexts, keys, len(keys[0]) - 1 if keys else 1)):
+        values, bounds = judge_call(judge, keys, work, label, batch)
     report.bounds[value_field] += int(bounds.sum())
     return {k: (float(v), bool(b)) for k, v, b in zip(keys, values, bounds, strict=True)}
+
+
+def answer_grader(judge: Judge, grader: str, batch: int = 64) -> Grader:
+    """The grades of ``(question, answers, generated answer)`` items as ``outcomes`` grades
+    them: :func:`~udcg.labels.answers.grade_span` (``span``), or the judge's reply to
+    :func:`grader_messages` parsed by :func:`parse_grade` (``llm``, 4 new tokens).
+
+    Examples:
+        >>> grade = answer_grader(None, "span")
+        >>> grade([("Who wrote Emma?", ("Jane Austen",), "Jane Austen."), ("Q?", ("x",), "y")])
+        ['CORRECT', 'INCORRECT']
+    """
+
+    def grade(items: Sequence[tuple[str, tuple[str, ...], str]]) -> list[str | None]:
+        if grader == "span":
+            return [grade_span(answer, list(answers)) for _, answers, answer in items]
+        texts, _ = judge_call(
+            judge,
+            [grader_messages(q, list(a), answer) for q, a, answer in items],
+            lambda chunk, **kw: judge.generate(list(chunk), 4, **kw),
+            "grading",
+            batch,
+        )
+        return [parse_grade(t) for t in texts]
+
+    return grade
 
 
 def annotate(
@@ -298,6 +368,7 @@ def annotate(
             batch,
             report,
             "abstain_prob",
+            out,
         )
         for ctx in out:
             new = []
@@ -320,6 +391,7 @@ def annotate(
             batch,
             report,
             "answer_prob",
+            out,
         )
         for ctx in out:
             key = (ctx.question, tuple(ctx.answers))
@@ -362,6 +434,7 @@ def annotate(
                 batch,
                 report,
                 "relevance_prob",
+                out,
             )
             for ctx in out:
                 new = []
@@ -381,28 +454,30 @@ def annotate(
     if "outcomes" in steps:
         prompts = [answer_messages(c.question, [p.text for p in c.passages]) for c in out]
         report.answers = len(prompts)
-        answers, _ = judge_call(
-            judge,
-            prompts,
-            lambda chunk, **kw: judge.generate(list(chunk), max_new_tokens, **kw),
-            "answers",
-            batch,
-        )
+        with _named(out.__getitem__):
+            answers, _ = judge_call(
+                judge,
+                prompts,
+                lambda chunk, **kw: judge.generate(list(chunk), max_new_tokens, **kw),
+                "answers",
+                batch,
+            )
         if grader == "span":
             grades: list[str | None] = [
                 grade_span(a, c.answers) for a, c in zip(answers, out, strict=True)
             ]
         else:
-            texts, _ = judge_call(
-                judge,
-                [
-                    grader_messages(c.question, c.answers, a)
-                    for a, c in zip(answers, out, strict=True)
-                ],
-                lambda chunk, **kw: judge.generate(list(chunk), 4, **kw),
-                "grading",
-                batch,
-            )
+            with _named(out.__getitem__):
+                texts, _ = judge_call(
+                    judge,
+                    [
+                        grader_messages(c.question, c.answers, a)
+                        for a, c in zip(answers, out, strict=True)
+                    ],
+                    lambda chunk, **kw: judge.generate(list(chunk), 4, **kw),
+                    "grading",
+                    batch,
+                )
             grades = [parse_grade(t) for t in texts]
         for ctx, answer, grade in zip(out, answers, grades, strict=True):
             outcome: dict[str, Any] = {"answer": answer.strip(), "grader": grader}
@@ -413,4 +488,12 @@ def annotate(
                 report.grades[grade] += 1
                 outcome.update(grade=grade, correct=grade == "CORRECT")
             ctx.outcomes[name] = outcome
+
+    if "erag" in steps:
+        out, report.erag_answers, report.erag_grades = label_erag(
+            out, judge, answer_grader(judge, grader, batch), max_new_tokens, batch
+        )
+        failed = report.erag_grades.pop("FAILED", 0)
+        if failed:
+            report.failures["unparsable eRAG grade"] += failed
     return out, report
