@@ -11,7 +11,7 @@ generator) and, per shape ``QUERIESxDEPTH``, a run, topics and qrels drawn from 
 collection. The same files are registered as an ir_datasets dataset (``TsvDocs`` with a
 ``(doc_id, title, text)`` document, ``TsvQueries``, ``TrecQrels``) in each child process that
 reads them (a registration lives in its process only), ``IR_DATASETS_HOME`` a folder of the
-directory.
+directory (the docs store is written beside the collection).
 
 Timed, each as its own child process (wall time and peak resident memory from ``wait4``):
 
@@ -20,13 +20,17 @@ Timed, each as its own child process (wall time and peak resident memory from ``
 * then, ``--rounds`` times per shape, taking turns: ``file`` (``python -m udcg.cli.contexts RUN
   --topics --collection --qrels -k``) and ``store`` (the same with ``--dataset ID``).
 
-The two outputs must be byte-identical (exit status 1 otherwise). Prints one line per timing
-and a Markdown table of medians.
+The two outputs must be byte-identical (exit status 1 otherwise). Then, in one more child
+process, the two ways of finding the ranked passages alone, ``--rounds`` times each: ``lookup``
+(``docs_store().get_many(ids)`` of the ids the contexts hold) and ``scan``
+(``read_collection(collection, ids)``, the stream ``--collection`` reads). Prints one line per
+timing and a Markdown table of medians.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -54,9 +58,9 @@ class TitledDoc(NamedTuple):
     text: str
 
 
-def register(directory: Path, run_dir: Path) -> None:
+def register(directory: Path, run_dir: Path, name: str = DATASET) -> None:
     """Register the files of ``directory`` (collection) and ``run_dir`` (topics, qrels) as
-    :data:`DATASET` in this process."""
+    ``name`` in this process."""
     import ir_datasets
     from ir_datasets.formats import TrecQrels, TsvDocs, TsvQueries
     from ir_datasets.util import LocalDownload
@@ -66,7 +70,30 @@ def register(directory: Path, run_dir: Path) -> None:
         TsvQueries(LocalDownload(run_dir / "topics.tsv")),
         TrecQrels(LocalDownload(run_dir / "qrels.trec"), {}),
     )
-    ir_datasets.registry.register(DATASET, dataset)
+    ir_datasets.registry.register(name, dataset)
+
+
+def lookup_and_scan(directory: Path, run_dir: Path, rounds: int) -> tuple[float, float, int]:
+    """Median seconds of ``get_many`` on the docs store and of ``read_collection`` for the
+    passages of ``run_dir/file.jsonl``, and how many passages that is."""
+    from udcg.io.contexts.jsonl import read_contexts
+    from udcg.io.formats.collection import read_collection
+    from udcg.io.formats.ir_datasets import load_ir_dataset
+
+    name = f"{DATASET}/{directory.name}/{run_dir.name}"
+    register(directory, run_dir, name)
+    ids = {p.doc_id for c in read_contexts(run_dir / "file.jsonl") for p in c.passages}
+    store = load_ir_dataset(name).passages
+    lookups, scans = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        found = store(ids)
+        lookups.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        read = read_collection(directory / "collection.tsv", ids)
+        scans.append(time.perf_counter() - started)
+        assert found == read, "the docs store and the collection disagree"
+    return statistics.median(lookups), statistics.median(scans), len(ids)
 
 
 def child(directory: Path, run_dir: Path, argv: list[str]) -> int:
@@ -102,12 +129,19 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="write (or reuse) the data in this directory")
     if sys.argv[1:2] == ["--child"]:  # DIRECTORY RUN_DIR, then udcg contexts' arguments
         return child(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:])
+    if sys.argv[1:2] == ["--parts"]:  # DIRECTORY RUN_DIR ROUNDS
+        found = lookup_and_scan(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+        print(json.dumps(found))
+        return 0
     args = parser.parse_args()
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     results: dict[tuple[int, str, str], list[tuple[float, float]]] = {}
     builds = []
+    parts: dict[tuple[int, str], tuple[float, float, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep or Path(tmp)
+        # this script's processes (children too) keep ir_datasets' files under the directory
+        os.environ["IR_DATASETS_HOME"] = str(base / "ir_datasets_home")
         for seed in range(args.seeds):
             directory = base / f"seed{seed}"
             directory.mkdir(parents=True, exist_ok=True)
@@ -119,7 +153,7 @@ def main() -> int:
             size = collection.stat().st_size / 2**20
             print(f"seed {seed}: collection {size:.0f} MiB, {args.passages} passages "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)  # fmt: skip
-            env = {**os.environ, "IR_DATASETS_HOME": str(directory / "ir_datasets_home")}
+            env = dict(os.environ)
             for shape_index, (queries, depth) in enumerate(shapes):
                 run_dir = directory / f"{queries}x{depth}"
                 run_dir.mkdir(exist_ok=True)
@@ -156,9 +190,20 @@ def main() -> int:
                 print(f"  {queries}x{depth}: outputs byte-identical: {same}", flush=True)
                 if not same:
                     return 1
+                # in a child: a parent grown by the scan would raise the children's peak RSS
+                # (Linux keeps the high-water mark of resident memory across fork and exec)
+                parts_cmd = [sys.executable, __file__, "--parts", str(directory), str(run_dir),
+                             str(args.rounds)]  # fmt: skip
+                done = subprocess.run(
+                    parts_cmd, env=env, capture_output=True, text=True, check=True
+                )
+                lookup, scan, n = json.loads(done.stdout.splitlines()[-1])
+                parts[(seed, f"{queries}x{depth}")] = (lookup, scan, n)
+                print(f"  {queries}x{depth}: {n} passages: docs store get_many {lookup:.2f} s, "
+                      f"collection scan {scan:.2f} s", flush=True)  # fmt: skip
         print("\n| seed | run (queries x depth) | file: wall s | file: peak MiB | "
-              "store: wall s | store: peak MiB | store / file |")  # fmt: skip
-        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+              "store: wall s | store: peak MiB | store / file | get_many s | scan s |")  # fmt: skip
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for seed in range(args.seeds):
             for queries, depth in shapes:
                 shape = f"{queries}x{depth}"
@@ -166,8 +211,9 @@ def main() -> int:
                 store_t = results[(seed, shape, "store")]
                 fw, fr = (statistics.median(v) for v in zip(*file_t, strict=True))
                 sw, sr = (statistics.median(v) for v in zip(*store_t, strict=True))
+                lookup, scan, _ = parts[(seed, shape)]
                 print(f"| {seed} | {queries} x {depth} | {fw:.2f} | {fr:.0f} | {sw:.2f} | "
-                      f"{sr:.0f} | {sw / fw:.2f} |")  # fmt: skip
+                      f"{sr:.0f} | {sw / fw:.2f} | {lookup:.2f} | {scan:.2f} |")  # fmt: skip
         for seed, wall, rss in builds:
             print(f"docs store build, seed {seed}: {wall:.1f} s, peak {rss:.0f} MiB")
     return 0

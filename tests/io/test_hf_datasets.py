@@ -374,3 +374,4 @@ def test_udcg_contexts_writes_a_dataset_that_reads_back_exactly(tmp_path: Path) 
     assert back == list(read_contexts(tmp_path / "c.jsonl"))
     assert _jsonl(tmp_path, "back.jsonl", back) == (tmp_path / "c.jsonl").read_bytes()
     assert datasets.load_from_disk(str(tmp_path / "set")).data.schema == hf.SCHEMA
+    assert main([*common, "-o", "hf:"]) == 2

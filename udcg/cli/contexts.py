@@ -181,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in _INPUTS:
             if getattr(args, name) == STDIO:
                 raise UDCGInputError("only RUN may be - (standard input)", field=name)
+        if args.out == HF_PREFIX:
+            raise UDCGInputError(
+                f"expected {HF_PREFIX}DIR, a folder to save the dataset to", field="out"
+            )
         inputs = {f"--{name}": getattr(args, name) for name in _INPUTS}
         refuse_same_file(_out_path(args.out), {"RUN": args.run, **inputs})
         topics, collection, qrels = dataset_sources(args)
