@@ -512,3 +512,19 @@ def test_udcg_report_takes_a_dataset_like_the_files(
     for system in ("run", "b"):
         contexts = [tmp_path / label / "contexts" / f"{system}.jsonl" for label in sources]
         assert contexts[0].read_bytes() == contexts[1].read_bytes()
+
+
+def test_the_benchmark_script_runs_on_a_small_collection(tmp_path: Path) -> None:
+    """``bench/bench_docs_store.py`` (docs/benchmarks.md) on 2,000 passages: both ways give
+    the same bytes and the table is printed."""
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_docs_store.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--passages", "2000", "--shapes", "20x10", "--rounds", "1",
+         "--keep", str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "20x10: outputs byte-identical: True" in done.stdout
+    assert re.search(r"^\| 0 \| 20 x 10 \| [\d.]+ \| \d+ \| [\d.]+ \|", done.stdout, re.M)
