@@ -7,9 +7,12 @@ is a temporary folder in every test."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, Tuple  # noqa: UP035 (TsvIter compares with typing.Tuple)
@@ -21,7 +24,13 @@ from udcg.cli.contexts import main
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import read_contexts
 
-ir_datasets = pytest.importorskip("ir_datasets")
+# ir_datasets makes its folders under its home when imported: a temporary one, removed at exit
+# (unless an earlier test imported it already)
+_HOME = tempfile.mkdtemp(prefix="udcg-ir_datasets-home-")
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+with pytest.MonkeyPatch.context() as _patch:
+    _patch.setenv("IR_DATASETS_HOME", _HOME)
+    ir_datasets = pytest.importorskip("ir_datasets")
 from ir_datasets.formats import GenericDoc, TrecQrels, TrecQuery, TsvDocs, TsvQueries  # noqa: E402
 from ir_datasets.util import LocalDownload  # noqa: E402
 
