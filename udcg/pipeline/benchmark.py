@@ -242,7 +242,9 @@ def run_benchmark(
         if settings.order != "retriever":
             ordered = run_order_study(contexts, settings, annotate, theta)
             contexts = ordered.chosen
-        steps = missing_steps(contexts, label_key, settings.utility, settings.relevance)
+        steps = missing_steps(
+            contexts, label_key, settings.utility, settings.relevance, settings.erag
+        )
         if steps or (settings.qcare and needs_coverage(contexts)):
             contexts = annotate(contexts, steps)
         signal = signal_check(contexts, label_key, settings.utility)

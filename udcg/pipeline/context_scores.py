@@ -15,8 +15,9 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, read_contexts, relevance_matrix
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import check_compatible
+from udcg.labels.erag import erag_labels
 from udcg.metrics.udcg import DEFAULT_GAMMA
-from udcg.pipeline.metric_table import classic_metrics
+from udcg.pipeline.metric_table import ERAG_METRICS, classic_metrics, erag_metrics
 from udcg.qcare.scores import qcare_scores
 
 if TYPE_CHECKING:
@@ -125,6 +126,30 @@ def _has_answer_labels(contexts: Sequence[Context], judge: str) -> bool:
     return any(c.outcomes.get(judge, {}).get("claims") is not None for c in contexts)
 
 
+def erag_columns(contexts: Sequence[Context], judge: str) -> dict[str, np.ndarray]:
+    """eRAG's metrics (:func:`udcg.pipeline.metric_table.erag_metrics`) of each context whose
+    passages all have an eRAG label of ``judge``, NaN for the others.
+
+    >>> from udcg.io.contexts.jsonl import Passage
+    >>> p1 = Passage("d1", extra={"erag": {"m": 0}})
+    >>> p2 = Passage("d2", extra={"erag": {"m": 1}})
+    >>> columns = erag_columns([Context("q1", [p1, p2]), Context("q2", [p1, Passage("d3")])], "m")
+    >>> columns["eRAG-MRR"].tolist()
+    [0.5, nan]
+    """
+    labels = erag_labels(contexts, judge)
+    rows = np.flatnonzero([not np.isnan(row).any() for row in labels])
+    columns = {name: np.full(len(labels), np.nan) for name in ERAG_METRICS}
+    if len(rows):
+        for name, values in erag_metrics([labels[i] for i in rows]).items():
+            columns[name][rows] = values
+    return columns
+
+
+def _has_erag_labels(contexts: Sequence[Context], judge: str) -> bool:
+    return any(not np.isnan(row).all() for row in erag_labels(contexts, judge))
+
+
 def score_contexts(
     contexts: Iterable[Context] | str | os.PathLike[str],
     *,
@@ -136,12 +161,15 @@ def score_contexts(
     allow_mismatch: Sequence[str] = (),
     qcare_gain: str = "linear",
     qcare_coverage: str = "boolean",
+    erag: bool | None = None,
 ) -> pd.DataFrame:
     """One row per context: ``qid``, ``run``, ``k`` (its list size), ``correct`` (the judge's
     graded outcome, NaN when ungraded), ``UDCG`` (:func:`udcg.metrics.udcg` at ``gamma``),
     ``UDCG-theta`` with ``weights`` (NaN for contexts not of the weights' k), nDCG, MAP, MRR and
     Precision, then Q-CARE's C-Prec and C-nDCG (and Completeness, Conciseness, Verifiableness
-    when the judge's answers carry claim labels; NaN where labels are missing).
+    when the judge's answers carry claim labels; NaN where labels are missing), then eRAG's
+    ``eRAG-nDCG``, ``-MAP``, ``-MRR``, ``-Precision`` and ``-Hits`` over the passages' eRAG
+    labels of the judge (:func:`erag_columns`; NaN for a context with a passage unlabelled).
 
     ``contexts``: contexts or a contexts JSONL file; ``judge_key``: the key their labels are
     stored under (None: the only one they hold); ``utility``: the utility source
@@ -149,7 +177,9 @@ def score_contexts(
     a weights folder or file, checked against the contexts (``allow_mismatch`` lets named
     fields differ, with a note); ``qcare``: None adds Q-CARE's columns when some context has
     its labels, True always, False never; ``qcare_gain`` and ``qcare_coverage`` are
-    :func:`udcg.qcare.qcare_scores`'s ``gain`` and ``coverage``. Notes land in
+    :func:`udcg.qcare.qcare_scores`'s ``gain`` and ``coverage``; ``erag``: None adds eRAG's
+    columns when some passage has an eRAG label of the judge, True always, False never. Notes
+    land in
     ``frame.attrs["notes"]``.
 
     >>> import udcg
@@ -184,6 +214,8 @@ def score_contexts(
             contexts, answers_from=answers, gain=qcare_gain, coverage=qcare_coverage
         )
         columns.update({name: v.filled(np.nan) for name, v in scores.values.items()})
+    if erag or (erag is None and _has_erag_labels(contexts, judge)):
+        columns.update(erag_columns(contexts, judge))
     frame = pd.DataFrame(columns)
     frame.attrs["notes"] = notes
     return frame

@@ -38,6 +38,26 @@ def classic_metrics(
     return scores
 
 
+#: eRAG's aggregations of its per-passage labels, as named in reports.
+ERAG_METRICS = ("eRAG-nDCG", "eRAG-MAP", "eRAG-MRR", "eRAG-Precision", "eRAG-Hits")
+
+
+def erag_metrics(labels: np.ndarray | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """eRAG (Salemi and Zamani 2024) per context: the classic metrics of
+    :func:`classic_metrics` over the passages' eRAG labels (0/1, :mod:`udcg.labels.erag`), the
+    list being its own judged set, as the ``erag`` package's ``pytrec_eval`` run over one
+    list: nDCG (ideal = the labels sorted), MAP (over the relevant passages of the list),
+    MRR, Precision (relevant / list length) and Hits, named ``eRAG-nDCG`` and so on.
+
+    Examples:
+        >>> scores = erag_metrics(np.array([[0, 1, 1], [0, 0, 0]]))
+        >>> {name: values.round(4).tolist() for name, values in scores.items()}["eRAG-MAP"]
+        [0.5833, 0.0]
+    """
+    scores = classic_metrics(labels, hits=True)
+    return {f"eRAG-{name}": scores[name] for name in ("nDCG", "MAP", "MRR", "Precision", "Hits")}
+
+
 @dataclass(frozen=True)
 class MetricRow:
     """Held-out agreement of one metric with correctness; ``undefined`` says why the

@@ -17,8 +17,9 @@ from udcg.io.contexts.jsonl import (
     relevance_matrix,
 )
 from udcg.io.joins.utility_sources import get_source
+from udcg.labels.erag import erag_labels
 from udcg.pipeline.fit_size import warn_if_few_contexts
-from udcg.pipeline.metric_table import classic_metrics
+from udcg.pipeline.metric_table import classic_metrics, erag_metrics
 from udcg.qcare.coverage import c_ndcg, c_precision, coverage
 from udcg.theta import UDCGTheta, UDCGThetaConvergenceWarning, split_by_query, tune_gamma
 
@@ -102,6 +103,25 @@ def crossfit_theta(
     return values, models
 
 
+def _erag_scores(
+    contexts: Sequence[Context], judge: str, notes: list[str]
+) -> dict[str, np.ndarray]:
+    """eRAG's metrics (:func:`udcg.pipeline.metric_table.erag_metrics`) when every passage
+    has an eRAG label of ``judge``; else none, with a note saying why."""
+    labels = np.stack(erag_labels(contexts, judge))
+    missing = int(np.isnan(labels).sum())
+    if missing == labels.size:
+        notes.append("eRAG skipped: no eRAG labels (set erag=true)")
+        return {}
+    if missing:
+        notes.append(
+            f"eRAG skipped: {missing} of {labels.size} passages have no eRAG label "
+            "(unparsable grades of grader=llm)"
+        )
+        return {}
+    return erag_metrics(labels)
+
+
 def score_table(
     contexts: Sequence[Context],
     k: int,
@@ -117,7 +137,8 @@ def score_table(
 ) -> ScoreTable:
     """UDCG (gamma 1/3), UDCG-gamma (cross-fitted), UDCG-theta (with ``theta``), C-Prec and
     C-nDCG (with coverage labels; C-nDCG's gain is ``qcare_gain``), nDCG, MAP, MRR, Precision
-    and Hits for contexts of size k.
+    and Hits for contexts of size k, and eRAG's (:data:`udcg.pipeline.metric_table.ERAG_METRICS`)
+    when every passage has an eRAG label of ``judge`` (``udcg benchmark erag=true``).
 
     ``theta_crossfit`` (without ``theta``) fits UDCG-theta on each half of the queries and
     scores the other half (:func:`crossfit_theta`, penalty ``theta_l2``). ``ablations`` adds the
@@ -169,5 +190,6 @@ def score_table(
     else:
         notes.append("C-Prec and C-nDCG skipped: no coverage labels (set qcare=true)")
     scores.update(classic_metrics(relevant, hits=True))
+    scores.update(_erag_scores(kept, judge, notes))
     runs = [c.run or "" for c in kept]
     return ScoreTable(qids, runs, relevant, util, correct, scores, gammas, notes, theta_models)

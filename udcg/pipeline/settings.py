@@ -93,7 +93,8 @@ class EvaluateSettings(Settings):
     passages and their order from the retriever's top :attr:`candidates`
     (:data:`udcg.theta.ordering.ORDERINGS`; ``theta`` needs ``theta_weights`` or
     ``theta_crossfit``, fitted with the penalty ``theta_l2``); ``qcare_gain`` is C-nDCG's gain
-    (:data:`udcg.qcare.coverage.GAINS`); ``allow_unverified`` loads
+    (:data:`udcg.qcare.coverage.GAINS`); ``erag`` adds eRAG's per-passage labels and metrics
+    (:mod:`udcg.labels.erag`); ``allow_unverified`` loads
     ``theta_weights`` whose card records no SHA-256 (unchecked, with a warning).
     ``engine=ray`` runs the judge calls on Ray actors set by ``ray``
     (:func:`udcg.judge.ray_engine.engine_options`)."""
@@ -105,6 +106,7 @@ class EvaluateSettings(Settings):
     max_new_tokens: int = 16
     qcare: bool = False
     qcare_gain: str = "linear"
+    erag: bool = False
     ablations: bool = False
     theta_weights: str | None = None
     allow_mismatch: Sequence[str] = ()
@@ -133,7 +135,7 @@ class EvaluateSettings(Settings):
         one_of(self.grader, "grader", GRADERS)
         one_of(self.qcare_gain, "qcare_gain", GAINS)
         positive_int(self.max_new_tokens, "max_new_tokens")
-        for name in ("qcare", "ablations", "theta_crossfit", "allow_unverified"):
+        for name in ("qcare", "erag", "ablations", "theta_crossfit", "allow_unverified"):
             boolean(getattr(self, name), name)
         nonnegative_float(self.theta_l2, "theta_l2")
         if self.theta_weights is not None:

@@ -21,6 +21,7 @@ import numpy as np
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.io.joins.utility_sources import get_source
 from udcg.judge.base import Judge
+from udcg.labels.erag import has_erag
 from udcg.pipeline.datasets import Dataset
 from udcg.retrieval import Retriever
 
@@ -74,10 +75,11 @@ def retrieve_contexts(dataset: Dataset, name: str, retriever: Retriever, k: int)
 
 
 def missing_steps(
-    contexts: Sequence[Context], judge: str, utility: str, relevance: str
+    contexts: Sequence[Context], judge: str, utility: str, relevance: str, erag: bool = False
 ) -> list[str]:
     """The annotate steps whose labels under key ``judge`` (the judge's
-    :func:`~udcg.judge.judge_key`) some context still lacks (relevance=llm: always)."""
+    :func:`~udcg.judge.judge_key`) some context still lacks (relevance=llm: always; ``erag``:
+    eRAG's per-passage labels too)."""
     source = get_source(utility)
     passages = [p for c in contexts for p in c.passages]
     steps = []
@@ -87,6 +89,8 @@ def missing_steps(
         steps.append("relevance")
     if any(c.outcomes.get(judge, {}).get("correct") is None for c in contexts):
         steps.append("outcomes")
+    if erag and not has_erag(contexts, judge):
+        steps.append("erag")
     return steps
 
 
