@@ -145,3 +145,29 @@ def test_fuzzed_batch_files_end_in_a_result_or_one_line():
     tally = fuzz.fuzz_batch(300, seed=11, limit=30.0, keep=1)
     assert not tally.examples, tally.examples
     assert tally.counts["input_error"] > 50 and tally.counts["ok"] > 20
+
+
+def test_import_names_the_context_whose_pair_is_missing_not_the_first_with_its_question(
+    tmp_path, capsys
+):
+    """Two contexts ask the same question of different passages; the batch answers the first
+    context's pair only: the refusal names the second context (by its pair, not by finding the
+    question in the prompt text) with its file and line."""
+    contexts = [
+        Context("q1", [Passage(text="Paris is in France.")], question="Capital?"),
+        Context("q2", [Passage(text="Rome is in Italy.")], question="Capital?"),
+    ]
+    write_contexts(tmp_path / "in.jsonl", contexts)
+    write_contexts(tmp_path / "first.jsonl", contexts[:1])
+    cache = ["--cache", str(tmp_path / "c.sqlite")]
+    export = ["export", str(tmp_path / "first.jsonl"), "-o", str(tmp_path / "req.jsonl")]
+    assert batch_main([*export, *JUDGE, *cache, "--steps", "abstain"]) == 0
+    (custom_id,) = [c["custom_id"] for c in _lines(tmp_path / "req.calls.jsonl")]
+    (tmp_path / "r.jsonl").write_text(_result(custom_id, -0.5) + "\n")
+    argv = ["import", str(tmp_path / "r.jsonl"), "--calls", str(tmp_path / "req.calls.jsonl")]
+    argv += ["--contexts", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl")]
+    assert batch_main([*argv, *JUDGE, *cache, "--steps", "abstain"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert f"{tmp_path / 'in.jsonl'}:2" in err[0] and "context 'q2'" in err[0], err
+    assert "abstain_prob" in err[0] and not (tmp_path / "out.jsonl").exists()
