@@ -5,6 +5,9 @@
         [--gain {linear,exponential}] [--coverage {boolean,fractional}]
     udcg qcare agreement JUDGE.jsonl HUMAN.jsonl [--answers-from MODEL] [--split-by run]
     udcg qcare import RESULTS.json -o OUT.jsonl [--benchmark TESTBED.json] [--retriever BM25]
+    udcg qcare mtrag TASKS.jsonl -o OUT.jsonl [--run NAME] [--model NAME]
+    udcg qcare rankings LABELLED.jsonl... [--types FILE | --type-field KEY] [--type A --type B]
+        [-m MEASURE]... [-k 10] [--resamples 1000] [--seed 0] [-o agreement.json]
 
 ``label`` adds sub-queries, coverage labels and (with ``--answers-from``) the claims and
 checks of ``outcomes[MODEL].answer``, through the cached judge (options and cache:
@@ -12,7 +15,12 @@ checks of ``outcomes[MODEL].answer``, through the cached judge (options and cach
 prints the mean of each metric and why values are missing (``--out`` writes them per context).
 ``agreement`` prints Pearson and Spearman correlations between judge-based and human-based
 metrics per split. ``import`` turns a results file of the Q-CARE release's pipeline into
-labelled contexts (:func:`udcg.qcare.release.read_release_results`). ``-`` as an input file
+labelled contexts (:func:`udcg.qcare.release.read_release_results`); ``mtrag`` turns an MTRAG
+task file into conversational contexts (:func:`udcg.qcare.conversation.read_mtrag_tasks`).
+``rankings`` ranks the
+retrievers (``run``; a context without one takes its file's name) by each metric on two query
+types and prints the Spearman agreement of the two rankings with a bootstrap CI as a Markdown
+table (``--out`` writes it as JSON; :mod:`udcg.qcare.rankings`). ``-`` as an input file
 reads standard input; as OUT or ``--out`` it writes standard output, and the counts or means
 go to stderr. ``--gain`` picks C-nDCG's gain and ``--coverage fractional`` reads the per-chunk
 coverage from ``passages[].covers_prob`` (numbers in [0, 1]) instead of the booleans
@@ -28,17 +36,30 @@ import json
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
-from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
+from udcg.cli.common import (
+    add_list_option,
+    add_measures,
+    add_out,
+    info_stream,
+    judge_inputs,
+    parse,
+    run_cli,
+)
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.files import atomic_write, refuse_same_file
 from udcg.qcare.agreement import agreement
+from udcg.qcare.conversation import read_mtrag_tasks
 from udcg.qcare.coverage import GAINS
 from udcg.qcare.labels.checks import CHECK_MODES
 from udcg.qcare.labels.label import CHECKS, QCareReport, check_inputs, label_contexts
+from udcg.qcare.rankings import MEASURES as RANKING_MEASURES
+from udcg.qcare.rankings import markdown_table, ranking_agreement, read_query_types
 from udcg.qcare.release import RELEASE_TOP_K, read_release_results
 from udcg.qcare.scores import COVERAGE_LABELS, QCareScores, qcare_scores
 
@@ -127,10 +148,71 @@ def build_parser() -> argparse.ArgumentParser:
         default=RELEASE_TOP_K,
         help="chunks judged per query (default: %(default)s)",
     )
-    for cmd in (score, agree):
-        cmd.add_argument(
-            "--answers-from", metavar="MODEL", help="generator metrics of outcomes[MODEL]"
-        )
+    mtrag = sub.add_parser(
+        "mtrag",
+        help="read an MTRAG task file",
+        description="Turn an MTRAG task file (JSON Lines, the conversation so far under input) "
+        "into contexts whose query is a conversation, ready for label.",
+    )
+    mtrag.add_argument("input", help="MTRAG tasks JSONL (gzip ok)")
+    add_out(mtrag, "contexts JSONL (.gz compresses; - is stdout)", required=True)
+    mtrag.add_argument("--run", help="run name of the contexts (the retriever; default: none)")
+    mtrag.add_argument(
+        "--model",
+        default="prediction",
+        help="outcome name of the tasks' predictions (outcomes[MODEL].answer; default: "
+        "%(default)s)",
+    )
+    rankings = sub.add_parser(
+        "rankings",
+        help="agreement of retriever rankings across query types",
+        description="Rank the retrievers (runs) by each metric on two query types and print "
+        "the Spearman agreement of the two rankings, with a bootstrap CI over queries.",
+    )
+    rankings.add_argument(
+        "inputs",
+        nargs="+",
+        help="labelled contexts JSONL, one or more (a context without run takes its file's name)",
+    )
+    add_out(rankings, "write the agreement and the per-run means as JSON (- is stdout)")
+    source = rankings.add_mutually_exclusive_group()
+    source.add_argument(
+        "--types",
+        metavar="FILE",
+        help="query types: QID<TAB>TYPE lines or a JSON object {qid: type}",
+    )
+    source.add_argument(
+        "--type-field",
+        default="query_type",
+        metavar="KEY",
+        help="the context key holding the query type (default: %(default)s)",
+    )
+    add_list_option(
+        rankings,
+        "--type",
+        dest="pair",
+        metavar="TYPE",
+        help="the two query types to compare, e.g. --type close --type open (default: the "
+        "two found)",
+    )
+    add_measures(rankings, RANKING_MEASURES, "metrics to rank by")
+    rankings.add_argument(
+        "--resamples", type=_positive, default=1000, help="bootstrap resamples (default: 1000)"
+    )
+    rankings.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="confidence level of the interval (default: %(default)s)",
+    )
+    rankings.add_argument(
+        "--seed", type=int, default=0, help="seed of the bootstrap draws (default: 0)"
+    )
+    for cmd in (score, agree, rankings):
+        if cmd is not rankings:
+            cmd.add_argument(
+                "--answers-from", metavar="MODEL", help="generator metrics of outcomes[MODEL]"
+            )
         cmd.add_argument("-k", "--k", type=_positive, help="truncate retrieved lists to k")
         cmd.add_argument("--binary", action="store_true", help="binary coverage gains")
         cmd.add_argument(
@@ -227,6 +309,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(ignored): {unresolved}",
                 file=info_stream(args.out),
             )
+        elif args.command == "mtrag":
+            refuse_same_file(args.out, {"INPUT": args.input})
+            tasks = read_mtrag_tasks(args.input, run=args.run, model=args.model)
+            write_contexts(args.out, tasks)
+            turns = sum(len(c.extra["conversation"]) for c in tasks)
+            print(f"read {len(tasks)} tasks ({turns} turns in all)", file=info_stream(args.out))
+        elif args.command == "rankings":
+            _rankings(args)
         elif args.command == "score":
             if args.out:
                 refuse_same_file(args.out, {"INPUT": args.input})
@@ -264,6 +354,66 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("filled from the judge: " + ", ".join(f"{k} {v}" for k, v in filled.items()))
 
     return run_cli("udcg qcare", work)
+
+
+def _rankings(args: argparse.Namespace) -> None:
+    """``udcg qcare rankings``: read every input, name runs by file, print and write."""
+    if args.out:
+        refuse_same_file(
+            args.out,
+            {**{f"INPUT {i + 1}": p for i, p in enumerate(args.inputs)}, "--types": args.types},
+        )
+    contexts = []
+    for path in args.inputs:
+        name = _file_run(path)
+        contexts += [c if c.run else replace(c, run=name) for c in read_contexts(path)]
+    types = read_query_types(args.types) if args.types else args.type_field
+    rows, dropped = ranking_agreement(
+        contexts,
+        types,
+        pair=args.pair or None,
+        measures=args.measures,
+        k=args.k,
+        gain=args.gain,
+        coverage=args.coverage,
+        binary=args.binary,
+        n_resamples=args.resamples,
+        confidence=args.confidence,
+        seed=args.seed,
+    )
+    out = info_stream(args.out)
+    runs = sorted(rows[0].means[rows[0].types[0]]) if rows else []
+    print(f"{len(runs)} runs: {', '.join(runs)}", file=out)
+    if dropped:
+        print(
+            "queries dropped (not in every run): "
+            + ", ".join(f"{t} {n}" for t, n in dropped.items()),
+            file=out,
+        )
+    print(markdown_table(rows, args.confidence), file=out)
+    if args.out:
+        report = {
+            "runs": runs,
+            "dropped": dropped,
+            "resamples": args.resamples,
+            "confidence": args.confidence,
+            "seed": args.seed,
+            "k": args.k,
+            "gain": args.gain,
+            "coverage": args.coverage,
+            "binary": args.binary,
+            "agreement": [row.to_json() for row in rows],
+        }
+        with atomic_write(args.out) as handle:
+            handle.write(json.dumps(report, indent=2) + "\n")
+
+
+def _file_run(path: str) -> str:
+    """The run name of a contexts file: its name without ``.gz`` and ``.jsonl``."""
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return name or path
 
 
 def _cell(value: float) -> str:

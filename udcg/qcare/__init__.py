@@ -8,13 +8,19 @@ decomposition, four Yes/No checks, and the coverage and generator metrics from t
   (``udcg qcare agreement``);
 * :func:`read_release_results` reads the output of the Q-CARE release's pipeline into
   contexts (``udcg qcare import``);
+* :func:`ranking_agreement` compares the retriever rankings of two query types, per metric
+  (``udcg qcare rankings``);
+* :mod:`udcg.qcare.conversation`: conversational queries, and :func:`read_mtrag_tasks`
+  (``udcg qcare mtrag``);
 * :mod:`udcg.qcare.coverage` and :mod:`udcg.qcare.generator` hold the metrics.
 """
 
 from udcg.qcare.agreement import AgreementRow, agreement, fill_labels
+from udcg.qcare.conversation import read_mtrag_tasks
 from udcg.qcare.labels.checks import YesNoChecker, parse_yes_no
 from udcg.qcare.labels.decompose import decompose_answers, decompose_queries
 from udcg.qcare.labels.label import QCareReport, label_contexts
+from udcg.qcare.rankings import RankingAgreement, ranking_agreement
 from udcg.qcare.release import read_release_results
 from udcg.qcare.scores import METRICS, QCareScores, qcare_scores
 
@@ -23,6 +29,7 @@ __all__ = [
     "AgreementRow",
     "QCareReport",
     "QCareScores",
+    "RankingAgreement",
     "YesNoChecker",
     "agreement",
     "decompose_answers",
@@ -31,5 +38,7 @@ __all__ = [
     "label_contexts",
     "parse_yes_no",
     "qcare_scores",
+    "ranking_agreement",
+    "read_mtrag_tasks",
     "read_release_results",
 ]

@@ -19,8 +19,10 @@ from udcg.io.files import PathType
 
 __all__ = [
     "ANSWER_LABELS",
+    "ROLES",
     "Where",
     "answer_labels",
+    "conversation",
     "covers",
     "covers_prob",
     "finite",
@@ -42,6 +44,8 @@ __all__ = [
 #: the judge's (or a human's) hard checks, each with an optional soft twin ``<name>_prob``.
 #: Axes: ``subquery_covered[s]``, ``claim_relevance[f][s]``, ``claim_support[f][chunk]``.
 ANSWER_LABELS = ("subquery_covered", "claim_relevance", "claim_support")
+#: Speakers of a ``conversation`` turn.
+ROLES = ("user", "assistant")
 
 
 def json_problem(exc: ValueError | RecursionError) -> str:
@@ -206,6 +210,48 @@ def covers_prob(value: Any, name: str, where: Where, n_sub: int | None) -> Any:
             probability(item, f"{name}[{i}]", where)
     if n_sub is not None and len(value) != n_sub:
         raise where.error(name, f"has {len(value)} entries but the context has {n_sub} subqueries")
+    return value
+
+
+def conversation(value: Any, name: str, where: Where, question: str | None) -> Any:
+    """A multi-turn query: a non-empty list of turns ``{"role": "user" | "assistant",
+    "content": "..."}`` (other keys of a turn are kept) ending with a user turn, which the
+    context's ``question`` must hold. Returned unchanged (the context keeps it in ``extra``).
+
+    Examples:
+        >>> turns = [{"role": "user", "content": "Who wrote Emma?"},
+        ...          {"role": "assistant", "content": "Jane Austen."},
+        ...          {"role": "user", "content": "When?"}]
+        >>> conversation(turns, "conversation", Where(None, None), "When?") is turns
+        True
+        >>> conversation(turns[:2], "conversation", Where("c.jsonl", 3), "When?")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: c.jsonl:3: field 'conversation[1].role': the last turn ...
+    """
+    if not isinstance(value, list) or not value:
+        raise where.error(name, f"must be a non-empty list of turns, got {kind(value)}")
+    for i, turn in enumerate(value):
+        json_object(turn, f"{name}[{i}]", where)
+        role, content = turn.get("role"), turn.get("content")
+        if role not in ROLES:
+            raise where.error(
+                f"{name}[{i}].role", f"must be one of {', '.join(ROLES)}, got {short(str(role))}"
+            )
+        if not isinstance(content, str) or not content.strip():
+            raise where.error(f"{name}[{i}].content", "must be a non-empty string")
+    last = len(value) - 1
+    if value[last]["role"] != "user":
+        raise where.error(
+            f"{name}[{last}].role",
+            f"the last turn must be a user turn (the query), got {value[last]['role']!r}",
+        )
+    if question != value[last]["content"]:
+        raise where.error(
+            "question",
+            "must hold the conversation's last user turn, "
+            + ("missing" if question is None else f"got {short(question)}"),
+        )
     return value
 
 

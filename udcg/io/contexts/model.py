@@ -37,6 +37,10 @@ Decisions:
   against the numbers of claims, sub-queries and passages. ``passages[].covers_prob`` (soft
   or fractional coverage in [0, 1], or ``null``, one per sub-query) is checked the same way
   and kept, as read, in the passage's ``extra``.
+* A multi-turn query: ``conversation``, a list of turns ``{"role": "user" | "assistant",
+  "content": ...}`` ending with the user turn that ``question`` holds, is checked
+  (:func:`~udcg.io.contexts.checks.conversation`) and kept, as read, in the context's
+  ``extra`` (:mod:`udcg.qcare.conversation`).
 """
 
 from __future__ import annotations
@@ -241,11 +245,14 @@ def parse_context(obj: Any, where: Where) -> Context:
         raise where.error("passages", f"must be a list of passage objects, got {check.kind(raw)}")
     passages = [_parse_passage(p, f"passages[{i}]", where, n_sub) for i, p in enumerate(raw)]
     check.unique_ids([p.doc_id for p in passages], where)
+    question = check.optional_str(obj.get("question"), "question", where)
+    if obj.get("conversation") is not None:
+        check.conversation(obj["conversation"], "conversation", where, question)
     return Context(
         qid=qid,
         passages=passages,
         run=check.optional_str(obj.get("run"), "run", where),
-        question=check.optional_str(obj.get("question"), "question", where),
+        question=question,
         answers=check.str_list(obj.get("answers"), "answers", where),
         subqueries=subqueries,
         outcomes=check.answer_labels(

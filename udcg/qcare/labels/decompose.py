@@ -9,6 +9,12 @@
   (no call); when generation fails, the whole answer is its own claim (a counted fallback).
 
 Exact duplicates (after case and whitespace folding) are dropped from both lists.
+
+A conversational query (:mod:`udcg.qcare.conversation`) is its latest user turn plus the
+earlier turns (``histories``): the prompts show the history and ask for sub-queries (claims)
+that stand without it, so a single sub-query is kept as the judge rewrote it (the latest turn
+alone, "When was it published?", would not stand on its own); a failed decomposition still
+falls back to the latest turn, counted. Without history nothing changes, prompts included.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from udcg.judge.prompts import Messages
 from udcg.labels.answers import is_abstention
 from udcg.labels.batches import in_batches
 from udcg.qcare.labels import prompts as qp
+from udcg.qcare.labels.prompts import History
 
 MIN_ANSWER_CHARS = 3
 MAX_ITEMS = 12
@@ -94,10 +101,24 @@ def _generate(
     return results
 
 
+def _histories(histories: Sequence[History] | None, n: int) -> list[History]:
+    if histories is None:
+        return [()] * n
+    if len(histories) != n:
+        raise ValueError(f"{len(histories)} histories for {n} questions")
+    return list(histories)
+
+
 def decompose_queries(
-    judge: Judge, questions: Sequence[str], retries: int = 2, counts: Counter | None = None
+    judge: Judge,
+    questions: Sequence[str],
+    retries: int = 2,
+    counts: Counter | None = None,
+    histories: Sequence[History] | None = None,
 ) -> list[list[str]]:
     """Sub-queries of each question; ``counts["subquery fallback"]`` counts failures.
+    ``histories[i]``: the earlier turns of question i's conversation (``(role, content)``
+    pairs; empty for a single-turn query).
 
     Examples:
         >>> from udcg.judge import Judge
@@ -115,22 +136,30 @@ def decompose_queries(
         [['Who wrote Emma?', 'When was Emma published?']]
         >>> decompose_queries(Replies("no JSON here"), ["Who wrote Emma?"], retries=0)
         [['Who wrote Emma?']]
+
+        In a conversation, a single sub-query is the judge's standalone rewrite:
+
+        >>> history = [("user", "Who wrote Emma?"), ("assistant", "Jane Austen.")]
+        >>> judge = Replies('["When was Emma published?"]')
+        >>> decompose_queries(judge, ["When was it published?"], histories=[history])
+        [['When was Emma published?']]
     """
     counts = Counter() if counts is None else counts
+    histories = _histories(histories, len(questions))
     results = _generate(
         judge,
-        [qp.query_decomposition(q) for q in questions],
+        [qp.query_decomposition(q, h) for q, h in zip(questions, histories, strict=True)],
         subqueries_value,
         retries,
         "sub-queries",
         counts,
     )
     out = []
-    for question, result in zip(questions, results, strict=True):
+    for question, history, result in zip(questions, histories, results, strict=True):
         if not result.ok:
             counts["subquery fallback"] += 1
             out.append([question])
-        elif len(result.value) == 1:
+        elif len(result.value) == 1 and not history:
             out.append([question])  # single-focus: the query stays as it is
         else:
             out.append(list(result.value))
@@ -143,8 +172,10 @@ def decompose_answers(
     answers: Sequence[str],
     retries: int = 2,
     counts: Counter | None = None,
+    histories: Sequence[History] | None = None,
 ) -> list[list[str]]:
-    """Claims of each answer (see the module docstring for the special cases).
+    """Claims of each answer (see the module docstring for the special cases);
+    ``histories[i]``: the earlier turns of question i's conversation.
 
     Examples:
         An abstention makes no claim and a 2-character answer is its own (neither asks the
@@ -165,6 +196,7 @@ def decompose_answers(
         [['Austen wrote Emma.', 'Emma appeared in 1815.'], [], ['42']]
     """
     counts = Counter() if counts is None else counts
+    histories = _histories(histories, len(answers))
     out: list[list[str] | None] = [None] * len(answers)
     ask = []
     for i, answer in enumerate(answers):
@@ -179,7 +211,7 @@ def decompose_answers(
             ask.append(i)
     results = _generate(
         judge,
-        [qp.answer_decomposition(questions[i], answers[i]) for i in ask],
+        [qp.answer_decomposition(questions[i], answers[i], histories[i]) for i in ask],
         claims_value,
         retries,
         "claims",

@@ -6,7 +6,9 @@ goes through whatever cache the judge has, so a rerun only computes what is miss
 
 What is written (see :mod:`udcg.io.contexts.jsonl`):
 
-* ``subqueries`` (kept when the context already has them, e.g. written by a human);
+* ``subqueries`` (kept when the context already has them, e.g. written by a human); a
+  conversational query (:mod:`udcg.qcare.conversation`) is decomposed given its earlier
+  turns, once per distinct (question, history);
 * ``passages[].covers[s]`` (hard) and ``passages[].covers_prob[s]`` (soft, null for text
   labels);
 * with ``answers_from=MODEL``, in ``outcomes[MODEL]``: ``claims`` of its ``answer``,
@@ -25,6 +27,7 @@ from typing import Any
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context
 from udcg.judge.base import Judge
+from udcg.qcare.conversation import history_of
 from udcg.qcare.labels import prompts as qp
 from udcg.qcare.labels.checks import CheckMode, YesNoChecker
 from udcg.qcare.labels.decompose import MIN_ANSWER_CHARS, decompose_answers, decompose_queries
@@ -182,15 +185,17 @@ def label_contexts(
     report = QCareReport(contexts=len(contexts))
     checker = YesNoChecker(judge, checks, retries=max(retries - 1, 0), batch=batch)
 
-    need = sorted({c.question for c in contexts if c.subqueries is None})
-    decomposed = dict(
-        zip(need, decompose_queries(judge, need, retries, report.fallbacks), strict=True)
+    queries = [(c.question, history_of(c)) for c in contexts]  # (latest turn, history)
+    need = sorted({q for c, q in zip(contexts, queries, strict=True) if c.subqueries is None})
+    found = decompose_queries(
+        judge, [q for q, _ in need], retries, report.fallbacks, [h for _, h in need]
     )
+    decomposed = dict(zip(need, found, strict=True))
     out = [
-        replace(ctx, subqueries=decomposed[ctx.question]) if ctx.subqueries is None else ctx
-        for ctx in contexts
+        replace(ctx, subqueries=decomposed[q]) if ctx.subqueries is None else ctx
+        for ctx, q in zip(contexts, queries, strict=True)
     ]
-    per_question = {c.question: c.subqueries for c in out}
+    per_question = {q: c.subqueries for q, c in zip(queries, out, strict=True)}
     report.questions = len(per_question)
     report.subqueries = sum(len(s) for s in per_question.values())
 
@@ -236,19 +241,25 @@ def _label_answers(
 ) -> list[Context]:
     """Claims and the three answer checks for ``outcomes[model].answer``."""
     answers = [answer_of(c, model) for c in contexts]
-    keys = sorted({(c.question, a) for c, a in zip(contexts, answers, strict=True)})
+    asked = [(c.question, history_of(c), a) for c, a in zip(contexts, answers, strict=True)]
+    keys = sorted(set(asked))
     report.answers = len(keys)
     claims_of = dict(
         zip(
             keys,
             decompose_answers(
-                checker.judge, [q for q, _ in keys], [a for _, a in keys], retries, report.fallbacks
+                checker.judge,
+                [q for q, _, _ in keys],
+                [a for _, _, a in keys],
+                retries,
+                report.fallbacks,
+                [h for _, h, _ in keys],
             ),
             strict=True,
         )
     )
     report.claims = sum(len(c) for c in claims_of.values())
-    claims = [claims_of[(c.question, a)] for c, a in zip(contexts, answers, strict=True)]
+    claims = [claims_of[key] for key in asked]
     pairs = list(zip(contexts, claims, strict=True))
     relevance = _run_checks(
         checker,
