@@ -5,7 +5,8 @@ several job sizes in one run.
     HF_HUB_OFFLINE=1 python bench/bench_judge.py --pairs 50 80 200 500 --json /tmp/bench_judge.json
 
 Pairs: consecutive NQ-open questions, each with its own gold passage and with the next question's
-gold passage (so every passage is judged for two questions). What is timed is what a user runs:
+gold passage (so every passage is judged for two questions); ``--unshared``: each question with
+its own gold passage only (every pair a distinct passage). What is timed is what a user runs:
 one ``judge.abstain_prob(questions, passages)`` call on a loaded judge, against the reference loop
 over the same pairs. Loading the judge (``load_embedded_judge``, its warm-up included) is common
 to both and reported on its own.
@@ -44,14 +45,17 @@ NQ = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nq-open-o
 REFERENCE, BATCHED = "reference loop", "abstain_prob"
 
 
-def load_pairs(path: Path, n_questions: int) -> tuple[list[str], list[str]]:
-    """Question-major pairs: question i with gold i, then with gold i+1 (wrapping)."""
+def load_pairs(path: Path, n_questions: int, unshared: bool = False) -> tuple[list[str], list[str]]:
+    """Question-major pairs: question i with gold i, then with gold i+1 (wrapping); with
+    ``unshared``, question i with gold i only (every passage judged once)."""
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for _, line in zip(range(n_questions), fh, strict=False)]
     if len(rows) < n_questions:
         raise SystemExit(f"{path} has {len(rows)} questions, this run needs {n_questions}")
     questions = [r["question"] for r in rows]
     golds = [r["ctxs"][0]["text"] for r in rows]
+    if unshared:
+        return questions, golds
     qs, ps = [], []
     for i, q in enumerate(questions):
         qs += [q, q]
@@ -127,6 +131,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument("--no-warm-up", action="store_true", help="load the judge without it")
     parser.add_argument("--data", type=Path, default=NQ)
+    parser.add_argument(
+        "--unshared", action="store_true", help="every pair its own passage (no passage sharing)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     if min(args.pairs) < 1 or args.rounds < 1:
@@ -141,7 +148,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     first = args.pairs[0]
     needed = first + sum(args.pairs) * args.rounds
-    qs, ps = load_pairs(args.data, needed // 2 + 1)
+    qs, ps = load_pairs(args.data, needed if args.unshared else needed // 2 + 1, args.unshared)
     t0 = time.perf_counter()
     judge = load_embedded_judge(
         batch_size=args.batch_size,
