@@ -251,3 +251,16 @@ def test_label_command_with_a_real_server_judge(
     assert main(["score", str(out), "--answers-from", "gen"]) == 0
     table = capsys.readouterr().out
     assert "C-Prec" in table and "Completeness" in table
+
+
+def test_a_hugging_face_dataset_keeps_the_conversation(tmp_path: Path) -> None:
+    pytest.importorskip("datasets")
+    from udcg.io.formats.hf_datasets import contexts_to_dataset
+
+    contexts_to_dataset(contexts()).save_to_disk(tmp_path / "ds")
+    back = list(read_contexts(f"hf:{tmp_path / 'ds'}"))
+    assert back == contexts()
+    assert history_of(back[2]) == (
+        ("user", "Who wrote Emma?"),
+        ("assistant", "Jane Austen wrote Emma."),
+    )

@@ -75,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg qcare`` and its actions."""
     parser = argparse.ArgumentParser(
         prog="udcg qcare",
-        description="Label contexts for Q-CARE with a judge, score them, and measure judge-human "
-        "agreement.",
+        description="Label contexts for Q-CARE with a judge, score them, measure judge-human "
+        "agreement and the agreement of retriever rankings across query types, and read the "
+        "Q-CARE release and MTRAG tasks.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     label = sub.add_parser(

@@ -9,9 +9,9 @@ vectors of means (average ranks for ties)::
     m_T[r] = mean over queries q of type T of metric(r, q)     rho = Spearman(m_A, m_B)
 
 The CI is a percentile bootstrap: each resample draws the queries of A with replacement
-(|A| draws) and, independently, those of B, recomputes both vectors of means (every retriever
-on the same drawn queries) and rho. A resample in which one side ranks every retriever alike
-has no rho; it is skipped and counted (``undefined``).
+(|A| draws) and, independently, those of B, recomputes both vectors of means (every retriever,
+and every metric, on the same drawn queries) and rho. A resample in which one side ranks
+every retriever alike has no rho; it is skipped and counted (``undefined``).
 
 Metrics: ``C-Prec`` and ``C-nDCG`` from coverage labels (:func:`udcg.qcare.qcare_scores`),
 and the classic ``nDCG``, ``P`` and ``AP`` of the list from ``passages[].relevant``
@@ -398,8 +398,10 @@ def ranking_agreement(
             )
     used = [cells[(r, q)] for t in pair for q in kept[t] for r in runs]
     subset = [contexts[i] for i in used]
+    # one seed for every measure: each resample draws the same queries for all of them
+    draws_seed = int(np.random.default_rng().integers(2**62)) if seed is None else seed
     rows = []
-    for n, measure in enumerate(measures):
+    for measure in measures:
         flat = _metric_values(subset, measure, k, gain, coverage, binary)
         sides, start = [], 0
         for t in pair:
@@ -407,7 +409,7 @@ def ranking_agreement(
             sides.append(flat[start : start + size].reshape(len(kept[t]), len(runs)).T)
             start += size
         rho, low, high, undefined = rank_agreement(
-            sides[0], sides[1], n_resamples, confidence, None if seed is None else seed + n
+            sides[0], sides[1], n_resamples, confidence, draws_seed
         )
         means = {
             t: dict(
