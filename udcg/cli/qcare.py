@@ -4,7 +4,10 @@
     udcg qcare score LABELLED.jsonl [--answers-from MODEL] [-k 10] [--binary]
         [--gain {linear,exponential}] [--coverage {boolean,fractional}]
     udcg qcare agreement JUDGE.jsonl HUMAN.jsonl [--answers-from MODEL] [--split-by run]
+        [--annotators]
     udcg qcare import RESULTS.json -o OUT.jsonl [--benchmark TESTBED.json] [--retriever BM25]
+        [--table TABLE.csv]
+    udcg qcare import ANNOTATIONS.csv... -o OUT.jsonl [--model NAME] [--table TABLE.csv]
     udcg qcare mtrag TASKS.jsonl -o OUT.jsonl [--run NAME] [--model NAME]
     udcg qcare rankings LABELLED.jsonl... [--types FILE | --type-field KEY] [--type A --type B]
         [-m MEASURE]... [-k 10] [--resamples 1000] [--seed 0] [-o agreement.json]
@@ -15,7 +18,11 @@ checks of ``outcomes[MODEL].answer``, through the cached judge (options and cach
 prints the mean of each metric and why values are missing (``--out`` writes them per context).
 ``agreement`` prints Pearson and Spearman correlations between judge-based and human-based
 metrics per split. ``import`` turns a results file of the Q-CARE release's pipeline into
-labelled contexts (:func:`udcg.qcare.release.read_release_results`); ``mtrag`` turns an MTRAG
+labelled contexts (:func:`udcg.qcare.release.read_release_results`), or the release's human
+annotation CSVs into contexts with human labels (:func:`udcg.qcare.human.read_human_labels`);
+``--table`` also writes the release's aggregate table (:func:`udcg.qcare.release.release_table`).
+``agreement --annotators`` adds the agreement between the human file's annotators
+(:func:`udcg.qcare.agreement.annotator_agreement`). ``mtrag`` turns an MTRAG
 task file into conversational contexts (:func:`udcg.qcare.conversation.read_mtrag_tasks`).
 ``rankings`` ranks the
 retrievers (``run``; a context without one takes its file's name) by each metric on two query
@@ -51,16 +58,23 @@ from udcg.cli.common import (
     run_cli,
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
+from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.files import atomic_write, refuse_same_file
-from udcg.qcare.agreement import agreement
+from udcg.qcare.agreement import agreement, annotator_agreement
 from udcg.qcare.conversation import read_mtrag_tasks
 from udcg.qcare.coverage import GAINS
+from udcg.qcare.human import read_human_labels
 from udcg.qcare.labels.checks import CHECK_MODES
 from udcg.qcare.labels.label import CHECKS, QCareReport, check_inputs, label_contexts
 from udcg.qcare.rankings import MEASURES as RANKING_MEASURES
 from udcg.qcare.rankings import markdown_table, ranking_agreement, read_query_types
-from udcg.qcare.release import RELEASE_TOP_K, read_release_results
+from udcg.qcare.release import (
+    RELEASE_TOP_K,
+    read_release_results,
+    release_table,
+    write_release_table,
+)
 from udcg.qcare.scores import COVERAGE_LABELS, QCareScores, qcare_scores
 
 
@@ -125,13 +139,25 @@ def build_parser() -> argparse.ArgumentParser:
     agree.add_argument("human_labels", help="human-labelled contexts JSONL, same structure")
     agree.add_argument("--split-by", help="context field or extra key (e.g. run, split)")
     agree.add_argument("--no-fill", action="store_true", help="do not fill missing human labels")
+    agree.add_argument(
+        "--annotators",
+        action="store_true",
+        help="also print the agreement between the human file's annotators on coverage "
+        "(Krippendorff's alpha; per pair, correlations of C-Prec and C-nDCG)",
+    )
     release = sub.add_parser(
         "import",
         help="read a Q-CARE release results file",
         description="Turn a results file of the Q-CARE release's pipeline (evaluate.py or "
-        "evaluate_retriever.py output) into labelled contexts for score and agreement.",
+        "evaluate_retriever.py output), or its human annotation CSVs ([Query] and [Chunk] "
+        "files), into labelled contexts for score and agreement.",
     )
-    release.add_argument("input", help="results JSON (a list of per-query records)")
+    release.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="input",
+        help="one results JSON (a list of per-query records), or annotation CSV files",
+    )
     add_out(release, "labelled contexts JSONL (.gz compresses; - is stdout)", required=True)
     release.add_argument(
         "--benchmark",
@@ -148,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=RELEASE_TOP_K,
         help="chunks judged per query (default: %(default)s)",
+    )
+    release.add_argument(
+        "--model",
+        help="outcome name of the answers (default: the records' target_model, or the model "
+        "in the CSV file names)",
+    )
+    release.add_argument(
+        "--table",
+        metavar="PATH",
+        help="also write the release's aggregate table (metric_table_all.csv's layout) of "
+        "the generator metrics per model and dataset",
     )
     mtrag = sub.add_parser(
         "mtrag",
@@ -297,19 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(format_report(report, judge.name), file=out)
             print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}", file=out)
         elif args.command == "import":
-            refuse_same_file(args.out, {"INPUT": args.input, "--benchmark": args.benchmark})
-            contexts = read_release_results(
-                args.input, args.benchmark, retriever=args.retriever, k=args.k
-            )
-            write_contexts(args.out, contexts)
-            unresolved = sum(
-                o.get("unresolved_facts", 0) for c in contexts for o in c.outcomes.values()
-            )
-            print(
-                f"imported {len(contexts)} contexts; fact references matching no claim "
-                f"(ignored): {unresolved}",
-                file=info_stream(args.out),
-            )
+            _import(args)
         elif args.command == "mtrag":
             refuse_same_file(args.out, {"INPUT": args.input})
             tasks = read_mtrag_tasks(args.input, run=args.run, model=args.model)
@@ -353,8 +378,51 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             if filled:
                 print("filled from the judge: " + ", ".join(f"{k} {v}" for k, v in filled.items()))
+            if args.annotators:
+                _annotators(list(read_contexts(args.human_labels)), args)
 
     return run_cli("udcg qcare", work)
+
+
+def _import(args: argparse.Namespace) -> None:
+    """``udcg qcare import``: a pipeline results file or human annotation CSVs."""
+    inputs = {f"INPUT {i + 1}": p for i, p in enumerate(args.inputs)}
+    refuse_same_file(args.out, {**inputs, "--benchmark": args.benchmark})
+    if args.table:
+        refuse_same_file(args.table, {**inputs, "--out": args.out, "--benchmark": args.benchmark})
+    annotations = [p.lower().removesuffix(".gz").endswith(".csv") for p in args.inputs]
+    out = info_stream(args.out)
+    if all(annotations):
+        if args.benchmark or args.retriever:
+            raise UDCGInputError("--benchmark and --retriever read results files, not CSVs")
+        contexts, report = read_human_labels(args.inputs, model=args.model)
+        write_contexts(args.out, contexts)
+        annotators = ", ".join(f"{n} {c}" for n, c in report.annotators.items()) or "none"
+        print(
+            f"imported {len(contexts)} contexts from {report.files} annotation files "
+            f"({report.rows} rows, {report.annotations} annotations by {annotators}); "
+            f"attention items dropped: {report.attention_items} (labels on them: "
+            f"{report.attention_labels}); fact references matching no claim (ignored): "
+            f"{report.unresolved_facts}",
+            file=out,
+        )
+    elif len(args.inputs) == 1:
+        contexts = read_release_results(
+            args.inputs[0], args.benchmark, retriever=args.retriever, k=args.k, model=args.model
+        )
+        write_contexts(args.out, contexts)
+        unresolved = sum(
+            o.get("unresolved_facts", 0) for c in contexts for o in c.outcomes.values()
+        )
+        print(
+            f"imported {len(contexts)} contexts; fact references matching no claim "
+            f"(ignored): {unresolved}",
+            file=out,
+        )
+    else:
+        raise UDCGInputError("give one results JSON file, or annotation CSV files only")
+    if args.table:
+        write_release_table(args.table, release_table(contexts))
 
 
 def _rankings(args: argparse.Namespace) -> None:
@@ -407,6 +475,24 @@ def _rankings(args: argparse.Namespace) -> None:
         }
         with atomic_write(args.out) as handle:
             handle.write(json.dumps(report, indent=2) + "\n")
+
+
+def _annotators(contexts: list, args: argparse.Namespace) -> None:
+    """The ``--annotators`` part of ``agreement``: alpha, then per pair the correlations."""
+    result = annotator_agreement(contexts, args.k, args.binary, gain=args.gain)
+    if len(result.annotators) < 2:
+        print(f"annotators: {len(result.annotators)} (no pair to compare)")
+        return
+    print(
+        f"annotators: {', '.join(result.annotators)}; Krippendorff's alpha (coverage, "
+        f"{result.units} pairable labels): {_cell(result.alpha)}"
+    )
+    print(f"{'annotators':<28}{'metric':<16}{'n':>6}{'pearson':>10}{'spearman':>10}")
+    for row in result.rows:
+        print(
+            f"{row.split:<28}{row.metric:<16}{row.n:>6}"
+            f"{_cell(row.pearson):>10}{_cell(row.spearman):>10}"
+        )
 
 
 def _file_run(path: str) -> str:

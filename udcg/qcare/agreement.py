@@ -100,6 +100,28 @@ def fill_labels(human: Context, judge: Context, model: str | None) -> tuple[Cont
     return replace(human, subqueries=subqueries, passages=passages, outcomes=outcomes), filled
 
 
+def as_fractions(ctx: Context) -> Context:
+    """``ctx`` with ``covers_prob`` taken from the boolean ``covers`` (1.0 and 0.0, null kept)
+    on the passages that have no ``covers_prob``: a yes/no label is a probability of 0 or 1.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> ctx = as_fractions(Context("q1", [Passage("d1", covers=[True, None])]))
+        >>> ctx.passages[0].extra["covers_prob"]
+        [1.0, None]
+    """
+    passages = [
+        p
+        if "covers_prob" in p.extra or p.covers is None
+        else replace(
+            p,
+            extra={**p.extra, "covers_prob": [None if c is None else float(c) for c in p.covers]},
+        )
+        for p in ctx.passages
+    ]
+    return replace(ctx, passages=passages)
+
+
 def _split_of(ctx: Context, split_by: str | None) -> str:
     if split_by is None:
         return ALL
@@ -135,7 +157,9 @@ def agreement(
 ) -> tuple[list[AgreementRow], Counter]:
     """Per split and metric, how well judge-based metrics agree with human-based ones.
     Returns the rows and the count of labels filled from the judge. ``k``, ``binary``,
-    ``gain`` and ``coverage`` are :func:`~udcg.qcare.scores.qcare_scores`'s, on both sides.
+    ``gain`` and ``coverage`` are :func:`~udcg.qcare.scores.qcare_scores`'s, on both sides;
+    with ``coverage="fractional"`` a side's boolean ``covers`` count as 0 and 1 where it has
+    no ``covers_prob`` (:func:`as_fractions`: a judge's yes/no against the annotators' mean).
 
     Examples:
         C-Prec per query (judge 0.5, 1, 0; human 0.5, 1, 0.5): r = 0.25 / (0.7071 * 0.4082);
@@ -168,6 +192,8 @@ def agreement(
             filled.update(more)
         pairs.append((judge, human))
     options = {"gain": gain, "coverage": coverage}
+    if coverage == "fractional":
+        pairs = [(as_fractions(j), as_fractions(h)) for j, h in pairs]
     judged = qcare_scores([j for j, _ in pairs], answers_from, k, binary, **options)
     humans = qcare_scores([h for _, h in pairs], answers_from, k, binary, **options)
     splits = np.array([_split_of(h, split_by) for _, h in pairs], dtype=object)
@@ -181,3 +207,136 @@ def agreement(
             n, pearson = _pair(a, b, "pearson")
             rows.append(AgreementRow(split, metric, n, pearson, _pair(a, b, "spearman")[1]))
     return rows, filled
+
+
+def krippendorff_alpha(values: Any) -> float:
+    """Krippendorff's alpha for nominal labels: ``values[coder][unit]``, ``nan`` where a
+    coder did not label a unit. Units with fewer than two labels are not pairable and left
+    out; ``alpha = 1 - D_o / D_e`` with the observed disagreement ``D_o`` from the
+    coincidence matrix ``o[c][k] = sum_u pairs(c, k in u) / (m_u - 1)`` and the expected
+    ``D_e`` from its margins; ``nan`` when ``D_e`` is 0 (a single value everywhere).
+
+    Examples:
+        Krippendorff's (2011) reliability data, 4 coders and 12 units, nominal alpha 0.743:
+
+        >>> nan = float("nan")
+        >>> data = [[1, 2, 3, 3, 2, 1, 4, 1, 2, nan, nan, nan],
+        ...         [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, nan, 3],
+        ...         [nan, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, nan],
+        ...         [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, nan]]
+        >>> round(krippendorff_alpha(data), 3)
+        0.743
+    """
+    table = np.asarray(values, dtype=np.float64)
+    if table.ndim != 2:
+        raise ValueError("values must be a [coders, units] matrix")
+    categories = np.unique(table[~np.isnan(table)])
+    index = {value: i for i, value in enumerate(categories)}
+    coincidence = np.zeros((len(categories), len(categories)))
+    for unit in table.T:
+        labels = unit[~np.isnan(unit)]
+        if len(labels) < 2:
+            continue
+        counts = np.zeros(len(categories))
+        for value in labels:
+            counts[index[value]] += 1
+        pairs = np.outer(counts, counts) - np.diag(counts)
+        coincidence += pairs / (len(labels) - 1)
+    margins = coincidence.sum(axis=1)
+    n = margins.sum()
+    if n < 2:
+        return math.nan
+    observed = coincidence.sum() - np.trace(coincidence)
+    expected = (n * n - (margins * margins).sum()) / (n - 1)
+    return math.nan if expected == 0 else float(1.0 - observed / expected)
+
+
+@dataclass(frozen=True)
+class AnnotatorAgreement:
+    """Agreement between the annotators of the coverage labels
+    (``passages[].extra["covers_by_annotator"]``): Krippendorff's alpha over the
+    (query, chunk, sub-query) units, and per pair of annotators the Pearson and Spearman
+    correlations of C-Prec and C-nDCG per query (``split`` names the pair), the statistic the
+    release reports between judge and humans.
+
+    Examples:
+        >>> AnnotatorAgreement(alpha=1.0, units=4, annotators=("a", "b"), rows=[]).annotators
+        ('a', 'b')
+    """
+
+    alpha: float
+    units: int
+    annotators: tuple[str, ...]
+    rows: list[AgreementRow]
+
+
+def _annotator_context(ctx: Context, name: str) -> Context | None:
+    labels = [p.extra.get("covers_by_annotator", {}).get(name) for p in ctx.passages]
+    if not ctx.passages or any(label is None for label in labels):
+        return None
+    passages = [
+        replace(p, covers=list(label)) for p, label in zip(ctx.passages, labels, strict=True)
+    ]
+    return replace(ctx, passages=passages)
+
+
+def annotator_agreement(
+    contexts: Sequence[Context], k: int | None = None, binary: bool = False, *, gain: str = "linear"
+) -> AnnotatorAgreement:
+    """Human-vs-human agreement on coverage (see :class:`AnnotatorAgreement`); ``k``,
+    ``binary`` and ``gain`` are :func:`~udcg.qcare.scores.qcare_scores`'s.
+
+    Examples:
+        Two annotators of three one-chunk queries agree on two of the three labels:
+
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> def ctx(qid, a, b):
+        ...     extra = {"covers_by_annotator": {"A": [a], "B": [b]}}
+        ...     return Context(qid, [Passage("1", extra=extra)], subqueries=["s"])
+        >>> result = annotator_agreement([ctx("q1", True, True), ctx("q2", False, False),
+        ...                               ctx("q3", True, False)])
+        >>> result.annotators, result.units, round(result.alpha, 4)
+        (('A', 'B'), 3, 0.4444)
+        >>> [(row.split, row.metric, row.n, round(row.pearson, 3)) for row in result.rows]
+        [('A vs B', 'C-Prec', 3, 0.5), ('A vs B', 'C-nDCG', 3, 0.5)]
+    """
+    names = tuple(
+        dict.fromkeys(
+            name
+            for c in contexts
+            for p in c.passages
+            for name in p.extra.get("covers_by_annotator", {})
+        )
+    )
+    units: list[list[float]] = []
+    for ctx in contexts:
+        for p in ctx.passages:
+            labels = p.extra.get("covers_by_annotator", {})
+            width = max((len(v) for v in labels.values()), default=0)
+            for s in range(width):
+                unit = []
+                for name in names:
+                    value = labels.get(name)
+                    label = None if value is None or s >= len(value) else value[s]
+                    unit.append(math.nan if label is None else float(label))
+                units.append(unit)
+    table = np.array(units, dtype=np.float64).T if units else np.zeros((len(names), 0))
+    pairable = int((np.sum(~np.isnan(table), axis=0) >= 2).sum()) if units else 0
+    alpha = krippendorff_alpha(table) if pairable else math.nan
+    rows = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            both = [
+                (ca, cb)
+                for ca, cb in (
+                    (_annotator_context(c, a), _annotator_context(c, b)) for c in contexts
+                )
+                if ca is not None and cb is not None
+            ]
+            left = qcare_scores([x for x, _ in both], None, k, binary, gain=gain)
+            right = qcare_scores([y for _, y in both], None, k, binary, gain=gain)
+            for metric in left.values:
+                n, pearson = _pair(left.values[metric], right.values[metric], "pearson")
+                spearman = _pair(left.values[metric], right.values[metric], "spearman")[1]
+                rows.append(AgreementRow(f"{a} vs {b}", metric, n, pearson, spearman))
+    return AnnotatorAgreement(alpha, pairable, names, rows)

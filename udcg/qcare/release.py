@@ -38,18 +38,24 @@ and the field.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.checks import Where, json_problem, kind
 from udcg.io.contexts.model import Context, Passage
-from udcg.io.files import PathType, read_bytes
+from udcg.io.files import PathType, atomic_write, read_bytes
+from udcg.qcare.human import dataset_group
+from udcg.qcare.scores import GENERATOR_METRICS, qcare_scores
 from udcg.validation import positive_int
 
-__all__ = ["RELEASE_TOP_K", "read_release_results"]
+__all__ = ["RELEASE_TOP_K", "read_release_results", "release_table", "write_release_table"]
 
 #: Chunks the release's pipeline judges per query.
 RELEASE_TOP_K = 10
@@ -309,3 +315,142 @@ def read_release_results(
         _record(item, Where(path, None, prefix=f"[{i}]."), chunks, retriever, k, model)
         for i, item in enumerate(items)
     ]
+
+
+#: The release's datasets (``qid`` group, column) of its close- and open-ended splits.
+CLOSE_DATASETS = (
+    ("nq_", "NQ"),
+    ("newsqa_", "NewsQA"),
+    ("hotpotqa_", "HotpotQA"),
+    ("finqa_", "FinQA"),
+)
+OPEN_DATASETS = (
+    ("PubMedQA_", "PubMedQA"),
+    ("science-", "LoTTE-Sci."),
+    ("technology-", "LoTTE-Tech."),
+    ("eli5_", "ELI5"),
+)
+#: The release's target models, by group, in its table's order.
+MODEL_GROUPS = {
+    "Open Source": ("Qwen3_4B", "Qwen3_30B", "Gemma3_4B", "Gemma3_27B", "GPT-oss_20B"),
+    "Proprietary": ("Gemini-2.5-pro", "Claude-Sonnet", "GPT-5"),
+}
+#: The columns of ``metric_table_all.csv``.
+TABLE_HEADER = (
+    "Group",
+    "LLM",
+    "Metric",
+    *(label for _, label in CLOSE_DATASETS),
+    "Close Avg.",
+    *(label for _, label in OPEN_DATASETS),
+    "Open Avg.",
+)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _annotator_coverage(ctx: Context, model: str) -> Context:
+    """``ctx`` with ``covers`` from annotator ``model`` where its passages hold that
+    annotator's labels (``covers_by_annotator``)."""
+    labels = [p.extra.get("covers_by_annotator", {}).get(model) for p in ctx.passages]
+    if any(label is None for label in labels):
+        return ctx
+    passages = [
+        replace(p, covers=list(label)) for p, label in zip(ctx.passages, labels, strict=True)
+    ]
+    return replace(ctx, passages=passages)
+
+
+def release_table(
+    contexts: Sequence[Context],
+    models: Sequence[str] | None = None,
+    metrics: Sequence[str] = GENERATOR_METRICS,
+    *,
+    k: int | None = None,
+    gain: str = "linear",
+) -> list[list[Any]]:
+    """The rows of the release's ``metric_table_all.csv`` (:data:`TABLE_HEADER`) from
+    labelled contexts: per target model (``outcomes[model]``; default: every model found, the
+    release's first) and metric, the mean over each dataset's queries (the dataset is
+    ``extra["dataset"]``, else the ``qid``'s group), ``Close Avg.`` and ``Open Avg.`` the means
+    of the dataset columns; then one ``Overall`` row per metric, the mean over models. Values
+    are floats (``None`` when nothing is defined); contexts of other datasets are left out.
+    A model's C-Prec and C-nDCG use the coverage of the annotator named after it when the
+    passages hold it (``covers_by_annotator``), as the release scores each model with its own
+    ``[Chunk]`` file; missing values (no claims, unlabelled checks) are left out of the means
+    where the release counts them as 0.
+
+    Examples:
+        Two NQ queries with one claim each, one of them supported:
+
+        >>> from udcg.io.contexts.model import Context, Passage
+        >>> def ctx(qid, supported):
+        ...     answer = {"claims": ["A."], "claim_support": [[supported]]}
+        ...     return Context(qid, [Passage("1")], subqueries=["who?"], outcomes={"GPT-5": answer})
+        >>> (row, overall) = release_table([ctx("nq_1", True), ctx("nq_2", False)],
+        ...                                metrics=["Verifiableness"])
+        >>> row[:5], row[7]
+        (['Proprietary', 'GPT-5', 'Verifiableness', 0.5, None], 0.5)
+        >>> overall[:4]
+        ['', 'Verifiableness', 'Overall', 0.5]
+    """
+    if models is None:
+        found = dict.fromkeys(m for c in contexts for m in c.outcomes)
+        known = [m for group in MODEL_GROUPS.values() for m in group if m in found]
+        models = known + [m for m in found if m not in known]
+    group_of = {m: name for name, group in MODEL_GROUPS.items() for m in group}
+    columns = CLOSE_DATASETS + OPEN_DATASETS
+    rows: list[list[Any]] = []
+    cells: dict[str, list[list[float]]] = {m: [[] for _ in columns] for m in metrics}
+    for model in models:
+        chosen = [_annotator_coverage(c, model) for c in contexts if model in c.outcomes]
+        scores = qcare_scores(chosen, model, k, gain=gain)
+        datasets = [str(c.extra.get("dataset") or dataset_group(c.qid)) for c in chosen]
+        for metric in metrics:
+            values = scores.values[metric]
+            means = []
+            for col, (prefix, _) in enumerate(columns):
+                picked = [
+                    float(values.data[i])
+                    for i, name in enumerate(datasets)
+                    if name == prefix and not np.ma.getmaskarray(values)[i]
+                ]
+                means.append(_mean(picked))
+                if means[-1] is not None:
+                    cells[metric][col].append(means[-1])
+            rows.append([group_of.get(model, ""), model, metric, *_with_averages(means)])
+    for metric in metrics:
+        overall = [_mean(values) for values in cells[metric]]
+        rows.append(["", metric, "Overall", *_with_averages(overall)])
+    return rows
+
+
+def _with_averages(means: list[float | None]) -> list[float | None]:
+    """The dataset means with ``Close Avg.`` and ``Open Avg.`` inserted after each split."""
+    n = len(CLOSE_DATASETS)
+    close, opened = means[:n], means[n:]
+    average = [_mean([v for v in part if v is not None]) for part in (close, opened)]
+    return [*close, average[0], *opened, average[1]]
+
+
+def write_release_table(path: PathType, rows: Sequence[Sequence[Any]], digits: int = 3) -> None:
+    """Write :func:`release_table` rows as CSV with :data:`TABLE_HEADER`, values rounded to
+    ``digits`` as the release writes them (``0.85``, not ``0.850``; empty when ``None``).
+
+    Examples:
+        >>> import io
+        >>> from contextlib import redirect_stdout
+        >>> with redirect_stdout(io.StringIO()) as out:
+        ...     write_release_table("-", [["", "Completeness", "Overall", 0.8500004] + [None] * 9])
+        >>> out.getvalue().splitlines()[1]
+        ',Completeness,Overall,0.85,,,,,,,,,'
+    """
+    with atomic_write(path) as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(TABLE_HEADER)
+        for row in rows:
+            writer.writerow(
+                ["" if v is None else round(v, digits) if isinstance(v, float) else v for v in row]
+            )
