@@ -23,6 +23,7 @@ MODULES = (
     "udcg.metrics.udcg",
     "udcg.trec",
     "udcg.trec.comparison",
+    "udcg.trec.coverage_measures",
     "udcg.trec.engine",
     "udcg.trec.measures",
     "udcg.trec.significance",

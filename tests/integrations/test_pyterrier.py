@@ -1,7 +1,7 @@
 """udcg.integrations.pyterrier with the real PyTerrier (no Java, nothing downloaded): the
 judge's utilities on a result frame, ``retriever >> utilities`` pipelines compared by
-``pt.Experiment`` with significance columns, UDCG values equal to ``udcg.evaluate`` on the same
-runs."""
+``pt.Experiment`` with significance columns, UDCG and C-nDCG values equal to ``udcg.evaluate``
+on the same runs."""
 
 from __future__ import annotations
 
@@ -143,13 +143,30 @@ def test_experiment_udcg_equals_evaluate_with_significance(tmp_path: Path, setup
     overlap = _overlap_retriever(corpus, k)
     model = UDCGTheta(5, val_fraction=0.0).fit(*simulate_arrays(200, 5, seed=4))
     weights = model.save_pretrained(tmp_path / "theta", card={"utility": "abstention"})
+    # Q-CARE coverage labels: a row of 1-4 per-sub-query labels per (query, passage)
+    rng = np.random.default_rng(17)
+    n_sub = {q: int(rng.integers(1, 5)) for q in topics["qid"]}
+    covers = {
+        q: {d: [bool(rng.random() < 0.3) for _ in range(n_sub[q])] for d in corpus["docno"]}
+        for q in topics["qid"]
+    }
     measures = [
         UDCG @ 5,
         UDCG(gamma=0.5) @ 3,
         UDCGtheta(weights=weights) @ 5,
+        im.CnDCG(coverage=covers) @ 10,
+        im.CnDCG(coverage=covers, gain="exponential") @ 10,
         im.parse_measure("nDCG@10"),
     ]
-    names = ["UDCG@5", "UDCG(gamma=0.5)@3", "UDCGtheta@5", "nDCG@10"]
+    names = [
+        "UDCG@5",
+        "UDCG(gamma=0.5)@3",
+        "UDCGtheta@5",
+        "C-nDCG@10",
+        "C-nDCG(gain=exponential)@10",
+        "nDCG@10",
+    ]
+    assert [str(m) for m in measures] == names
     systems = [bm25 >> utilities, overlap >> utilities]
     table = pt.Experiment(systems, topics, qrels, measures, names=["bm25", "overlap"], baseline=0)
     per_query = pt.Experiment(
@@ -163,7 +180,13 @@ def test_experiment_udcg_equals_evaluate_with_significance(tmp_path: Path, setup
     for name, retriever in (("bm25", bm25), ("overlap", overlap)):
         run = _as_dicts(retriever(topics), "score")  # the first stage alone: no judge columns
         values[name] = udcg.evaluate(
-            qrels_dict, run, names, utilities=probs, utility_field="abstain_prob", weights=weights
+            qrels_dict,
+            run,
+            names,
+            utilities=probs,
+            utility_field="abstain_prob",
+            weights=weights,
+            coverage=covers,
         )
         assert set(values[name]) == set(topics["qid"])  # every query judged and retrieved
         got = per_query[per_query["name"] == name]
@@ -177,7 +200,8 @@ def test_experiment_udcg_equals_evaluate_with_significance(tmp_path: Path, setup
             mean = np.mean([values[name][q][measure] for q in values[name]])
             cell = float(table.loc[table["name"] == name, measure].iloc[0])
             assert math.isclose(cell, mean, rel_tol=0, abs_tol=TOL), (name, measure)
-    assert len({round(v["UDCGtheta@5"], 6) for v in values["bm25"].values()}) > 3
+    for measure in ("UDCGtheta@5", "C-nDCG@10", "C-nDCG(gain=exponential)@10"):
+        assert len({round(v[measure], 6) for v in values["bm25"].values()}) > 3, measure
     # significance against bm25: paired t-test p-values and win/loss counts per measure
     for measure in names:
         a = [values["bm25"][q][measure] for q in sorted(values["bm25"])]

@@ -210,10 +210,10 @@ def _top_contexts(run: dict, covers: dict, k: int) -> list[Context]:
 def test_acceptance_udcg_theta_and_c_ndcg(
     tmp_path: Path, theta_k5: Path, seed: int, n_queries: int, max_docs: int
 ) -> None:
-    """UDCG@5, UDCGtheta@5 and C-nDCG@10 through iter_calc and calc_aggregate: per query equal
-    to udcg.evaluate (UDCG, UDCGtheta) and to udcg's Q-CARE scores of the same top 10
-    (C-nDCG, :func:`udcg.qcare.scores.qcare_scores`); the aggregate is the mean over the judged
-    queries, a judged query the run lacks counting 0."""
+    """UDCG@5, UDCGtheta@5 and C-nDCG@10 (linear and exponential gain) through iter_calc and
+    calc_aggregate: per query equal to udcg.evaluate, whose C-nDCG equals udcg's Q-CARE scores
+    of the same top 10 (:func:`udcg.qcare.scores.qcare_scores`); the aggregate is the mean over
+    the judged queries, a judged query the run lacks counting 0."""
     qrels, run, probs = _case(seed, n_queries, max_docs)
     run = {q: docs for q, docs in run.items() if len(docs) >= 5}  # UDCGtheta needs k documents
     rng = np.random.default_rng(seed)
@@ -227,13 +227,17 @@ def test_acceptance_udcg_theta_and_c_ndcg(
         UDCG(utilities=tsv) @ 5,
         UDCGtheta(utilities=tsv, weights=theta_k5) @ 5,
         CnDCG(coverage=path) @ 10,
+        CnDCG(coverage=path, gain="exponential") @ 10,
     ]
+    names = [str(m) for m in measures]
     got = _per_query(measures, qrels, run)
-    want = evaluate(qrels, run, ["UDCG@5", "UDCGtheta@5"], utilities=tsv, weights=theta_k5)
-    qcare = qcare_scores(_top_contexts(run, covers, 10), k=10).values["C-nDCG"].tolist()
-    want_cndcg = dict(zip(run, qcare, strict=True))
-    for q in want:
-        want[q]["C-nDCG@10"] = want_cndcg[q]
+    want = evaluate(qrels, run, names, utilities=tsv, weights=theta_k5, coverage=path)
+    # C-nDCG: udcg.evaluate's equals udcg's Q-CARE scores of the same top 10
+    top = _top_contexts(run, covers, 10)
+    for gain, name in (("linear", "C-nDCG@10"), ("exponential", "C-nDCG(gain=exponential)@10")):
+        qcare = qcare_scores(top, k=10, gain=gain).values["C-nDCG"].tolist()
+        want_cndcg = dict(zip(run, qcare, strict=True))
+        assert max(abs(want[q][name] - want_cndcg[q]) for q in want) <= TOL, name
     assert set(want) == {q for q in qrels if q in run} and set(got) == set(qrels)
     assert all(v == 0.0 for q in set(got) - set(want) for v in got[q].values())
     assert max(_max_diff(got, want, str(m)) for m in measures) <= TOL
@@ -299,6 +303,10 @@ def test_parse_measure_names() -> None:
         parse_measure("C-nDCG(binary=True)@10", coverage=u) == CnDCG(coverage=u, binary=True) @ 10
     )
     assert parse_measure("C-Prec@3", coverage=u) == CPrec(coverage=u) @ 3
+    exponential = parse_measure("C-nDCG(binary=True,gain=exponential)@10", coverage=u)
+    assert exponential == CnDCG(coverage=u, binary=True, gain="exponential") @ 10
+    assert str(exponential) == "C-nDCG(binary=True,gain=exponential)@10"
+    assert exponential != CnDCG(coverage=u, binary=True) @ 10
     assert str(parse_measure("UDCGtheta@5", utilities=u, weights="w")) == "UDCGtheta@5"
     assert parse_measure("nDCG@10") == ir_measures.nDCG @ 10
     with pytest.raises(UDCGInputError, match="'nDCG@10' is not a udcg measure"):
@@ -323,6 +331,7 @@ def test_missing_sources_are_one_line_errors(tmp_path: Path) -> None:
         ),
         (CPrec(coverage={"q1": {"d1": 0.5}}) @ 5, "no coverage for query 'q1' document 'd2'"),
         (CPrec(coverage={"q1": {"d1": 1.5}}) @ 1, "coverage 1.5 is not in [0, 1]"),
+        (CnDCG(coverage={"q1": {"d1": 1.0}}, gain="log") @ 1, "field 'gain': must be one of"),
     ]
     for measure, message in cases:
         with pytest.raises(UDCGInputError) as error:

@@ -27,7 +27,13 @@ from udcg.cli.common import (
     run_cli,
     utility_field,
 )
-from udcg.cli.trec import _weights, add_measures_argument, add_utility_source
+from udcg.cli.trec import (
+    _weights,
+    add_coverage,
+    add_measures_argument,
+    add_utility_source,
+    coverage_file,
+)
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
 from udcg.io.files import STDIO
@@ -110,6 +116,7 @@ def _add_utility_arguments(parser: argparse.ArgumentParser) -> None:
         "use weights fitted on another utility source on purpose (a warning records it)",
     )
     add_allow_unverified(parser)
+    add_coverage(parser)
 
 
 def _utilities(args: argparse.Namespace) -> tuple[str | list | None, str | None]:
@@ -188,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             weights=_weights(args.weights, args.allow_unverified),
             allow_mismatch=args.allow_mismatch,
             confidence=args.confidence,
+            coverage=coverage_file(args.coverage),
         )
         sys.stdout.write(render(report, args.format, args.digits))
 

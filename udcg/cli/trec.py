@@ -1,6 +1,7 @@
-"""``udcg trec [-m MEASURE]... QRELS RUN [-q] [--format text|json|csv]``, and with utilities
+"""``udcg trec [-m MEASURE]... QRELS RUN [-q] [--format text|json|csv]``, with utilities
 ``udcg trec -m UDCG@5 -m UDCGtheta@5 QRELS RUN --utilities U [--utility SOURCE]
-[--weights W.safetensors]...``.
+[--weights W.safetensors]...``, and with coverage gains ``udcg trec -m C-nDCG@10 QRELS RUN
+--coverage FILE``.
 
 Prints the mean of each measure over the evaluated queries (and, with ``-q``, one row per query)
 like trec_eval: ``measure<TAB>qid<TAB>value`` with ``all`` for the mean. ``-`` for QRELS, RUN or
@@ -44,8 +45,28 @@ def add_measures_argument(parser: argparse.ArgumentParser) -> None:
         DEFAULT_MEASURES,
         "ir_measures names, e.g. nDCG@10 AP AP@100 RR P@5 R@100 Hits@10 HitCount@10, "
         "trec_eval and pytrec_eval names (map, P.10, ndcg_cut.10, recip_rank, P_5), UDCG@5 "
-        "UDCG(gamma=0.5)@5 UDCGtheta@5",
+        "UDCG(gamma=0.5)@5 UDCGtheta@5, C-Prec@10 C-nDCG@10 C-nDCG(gain=exponential)@10 "
+        "C-nDCG(binary=True)@10",
     )
+
+
+def add_coverage(parser: argparse.ArgumentParser) -> None:
+    """``--coverage FILE`` of the coverage measures, as ``udcg trec`` and ``compare`` take it."""
+    parser.add_argument(
+        "--coverage",
+        metavar="FILE",
+        help="for C-Prec and C-nDCG: TSV lines 'qid doc_id r' (gain r in [0, 1]), JSONL lines "
+        '{"qid", "doc_id", "covers": [labels]} or {..., "coverage": r}, or contexts labelled '
+        "by udcg qcare label (gzip ok)",
+    )
+
+
+def coverage_file(path: str | None) -> str | None:
+    """``--coverage`` as evaluate takes it; standard input is refused (the file is read twice:
+    its first line says its format)."""
+    if path == STDIO:
+        raise UDCGInputError("--coverage cannot be - (standard input): give a file")
+    return path
 
 
 def add_utility_source(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "judge, prompt and mode are not in a utilities file and are not checked)",
     )
     add_allow_unverified(parser)
+    add_coverage(parser)
     parser.add_argument("-q", "--per-query", action="store_true", help="also print each query")
     parser.add_argument(
         "--format",
@@ -168,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             utility_field=field,
             weights=_weights(args.weights, args.allow_unverified),
             allow_mismatch=args.allow_mismatch,
+            coverage=coverage_file(args.coverage),
         )
         write_result(result, args.per_query, args.format)
 

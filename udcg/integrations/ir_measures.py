@@ -9,14 +9,14 @@
   with ``utility_column=`` instead, a column of the run frame (PyTerrier's result frames carry
   one after :class:`udcg.integrations.pyterrier.JudgeUtilities`; ``utility_field`` defaults to
   the column's name when that is ``abstain_prob``, ``answer_prob`` or ``utility``).
-* ``CPrec(coverage=...)@k`` and ``CnDCG(coverage=...)@k``: :func:`udcg.qcare.coverage.c_precision`
-  and :func:`~udcg.qcare.coverage.c_ndcg` of each query's top k documents in trec_eval order
-  (score descending, ties by document id descending), with ``coverage`` the gain ``r`` in [0, 1]
-  of each (query, document): a dict ``{qid: {doc_id: r}}``, a ``qid doc_id r`` TSV file, or
-  contexts labelled by ``udcg qcare`` (a JSONL file; r is :func:`udcg.qcare.coverage.coverage`
-  of each passage's ``covers`` row); ``binary=True`` takes r = 1 if the passage covers any
-  sub-query (r > 0); or ``coverage_column=``, a column of the run frame. A top-k document
-  without a gain (or with a null label) is an error naming it.
+* ``CPrec(coverage=...)@k`` and ``CnDCG(coverage=...)@k`` (``binary=``; C-nDCG's ``gain=``,
+  ``linear`` or ``exponential``): the values of :func:`udcg.trec.evaluate`'s ``C-Prec@k`` and
+  ``C-nDCG@k`` with the same ``coverage`` (semantics in :mod:`udcg.trec.coverage_measures`:
+  :func:`udcg.qcare.coverage.c_precision` and :func:`~udcg.qcare.coverage.c_ndcg` of each
+  query's top k documents in trec_eval order), ``coverage`` a dict ``{qid: {doc_id: r}}`` of
+  gains or of per-sub-query label rows, a ``qid doc_id r`` TSV file, a JSONL file or contexts
+  labelled by ``udcg qcare``; or ``coverage_column=``, a column of the run frame holding the
+  gains. A top-k document without a gain (or with a null label) is an error naming it.
 
 Queries the qrels do not judge are not scored; ir_measures gives 0 to judged queries the run
 lacks, as it does for its own measures. A measure's name is its udcg name (``UDCG@5``,
@@ -41,12 +41,9 @@ Examples:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from os import PathLike
 from typing import Any, ClassVar
-
-import numpy as np
-import pyarrow as pa
 
 try:
     import ir_measures
@@ -60,15 +57,13 @@ except ModuleNotFoundError as missing:
     ) from missing
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts.jsonl import read_contexts
-from udcg.io.files import numbered_lines
-from udcg.io.formats.trec import columns_from_dict, read_columns
 from udcg.io.joins.utilities import UTILITY_FIELDS, read_utility_file
 from udcg.metrics.udcg import DEFAULT_GAMMA
-from udcg.qcare.coverage import c_ndcg, c_precision, coverage
+from udcg.qcare.coverage import GAINS
 from udcg.trec.engine import evaluate_table
 from udcg.trec.measures import Measure as _UdcgMeasure
 from udcg.trec.measures import parse_measure as _parse_udcg
+from udcg.validation import one_of
 
 __all__ = ["UDCG", "CPrec", "CnDCG", "UDCGtheta", "parse_measure"]
 
@@ -235,6 +230,7 @@ class _UDCGtheta(_UtilityMeasure):
         alpha = (2, 1), beta = (-1, -1): UDCGtheta@2 = sigmoid(2 * 0.9 - 0.6):
 
         >>> from udcg.io.weights.files import ThetaWeights
+        >>> import numpy as np
         >>> w = ThetaWeights(alpha=np.array([2.0, 1.0]), beta=np.array([-1.0, -1.0]))
         >>> u = {"q1": {"d1": 0.9, "d2": 0.6}}
         >>> m = UDCGtheta(utilities=u, utility_field="utility", weights=w) @ 2
@@ -254,102 +250,26 @@ class _UDCGtheta(_UtilityMeasure):
         return _UdcgMeasure("UDCGtheta", self.params.get("cutoff"), self["rel"])
 
 
-def _is_jsonl(path: Any) -> bool:
-    """Whether the first non-blank line of ``path`` starts with ``{``."""
-    return next((t.lstrip().startswith("{") for _, t in numbered_lines(path) if t.strip()), False)
-
-
-def _labelled_gains(path: Any, binary: bool) -> dict[tuple[str, str], float]:
-    """``{(qid, doc_id): r}`` of the passages of labelled contexts (``udcg qcare`` output):
-    :func:`udcg.qcare.coverage.coverage` of each context's passages with a full ``covers`` row
-    (a passage without labels, or with a null label, has none); a (query, document) labelled
-    twice must have one gain."""
-    gains: dict[tuple[str, str], float] = {}
-    for ctx in read_contexts(path):
-        labelled = [
-            p
-            for p in ctx.passages
-            if ctx.subqueries is not None and p.covers is not None and None not in p.covers
-        ]
-        if not labelled:
-            continue
-        rows = coverage([[p.covers for p in labelled]], binary=binary)[0].tolist()
-        for passage, r in zip(labelled, rows, strict=True):
-            key = (ctx.qid, passage.doc_id)
-            if gains.setdefault(key, r) != r:
-                raise UDCGInputError(
-                    f"query {ctx.qid!r}, document {passage.doc_id!r}: two coverage gains "
-                    f"({gains[key]!r} and {r!r})",
-                    path=path,
-                    field="coverage",
-                )
-    return gains
-
-
-def _coverage_gains(coverage_source: Any, binary: bool) -> dict[tuple[str, str], float]:
-    """``{(qid, doc_id): r}`` from a dict, a ``qid doc_id r`` file or labelled contexts
-    (``binary``: r = 1 if the passage covers any sub-query); r must be in [0, 1]."""
-    if isinstance(coverage_source, Mapping):
-        qids, doc_ids, values = columns_from_dict(coverage_source, "coverage", "coverage")
-        gains = np.asarray(values, dtype=np.float64)
-    elif _is_jsonl(coverage_source):
-        return _labelled_gains(coverage_source, binary)
-    else:
-        qids, doc_ids, gains = read_columns(
-            coverage_source, ("qid", "doc_id", "coverage"), "coverage", pa.float64()
-        )
-    bad = np.flatnonzero(~((gains >= 0.0) & (gains <= 1.0)))
-    if len(bad):
-        i = int(bad[0])
-        raise UDCGInputError(
-            f"query {qids[i].as_py()!r}, document {doc_ids[i].as_py()!r}: coverage "
-            f"{float(gains[i])!r} is not in [0, 1]",
-            field="coverage",
-        )
-    if binary:
-        gains = (gains > 0).astype(np.float64)
-    pairs = zip(qids.to_pylist(), doc_ids.to_pylist(), strict=True)
-    return {(q, d): float(r) for (q, d), r in zip(pairs, gains, strict=True)}
-
-
 class _CoverageMeasure(_Measure):
     _SOURCE = ("coverage", "coverage_column")
     SUPPORTED_PARAMS: ClassVar[dict[str, ParamInfo]] = {
         "cutoff": _CUTOFF,
-        "coverage": ParamInfo(desc="gains (dict, file) or labelled contexts"),
+        "coverage": ParamInfo(desc="gains or labels (dict, file) or labelled contexts"),
         "coverage_column": ParamInfo(dtype=str, desc="the run frame's column holding the gains"),
         "binary": ParamInfo(dtype=bool, default=False, desc="r = 1 if any sub-query is covered"),
     }
 
-    def _score(self, gains: list[np.ndarray]) -> np.ndarray:
-        raise NotImplementedError
+    def _measure(self) -> _UdcgMeasure:
+        return _UdcgMeasure(self.NAME, self.params.get("cutoff"), binary=bool(self["binary"]))
 
     def _udcg_name(self) -> str:
-        name = super()._udcg_name()
-        return name.replace(self.NAME, f"{self.NAME}(binary=True)", 1) if self["binary"] else name
+        return str(self._measure())
 
     def _values(self, qrels: Any, run: Any) -> dict[str, float]:
-        k = self["cutoff"]
         column = self.params.get("coverage_column")
         source = self["coverage"] if column is None else _column(run, column, "coverage_column")
-        gain_of = _coverage_gains(source, self["binary"])
-        judged = set(qrels["query_id"])
-        ranked = run.sort_values(["query_id", "score", "doc_id"], ascending=[True, False, False])
-        qids, gains = [], []
-        for qid, docs in ranked.groupby("query_id", sort=False)["doc_id"]:
-            if qid not in judged:
-                continue
-            top = docs.iloc[:k].tolist()
-            missing = [d for d in top if (qid, d) not in gain_of]
-            if missing:
-                raise UDCGInputError(
-                    f"no coverage for query {qid!r} document {missing[0]!r} "
-                    f"(rank {top.index(missing[0]) + 1})",
-                    field="coverage",
-                )
-            qids.append(qid)
-            gains.append(np.array([gain_of[qid, d] for d in top]))
-        return dict(zip(qids, self._score(gains).tolist(), strict=True)) if qids else {}
+        table = evaluate_table(qrels, run, [self._measure()], coverage=source)
+        return dict(zip(table.qids, table.values[:, 0].tolist(), strict=True))
 
 
 class _CPrec(_CoverageMeasure):
@@ -364,27 +284,39 @@ class _CPrec(_CoverageMeasure):
     NAME = "C-Prec"
     __name__ = "C-Prec"
 
-    def _score(self, gains: list[np.ndarray]) -> np.ndarray:
-        return c_precision(gains, self["cutoff"])
-
 
 class _CnDCG(_CoverageMeasure):
-    """``CnDCG(coverage=...)@k``: ``DCG@k(r) / IDCG@k`` of the top k's own gains.
+    """``CnDCG(coverage=...)@k``: ``DCG@k(g(r)) / IDCG@k`` of the top k's own gains, ``gain``
+    ``linear`` (g(r) = r, the default) or ``exponential`` (g(r) = 2^(10 r) - 1).
 
     Examples:
-        ``(0.5 + 1/log2(3)) / (1 + 0.5/log2(3))``: the ideal puts d2 first:
+        ``(0.5 + 1/log2(3)) / (1 + 0.5/log2(3))``: the ideal puts d2 first; with the
+        exponential gain, ``(1 + 1023/log2(3)) / (1023 + 1/log2(3))`` (g(0.1) = 1):
 
-        >>> cov = {"q1": {"d1": 0.5, "d2": 1.0}}
-        >>> m = CnDCG(coverage=cov) @ 2
-        >>> round(m.calc_aggregate({"q1": {"d1": 1}}, {"q1": {"d1": 2, "d2": 1}}), 4)
+        >>> qrels, run = {"q1": {"d1": 1}}, {"q1": {"d1": 2, "d2": 1}}
+        >>> m = CnDCG(coverage={"q1": {"d1": 0.5, "d2": 1.0}}) @ 2
+        >>> round(m.calc_aggregate(qrels, run), 4)
         0.8597
+        >>> m = CnDCG(coverage={"q1": {"d1": 0.1, "d2": 1.0}}, gain="exponential") @ 2
+        >>> m, round(m.calc_aggregate(qrels, run), 4)
+        (C-nDCG(gain=exponential)@2, 0.6315)
     """
 
     NAME = "C-nDCG"
     __name__ = "C-nDCG"
+    SUPPORTED_PARAMS: ClassVar[dict[str, ParamInfo]] = {
+        **_CoverageMeasure.SUPPORTED_PARAMS,
+        "gain": ParamInfo(dtype=str, default="linear", desc="linear or exponential"),
+    }
 
-    def _score(self, gains: list[np.ndarray]) -> np.ndarray:
-        return c_ndcg(gains, self["cutoff"])
+    def validate_params(self) -> None:
+        """ir_measures' checks, and ``gain`` one of ``linear``, ``exponential``."""
+        super().validate_params()
+        one_of(self["gain"], "gain", GAINS)
+
+    def _measure(self) -> _UdcgMeasure:
+        cutoff = self.params.get("cutoff")
+        return _UdcgMeasure(self.NAME, cutoff, binary=bool(self["binary"]), gain=self["gain"])
 
 
 UDCG = _UDCG()
@@ -396,19 +328,18 @@ UDCGtheta = _UDCGtheta()
 CPrec = _CPrec()
 """``CPrec(coverage=C)@k``: ``(1/k) * sum_{j<=k} r_j`` of the top k's coverage gains."""
 CnDCG = _CnDCG()
-"""``CnDCG(coverage=C)@k``: ``DCG@k(r) / IDCG@k`` of the top k's coverage gains."""
+"""``CnDCG(coverage=C)@k``, also ``binary=``, ``gain=``: ``DCG@k(g(r)) / IDCG@k`` of the top
+k's coverage gains."""
 
-_COVERAGE_NAME = re.compile(
-    r"^(?P<name>C-Prec|C-nDCG)(?P<binary>\(binary=True\))?@(?P<cutoff>[1-9][0-9]*)$"
-)
-_UTILITY_NAME = re.compile(r"^(?:UDCG|UDCGtheta)(?:[(@]|$)", re.IGNORECASE)
+_UDCG_NAME = re.compile(r"^(?:UDCG|UDCGtheta|UDCG-theta|C-?Prec|C-?nDCG)(?:[(@]|$)", re.I)
 
 
 def parse_measure(name: str, **sources: Any) -> ir_measures.Measure:
     """The measure called ``name``, its data sources given as keywords: udcg's names
     (``UDCG@5``, ``UDCG(gamma=0.5)@5``, ``UDCGtheta@5``, ``C-Prec@5``,
-    ``C-nDCG(binary=True)@10``) give this module's measures, any other name ir_measures' own
-    (:func:`ir_measures.parse_measure`: ``nDCG@10``, ``P(rel=2)@5``), which take no sources.
+    ``C-nDCG(binary=True)@10``, ``C-nDCG(gain=exponential)@10``) give this module's measures,
+    any other name ir_measures' own (:func:`ir_measures.parse_measure`: ``nDCG@10``,
+    ``P(rel=2)@5``), which take no sources.
 
     Examples:
         >>> u = {"q1": {"d1": 0.9, "d2": 0.6}}
@@ -417,22 +348,23 @@ def parse_measure(name: str, **sources: Any) -> ir_measures.Measure:
         (UDCG(gamma=0.5)@2, True)
         >>> parse_measure("C-nDCG(binary=True)@10", coverage_column="coverage")
         C-nDCG(binary=True)@10
+        >>> parse_measure("C-nDCG(gain=exponential)@10", coverage_column="coverage")
+        C-nDCG(gain=exponential)@10
         >>> parse_measure("nDCG@10")
         nDCG@10
     """
     text = name.strip()
-    coverage_name = _COVERAGE_NAME.match(text)
-    if coverage_name:
-        base: _Measure = CPrec if coverage_name["name"] == "C-Prec" else CnDCG
-        binary = {"binary": True} if coverage_name["binary"] else {}
-        return base(**binary, **sources) @ int(coverage_name["cutoff"])
-    if _UTILITY_NAME.match(text):
+    if _UDCG_NAME.match(text):
         parsed = _parse_udcg(text)
         params: dict[str, Any] = {"rel": parsed.rel} if parsed.rel != 1 else {}
         if parsed.gamma is not None and parsed.gamma != DEFAULT_GAMMA:
             params["gamma"] = parsed.gamma
-        base = UDCG if parsed.name == "UDCG" else UDCGtheta
-        return base(**params, **sources) @ parsed.cutoff
+        if parsed.binary:
+            params["binary"] = True
+        if parsed.gain is not None and parsed.gain != "linear":
+            params["gain"] = parsed.gain
+        base = {"UDCG": UDCG, "UDCGtheta": UDCGtheta, "C-Prec": CPrec, "C-nDCG": CnDCG}
+        return base[parsed.name](**params, **sources) @ parsed.cutoff
     if sources:
         raise UDCGInputError(
             f"{text!r} is not a udcg measure: it takes no {', '.join(sorted(sources))}",

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from udcg.errors import UDCGInputError
 from udcg.io.formats.trec import Qrels
 from udcg.trec.engine import QrelsLike, RunLike, as_qrels, evaluate_table, import_pandas
-from udcg.trec.measures import UTILITY_MEASURES, Measure, parse_measures
+from udcg.trec.measures import COVERAGE_MEASURES, UTILITY_MEASURES, Measure, parse_measures
 from udcg.trec.significance import TESTS, bootstrap_interval, holm, paired_test
 from udcg.validation import (
     integer,
@@ -32,6 +32,7 @@ from udcg.validation import (
 
 if TYPE_CHECKING:
     from udcg.io.joins.utilities import Utilities, UtilitiesLike
+    from udcg.trec.coverage_measures import CoverageLike
     from udcg.trec.utility_measures import WeightsLike
 
 Test = Literal["t", "randomization", "bootstrap"]
@@ -450,6 +451,7 @@ def compare(
     weights: WeightsLike | Iterable[WeightsLike] | None = None,
     allow_mismatch: Sequence[str] = (),
     confidence: float = 0.95,
+    coverage: CoverageLike | None = None,
 ) -> ComparisonReport:
     """Evaluate each run of ``runs`` (name -> run file, dict or Run) against ``qrels`` and
     test every pair of systems (or each against ``baseline``) on every measure.
@@ -469,7 +471,8 @@ def compare(
     ``evaluate_table`` for the utility measures (UDCG@k, UDCGtheta@k): ``utilities`` is one
     source (a file, a ``{qid: {doc_id: value}}`` dict, :class:`~udcg.io.joins.utilities.Utilities`)
     for every run, or a list of one source per run in the order of ``runs`` (each run's
-    annotated contexts, say); each file is read once.
+    annotated contexts, say); each file is read once. ``coverage`` (one source for every run,
+    read once) serves the coverage measures (C-Prec@k, C-nDCG@k), as in ``evaluate_table``.
 
     Examples:
         ``good`` ranks the relevant document first on 6 queries, ``bad`` second: 0.5 better
@@ -486,6 +489,11 @@ def compare(
     systems = _check_options(runs, test, alpha, correction, n_resamples, seed, baseline, confidence)
     parsed = parse_measures(measures)
     options = _utility_options(parsed, systems, utilities, utility_field, weights, allow_mismatch)
+    if coverage is not None and any(m.name in COVERAGE_MEASURES for m in parsed):
+        from udcg.trec.coverage_measures import as_coverage
+
+        loaded = as_coverage(coverage)
+        options = [{**o, "coverage": loaded} for o in options]
     judged, qids = _judged_qids(qrels)
     if len(qids) < 2:
         raise UDCGInputError(

@@ -6,7 +6,8 @@ measures count relevance >= ``rel`` (1 by default); nDCG uses linear gain max(re
 the ideal ranking of all judged documents of the query; AP and R divide by the number of
 relevant judged documents; queries of the run that are absent from the qrels are ignored, and
 so are judged queries that the run does not retrieve for. The utility measures (UDCG@k,
-UDCGtheta@k) are in :mod:`udcg.trec.utility_measures`, imported only when one is asked for.
+UDCGtheta@k) are in :mod:`udcg.trec.utility_measures`, the coverage measures (C-Prec@k,
+C-nDCG@k) in :mod:`udcg.trec.coverage_measures`, each imported only when one is asked for.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from udcg.io.formats.trec import (
     trec_order,
 )
 from udcg.metrics import _kernels
-from udcg.trec.measures import UTILITY_MEASURES, Measure, parse_measures
+from udcg.trec.measures import COVERAGE_MEASURES, UTILITY_MEASURES, Measure, parse_measures
 
 if TYPE_CHECKING:
     from udcg.io.joins.utilities import Utilities, UtilitiesLike
+    from udcg.trec.coverage_measures import CoverageLike, CoveragePlan
     from udcg.trec.utility_measures import UtilityPlan, WeightsLike
 
 #: besides these: ranx Qrels/Run, pandas DataFrames and iterables of ir_measures Qrel/ScoredDoc
@@ -465,6 +467,7 @@ def evaluate_table(
     utility_field: str | None = None,
     weights: WeightsLike | Iterable[WeightsLike] | None = None,
     allow_mismatch: Sequence[str] = (),
+    coverage: CoverageLike | None = None,
 ) -> Evaluation:
     """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths, dicts, ranx
     Run/Qrels, pandas DataFrames or iterables of ir_measures ScoredDoc/Qrel (:func:`as_run`,
@@ -473,6 +476,7 @@ def evaluate_table(
     ``utilities``, ``utility_field`` and ``weights`` serve the utility measures (UDCG@k,
     UDCGtheta@k; see :func:`evaluate`) and are not read when none is asked for;
     ``allow_mismatch`` lists weight-card fields to override on purpose (``utility``).
+    ``coverage`` serves the coverage measures (C-Prec@k, C-nDCG@k; see :func:`evaluate`).
 
     Examples:
         d1 is relevant to q1 and ranked first; d2, relevant to q2, second:
@@ -489,13 +493,43 @@ def evaluate_table(
         from udcg.trec import utility_measures
 
         plan = utility_measures.plan(parsed, utilities, utility_field, weights, allow_mismatch)
+    coverage_plan = None
+    if any(m.name in COVERAGE_MEASURES for m in parsed):
+        from udcg.trec import coverage_measures
+
+        coverage_plan = coverage_measures.plan(parsed, coverage)
     if isinstance(qrels, str | PathLike) and isinstance(run, str | PathLike):
         # two files, each parsed on its own thread (Arrow's parser releases the GIL); the
         # qrels on this one, so that its errors come first, as in a serial read
         judged, ranked = run_concurrently(lambda: as_qrels(qrels), lambda: as_run(run))
     else:
         judged, ranked = as_qrels(qrels), as_run(run)
-    return _evaluate(parsed, judged, ranked, plan)
+    return _evaluate(parsed, judged, ranked, plan, coverage_plan)
+
+
+def _ranked_rows(
+    qids: pa.Array,
+    doc_ids: pa.Array,
+    qid_names: pa.Array,
+    doc_names: pa.Array,
+    q_run: np.ndarray,
+    d_run: np.ndarray,
+    order: np.ndarray | None,
+) -> np.ndarray:
+    """For every run row, in ranked order (``order``), the row of ``(qids, doc_ids)`` (a table
+    of unique pairs) holding the same (query, document), -1 where none; looked up like the
+    grades, with each row number + 1 (0: missing) as its grade."""
+    _, q_u, qid_codes = _encode(qid_names, qids)  # keeps the run's codes (unique names)
+    _, d_u, doc_codes = _encode(doc_names, doc_ids)
+    n_docs = max(len(doc_codes), 1)
+    _, found, _ = _lookup(
+        _pair_keys(q_u, d_u, n_docs),
+        np.arange(1, len(qids) + 1),
+        len(qid_codes) * n_docs,
+        _pair_keys(q_run, d_run, n_docs),
+    )
+    found -= 1
+    return found if order is None else found[order]
 
 
 def _ranked_utilities(
@@ -506,25 +540,22 @@ def _ranked_utilities(
     d_run: np.ndarray,
     order: np.ndarray | None,
 ) -> np.ndarray:
-    """The utility of every run row, in ranked order (``order``), NaN where none is given;
-    looked up like the grades, with each utility's row number + 1 (0: missing) as its grade."""
-    _, q_u, qids = _encode(qid_names, utilities.qids)  # keeps the run's codes (unique names)
-    _, d_u, docs = _encode(doc_names, utilities.doc_ids)
-    n_docs = max(len(docs), 1)
-    _, found, _ = _lookup(
-        _pair_keys(q_u, d_u, n_docs),
-        np.arange(1, len(utilities) + 1),
-        len(qids) * n_docs,
-        _pair_keys(q_run, d_run, n_docs),
+    """The utility of every run row, in ranked order (``order``), NaN where none is given."""
+    rows = _ranked_rows(
+        utilities.qids, utilities.doc_ids, qid_names, doc_names, q_run, d_run, order
     )
-    u = np.full(len(found), np.nan)
-    given = found > 0
-    u[given] = utilities.values[found[given] - 1]
-    return u if order is None else u[order]
+    u = np.full(len(rows), np.nan)
+    given = rows >= 0
+    u[given] = utilities.values[rows[given]]
+    return u
 
 
 def _evaluate(
-    parsed: list[Measure], qrels: Qrels, run: Run, plan: UtilityPlan | None = None
+    parsed: list[Measure],
+    qrels: Qrels,
+    run: Run,
+    plan: UtilityPlan | None = None,
+    coverage_plan: CoveragePlan | None = None,
 ) -> Evaluation:
     q_run, q_qrels, qid_names = _encode(run.qids, qrels.qids)
     d_run, d_qrels, doc_names = _encode(run.doc_ids, qrels.doc_ids)
@@ -567,7 +598,21 @@ def _evaluate(
             run.source,
         )
 
-    rel_levels = {m.rel for m in parsed if m.name not in ("nDCG", *UTILITY_MEASURES)}
+    r_ranked: dict[bool, np.ndarray] = {}
+    if coverage_plan is not None:
+        cov = coverage_plan.coverage
+        r_ranked = coverage_plan.ranked(
+            _ranked_rows(cov.qids, cov.doc_ids, qid_names, doc_names, q_run, d_run, order),
+            q_ranked,
+            lengths,
+            judged & (lengths > 0),
+            qid_names,
+            lambda i: doc_names[int(d_run[i if order is None else order[i]])].as_py(),
+        )
+
+    rel_levels = {
+        m.rel for m in parsed if m.name not in ("nDCG", *UTILITY_MEASURES, *COVERAGE_MEASURES)
+    }
     # relevant judged documents per query: those of gain >= lvl (>= 1, so clipping is moot)
     n_rel = {
         lvl: counts[:, lvl:].sum(axis=1) for lvl in {m.rel for m in parsed if m.name in ("AP", "R")}
@@ -580,9 +625,13 @@ def _evaluate(
         padded = _padded(gains, q_ranked, lengths, queries)
         is_rel = {lvl: (padded >= lvl).astype(np.float64) for lvl in rel_levels}
         u_padded = None if u_ranked is None else _padded(u_ranked, q_ranked, lengths, queries)
+        r_padded = {b: _padded(r, q_ranked, lengths, queries) for b, r in r_ranked.items()}
         for j, m in enumerate(parsed):
             if m.name in UTILITY_MEASURES:
                 values[queries, j] = plan.score(m, padded, u_padded, lengths[queries])
+                continue
+            if m.name in COVERAGE_MEASURES:
+                values[queries, j] = coverage_plan.score(m, r_padded[m.binary])
                 continue
             values[queries, j] = _measure(
                 m,
@@ -605,6 +654,7 @@ def evaluate(
     utility_field: str | None = None,
     weights: WeightsLike | Iterable[WeightsLike] | None = None,
     allow_mismatch: Sequence[str] = (),
+    coverage: CoverageLike | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per-query values ``{qid: {measure: value}}``, equal to pytrec_eval's for the same inputs.
 
@@ -621,6 +671,13 @@ def evaluate(
     UDCGtheta cutoff, matched by the k of their card; weights fitted on another utility source
     are refused unless ``allow_mismatch=["utility"]``. Semantics in
     :mod:`udcg.trec.utility_measures`.
+
+    Coverage measures (Q-CARE): ``C-Prec@k`` and ``C-nDCG@k`` (``C-nDCG(gain=exponential)@k``;
+    ``binary=True``: r = 1 if a passage covers any sub-query) score each query's top k documents
+    with ``coverage`` per (query, document): a dict ``{qid: {doc_id: r}}`` of gains in [0, 1]
+    or ``{qid: {doc_id: [labels]}}`` of per-sub-query labels (booleans or fractions), a
+    ``qid doc_id r`` TSV file, a JSONL file or contexts labelled by ``udcg qcare label``.
+    Semantics in :mod:`udcg.trec.coverage_measures`.
 
     Examples:
         Relevant d1 and d3 ranked 1st and 3rd: nDCG@3 = ``(1 + 1/log2(4)) / (1 + 1/log2(3))``,
@@ -644,4 +701,5 @@ def evaluate(
         utility_field=utility_field,
         weights=weights,
         allow_mismatch=allow_mismatch,
+        coverage=coverage,
     ).to_dict()

@@ -1,6 +1,9 @@
 """Measures named in ir_measures syntax: ``nDCG@10``, ``AP``, ``AP@100``, ``RR@10``, ``P@5``,
 ``P(rel=2)@5``, ``R@100``, ``Hits@10`` (alias ``Success@10``), ``HitCount@10``, and the
-utility measures ``UDCG@5``, ``UDCG(gamma=0.5)@5``, ``UDCGtheta@5`` (alias ``UDCG-theta@5``).
+utility measures ``UDCG@5``, ``UDCG(gamma=0.5)@5``, ``UDCGtheta@5`` (alias ``UDCG-theta@5``),
+and the Q-CARE coverage measures ``C-Prec@10`` and ``C-nDCG@10`` (aliases ``CPrec``,
+``CnDCG``; parameters ``binary=True`` and, for C-nDCG, ``gain=exponential``:
+``C-nDCG(binary=True,gain=exponential)@10``).
 
 Names are case-insensitive; ir_measures measure objects (``ir_measures.nDCG@10``,
 ``ir_measures.P(rel=2)@5``) are read by their name (``str(measure)``), without importing
@@ -20,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from udcg.errors import UDCGInputError
+from udcg.metrics.coverage import GAINS as COVERAGE_GAINS
 from udcg.metrics.udcg import DEFAULT_GAMMA
 
 #: canonical name -> (needs a cutoff, parameters it accepts)
@@ -33,9 +37,13 @@ MEASURES: dict[str, tuple[bool, tuple[str, ...]]] = {
     "HitCount": (False, ("rel",)),
     "UDCG": (True, ("rel", "gamma")),
     "UDCGtheta": (True, ("rel",)),
+    "C-Prec": (True, ("binary",)),
+    "C-nDCG": (True, ("binary", "gain")),
 }
 #: measures of the passages' utilities (they need utilities; UDCGtheta also weights)
 UTILITY_MEASURES = ("UDCG", "UDCGtheta")
+#: the Q-CARE coverage measures (they need coverage gains, :mod:`udcg.trec.coverage_measures`)
+COVERAGE_MEASURES = ("C-Prec", "C-nDCG")
 _ALIASES = {name.lower(): name for name in MEASURES} | {
     "success": "Hits",
     "hit_rate": "Hits",
@@ -43,6 +51,8 @@ _ALIASES = {name.lower(): name for name in MEASURES} | {
     "mrr": "RR",
     "recip_rank": "RR",
     "udcg-theta": "UDCGtheta",
+    "cprec": "C-Prec",
+    "cndcg": "C-nDCG",
 }
 #: pytrec_eval's ``name_k`` (trec_eval's ``name.k``) -> canonical name
 _PYTREC_CUT = {"ndcg_cut": "nDCG", "map_cut": "AP", "p": "P", "recall": "R", "success": "Hits"}
@@ -51,31 +61,43 @@ _SYNTAX = re.compile(
     r"^(?P<name>[A-Za-z][A-Za-z_-]*)(?:\((?P<params>[^)]*)\))?(?:@(?P<cutoff>\d+))?$"
 )
 _PARAM = re.compile(r"\s*(?P<key>[A-Za-z]+)\s*=\s*(?P<value>[^,\s]+)\s*")
+_BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
 
 
 @dataclass(frozen=True)
 class Measure:
-    """One measure: its canonical name, optional cutoff k, binary relevance level and, for
-    UDCG, gamma (1/3 when not given).
+    """One measure: its canonical name, optional cutoff k, binary relevance level, for UDCG
+    gamma (1/3 when not given), and for C-Prec / C-nDCG ``binary`` (r = 1 if a passage covers
+    any sub-query) and C-nDCG's ``gain`` (``linear`` when not given, or ``exponential``).
 
     Examples:
         >>> str(Measure("P", cutoff=5, rel=2)), str(Measure("UDCG", cutoff=5, gamma=0.5))
         ('P(rel=2)@5', 'UDCG(gamma=0.5)@5')
+        >>> str(Measure("C-nDCG", cutoff=10, binary=True, gain="exponential"))
+        'C-nDCG(binary=True,gain=exponential)@10'
     """
 
     name: str
     cutoff: int | None = None
     rel: int = 1
     gamma: float | None = None
+    binary: bool = False
+    gain: str | None = None
 
     def __post_init__(self) -> None:
         if self.name == "UDCG" and self.gamma is None:
             object.__setattr__(self, "gamma", DEFAULT_GAMMA)
+        if self.name == "C-nDCG" and self.gain is None:
+            object.__setattr__(self, "gain", "linear")
 
     def __str__(self) -> str:
         params = [f"rel={self.rel}"] if self.rel != 1 else []
         if self.gamma is not None and self.gamma != DEFAULT_GAMMA:
             params.append(f"gamma={self.gamma!r}")
+        if self.binary:
+            params.append("binary=True")
+        if self.gain is not None and self.gain != "linear":
+            params.append(f"gain={self.gain}")
         shown = f"({','.join(params)})" if params else ""
         cutoff = f"@{self.cutoff}" if self.cutoff is not None else ""
         return f"{self.name}{shown}{cutoff}"
@@ -85,11 +107,11 @@ def _known() -> str:
     return ", ".join(f"{n}@k" if MEASURES[n][0] else f"{n}[@k]" for n in MEASURES)
 
 
-def _params(text: str, name: str, params: str) -> dict[str, int | float]:
-    """``{"rel": int, "gamma": float}`` from ``key=value, ...``; what ``name`` does not
-    accept, a repeat or a bad value is an error."""
+def _params(text: str, name: str, params: str) -> dict[str, int | float | bool | str]:
+    """``{"rel": int, "gamma": float, "binary": bool, "gain": str}`` from ``key=value, ...``;
+    what ``name`` does not accept, a repeat or a bad value is an error."""
     accepted = MEASURES[name][1]
-    parsed: dict[str, int | float] = {}
+    parsed: dict[str, int | float | bool | str] = {}
     for item in params.split(","):
         match = _PARAM.fullmatch(item)
         key = match["key"] if match else None
@@ -105,6 +127,16 @@ def _params(text: str, name: str, params: str) -> dict[str, int | float]:
             if not value.isdigit() or int(value) < 1:
                 raise UDCGInputError(f"{text!r}: rel must be an integer >= 1", field="measures")
             parsed[key] = int(value)
+        elif key == "binary":
+            if value.lower() not in _BOOLEANS:
+                raise UDCGInputError(f"{text!r}: binary must be True or False", field="measures")
+            parsed[key] = _BOOLEANS[value.lower()]
+        elif key == "gain":
+            if value.lower() not in COVERAGE_GAINS:
+                raise UDCGInputError(
+                    f"{text!r}: gain must be one of {', '.join(COVERAGE_GAINS)}", field="measures"
+                )
+            parsed[key] = value.lower()
         else:
             try:
                 gamma = float(value)
@@ -123,7 +155,9 @@ def parse_measure(text: str) -> Measure:
 
     Examples:
         >>> parse_measure("ndcg_cut_10")
-        Measure(name='nDCG', cutoff=10, rel=1, gamma=None)
+        Measure(name='nDCG', cutoff=10, rel=1, gamma=None, binary=False, gain=None)
+        >>> parse_measure("cndcg(gain=exponential)@10")
+        Measure(name='C-nDCG', cutoff=10, rel=1, gamma=None, binary=False, gain='exponential')
     """
     text = text.strip()
     pytrec = _PYTREC.match(text)
