@@ -557,3 +557,16 @@ def test_cli_import_table_and_agreement(
     printed = capsys.readouterr().out
     assert "Krippendorff's alpha" in printed and "GPT-5 vs Qwen3_4B" in printed
     assert main(["import", str(release[0]), str(tmp_path / "x.json"), "-o", str(out)]) == 2
+
+
+def test_cli_malformed_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    row = _chunk_row(*CHUNK_ROWS[0])
+    row["chunk_fact_relevance_check"] = "{'Chunk 1': ['Atomic fact1']"
+    path = _write(tmp_path / _name("Chunk", "close_ended", "GPT-5"), [row])
+    out = tmp_path / "human.jsonl"
+    assert main(["import", str(path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert f"{path}:2: field 'chunk_fact_relevance_check': not a Python literal" in err
+    assert not out.exists()
+    assert main(["import", str(path), "-o", str(out), "--benchmark", str(path)]) == 2
