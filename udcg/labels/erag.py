@@ -167,3 +167,23 @@ def has_erag(contexts: Sequence[Context], judge: str) -> bool:
         False
     """
     return all(not np.isnan(row).any() for row in erag_labels(contexts, judge))
+
+
+def erag_qrels(contexts: Sequence[Context], judge: str) -> dict[str, dict[str, int]]:
+    """The eRAG labels of ``judge`` as qrels ``{qid: {doc_id: label}}``, so that
+    ``udcg.evaluate(erag_qrels(cs, judge), run, ["nDCG@10", "AP", "P@10", "RR"])`` gives eRAG's
+    scores of ``run`` (each list is its own qrels, as in the eRAG package); passages without a
+    doc id or a label are left out.
+
+    Examples:
+        >>> p1 = Passage("d1", extra={"erag": {"m": 1}})
+        >>> erag_qrels([Context("q1", [p1, Passage("d2", extra={"erag": {"m": 0}})])], "m")
+        {'q1': {'d1': 1, 'd2': 0}}
+    """
+    qrels: dict[str, dict[str, int]] = {}
+    for ctx, row in zip(contexts, erag_labels(contexts, judge), strict=True):
+        judged = qrels.setdefault(str(ctx.qid), {})
+        for passage, label in zip(ctx.passages, row, strict=True):
+            if passage.doc_id is not None and not np.isnan(label):
+                judged[str(passage.doc_id)] = int(label)
+    return qrels
