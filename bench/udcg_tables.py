@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", type=int, default=5, help="passages per context")
     parser.add_argument("--candidates", type=int, default=25, help="selection: top-N pool")
     parser.add_argument("--judge", default="smollm2-135m", help="judge spec")
+    parser.add_argument(
+        "--utility", default="abstention", help="utility source: abstention | answer_likelihood"
+    )
     parser.add_argument("--n-bootstrap", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0, help="random distractors, bootstrap")
     parser.add_argument(
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = EvaluateSettings(
         k=args.k,
         judge=args.judge,
+        utility=args.utility,
         seed=args.seed,
         n_bootstrap=args.n_bootstrap,
         cache_dir=args.cache_dir,

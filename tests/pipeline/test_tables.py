@@ -217,3 +217,14 @@ def test_studies_run_through_the_pipeline_stages(tmp_path: Path) -> None:
         data, BM25Retriever(), settings, judge, cache, candidates=6, name="bm25"
     )
     assert judge.calls == calls and again == table2  # stage outputs read back
+
+
+@pytest.mark.parametrize("kind", ["weak", "hard"])
+def test_the_distractors_config_builds_the_retriever(evaluate_config, kind: str) -> None:
+    from udcg.cli.hydra_config import build_retriever
+
+    cfg = evaluate_config("retriever=distractors", f"retriever.kind={kind}", "seed=4")
+    name, retriever = build_retriever(cfg.retriever)
+    assert name == "distractors" and isinstance(retriever, Distractors)
+    assert (retriever.kind, retriever.seed, retriever.position) == (kind, 4, None)
+    assert isinstance(retriever.base, BM25Retriever)
