@@ -3,10 +3,11 @@
 A judge answers :class:`~udcg.judge.requests.Request` lists with :meth:`Judge.run`, and the five
 operations (:meth:`Judge.abstain_prob`, :meth:`Judge.answer_prob`, :meth:`Judge.yes_prob`,
 :meth:`Judge.generate`, :meth:`Judge.generate_json`) are written once, here. A backend (local
-transformers, OpenAI-compatible server, precomputed file) computes the operations and gets
-``run`` from this class (it groups the requests by call); a layer over a backend (the cache,
-Ray) implements ``run`` alone, as a function of the request list, and gets the operations from
-this class (they build the requests, keyed by :meth:`Judge.request`, and call ``run``).
+transformers, OpenAI-compatible server, precomputed file) implements :meth:`Judge.compute`
+for one call and gets ``run`` from this class (it groups the requests by call); a layer over a
+backend (the cache, Ray) implements ``run`` alone, as a function of the request list. Both get
+the operations from this class: they build the requests, keyed by
+:func:`~udcg.judge.requests.make_request`, and call ``run``.
 
 Streaming contract. A judge whose class sets ``streams_results = True`` accepts a keyword-only
 ``on_result: OnResult | None = None`` on :meth:`Judge.run` and on the operations (except
@@ -195,16 +196,11 @@ class Judge(ABC):
 
     # -- requests -------------------------------------------------------------------------------
 
-    def request(
-        self, op: str, inputs: dict[str, Any], params: dict[str, Any] | None = None
-    ) -> Request:
-        """The request of one item of ``op``, keyed with this judge's fingerprint and its
-        :meth:`key_settings` of ``op`` (see :func:`udcg.judge.requests.make_request`)."""
-        return make_request(op, inputs, params, self.fingerprint, self.key_settings(op))
-
     def _requests(
         self, op: str, items: list[dict[str, Any]], params: dict[str, Any]
     ) -> list[Request]:
+        """The requests of ``items`` of ``op``, keyed with this judge's fingerprint and its
+        :meth:`key_settings` of ``op`` (asked once, not for an empty call)."""
         if not items:
             return []
         settings = self.key_settings(op)
