@@ -26,6 +26,11 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "probe": ("udcg.cli.probe", "ask a judge server what each annotate step gets from it", ()),
     "order": ("udcg.cli.order", "choose and order context passages (UDCG-theta, heuristics)", ()),
     "qcare": ("udcg.cli.qcare", "Q-CARE labels, scores and judge-human agreement", ()),
+    "tables": (
+        "udcg.cli.tables",
+        "UDCG's Table 1 (distractors) and Table 2 (selection) on NQ-open",
+        ("judge", "retrieval"),
+    ),
     "demo": ("udcg.cli.demo", "rebuild the embedded demo set with the judge", ("judge",)),
     "train": (
         "udcg.cli.train:command",
