@@ -172,3 +172,19 @@ def test_metrics_equal_the_erag_package_on_the_same_labels() -> None:
     for name, measure in names.items():
         reference = [result[f"q{i}"][measure] for i in range(len(labels))]
         np.testing.assert_allclose(ours[name], reference, rtol=0, atol=1e-9, err_msg=name)
+
+
+def test_cli_summary_counts_erag_answers_and_grades(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from udcg.cli.annotate import main
+    from udcg.io.contexts.jsonl import write_contexts
+
+    monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: AnswerJudge())
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_contexts(src, _contexts())
+    argv = [str(src), "-o", str(out), "--steps", "erag", "--judge", "openai:m@http://h/v1"]
+    assert main([*argv, "--cache", str(tmp_path / "judge.sqlite")]) == 0
+    printed = capsys.readouterr().out
+    assert "0 answers, 4 eRAG answers; cache hits" in printed
+    assert "eRAG grades: ABSTAINED 1, CORRECT 4, INCORRECT 4\n" in printed

@@ -244,6 +244,7 @@ def _summary(report: AnnotationReport, resumed: AnnotationReport, partial: Path,
     calls = (
         f"{report.pairs} passage pairs, {report.answer_pairs} answer-likelihood pairs, "
         f"{report.relevance_checks} relevance checks, {report.answers} answers"
+        + (f", {report.erag_answers} eRAG answers" if report.erag_answers else "")
     )
     if not resumed.contexts:
         return f"annotated {report.contexts} contexts with {name}: {calls}"
@@ -342,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
         if whole.grades:
             grades = ", ".join(f"{g} {n}" for g, n in sorted(whole.grades.items()))
             print(f"grades: {grades}", file=out)
+        if whole.erag_grades:
+            grades = ", ".join(f"{g} {n}" for g, n in sorted(whole.erag_grades.items()))
+            print(f"eRAG grades: {grades}", file=out)
         for what, n in whole.failures.items():
             print(f"failures: {n} {what}", file=sys.stderr)
         warning = bounds_warning(report, earlier)
