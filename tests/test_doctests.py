@@ -47,6 +47,7 @@ MODULES = (
     "udcg.qcare.agreement",
     "udcg.qcare.coverage",
     "udcg.qcare.generator",
+    "udcg.qcare.published",
     "udcg.qcare.scores",
     "udcg.qcare.labels.checks",
     "udcg.qcare.labels.decompose",

@@ -8,6 +8,8 @@
     udcg qcare import RESULTS.json -o OUT.jsonl [--benchmark TESTBED.json] [--retriever BM25]
         [--table TABLE.csv]
     udcg qcare import ANNOTATIONS.csv... -o OUT.jsonl [--model NAME] [--table TABLE.csv]
+    udcg qcare published SCORES.json... [--table TABLE.csv] [--comparison DIR]
+        [--check LABELLED.jsonl] [--gain exponential] [-k 10]
     udcg qcare mtrag TASKS.jsonl -o OUT.jsonl [--run NAME] [--model NAME]
     udcg qcare rankings LABELLED.jsonl... [--types FILE | --type-field KEY] [--type A --type B]
         [-m MEASURE]... [-k 10] [--resamples 1000] [--seed 0] [-o agreement.json]
@@ -22,7 +24,10 @@ labelled contexts (:func:`udcg.qcare.release.read_release_results`), or the rele
 annotation CSVs into contexts with human labels (:func:`udcg.qcare.human.read_human_labels`);
 ``--table`` also writes the release's aggregate table (:func:`udcg.qcare.release.release_table`).
 ``agreement --annotators`` adds the agreement between the human file's annotators
-(:func:`udcg.qcare.agreement.annotator_agreement`). ``mtrag`` turns an MTRAG
+(:func:`udcg.qcare.agreement.annotator_agreement`). ``published`` reads the release's
+per-query scores (:mod:`udcg.qcare.published`), writes their aggregates in the release's
+layouts and, with ``--check``, prints how many of udcg's per-query values equal them.
+``mtrag`` turns an MTRAG
 task file into conversational contexts (:func:`udcg.qcare.conversation.read_mtrag_tasks`).
 ``rankings`` ranks the
 retrievers (``run``; a context without one takes its file's name) by each metric on two query
@@ -67,6 +72,13 @@ from udcg.qcare.coverage import GAINS
 from udcg.qcare.human import read_human_labels
 from udcg.qcare.labels.checks import CHECK_MODES
 from udcg.qcare.labels.label import CHECKS, QCareReport, check_inputs, label_contexts
+from udcg.qcare.published import (
+    PublishedMatch,
+    compare_published,
+    model_comparison,
+    published_table,
+    read_query_level_results,
+)
 from udcg.qcare.rankings import MEASURES as RANKING_MEASURES
 from udcg.qcare.rankings import markdown_table, ranking_agreement, read_query_types
 from udcg.qcare.release import (
@@ -246,13 +258,46 @@ def build_parser() -> argparse.ArgumentParser:
     rankings.add_argument(
         "--seed", type=int, default=0, help="seed of the bootstrap draws (default: 0)"
     )
-    for cmd in (score, agree, rankings):
-        if cmd is not rankings:
+    published = sub.add_parser(
+        "published",
+        help="read the Q-CARE release's per-query scores",
+        description="Read the per-query scores the Q-CARE release publishes "
+        "([<split>][<Model>]query_level_results.json), write their aggregate tables, and "
+        "compare them with udcg's values of labelled contexts.",
+    )
+    published.add_argument(
+        "inputs", nargs="+", metavar="input", help="query_level_results JSON files"
+    )
+    published.add_argument(
+        "--table",
+        metavar="PATH",
+        help="write metric_table_all.csv's layout from the published values",
+    )
+    published.add_argument(
+        "--comparison",
+        metavar="DIR",
+        help="write [<split>]model_comparison_results.json files into DIR",
+    )
+    published.add_argument(
+        "--check",
+        metavar="LABELLED",
+        help="labelled contexts JSONL (e.g. udcg qcare import of the annotation CSVs): print, "
+        "per model, split and metric, how many of udcg's values equal the published ones",
+    )
+    published.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-9,
+        help="largest difference counted as equal (default: %(default)s)",
+    )
+    for cmd in (score, agree, rankings, published):
+        if cmd in (score, agree):
             cmd.add_argument(
                 "--answers-from", metavar="MODEL", help="generator metrics of outcomes[MODEL]"
             )
         cmd.add_argument("-k", "--k", type=_positive, help="truncate retrieved lists to k")
-        cmd.add_argument("--binary", action="store_true", help="binary coverage gains")
+        if cmd is not published:
+            cmd.add_argument("--binary", action="store_true", help="binary coverage gains")
         cmd.add_argument(
             "--gain",
             choices=GAINS,
@@ -343,6 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"read {len(tasks)} tasks ({turns} turns in all)", file=info_stream(args.out))
         elif args.command == "rankings":
             _rankings(args)
+        elif args.command == "published":
+            _published(args)
         elif args.command == "score":
             if args.out:
                 refuse_same_file(args.out, {"INPUT": args.input})
@@ -423,6 +470,55 @@ def _import(args: argparse.Namespace) -> None:
         raise UDCGInputError("give one results JSON file, or annotation CSV files only")
     if args.table:
         write_release_table(args.table, release_table(contexts))
+
+
+def _published(args: argparse.Namespace) -> None:
+    """``udcg qcare published``: read, aggregate and compare the release's per-query scores."""
+    inputs = {f"INPUT {i + 1}": p for i, p in enumerate(args.inputs)}
+    if args.table:
+        refuse_same_file(args.table, {**inputs, "--check": args.check})
+    records = [r for path in args.inputs for r in read_query_level_results(path)]
+    pairs = dict.fromkeys((r.model, r.split) for r in records)
+    print(
+        f"read {len(records)} published queries of {len(pairs)} model-split pairs from "
+        f"{len(args.inputs)} files"
+    )
+    if args.table:
+        write_release_table(args.table, published_table(records))
+    if args.comparison:
+        folder = Path(args.comparison)
+        folder.mkdir(parents=True, exist_ok=True)
+        for split, models in model_comparison(records).items():
+            with atomic_write(folder / f"[{split}]model_comparison_results.json") as handle:
+                json.dump(models, handle, indent=2)
+                handle.write("\n")
+    if args.check:
+        matches = compare_published(
+            list(read_contexts(args.check)),
+            records,
+            k=args.k or RELEASE_TOP_K,
+            gain=args.gain,
+            coverage=args.coverage,
+            tolerance=args.tolerance,
+        )
+        print(format_matches(matches))
+
+
+def format_matches(matches: Sequence[PublishedMatch]) -> str:
+    """One line per model, split and metric: equal / compared, largest difference, and the
+    first differing queries."""
+    lines = [f"{'model':<16}{'split':<13}{'metric':<16}{'equal':>9}{'max diff':>10}  differing"]
+    for m in matches:
+        shown = f"{m.equal}/{m.compared}"
+        rest = ", ".join(m.differing) + (" ..." if m.compared - m.equal > len(m.differing) else "")
+        if m.missing:
+            rest += f" (not defined by udcg: {m.missing})"
+        if m.absent:
+            rest += f" (no labelled context: {m.absent})"
+        lines.append(
+            f"{m.model:<16}{m.split:<13}{m.metric:<16}{shown:>9}{m.max_diff:>10.2g}  {rest or '-'}"
+        )
+    return "\n".join(lines)
 
 
 def _rankings(args: argparse.Namespace) -> None:

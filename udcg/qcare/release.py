@@ -55,7 +55,14 @@ from udcg.qcare.human import dataset_group
 from udcg.qcare.scores import GENERATOR_METRICS, qcare_scores
 from udcg.validation import positive_int
 
-__all__ = ["RELEASE_TOP_K", "read_release_results", "release_table", "write_release_table"]
+__all__ = [
+    "RELEASE_TOP_K",
+    "annotator_coverage",
+    "read_release_results",
+    "release_table",
+    "table_rows",
+    "write_release_table",
+]
 
 #: Chunks the release's pipeline judges per query.
 RELEASE_TOP_K = 10
@@ -70,7 +77,7 @@ _CHECKS = (
 )
 
 
-def _load_json(path: PathType) -> Any:
+def load_json(path: PathType) -> Any:
     data = read_bytes(path)
     try:
         text = data.decode("utf-8").removeprefix("\ufeff")
@@ -253,7 +260,7 @@ def _outcome(
 
 def _benchmark_chunks(path: PathType) -> dict[str, dict[str, list[str]]]:
     """``{qid: {retriever: chunk texts}}`` of a benchmark file's ``retrieved_chunk``."""
-    items = _load_json(path)
+    items = load_json(path)
     if not isinstance(items, list):
         raise UDCGInputError(f"expected a JSON list of records, got {kind(items)}", path=path)
     out: dict[str, dict[str, list[str]]] = {}
@@ -307,7 +314,7 @@ def read_release_results(
         ([[False, False], [True, False], [False, False]], [True, False])
     """
     positive_int(k, "k")
-    items = _load_json(path)
+    items = load_json(path)
     if not isinstance(items, list):
         raise UDCGInputError(f"expected a JSON list of records, got {kind(items)}", path=path)
     chunks = None if benchmark is None else _benchmark_chunks(benchmark)
@@ -351,9 +358,15 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _annotator_coverage(ctx: Context, model: str) -> Context:
+def annotator_coverage(ctx: Context, model: str) -> Context:
     """``ctx`` with ``covers`` from annotator ``model`` where its passages hold that
-    annotator's labels (``covers_by_annotator``)."""
+    annotator's labels (``covers_by_annotator``), else ``ctx`` unchanged.
+
+    Examples:
+        >>> p = Passage("1", covers=[None], extra={"covers_by_annotator": {"GPT-5": [True]}})
+        >>> annotator_coverage(Context("q", [p]), "GPT-5").passages[0].covers
+        [True]
+    """
     labels = [p.extra.get("covers_by_annotator", {}).get(model) for p in ctx.passages]
     if any(label is None for label in labels):
         return ctx
@@ -400,29 +413,53 @@ def release_table(
         found = dict.fromkeys(m for c in contexts for m in c.outcomes)
         known = [m for group in MODEL_GROUPS.values() for m in group if m in found]
         models = known + [m for m in found if m not in known]
+    values: dict[str, dict[str, list[tuple[str, float | None]]]] = {}
+    for model in models:
+        chosen = [annotator_coverage(c, model) for c in contexts if model in c.outcomes]
+        scores = qcare_scores(chosen, model, k, gain=gain)
+        datasets = [str(c.extra.get("dataset") or dataset_group(c.qid)) for c in chosen]
+        values[model] = {}
+        for metric in metrics:
+            data, missing = scores.values[metric], np.ma.getmaskarray(scores.values[metric])
+            values[model][metric] = [
+                (name, None if missing[i] else float(data.data[i]))
+                for i, name in enumerate(datasets)
+            ]
+    return table_rows(values, metrics)
+
+
+def table_rows(
+    values: Mapping[str, Mapping[str, Sequence[tuple[str, float | None]]]],
+    metrics: Sequence[str],
+) -> list[list[Any]]:
+    """:data:`TABLE_HEADER` rows from per-query values ``values[model][metric]`` = a list of
+    ``(dataset group, value or None)``: per model and metric the mean over each dataset's
+    defined values, ``Close Avg.`` and ``Open Avg.`` the means of the dataset columns, then
+    one ``Overall`` row per metric (the mean over models of each column).
+
+    Examples:
+        >>> rows = table_rows({"GPT-5": {"Completeness": [("nq_", 1.0), ("nq_", 0.5)]}},
+        ...                   ["Completeness"])
+        >>> rows[0][:5], rows[0][7]
+        (['Proprietary', 'GPT-5', 'Completeness', 0.75, None], 0.75)
+        >>> rows[1][:4]
+        ['', 'Completeness', 'Overall', 0.75]
+    """
     group_of = {m: name for name, group in MODEL_GROUPS.items() for m in group}
     columns = CLOSE_DATASETS + OPEN_DATASETS
     rows: list[list[Any]] = []
     cells: dict[str, list[list[float]]] = {m: [[] for _ in columns] for m in metrics}
-    for model in models:
-        chosen = [_annotator_coverage(c, model) for c in contexts if model in c.outcomes]
-        scores = qcare_scores(chosen, model, k, gain=gain)
-        datasets = [str(c.extra.get("dataset") or dataset_group(c.qid)) for c in chosen]
+    for model, by_metric in values.items():
         for metric in metrics:
-            values = scores.values[metric]
             means = []
             for col, (prefix, _) in enumerate(columns):
-                picked = [
-                    float(values.data[i])
-                    for i, name in enumerate(datasets)
-                    if name == prefix and not np.ma.getmaskarray(values)[i]
-                ]
+                picked = [v for name, v in by_metric[metric] if name == prefix and v is not None]
                 means.append(_mean(picked))
                 if means[-1] is not None:
                     cells[metric][col].append(means[-1])
             rows.append([group_of.get(model, ""), model, metric, *_with_averages(means)])
     for metric in metrics:
-        overall = [_mean(values) for values in cells[metric]]
+        overall = [_mean(v) for v in cells[metric]]
         rows.append(["", metric, "Overall", *_with_averages(overall)])
     return rows
 
@@ -437,7 +474,8 @@ def _with_averages(means: list[float | None]) -> list[float | None]:
 
 def write_release_table(path: PathType, rows: Sequence[Sequence[Any]], digits: int = 3) -> None:
     """Write :func:`release_table` rows as CSV with :data:`TABLE_HEADER`, values rounded to
-    ``digits`` as the release writes them (``0.85``, not ``0.850``; empty when ``None``).
+    ``digits`` as the release writes them (``0.85``, not ``0.850``; empty when ``None``):
+    numpy's rounding (``0.8525`` gives ``0.852``, where Python's ``round`` gives ``0.853``).
 
     Examples:
         >>> import io
@@ -452,5 +490,8 @@ def write_release_table(path: PathType, rows: Sequence[Sequence[Any]], digits: i
         writer.writerow(TABLE_HEADER)
         for row in rows:
             writer.writerow(
-                ["" if v is None else round(v, digits) if isinstance(v, float) else v for v in row]
+                [
+                    "" if v is None else float(np.round(v, digits)) if isinstance(v, float) else v
+                    for v in row
+                ]
             )
