@@ -35,6 +35,7 @@ from udcg.qcare.release import (
     RELEASE_TOP_K,
     annotator_coverage,
     load_json,
+    release_order,
     table_rows,
 )
 from udcg.qcare.scores import GENERATOR_METRICS, METRICS, qcare_scores
@@ -151,7 +152,8 @@ def published_table(
     records: Iterable[PublishedQuery], metrics: Sequence[str] = GENERATOR_METRICS
 ) -> list[list[Any]]:
     """``metric_table_all.csv``'s rows (:func:`udcg.qcare.release.table_rows`) from published
-    per-query values: per model and metric the mean over each dataset's queries.
+    per-query values: per model (in the release's order) and metric the mean over each
+    dataset's queries.
 
     Examples:
         >>> rows = published_table([
@@ -166,7 +168,7 @@ def published_table(
         by_metric = values.setdefault(r.model, {m: [] for m in metrics})
         for metric in metrics:
             by_metric[metric].append((r.dataset, r.values[metric]))
-    return table_rows(values, metrics)
+    return table_rows({m: values[m] for m in release_order(values)}, metrics)
 
 
 def _means(records: list[PublishedQuery]) -> dict[str, float]:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -59,6 +59,7 @@ __all__ = [
     "RELEASE_TOP_K",
     "annotator_coverage",
     "read_release_results",
+    "release_order",
     "release_table",
     "table_rows",
     "write_release_table",
@@ -410,9 +411,7 @@ def release_table(
         ['', 'Verifiableness', 'Overall', 0.5]
     """
     if models is None:
-        found = dict.fromkeys(m for c in contexts for m in c.outcomes)
-        known = [m for group in MODEL_GROUPS.values() for m in group if m in found]
-        models = known + [m for m in found if m not in known]
+        models = release_order(m for c in contexts for m in c.outcomes)
     values: dict[str, dict[str, list[tuple[str, float | None]]]] = {}
     for model in models:
         chosen = [annotator_coverage(c, model) for c in contexts if model in c.outcomes]
@@ -426,6 +425,19 @@ def release_table(
                 for i, name in enumerate(datasets)
             ]
     return table_rows(values, metrics)
+
+
+def release_order(models: Iterable[str]) -> list[str]:
+    """The distinct ``models`` in the release's table order (:data:`MODEL_GROUPS`), then the
+    others in the order given.
+
+    Examples:
+        >>> release_order(["GPT-5", "mine", "Qwen3_4B", "GPT-5"])
+        ['Qwen3_4B', 'GPT-5', 'mine']
+    """
+    found = dict.fromkeys(models)
+    known = [m for group in MODEL_GROUPS.values() for m in group if m in found]
+    return known + [m for m in found if m not in known]
 
 
 def table_rows(
