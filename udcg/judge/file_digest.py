@@ -1,4 +1,4 @@
-"""SHA-256 of files, read in chunks (model weights are too large to read whole)."""
+"""SHA-256 of files, read in 1 MiB chunks."""
 
 from __future__ import annotations
 

@@ -11,20 +11,15 @@ from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED, judge_key, split_open
 
 def load_judge(spec: str, name: str | None = None, **options: Any) -> Judge:
     """A judge backend from its spec string (the forms: :mod:`udcg.judge`), named
-    ``judge_key(spec, name)``. ``options`` go to the backend; one it does not take, or a value
-    of the wrong type, is an error listing the options it takes.
+    ``judge_key(spec, name)``, ``options`` checked (:func:`~udcg.judge.options.check_options`).
 
-    Examples:
-        A precomputed judge answers from its file (here one abstention probability):
-
-        >>> import json, tempfile
-        >>> from pathlib import Path
-        >>> row = {"question": "Who wrote Emma?", "passage": "Austen did.", "abstain_prob": 0.1}
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     _ = (Path(folder) / "llama3.jsonl").write_text(json.dumps(row))
-        ...     judge = load_judge(f"precomputed:{folder}/llama3.jsonl")
-        >>> judge.name, judge.abstain_prob([row["question"]], [row["passage"]]).tolist()
-        ('llama3', [0.1])
+    >>> import json, pathlib, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     row = {"question": "Who wrote Emma?", "passage": "Austen did.", "abstain_prob": 0.1}
+    ...     _ = pathlib.Path(folder, "llama3.jsonl").write_text(json.dumps(row))
+    ...     judge = load_judge(f"precomputed:{folder}/llama3.jsonl")
+    >>> judge.name, judge.abstain_prob(["Who wrote Emma?"], ["Austen did."]).tolist()
+    ('llama3', [0.1])
     """
     check_options(spec, options)
     key = judge_key(spec, name)

@@ -1,6 +1,5 @@
-"""The options a judge backend accepts, checked before the backend is built: an option it does
-not take, or a value of the wrong type, is one line listing the options it takes.
-"""
+"""Backend options checked before the backend is built: an option it does not take, or a value
+of the wrong type, is one line listing the options it takes."""
 
 from __future__ import annotations
 
@@ -25,13 +24,10 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 
 @dataclass(frozen=True)
 class Backend:
-    """A judge backend as the options check sees it: a label for messages and the keyword
-    parameters a user may set.
+    """A backend's label for messages and the keyword parameters a user may set.
 
-    Examples:
-        >>> backend = backend_of("openai:Qwen/Qwen3-8B@http://localhost:8000/v1")
-        >>> backend.label, "timeout" in backend.parameters
-        ('openai judge', True)
+    >>> "timeout" in backend_of("openai:Qwen/Qwen3-8B@http://localhost:8000/v1").parameters
+    True
     """
 
     label: str
@@ -50,9 +46,8 @@ def _keywords(function: Callable[..., Any], *fixed: str) -> dict[str, inspect.Pa
 def backend_of(spec: str) -> Backend:
     """The backend that :func:`udcg.judge.load_judge` builds for ``spec``.
 
-    Examples:
-        >>> backend_of("precomputed:runs/llama3.jsonl").label
-        'precomputed judge'
+    >>> backend_of("precomputed:runs/llama3.jsonl").label
+    'precomputed judge'
     """
     if spec == EMBEDDED:
         from udcg.judge.embedded import load_embedded_judge
@@ -73,30 +68,13 @@ def backend_of(spec: str) -> Backend:
     return Backend("transformers judge", _keywords(TransformersJudge, "model_id_or_path", "name"))
 
 
-def _expected(parameter: inspect.Parameter) -> tuple[tuple[type, ...], str] | None:
-    """The types a value of ``parameter`` may have, from its annotation (None: not checked)."""
-    words = [w.strip() for w in str(parameter.annotation).split("|")]
-    if not all(w in _TYPES for w in words):
-        return None
-    kinds = tuple(t for w in words for t in _TYPES[w][0])
-    return kinds, " or ".join(_TYPES[w][1] for w in words)
-
-
 def check_options(spec: str, options: Mapping[str, Any], prefix: str = "") -> None:
-    """Every option in ``options`` is a parameter of ``spec``'s backend with a value of its
-    type; a mistake is an error whose field is ``prefix`` + the option and whose message lists
-    the backend's options.
+    """Check each option is a parameter of ``spec``'s backend, of its type; errors name the
+    field ``prefix`` + option.
 
-    Examples:
-        >>> check_options("openai:m@http://localhost:8000/v1", {"timeout": 10.0})
-        >>> check_options("openai:m@http://localhost:8000/v1", {"timeout": "10"})
-        Traceback (most recent call last):
-        ...
-        udcg.errors.UDCGInputError: field 'timeout': must be a number, got '10'
-        >>> check_options("precomputed:runs/llama3.jsonl", {"temperature": 0.0})
-        Traceback (most recent call last):
-        ...
-        udcg.errors.UDCGInputError: field 'temperature': not an option of the precomputed judge; ...
+    >>> check_options("openai:m@http://localhost:8000/v1", {"timeout": "10"})
+    Traceback (most recent call last):
+    udcg.errors.UDCGInputError: field 'timeout': must be a number, got '10'
     """
     backend = backend_of(spec)
     for key, value in options.items():
@@ -113,9 +91,10 @@ def check_options(spec: str, options: Mapping[str, Any], prefix: str = "") -> No
             raise UDCGInputError(
                 f"not an option of the {backend.label}; its options: {accepted}", field=field
             )
-        expected = _expected(parameter)
-        if expected is None:
-            continue
-        kinds, words = expected
+        words = [w.strip() for w in str(parameter.annotation).split("|")]
+        if not all(w in _TYPES for w in words):
+            continue  # an annotation not checked
+        kinds = tuple(t for w in words for t in _TYPES[w][0])
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            raise UDCGInputError(f"must be {words}, got {show(value)}", field=field)
+            expected = " or ".join(_TYPES[w][1] for w in words)
+            raise UDCGInputError(f"must be {expected}, got {show(value)}", field=field)

@@ -1,11 +1,7 @@
-"""Judge probabilities computed elsewhere (vLLM, an API with top log-probs, another tool).
-
-A JSONL file, one line per (question, passage) pair, with at least one stored value:
-``{"question": "...", "passage": "...", "abstain_prob": 0.03, "answer_prob": 0.41}``; each
-value may be given as a natural-log probability instead (``"abstain_logprob"``,
-``"answer_logprob"``). ``answer_prob`` is the pair's answer likelihood, already normalised as
-:meth:`~udcg.judge.base.Judge.answer_prob` states (max over acceptable answers of the per-token
-geometric mean); the answers passed at lookup time are checked, not used.
+"""Judge probabilities computed elsewhere: a JSONL file, one line per (question, passage) pair,
+``{"question": ..., "passage": ..., "abstain_prob": 0.03, "answer_prob": 0.41}`` (or the natural
+log ``abstain_logprob`` / ``answer_logprob``); ``answer_prob`` already normalised as
+:meth:`~udcg.judge.base.Judge.answer_prob` states (answers at lookup are checked, not used).
 """
 
 from __future__ import annotations
@@ -34,54 +30,42 @@ from udcg.judge.spec import precomputed_key
 #: Stored values: probability field -> its log-probability alternative.
 VALUES = {"abstain_prob": "abstain_logprob", "answer_prob": "answer_logprob"}
 
+Value = tuple[str, tuple[str, str], float]  # (value field, (question, passage), probability)
+
 
 class PrecomputedJudge(Judge):
-    """A judge that only looks up the abstention and answer probabilities it was given;
-    ``name`` defaults to the file's name without ``.gz`` and ``.jsonl``.
+    """A judge that looks up the stored probabilities; ``name`` defaults to the file's name
+    without ``.gz`` and ``.jsonl``. A file over :attr:`in_memory_bytes` (decompressed) is read
+    from a :class:`PrecomputedIndex`, else from a dict."""
 
-    A file of up to :attr:`in_memory_bytes` (decompressed) is held in a dict; a larger one is
-    looked up in an on-disk index (:class:`PrecomputedIndex`), built once per file content.
-    """
-
-    #: Largest file (decompressed bytes) held in memory.
     in_memory_bytes = 4 << 20
 
     def __init__(self, path: PathType, name: str | None = None) -> None:
         self.path = Path(path)
         self.name = name or precomputed_key(self.path)
         probs: dict[str, dict[tuple[str, str], float]] | None = {v: {} for v in VALUES}
-        digest = hashlib.sha256()
-        size = 0
-        with open_text(self.path) as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                data = line.encode()
-                digest.update(data)
-                size += len(data)
-                if probs is not None and size > self.in_memory_bytes:
-                    probs = None  # too large: validated and indexed below
-                if probs is not None:
-                    for field, pair, prob in self._values(line, number):
-                        probs[field][pair] = prob
+        digest, size = hashlib.sha256(), 0
+        for number, line in self._lines():
+            data = line.encode()
+            digest.update(data)
+            size += len(data)
+            if probs is not None and size > self.in_memory_bytes:
+                probs = None  # too large: validated and indexed below
+            for field, pair, prob in self._values(line, number) if probs is not None else ():
+                probs[field][pair] = prob  # type: ignore[index]
         self.fingerprint = f"precomputed:{digest.hexdigest()}"
-        self._probs = probs
-        self._index = None
+        self._probs, self._index = probs, None
         if probs is None:
-            self._index = PrecomputedIndex.open(self.path, digest.hexdigest(), self._all_values)
+            values = (v for number, line in self._lines() for v in self._values(line, number))
+            self._index = PrecomputedIndex.open(digest.hexdigest(), lambda: values)
         elif not any(probs.values()):
             raise UDCGInputError("empty file: no precomputed probabilities", path=self.path)
 
-    def _all_values(self) -> Iterator[tuple[str, tuple[str, str], float]]:
-        """Every stored value of the file, checked, in file order."""
+    def _lines(self) -> Iterator[tuple[int, str]]:
         with open_text(self.path) as handle:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    yield from self._values(line, number)
+            yield from ((n, line) for n, line in enumerate(handle, start=1) if line.strip())
 
-    def _values(self, line: str, number: int) -> Iterator[tuple[str, tuple[str, str], float]]:
-        """``(value field, (question, passage), probability)`` for each value of one line."""
-
+    def _values(self, line: str, number: int) -> list[Value]:
         def fail(message: str, field: str | None = None) -> UDCGInputError:
             return UDCGInputError(message, path=self.path, line=number, field=field)
 
@@ -96,17 +80,11 @@ class PrecomputedJudge(Judge):
                 raise fail("missing or not a string", field)
         found = []
         for prob_field, log_field in VALUES.items():
-            if prob_field in row:
-                value, field = row[prob_field], prob_field
-            elif log_field in row:
-                value, field = row[log_field], log_field
-            else:
+            field = prob_field if prob_field in row else log_field if log_field in row else None
+            if field is None:
                 continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-            ):
+            value = row[field]
+            if type(value) not in (int, float) or not math.isfinite(value):
                 raise fail(f"{value!r} is not a finite number", field)
             prob = math.exp(value) if field == log_field else float(value)
             if not 0.0 <= prob <= 1.0 or (field == log_field and value > 0):
@@ -115,73 +93,57 @@ class PrecomputedJudge(Judge):
         if not found:
             names = " or ".join(f"{p} ({lp})" for p, lp in VALUES.items())
             raise fail(f"needs {names}", "abstain_prob")
-        return iter(found)
-
-    def _lookup(self, what: str, questions: Sequence[str], passages: Sequence[str]) -> np.ndarray:
-        pairs = list(zip(questions, passages, strict=True))
-        if self._probs is not None:
-            stored = self._probs[what]
-            values = [stored.get(pair) for pair in pairs]
-        else:
-            assert self._index is not None
-            values = self._index.get(what, pairs)
-        for pair, value in zip(pairs, values, strict=True):
-            if value is None:
-                raise UDCGInputError(
-                    f"no precomputed {what} for question {pair[0][:60]!r} with passage "
-                    f"{pair[1][:60]!r}",
-                    path=self.path,
-                )
-        return np.asarray(values, dtype=np.float64).reshape(len(pairs))
+        return found
 
     def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
-        """The stored ``abstain_prob`` or ``answer_prob`` of each pair (answers are checked,
-        not used); a pair not in the file is an error, and so is any other operation."""
+        """The stored value of each pair; a missing pair or another operation is an error."""
         if op not in VALUES:
             raise UDCGInputError(
                 f"the precomputed judge only provides stored probabilities, not {op}; "
                 "use a model judge for this step",
                 field="judge",
             )
-        return self._lookup(op, column(requests, "question"), column(requests, "passage"))
+        pairs = list(zip(column(requests, "question"), column(requests, "passage"), strict=True))
+        if self._index is not None:
+            values = self._index.get(op, pairs)
+        else:
+            values = [self._probs[op].get(pair) for pair in pairs]  # type: ignore[index]
+        for (question, passage), value in zip(pairs, values, strict=True):
+            if value is None:
+                raise UDCGInputError(
+                    f"no precomputed {op} for question {question[:60]!r} with passage "
+                    f"{passage[:60]!r}",
+                    path=self.path,
+                )
+        return np.asarray(values, dtype=np.float64).reshape(len(pairs))
 
 
 class PrecomputedIndex:
-    """The values of a precomputed file in an SQLite table keyed by a hash of (question,
-    passage): ``$UDCG_CACHE_DIR/precomputed/SHA256.sqlite`` (beside the judge cache), named by
-    the file's digest, built once (streamed into a temporary file renamed when complete) and
-    read-only afterwards. A later line overrides an earlier one's value, as in the dict."""
+    """A precomputed file's values in SQLite keyed by a hash of (question, passage), at
+    ``$UDCG_CACHE_DIR/precomputed/SHA256.sqlite`` (the file's digest): built once through a
+    temporary file, then read-only. A later line overrides an earlier one, as in the dict."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False
-        )
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+        self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
 
     @classmethod
-    def open(
-        cls,
-        source: Path,
-        digest: str,
-        values: Callable[[], Iterable[tuple[str, tuple[str, str], float]]],
-    ) -> PrecomputedIndex:
-        """The index of ``source`` (content ``digest``), built from ``values()`` if missing."""
+    def open(cls, digest: str, values: Callable[[], Iterable[Value]]) -> PrecomputedIndex:
+        """The index of the file of content ``digest``, built from ``values()`` if missing."""
         path = default_cache_path().parent / "precomputed" / f"{digest}.sqlite"
         if not path.exists():
-            cls._build(path, values(), source)
+            cls._build(path, values())
         return cls(path)
 
     @staticmethod
-    def _build(
-        path: Path, values: Iterable[tuple[str, tuple[str, str], float]], source: Path
-    ) -> None:
+    def _build(path: Path, values: Iterable[Value]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
         try:
-            conn = sqlite3.connect(tmp, isolation_level=None)
-            try:
+            with contextlib.closing(sqlite3.connect(tmp, isolation_level=None)) as conn:
                 conn.execute("PRAGMA journal_mode = OFF")
                 conn.execute("PRAGMA synchronous = OFF")
                 conn.execute(
@@ -189,19 +151,13 @@ class PrecomputedIndex:
                     "answer_prob REAL) WITHOUT ROWID"
                 )
                 conn.execute("BEGIN")
-                rows = 0
                 for field, pair, prob in values:
                     conn.execute(
                         f"INSERT INTO probs (key, {field}) VALUES (?, ?) ON CONFLICT (key) "
                         f"DO UPDATE SET {field} = excluded.{field}",
                         (_pair_key(pair), prob),
                     )
-                    rows += 1
                 conn.execute("COMMIT")
-            finally:
-                conn.close()
-            if rows == 0:
-                raise UDCGInputError("empty file: no precomputed probabilities", path=source)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -209,7 +165,7 @@ class PrecomputedIndex:
             raise
 
     def get(self, what: str, pairs: Sequence[tuple[str, str]]) -> list[float | None]:
-        """The stored ``what`` (a :data:`VALUES` field) of each pair, None where absent."""
+        """The stored ``what`` of each pair, None where absent."""
         if what not in VALUES:
             raise ValueError(f"unknown value field {what!r}")
         keys = [_pair_key(pair) for pair in pairs]
@@ -217,12 +173,8 @@ class PrecomputedIndex:
         with self._lock:
             for start in range(0, len(keys), SELECT_BATCH):
                 batch = keys[start : start + SELECT_BATCH]
-                marks = ",".join("?" * len(batch))
-                found.update(
-                    self._conn.execute(
-                        f"SELECT key, {what} FROM probs WHERE key IN ({marks})", batch
-                    ).fetchall()
-                )
+                sql = f"SELECT key, {what} FROM probs WHERE key IN ({','.join('?' * len(batch))})"
+                found.update(self._conn.execute(sql, batch).fetchall())
         return [found.get(key) for key in keys]
 
 

@@ -1,21 +1,7 @@
-"""The key a judge's labels are stored under, from its spec.
-
-The key is the spec without connection details, unless the user names the judge
-(``--judge-key``, ``judge_name=``):
-
-=============================  =============================================================
-spec                           key
-=============================  =============================================================
-``smollm2-135m``               ``smollm2-135m``
-``openai:MODEL@BASE_URL``      ``MODEL``
-``precomputed:FILE``           the file's name without ``.gz`` and ``.jsonl`` (``llama3`` for
-                               ``runs/llama3.jsonl.gz``)
-a transformers id or path      the id or path as given, without a trailing ``/``
-=============================  =============================================================
-
-Labels are written (``abstain_prob[KEY]``, ``outcomes[KEY]``...), looked up and read under this
-key alone, so a file labelled by one command is found by every other. The same model served and
-loaded locally gets the same key; name one of them to keep their labels apart.
+"""The key a judge's labels are stored under: the name the user gives (``--judge-key``,
+``judge_name=``), else the spec without connection details (see docs/judge.md): the spec for
+``smollm2-135m`` and a transformers id or path (no trailing ``/``), ``MODEL`` for
+``openai:MODEL@BASE_URL``, the file name without ``.gz``/``.jsonl`` for ``precomputed:FILE``.
 """
 
 from __future__ import annotations
@@ -33,9 +19,8 @@ PRECOMPUTED = "precomputed:"
 def split_openai(spec: str) -> tuple[str, str]:
     """``(MODEL, BASE_URL)`` of ``openai:MODEL@BASE_URL``.
 
-    Examples:
-        >>> split_openai("openai:Qwen/Qwen3-8B@http://localhost:8000/v1")
-        ('Qwen/Qwen3-8B', 'http://localhost:8000/v1')
+    >>> split_openai("openai:Qwen/Qwen3-8B@http://localhost:8000/v1")
+    ('Qwen/Qwen3-8B', 'http://localhost:8000/v1')
     """
     model, sep, base_url = spec.removeprefix(OPENAI).partition("@")
     if not sep or not model or not base_url:
@@ -46,9 +31,8 @@ def split_openai(spec: str) -> tuple[str, str]:
 def precomputed_key(path: str | Path) -> str:
     """The key of a precomputed file: its name without ``.gz`` and ``.jsonl``.
 
-    Examples:
-        >>> precomputed_key("runs/llama3.jsonl.gz")
-        'llama3'
+    >>> precomputed_key("runs/llama3.jsonl.gz")
+    'llama3'
     """
     name = Path(path).name.removesuffix(".gz").removesuffix(".jsonl")
     if not name:
@@ -62,22 +46,17 @@ def precomputed_key(path: str | Path) -> str:
 def local_key(source: str | Path) -> str:
     """The key of a transformers model: the id or path as given, without a trailing ``/``.
 
-    Examples:
-        >>> local_key("models/qwen/"), local_key("Qwen/Qwen3-8B")
-        ('models/qwen', 'Qwen/Qwen3-8B')
+    >>> local_key("models/qwen/")
+    'models/qwen'
     """
     return str(source).rstrip("/") or str(source)
 
 
 def judge_key(spec: str, name: str | None = None) -> str:
-    """The key the labels of judge ``spec`` are stored under: ``name`` when given, else the
-    spec without connection details (see the module docstring).
+    """The key the labels of judge ``spec`` are stored under (see the module docstring).
 
-    Examples:
-        >>> judge_key("openai:Qwen/Qwen3-8B@http://localhost:8000/v1")
-        'Qwen/Qwen3-8B'
-        >>> judge_key("precomputed:runs/llama3.jsonl.gz"), judge_key("smollm2-135m", name="tiny")
-        ('llama3', 'tiny')
+    >>> judge_key("openai:Qwen/Qwen3-8B@http://localhost:8000/v1"), judge_key("x", name="tiny")
+    ('Qwen/Qwen3-8B', 'tiny')
     """
     if name is not None:
         if not isinstance(name, str) or not name.strip():

@@ -1,9 +1,5 @@
-"""JSON answers from any judge: extract, validate, retry the failures, never raise on model output.
-
-The logic only needs :meth:`Judge.generate`, so it works with every backend. A retry re-asks the
-failed prompts only, with the failed reply and what was wrong appended to the conversation
-(greedy decoding would otherwise repeat the same reply).
-"""
+"""JSON answers from any judge's ``generate``: extract, validate, retry the failures (each with
+its failed reply and the problem appended), never raise on model output."""
 
 from __future__ import annotations
 
@@ -21,14 +17,11 @@ Validator = Callable[[Any], Any]
 class Generates(Protocol):
     """What the JSON logic needs of a judge: greedy completions.
 
-    Examples:
-        Any object with ``generate`` (a :class:`~udcg.judge.base.Judge`, or):
-
-        >>> class Fixed:
-        ...     def generate(self, prompts, max_new_tokens=64):
-        ...         return ['{"a": 1}'] * len(prompts)
-        >>> generate_json(Fixed(), [[]])[0].value
-        {'a': 1}
+    >>> class Fixed:
+    ...     def generate(self, prompts, max_new_tokens=64):
+    ...         return ['{"a": 1}'] * len(prompts)
+    >>> generate_json(Fixed(), [[]])[0].value
+    {'a': 1}
     """
 
     def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]: ...
@@ -36,13 +29,10 @@ class Generates(Protocol):
 
 @dataclass(frozen=True)
 class Completions:
-    """A :class:`Generates` made of a function ``ask(prompts, max_new_tokens)`` (e.g. a backend's
-    completions with options of its own, such as a requested output format).
+    """A :class:`Generates` made of a function ``ask(prompts, max_new_tokens)``.
 
-    Examples:
-        >>> echo = Completions(lambda prompts, n: [p[-1]["content"] for p in prompts])
-        >>> echo.generate([[{"role": "user", "content": "[1, 2]"}]])
-        ['[1, 2]']
+    >>> Completions(lambda prompts, n: ["[1]"] * len(prompts)).generate([[]])
+    ['[1]']
     """
 
     ask: Callable[[Sequence[Messages], int], list[str]]
@@ -55,9 +45,8 @@ class Completions:
 class JSONResult:
     """One ``generate_json`` outcome: the parsed value, or the failure after all retries.
 
-    Examples:
-        >>> JSONResult(value=["a claim"]).ok, JSONResult(error="no JSON", attempts=3).ok
-        (True, False)
+    >>> JSONResult(value=["a claim"]).ok, JSONResult(error="no JSON", attempts=3).ok
+    (True, False)
     """
 
     value: Any = None
@@ -70,8 +59,7 @@ class JSONResult:
         return self.error is None
 
 
-# Exceptions a validator may raise to reject a value (a malformed value easily triggers the
-# last four inside a validator that only means to check it).
+#: Exceptions by which a validator rejects a value.
 VALIDATION_ERRORS = (ValueError, TypeError, KeyError, IndexError, AssertionError)
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
@@ -84,31 +72,18 @@ RETRY_MESSAGE = (
 
 
 def extract_json(text: str) -> Any:
-    """The first JSON object or array in ``text``; fenced blocks (```json ... ```) first.
+    """The first JSON object or array in ``text``, fenced blocks first; ValueError if none.
 
-    Raises ValueError when there is none.
-
-    Examples:
-        >>> extract_json('Sure! ```json\\n{"claims": ["a"]}\\n```')
-        {'claims': ['a']}
-        >>> extract_json('Claims: ["a", "b"].')
-        ['a', 'b']
+    >>> extract_json('Sure! ```json\\n{"claims": ["a"]}\\n```'), extract_json('Claims: ["a"].')
+    ({'claims': ['a']}, ['a'])
     """
-    candidates = [m.group(1) for m in _FENCE.finditer(text)]
-    candidates.append(text)
-    for chunk in candidates:
+    for chunk in [*(m.group(1) for m in _FENCE.finditer(text)), text]:
         start = 0
-        while True:
-            positions = [p for p in (chunk.find("{", start), chunk.find("[", start)) if p >= 0]
-            if not positions:
-                break
-            pos = min(positions)
+        while positions := [p for p in (chunk.find("{", start), chunk.find("[", start)) if p >= 0]:
             try:
-                value, _ = _DECODER.raw_decode(chunk, pos)
+                return _DECODER.raw_decode(chunk, min(positions))[0]
             except ValueError:
-                start = pos + 1
-                continue
-            return value
+                start = min(positions) + 1
     raise ValueError("no JSON object or array found in the reply")
 
 
@@ -134,34 +109,24 @@ def generate_json(
     max_new_tokens: int = 256,
     retries: int = 2,
 ) -> list[JSONResult]:
-    """Ask ``judge`` for JSON answers, one :class:`JSONResult` per prompt, in order.
+    """One :class:`JSONResult` per prompt, in order. ``validate(value)`` rejects a value by
+    raising one of :data:`VALIDATION_ERRORS`; a non-None return replaces it. Failed prompts
+    alone are retried up to ``retries`` times; one still failing has ``error`` set and every
+    reply in ``raw``.
 
-    ``validate(value)`` rejects a parsed value by raising ValueError (or TypeError, KeyError,
-    IndexError, AssertionError); when it returns something other than None, that becomes the
-    value (e.g. a normalised form). Failed prompts are retried, alone, at most ``retries``
-    times. A prompt still failing is returned with ``error`` set, ``value`` None and every raw
-    reply in ``raw``; model output never raises.
-
-    Examples:
-        A validator's return value replaces the parsed one; a reply without JSON fails after
-        its retry:
-
-        >>> doubles = Completions(lambda prompts, n: ["[1, 2]"] * len(prompts))
-        >>> generate_json(doubles, [[]], validate=lambda v: [2 * x for x in v])[0].value
-        [2, 4]
-        >>> silent = Completions(lambda prompts, n: ["no JSON"] * len(prompts))
-        >>> result = generate_json(silent, [[]], retries=1)[0]
-        >>> result.ok, result.attempts, result.error
-        (False, 2, 'no JSON object or array found in the reply')
+    >>> doubles = Completions(lambda prompts, n: ["[1, 2]"] * len(prompts))
+    >>> generate_json(doubles, [[]], validate=lambda v: [2 * x for x in v])[0].value
+    [2, 4]
+    >>> silent = Completions(lambda prompts, n: ["no JSON"] * len(prompts))
+    >>> generate_json(silent, [[]], retries=1)[0].attempts
+    2
     """
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
-    n = len(prompts)
     conversations: list[Messages] = [list(m) for m in prompts]
-    raws: list[list[str]] = [[] for _ in range(n)]
-    done: list[JSONResult | None] = [None] * n
-    errors: list[str | None] = [None] * n
-    pending = list(range(n))
+    raws: list[list[str]] = [[] for _ in conversations]
+    done = [JSONResult()] * len(conversations)  # every item is asked at least once
+    pending = list(range(len(conversations)))
     for attempt in range(1, retries + 2):
         if not pending:
             break
@@ -176,17 +141,13 @@ def generate_json(
             raw = "" if raw is None else str(raw)
             raws[i].append(raw)
             value, error = _check(raw, validate)
-            if error is None:
-                done[i] = JSONResult(value=value, attempts=attempt, raw=raws[i])
-                continue
-            errors[i] = error
-            conversations[i] = [
-                *conversations[i],
-                {"role": "assistant", "content": raw},
-                {"role": "user", "content": RETRY_MESSAGE.format(error=error)},
-            ]
-            still.append(i)
+            done[i] = JSONResult(value=value, error=error, attempts=attempt, raw=raws[i])
+            if error is not None:
+                conversations[i] = [
+                    *conversations[i],
+                    {"role": "assistant", "content": raw},
+                    {"role": "user", "content": RETRY_MESSAGE.format(error=error)},
+                ]
+                still.append(i)
         pending = still
-    for i in pending:
-        done[i] = JSONResult(value=None, error=errors[i], attempts=len(raws[i]), raw=raws[i])
-    return [r for r in done if r is not None]
+    return done
