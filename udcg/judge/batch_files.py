@@ -1,26 +1,12 @@
-"""Batch files of the OpenAI-compatible judge: request lines in the OpenAI Batch API input format
-(which vLLM's ``run-batch`` reads too), the calls file that says which judge call each request
-is, and the reading of result lines.
+"""Batch files of the OpenAI-compatible judge (formats: docs/batch.md, docs/integrity.md).
 
-* request line: ``{"custom_id": KEY, "method": "POST", "url": "/v1/chat/completions",
-  "body": BODY}``; BODY is built by :mod:`udcg.judge.openai_requests`, as the online backend
-  builds it, and KEY is the call's judge-cache key (:func:`udcg.judge.cache.cache_key`).
-* call line (the calls file, written beside the requests): ``{"custom_id": KEY, "judge":
-  FINGERPRINT, "operation": OP, "args": ARGS, "settings": SETTINGS}`` with OP and ARGS one of
-  ``abstain_prob`` (``question``, ``passage``, ``mode``), ``yes_prob`` (``messages``) and
-  ``generate`` (``messages``, ``max_new_tokens``): the judge method and the arguments of one
-  item; SETTINGS what the judge resolved at run time for OP
-  (:meth:`~udcg.judge.base.Judge.key_settings`: the abstention token the server's tokenizer
-  gave, when ``abstain_token`` is not set). KEY is recomputed from FINGERPRINT, OP, ARGS and
-  SETTINGS when the file is read: a line whose KEY differs (an edited line) is refused, so a
-  result is never stored under another item's key.
-* result line (OpenAI Batch output, ``vllm run-batch`` output): ``{"id", "custom_id",
-  "response": {"status_code", "request_id", "body"}, "error"}``; a result is usable when
-  ``error`` is null, ``status_code`` 200 and ``body`` a chat completion that
-  :mod:`udcg.judge.openai_replies` reads as the online backend does.
-
-:func:`read_batch` reads every result line of an import before anything is stored: a
-custom_id answered twice with different values is refused, twice with the same value counted.
+* request line (OpenAI Batch API input, read by ``vllm run-batch`` too): ``{"custom_id": KEY,
+  "method": "POST", "url": "/v1/chat/completions", "body": BODY}``, KEY the call's cache key;
+* call line (the calls file beside it): ``{"custom_id": KEY, "judge": FINGERPRINT,
+  "operation": OP, "args": ARGS, "settings": SETTINGS}``; KEY is recomputed when read, so an
+  edited line is refused;
+* result line (OpenAI Batch output): ``{"id", "custom_id", "response": {"status_code",
+  "request_id", "body"}, "error"}``, read as the online backend reads a reply.
 """
 
 from __future__ import annotations
@@ -28,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -63,9 +50,8 @@ ABSTAIN_MODES = ("first_token", "sequence")
 
 @dataclass(frozen=True)
 class Call:
-    """One judge call of a batch: its cache key, the judge's fingerprint, the method, the
-    arguments of one item (see :data:`OPERATIONS`) and the judge's run-time settings of the
-    method (part of the key)."""
+    """One judge call: cache key, judge fingerprint, method, one item's arguments (see
+    :data:`OPERATIONS`) and the judge's run-time settings of the method (part of the key)."""
 
     custom_id: str
     judge: str
@@ -81,19 +67,12 @@ class Call:
         return cls(request.key, fingerprint, request.op, request.args, dict(settings))
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "custom_id": self.custom_id,
-            "judge": self.judge,
-            "operation": self.operation,
-            "args": dict(self.args),
-            "settings": dict(self.settings),
-        }
+        return {**vars(self), "args": dict(self.args), "settings": dict(self.settings)}
 
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """What a request body holds besides the prompt: the served model, the judge's
-    ``extra_body`` and its ``top_logprobs`` (the options of an ``OpenAIJudge``)."""
+    """A request body besides the prompt: an ``OpenAIJudge``'s model, extra_body, top_logprobs."""
 
     model: str
     extra_body: Mapping[str, Any]
@@ -124,11 +103,9 @@ def calls_path(requests: PathType) -> Path:
 
 
 def part_path(requests: PathType, part: int) -> Path:
-    """Part ``part`` (from 1) of a split requests file: ``requests.jsonl`` ->
-    ``requests-001.jsonl``."""
+    """Part ``part`` (from 1): ``requests.jsonl`` -> ``requests-001.jsonl``."""
     path = Path(requests)
-    stem = path.name.removesuffix(".jsonl")
-    return path.with_name(f"{stem}-{part:03d}.jsonl")
+    return path.with_name(f"{path.name.removesuffix('.jsonl')}-{part:03d}.jsonl")
 
 
 def _json_line(value: Any) -> str:
@@ -136,12 +113,9 @@ def _json_line(value: Any) -> str:
 
 
 class RequestWriter:
-    """Writes request lines as they come, with their calls file beside them.
-
-    With ``max_lines`` the requests go to parts of at most that many lines
-    (:func:`part_path`), else all to ``requests``; ``paths`` lists the files written. A file
-    to write that names one of ``inputs`` (name -> path) is refused before it is opened.
-    """
+    """Writes request lines, and their calls file beside them, to ``requests`` or (with
+    ``max_lines``) to its parts (``paths``: the files written); refuses to write any of
+    ``inputs`` (name -> path)."""
 
     def __init__(
         self,
@@ -173,11 +147,9 @@ class RequestWriter:
     def _next_part(self) -> IO[str]:
         if self._part is not None:
             self._part.close()
-        path = (
-            self.requests
-            if self.max_lines is None
-            else part_path(self.requests, 1 + len(self.paths))
-        )
+        path = self.requests
+        if self.max_lines is not None:
+            path = part_path(path, 1 + len(self.paths))
         refuse_same_file(path, self.inputs)
         self.paths.append(path)
         self._part = open(path, "w", encoding="utf-8")
@@ -206,29 +178,12 @@ class RequestWriter:
         self.close()
 
 
-def _json_lines(path: PathType) -> Iterator[tuple[int, Any]]:
-    """``(line number, JSON value)`` of every non-blank line; invalid JSON is an error."""
-    for number, text in numbered_lines(path):
-        if not text.strip():
-            continue
-        try:
-            yield number, json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise UDCGInputError(f"not valid JSON ({exc})", path=path, line=number) from None
-
-
 def _messages(value: Any) -> bool:
     """True for chat messages: a non-empty list of ``{"role": str, "content": str}``."""
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(
-            isinstance(m, dict)
-            and set(m) == {"role", "content"}
-            and all(isinstance(v, str) for v in m.values())
-            for m in value
-        )
-    )
+    if not isinstance(value, list) or not value:
+        return False
+    shaped = all(isinstance(m, dict) and set(m) == {"role", "content"} for m in value)
+    return shaped and all(isinstance(v, str) for m in value for v in m.values())
 
 
 def _args_problem(operation: str, args: Mapping[str, Any]) -> str | None:
@@ -251,59 +206,55 @@ def _args_problem(operation: str, args: Mapping[str, Any]) -> str | None:
 def read_calls(
     path: PathType, fingerprint: str, settings: Callable[[str], Mapping[str, Any]]
 ) -> Iterator[Call]:
-    """The calls of a calls file, each checked; a call exported for another judge (another
-    fingerprint: other ``--judge`` or ``--judge-option``, or other run-time settings than
-    ``settings(operation)``) is an error, and so is a call whose custom_id is not the cache key
-    of its judge, operation, arguments and settings."""
-    for number, obj in _json_lines(path):
-        where = {"path": path, "line": number}
+    """The calls of a calls file, each checked: one of another judge (fingerprint or run-time
+    ``settings(operation)``) or whose custom_id is not its recomputed cache key is an error."""
+    for number, text in numbered_lines(path):
+        if not text.strip():
+            continue
+        fail = partial(UDCGInputError, path=path, line=number)
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise fail(f"not valid JSON ({exc})") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("custom_id"), str):
-            raise UDCGInputError("expected a call object with a 'custom_id' string", **where)
+            raise fail("expected a call object with a 'custom_id' string")
         operation, args = obj.get("operation"), obj.get("args")
         if not isinstance(operation, str) or operation not in OPERATIONS:
-            raise UDCGInputError(
-                f"must be one of {', '.join(OPERATIONS)}, got {snippet(repr(operation))}",
-                field="operation",
-                **where,
-            )
+            got = snippet(repr(operation))
+            raise fail(f"must be one of {', '.join(OPERATIONS)}, got {got}", field="operation")
         if not isinstance(args, dict) or set(args) != set(OPERATIONS[operation]):
-            raise UDCGInputError(
-                f"must hold {', '.join(OPERATIONS[operation])}", field="args", **where
-            )
+            raise fail(f"must hold {', '.join(OPERATIONS[operation])}", field="args")
         problem = _args_problem(operation, args)
         if problem is not None:
-            raise UDCGInputError(problem, field="args", **where)
+            raise fail(problem, field="args")
         if obj.get("judge") != fingerprint:
-            raise UDCGInputError(
+            raise fail(
                 f"exported for judge {snippet(repr(obj.get('judge')))}, not {fingerprint!r}:"
                 " import with the same --judge and --judge-option as the export",
                 field="judge",
-                **where,
             )
         expected = dict(settings(operation))
         if obj.get("settings", {}) != expected:
-            raise UDCGInputError(
+            raise fail(
                 f"exported with the run-time settings {snippet(repr(obj.get('settings')))} of"
                 f" {operation}, this judge has {expected!r} (its server's tokenizer gives"
                 " another abstention token?): import with the judge the export used",
                 field="settings",
-                **where,
             )
         key = item_key(fingerprint, operation, args, expected)
         if obj["custom_id"] != key:
-            raise UDCGInputError(
+            raise fail(
                 f"{snippet(repr(obj['custom_id']))} is not the cache key of this call's judge,"
                 f" operation and args ({key}): the line was edited; export the requests again",
                 field="custom_id",
-                **where,
             )
         yield Call(key, fingerprint, operation, args, expected)
 
 
 @dataclass(frozen=True)
 class ResultLine:
-    """One line of a batch output file: where it is, its ``custom_id`` (None when the line has
-    none), and either the reply ``body`` or the ``error`` that makes it unusable."""
+    """One batch output line: where, its ``custom_id`` (or None), the reply ``body`` or the
+    ``error`` that makes it unusable."""
 
     path: str
     line: int
@@ -313,8 +264,7 @@ class ResultLine:
 
 
 def result_of(obj: Any) -> tuple[str | None, Any, str | None]:
-    """``(custom_id, body, error)`` of one parsed result line: ``error`` says why the line
-    holds no usable reply (a batch error, a status other than 200, no body)."""
+    """``(custom_id, body, error)`` of one parsed result line; ``error``: why it is unusable."""
     if not isinstance(obj, dict):
         return None, None, f"expected a result object, got {type(obj).__name__}"
     custom_id = obj.get("custom_id")
@@ -334,8 +284,8 @@ def result_of(obj: Any) -> tuple[str | None, Any, str | None]:
 
 
 def read_results(path: PathType) -> Iterator[ResultLine]:
-    """Every non-blank line of a batch output file as a :class:`ResultLine`; a line that is not
-    JSON is a result with an error, not an exception (the other lines stay usable)."""
+    """Every non-blank line of a batch output file as a :class:`ResultLine` (not JSON: one
+    with an error)."""
     for number, text in numbered_lines(path):
         if not text.strip():
             continue
@@ -351,10 +301,9 @@ def read_results(path: PathType) -> Iterator[ResultLine]:
 def reply_value(
     operation: str, body: Any, marker: str | None, top_logprobs: int
 ) -> tuple[Any, bool]:
-    """``(value, whether it is an upper bound)`` of a chat completion ``body`` for a call of
-    ``operation``, read as the online backend reads it: ``abstain_prob`` the probability of the
-    first token of NO-RESPONSE (text ``marker``) among the top log-probs, ``yes_prob``
-    P(Yes) / (P(Yes) + P(No)), ``generate`` the message text. Raises :class:`ReplyError`."""
+    """``(value, is upper bound)`` of a chat completion ``body``, as the online backend reads
+    it: ``abstain_prob`` P(first token of NO-RESPONSE, text ``marker``), ``yes_prob``
+    P(Yes) / (P(Yes) + P(No)), ``generate`` the text. Raises :class:`ReplyError`."""
     choice = first_choice(body)
     if operation == "generate":
         return message_text(choice), False
@@ -368,9 +317,8 @@ def reply_value(
 
 @dataclass(frozen=True)
 class Result:
-    """One usable result of an import: its call, its value as the judge cache stores it
-    (:func:`~udcg.judge.cached.encode_value` for probabilities, the text for ``generate``),
-    whether that value is an upper bound, and the line it came from."""
+    """One usable result: its call, its value as cached (:func:`~udcg.judge.cached.encode_value`
+    or the text), whether it is an upper bound, and the line it came from."""
 
     call: Call
     stored: Any
@@ -381,10 +329,8 @@ class Result:
 
 @dataclass
 class BatchResults:
-    """Every result line of an import, read and checked: ``results`` (custom_id -> the first
-    usable line of that id), ``errors`` (one message per unusable line: a batch error, another
-    status than 200, a reply the online backend could not read either, a custom_id in no calls
-    file) and ``duplicates`` (usable lines repeating a custom_id with the same value)."""
+    """An import's ``results`` (custom_id -> first usable line), ``errors`` (one per unusable
+    line) and ``duplicates`` (usable lines repeating a custom_id with the same value)."""
 
     results: dict[str, Result] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -397,12 +343,9 @@ def read_batch(
     marker: Callable[[], str],
     top_logprobs: int,
 ) -> BatchResults:
-    """The results of the batch output files ``paths`` for ``calls`` (custom_id -> call), each
-    value read as the online backend reads a reply (``marker()``: the text of the first token
-    of NO-RESPONSE, asked for only when an ``abstain_prob`` result is read).
-
-    Raises :class:`~udcg.errors.UDCGInputError` when a custom_id has two usable lines with
-    different values (naming both) or a value is not a probability; nothing is stored here."""
+    """The results of the batch output files ``paths`` for ``calls`` (custom_id -> call);
+    ``marker()`` is asked only for an ``abstain_prob`` result. A custom_id with two different
+    values, or a value not a probability, is a :class:`~udcg.errors.UDCGInputError`."""
     batch = BatchResults()
     for path in paths:
         for line in read_results(path):
@@ -430,25 +373,20 @@ def read_batch(
                     path=line.path,
                     line=line.line,
                 )
-            _add_result(batch, Result(call, stored, bound, line.path, line.line))
+            result = Result(call, stored, bound, line.path, line.line)
+            first = batch.results.setdefault(call.custom_id, result)
+            if first is not result:
+                if first.stored != stored:
+                    raise UDCGInputError(
+                        f"custom_id {call.custom_id}: another result than at {first.path}:"
+                        f"{first.line} ({snippet(repr(stored))} vs {snippet(repr(first.stored))}):"
+                        " a request answered twice with different values; keep one of the two"
+                        " lines",
+                        path=line.path,
+                        line=line.line,
+                    )
+                batch.duplicates += 1
     return batch
-
-
-def _add_result(batch: BatchResults, result: Result) -> None:
-    """Keep ``result``, count it as a duplicate, or refuse it as a conflict."""
-    first = batch.results.get(result.call.custom_id)
-    if first is None:
-        batch.results[result.call.custom_id] = result
-    elif first.stored == result.stored:
-        batch.duplicates += 1
-    else:
-        raise UDCGInputError(
-            f"custom_id {result.call.custom_id}: another result than at {first.path}:"
-            f"{first.line} ({snippet(repr(result.stored))} vs {snippet(repr(first.stored))}):"
-            " a request answered twice with different values; keep one of the two lines",
-            path=result.path,
-            line=result.line,
-        )
 
 
 __all__ = [

@@ -1,22 +1,10 @@
-"""One on-disk cache for every judge call, so that an interrupted run resumes where it stopped.
+"""The on-disk judge cache: one SQLite file (WAL mode) mapping the SHA-256 of a call's canonical
+identity to a JSON value of one of the :data:`ENTRY_FORMS`, so an interrupted run resumes.
 
-The cache is a single SQLite file in WAL mode. Each entry maps a key, the SHA-256 of a canonical
-JSON of (judge fingerprint, operation, input, parameters), to a JSON value. Writes are grouped in
-transactions: a process killed at any point (even by SIGKILL) leaves every committed transaction
-readable and never a half-written one, and several processes may read and write the same file at
-once (SQLite serialises the writers; a writer waits up to ``timeout`` seconds for the lock).
-
-WAL needs a local filesystem, so machines do not share one file: each writes its own, and
-:meth:`JudgeCache.merge_from` (``udcg cache merge``) joins them afterwards. Committed
-transactions live in ``FILE-wal`` until SQLite checkpoints them into ``FILE`` (on its own every
-1,000 pages, when the last connection closes, and on :meth:`JudgeCache.checkpoint`): after a
-process was killed, ``FILE`` alone lacks them, so copy a cache only after a checkpoint
-(``udcg cache checkpoint FILE``) or copy ``FILE`` together with ``FILE-wal``.
-
-Values take one of the entry forms below (:data:`ENTRY_FORMS`); :class:`~udcg.judge.cached.
-CachedJudge` reads each entry with the form of its operation and refuses, in one line naming
-the file and the key, a value that is not of that form, and a merge skips (and counts) source
-entries of no form.
+Every committed transaction survives a killed process; several processes may share a file (a
+writer waits up to ``timeout`` seconds for the lock). Commits stay in ``FILE-wal`` until a
+checkpoint: copy a cache after ``udcg cache checkpoint FILE``, or together with its ``-wal``.
+Machines each write their own file; :meth:`JudgeCache.merge_from` joins them.
 """
 
 from __future__ import annotations
@@ -48,10 +36,9 @@ CREATE TABLE IF NOT EXISTS judge_cache (
 ) WITHOUT ROWID
 """
 _COLUMNS = ("key", "value", "created")
-#: What SQLite raises for a file that is not a usable cache: its errors, and the decoding error
-#: of a message quoting a damaged schema's bytes.
+#: What SQLite raises for an unusable file (a damaged schema's bytes may fail to decode).
 _SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
-#: SQLite's errors that a busy file (another writer holding the lock) raises: not the file's fault.
+#: Errors of a busy file (another writer holds the lock): not the file's fault.
 _BUSY = ("database is locked", "database table is locked")
 
 
@@ -82,44 +69,27 @@ def canonical_json(value: Any) -> str:
 def cache_key(
     fingerprint: str, operation: str, payload: Any, params: Mapping[str, Any] | None = None
 ) -> str:
-    """The key of one judge call: SHA-256 (hex) of the canonical JSON of its identity.
-
-    ``fingerprint`` names the judge (backend, model, settings), ``operation`` the method,
-    ``payload`` the input of one item (e.g. its chat messages), ``params`` the call's options.
+    """SHA-256 (hex) of the canonical JSON of a call's identity: the judge's ``fingerprint``,
+    the ``operation``, one item's ``payload`` (e.g. its chat messages), the call's ``params``.
 
     Examples:
         >>> messages = [{"role": "user", "content": "Who wrote Emma?"}]
         >>> key = cache_key("precomputed:abc", "abstain_prob", messages)
-        >>> len(key), key == cache_key("precomputed:abc", "abstain_prob", messages)
-        (64, True)
-        >>> key == cache_key("precomputed:abc", "abstain_prob", messages, {"mode": "sequence"})
-        False
+        >>> len(key), key == cache_key("precomputed:abc", "abstain_prob", messages, {"k": 1})
+        (64, False)
     """
-    identity = {
-        "v": _KEY_VERSION,
-        "judge": fingerprint,
-        "op": operation,
-        "input": payload,
-        "params": dict(params or {}),
-    }
+    identity = {"v": _KEY_VERSION, "judge": fingerprint, "op": operation, "input": payload}
+    identity["params"] = dict(params or {})
     return hashlib.sha256(canonical_json(identity).encode("utf-8")).hexdigest()
 
 
-# -- the forms of cached values -------------------------------------------------------------
-
-
 def probability_entry(stored: Any) -> tuple[float, bool]:
-    """``(value, is upper bound)`` of a probability entry (``abstain_prob``, ``answer_prob``,
-    ``yes_prob``): a number, or ``{"value": number, "upper_bound": bool}``; the number finite
-    and in [0, 1]. ``ValueError`` for anything else.
+    """``(value, is upper bound)`` of a probability entry: a number in [0, 1], or
+    ``{"value": number, "upper_bound": bool}``; ``ValueError`` for anything else.
 
     Examples:
         >>> probability_entry(0.25), probability_entry({"value": 0.5, "upper_bound": True})
         ((0.25, False), (0.5, True))
-        >>> probability_entry(1.5)
-        Traceback (most recent call last):
-        ...
-        ValueError: expected a probability in [0, 1], got 1.5
     """
     bound = False
     if isinstance(stored, Mapping):
@@ -149,7 +119,7 @@ def text_entry(stored: Any) -> str:
 
 
 def json_entry(stored: Any) -> tuple[Any, int, list[str]]:
-    """``(value, attempts, raw replies)`` of a ``generate_json`` entry: ``{"value": any JSON,
+    """``(value, attempts, raw)`` of a ``generate_json`` entry ``{"value": finite JSON,
     "attempts": int >= 1, "raw": [str, ...]}``; ``ValueError`` for anything else.
 
     Examples:
@@ -188,21 +158,26 @@ def is_entry(stored: Any) -> bool:
     return False
 
 
-def _snippet(text: str, limit: int = 60) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "...")
+@contextmanager
+def _sqlite_errors(path: Path) -> Iterator[None]:
+    """SQLite's complaints about a file as one error naming ``path``; busy errors pass."""
+    try:
+        yield
+    except _SQLITE_ERRORS as exc:
+        if any(busy in str(exc) for busy in _BUSY):
+            raise
+        raise UDCGInputError(f"not a usable judge cache ({exc})", path=path) from None
 
 
 class JudgeCache:
-    """A key -> JSON value store in one SQLite file, safe for concurrent processes and threads.
-
-    ``hits``, ``misses`` and ``writes`` count, for this object, the distinct keys found and not
-    found by :meth:`get_many` and the entries written by :meth:`put_many`.
+    """A key -> JSON value store in one SQLite file, safe for concurrent processes and threads;
+    ``hits``, ``misses`` and ``writes`` count this object's distinct keys found, not found and
+    entries written.
 
     Examples:
         >>> import tempfile
-        >>> from pathlib import Path
         >>> with tempfile.TemporaryDirectory() as folder:
-        ...     cache = JudgeCache(Path(folder) / "judge.sqlite")
+        ...     cache = JudgeCache(f"{folder}/judge.sqlite")
         ...     _ = cache.put_many({"k1": 0.25, "k2": "Paris"})
         ...     found = cache.get_many(["k1", "k3"])
         ...     counts = cache.add_new({"k1": 0.25, "k2": "Rome", "k3": 0.5})
@@ -216,9 +191,7 @@ class JudgeCache:
     def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 60.0) -> None:
         self.path = Path(path).expanduser() if path is not None else default_cache_path()
         self.timeout = float(timeout)
-        self.hits = 0
-        self.misses = 0
-        self.writes = 0
+        self.hits = self.misses = self.writes = 0
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -234,29 +207,14 @@ class JudgeCache:
             self._connection()
 
     def __repr__(self) -> str:
-        return (
-            f"JudgeCache({str(self.path)!r}, hits={self.hits}, misses={self.misses}, "
-            f"writes={self.writes})"
-        )
-
-    # -- connection ---------------------------------------------------------------------------
-
-    @contextmanager
-    def _sqlite_errors(self) -> Iterator[None]:
-        """SQLite's complaints about the file (not a database, damaged, foreign schema) as one
-        :class:`UDCGInputError` naming it; a busy file's errors pass unchanged."""
-        try:
-            yield
-        except _SQLITE_ERRORS as exc:
-            if any(busy in str(exc) for busy in _BUSY):
-                raise
-            raise UDCGInputError(f"not a usable judge cache ({exc})", path=self.path) from None
+        counts = f"hits={self.hits}, misses={self.misses}, writes={self.writes}"
+        return f"JudgeCache({str(self.path)!r}, {counts})"
 
     def _connection(self) -> sqlite3.Connection:
         """The connection of this process (a forked child opens its own); call under the lock."""
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        with self._sqlite_errors():
+        with _sqlite_errors(self.path):
             conn = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
@@ -267,8 +225,7 @@ class JudgeCache:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise sqlite3.OperationalError(f"could not switch {self.path} to WAL mode")
-                # In WAL mode NORMAL keeps every committed transaction across a crash of the
-                # process; only a power loss can drop the last ones, and it never corrupts it.
+                # WAL + NORMAL: commits survive a process crash; a power loss may drop the last.
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute(_SCHEMA)
             except BaseException:
@@ -289,11 +246,8 @@ class JudgeCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- reads and writes ---------------------------------------------------------------------
-
     def bad_entry(self, key: str, problem: str) -> UDCGInputError:
-        """The error for the entry ``key`` whose value is unusable, with the command that drops
-        it (the next run then computes it again)."""
+        """The error for the unusable entry ``key``, with the command that drops it."""
         return UDCGInputError(
             f"cache entry {key}: {problem}; drop it with `udcg cache drop {self.path} {key}`"
             " (the next run computes it again)",
@@ -301,21 +255,12 @@ class JudgeCache:
         )
 
     def get_many(self, keys: Iterable[str], count: bool = True) -> dict[str, Any]:
-        """The cached values of those ``keys`` that are present, decoded from JSON; a value that
-        is not JSON is an error naming the file and the key. ``count=False`` leaves ``hits``
-        and ``misses`` alone (bookkeeping entries, not judge calls)."""
+        """The decoded values of the ``keys`` present (a value not JSON is an error naming the
+        key); ``count=False`` leaves ``hits`` and ``misses`` alone."""
         wanted = list(dict.fromkeys(keys))
-        found: dict[str, Any] = {}
-        with self._lock, self._sqlite_errors():
-            conn = self._connection()
-            for start in range(0, len(wanted), SELECT_BATCH):
-                batch = wanted[start : start + SELECT_BATCH]
-                marks = ",".join("?" * len(batch))
-                rows = conn.execute(
-                    f"SELECT key, value FROM judge_cache WHERE key IN ({marks})", batch
-                ).fetchall()
-                for key, value in rows:
-                    found[key] = self._decode(key, value)
+        with self._lock, _sqlite_errors(self.path):
+            rows = _select(self._connection(), "judge_cache", wanted)
+            found = {key: self._decode(key, value) for key, value in rows}
             if count:
                 self.hits += len(found)
                 self.misses += len(wanted) - len(found)
@@ -327,7 +272,8 @@ class JudgeCache:
         try:
             return json.loads(value)
         except (ValueError, RecursionError):
-            raise self.bad_entry(key, f"value {_snippet(value)} is not JSON") from None
+            shown = value if len(value) <= 60 else value[:60] + "..."
+            raise self.bad_entry(key, f"value {shown!r} is not JSON") from None
 
     def get(self, key: str, default: Any = None, count: bool = True) -> Any:
         return self.get_many([key], count).get(key, default)
@@ -335,16 +281,12 @@ class JudgeCache:
     def put_many(
         self, items: Mapping[str, Any] | Iterable[tuple[str, Any]], count: bool = True
     ) -> int:
-        """Store ``key -> value`` pairs in one transaction (all or none); returns their count.
-
-        Values must be JSON-serialisable without NaN or infinities (``ValueError`` otherwise,
-        before anything is written). An existing key is overwritten. ``count=False`` leaves
-        ``writes`` alone.
-        """
+        """Store (overwrite) ``key -> value`` pairs in one transaction; returns their count. A
+        value that is not finite JSON is a ``ValueError`` before anything is written."""
         rows = self._rows(items)
         if not rows:
             return 0
-        with self._lock, self._sqlite_errors():
+        with self._lock, _sqlite_errors(self.path):
             conn = self._connection()
             with _transaction(conn):
                 conn.executemany(
@@ -357,11 +299,8 @@ class JudgeCache:
 
     @staticmethod
     def _rows(items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> list[tuple[str, str, float]]:
-        """``(key, JSON text, now)`` rows of ``items``, each value checked storable."""
-        pairs = list(items.items() if isinstance(items, Mapping) else items)
-        now = time.time()
-        rows = []
-        for key, value in pairs:
+        now, rows = time.time(), []
+        for key, value in items.items() if isinstance(items, Mapping) else items:
             if not isinstance(key, str):
                 raise TypeError(f"cache keys are strings, got {type(key).__name__}")
             try:
@@ -373,10 +312,9 @@ class JudgeCache:
         return rows
 
     def add_new(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> MergeCounts:
-        """Store, in one transaction, the pairs whose key this cache lacks; a key already
-        present keeps its value (counted as the ``same`` or as a conflict)."""
+        """Store, in one transaction, the pairs whose key this cache lacks; others keep theirs."""
         rows = self._rows(items)
-        with self._lock, self._sqlite_errors():
+        with self._lock, _sqlite_errors(self.path):
             conn = self._connection()
             with _transaction(conn):
                 counts = _add_rows(conn, rows)
@@ -386,7 +324,7 @@ class JudgeCache:
     def drop(self, keys: Iterable[str]) -> int:
         """Delete the entries of ``keys`` in one transaction; returns how many there were."""
         wanted = [(key,) for key in dict.fromkeys(keys)]
-        with self._lock, self._sqlite_errors():
+        with self._lock, _sqlite_errors(self.path):
             conn = self._connection()
             with _transaction(conn):
                 before = conn.total_changes
@@ -394,31 +332,26 @@ class JudgeCache:
                 return conn.total_changes - before
 
     def checkpoint(self) -> bool:
-        """Copy every committed transaction from ``FILE-wal`` into ``FILE`` and empty the WAL,
-        so that ``FILE`` alone holds the whole cache; False when another process's open
-        transaction kept part of the WAL from being copied."""
-        with self._lock, self._sqlite_errors():
+        """Move every commit from ``FILE-wal`` into ``FILE``; False when another process's
+        open transaction kept part of the WAL."""
+        with self._lock, _sqlite_errors(self.path):
             busy, _, _ = self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         return busy == 0
 
     def __len__(self) -> int:
-        with self._lock, self._sqlite_errors():
+        with self._lock, _sqlite_errors(self.path):
             return self._connection().execute("SELECT COUNT(*) FROM judge_cache").fetchone()[0]
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
-        with self._lock, self._sqlite_errors():
-            row = (
-                self._connection()
-                .execute("SELECT 1 FROM judge_cache WHERE key = ?", (key,))
-                .fetchone()
-            )
-        return row is not None
+        with self._lock, _sqlite_errors(self.path):
+            query = "SELECT 1 FROM judge_cache WHERE key = ?"
+            return self._connection().execute(query, (key,)).fetchone() is not None
 
     def integrity_check(self) -> bool:
         """SQLite's own consistency check of the whole file."""
-        with self._lock, self._sqlite_errors():
+        with self._lock, _sqlite_errors(self.path):
             result = self._connection().execute("PRAGMA integrity_check").fetchall()
         return result == [("ok",)]
 
@@ -426,9 +359,9 @@ class JudgeCache:
         return {"hits": self.hits, "misses": self.misses, "writes": self.writes}
 
     def summary(self) -> dict[str, Any]:
-        """``entries`` and the ``oldest`` and ``newest`` write times (Unix seconds, None when
-        no entry has a numeric one) of the whole file."""
-        with self._lock, self._sqlite_errors():
+        """``entries`` and the ``oldest`` and ``newest`` write times (Unix seconds; None when
+        no entry has a numeric one)."""
+        with self._lock, _sqlite_errors(self.path):
             conn = self._connection()
             entries = conn.execute("SELECT COUNT(*) FROM judge_cache").fetchone()[0]
             oldest, newest = conn.execute(
@@ -458,46 +391,32 @@ class JudgeCache:
 
     def merge_from(self, source: str | os.PathLike[str]) -> MergeCounts:
         """Copy into this cache, in one transaction, the entries of the cache file ``source``
-        whose keys it lacks. A key in both keeps this cache's value; the counts tell how many
-        such values were equal and how many differed. A source entry whose value is of no
-        :data:`ENTRY_FORMS` (or whose write time is not a number) is skipped and counted as
-        ``invalid``, the first of them named in ``first_invalid``.
-
-        ``source`` is opened through SQLite: the transactions of its ``-wal`` file, when that
-        file sits beside it, are read too."""
+        (and of its ``-wal``) whose keys it lacks; a key in both keeps this cache's value. A
+        source entry of no :data:`ENTRY_FORMS` (or a non-numeric write time) is skipped and
+        counted as ``invalid``."""
         source = self.check_file(source)
         if source.exists() and self.path.exists() and os.path.samefile(source, self.path):
             raise UDCGInputError("is the destination cache itself", path=source)
-        with self._lock, self._sqlite_errors():
+        with self._lock, _sqlite_errors(self.path):
             conn = self._connection()
             conn.execute("ATTACH DATABASE ? AS source", (str(source),))
             try:
-                with _transaction(conn):
-                    counts = self._merge_attached(conn, source)
+                with _transaction(conn), _sqlite_errors(source):
+                    _check_schema(conn, "source", source, allow_empty=False)
+                    rows = conn.execute("SELECT key, value, created FROM source.judge_cache")
+                    counts = MergeCounts(0, 0, 0)
+                    while batch := rows.fetchmany(SELECT_BATCH):
+                        good = [row for row in batch if _valid_row(*row)]
+                        bad = [str(row[0]) for row in batch if not _valid_row(*row)]
+                        counts = counts.plus(_add_rows(conn, good), bad)
             finally:
                 conn.execute("DETACH DATABASE source")
             self.writes += counts.added
         return counts
 
-    def _merge_attached(self, conn: sqlite3.Connection, source: Path) -> MergeCounts:
-        try:
-            _check_schema(conn, "source", source, allow_empty=False)
-            rows = conn.execute("SELECT key, value, created FROM source.judge_cache")
-            total = MergeCounts(0, 0, 0)
-            while batch := rows.fetchmany(SELECT_BATCH):
-                good = [row for row in batch if _valid_row(*row)]
-                bad = [str(row[0]) for row in batch if not _valid_row(*row)]
-                total = total.plus(_add_rows(conn, good), bad)
-        except _SQLITE_ERRORS as exc:
-            if any(busy in str(exc) for busy in _BUSY):
-                raise
-            raise UDCGInputError(f"not a usable judge cache ({exc})", path=source) from None
-        return total
-
 
 def _text(data: bytes) -> str | bytes:
-    """A SQLite text as ``str``; the bytes themselves when they are not UTF-8 (a damaged or
-    foreign file), for the checks to refuse with the entry's key."""
+    """A SQLite text as ``str``, or its bytes when not UTF-8 (for the checks to refuse)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -505,15 +424,10 @@ def _text(data: bytes) -> str | bytes:
 
 
 def _check_schema(conn: sqlite3.Connection, schema: str, path: Path, allow_empty: bool) -> None:
-    """Refuse a SQLite file (database ``schema`` of ``conn``) that is not a judge cache: a
-    ``judge_cache`` table without the columns key, value, created; no such table in a file
-    that holds other tables (or, unless ``allow_empty``, in any file)."""
-    tables = [
-        name
-        for (name,) in conn.execute(
-            f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table' ORDER BY name"
-        )
-    ]
+    """Refuse a database ``schema`` whose ``judge_cache`` lacks the expected columns, or that
+    has no ``judge_cache`` but other tables (or, unless ``allow_empty``, no table at all)."""
+    query = f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table' ORDER BY name"
+    tables = [name for (name,) in conn.execute(query)]
     if "judge_cache" not in tables:
         if tables:
             raise UDCGInputError(
@@ -534,13 +448,10 @@ def _check_schema(conn: sqlite3.Connection, schema: str, path: Path, allow_empty
 
 
 def _valid_row(key: Any, value: Any, created: Any) -> bool:
-    """True for a stored row of the judge cache: a text key, a value of one of the
-    :data:`ENTRY_FORMS` as JSON text and a finite numeric write time."""
-    if not isinstance(key, str) or not isinstance(value, str):
+    """True for a text key, a value of the :data:`ENTRY_FORMS` as JSON, a finite write time."""
+    if not isinstance(key, str) or not isinstance(value, str) or isinstance(created, bool):
         return False
-    if isinstance(created, bool) or not isinstance(created, (int, float)):
-        return False
-    if not math.isfinite(created):
+    if not isinstance(created, (int, float)) or not math.isfinite(created):
         return False
     try:
         return is_entry(json.loads(value))
@@ -549,22 +460,10 @@ def _valid_row(key: Any, value: Any, created: Any) -> bool:
 
 
 def _add_rows(conn: sqlite3.Connection, rows: list[tuple[str, str, float]]) -> MergeCounts:
-    """Insert the ``(key, value, created)`` rows whose key ``main.judge_cache`` lacks (inside
-    the caller's transaction); a key present keeps its value."""
-    same = differ = 0
-    for start in range(0, len(rows), SELECT_BATCH):
-        batch = rows[start : start + SELECT_BATCH]
-        marks = ",".join("?" * len(batch))
-        present = dict(
-            conn.execute(
-                f"SELECT key, value FROM main.judge_cache WHERE key IN ({marks})",
-                [row[0] for row in batch],
-            ).fetchall()
-        )
-        for key, value, _ in batch:
-            if key in present:
-                same += present[key] == value
-                differ += present[key] != value
+    """Insert (in the caller's transaction) the rows whose key ``main.judge_cache`` lacks."""
+    present = dict(_select(conn, "main.judge_cache", [row[0] for row in rows]))
+    same = sum(present[key] == value for key, value, _ in rows if key in present)
+    differ = sum(present[key] != value for key, value, _ in rows if key in present)
     before = conn.total_changes
     conn.executemany(
         "INSERT OR IGNORE INTO main.judge_cache (key, value, created) VALUES (?, ?, ?)", rows
@@ -572,10 +471,19 @@ def _add_rows(conn: sqlite3.Connection, rows: list[tuple[str, str, float]]) -> M
     return MergeCounts(conn.total_changes - before, same, differ)
 
 
+def _select(conn: sqlite3.Connection, table: str, keys: list[str]) -> list[tuple[str, Any]]:
+    """``(key, value)`` of the ``keys`` present in ``table``, selected by ``SELECT_BATCH``."""
+    rows = []
+    for start in range(0, len(keys), SELECT_BATCH):
+        batch = keys[start : start + SELECT_BATCH]
+        marks = ",".join("?" * len(batch))
+        rows += conn.execute(f"SELECT key, value FROM {table} WHERE key IN ({marks})", batch)
+    return rows
+
+
 @contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction: IMMEDIATE takes the write lock up front (waiting up to
-    busy_timeout for it); committed on success, rolled back on any error."""
+    """One write transaction (IMMEDIATE: the write lock up front); rolled back on any error."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
@@ -588,10 +496,8 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class MergeCounts:
-    """What :meth:`JudgeCache.merge_from` or :meth:`JudgeCache.add_new` did: entries
-    ``added``; keys already present with the ``same`` value; keys already present with another
-    value (``conflicts``, left as they were); source entries skipped as ``invalid`` (the first
-    one's key: ``first_invalid``).
+    """Entries ``added``; keys present with the ``same`` value or another one (``conflicts``,
+    kept); source entries skipped as ``invalid`` (the first one's key: ``first_invalid``).
 
     Examples:
         >>> MergeCounts(added=1, same=2, conflicts=0).plus(MergeCounts(3, 0, 1), ["bad-key"])

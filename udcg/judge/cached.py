@@ -1,48 +1,14 @@
 """A judge that answers from the on-disk cache and asks the wrapped judge only for the misses.
 
-:meth:`CachedJudge.run` looks up the key of every request (:mod:`udcg.judge.requests`: the
-judge's fingerprint, the operation, the item's chat messages and the call's options), then runs
-the missing requests on the wrapped judge. Identical requests within one call are computed once.
-Results come back in input order and are the values the wrapped judge returned (floats
-round-trip exactly through JSON). :meth:`CachedJudge.from_cache` answers from the cache alone:
-a miss raises :class:`~udcg.judge.requests.MissingResults` (``udcg batch`` writes them as batch
-requests, or names the context that needs them).
+Identical requests of one call are computed once; results come back in input order, exactly as
+the wrapped judge returned them. A streaming wrapped judge gets all misses in one call, each
+result committed in groups (every ``commit_interval`` s or ``commit_size`` results); otherwise
+the misses go in chunks of ``chunk_size``, each committed when done. A killed run loses only
+what finished last. Upper bounds are stored as ``{"value": v, "upper_bound": true}``.
 
-* When the wrapped judge streams (``streams_results``, see :mod:`udcg.judge.base`), all the
-  missing items go to it in one call and each result is stored as it arrives: what finished since
-  the last commit is committed together, at least every ``commit_interval`` seconds (0.2) and
-  whenever ``commit_size`` results wait. A run killed midway (even by SIGKILL) loses only what
-  finished within the last moment; the next run computes only what is still missing. The cached
-  judge then streams too: ``on_result`` reports cache hits at once and computed items as they
-  arrive.
-* Otherwise the missing items go in calls of at most ``chunk_size`` items, each chunk committed
-  as soon as it is done: a run killed midway loses at most the chunk in flight.
-
-``abstain_prob``, ``yes_prob`` and ``answer_prob`` return :class:`~udcg.judge.base.JudgeValues`:
-a value the wrapped judge marked as an upper bound is stored with that mark (as
-``{"value": v, "upper_bound": true}``; other values as plain numbers, the form every entry had
-before bounds were marked, so such entries read as exact) and comes back marked.
-
-Every value read from the cache is checked against the form of its operation
-(:func:`~udcg.judge.cache.probability_entry`: a finite probability in [0, 1], possibly marked as
-a bound; :func:`~udcg.judge.cache.text_entry`; :func:`~udcg.judge.cache.json_entry`): an entry
-of another form (a foreign or damaged cache file, a merge of one) is a
-:class:`~udcg.errors.UDCGInputError` naming the cache file and the key, with the command that
-drops it.
-
-What is not cached:
-
-* non-finite floats, and probabilities outside [0, 1] (a wrapped judge returning them is not
-  trusted with the cache);
-* failed ``generate_json`` results: only ``ok`` results are stored, so a rerun retries the
-  failures (with a fresh call to the model) instead of replaying them;
-* ``generate_json`` requests whose validator has no stable identity (a lambda, a local function,
-  a ``functools.partial``, an object without ``cache_id``): the cache could not tell two such
-  validators apart, so these requests (they have no key) go straight to the wrapped judge.
-  Give a validator a string attribute ``cache_id`` (or make it a module-level function) to
-  cache its results. A validator
-  is identified by name, not by code: after changing what a validator accepts, clear the cache or
-  rename it.
+Not cached: non-finite values and probabilities outside [0, 1], failed ``generate_json``
+results, and ``generate_json`` requests whose validator has no stable name (no key: see
+:func:`udcg.judge.requests.validator_id`; a validator is named, not hashed by code).
 """
 
 from __future__ import annotations
@@ -69,9 +35,8 @@ from udcg.judge.structured import JSONResult
 
 
 def encode_value(value: float, upper_bound: bool) -> float | dict[str, Any] | None:
-    """The cached form of a judge value: the number, or ``{"value": v, "upper_bound": true}``
-    for an upper bound; None (not cached) when it is not a probability (not finite, or outside
-    [0, 1]).
+    """The cached form of a probability: the number, ``{"value": v, "upper_bound": true}`` for
+    an upper bound, or None (not cached) when not in [0, 1].
 
     Examples:
         >>> encode_value(0.25, False), encode_value(0.25, True), encode_value(float("nan"), False)
@@ -110,14 +75,13 @@ _FORMS: dict[str, tuple[Callable[[Any, bool], Any], Callable[[Any], tuple[Any, b
 
 
 class GroupCommit:
-    """Buffers cache writes and commits them together: when ``size`` entries wait, every
-    ``interval`` seconds from a background thread, and at :meth:`close`.
+    """Buffers cache writes and commits them together: when ``size`` wait, every ``interval``
+    seconds (a background thread), and at :meth:`close`.
 
     Examples:
         >>> import tempfile
-        >>> from pathlib import Path
         >>> with tempfile.TemporaryDirectory() as folder:
-        ...     cache = JudgeCache(Path(folder) / "judge.sqlite")
+        ...     cache = JudgeCache(f"{folder}/judge.sqlite")
         ...     commits = GroupCommit(cache, interval=60)
         ...     commits.add("key", 0.5)
         ...     waiting = cache.get("key")
@@ -129,9 +93,7 @@ class GroupCommit:
     """
 
     def __init__(self, cache: JudgeCache, interval: float = 0.2, size: int = 256) -> None:
-        self.cache = cache
-        self.size = size
-        self.interval = interval
+        self.cache, self.size, self.interval = cache, size, interval
         self._pending: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -164,29 +126,20 @@ class GroupCommit:
 
 
 class CachedJudge(Judge):
-    """Wraps any :class:`Judge`; same ``name`` and ``fingerprint``, same results, cached.
-
-    ``cache`` is a :class:`JudgeCache`, a path to its SQLite file, or None for the default
-    location. ``chunk_size`` bounds the calls to a wrapped judge that does not stream;
-    ``commit_interval`` and ``commit_size`` pace the commits of one that does. With ``probe``
-    the wrapped judge is probed (:meth:`Judge.probe`) before its first call, so a run the cache
-    answers whole never reaches it.
-    ``inner_calls`` counts the calls made to the wrapped judge and ``uncached`` the computed
-    results that were not stored (see the module docstring). It streams iff the wrapped judge
-    does.
+    """Wraps any :class:`Judge` (same ``name``, ``fingerprint``, results) behind ``cache`` (a
+    :class:`JudgeCache`, its path, or None: the default). With ``probe`` the wrapped judge is
+    probed before its first call. ``inner_calls`` counts calls to it, ``uncached`` computed
+    results not stored. It streams iff the wrapped judge does.
 
     Examples:
-        The second call is answered by the cache; the wrapped judge was called once:
-
         >>> import tempfile
-        >>> from pathlib import Path
         >>> import numpy as np
         >>> class Quarter(Judge):
         ...     name = fingerprint = "quarter"
         ...     def abstain_prob(self, questions, passages, mode="first_token"):
         ...         return np.full(len(questions), 0.25)
         >>> with tempfile.TemporaryDirectory() as folder:
-        ...     judge = CachedJudge(Quarter(), cache=Path(folder) / "judge.sqlite")
+        ...     judge = CachedJudge(Quarter(), f"{folder}/judge.sqlite")
         ...     values = [judge.abstain_prob(["q"], ["p"]).tolist() for _ in range(2)]
         >>> values, judge.inner_calls, judge.name
         ([[0.25], [0.25]], 1, 'quarter')
@@ -211,13 +164,10 @@ class CachedJudge(Judge):
         self.inner = judge
         self.cache = cache if isinstance(cache, JudgeCache) else JudgeCache(cache)
         self.chunk_size = int(chunk_size)
-        self.commit_interval = float(commit_interval)
-        self.commit_size = int(commit_size)
+        self.commit_interval, self.commit_size = float(commit_interval), int(commit_size)
         if judge is not None:
-            self.name = judge.name
-            self.fingerprint = judge.fingerprint
-        self.inner_calls = 0
-        self.uncached = 0
+            self.name, self.fingerprint = judge.name, judge.fingerprint
+        self.inner_calls = self.uncached = 0
         self._warned_validators: set[int] = set()
         self._probe_pending = bool(probe)
         self._settings: Callable[[str], Mapping[str, Any]] = lambda operation: {}
@@ -230,11 +180,9 @@ class CachedJudge(Judge):
         cache: JudgeCache | str | os.PathLike[str] | None = None,
         settings: Callable[[str], Mapping[str, Any]] = lambda operation: {},
     ) -> CachedJudge:
-        """The judge ``name`` with ``fingerprint`` and run-time ``settings``
-        (:meth:`~udcg.judge.base.Judge.key_settings`) answering from ``cache`` alone: a call
-        with requests the cache does not hold raises
-        :class:`~udcg.judge.requests.MissingResults` with all of them (it streams, so that a
-        step hands it all its requests at once). Nothing is written to the cache.
+        """The judge ``name`` with ``fingerprint`` and run-time ``settings`` answering from
+        ``cache`` alone (it streams): misses raise :class:`~udcg.judge.requests.MissingResults`
+        with all of them.
 
         Examples:
             >>> import tempfile
@@ -255,7 +203,6 @@ class CachedJudge(Judge):
         return f"CachedJudge({self.inner!r}, cache={self.cache!r})"
 
     def __getattr__(self, attribute: str) -> Any:
-        # Backend-specific attributes (e.g. an OpenAIJudge's ``stats``) stay reachable.
         if attribute == "inner":
             raise AttributeError(attribute)
         return getattr(self.inner, attribute)
@@ -270,12 +217,8 @@ class CachedJudge(Judge):
             self.inner.probe()
 
     def key_settings(self, operation: str) -> dict[str, Any]:
-        """The wrapped judge's run-time settings of ``operation``.
-
-        The settings the wrapped judge resolves are recorded in the cache (one entry per judge
-        fingerprint and operation); when it cannot resolve them (a server that does not answer)
-        the recorded ones serve, so a rerun the cache answers whole needs no server. Without a
-        record its error stands."""
+        """The wrapped judge's run-time settings of ``operation``, recorded in the cache; the
+        record serves when it cannot resolve them (a server that does not answer)."""
         if self.inner is None:
             return dict(self._settings(operation))
         record = cache_key(self.fingerprint, "key_settings", operation)
@@ -291,11 +234,9 @@ class CachedJudge(Judge):
         return settings
 
     def run(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[Result]:
-        """Cache hits decoded (each checked against its operation's form: an entry of another
-        form is an error naming the cache file and the key), the misses run on the wrapped
-        judge (all at once with a sink that stores each result as it arrives when it streams,
-        else by chunks) and stored; requests without a key run uncached. ``on_result`` hears
-        of every item, hits first."""
+        """Cache hits (checked against their operation's form), then the misses run on the
+        wrapped judge and stored; requests without a key run uncached. ``on_result`` hears of
+        every item, hits first."""
         requests = list(requests)
         results: list[Result | None] = [None] * len(requests)
         found = self.cache.get_many([r.key for r in requests if r.key is not None])
@@ -319,19 +260,7 @@ class CachedJudge(Judge):
         if self.inner is None and (todo or loose):
             firsts = sorted([*loose, *(positions[0] for positions in todo.values())])
             raise MissingResults([requests[i] for i in firsts], firsts[0])
-        if loose:
-            self._run_uncached(requests, loose, results)
-        if todo:
-            self._run_misses(requests, todo, results, on_result)
-        return results  # type: ignore[return-value]
-
-    def _run_uncached(
-        self, requests: list[Request], loose: list[int], results: list[Result | None]
-    ) -> None:
-        """Requests without a key (generate_json with a validator of no stable name), run on
-        the wrapped judge and not stored, with one warning per validator."""
-        assert self.inner is not None
-        for i in loose:
+        for i in loose:  # generate_json with a validator of no stable name
             validate = requests[i].params.get("validate")
             if id(validate) not in self._warned_validators:
                 self._warned_validators.add(id(validate))
@@ -339,13 +268,17 @@ class CachedJudge(Judge):
                     f"generate_json validator {validate!r} has no stable name (lambda, local"
                     " function or object without a 'cache_id' string): its results are not"
                     " cached",
-                    stacklevel=4,
+                    stacklevel=3,
                 )
-        self.inner_calls += 1
-        out = self.inner.run([requests[i] for i in loose])
-        self.uncached += len(out)
-        for i, result in zip(loose, out, strict=True):
-            results[i] = result
+        if loose:
+            self.inner_calls += 1
+            out = self.inner.run([requests[i] for i in loose])  # type: ignore[union-attr]
+            self.uncached += len(out)
+            for i, result in zip(loose, out, strict=True):
+                results[i] = result
+        if todo:
+            self._run_misses(requests, todo, results, on_result)
+        return results  # type: ignore[return-value]
 
     def _run_misses(
         self,
@@ -355,7 +288,7 @@ class CachedJudge(Judge):
         on_result: OnResult | None,
     ) -> None:
         assert self.inner is not None
-        if self._probe_pending:  # the first call the cache cannot answer
+        if self._probe_pending:
             self.probe()
         pending = list(todo)
         committer = GroupCommit(self.cache, self.commit_interval, self.commit_size)
