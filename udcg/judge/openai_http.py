@@ -1,24 +1,10 @@
-"""HTTP client of the OpenAI-compatible judge, on the ``openai`` SDK's ``AsyncOpenAI``.
-
-:meth:`JudgeHTTPClient.map` keeps up to ``max_concurrency`` requests in flight (an
-:class:`asyncio.Semaphore`: as one ends, the next starts) on an event loop in a helper thread,
-so the synchronous methods also work where a loop runs (Jupyter); results reach ``on_result``
-in the calling thread as they finish. Bodies go out as :mod:`udcg.judge.openai_requests` builds
-them (the SDK's generic ``post``, so server-specific fields travel as batch files hold them).
-
-Retries are the SDK's: connection errors, timeouts and HTTP 408/409/429/5xx, up to
-``max_retries`` (a ``Retry-After`` over 120 s is not retried); the waits are ours, ``backoff *
-2**retry`` times a jitter in [0.5, 1.5], or what ``Retry-After`` / ``retry-after-ms`` asks, at
-most ``max_backoff``. An attempt waits ``timeout`` seconds per read, ``connect_timeout`` to
-connect; a request never takes more than ``deadline`` seconds with all its attempts and waits
-(no wait starts past it). Every failure raises :class:`JudgeServerError`, one line naming the
-URL and the reason. Each retry is announced by a :class:`~udcg.errors.UDCGWarning` in the
-calling thread (``URL: attempt 1 of 6 failed (timed out after 60 s); next attempt in 0.7 s``),
-once per attempt number and call: requests failing together make one line per round.
-
-The API key, from the environment variable ``api_key_env`` (``EMPTY`` when unset, as vLLM's
-guide does: the SDK needs one), is sent as a bearer token, never stored or logged, and masked
-in error messages.
+"""HTTP client of the OpenAI-compatible judge, on the ``openai`` SDK's ``AsyncOpenAI``: up to
+``max_concurrency`` requests in flight on an event loop in a helper thread, the SDK's retries
+(connection errors, timeouts, HTTP 408/409/429/5xx) with our waits (exponential backoff with
+jitter or ``Retry-After``, at most ``max_backoff``), ``timeout`` per read, ``connect_timeout``
+to connect, ``deadline`` per request with all its attempts; each retry one
+:class:`~udcg.errors.UDCGWarning` per attempt number and call (docs/integrity.md). The API key,
+from ``api_key_env`` (``EMPTY`` when unset), is never stored and is masked in errors.
 """
 
 from __future__ import annotations
@@ -52,16 +38,13 @@ R = TypeVar("R")
 
 _ERRNO = re.compile(r"^\[Errno -?\d+\]")
 _SNIPPET = 300
-#: Seconds the calling thread waits for the next result before checking the loop thread again.
-_POLL = 0.5
-#: Seconds the calling thread lets results gather before handling them together.
-_BATCH = 0.01
+_POLL = 0.5  # seconds the calling thread waits for an event before checking again
+_BATCH = 0.01  # seconds it lets events gather before handling them together
 
 
 class JudgeServerError(UDCGServiceError):
-    """An OpenAI-compatible server could not be reached, refused a request, or sent a reply
-    that cannot be used. ``status`` is the HTTP status of a refused request (else None) and
-    ``reply`` the start of the server's reply to it (for callers that react to a refusal)."""
+    """A server unreachable, refusing a request (HTTP ``status``, the start of its ``reply``)
+    or sending a reply that cannot be used."""
 
     def __init__(self, message: str, status: int | None = None, reply: str = "") -> None:
         super().__init__(message)
@@ -76,8 +59,7 @@ def snippet(text: str) -> str:
 
 
 def split_base_url(base_url: str) -> tuple[str, str, str]:
-    """(display URL, API base ending in /v1, server root) of ``base_url``; ``/v1`` is added
-    when the URL has no path."""
+    """(display URL, API base, server root) of ``base_url``; ``/v1`` added without a path."""
     example = "an http(s) URL such as http://127.0.0.1:8000/v1"
     try:
         parts = urllib.parse.urlsplit(base_url.strip())
@@ -96,24 +78,16 @@ def split_base_url(base_url: str) -> tuple[str, str, str]:
         )
     if parts.query or parts.fragment:
         raise UDCGInputError("must not have a query string or fragment", field="base_url")
-    host = parts.hostname
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host if port is None else f"{host}:{port}"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    origin = f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
     path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        api, root = path, path[: -len("/v1")]
-    elif path == "":
-        api, root = "/v1", ""
-    else:
-        api, root = path, path
-    origin = f"{parts.scheme}://{netloc}"
-    return origin + api, origin + api, origin + root
+    api, root = origin + (path or "/v1"), origin + path.removesuffix("/v1")
+    return api, api, root
 
 
 def transport_reason(exc: BaseException) -> str:
-    """Why a connection failed, from the innermost OS error behind ``exc`` when there is one
-    (``[Errno 111] Connection refused``), else ``exc``'s own text."""
+    """The innermost OS error behind ``exc`` (``[Errno 111] Connection refused``), else its
+    text."""
     cause: BaseException | None = exc
     seen: set[int] = set()
     while cause is not None and id(cause) not in seen:
@@ -126,8 +100,7 @@ def transport_reason(exc: BaseException) -> str:
 
 
 def failure(exc: BaseException, timeout: float) -> str:
-    """Why an attempt failed: the HTTP reply of a status error, a timeout after ``timeout``
-    seconds, or a connection error (``exc`` an httpx or httpx2 exception: the SDK's transports)."""
+    """Why an attempt failed (``exc`` an httpx exception): HTTP reply, timeout or connection."""
     response = getattr(exc, "response", None)
     if response is not None:
         return f"HTTP {response.status_code}: {snippet(response.text)}"
@@ -137,8 +110,7 @@ def failure(exc: BaseException, timeout: float) -> str:
 
 
 def seconds(value: Any, field: str, zero: bool = False) -> float:
-    """``value`` as a finite number of seconds, > 0 (>= 0 with ``zero``); else an error naming
-    ``field``."""
+    """``value`` as a finite number of seconds > 0 (>= 0 with ``zero``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise UDCGInputError(f"must be a number of seconds, got {value!r}", field=field)
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
@@ -151,14 +123,14 @@ def seconds(value: Any, field: str, zero: bool = False) -> float:
 
 @functools.lru_cache(maxsize=1)
 def _tls() -> ssl.SSLContext:
-    """One TLS context per process for every connection (loading the CA bundle takes ~50 ms)."""
+    """One TLS context per process (loading the CA bundle takes ~50 ms)."""
     return httpx.create_ssl_context()
 
 
 @dataclass
 class Attempts:
-    """The attempts of one request to ``url``, due by ``end`` (monotonic): their ``count`` and
-    why the last one failed (``last``)."""
+    """The attempts of one request to ``url``, due by ``end`` (monotonic), and why the last
+    failed."""
 
     url: str
     end: float
@@ -166,9 +138,7 @@ class Attempts:
     last: str = "timed out"  # until an attempt fails otherwise
 
 
-# The SDK client of the current request (set where it is lent), the request under
-# way in the current task (set by ``JudgeHTTPClient.apost``), and where a retry notice of the
-# current call goes (set by ``JudgeHTTPClient.run``).
+# The current task's SDK client, its request under way, and where retry notices go.
 _CLIENT: contextvars.ContextVar[_SDKClient] = contextvars.ContextVar("udcg_judge_client")
 _REQUEST: contextvars.ContextVar[Attempts] = contextvars.ContextVar("udcg_judge_request")
 _NOTICE: contextvars.ContextVar[Callable[[int, str], None]] = contextvars.ContextVar(
@@ -177,8 +147,8 @@ _NOTICE: contextvars.ContextVar[Callable[[int, str], None]] = contextvars.Contex
 
 
 class _SDKClient(openai.AsyncOpenAI):
-    """``AsyncOpenAI`` whose attempts are counted in ``owner.stats`` and whose retries wait as
-    ``owner`` says (:meth:`JudgeHTTPClient.wait`), announced, within the request's deadline."""
+    """``AsyncOpenAI`` counting attempts in ``owner.stats``, its retries waiting as ``owner``
+    says, announced, within the request's deadline."""
 
     def __init__(self, owner: JudgeHTTPClient, **options: Any) -> None:
         super().__init__(**options)
@@ -193,7 +163,7 @@ class _SDKClient(openai.AsyncOpenAI):
     def _calculate_retry_timeout(
         self, remaining_retries: int, options: Any, response_headers: Any = None
     ) -> float:
-        # called by the SDK before the wait of each retry, in the ``except`` clause of the failure
+        # called by the SDK before each retry's wait, in the ``except`` clause of the failure
         attempts = _REQUEST.get()
         attempts.last = failure(sys.exc_info()[1], self.owner.timeout)
         total = options.get_max_retries(self.max_retries) + 1
@@ -215,13 +185,9 @@ class _SDKClient(openai.AsyncOpenAI):
 
 
 class JudgeHTTPClient:
-    """JSON requests to one server with retries, up to ``max_concurrency`` of them in flight.
-
-    ``model`` and ``api_key_env`` word the hints of HTTP 404 and 401/403 errors; the waits are
-    in the module docstring. ``stats`` counts HTTP attempts (``requests``) and ``retries``, and
-    callers' own events (:meth:`count`). Each call of :meth:`map`, :meth:`post` or :meth:`get`
-    opens its own SDK clients and closes them, so the client pickles as plain settings.
-    """
+    """JSON requests to one server with retries, up to ``max_concurrency`` in flight; ``stats``
+    counts ``requests``, ``retries`` and callers' events. Every call opens and closes its own
+    SDK clients, so the client pickles as plain settings."""
 
     def __init__(
         self,
@@ -254,9 +220,7 @@ class JudgeHTTPClient:
         self._stats_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_stats_lock")
-        return state
+        return {k: v for k, v in self.__dict__.items() if k != "_stats_lock"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -275,8 +239,8 @@ class JudgeHTTPClient:
         return JudgeServerError(message, status, reply)
 
     def wait(self, retry: int, asked: float | None) -> float:
-        """Seconds before retry ``retry + 1``: ``asked`` (a ``Retry-After``) when given, else
-        ``backoff * 2**retry`` times a jitter in [0.5, 1.5]; at most ``max_backoff``."""
+        """Seconds before retry ``retry + 1``: ``asked`` (``Retry-After``), else ``backoff *
+        2**retry`` times a jitter in [0.5, 1.5]; at most ``max_backoff``."""
         if asked is None or not math.isfinite(asked):
             asked = self.backoff * 2**retry * random.uniform(0.5, 1.5)
         return min(self.max_backoff, max(0.0, asked))
@@ -287,12 +251,9 @@ class JudgeHTTPClient:
             f"({attempts.count} attempt(s)): {attempts.last}"
         )
 
-    # -- running coroutines from synchronous code ----------------------------------------------
-
     def client(self) -> _SDKClient:
-        """A new SDK client with one kept-alive connection, for one request at a time (one pool
-        shared by many requests costs time quadratic in its connections: httpcore scans the
-        whole pool at every request)."""
+        """A new SDK client with one connection, for one request at a time (httpcore scans a
+        shared pool at every request: quadratic time)."""
         one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
         return _SDKClient(
             self,
@@ -307,11 +268,9 @@ class JudgeHTTPClient:
         work: Callable[[Callable[[Any], None]], Coroutine[Any, Any, R]],
         on_event: Callable[[Any], None] | None = None,
     ) -> R:
-        """Run ``work(emit)`` on an event loop in a helper thread and return its result; every
-        ``emit(event)`` reaches ``on_event(event)`` in the calling thread, in order, before this
-        returns. Retry notices of the work's requests are issued as :class:`UDCGWarning` in
-        the calling thread, once per attempt number. An exception of the work, or of
-        ``on_event``, is raised here; the loop is then cancelled."""
+        """``work(emit)`` run on an event loop in a helper thread; each ``emit(event)`` reaches
+        ``on_event`` in the calling thread, in order, as do retry notices (warnings, once per
+        attempt number). An exception of either is raised here, cancelling the work."""
         events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         loop = asyncio.new_event_loop()
         task: asyncio.Task[R] | None = None
@@ -357,8 +316,7 @@ class JudgeHTTPClient:
                         raise payload
                     else:
                         return payload
-                # Wake up at most every _BATCH seconds: the loop thread then rarely waits for
-                # the GIL on this thread's behalf.
+                # at most every _BATCH s: the loop thread then rarely waits for the GIL
                 time.sleep(_BATCH)
         except BaseException:
             if not loop.is_closed():
@@ -370,12 +328,9 @@ class JudgeHTTPClient:
         finally:
             thread.join()
 
-    # -- requests -------------------------------------------------------------------------------
-
     async def apost(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
-        """POST ``body`` as JSON with the current task's SDK client and return the decoded JSON
-        reply, retrying transient failures ``retries`` times (default ``max_retries``), all
-        within ``deadline`` seconds; each retry is announced (see the module docstring)."""
+        """The JSON reply to ``body`` POSTed with the current task's SDK client, retried
+        ``retries`` times (default ``max_retries``), all within ``deadline`` seconds."""
         attempts = Attempts(url, time.monotonic() + self.deadline)
         token = _REQUEST.set(attempts)
         options: Any = {} if retries is None else {"max_retries": retries}
@@ -422,8 +377,7 @@ class JudgeHTTPClient:
         return self.run(one)
 
     def get(self, url: str, timeout: float) -> httpx.Response:
-        """The reply (read whole) to one GET of ``url`` within ``timeout`` seconds, never
-        retried; a :class:`JudgeServerError` saying why when no reply came."""
+        """The reply to one GET of ``url`` within ``timeout`` seconds, never retried."""
 
         async def get(_: Callable[[Any], None]) -> httpx.Response:
             options: Any = {"max_retries": 0, "timeout": timeout}
@@ -454,13 +408,9 @@ class JudgeHTTPClient:
         items: Sequence[T],
         on_result: Callable[[int, R], None] | None = None,
     ) -> list[R]:
-        """``await function(i, item)`` for every item, in input order, with up to
-        ``max_concurrency`` of them in flight at any time: as one ends, the next starts.
-
-        ``on_result(i, result)`` is called in the calling thread as soon as item ``i`` is done,
-        once per item. The first failure cancels the requests in flight and those not started,
-        and is raised.
-        """
+        """``await function(i, item)`` for every item, in input order, up to ``max_concurrency``
+        in flight (as one ends, the next starts); ``on_result(i, result)`` in the calling thread
+        as each is done. The first failure cancels the rest and is raised."""
         if not items:
             return []
         results: list[Any] = [None] * len(items)
@@ -488,9 +438,5 @@ class JudgeHTTPClient:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await asyncio.gather(*(client.close() for client in idle))
 
-        def deliver(i: int) -> None:
-            if on_result is not None:
-                on_result(i, results[i])
-
-        self.run(window, deliver)
+        self.run(window, None if on_result is None else lambda i: on_result(i, results[i]))
         return results

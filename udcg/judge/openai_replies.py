@@ -1,8 +1,5 @@
-"""Reading the JSON replies of OpenAI-compatible servers: pure functions, no I/O.
-
-Every function raises :class:`ReplyError` for a reply it cannot use; the caller prefixes where
-the reply came from (URL, item).
-"""
+"""Reading the JSON replies of OpenAI-compatible servers: pure functions raising
+:class:`ReplyError` for a reply they cannot use (the caller prefixes the URL and item)."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ from udcg.judge.openai_http import JudgeServerError, snippet
 YES_TOKENS = frozenset({"Yes", " Yes"})
 NO_TOKENS = frozenset({"No", " No"})
 ECHO_FIELDS = ("tokens", "token_logprobs", "text_offset")
-# Log-probs a little above 0 are rounding; larger ones are errors.
-_LOGPROB_SLACK = 1e-4
+_LOGPROB_SLACK = 1e-4  # log-probs a little above 0 are rounding; larger ones are errors
 
 
 class ReplyError(JudgeServerError):
@@ -24,8 +20,7 @@ class ReplyError(JudgeServerError):
 
 
 def refuses_response_format(error: JudgeServerError) -> bool:
-    """True when ``error`` is a server's refusal of the ``response_format`` field: HTTP 400 or
-    422 whose reply names the field or its JSON types."""
+    """Whether ``error`` is HTTP 400/422 naming ``response_format`` or its JSON types."""
     reply = error.reply.lower()
     return error.status in (400, 422) and any(
         word in reply for word in ("response_format", "json_schema", "json_object")
@@ -75,13 +70,9 @@ def message_text(choice: Mapping[str, Any]) -> str:
 
 
 def first_token_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:
-    """Token text -> log-prob of the top alternatives for a choice's first generated token.
-
-    Reads the OpenAI chat format (``logprobs.content[0]`` with its ``top_logprobs`` list; vLLM,
-    llama.cpp's llama-server) and the completions format (``logprobs.top_logprobs[0]`` mapping,
-    llama-cpp-python); the chosen token counts as an alternative too. A token listed twice keeps
-    its largest log-prob.
-    """
+    """Token text -> log-prob of the first generated token's top alternatives, the chosen one
+    included (largest if listed twice); chat format (``logprobs.content[0].top_logprobs``) or
+    completions format (``logprobs.top_logprobs[0]``, llama-cpp-python)."""
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict):
         raise ReplyError(
@@ -130,12 +121,9 @@ def first_token_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:
 
 
 def yes_ratio(top: Mapping[str, float], top_k: int) -> tuple[float, bool]:
-    """(P(Yes) / (P(Yes) + P(No)), whether a bound was used) from the top-``top_k`` first-token
-    log-probs ``top``, summing the probabilities of :data:`YES_TOKENS` and of :data:`NO_TOKENS`.
-
-    When only one side is among the top-k, the other is taken at its upper bound, the smallest
-    top-k probability; when neither is, the ratio is undefined and an error.
-    """
+    """(P(Yes) / (P(Yes) + P(No)), whether a bound was used) from the first token's top-k
+    log-probs ``top``; a side outside them is taken at the smallest top-k probability, both
+    outside is an error."""
     yes = [lp for token, lp in top.items() if token in YES_TOKENS]
     no = [lp for token, lp in top.items() if token in NO_TOKENS]
     if not yes and not no:
@@ -150,24 +138,19 @@ def yes_ratio(top: Mapping[str, float], top_k: int) -> tuple[float, bool]:
     bounded = not yes or not no
     if log_yes == -math.inf and log_no == -math.inf:
         raise ReplyError("both P(Yes) and P(No) are 0")
-    if log_no == -math.inf:
-        return 1.0, bounded
-    if log_yes == -math.inf:
-        return 0.0, bounded
-    return sigmoid(log_yes - log_no), bounded
+    return sigmoid(log_yes - log_no), bounded  # 1.0 / 0.0 when one side is -inf
 
 
 def token_prob(top: Mapping[str, float], token: str) -> tuple[float, bool]:
-    """(probability of ``token``, whether a bound was used) from the top-k log-probs ``top``:
-    a token not among them gets its upper bound, the smallest top-k probability."""
+    """(P(``token``), whether a bound was used) from the top-k log-probs ``top``; outside them,
+    the smallest top-k probability."""
     if token in top:
         return math.exp(top[token]), False
     return math.exp(min(top.values())), True
 
 
 def generated_tokens(reply: Any) -> int | None:
-    """How many generated tokens a completion reply counts (``usage.completion_tokens``), or
-    None when it does not say."""
+    """``usage.completion_tokens`` of a reply, or None."""
     usage = reply.get("usage") if isinstance(reply, dict) else None
     count = usage.get("completion_tokens") if isinstance(usage, dict) else None
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
@@ -178,19 +161,11 @@ def generated_tokens(reply: Any) -> int | None:
 def echoed_continuation(
     choice: Mapping[str, Any], prompt_chars: int, text: str, generated: int | None = None
 ) -> list[tuple[str, float, dict[str, float]]]:
-    """(token, log-prob, top alternatives) of the echoed tokens of ``text``, the end of a
-    ``/v1/completions`` prompt sent with ``echo`` whose first ``prompt_chars`` characters come
-    before it.
-
-    Where ``text`` starts in the reply's text offsets: with ``generated`` (the reply's count of
-    generated tokens, which the echoed token list ends with), ``len(text)`` characters before
-    the end of the echoed prompt, so a server whose echo leaves out the text of special tokens
-    (llama-cpp-python drops the chat template's markers) is read right; without it,
-    ``prompt_chars``, the offsets then being those of the prompt as sent (vLLM). A token that
-    spans the start of ``text`` is an error, as is a reply without prompt log-probs
-    (``logprobs`` with ``tokens``, ``token_logprobs`` and ``text_offset``). The top
-    alternatives are those of the reply's ``top_logprobs`` at the token (empty when absent).
-    """
+    """(token, log-prob, top alternatives) of the echoed tokens of ``text``, which ends a
+    prompt sent with ``echo`` after ``prompt_chars`` characters. ``text`` starts ``len(text)``
+    characters before the echoed prompt's end when the reply counts its ``generated`` tokens
+    (echoes without special tokens' text, llama-cpp-python), else at ``prompt_chars``. A token
+    spanning the start of ``text`` is an error."""
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict) or not all(
         isinstance(logprobs.get(f), list) for f in ECHO_FIELDS

@@ -1,9 +1,5 @@
-"""Request bodies of the OpenAI-compatible judge: the JSON sent to a server online is the JSON
-written into a batch file (:mod:`udcg.judge.batch_files`), built here once.
-
-Every body is ``extra_body`` (the judge's ``extra_body`` option) overlaid with the model name,
-temperature 0 and the operation's fields; the operation's fields win.
-"""
+"""Request bodies of the OpenAI-compatible judge, online and in batch files: ``extra_body``
+overlaid with the model, temperature 0 and the operation's fields."""
 
 from __future__ import annotations
 
@@ -12,8 +8,7 @@ from typing import Any
 
 from udcg.judge.prompts import Messages
 
-#: Endpoints, relative to the API root (``.../v1``).
-CHAT_PATH = "/chat/completions"
+CHAT_PATH = "/chat/completions"  # relative to the API root (.../v1)
 COMPLETIONS_PATH = "/completions"
 
 
@@ -21,15 +16,13 @@ def chat_body(
     model: str, messages: Messages, extra_body: Mapping[str, Any], **options: Any
 ) -> dict[str, Any]:
     """A chat completion at temperature 0 with ``options`` (``max_tokens``, ``logprobs``...)."""
-    body = {**extra_body, "model": model, "messages": messages, "temperature": 0.0}
-    body.update(options)
-    return body
+    return {**extra_body, "model": model, "messages": messages, "temperature": 0.0, **options}
 
 
 def first_token_body(
     model: str, messages: Messages, extra_body: Mapping[str, Any], top_logprobs: int
 ) -> dict[str, Any]:
-    """One generated token with the log-probs of its ``top_logprobs`` most likely values."""
+    """One token with the log-probs of its ``top_logprobs`` most likely values."""
     return chat_body(
         model, messages, extra_body, max_tokens=1, logprobs=True, top_logprobs=top_logprobs
     )
@@ -56,8 +49,7 @@ def echo_body(model: str, prompt: str, extra_body: Mapping[str, Any]) -> dict[st
 
 
 def json_response_format(schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``response_format`` field asking for JSON output: ``{"type": "json_schema", ...}``
-    constraining it to ``schema`` when given, else ``{"type": "json_object"}``."""
+    """``response_format`` asking for JSON output, constrained to ``schema`` when given."""
     if schema is None:
         return {"type": "json_object"}
     return {"type": "json_schema", "json_schema": {"name": "answer", "schema": dict(schema)}}
