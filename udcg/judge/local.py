@@ -1,11 +1,8 @@
 """A judge running a causal LM in-process with ``transformers`` (CPU or CUDA).
 
-:class:`TransformersJudge` loads the model on the first call that needs it (its fingerprint
-needs no weights, so a run the cache answers whole never loads it), builds and tokenises the
-prompts (the reference abstention prompt, rendered by the model's chat template) and reads each
-operation's probabilities from hidden states that
-:class:`~udcg.judge.scoring_engine.ScoringEngine` computes in batches, sharing the key/value
-caches of common prefixes and passages.
+The model loads on the first call that needs it (the fingerprint needs no weights); prompts are
+the reference abstention prompt rendered by the chat template, and probabilities are read from
+hidden states that :class:`~udcg.judge.scoring_engine.ScoringEngine` computes in batches.
 """
 
 from __future__ import annotations
@@ -25,20 +22,14 @@ from udcg.judge.base import Judge, OnResult
 from udcg.judge.file_digest import file_sha256
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
 from udcg.judge.requests import Request, column
-from udcg.judge.scoring_engine import (
-    ForwardStats,
-    ScoringEngine,
-    common_prefix_len,
-    plan_batches,
-)
+from udcg.judge.scoring_engine import ForwardStats, ScoringEngine, common_prefix_len, plan_batches
 from udcg.judge.spec import local_key
 
 log = logging.getLogger(__name__)
 
 YES_WORDS = ("Yes", " Yes")
 NO_WORDS = ("No", " No")
-# warm-up pairs: two questions on one passage, so both the whole-row and the shared-passage
-# passes of the scoring engine run
+# warm-up: two questions on one passage, so both scoring passes (whole row, shared passage) run
 WARM_UP_PASSAGE = (
     "The Danube flows from the Black Forest through ten countries, among them Austria and "
     "Hungary, and reaches the Black Sea in Romania after about 2,850 kilometres."
@@ -49,14 +40,13 @@ WARM_UP_QUESTIONS = ("Where does the Danube end?", "How long is the Danube?")
 def _check_texts(values: Sequence[Any], what: str) -> list[str]:
     if isinstance(values, str):
         raise UDCGInputError("expected a sequence of strings, got a single string", field=what)
-    out = []
     for i, v in enumerate(values):
-        if v is None:
-            raise UDCGInputError("is None (use '' for an empty text)", field=f"{what}[{i}]")
         if not isinstance(v, str):
-            raise UDCGInputError(f"expected a string, got {type(v).__name__}", field=f"{what}[{i}]")
-        out.append(v)
-    return out
+            why = f"expected a string, got {type(v).__name__}"
+            raise UDCGInputError(
+                "is None (use '' for an empty text)" if v is None else why, field=f"{what}[{i}]"
+            )
+    return list(values)
 
 
 def _single_token_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
@@ -72,10 +62,8 @@ def _single_token_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
 
 
 def cuda_expected() -> bool:
-    """Whether ``torch.cuda.is_available()`` will say yes, read without importing torch (seconds
-    of start-up): a CUDA build of torch (its ``version.py``), a visible device
-    (``CUDA_VISIBLE_DEVICES``) and an NVIDIA device node. The judge checks the answer when it
-    loads its model."""
+    """Whether ``torch.cuda.is_available()`` will say yes, without importing torch: a CUDA build
+    (torch's ``version.py``), ``CUDA_VISIBLE_DEVICES`` not empty/-1, an NVIDIA device node."""
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
         return False
@@ -92,54 +80,31 @@ def cuda_expected() -> bool:
     return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
+def _model_part(key: str, doc: str) -> Any:
+    return property(lambda self: self._load()[key], doc=f"{doc} (loads the model on first use).")
+
+
+def _limit(key: str, doc: str) -> Any:
+    return property(lambda s: s._limits[key], lambda s, v: s._set_limit(key, v), doc=doc)
+
+
 class TransformersJudge(Judge):
     """Judge backed by a local ``transformers`` causal LM with a chat template.
 
-    Parameters
-    ----------
-    model_id_or_path:
-        Hub id or local directory (with ``gguf_file``: the directory holding that GGUF file).
-    name:
-        Key of the values this judge produces; defaults to the id or path as given
-        (:func:`~udcg.judge.spec.local_key`).
-    device:
-        ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
-    dtype:
-        ``torch`` dtype or its name; default float32 on CPU, bfloat16 on CUDA.
-    batch_size:
-        Most rows per forward pass; default 16 on CPU, 64 on CUDA.
-    max_batch_tokens:
-        Most (padded) new tokens per forward pass: rows per batch <=
-        max_batch_tokens // longest row. Default 1024 on CPU (larger batches let activations
-        fall out of the CPU caches), 16384 on CUDA.
-    max_generate_tokens:
-        The same bound for :meth:`generate` batches (prompt + new tokens per row). Decoding
-        reads every weight once per step whatever the batch size, so wider batches pay off:
-        default 8192 on CPU, 65536 on CUDA.
-    max_passage_tokens:
-        Truncation policy of :meth:`abstain_prob`: a passage longer than this many tokens (its own
-        tokenization, no special tokens) is cut to its first ``max_passage_tokens`` tokens (the head
-        is kept) before the prompt is built. Each cut is counted in ``n_truncated`` (cumulative over
-        the judge's life) and logged. ``None`` disables truncation (the reference behaviour).
-    gguf_file:
-        Name of a GGUF file inside ``model_id_or_path`` to de-quantise and load.
-    share_passages:
-        Let pairs with the same passage share its key/value cache (exact; off only to measure).
-    warm_up:
-        Run :meth:`warm_up` at the end of loading, so that the first scoring call does not pay
-        the one-off costs of the first forward passes.
-    source_id:
-        Identity of the weights for ``fingerprint`` instead of the (machine-specific) path.
+    Parameters: ``model_id_or_path`` (hub id or directory; with ``gguf_file``, the directory of
+    that GGUF file, de-quantised on load); ``name`` (default :func:`~udcg.judge.spec.local_key`);
+    ``device``: ``"auto"`` (CUDA when :func:`cuda_expected`, checked at load), ``"cpu"``,
+    ``"cuda:1"``...; ``dtype``: default float32 on CPU, bfloat16 on CUDA. Per forward pass (CPU /
+    CUDA defaults): ``batch_size`` rows (16 / 64), ``max_batch_tokens`` padded new tokens (1024 /
+    16384), ``max_generate_tokens`` prompt + new tokens in :meth:`generate` (8192 / 65536).
+    ``max_passage_tokens``: longer passages are cut to their first that many tokens (counted in
+    ``n_truncated``, logged); None: no cut. ``share_passages``: pairs with one passage share its
+    key/value cache (exact; off only to measure). ``warm_up``: run :meth:`warm_up` after loading.
+    ``source_id``: identity of the weights in ``fingerprint`` instead of the local path.
 
-    The tokenizer and the model load on first use (a scoring call, :meth:`probe`, or the
-    ``tokenizer``/``model``/``engine`` attributes); ``loads`` counts the loads. ``fingerprint``
-    needs neither, nor ``torch``: with ``device="auto"`` the device is foreseen
-    (:func:`cuda_expected`) and checked when the model loads.
-
-    ``abstain_prob`` reads the same token ids as the reference loop (chat template rendered to
-    text, then tokenised with the tokenizer's default special tokens), so ``first_token`` values
-    equal the reference's up to floating-point reassociation. ``last_stats`` holds the token
-    accounting (:class:`~udcg.judge.scoring_engine.ForwardStats`) of the latest scoring call.
+    ``loads`` counts model loads; ``last_stats`` is the
+    :class:`~udcg.judge.scoring_engine.ForwardStats` of the latest scoring call. Token ids equal
+    the reference loop's (template rendered to text, tokenised with default special tokens).
     """
 
     def __init__(
@@ -162,24 +127,18 @@ class TransformersJudge(Judge):
             raise UDCGInputError(
                 f"must be >= 1 or None, got {max_passage_tokens}", field="max_passage_tokens"
             )
-        source = str(model_id_or_path)
-        device = str(device)
-        self._device_asked = device
+        self.source, self.gguf_file = str(model_id_or_path), gguf_file
+        self.name = name or local_key(self.source)
+        self._device_asked = device = str(device)
         if device == "auto":
             device = "cuda" if cuda_expected() else "cpu"
-        self._device_name = device
-        on_cuda = device.startswith("cuda")
-        if dtype is None:
-            dtype = "bfloat16" if on_cuda else "float32"
+        self._device_name, cuda = device, device.startswith("cuda")
+        dtype = dtype if dtype is not None else "bfloat16" if cuda else "float32"
         self._dtype_name = str(dtype).removeprefix("torch.")
-
-        self.name = name or local_key(source)
-        self.source = source
-        self.gguf_file = gguf_file
         self._limits = {
-            "batch_size": int(batch_size or (64 if on_cuda else 16)),
-            "max_batch_tokens": int(max_batch_tokens or (16384 if on_cuda else 1024)),
-            "max_generate_tokens": int(max_generate_tokens or (65536 if on_cuda else 8192)),
+            "batch_size": int(batch_size or (64 if cuda else 16)),
+            "max_batch_tokens": int(max_batch_tokens or (16384 if cuda else 1024)),
+            "max_generate_tokens": int(max_generate_tokens or (65536 if cuda else 8192)),
         }
         for what, value in self._limits.items():
             if value < 1:
@@ -187,41 +146,32 @@ class TransformersJudge(Judge):
         self.max_generate_tokens = self._limits["max_generate_tokens"]
         self.max_passage_tokens = max_passage_tokens
         self.share_passages = bool(share_passages)
-        self.n_truncated = 0
+        self.n_truncated = self.loads = 0
         self.last_stats = ForwardStats()
-        self.loads = 0
         self._abstain_prefix: tuple[int, ...] | None = None
         self._loaded: dict[str, Any] | None = None
         self._warm_up = bool(warm_up)
         self._weights = self._weights_id(source_id)
 
-    # ------------------------------------------------------------------ loading
-
     def _load_weights(self) -> tuple[Any, Any]:
         """The tokenizer and the model (on the CPU) of ``source``."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        load_kw: dict[str, Any] = {}
-        if self.gguf_file is not None:
-            load_kw["gguf_file"] = self.gguf_file
-        tokenizer = AutoTokenizer.from_pretrained(self.source, **load_kw)
-        model = AutoModelForCausalLM.from_pretrained(self.source, dtype=self.dtype, **load_kw)
-        return tokenizer, model
+        kw = {} if self.gguf_file is None else {"gguf_file": self.gguf_file}
+        tokenizer = AutoTokenizer.from_pretrained(self.source, **kw)
+        return tokenizer, AutoModelForCausalLM.from_pretrained(self.source, dtype=self.dtype, **kw)
 
     def _load(self) -> dict[str, Any]:
-        """Load the tokenizer and the model once (the first call that needs them), check them,
-        build the scoring engine and warm it up (``warm_up``)."""
+        """Load and check the tokenizer and model once, build the engine, warm it up."""
         if self._loaded is not None:
             return self._loaded
         import torch
 
-        if self._device_asked == "auto" and torch.cuda.is_available() != (
-            self._device_name == "cuda"
-        ):
+        cuda = torch.cuda.is_available()
+        if self._device_asked == "auto" and cuda != (self._device_name == "cuda"):
             raise UDCGInputError(
                 f"device=auto chose {self._device_name} before loading, but torch says CUDA is "
-                f"{'' if torch.cuda.is_available() else 'not '}available: pass device=cpu or "
-                "device=cuda",
+                f"{'' if cuda else 'not '}available: pass device=cpu or device=cuda",
                 field="device",
             )
         tokenizer, model = self._load_weights()
@@ -235,18 +185,12 @@ class TransformersJudge(Judge):
             raise UDCGInputError(
                 f"the tokenizer of {self.source!r} maps {ABSTAIN_MARKER!r} to no token"
             )
-        engine = ScoringEngine(
-            model,
-            device,
-            pad_token_id=tokenizer.pad_token_id or 0,
-            batch_size=self._limits["batch_size"],
-            max_batch_tokens=self._limits["max_batch_tokens"],
-        )
+        limits = {k: self._limits[k] for k in ("batch_size", "max_batch_tokens")}
         self._loaded = {
             "tokenizer": tokenizer,
             "model": model,
             "device": device,
-            "engine": engine,
+            "engine": ScoringEngine(model, device, tokenizer.pad_token_id or 0, **limits),
             "marker_ids": list(marker),
             "yes_ids": _single_token_ids(tokenizer, YES_WORDS),
             "no_ids": _single_token_ids(tokenizer, NO_WORDS),
@@ -259,25 +203,15 @@ class TransformersJudge(Judge):
         """Load the model now (the cache calls this before the first call it cannot answer)."""
         self._load()
 
-    @property
-    def tokenizer(self) -> Any:
-        """The model's tokenizer (loads the model on first use)."""
-        return self._load()["tokenizer"]
-
-    @property
-    def model(self) -> Any:
-        """The causal LM, in eval mode on :attr:`device` (loaded on first use)."""
-        return self._load()["model"]
-
-    @property
-    def engine(self) -> ScoringEngine:
-        """The scoring engine over :attr:`model` (loads the model on first use)."""
-        return self._load()["engine"]
-
-    @property
-    def device(self) -> Any:
-        """The ``torch.device`` the model runs on (loads the model on first use)."""
-        return self._load()["device"]
+    tokenizer = _model_part("tokenizer", "The model's tokenizer")
+    model = _model_part("model", "The causal LM, in eval mode on :attr:`device`")
+    engine = _model_part("engine", "The :class:`ScoringEngine` over :attr:`model`")
+    device = _model_part("device", "The ``torch.device`` the model runs on")
+    marker_ids = _model_part("marker_ids", "Token ids of the abstention marker")
+    yes_ids = _model_part("yes_ids", "Single-token ids of the Yes words")
+    no_ids = _model_part("no_ids", "Single-token ids of the No words")
+    batch_size = _limit("batch_size", "Most rows per forward pass (scoring and generate).")
+    max_batch_tokens = _limit("max_batch_tokens", "Most padded new tokens per scoring pass.")
 
     @property
     def dtype(self) -> Any:
@@ -286,45 +220,10 @@ class TransformersJudge(Judge):
 
         return getattr(torch, self._dtype_name)
 
-    @property
-    def marker_ids(self) -> list[int]:
-        """Token ids of the abstention marker (loads the model on first use)."""
-        return self._load()["marker_ids"]
-
-    @property
-    def yes_ids(self) -> list[int]:
-        """Single-token ids of the Yes words (loads the model on first use)."""
-        return self._load()["yes_ids"]
-
-    @property
-    def no_ids(self) -> list[int]:
-        """Single-token ids of the No words (loads the model on first use)."""
-        return self._load()["no_ids"]
-
     def _set_limit(self, what: str, value: int) -> None:
         self._limits[what] = value
         if self._loaded is not None:
             setattr(self._loaded["engine"], what, value)
-
-    @property
-    def batch_size(self) -> int:
-        """Most rows per forward pass (scoring and :meth:`generate`)."""
-        return self._limits["batch_size"]
-
-    @batch_size.setter
-    def batch_size(self, value: int) -> None:
-        self._set_limit("batch_size", value)
-
-    @property
-    def max_batch_tokens(self) -> int:
-        """Most (padded) new tokens per scoring forward pass."""
-        return self._limits["max_batch_tokens"]
-
-    @max_batch_tokens.setter
-    def max_batch_tokens(self, value: int) -> None:
-        self._set_limit("max_batch_tokens", value)
-
-    # ------------------------------------------------------------------ identity
 
     def _weights_id(self, source_id: str | None) -> str:
         """Backend + identity of the weights (path or id, GGUF name/size/hash)."""
@@ -333,11 +232,9 @@ class TransformersJudge(Judge):
             source_id = str(path.resolve()) if path.exists() else self.source
             if self.gguf_file is not None:
                 gguf = path / self.gguf_file
+                source_id += f"|gguf={self.gguf_file}"
                 if gguf.is_file():
-                    digest = file_sha256(gguf)[:16]
-                    source_id += f"|gguf={self.gguf_file}:{gguf.stat().st_size}:{digest}"
-                else:
-                    source_id += f"|gguf={self.gguf_file}"
+                    source_id += f":{gguf.stat().st_size}:{file_sha256(gguf)[:16]}"
         return f"transformers|{source_id}"
 
     @property
@@ -349,17 +246,17 @@ class TransformersJudge(Judge):
     def __repr__(self) -> str:
         return f"TransformersJudge(name={self.name!r}, fingerprint={self.fingerprint!r})"
 
-    # ------------------------------------------------------------------ prompts
-
     def _render(self, messages: Messages) -> str:
         return self.tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True
         )
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
-        if not texts:
-            return []
-        return [list(x) for x in self.tokenizer(texts)["input_ids"]]
+        return [list(x) for x in self.tokenizer(texts)["input_ids"]] if texts else []
+
+    def _abstain_prompts(self, questions: Sequence[str], passages: Sequence[str]) -> list[str]:
+        pairs = zip(questions, passages, strict=True)
+        return [self._render(abstain_messages(q, p)) for q, p in pairs]
 
     def _truncate_passages(self, passages: list[str]) -> list[str]:
         limit = self.max_passage_tokens
@@ -381,21 +278,16 @@ class TransformersJudge(Judge):
     def _abstain_template_prefix(self) -> tuple[int, ...]:
         """Token ids that every abstention prompt starts with (template up to ``Document:``)."""
         if self._abstain_prefix is None:
-            probes = [("who is a", "alpha beta"), ("what is b", "gamma delta")]
-            ids = self._encode([self._render(abstain_messages(q, p)) for q, p in probes])
-            self._abstain_prefix = tuple(ids[0][: common_prefix_len(ids[0], ids[1])])
+            a, b = self._encode(
+                self._abstain_prompts(["who is a", "what is b"], ["alpha beta", "gamma delta"])
+            )
+            self._abstain_prefix = tuple(a[: common_prefix_len(a, b)])
         return self._abstain_prefix
 
-    # ------------------------------------------------------------------ public API
-
     def warm_up(self) -> None:
-        """Score two short abstention pairs that share a passage and discard the values.
-
-        Builds the abstention prefix's key/value cache (kept for later calls) and pays the
-        one-off costs of the first forward passes (thread pool start, first allocations, lazy
-        set-up of the attention paths) now rather than in the first real call. Values of later
-        calls do not depend on it; ``last_stats`` and ``n_truncated`` are left as they were.
-        """
+        """Score two short abstention pairs on one passage and discard the values: builds the
+        prefix's key/value cache and pays the first passes' one-off costs now. Later values do
+        not depend on it; ``last_stats`` and ``n_truncated`` are left as they were."""
         stats, truncated = self.last_stats, self.n_truncated
         self.abstain_prob(list(WARM_UP_QUESTIONS), [WARM_UP_PASSAGE] * len(WARM_UP_QUESTIONS))
         self.last_stats, self.n_truncated = stats, truncated
@@ -415,25 +307,13 @@ class TransformersJudge(Judge):
         return self._answer(questions, passages, column(requests, "answers"))
 
     def _abstain(self, questions: Sequence[str], passages: Sequence[str], mode: str) -> np.ndarray:
-        """P(abstain) per (question, passage) pair under the reference prompt (see class doc).
-
-        ``first_token``: next-token probability of the first token of NO-RESPONSE right after the
-        generation prompt. ``sequence``: product of the teacher-forced probabilities of all its
-        tokens. Returns float64 values in [0, 1]; passages over ``max_passage_tokens`` tokens are
-        truncated to their head first.
-        """
+        """P(abstain) per pair (see :meth:`Judge.abstain_prob`): float64 in [0, 1]."""
         questions = _check_texts(questions, "questions")
         passages = _check_texts(passages, "passages")
         if mode not in ("first_token", "sequence"):
             raise UDCGInputError(f"unknown mode {mode!r}: use 'first_token' or 'sequence'")
-        if not questions:
-            self.last_stats = ForwardStats()
-            return np.zeros(0, dtype=np.float64)
-
         passages = self._truncate_passages(passages)
-        rows = self._encode(
-            [self._render(abstain_messages(q, p)) for q, p in zip(questions, passages, strict=True)]
-        )
+        rows = self._encode(self._abstain_prompts(questions, passages))
         marker = self.marker_ids
         if mode == "first_token":
             n_out, targets = 1, [marker[0]]
@@ -441,7 +321,6 @@ class TransformersJudge(Judge):
             rows = [r + marker[:-1] for r in rows]
             n_out, targets = len(marker), marker
         prefix = self._abstain_template_prefix()
-
         import torch
 
         target_t = torch.tensor(targets, device=self.device)
@@ -458,21 +337,11 @@ class TransformersJudge(Judge):
     def _answer(
         self, questions: Sequence[str], passages: Sequence[str], answers: Sequence[Sequence[str]]
     ) -> np.ndarray:
-        """Max over acceptable answers of exp(mean token log-prob of the answer), teacher-forced
-        as the assistant turn of the abstention prompt (see :meth:`Judge.answer_prob`).
-
-        The answer's tokens are those of ``rendered prompt + answer`` after the prompt's own
-        tokens (the text the chat template puts in the assistant turn, before its end-of-turn
-        marker); a tokenizer that merges the answer into the prompt's last token is an error.
-        Passages are truncated as in :meth:`abstain_prob`. Float64 values in [0, 1].
-        """
-        if not questions:
-            self.last_stats = ForwardStats()
-            return np.zeros(0, dtype=np.float64)
+        """Max over acceptable answers of exp(mean token log-prob of the answer) (see
+        :meth:`Judge.answer_prob`): the tokens of ``rendered prompt + answer`` after the prompt's
+        own; a tokenizer that merges the answer into the prompt's last token is an error."""
         passages = self._truncate_passages(passages)
-        prompts = [
-            self._render(abstain_messages(q, p)) for q, p in zip(questions, passages, strict=True)
-        ]
+        prompts = self._abstain_prompts(questions, passages)
         flat = [(i, a) for i, options in enumerate(answers) for a in dict.fromkeys(options)]
         prompt_ids = self._encode(prompts)
         rows, targets = [], []
@@ -489,7 +358,6 @@ class TransformersJudge(Judge):
             rows.append(base + full[len(base) : -1])
             targets.append(tuple(full[len(base) :]))
         width = max(len(t) for t in targets)
-
         import torch
 
         def reduce(hidden: Any, batch: list[tuple[int, ...]]) -> Any:
@@ -506,13 +374,12 @@ class TransformersJudge(Judge):
             sums = torch.zeros(len(batch), device=self.device).index_add(0, owner[valid], picked)
             return sums / n.to(self.device)
 
-        groups = [passages[i] for i, _ in flat] if self.share_passages else None
         mean_logp, self.last_stats = self.engine.score(
             rows,
             width,
             reduce,
             prefix=self._abstain_template_prefix(),
-            groups=groups,
+            groups=[passages[i] for i, _ in flat] if self.share_passages else None,
             row_data=targets,
         )
         best = np.zeros(len(questions), dtype=np.float64)
@@ -520,16 +387,12 @@ class TransformersJudge(Judge):
         return best
 
     def _yes(self, prompts: Sequence[Messages]) -> np.ndarray:
-        """P(yes) / (P(yes) + P(no)) of the first answer token, with yes = {"Yes", " Yes"} and
-        no = {"No", " No"} (the single-token forms of this tokenizer), read from the next-token
-        log-probabilities after the chat template's generation prompt."""
-        if not prompts:
-            return np.zeros(0, dtype=np.float64)
+        """P(yes) / (P(yes) + P(no)) of the first answer token after the generation prompt, yes
+        and no being the single-token forms of YES_WORDS and NO_WORDS."""
         rows = self._encode([self._render(list(m)) for m in prompts])
         import torch
 
-        yes = torch.tensor(self.yes_ids, device=self.device)
-        no = torch.tensor(self.no_ids, device=self.device)
+        yes, no = (torch.tensor(ids, device=self.device) for ids in (self.yes_ids, self.no_ids))
 
         def reduce(hidden: Any, _rows: list[Any]) -> Any:
             logp = self.engine.log_softmax(hidden)[:, 0, :]
@@ -540,26 +403,17 @@ class TransformersJudge(Judge):
         return values
 
     def _generate(self, prompts: Sequence[Messages], max_new_tokens: int) -> list[str]:
-        """Greedy completions (chat template, generation prompt), batched with left padding.
-        Special tokens are removed from the returned text."""
+        """Greedy completions, batched with left padding, special tokens removed."""
         import torch
 
-        if not prompts:
-            return []
         rows = self._encode([self._render(list(m)) for m in prompts])
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         out: list[str] = [""] * len(rows)
-        pad = self.tokenizer.pad_token_id
-        if pad is None:
-            pad = self.tokenizer.eos_token_id
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        cost = lambda i: len(rows[i]) + max_new_tokens  # noqa: E731
         with torch.inference_mode():
-            batches = plan_batches(
-                order,
-                lambda i: len(rows[i]) + max_new_tokens,
-                self.batch_size,
-                self.max_generate_tokens,
-            )
-            for batch in batches:
+            for batch in plan_batches(order, cost, self.batch_size, self.max_generate_tokens):
                 width = max(len(rows[i]) for i in batch)
                 ids = torch.full((len(batch), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(batch), width), dtype=torch.long)
@@ -574,5 +428,5 @@ class TransformersJudge(Judge):
                     pad_token_id=pad,
                 )
                 for b, i in enumerate(batch):
-                    out[i] = self.tokenizer.decode(gen[b, width:], skip_special_tokens=True)
+                    out[i] = tok.decode(gen[b, width:], skip_special_tokens=True)
         return out

@@ -1,18 +1,10 @@
 """Batched forward passes of a causal LM that read hidden states at each row's last positions.
 
-:meth:`ScoringEngine.score` runs rows of token ids and reads exactly what one plain forward pass
-per row would, with far less work:
-
-* the token prefix shared by every row (e.g. chat template and system message) is run once and
-  its key/value cache kept (a small LRU) for later calls;
-* rows that share a key (e.g. the same passage judged for several questions) also share the
-  key/value cache of their common tokens after the prefix: those run once, only the tails run
-  per row;
-* variable-length tails are right-padded in length-sorted batches under a token budget and read
-  at each row's last real tokens (a causal mask keeps padding invisible to real tokens);
-* the caller's ``reduce`` sees only the gathered positions, so the vocabulary projection never
-  runs over whole sequences;
-* identical rows are run once.
+:meth:`ScoringEngine.score` reads exactly what one plain forward pass per row would, with less
+work: the prefix common to all rows runs once (key/value cache kept in a small LRU); rows with an
+equal key (e.g. one passage) share the cache of their common tokens after it; tails run
+right-padded in length-sorted batches under a token budget; ``reduce`` sees only the gathered
+positions (no vocabulary projection over whole sequences); identical rows run once.
 """
 
 from __future__ import annotations
@@ -27,15 +19,12 @@ from typing import Any
 
 import numpy as np
 
-# Shared runs shorter than this are not worth a separate forward pass.
-MIN_SHARED_TOKENS = 8
+MIN_SHARED_TOKENS = 8  # shorter shared runs are not worth a separate forward pass
 PREFIX_CACHE_SIZE = 4
-# Cost model of one forward pass, in tokens: a fixed per-call cost, and small batches run as
-# slowly as this many tokens (matrix products too thin to use the cores well).
+# cost model of a forward pass, in tokens: a fixed per-call cost; small batches cost as much
 BATCH_OVERHEAD_TOKENS = 32
 SMALL_BATCH_TOKENS = 128
-# Segment key/value caches held at once, in units of max_batch_tokens.
-SEGMENT_CHUNK_BATCHES = 4
+SEGMENT_CHUNK_BATCHES = 4  # segment key/value caches held at once, in max_batch_tokens units
 
 KeyValues = list[tuple[Any, Any]]  # per layer: (keys, values), [batch, heads, tokens, dim]
 Reduce = Callable[[Any, list[Any]], Any]  # (hidden [B, n_out, H], batch entries) -> [B]
@@ -67,16 +56,12 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int], limit: int | None = No
 def plan_batches(
     order: list[int], cost: Callable[[int], int], max_rows: int, max_tokens: int
 ) -> Iterator[list[int]]:
-    """Cut ``order`` (sorted by ascending ``cost``, a length) into consecutive batches.
-
-    Dynamic programming over the cut points minimises the modelled time of all batches,
-    ``max(rows x longest, SMALL_BATCH_TOKENS) + BATCH_OVERHEAD_TOKENS`` each (padding costs as
-    much as real tokens; tiny batches and every forward call have a fixed cost), under
-    ``max_rows`` rows and ``max_tokens`` padded tokens per batch (a single row may exceed it)."""
+    """Cut ``order`` (ascending ``cost``, a length) into consecutive batches minimising the sum
+    of ``max(rows x longest, SMALL_BATCH_TOKENS) + BATCH_OVERHEAD_TOKENS`` (dynamic programming)
+    under ``max_rows`` rows and ``max_tokens`` padded tokens per batch (one row may exceed it)."""
     lengths = [max(1, cost(i)) for i in order]
     n = len(lengths)
-    best = [0.0] + [math.inf] * n
-    cut = [0] * (n + 1)
+    best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
     for end in range(1, n + 1):
         longest = lengths[end - 1]
         for rows in range(1, min(max_rows, end) + 1):
@@ -86,8 +71,7 @@ def plan_batches(
             c = best[end - rows] + max(tokens, SMALL_BATCH_TOKENS) + BATCH_OVERHEAD_TOKENS
             if c < best[end]:
                 best[end], cut[end] = c, end - rows
-    spans = []
-    end = n
+    spans, end = [], n
     while end > 0:
         spans.append((cut[end], end))
         end = cut[end]
@@ -95,17 +79,28 @@ def plan_batches(
         yield order[lo:hi]
 
 
-def _store(results: list[Any], batch: list[int], values: Any) -> None:
-    for b, i in enumerate(batch):
-        results[i] = values[b]
+@dataclass
+class _Group:
+    """The rows of one :meth:`ScoringEngine.score` call that start with one prefix."""
+
+    rows: list[list[int]]
+    keys: list[Any]
+    n_out: int
+    reduce: Reduce
+    results: list[Any]
+    stats: ForwardStats
+    plen: int
+    prefix_kv: KeyValues | None
+
+    def read(self, batch: list[int], hidden: Any) -> None:
+        values = self.reduce(hidden, batch)
+        for b, i in enumerate(batch):
+            self.results[i] = values[b]
 
 
 class ScoringEngine:
-    """Scores token rows with ``model`` (a ``transformers`` causal LM) on ``device``.
-
-    ``batch_size`` bounds the rows and ``max_batch_tokens`` the padded new tokens of one forward
-    pass; both may be changed between calls. ``pad_token_id`` fills the padding (never read).
-    """
+    """Scores token rows with ``model`` (a ``transformers`` causal LM) on ``device``, at most
+    ``batch_size`` rows and ``max_batch_tokens`` padded new tokens per forward pass."""
 
     def __init__(
         self, model: Any, device: Any, pad_token_id: int, batch_size: int, max_batch_tokens: int
@@ -141,35 +136,25 @@ class ScoringEngine:
         groups: Sequence[Any] | None,
         row_data: Sequence[Any] | None = None,
     ) -> tuple[np.ndarray, ForwardStats]:
-        """``reduce(hidden states at its last n_out positions, data)`` of every row (float64),
-        ``data`` being the batch rows' entries of ``row_data`` (hashable; None when not given),
-        and the token accounting of the call. ``rows`` must not be empty.
-
-        ``prefix``: token ids that rows are expected to start with (the rows' common prefix
-        when None); ``groups``: rows with an equal key (e.g. the same passage) share the key/value
-        cache of their common tokens after the prefix.
-        """
+        """``reduce(hidden states at the last n_out positions, row_data entries)`` per batch,
+        for every (non-empty) row as float64, and the call's token accounting. ``prefix``: what
+        rows start with (None: their common prefix); rows with an equal ``groups`` key share the
+        cache of their common tokens after it."""
         import torch
 
         stats = ForwardStats(rows=len(rows), prompt_tokens=sum(len(r) - n_out + 1 for r in rows))
-        # identical rows (with identical data) are scored once
         data = [None] * len(rows) if row_data is None else list(row_data)
-        unique: dict[tuple[tuple[int, ...], Any], int] = {}
+        unique: dict[tuple[tuple[int, ...], Any], int] = {}  # identical rows are scored once
         slot = [
             unique.setdefault((tuple(r), d), len(unique)) for r, d in zip(rows, data, strict=True)
         ]
-        urows = [list(r) for r, _ in unique]
-        udata = [d for _, d in unique]
-
-        def read(hidden: Any, batch: list[int]) -> Any:
-            return reduce(hidden, [udata[i] for i in batch])
-
+        urows, udata = [list(r) for r, _ in unique], [d for _, d in unique]
+        read: Reduce = lambda hidden, batch: reduce(hidden, [udata[i] for i in batch])  # noqa: E731
         ukeys: list[Any] = [None] * len(urows)
         if groups is not None:
             for i, s in enumerate(slot):
                 ukeys[s] = groups[i]
         stats.unique_rows = len(urows)
-
         if prefix is None:
             first = urows[0]
             plen = min(len(r) for r in urows) - n_out
@@ -186,10 +171,11 @@ class ScoringEngine:
 
         results: list[Any] = [None] * len(urows)
         with torch.inference_mode():
-            if with_prefix:
-                self._score_group(urows, with_prefix, prefix, ukeys, n_out, read, results, stats)
-            if without:
-                self._score_group(urows, without, (), ukeys, n_out, read, results, stats)
+            for members, start in ((with_prefix, prefix), (without, ())):
+                if members:
+                    kv = self._prefix_cache(start, stats) if start else None
+                    group = _Group(urows, ukeys, n_out, read, results, stats, len(start), kv)
+                    self._score_group(group, members)
         values = torch.stack([results[s] for s in slot]).double().cpu().numpy()
         return values, stats
 
@@ -228,45 +214,27 @@ class ScoringEngine:
             cache = out.past_key_values
         return [(layer.keys, layer.values) for layer in cache.layers]
 
-    def _make_cache(self, kv: KeyValues) -> Any:
-        from transformers import DynamicCache
-
-        return DynamicCache(ddp_cache_data=kv, config=self.model.config)
-
-    def _score_group(
-        self,
-        rows: list[list[int]],
-        members: list[int],
-        prefix: tuple[int, ...],
-        keys: list[Any],
-        n_out: int,
-        reduce: Reduce,
-        results: list[Any],
-        stats: ForwardStats,
-    ) -> None:
-        plen = len(prefix)
-        prefix_kv = self._prefix_cache(prefix, stats) if plen else None
+    def _score_group(self, g: _Group, members: list[int]) -> None:
+        rows, plen, keys = g.rows, g.plen, g.keys
         # units: (shared segment after the prefix, member rows); singletons have no segment
+        singles = [i for i in members if keys[i] is None]
         by_key: dict[Any, list[int]] = {}
-        singles: list[int] = []
         for i in members:
-            if keys[i] is None:
-                singles.append(i)
-            else:
+            if keys[i] is not None:
                 by_key.setdefault(keys[i], []).append(i)
         units: list[tuple[list[int], list[int]]] = []
         for idx in by_key.values():
             if len(idx) < 2:
                 singles.extend(idx)
                 continue
-            cap = min(len(rows[i]) for i in idx) - plen - n_out
+            cap = min(len(rows[i]) for i in idx) - plen - g.n_out
             seg = len(rows[idx[0]]) - plen
             for i in idx[1:]:
                 seg = common_prefix_len(rows[idx[0]][plen:], rows[i][plen:], seg)
             seg = min(seg, cap)
             if seg >= MIN_SHARED_TOKENS:
                 units.append((rows[idx[0]][plen : plen + seg], idx))
-                stats.shared_rows += len(idx) - 1
+                g.stats.shared_rows += len(idx) - 1
             else:
                 singles.extend(idx)
 
@@ -274,35 +242,23 @@ class ScoringEngine:
         order = sorted(singles, key=lambda i: len(rows[i]))
         for batch in self._batches(order, lambda i: len(rows[i]) - plen):
             tails = [rows[i][plen:] for i in batch]
-            out = self._forward_tails(prefix_kv, plen, None, [0] * len(batch), tails, n_out, stats)
-            _store(results, batch, reduce(out, batch))
-
-        # rows sharing a segment: chunks of segments (sorted by length) run first, then the
-        # tails of all their rows on top of them
+            g.read(batch, self._forward_tails(g, None, [0] * len(batch), tails))
+        # rows sharing a segment: chunks of segments (by length), then their rows' tails on top
         units.sort(key=lambda u: len(u[0]))
         budget = SEGMENT_CHUNK_BATCHES * self.max_batch_tokens
         chunk: list[tuple[list[int], list[int]]] = []
         for unit in units:
             if chunk and len(unit[0]) * (len(chunk) + 1) > budget:
-                self._score_chunk(rows, chunk, prefix_kv, plen, n_out, reduce, results, stats)
+                self._score_chunk(g, chunk)
                 chunk = []
             chunk.append(unit)
         if chunk:
-            self._score_chunk(rows, chunk, prefix_kv, plen, n_out, reduce, results, stats)
+            self._score_chunk(g, chunk)
 
-    def _score_chunk(
-        self,
-        rows: list[list[int]],
-        chunk: list[tuple[list[int], list[int]]],
-        prefix_kv: KeyValues | None,
-        plen: int,
-        n_out: int,
-        reduce: Reduce,
-        results: list[Any],
-        stats: ForwardStats,
-    ) -> None:
+    def _score_chunk(self, g: _Group, chunk: list[tuple[list[int], list[int]]]) -> None:
         import torch
 
+        rows, plen = g.rows, g.plen
         segs = [seg for seg, _ in chunk]
         leads = [idx[0] for _, idx in chunk]
         width_all = max(len(seg) for seg in segs)
@@ -312,20 +268,11 @@ class ScoringEngine:
         by_length = sorted(range(len(chunk)), key=lambda u: len(rows[leads[u]]))
         for batch in self._batches(by_length, lambda u: len(rows[leads[u]]) - plen):
             rest = [rows[leads[u]][plen:] for u in batch]
-            out, kv = self._forward_tails(
-                prefix_kv, plen, None, [0] * len(batch), rest, n_out, stats, keep_kv=True
-            )
-            firsts = [leads[u] for u in batch]
-            _store(results, firsts, reduce(out, firsts))
-            if not store:
-                # zeros, not garbage: masked keys get weight 0, and 0 x NaN would still be NaN
-                store = [
-                    (
-                        k.new_zeros((len(segs), k.shape[1], width_all, k.shape[-1])),
-                        v.new_zeros((len(segs), v.shape[1], width_all, v.shape[-1])),
-                    )
-                    for k, v in kv
-                ]
+            out, kv = self._forward_tails(g, None, [0] * len(batch), rest, keep_kv=True)
+            g.read([leads[u] for u in batch], out)
+            if not store:  # zeros, not garbage: masked keys get weight 0, but 0 x NaN is NaN
+                shape = lambda t: (len(segs), t.shape[1], width_all, t.shape[-1])  # noqa: E731
+                store = [(k.new_zeros(shape(k)), v.new_zeros(shape(v))) for k, v in kv]
             for b, u in enumerate(batch):
                 w = len(segs[u])  # the shared segment only; the rest stays zero
                 for (sk, sv), (k, v) in zip(store, kv, strict=True):
@@ -342,62 +289,50 @@ class ScoringEngine:
             sel = torch.tensor(units, device=self.device)
             kv = [(k[sel, :, :width], v[sel, :, :width]) for k, v in store]
             tails = [rows[i][plen + len(segs[u]) :] for i, u in zip(batch, units, strict=True)]
-            out = self._forward_tails(prefix_kv, plen, kv, seg_lens, tails, n_out, stats)
-            _store(results, batch, reduce(out, batch))
-
-    def _right_pad(self, seqs: list[list[int]], width: int) -> tuple[Any, Any]:
-        import torch
-
-        ids = torch.full((len(seqs), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for b, s in enumerate(seqs):
-            ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[b, : len(s)] = 1
-        return ids, mask
+            g.read(batch, self._forward_tails(g, kv, seg_lens, tails))
 
     def _forward_tails(
         self,
-        prefix_kv: KeyValues | None,
-        plen: int,
+        g: _Group,
         seg_kv: KeyValues | None,
         seg_lens: list[int],
         tails: list[list[int]],
-        n_out: int,
-        stats: ForwardStats,
         keep_kv: bool = False,
     ) -> Any:
         """Hidden states at the last ``n_out`` real positions of each tail: [B, n_out, hidden]
         (with ``keep_kv``, also the tails' per-layer keys/values, [B, heads, longest, dim]).
-
-        Key/value layout per row: [prefix | segment (right-padded) | tail (right-padded)]; the
-        2-D attention mask hides both paddings and positions are the rows' true positions."""
+        Keys/values per row: [prefix | segment (right-padded) | tail (right-padded)]; the 2-D
+        mask hides both paddings; positions are the rows' true positions."""
         import torch
 
-        n, width = len(tails), max(len(t) for t in tails)
-        seg_width = max(seg_lens)
-        ids, tail_mask = self._right_pad(tails, width)
+        n_out, plen, prefix_kv, stats = g.n_out, g.plen, g.prefix_kv, g.stats
+        n, width, seg_width = len(tails), max(len(t) for t in tails), max(seg_lens)
+        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
+        tail_mask = torch.zeros((n, width), dtype=torch.long)
         seg_mask = torch.zeros((n, seg_width), dtype=torch.long)
-        for b, s in enumerate(seg_lens):
+        for b, (t, s) in enumerate(zip(tails, seg_lens, strict=True)):
+            ids[b, : len(t)] = torch.tensor(t, dtype=torch.long)
+            tail_mask[b, : len(t)] = 1
             seg_mask[b, :s] = 1
         mask = torch.cat([torch.ones((n, plen), dtype=torch.long), seg_mask, tail_mask], dim=1)
         pos = torch.arange(width).expand(n, -1) + (plen + torch.tensor(seg_lens)).unsqueeze(1)
-
-        layers: KeyValues = []
-        if prefix_kv is not None or seg_kv is not None:
-            for layer in range(len(prefix_kv if prefix_kv is not None else seg_kv)):
-                parts_k, parts_v = [], []
-                if prefix_kv is not None:
-                    k, v = prefix_kv[layer]
-                    parts_k.append(k.expand(n, -1, -1, -1))
-                    parts_v.append(v.expand(n, -1, -1, -1))
-                if seg_kv is not None and seg_width:
-                    k, v = seg_kv[layer]
-                    parts_k.append(k)
-                    parts_v.append(v)
-                layers.append((torch.cat(parts_k, dim=2), torch.cat(parts_v, dim=2)))
+        sources = (
+            []
+            if prefix_kv is None
+            else [[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in prefix_kv]]
+        )
+        if seg_kv is not None and seg_width:
+            sources.append(seg_kv)
+        # per layer: (keys, values) of the sources concatenated along the tokens
+        layers = [
+            (torch.cat([k for k, _ in kvs], dim=2), torch.cat([v for _, v in kvs], dim=2))
+            for kvs in zip(*sources, strict=True)
+        ]
         kwargs: dict[str, Any] = {}
         if layers:
-            kwargs[self._cache_kw] = self._make_cache(layers)
+            from transformers import DynamicCache
+
+            kwargs[self._cache_kw] = DynamicCache(ddp_cache_data=layers, config=self.model.config)
         out = self._forward(
             stats,
             input_ids=ids.to(self.device),
