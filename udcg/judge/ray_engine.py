@@ -1,10 +1,6 @@
-"""Judge calls on Ray actors (the ``ray`` extra): :class:`RayJudge` (see docs/scale.md).
-
-Each actor builds the judge from its spec; a call's items go in pieces of ``piece_size`` over an
-:class:`~ray.util.ActorPool` (each actor ``in_flight`` times) and come back in input order. Ray
-restarts a dead actor and reruns its tasks; a piece whose actor is past its restarts goes to the
-live actors. Only the driver sees results, so the cache has one writer. A Ray instance is never
-shut down here; importing this module does not import ``ray``.
+"""Judge calls on Ray actors (the ``ray`` extra): :class:`RayJudge`, described in docs/scale.md.
+Pieces of ``piece_size`` items go over an ActorPool and come back in input order; only the
+driver sees results (one cache writer). Ray is never shut down, nor imported on import here.
 """
 
 from __future__ import annotations
