@@ -206,6 +206,23 @@ def read_bytes(path: PathType) -> bytes:
     return b"".join(chunks)
 
 
+def read_text(path: PathType) -> str:
+    """The whole (decompressed) content of ``path`` as UTF-8 text, a leading byte-order mark
+    dropped; a byte that is not UTF-8 is a :class:`~udcg.errors.UDCGInputError` at its line.
+
+    Examples:
+        >>> read_text(InputBytes("piped", "\\ufeffq1 naïve".encode()))
+        'q1 naïve'
+    """
+    data = read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UDCGInputError("not valid UTF-8", path=path, line=line) from None
+    return text.removeprefix("\ufeff")
+
+
 def numbered_lines(path: PathType) -> Iterator[tuple[int, str]]:
     """``(line_number, text)`` for every line of ``path`` (gzip detected), each decoded as
     UTF-8 on its own so that invalid bytes are located; a leading BOM is dropped. Lines keep

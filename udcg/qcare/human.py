@@ -50,7 +50,7 @@ from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.model import Context, Passage
-from udcg.io.files import PathType, read_bytes
+from udcg.io.files import PathType, read_text
 
 __all__ = [
     "Annotation",
@@ -419,13 +419,7 @@ def read_annotation_csv(
     """
     report = AnnotationReport() if report is None else report
     model, split = _file_info(path, model)
-    data = read_bytes(path)
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise UDCGInputError("not valid UTF-8", path=path, line=line) from None
-    records = _cells(text, path)
+    records = _cells(read_text(path), path)
     first = next(records, None)
     if first is None:
         raise UDCGInputError("empty file (expected a header line)", path=path, line=1)

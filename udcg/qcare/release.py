@@ -50,7 +50,7 @@ import numpy as np
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.checks import Where, json_problem, kind
 from udcg.io.contexts.model import Context, Passage
-from udcg.io.files import PathType, atomic_write, read_bytes
+from udcg.io.files import PathType, atomic_write, read_text
 from udcg.qcare.human import dataset_group
 from udcg.qcare.scores import GENERATOR_METRICS, qcare_scores
 from udcg.validation import positive_int
@@ -79,12 +79,8 @@ _CHECKS = (
 
 
 def load_json(path: PathType) -> Any:
-    data = read_bytes(path)
-    try:
-        text = data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise UDCGInputError("not valid UTF-8", path=path, line=line) from None
+    """The parsed JSON of ``path``; bad UTF-8 or JSON is an error at its line."""
+    text = read_text(path)
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:

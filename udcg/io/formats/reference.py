@@ -35,7 +35,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import checks as check
 from udcg.io.contexts.checks import Where
 from udcg.io.contexts.model import Context, Passage
-from udcg.io.files import PathType, atomic_write, read_bytes
+from udcg.io.files import PathType, atomic_write, read_text
 
 __all__ = ["read_reference_json", "write_reference_json"]
 
@@ -50,16 +50,6 @@ _ITEM_KEYS = (
 )
 _PASSAGE_KEYS = ("doc_id", "text", "score", "is_relevant", "models_info", "covers")
 _WS = re.compile(r"[ \t\n\r]*")
-
-
-def _decode(path: PathType) -> str:
-    data = read_bytes(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise UDCGInputError("not valid UTF-8", path=path, line=line) from None
-    return text.removeprefix("\ufeff")
 
 
 def _malformed(path: PathType, exc: ValueError | RecursionError, line: int) -> UDCGInputError:
@@ -188,7 +178,7 @@ def read_reference_json(path: PathType) -> list[Context]:
         >>> ctx.qid, ctx.passages[0].relevant, ctx.passages[0].abstain_prob
         ('q1', True, {'m': 0.25})
     """
-    text = _decode(path)
+    text = read_text(path)
     items = _items(path, text) if text.strip() else []
     if not items:
         raise UDCGInputError("empty file: no contexts", path=path)
