@@ -65,3 +65,31 @@ def test_tables_names_a_missing_data_file(
     err = capsys.readouterr().err.strip()
     assert err.startswith("udcg tables: error: ") and "none.jsonl: no such file" in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_second_process_on_the_same_output_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from udcg.io.files import exclusive_writer\n"
+         f"with exclusive_writer({str(out / 'selection.json')!r}):\n"
+         "    print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        data = _nq_open(tmp_path / "nq.jsonl", 2)
+        argv = ["selection", "--data", str(data), "--limit", "2", "-o", str(out)]
+        assert main([*argv, "--cache-dir", str(tmp_path / "stages")]) == 2
+        err = capsys.readouterr().err
+        assert "another process is writing this tables output" in err
+        assert len(err.strip().splitlines()) == 1
+        assert not (out / "selection.md").exists()
+    finally:
+        holder.kill()
+        holder.wait()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from udcg.cli.common import parse, run_cli
 from udcg.errors import UDCGInputError
+from udcg.io.files import atomic_write, exclusive_writer
 from udcg.pipeline.datasets import NQ_OPEN_SOURCE
 
 #: The NQ-open oracle file where ``udcg benchmark dataset=nq_open`` looks for it.
@@ -76,7 +77,14 @@ def build_parser(prog: str = "udcg tables") -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, command: Sequence[str]) -> None:
-    """Run one study, write ``OUT/<study>.json`` and ``.md`` and print the table."""
+    """Run one study, write ``OUT/<study>.json`` and ``.md`` and print the table; a second
+    process on the same output is refused while one runs."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    with exclusive_writer(args.out / f"{args.study}.json", "tables output"):
+        _study(args, command)
+
+
+def _study(args: argparse.Namespace, command: Sequence[str]) -> None:
     from udcg.pipeline.benchmark import connect_judge
     from udcg.pipeline.datasets import nq_open
     from udcg.pipeline.paper_tables import (
@@ -126,11 +134,12 @@ def run(args: argparse.Namespace, command: Sequence[str]) -> None:
     result["command"] = shlex.join(command)
     result["seconds"] = round(time.time() - started, 1)
     result["judge_cache"] = judge.cache.stats()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.study}.json").write_text(json.dumps(result, indent=2) + "\n")
+    with atomic_write(args.out / f"{args.study}.json") as handle:
+        handle.write(json.dumps(result, indent=2) + "\n")
     columns = None if args.study == "distractors" else list(OUTCOME_COLUMNS)
     table = markdown(result, columns)
-    (args.out / f"{args.study}.md").write_text(f"    {result['command']}\n\n{table}\n")
+    with atomic_write(args.out / f"{args.study}.md") as handle:
+        handle.write(f"    {result['command']}\n\n{table}\n")
     print(table)
     print(f"{result['n_questions']} questions, {result['seconds']} s")
 
