@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from udcg.cli.qcare import main
+from udcg.errors import UDCGInputError
 from udcg.metrics.coverage import c_ndcg, c_precision
 from udcg.qcare.human import read_human_labels
 from udcg.qcare.published import compare_published, read_query_level_results
@@ -146,3 +147,9 @@ def test_compare_published_counts_queries_without_context() -> None:
     contexts, _ = read_human_labels(CSVS)
     matches = compare_published(contexts, read_query_level_results(SCORES), gain="exponential")
     assert {m.absent for m in matches} == {160 - len(set(QUERY_ROW + CHUNK_ROWS))}
+
+
+def test_compare_published_refuses_two_contexts_of_one_query() -> None:
+    contexts, _ = read_human_labels(CSVS)
+    with pytest.raises(UDCGInputError, match="two labelled contexts for query 'nq_test_812'"):
+        compare_published([*contexts, contexts[0]], read_query_level_results(SCORES))

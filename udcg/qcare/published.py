@@ -263,7 +263,8 @@ def compare_published(
     """udcg's per-query metrics of ``contexts`` (``outcomes[model]``; a model's coverage from
     the annotator named after it, as the release scores each model with its own ``[Chunk]``
     file) against the published ones, per model, split and metric. Published queries
-    without a context are counted (``absent``); a model or split with none is an error.
+    without a context are counted (``absent``); a model or split with none, or two contexts
+    of one query, is an error.
 
     Examples:
         >>> from udcg.io.contexts.model import Passage
@@ -277,7 +278,11 @@ def compare_published(
     """
     by_qid: dict[str, Context] = {}
     for c in contexts:
-        by_qid.setdefault(c.qid, c)
+        if c.qid in by_qid:
+            raise UDCGInputError(
+                f"two labelled contexts for query {c.qid!r}: the comparison needs one per query"
+            )
+        by_qid[c.qid] = c
     grouped: dict[tuple[str, str], list[PublishedQuery]] = {}
     for r in records:
         grouped.setdefault((r.model, r.split), []).append(r)
