@@ -502,3 +502,17 @@ def test_the_model_loads_on_the_first_call_not_before(tmp_path):
     again = CachedJudge(embedded.load_embedded_judge(batch_size=8), tmp_path / "cache.sqlite")
     assert again.abstain_prob(["Where does the Danube end?"], ["In the Black Sea."]) == first
     assert again.inner.loads == 0 and again.inner_calls == 0
+
+
+def test_texts_are_checked_before_the_model_loads() -> None:
+    from udcg.judge.local import _check_texts
+
+    for values, message in [
+        (["a", None], "field 'passages[1]': is None (use '' for an empty text)"),
+        (["a", 3], "field 'passages[1]': expected a string, got int"),
+        ("abc", "field 'passages': expected a sequence of strings, got a single string"),
+    ]:
+        with pytest.raises(UDCGInputError) as err:
+            _check_texts(values, "passages")
+        assert str(err.value) == message
+    assert _check_texts(("a", ""), "passages") == ["a", ""]

@@ -41,11 +41,10 @@ def _check_texts(values: Sequence[Any], what: str) -> list[str]:
     if isinstance(values, str):
         raise UDCGInputError("expected a sequence of strings, got a single string", field=what)
     for i, v in enumerate(values):
+        if v is None:
+            raise UDCGInputError("is None (use '' for an empty text)", field=f"{what}[{i}]")
         if not isinstance(v, str):
-            why = f"expected a string, got {type(v).__name__}"
-            raise UDCGInputError(
-                "is None (use '' for an empty text)" if v is None else why, field=f"{what}[{i}]"
-            )
+            raise UDCGInputError(f"expected a string, got {type(v).__name__}", field=f"{what}[{i}]")
     return list(values)
 
 
@@ -91,16 +90,24 @@ def _limit(key: str, doc: str) -> Any:
 class TransformersJudge(Judge):
     """Judge backed by a local ``transformers`` causal LM with a chat template.
 
-    Parameters: ``model_id_or_path`` (hub id or directory; with ``gguf_file``, the directory of
-    that GGUF file, de-quantised on load); ``name`` (default :func:`~udcg.judge.spec.local_key`);
-    ``device``: ``"auto"`` (CUDA when :func:`cuda_expected`, checked at load), ``"cpu"``,
-    ``"cuda:1"``...; ``dtype``: default float32 on CPU, bfloat16 on CUDA. Per forward pass (CPU /
-    CUDA defaults): ``batch_size`` rows (16 / 64), ``max_batch_tokens`` padded new tokens (1024 /
-    16384), ``max_generate_tokens`` prompt + new tokens in :meth:`generate` (8192 / 65536).
-    ``max_passage_tokens``: longer passages are cut to their first that many tokens (counted in
-    ``n_truncated``, logged); None: no cut. ``share_passages``: pairs with one passage share its
-    key/value cache (exact; off only to measure). ``warm_up``: run :meth:`warm_up` after loading.
-    ``source_id``: identity of the weights in ``fingerprint`` instead of the local path.
+    Parameters:
+        model_id_or_path: hub id or local directory (with ``gguf_file``: the directory of that
+            GGUF file, de-quantised on load).
+        name: key of the values it produces; default :func:`~udcg.judge.spec.local_key`.
+        device: ``"auto"`` (CUDA when :func:`cuda_expected`, checked at load), ``"cpu"``,
+            ``"cuda"``, ``"cuda:1"``...
+        dtype: ``torch`` dtype or its name; default float32 on CPU, bfloat16 on CUDA.
+        batch_size: most rows per forward pass; default 16 on CPU, 64 on CUDA.
+        max_batch_tokens: most padded new tokens per forward pass; default 1024 / 16384.
+        max_generate_tokens: the same bound for :meth:`generate` (prompt + new tokens per row);
+            default 8192 / 65536.
+        max_passage_tokens: a longer passage is cut to its first that many tokens before the
+            prompt is built (counted in ``n_truncated``, logged); ``None``: no cut.
+        gguf_file: name of a GGUF file inside ``model_id_or_path``.
+        share_passages: pairs with one passage share its key/value cache (exact; off only to
+            measure).
+        warm_up: run :meth:`warm_up` at the end of loading.
+        source_id: identity of the weights in ``fingerprint`` instead of the local path.
 
     ``loads`` counts model loads; ``last_stats`` is the
     :class:`~udcg.judge.scoring_engine.ForwardStats` of the latest scoring call. Token ids equal
