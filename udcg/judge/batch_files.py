@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.files import STDIO, PathType, numbered_lines, refuse_same_file
-from udcg.judge.cached import encode_value
+from udcg.judge.cache import FORMS
 from udcg.judge.openai_http import snippet
 from udcg.judge.openai_replies import (
     ReplyError,
@@ -317,8 +317,8 @@ def reply_value(
 
 @dataclass(frozen=True)
 class Result:
-    """One usable result: its call, its value as cached (:func:`~udcg.judge.cached.encode_value`
-    or the text), whether it is an upper bound, and the line it came from."""
+    """One usable result: its call, its value as cached, whether it is an upper bound, and the
+    line it came from."""
 
     call: Call
     stored: Any
@@ -365,7 +365,7 @@ def read_batch(
             except ReplyError as exc:
                 batch.errors.append(where + str(exc))
                 continue
-            stored = value if call.operation == "generate" else encode_value(value, bound)
+            stored = FORMS[call.operation][0](value, bound)
             if stored is None:
                 raise UDCGInputError(
                     f"custom_id {call.custom_id}: {call.operation} value {value!r} is not a"

@@ -1,5 +1,5 @@
 """The on-disk judge cache: one SQLite file (WAL mode) mapping the SHA-256 of a call's canonical
-identity to a JSON value of one of the :data:`ENTRY_FORMS`, so an interrupted run resumes.
+identity to a JSON value (of its operation's :data:`FORMS`), so an interrupted run resumes.
 
 Every committed transaction survives a killed process; several processes may share a file (a
 writer waits up to ``timeout`` seconds for the lock). Commits stay in ``FILE-wal`` until a
@@ -17,12 +17,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError
+from udcg.judge.structured import JSONResult
 
 CACHE_FILENAME = "judge.sqlite"
 _KEY_VERSION = 1
@@ -83,14 +84,9 @@ def cache_key(
     return hashlib.sha256(canonical_json(identity).encode("utf-8")).hexdigest()
 
 
-def probability_entry(stored: Any) -> tuple[float, bool]:
-    """``(value, is upper bound)`` of a probability entry: a number in [0, 1], or
-    ``{"value": number, "upper_bound": bool}``; ``ValueError`` for anything else.
-
-    Examples:
-        >>> probability_entry(0.25), probability_entry({"value": 0.5, "upper_bound": True})
-        ((0.25, False), (0.5, True))
-    """
+def _probability(stored: Any) -> tuple[float, bool]:
+    """``(value, is upper bound)`` of a number in [0, 1] or ``{"value": number, "upper_bound":
+    bool}``; ``ValueError`` for anything else."""
     bound = False
     if isinstance(stored, Mapping):
         if set(stored) - {"value", "upper_bound"} or not isinstance(
@@ -106,26 +102,21 @@ def probability_entry(stored: Any) -> tuple[float, bool]:
     return value, bound
 
 
-def text_entry(stored: Any) -> str:
-    """The text of a ``generate`` entry (a string); ``ValueError`` for anything else.
+def _store_probability(value: float, upper_bound: bool) -> float | dict[str, Any] | None:
+    number = float(value)
+    if not 0.0 <= number <= 1.0:  # False for NaN too
+        return None
+    return {"value": number, "upper_bound": True} if upper_bound else number
 
-    Examples:
-        >>> text_entry("Canberra")
-        'Canberra'
-    """
+
+def _text(stored: Any) -> tuple[str, bool]:
     if not isinstance(stored, str):
         raise ValueError(f"expected a generated text, got {type(stored).__name__}")
-    return stored
+    return stored, False
 
 
-def json_entry(stored: Any) -> tuple[Any, int, list[str]]:
-    """``(value, attempts, raw)`` of a ``generate_json`` entry ``{"value": finite JSON,
-    "attempts": int >= 1, "raw": [str, ...]}``; ``ValueError`` for anything else.
-
-    Examples:
-        >>> json_entry({"value": ["a claim"], "attempts": 1, "raw": ['["a claim"]']})
-        (['a claim'], 1, ['["a claim"]'])
-    """
+def _json(stored: Any) -> tuple[JSONResult, bool]:
+    """The result of ``{"value": finite JSON, "attempts": int >= 1, "raw": [str, ...]}``."""
     if not isinstance(stored, Mapping) or set(stored) != {"value", "attempts", "raw"}:
         raise ValueError("expected {'value', 'attempts', 'raw'}")
     attempts, raw = stored["attempts"], stored["raw"]
@@ -133,25 +124,46 @@ def json_entry(stored: Any) -> tuple[Any, int, list[str]]:
         raise ValueError(f"expected 'attempts' an integer >= 1, got {attempts!r}")
     if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
         raise ValueError("expected 'raw' a list of strings")
-    if not finite_json(stored["value"]):
-        raise ValueError("expected a finite JSON 'value'")
-    return stored["value"], attempts, list(raw)
+    try:
+        canonical_json(stored["value"])
+    except ValueError:
+        raise ValueError("expected a finite JSON 'value'") from None
+    return JSONResult(value=stored["value"], attempts=attempts, raw=list(raw)), False
 
 
-#: Every form a cached value may take.
-ENTRY_FORMS: tuple[Callable[[Any], Any], ...] = (probability_entry, text_entry, json_entry)
+def _store_json(result: JSONResult, _: bool) -> dict[str, Any] | None:
+    if not result.ok:
+        return None
+    stored = {"value": result.value, "attempts": result.attempts, "raw": list(result.raw)}
+    try:
+        canonical_json(stored)  # refuses NaN, infinities and what is not JSON
+    except (TypeError, ValueError):
+        return None
+    return stored
+
+
+_PROBABILITY = (_store_probability, _probability)
+#: operation -> (encode(result, upper bound) -> its cached JSON, None: not cached;
+#: decode(cached JSON) -> (result, upper bound), ``ValueError`` for a value of another form)
+FORMS: dict[str, tuple[Callable[[Any, bool], Any], Callable[[Any], tuple[Any, bool]]]] = {
+    "abstain_prob": _PROBABILITY,
+    "answer_prob": _PROBABILITY,
+    "yes_prob": _PROBABILITY,
+    "generate": (lambda text, _: str(text), _text),
+    "generate_json": (_store_json, _json),
+}
 
 
 def is_entry(stored: Any) -> bool:
-    """True when ``stored`` is of one of the :data:`ENTRY_FORMS`.
+    """True when ``stored`` is the cached value of some operation (of its :data:`FORMS`).
 
     Examples:
         >>> is_entry(0.3), is_entry("Paris"), is_entry({"answer": "Paris"})
         (True, True, False)
     """
-    for form in ENTRY_FORMS:
+    for _, decode in FORMS.values():
         try:
-            form(stored)
+            decode(stored)
         except ValueError:
             continue
         return True
@@ -218,7 +230,7 @@ class JudgeCache:
             conn = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
-            conn.text_factory = _text
+            conn.text_factory = _utf8
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
                 _check_schema(conn, "main", self.path, allow_empty=True)
@@ -233,6 +245,15 @@ class JudgeCache:
                 raise
         self._conn, self._pid = conn, os.getpid()
         return conn
+
+    @contextmanager
+    def _open(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock, SQLite errors naming the file; ``write``: in one
+        transaction."""
+        with self._lock, _sqlite_errors(self.path):
+            conn = self._connection()
+            with _transaction(conn) if write else nullcontext():
+                yield conn
 
     def close(self) -> None:
         with self._lock:
@@ -258,8 +279,8 @@ class JudgeCache:
         """The decoded values of the ``keys`` present (a value not JSON is an error naming the
         key); ``count=False`` leaves ``hits`` and ``misses`` alone."""
         wanted = list(dict.fromkeys(keys))
-        with self._lock, _sqlite_errors(self.path):
-            rows = _select(self._connection(), "judge_cache", wanted)
+        with self._open() as conn:
+            rows = _select(conn, "judge_cache", wanted)
             found = {key: self._decode(key, value) for key, value in rows}
             if count:
                 self.hits += len(found)
@@ -286,13 +307,10 @@ class JudgeCache:
         rows = self._rows(items)
         if not rows:
             return 0
-        with self._lock, _sqlite_errors(self.path):
-            conn = self._connection()
-            with _transaction(conn):
-                conn.executemany(
-                    "INSERT OR REPLACE INTO judge_cache (key, value, created) VALUES (?, ?, ?)",
-                    rows,
-                )
+        with self._open(write=True) as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO judge_cache (key, value, created) VALUES (?, ?, ?)", rows
+            )
             if count:
                 self.writes += len(rows)
         return len(rows)
@@ -314,45 +332,43 @@ class JudgeCache:
     def add_new(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> MergeCounts:
         """Store, in one transaction, the pairs whose key this cache lacks; others keep theirs."""
         rows = self._rows(items)
-        with self._lock, _sqlite_errors(self.path):
-            conn = self._connection()
-            with _transaction(conn):
-                counts = _add_rows(conn, rows)
+        with self._open(write=True) as conn:
+            counts = _add_rows(conn, rows)
             self.writes += counts.added
         return counts
 
     def drop(self, keys: Iterable[str]) -> int:
         """Delete the entries of ``keys`` in one transaction; returns how many there were."""
         wanted = [(key,) for key in dict.fromkeys(keys)]
-        with self._lock, _sqlite_errors(self.path):
-            conn = self._connection()
-            with _transaction(conn):
-                before = conn.total_changes
-                conn.executemany("DELETE FROM judge_cache WHERE key = ?", wanted)
-                return conn.total_changes - before
+        with self._open(write=True) as conn:
+            before = conn.total_changes
+            conn.executemany("DELETE FROM judge_cache WHERE key = ?", wanted)
+            return conn.total_changes - before
 
     def checkpoint(self) -> bool:
         """Move every commit from ``FILE-wal`` into ``FILE``; False when another process's
         open transaction kept part of the WAL."""
-        with self._lock, _sqlite_errors(self.path):
-            busy, _, _ = self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        with self._open() as conn:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         return busy == 0
 
     def __len__(self) -> int:
-        with self._lock, _sqlite_errors(self.path):
-            return self._connection().execute("SELECT COUNT(*) FROM judge_cache").fetchone()[0]
+        with self._open() as conn:
+            return conn.execute("SELECT COUNT(*) FROM judge_cache").fetchone()[0]
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
-        with self._lock, _sqlite_errors(self.path):
-            query = "SELECT 1 FROM judge_cache WHERE key = ?"
-            return self._connection().execute(query, (key,)).fetchone() is not None
+        with self._open() as conn:
+            return (
+                conn.execute("SELECT 1 FROM judge_cache WHERE key = ?", (key,)).fetchone()
+                is not None
+            )
 
     def integrity_check(self) -> bool:
         """SQLite's own consistency check of the whole file."""
-        with self._lock, _sqlite_errors(self.path):
-            result = self._connection().execute("PRAGMA integrity_check").fetchall()
+        with self._open() as conn:
+            result = conn.execute("PRAGMA integrity_check").fetchall()
         return result == [("ok",)]
 
     def stats(self) -> dict[str, int]:
@@ -361,8 +377,7 @@ class JudgeCache:
     def summary(self) -> dict[str, Any]:
         """``entries`` and the ``oldest`` and ``newest`` write times (Unix seconds; None when
         no entry has a numeric one)."""
-        with self._lock, _sqlite_errors(self.path):
-            conn = self._connection()
+        with self._open() as conn:
             entries = conn.execute("SELECT COUNT(*) FROM judge_cache").fetchone()[0]
             oldest, newest = conn.execute(
                 "SELECT MIN(created), MAX(created) FROM judge_cache"
@@ -380,7 +395,7 @@ class JudgeCache:
             raise UDCGInputError("no such cache file", path=path)
         try:
             conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-            conn.text_factory = _text
+            conn.text_factory = _utf8
             try:
                 _check_schema(conn, "main", path, allow_empty=False)
             finally:
@@ -392,13 +407,12 @@ class JudgeCache:
     def merge_from(self, source: str | os.PathLike[str]) -> MergeCounts:
         """Copy into this cache, in one transaction, the entries of the cache file ``source``
         (and of its ``-wal``) whose keys it lacks; a key in both keeps this cache's value. A
-        source entry of no :data:`ENTRY_FORMS` (or a non-numeric write time) is skipped and
+        source entry of no :data:`FORMS` (or a non-numeric write time) is skipped and
         counted as ``invalid``."""
         source = self.check_file(source)
         if source.exists() and self.path.exists() and os.path.samefile(source, self.path):
             raise UDCGInputError("is the destination cache itself", path=source)
-        with self._lock, _sqlite_errors(self.path):
-            conn = self._connection()
+        with self._open() as conn:
             conn.execute("ATTACH DATABASE ? AS source", (str(source),))
             try:
                 with _transaction(conn), _sqlite_errors(source):
@@ -415,7 +429,7 @@ class JudgeCache:
         return counts
 
 
-def _text(data: bytes) -> str | bytes:
+def _utf8(data: bytes) -> str | bytes:
     """A SQLite text as ``str``, or its bytes when not UTF-8 (for the checks to refuse)."""
     try:
         return data.decode("utf-8")
@@ -448,7 +462,7 @@ def _check_schema(conn: sqlite3.Connection, schema: str, path: Path, allow_empty
 
 
 def _valid_row(key: Any, value: Any, created: Any) -> bool:
-    """True for a text key, a value of the :data:`ENTRY_FORMS` as JSON, a finite write time."""
+    """True for a text key, a value of the :data:`FORMS` as JSON, a finite write time."""
     if not isinstance(key, str) or not isinstance(value, str) or isinstance(created, bool):
         return False
     if not isinstance(created, (int, float)) or not math.isfinite(created):
@@ -519,19 +533,3 @@ class MergeCounts:
             self.invalid + other.invalid + len(skipped),
             self.first_invalid or other.first_invalid or (skipped[0] if skipped else None),
         )
-
-
-def finite_json(value: Any) -> bool:
-    """True when ``value`` holds no NaN or infinite float (so it may be cached).
-
-    Examples:
-        >>> finite_json({"a": [1.0, 2]}), finite_json({"a": [1.0, float("nan")]})
-        (True, False)
-    """
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, Mapping):
-        return all(finite_json(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(finite_json(v) for v in value)
-    return True

@@ -21,107 +21,41 @@ from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.judge.base import Judge, OnResult
-from udcg.judge.cache import (
-    JudgeCache,
-    cache_key,
-    canonical_json,
-    finite_json,
-    json_entry,
-    probability_entry,
-    text_entry,
-)
+from udcg.judge.cache import FORMS, JudgeCache, cache_key
 from udcg.judge.requests import MissingResults, Request, Result
-from udcg.judge.structured import JSONResult
 
 
-def encode_value(value: float, upper_bound: bool) -> float | dict[str, Any] | None:
-    """The cached form of a probability: the number, ``{"value": v, "upper_bound": true}`` for
-    an upper bound, or None (not cached) when not in [0, 1].
+class _Commits:
+    """Buffered cache writes, committed together when ``size`` wait, every ``interval`` seconds
+    (a background thread) and at :meth:`close`."""
 
-    Examples:
-        >>> encode_value(0.25, False), encode_value(0.25, True), encode_value(float("nan"), False)
-        (0.25, {'value': 0.25, 'upper_bound': True}, None)
-    """
-    number = float(value)
-    if not 0.0 <= number <= 1.0:  # False for NaN too
-        return None
-    return {"value": number, "upper_bound": True} if upper_bound else number
-
-
-def _encode_json(result: JSONResult, _: bool) -> dict[str, Any] | None:
-    if not result.ok or not finite_json(result.value):
-        return None
-    stored = {"value": result.value, "attempts": result.attempts, "raw": list(result.raw)}
-    try:
-        canonical_json(stored)
-    except (TypeError, ValueError):
-        return None
-    return stored
-
-
-def _decode_json(stored: Any) -> tuple[JSONResult, bool]:
-    value, attempts, raw = json_entry(stored)
-    return JSONResult(value=value, attempts=attempts, raw=raw), False
-
-
-#: operation -> (encode(result, bound) -> cached JSON or None, decode(cached) -> (result, bound))
-_FORMS: dict[str, tuple[Callable[[Any, bool], Any], Callable[[Any], tuple[Any, bool]]]] = {
-    "abstain_prob": (encode_value, probability_entry),
-    "answer_prob": (encode_value, probability_entry),
-    "yes_prob": (encode_value, probability_entry),
-    "generate": (lambda text, _: str(text), lambda stored: (text_entry(stored), False)),
-    "generate_json": (_encode_json, _decode_json),
-}
-
-
-class GroupCommit:
-    """Buffers cache writes and commits them together: when ``size`` wait, every ``interval``
-    seconds (a background thread), and at :meth:`close`.
-
-    Examples:
-        >>> import tempfile
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     cache = JudgeCache(f"{folder}/judge.sqlite")
-        ...     commits = GroupCommit(cache, interval=60)
-        ...     commits.add("key", 0.5)
-        ...     waiting = cache.get("key")
-        ...     commits.close()
-        ...     stored = cache.get("key")
-        ...     cache.close()
-        >>> waiting, stored
-        (None, 0.5)
-    """
-
-    def __init__(self, cache: JudgeCache, interval: float = 0.2, size: int = 256) -> None:
+    def __init__(self, cache: JudgeCache, interval: float, size: int) -> None:
         self.cache, self.size, self.interval = cache, size, interval
-        self._pending: dict[str, Any] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tick, name="udcg-cache-commit", daemon=True)
-        self._thread.start()
+        self.pending: dict[str, Any] = {}
+        self.lock, self.stop = threading.Lock(), threading.Event()
+        self.thread = threading.Thread(target=self._tick, name="udcg-cache-commit", daemon=True)
+        self.thread.start()
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self.stop.wait(self.interval):
             self.flush()
 
     def add(self, key: str, value: Any) -> None:
-        with self._lock:
-            self._pending[key] = value
-            full = len(self._pending) >= self.size
+        with self.lock:
+            self.pending[key] = value
+            full = len(self.pending) >= self.size
         if full:
             self.flush()
 
     def flush(self) -> None:
-        """Commit what waits, in one transaction."""
-        with self._lock:
-            pending, self._pending = self._pending, {}
+        with self.lock:
+            pending, self.pending = self.pending, {}
         if pending:
             self.cache.put_many(pending)
 
     def close(self) -> None:
-        """Stop the background commits and commit what waits."""
-        self._stop.set()
-        self._thread.join()
+        self.stop.set()
+        self.thread.join()
         self.flush()
 
 
@@ -239,6 +173,12 @@ class CachedJudge(Judge):
         every item, hits first."""
         requests = list(requests)
         results: list[Result | None] = [None] * len(requests)
+
+        def done(i: int, value: Any, bound: bool) -> None:
+            results[i] = Result(value, bound)
+            if on_result is not None:
+                on_result(i, value, bound)
+
         found = self.cache.get_many([r.key for r in requests if r.key is not None])
         todo: dict[str, list[int]] = {}
         loose: list[int] = []
@@ -247,14 +187,12 @@ class CachedJudge(Judge):
                 loose.append(i)
             elif request.key in found:
                 try:
-                    value, bound = _FORMS[request.op][1](found[request.key])
+                    hit = FORMS[request.op][1](found[request.key])
                 except ValueError as exc:
                     raise self.cache.bad_entry(
                         request.key, f"not a {request.op} value: {exc}"
                     ) from None
-                results[i] = Result(value, bound)
-                if on_result is not None:
-                    on_result(i, value, bound)
+                done(i, *hit)
             else:
                 todo.setdefault(request.key, []).append(i)
         if self.inner is None and (todo or loose):
@@ -276,22 +214,13 @@ class CachedJudge(Judge):
             self.uncached += len(out)
             for i, result in zip(loose, out, strict=True):
                 results[i] = result
-        if todo:
-            self._run_misses(requests, todo, results, on_result)
-        return results  # type: ignore[return-value]
-
-    def _run_misses(
-        self,
-        requests: list[Request],
-        todo: dict[str, list[int]],
-        results: list[Result | None],
-        on_result: OnResult | None,
-    ) -> None:
+        if not todo:
+            return results  # type: ignore[return-value]
         assert self.inner is not None
         if self._probe_pending:
             self.probe()
         pending = list(todo)
-        committer = GroupCommit(self.cache, self.commit_interval, self.commit_size)
+        commits = _Commits(self.cache, self.commit_interval, self.commit_size)
 
         def record(key: str, value: Any, bound: bool) -> None:
             first = todo[key][0]
@@ -302,15 +231,13 @@ class CachedJudge(Judge):
                 raise TypeError(
                     f"judge {self.name!r} generate() returned {type(value).__name__}, not str"
                 )
-            encoded = _FORMS[op][0](value, bound)
+            encoded = FORMS[op][0](value, bound)
             if encoded is None:
                 self.uncached += 1
             else:
-                committer.add(key, encoded)
+                commits.add(key, encoded)
             for i in todo[key]:
-                results[i] = Result(value, bound)
-                if on_result is not None:
-                    on_result(i, value, bound)
+                done(i, value, bound)
 
         def ask(keys: list[str], sink: OnResult | None) -> None:
             self.inner_calls += 1
@@ -329,6 +256,7 @@ class CachedJudge(Judge):
             else:
                 for start in range(0, len(pending), self.chunk_size):
                     ask(pending[start : start + self.chunk_size], None)
-                    committer.flush()
+                    commits.flush()
         finally:
-            committer.close()
+            commits.close()
+        return results  # type: ignore[return-value]
