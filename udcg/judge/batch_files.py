@@ -32,15 +32,14 @@ from udcg.judge.openai_replies import (
 )
 from udcg.judge.openai_requests import CHAT_PATH, first_token_body, generate_body
 from udcg.judge.prompts import abstain_messages
+from udcg.judge.requests import OPERATIONS as REQUESTS
 from udcg.judge.requests import Request, item_key
 
 #: The ``url`` of every request line: the chat endpoint under the API root ``/v1``.
 BATCH_URL = "/v1" + CHAT_PATH
 #: Judge methods whose calls a batch file can hold, and the argument names of one item.
 OPERATIONS: dict[str, tuple[str, ...]] = {
-    "abstain_prob": ("question", "passage", "mode"),
-    "yes_prob": ("messages",),
-    "generate": ("messages", "max_new_tokens"),
+    op: sum(REQUESTS[op], ()) for op in ("abstain_prob", "yes_prob", "generate")
 }
 #: The most lines the OpenAI Batch API takes in one input file.
 OPENAI_MAX_LINES = 50_000
@@ -90,22 +89,11 @@ def request_body(call: Call, chat: ChatSettings) -> dict[str, Any]:
     return generate_body(chat.model, args["messages"], chat.extra_body, args["max_new_tokens"])
 
 
-def request_line(custom_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """One line of an OpenAI Batch API input file."""
-    return {"custom_id": custom_id, "method": "POST", "url": BATCH_URL, "body": dict(body)}
-
-
 def calls_path(requests: PathType) -> Path:
     """The calls file of a requests file: ``requests.jsonl`` -> ``requests.calls.jsonl``."""
     path = Path(requests)
     stem = path.name.removesuffix(".gz").removesuffix(".jsonl")
     return path.with_name(f"{stem}.calls.jsonl")
-
-
-def part_path(requests: PathType, part: int) -> Path:
-    """Part ``part`` (from 1): ``requests.jsonl`` -> ``requests-001.jsonl``."""
-    path = Path(requests)
-    return path.with_name(f"{path.name.removesuffix('.jsonl')}-{part:03d}.jsonl")
 
 
 def _json_line(value: Any) -> str:
@@ -147,9 +135,10 @@ class RequestWriter:
     def _next_part(self) -> IO[str]:
         if self._part is not None:
             self._part.close()
-        path = self.requests
+        path = self.requests  # with max_lines: part N, requests.jsonl -> requests-00N.jsonl
         if self.max_lines is not None:
-            path = part_path(path, 1 + len(self.paths))
+            part = f"{path.name.removesuffix('.jsonl')}-{1 + len(self.paths):03d}.jsonl"
+            path = path.with_name(part)
         refuse_same_file(path, self.inputs)
         self.paths.append(path)
         self._part = open(path, "w", encoding="utf-8")
@@ -159,7 +148,8 @@ class RequestWriter:
         """One request line and its call line."""
         full = self.max_lines is not None and self.count % self.max_lines == 0
         part = self._next_part() if self._part is None or full else self._part
-        part.write(_json_line(request_line(call.custom_id, body)))
+        line = {"custom_id": call.custom_id, "method": "POST", "url": BATCH_URL, "body": dict(body)}
+        part.write(_json_line(line))
         self._calls.write(_json_line(call.to_json()))
         self.count += 1
 
@@ -263,8 +253,19 @@ class ResultLine:
     error: str | None = None
 
 
-def result_of(obj: Any) -> tuple[str | None, Any, str | None]:
-    """``(custom_id, body, error)`` of one parsed result line; ``error``: why it is unusable."""
+def read_results(path: PathType) -> Iterator[ResultLine]:
+    """Every non-blank line of a batch output file as a :class:`ResultLine`."""
+    for number, text in numbered_lines(path):
+        if text.strip():
+            yield ResultLine(str(path), number, *_result(text))
+
+
+def _result(text: str) -> tuple[str | None, Any, str | None]:
+    """``(custom_id, body, error)`` of one result line; ``error``: why it is unusable."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return None, None, f"not valid JSON ({exc})"
     if not isinstance(obj, dict):
         return None, None, f"expected a result object, got {type(obj).__name__}"
     custom_id = obj.get("custom_id")
@@ -281,21 +282,6 @@ def result_of(obj: Any) -> tuple[str | None, Any, str | None]:
     if not isinstance(body, dict):
         return custom_id, None, "status 200 without a 'body' object"
     return custom_id, body, None
-
-
-def read_results(path: PathType) -> Iterator[ResultLine]:
-    """Every non-blank line of a batch output file as a :class:`ResultLine` (not JSON: one
-    with an error)."""
-    for number, text in numbered_lines(path):
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            yield ResultLine(str(path), number, None, error=f"not valid JSON ({exc})")
-            continue
-        custom_id, body, error = result_of(obj)
-        yield ResultLine(str(path), number, custom_id, body, error)
 
 
 def reply_value(
@@ -402,11 +388,9 @@ __all__ = [
     "Result",
     "ResultLine",
     "calls_path",
-    "part_path",
     "read_batch",
     "read_calls",
     "read_results",
     "reply_value",
     "request_body",
-    "request_line",
 ]

@@ -25,19 +25,19 @@ from udcg.judge.cache import FORMS, JudgeCache, cache_key
 from udcg.judge.requests import MissingResults, Request, Result
 
 
-class _Commits:
+class _Commits(threading.Thread):
     """Buffered cache writes, committed together when ``size`` wait, every ``interval`` seconds
-    (a background thread) and at :meth:`close`."""
+    (this thread, started at once) and at :meth:`close`."""
 
     def __init__(self, cache: JudgeCache, interval: float, size: int) -> None:
+        super().__init__(name="udcg-cache-commit", daemon=True)
         self.cache, self.size, self.interval = cache, size, interval
         self.pending: dict[str, Any] = {}
-        self.lock, self.stop = threading.Lock(), threading.Event()
-        self.thread = threading.Thread(target=self._tick, name="udcg-cache-commit", daemon=True)
-        self.thread.start()
+        self.lock, self.stopped = threading.Lock(), threading.Event()
+        self.start()
 
-    def _tick(self) -> None:
-        while not self.stop.wait(self.interval):
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
             self.flush()
 
     def add(self, key: str, value: Any) -> None:
@@ -54,8 +54,8 @@ class _Commits:
             self.cache.put_many(pending)
 
     def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
+        self.stopped.set()
+        self.join()
         self.flush()
 
 
