@@ -183,10 +183,9 @@ def _args_problem(operation: str, args: Mapping[str, Any]) -> str | None:
             return "question and passage must be strings"
         if args["mode"] not in ABSTAIN_MODES:
             return f"mode must be one of {', '.join(ABSTAIN_MODES)}"
-        return None
-    if not _messages(args["messages"]):
+    elif not _messages(args["messages"]):
         return "messages must be a list of {'role': str, 'content': str}"
-    if operation == "generate":
+    elif operation == "generate":
         limit = args["max_new_tokens"]
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             return "max_new_tokens must be an integer >= 1"
@@ -373,24 +372,3 @@ def read_batch(
                     )
                 batch.duplicates += 1
     return batch
-
-
-__all__ = [
-    "ABSTAIN_MODES",
-    "BATCH_URL",
-    "OPENAI_MAX_LINES",
-    "OPERATIONS",
-    "BatchResults",
-    "Call",
-    "ChatSettings",
-    "ReplyError",
-    "RequestWriter",
-    "Result",
-    "ResultLine",
-    "calls_path",
-    "read_batch",
-    "read_calls",
-    "read_results",
-    "reply_value",
-    "request_body",
-]

@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,9 +104,8 @@ def _probability(stored: Any) -> tuple[float, bool]:
 
 def _store_probability(value: float, upper_bound: bool) -> float | dict[str, Any] | None:
     number = float(value)
-    if not 0.0 <= number <= 1.0:  # False for NaN too
-        return None
-    return {"value": number, "upper_bound": True} if upper_bound else number
+    stored = {"value": number, "upper_bound": True} if upper_bound else number
+    return stored if 0.0 <= number <= 1.0 else None  # NaN: not stored
 
 
 def _text(stored: Any) -> tuple[str, bool]:
@@ -394,12 +393,9 @@ class JudgeCache:
         if not path.is_file():
             raise UDCGInputError("no such cache file", path=path)
         try:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-            conn.text_factory = _utf8
-            try:
+            with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+                conn.text_factory = _utf8
                 _check_schema(conn, "main", path, allow_empty=False)
-            finally:
-                conn.close()
         except _SQLITE_ERRORS as exc:
             raise UDCGInputError(f"not a judge cache ({exc})", path=path) from None
         return path
