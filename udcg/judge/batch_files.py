@@ -81,12 +81,11 @@ class ChatSettings:
 def request_body(call: Call, chat: ChatSettings) -> dict[str, Any]:
     """The body of ``call``'s chat completion, the one the online backend posts."""
     args = call.args
+    if call.operation == "generate":
+        return generate_body(chat.model, args["messages"], chat.extra_body, args["max_new_tokens"])
     if call.operation == "abstain_prob":
-        messages = abstain_messages(args["question"], args["passage"])
-        return first_token_body(chat.model, messages, chat.extra_body, chat.top_logprobs)
-    if call.operation == "yes_prob":
-        return first_token_body(chat.model, args["messages"], chat.extra_body, chat.top_logprobs)
-    return generate_body(chat.model, args["messages"], chat.extra_body, args["max_new_tokens"])
+        args = {"messages": abstain_messages(args["question"], args["passage"])}
+    return first_token_body(chat.model, args["messages"], chat.extra_body, chat.top_logprobs)
 
 
 def calls_path(requests: PathType) -> Path:

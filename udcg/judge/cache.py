@@ -277,23 +277,21 @@ class JudgeCache:
     def get_many(self, keys: Iterable[str], count: bool = True) -> dict[str, Any]:
         """The decoded values of the ``keys`` present (a value not JSON is an error naming the
         key); ``count=False`` leaves ``hits`` and ``misses`` alone."""
-        wanted = list(dict.fromkeys(keys))
+        wanted, found = list(dict.fromkeys(keys)), {}
         with self._open() as conn:
-            rows = _select(conn, "judge_cache", wanted)
-            found = {key: self._decode(key, value) for key, value in rows}
+            for key, value in _select(conn, "judge_cache", wanted):
+                if not isinstance(value, str):
+                    kind = type(value).__name__
+                    raise self.bad_entry(key, f"value is SQLite {kind}, not JSON text")
+                try:
+                    found[key] = json.loads(value)
+                except (ValueError, RecursionError):
+                    shown = value if len(value) <= 60 else value[:60] + "..."
+                    raise self.bad_entry(key, f"value {shown!r} is not JSON") from None
             if count:
                 self.hits += len(found)
                 self.misses += len(wanted) - len(found)
         return found
-
-    def _decode(self, key: str, value: Any) -> Any:
-        if not isinstance(value, str):
-            raise self.bad_entry(key, f"value is SQLite {type(value).__name__}, not JSON text")
-        try:
-            return json.loads(value)
-        except (ValueError, RecursionError):
-            shown = value if len(value) <= 60 else value[:60] + "..."
-            raise self.bad_entry(key, f"value {shown!r} is not JSON") from None
 
     def get(self, key: str, default: Any = None, count: bool = True) -> Any:
         return self.get_many([key], count).get(key, default)
@@ -356,19 +354,16 @@ class JudgeCache:
             return conn.execute("SELECT COUNT(*) FROM judge_cache").fetchone()[0]
 
     def __contains__(self, key: object) -> bool:
+        query = "SELECT 1 FROM judge_cache WHERE key = ?"
         if not isinstance(key, str):
             return False
         with self._open() as conn:
-            return (
-                conn.execute("SELECT 1 FROM judge_cache WHERE key = ?", (key,)).fetchone()
-                is not None
-            )
+            return conn.execute(query, (key,)).fetchone() is not None
 
     def integrity_check(self) -> bool:
         """SQLite's own consistency check of the whole file."""
         with self._open() as conn:
-            result = conn.execute("PRAGMA integrity_check").fetchall()
-        return result == [("ok",)]
+            return conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "writes": self.writes}
