@@ -18,7 +18,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.judge.prompts import Messages
-from udcg.judge.requests import Request, Result, calls, column, make_request
+from udcg.judge.requests import OPERATIONS, Request, Result, calls, column, make_request
 from udcg.judge.structured import JSONResult, generate_json
 
 AbstainMode = Literal["first_token", "sequence"]
@@ -96,18 +96,6 @@ class Judge(ABC):
     def probe(self) -> None:  # noqa: B027 (a hook: in-process backends have nothing to check)
         """Check in seconds that the judge can answer; raises UDCGInputError when not."""
 
-    def _requests(
-        self, op: str, items: list[dict[str, Any]], params: dict[str, Any]
-    ) -> list[Request]:
-        if not items:
-            return []
-        settings = self.key_settings(op)
-        return [make_request(op, item, params, self.fingerprint, settings) for item in items]
-
-    def _layered(self) -> bool:
-        """Whether the operations come from this class (``run`` or ``compute`` overridden)."""
-        return type(self).run is not Judge.run or type(self).compute is not Judge.compute
-
     def run(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[Result]:
         """One :class:`~udcg.judge.requests.Result` per request, in order, computed call by
         call (operation and parameters) by :meth:`compute`."""
@@ -137,32 +125,42 @@ class Judge(ABC):
         :class:`JudgeValues`, strs for ``generate``, :class:`JSONResult` for ``generate_json``
         (default: :func:`~udcg.judge.structured.generate_json` over ``generate``). By default
         the operation's own method."""
-        params = dict(requests[0].params)
-        stream = {} if on_result is None else {"on_result": on_result}
-        if op in ("abstain_prob", "answer_prob"):
-            questions, passages = column(requests, "question"), column(requests, "passage")
-            if op == "abstain_prob":
-                return self.abstain_prob(questions, passages, params["mode"], **stream)
-            return self.answer_prob(questions, passages, column(requests, "answers"), **stream)
-        messages = column(requests, "messages")
-        if op == "yes_prob":
-            return self.yes_prob(messages, **stream)
-        if op == "generate":
-            return self.generate(messages, params["max_new_tokens"], **stream)
+        names, keys = OPERATIONS[op]
+        params, inputs = dict(requests[0].params), [column(requests, n) for n in names]
+        if op != "generate_json":
+            stream = {} if on_result is None else {"on_result": on_result}
+            return getattr(self, op)(*inputs, *(params[k] for k in keys), **stream)
         schema = params.pop("schema", None)
         if type(self).generate_json is Judge.generate_json:
-            return generate_json(self, messages, **params)
-        extra = {} if schema is None else {"schema": schema}
-        return self.generate_json(messages, **params, **extra)
+            return generate_json(self, *inputs, **params)
+        return self.generate_json(
+            *inputs, **params, **({} if schema is None else {"schema": schema})
+        )
 
-    def _unimplemented(self, op: str) -> NotImplementedError:
-        return NotImplementedError(f"{type(self).__name__} implements neither {op} nor run")
+    def _layered(self, op: str) -> bool:
+        """Whether the operations come from this class (``run`` or ``compute`` overridden); if
+        not, False for ``generate_json`` (it falls back on ``generate``), else raises."""
+        if type(self).run is not Judge.run or type(self).compute is not Judge.compute:
+            return True
+        if op == "answer_prob":
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot compute answer likelihoods (it does not expose "
+                "teacher-forced token log-probs); use the local transformers backend"
+            )
+        if op != "generate_json":
+            raise NotImplementedError(f"{type(self).__name__} implements neither {op} nor run")
+        return False
 
-    def _run(self, requests: list[Request], on_result: OnResult | None) -> list[Result]:
+    def _run(
+        self, op: str, items: list[Any], params: dict[str, Any], on_result: OnResult | None = None
+    ) -> list[Result]:
+        """:meth:`run` over the requests of ``items`` of ``op``."""
+        settings = self.key_settings(op) if items else {}
+        requests = [make_request(op, item, params, self.fingerprint, settings) for item in items]
         return self.run(requests, **({} if on_result is None else {"on_result": on_result}))
 
-    def _run_values(self, requests: list[Request], on_result: OnResult | None) -> JudgeValues:
-        results = self._run(requests, on_result)
+    def _run_values(self, *args: Any) -> JudgeValues:
+        results = self._run(*args)
         return judge_values([r.value for r in results], [r.upper_bound for r in results])
 
     def abstain_prob(
@@ -176,8 +174,7 @@ class Judge(ABC):
         """P(abstain) per (question, passage) pair under the reference prompt: ``first_token``
         the softmax probability of NO-RESPONSE's first token, ``sequence`` the product of its
         tokens' teacher-forced probabilities."""
-        if not self._layered():
-            raise self._unimplemented("abstain_prob")
+        self._layered("abstain_prob")
         questions, passages = list(questions), list(passages)
         if len(questions) != len(passages):
             raise UDCGInputError(
@@ -185,7 +182,7 @@ class Judge(ABC):
                 f" and {len(passages)} passages"
             )
         items = [{"question": q, "passage": p} for q, p in zip(questions, passages, strict=True)]
-        return self._run_values(self._requests("abstain_prob", items, {"mode": mode}), on_result)
+        return self._run_values("abstain_prob", items, {"mode": mode}, on_result)
 
     def answer_prob(
         self,
@@ -203,11 +200,7 @@ class Judge(ABC):
 
         ``answers[i]`` must not be empty. Backends without teacher-forced log-probs raise
         NotImplementedError."""
-        if not self._layered():
-            raise NotImplementedError(
-                f"{type(self).__name__} cannot compute answer likelihoods (it does not expose "
-                "teacher-forced token log-probs); use the local transformers backend"
-            )
+        self._layered("answer_prob")
         if isinstance(questions, str) or isinstance(passages, str):
             raise UDCGInputError("expected sequences of strings, got a single string")
         questions, passages = list(questions), list(passages)
@@ -232,16 +225,14 @@ class Judge(ABC):
             {"question": q, "passage": p, "answers": list(a)}
             for q, p, a in zip(questions, passages, answers, strict=True)
         ]
-        return self._run_values(self._requests("answer_prob", items, {}), on_result)
+        return self._run_values("answer_prob", items, {}, on_result)
 
     def yes_prob(
         self, prompts: Sequence[Messages], *, on_result: OnResult | None = None
     ) -> np.ndarray:
         """P(Yes) / (P(Yes) + P(No)) of the first answer token, read from log-probs."""
-        if not self._layered():
-            raise self._unimplemented("yes_prob")
-        items = [{"messages": list(m)} for m in prompts]
-        return self._run_values(self._requests("yes_prob", items, {}), on_result)
+        self._layered("yes_prob")
+        return self._run_values("yes_prob", [{"messages": list(m)} for m in prompts], {}, on_result)
 
     def generate(
         self,
@@ -251,11 +242,10 @@ class Judge(ABC):
         on_result: OnResult | None = None,
     ) -> list[str]:
         """Greedy completions."""
-        if not self._layered():
-            raise self._unimplemented("generate")
+        self._layered("generate")
         items = [{"messages": list(m)} for m in prompts]
-        requests = self._requests("generate", items, {"max_new_tokens": int(max_new_tokens)})
-        texts = [r.value for r in self._run(requests, on_result)]
+        params = {"max_new_tokens": int(max_new_tokens)}
+        texts = [r.value for r in self._run("generate", items, params, on_result)]
         for text in texts:
             if not isinstance(text, str):
                 raise TypeError(
@@ -275,10 +265,10 @@ class Judge(ABC):
         """Completions parsed and validated as JSON, failures returned, never raised (see
         :func:`udcg.judge.structured.generate_json`); ``schema`` (a JSON schema) lets a server
         constrain its output, other backends ignore it."""
-        if not self._layered():
+        if not self._layered("generate_json"):
             return generate_json(self, prompts, validate, max_new_tokens, retries)
         params = dict(validate=validate, max_new_tokens=int(max_new_tokens), retries=int(retries))
         if schema is not None:
             params["schema"] = schema
         items = [{"messages": list(m)} for m in prompts]
-        return [r.value for r in self.run(self._requests("generate_json", items, params))]
+        return [r.value for r in self._run("generate_json", items, params)]
