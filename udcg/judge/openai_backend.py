@@ -12,6 +12,7 @@ fingerprint, retries and timeouts: docs/integrity.md.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import warnings
@@ -45,7 +46,6 @@ from udcg.judge.openai_requests import (
     generate_body,
     json_response_format,
 )
-from udcg.judge.openai_tokenizer import first_token_text
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
 from udcg.judge.requests import Request, column
 from udcg.judge.structured import Completions, generate_json
@@ -56,6 +56,7 @@ __all__ = ["JudgeServerError", "OpenAIJudge"]
 R = TypeVar("R")
 T = TypeVar("T")
 
+_LOCK = threading.Lock()  # of the judges' lazy state (a lock attribute would not pickle)
 PROBE_TIMEOUT = 5.0  # seconds :meth:`OpenAIJudge.probe` waits
 #: Largest log-prob difference of the chat reply's top first token in the echo reply.
 ECHO_AGREEMENT = 0.05
@@ -137,7 +138,7 @@ class OpenAIJudge(Judge):
             deadline=deadline,
         )
         self.model = model
-        self.base_url, self._api, self._root = split_base_url(base_url)
+        self.base_url, self._root = split_base_url(base_url)
         self.name = name or model
         self.abstain_token = abstain_token
         self.top_logprobs = int(top_logprobs)
@@ -155,9 +156,8 @@ class OpenAIJudge(Judge):
         }
         settings = {k: v for k, v in settings.items() if v is not None}
         self.fingerprint = "openai:" + canonical_json(settings)
-        self._lock = threading.Lock()
         self._template: Any = None
-        self._resolved_abstain_token: str | None = None
+        self._server_token: str | None = None
         self._server_token_asked = False
         self._structured = structured_output == "auto"  # False once the server refused it
         self._echo = self.scores_continuations  # False once the server could not echo
@@ -172,12 +172,7 @@ class OpenAIJudge(Judge):
         return f"OpenAIJudge(model={self.model!r}, base_url={self.base_url!r}, name={self.name!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_template")}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._template = None
+        return {**self.__dict__, "_template": None}
 
     def close(self) -> None:
         """Nothing to release: every call closes its own connections."""
@@ -188,10 +183,18 @@ class OpenAIJudge(Judge):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _warn_once(self, kind: str, message: str, category: type[Warning], stacklevel: int) -> None:
+        """``message`` as a warning, the first time of its ``kind`` for this judge."""
+        with _LOCK:
+            first = kind not in self._warned
+            self._warned.add(kind)
+        if first:
+            warnings.warn(message, category, stacklevel=stacklevel + 1)
+
     def probe(self, timeout: float = PROBE_TIMEOUT) -> None:
         """One GET of ``/v1/models`` within ``timeout`` seconds, never retried; no answer, or
         HTTP 401/403, is a one-line error naming the URL."""
-        url = self._api + "/models"
+        url = self.base_url + "/models"
         try:
             status = self.http.get(url, min(timeout, self.http.timeout)).status_code
         except JudgeServerError as exc:
@@ -213,7 +216,7 @@ class OpenAIJudge(Judge):
             raise self.http.error(f"{where}: {exc}") from None
 
     async def _first_token_logprobs(self, messages: Messages) -> dict[str, float]:
-        url = self._api + CHAT_PATH
+        url = self.base_url + CHAT_PATH
         body = first_token_body(self.model, messages, self.extra_body, self.top_logprobs)
         choice = self._read(url, first_choice, await self.http.apost(url, body))
         return self._read(url, first_token_logprobs, choice)
@@ -237,9 +240,8 @@ class OpenAIJudge(Judge):
         deliver = None if on_result is None else lambda i, r: on_result(i, r[0], r[1])
         results = self.http.map(counted, items, deliver)
         values = judge_values([v for v, _ in results], [b for _, b in results])
-        if values.upper_bound.any() and kind not in self._warned:
-            self._warned.add(kind)
-            warnings.warn(BOUND_WARNINGS[kind], stacklevel=3)
+        if values.upper_bound.any():
+            self._warn_once(kind, BOUND_WARNINGS[kind], UserWarning, stacklevel=2)
         return values
 
     def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
@@ -256,11 +258,12 @@ class OpenAIJudge(Judge):
             args = params["validate"], params["max_new_tokens"], params["retries"]
             return generate_json(ask, column(requests, "messages"), *args)
         if op == "yes_prob":
-            return self._yes(column(requests, "messages"), on_result)
-        questions, passages = column(requests, "question"), column(requests, "passage")
+            return self._bounded(self._yes, column(requests, "messages"), "yes_no_bound", on_result)
+        pairs = list(zip(column(requests, "question"), column(requests, "passage"), strict=True))
         if op == "abstain_prob":
-            return self._abstain(questions, passages, params["mode"], on_result)
-        return self._answer(questions, passages, column(requests, "answers"), on_result)
+            one = functools.partial(self._abstain, self._abstain_marker(params["mode"]))
+            return self._bounded(one, pairs, "abstain_bound", on_result)
+        return self._answer(pairs, column(requests, "answers"), on_result)
 
     def _generate(
         self,
@@ -271,7 +274,7 @@ class OpenAIJudge(Judge):
     ) -> list[str]:
         """Greedy completions, with ``response_format`` until the server refuses it."""
         max_new_tokens = positive_int(max_new_tokens, "max_new_tokens")
-        url = self._api + CHAT_PATH
+        url = self.base_url + CHAT_PATH
 
         async def one(i: int, messages: Messages) -> str:
             body = generate_body(self.model, messages, self.extra_body, max_new_tokens)
@@ -292,18 +295,13 @@ class OpenAIJudge(Judge):
         deliver = None if on_result is None else lambda i, text: on_result(i, text, False)
         return self.http.map(one, list(prompts), deliver)
 
-    def _yes(self, prompts: Sequence[Messages], on_result: OnResult | None) -> JudgeValues:
-        url = self._api + CHAT_PATH
+    async def _yes(self, i: int, messages: Messages) -> tuple[float, bool]:
+        top = await self._first_token_logprobs(messages)
+        where = f"{self.base_url}{CHAT_PATH}: item {i}"
+        return self._read(where, yes_ratio, top, self.top_logprobs)
 
-        async def one(i: int, messages: Messages) -> tuple[float, bool]:
-            top = await self._first_token_logprobs(messages)
-            return self._read(f"{url}: item {i}", yes_ratio, top, self.top_logprobs)
-
-        return self._bounded(one, list(prompts), "yes_no_bound", on_result)
-
-    def _abstain(
-        self, questions: list[str], passages: list[str], mode: str, on_result: OnResult | None
-    ) -> JudgeValues:
+    def _abstain_marker(self, mode: str) -> str:
+        """:meth:`abstain_token_text`, once ``mode`` is checked."""
         if mode == "sequence":
             raise NotImplementedError(
                 "OpenAIJudge cannot compute abstain_prob(mode='sequence'): it needs the"
@@ -312,37 +310,28 @@ class OpenAIJudge(Judge):
             )
         if mode != "first_token":
             raise UDCGInputError(f"must be 'first_token' or 'sequence', got {mode!r}", field="mode")
-        marker = self.abstain_token_text()
+        return self.abstain_token_text()
 
-        async def one(i: int, pair: tuple[str, str]) -> tuple[float, bool]:
-            messages = abstain_messages(*pair)
-            top = await self._first_token_logprobs(messages)
-            value, bound = token_prob(top, marker)
-            if bound and self._echo:
-                exact = await self._token_after(messages, marker, top, i)
-                if exact is not None:
-                    return exact, False
-            return value, bound
-
-        pairs = list(zip(questions, passages, strict=True))
-        return self._bounded(one, pairs, "abstain_bound", on_result)
+    async def _abstain(self, marker: str, i: int, pair: tuple[str, str]) -> tuple[float, bool]:
+        messages = abstain_messages(*pair)
+        top = await self._first_token_logprobs(messages)
+        value, bound = token_prob(top, marker)
+        if bound and self._echo:
+            exact = await self._token_after(messages, marker, top, i)
+            if exact is not None:
+                return exact, False
+        return value, bound
 
     def _answer(
-        self,
-        questions: list[str],
-        passages: list[str],
-        answers: list[list[str]],
-        on_result: OnResult | None,
+        self, pairs: list[tuple[str, str]], answers: list[list[str]], on_result: OnResult | None
     ) -> np.ndarray:
         """Max over answers of exp(mean echoed log-prob of the answer's tokens); pair i is
         streamed once all its answers are read."""
-        prompts = [
-            self._render(abstain_messages(q, p)) for q, p in zip(questions, passages, strict=True)
-        ]
+        prompts = [self._render(abstain_messages(q, p)) for q, p in pairs]
         flat = [(i, a) for i, options in enumerate(answers) for a in dict.fromkeys(options)]
-        best = np.zeros(len(questions), dtype=np.float64)
+        best = np.zeros(len(pairs), dtype=np.float64)
         left = Counter(i for i, _ in flat)
-        url = self._api + COMPLETIONS_PATH
+        url = self.base_url + COMPLETIONS_PATH
 
         async def one(k: int, item: tuple[int, str]) -> float:
             prompt, answer = prompts[item[0]], item[1]
@@ -371,7 +360,7 @@ class OpenAIJudge(Judge):
                 "for /v1/completions (the server's own template cannot be asked for): pass "
                 "template_tokenizer='<transformers id or path of the served model>'"
             )
-        with self._lock:
+        with _LOCK:
             if self._template is None:
                 from transformers import AutoTokenizer
 
@@ -392,7 +381,7 @@ class OpenAIJudge(Judge):
         plus ``token``; None (keep the bound) when it is not one token, disagrees with the chat
         reply's ``top`` or the server cannot echo (then never asked again)."""
         prompt = self._render(messages)
-        url = self._api + COMPLETIONS_PATH
+        url = self.base_url + COMPLETIONS_PATH
         try:
             reply = await self.http.apost(
                 url, echo_body(self.model, prompt + token, self.extra_body)
@@ -432,15 +421,11 @@ class OpenAIJudge(Judge):
     def server_abstain_token(self) -> str | None:
         """The first token of NO-RESPONSE per the server's tokenizer, asked once per judge
         after a :meth:`probe`; None when no tokenizer endpoint says."""
-        with self._lock:
-            if self._server_token_asked:
-                return self._resolved_abstain_token
-        self.probe()
-        text = first_token_text(self.http, self._root, self.model, ABSTAIN_MARKER)
-        with self._lock:
+        if not self._server_token_asked:
+            self.probe()
+            self._server_token = _first_token_text(self.http, self._root, self.model)
             self._server_token_asked = True
-            self._resolved_abstain_token = text
-        return text
+        return self._server_token
 
     def abstain_token_text(self) -> str:
         """``abstain_token``, else :meth:`server_abstain_token`, else ``"NO"`` (warned once)."""
@@ -449,15 +434,53 @@ class OpenAIJudge(Judge):
         resolved = self.server_abstain_token()
         if resolved is not None:
             return resolved
-        with self._lock:
-            first = "assumed" not in self._warned
-            self._warned.add("assumed")
-        if first:
-            warnings.warn(
-                f"{self._root}: no tokenizer endpoint answered (/tokenize, /extras/tokenize);"
-                f" assuming the first token of {ABSTAIN_MARKER} is 'NO' (pass abstain_token to"
-                " set it); values computed with it are cached under that token",
-                UDCGWarning,
-                stacklevel=3,
-            )
+        self._warn_once(
+            "assumed",
+            f"{self._root}: no tokenizer endpoint answered (/tokenize, /extras/tokenize);"
+            f" assuming the first token of {ABSTAIN_MARKER} is 'NO' (pass abstain_token to"
+            " set it); values computed with it are cached under that token",
+            UDCGWarning,
+            stacklevel=3,
+        )
         return "NO"
+
+
+def _token_ids(reply: Any) -> list[int] | None:
+    """The ids of a tokenize reply (``{"tokens": [id or {"id": id}, ...]}``), or None."""
+    tokens = reply.get("tokens") if isinstance(reply, dict) else None
+    if not isinstance(tokens, list):
+        return None
+    ids = [token.get("id") if isinstance(token, dict) else token for token in tokens]
+    return ids if all(isinstance(i, int) and not isinstance(i, bool) for i in ids) else None
+
+
+def _first_token_text(http: JudgeHTTPClient, root: str, model: str) -> str | None:
+    """The first token of NO-RESPONSE per the tokenizer at the server ``root`` (``/tokenize``,
+    ``/detokenize``: vLLM, llama-server; ``/extras/...``: llama-cpp-python), or None; requests
+    are retried as any, an endpoint that still fails is skipped."""
+
+    def ask(path: str, body: Mapping[str, Any]) -> Any:
+        try:
+            return http.post(root + path, body)
+        except JudgeServerError:
+            return None
+
+    flags = {"add_special_tokens": False, "add_special": False}
+    styles: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
+        # vLLM (prompt, add_special_tokens) and llama.cpp's llama-server (content, add_special)
+        ("", lambda s: {"model": model, "prompt": s, "content": s, **flags}),
+        # llama-cpp-python (always adds BOS: stripped below as the prefix of "")
+        ("/extras", lambda s: {"model": model, "input": s}),
+    ]
+    for where, body in styles:
+        ids = _token_ids(ask(where + "/tokenize", body(ABSTAIN_MARKER)))
+        prefix = _token_ids(ask(where + "/tokenize", body(""))) if ids else None
+        if not ids or prefix is None:
+            continue
+        if ids[: len(prefix)] == prefix:
+            ids = ids[len(prefix) :]
+        reply = ask(where + "/detokenize", {"model": model, "tokens": ids[:1]}) if ids else None
+        for field in ("prompt", "content", "text"):
+            if isinstance(reply, dict) and isinstance(reply.get(field), str) and reply[field]:
+                return reply[field]
+    return None

@@ -24,8 +24,7 @@ import time
 import urllib.parse
 import warnings
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -40,6 +39,9 @@ _ERRNO = re.compile(r"^\[Errno -?\d+\]")
 _SNIPPET = 300
 _POLL = 0.5  # seconds the calling thread waits for an event before checking again
 _BATCH = 0.01  # seconds it lets events gather before handling them together
+_STATS_LOCK = threading.Lock()  # of every client's ``stats`` (a lock attribute would not pickle)
+#: The SDK client lent to the current task (one request at a time).
+_CLIENT: contextvars.ContextVar[_SDKClient] = contextvars.ContextVar("udcg_judge_client")
 
 
 class JudgeServerError(UDCGServiceError):
@@ -58,8 +60,8 @@ def snippet(text: str) -> str:
     return text if len(text) <= _SNIPPET else text[:_SNIPPET] + "..."
 
 
-def split_base_url(base_url: str) -> tuple[str, str, str]:
-    """(display URL, API base, server root) of ``base_url``; ``/v1`` added without a path."""
+def split_base_url(base_url: str) -> tuple[str, str]:
+    """(API base, server root) of ``base_url``; ``/v1`` added without a path."""
     example = "an http(s) URL such as http://127.0.0.1:8000/v1"
     try:
         parts = urllib.parse.urlsplit(base_url.strip())
@@ -81,8 +83,7 @@ def split_base_url(base_url: str) -> tuple[str, str, str]:
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     origin = f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
     path = parts.path.rstrip("/")
-    api, root = origin + (path or "/v1"), origin + path.removesuffix("/v1")
-    return api, api, root
+    return origin + (path or "/v1"), origin + path.removesuffix("/v1")
 
 
 def transport_reason(exc: BaseException) -> str:
@@ -127,60 +128,52 @@ def _tls() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-@dataclass
-class Attempts:
-    """The attempts of one request to ``url``, due by ``end`` (monotonic), and why the last
-    failed."""
-
-    url: str
-    end: float
-    count: int = 0
-    last: str = "timed out"  # until an attempt fails otherwise
-
-
-# The current task's SDK client, its request under way, and where retry notices go.
-_CLIENT: contextvars.ContextVar[_SDKClient] = contextvars.ContextVar("udcg_judge_client")
-_REQUEST: contextvars.ContextVar[Attempts] = contextvars.ContextVar("udcg_judge_request")
-_NOTICE: contextvars.ContextVar[Callable[[int, str], None]] = contextvars.ContextVar(
-    "udcg_judge_notice"
-)
-
-
 class _SDKClient(openai.AsyncOpenAI):
-    """``AsyncOpenAI`` counting attempts in ``owner.stats``, its retries waiting as ``owner``
-    says, announced, within the request's deadline."""
+    """``AsyncOpenAI`` lent to one request at a time: it counts the attempts of the request to
+    ``url`` due by ``end`` (monotonic), keeps why the ``last`` failed, and waits before each
+    retry as ``owner`` says, announced to ``notice``, within the deadline."""
 
-    def __init__(self, owner: JudgeHTTPClient, **options: Any) -> None:
+    def __init__(
+        self, owner: JudgeHTTPClient, notice: Callable[[int, str], None], **options: Any
+    ) -> None:
         super().__init__(**options)
-        self.owner = owner
+        self.owner, self.notice = owner, notice
+        self.start("", math.inf)
+
+    def start(self, url: str, end: float) -> None:
+        self.url, self.end, self.count, self.last = url, end, 0, "timed out"
+
+    def give_up(self, deadline: bool = False) -> JudgeServerError:
+        """The request's error: no reply by its deadline, or none after its last attempt."""
+        why = (
+            f"no usable reply within the deadline of {self.owner.deadline:g} s"
+            f" ({self.count} attempt(s))"
+            if deadline
+            else f"server unreachable or failing after {self.count} attempt(s)"
+        )
+        return self.owner.error(f"{self.url}: {why}: {self.last}")
 
     async def _prepare_request(self, request: Any) -> None:
         self.owner.count("requests")
-        attempts = _REQUEST.get(None)
-        if attempts is not None:
-            attempts.count += 1
+        self.count += 1
 
     def _calculate_retry_timeout(
         self, remaining_retries: int, options: Any, response_headers: Any = None
     ) -> float:
         # called by the SDK before each retry's wait, in the ``except`` clause of the failure
-        attempts = _REQUEST.get()
-        attempts.last = failure(sys.exc_info()[1], self.owner.timeout)
+        self.last = failure(sys.exc_info()[1], self.owner.timeout)
         total = options.get_max_retries(self.max_retries) + 1
-        owner = self.owner
-        wait = owner.wait(
+        wait = self.owner.wait(
             total - 1 - remaining_retries, self._parse_retry_after_header(response_headers)
         )
-        if time.monotonic() + wait >= attempts.end:
-            raise owner.deadline_error(attempts)
-        owner.count("retries")
-        notice = _NOTICE.get(None)
-        if notice is not None:
-            notice(
-                attempts.count,
-                f"{attempts.url}: attempt {attempts.count} of {total} failed ({attempts.last});"
-                f" next attempt in {wait:.2g} s",
-            )
+        if time.monotonic() + wait >= self.end:
+            raise self.give_up(deadline=True)
+        self.owner.count("retries")
+        self.notice(
+            self.count,
+            f"{self.url}: attempt {self.count} of {total} failed ({self.last});"
+            f" next attempt in {wait:.2g} s",
+        )
         return wait
 
 
@@ -217,18 +210,10 @@ class JudgeHTTPClient:
         self.connect_timeout = seconds(connect_timeout, "connect_timeout")
         self.deadline = seconds(deadline, "deadline")
         self.stats: Counter[str] = Counter()
-        self._stats_lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_stats_lock"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._stats_lock = threading.Lock()
 
     def count(self, what: str, n: int = 1) -> None:
         """Add ``n`` to ``stats[what]`` (thread-safe)."""
-        with self._stats_lock:
+        with _STATS_LOCK:
             self.stats[what] += n
 
     def error(self, message: str, status: int | None = None, reply: str = "") -> JudgeServerError:
@@ -245,113 +230,28 @@ class JudgeHTTPClient:
             asked = self.backoff * 2**retry * random.uniform(0.5, 1.5)
         return min(self.max_backoff, max(0.0, asked))
 
-    def deadline_error(self, attempts: Attempts) -> JudgeServerError:
-        return self.error(
-            f"{attempts.url}: no usable reply within the deadline of {self.deadline:g} s "
-            f"({attempts.count} attempt(s)): {attempts.last}"
-        )
-
-    def client(self) -> _SDKClient:
-        """A new SDK client with one connection, for one request at a time (httpcore scans a
-        shared pool at every request: quadratic time)."""
-        one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        return _SDKClient(
-            self,
-            api_key=os.environ.get(self.api_key_env) or "EMPTY",  # the SDK needs one
-            max_retries=self.max_retries,
-            timeout=httpx.Timeout(self.timeout, connect=min(self.connect_timeout, self.timeout)),
-            http_client=openai.DefaultAsyncHttpxClient(limits=one, verify=_tls()),
-        )
-
-    def run(
-        self,
-        work: Callable[[Callable[[Any], None]], Coroutine[Any, Any, R]],
-        on_event: Callable[[Any], None] | None = None,
-    ) -> R:
-        """``work(emit)`` run on an event loop in a helper thread; each ``emit(event)`` reaches
-        ``on_event`` in the calling thread, in order, as do retry notices (warnings, once per
-        attempt number). An exception of either is raised here, cancelling the work."""
-        events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        loop = asyncio.new_event_loop()
-        task: asyncio.Task[R] | None = None
-        noticed: set[int] = set()
-
-        def notify(attempt: int, message: str) -> None:
-            if attempt not in noticed:
-                noticed.add(attempt)
-                events.put(("notice", message))
-
-        def main() -> None:
-            nonlocal task
-            context = contextvars.copy_context()
-            context.run(_NOTICE.set, notify)
-            try:
-                task = loop.create_task(work(emit), context=context)
-                events.put(("done", loop.run_until_complete(task)))
-            except BaseException as exc:  # handed to the calling thread
-                events.put(("error", exc))
-            finally:
-                loop.close()
-
-        def emit(event: Any) -> None:
-            events.put(("event", event))
-
-        thread = threading.Thread(target=main, name="udcg-judge-loop", daemon=True)
-        thread.start()
-        try:
-            while True:
-                try:
-                    batch = [events.get(timeout=_POLL)]
-                except queue.Empty:
-                    continue
-                while not events.empty():
-                    batch.append(events.get())
-                for kind, payload in batch:
-                    if kind == "event":
-                        if on_event is not None:
-                            on_event(payload)
-                    elif kind == "notice":
-                        warnings.warn(payload, UDCGWarning, stacklevel=2)
-                    elif kind == "error":
-                        raise payload
-                    else:
-                        return payload
-                # at most every _BATCH s: the loop thread then rarely waits for the GIL
-                time.sleep(_BATCH)
-        except BaseException:
-            if not loop.is_closed():
-                try:
-                    loop.call_soon_threadsafe(lambda: task is not None and task.cancel())
-                except RuntimeError:  # the loop closed meanwhile
-                    pass
-            raise
-        finally:
-            thread.join()
-
     async def apost(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
         """The JSON reply to ``body`` POSTed with the current task's SDK client, retried
         ``retries`` times (default ``max_retries``), all within ``deadline`` seconds."""
-        attempts = Attempts(url, time.monotonic() + self.deadline)
-        token = _REQUEST.set(attempts)
+        client = _CLIENT.get()
+        client.start(url, time.monotonic() + self.deadline)
         options: Any = {} if retries is None else {"max_retries": retries}
         try:
-            send = _CLIENT.get().post(url, body=dict(body), cast_to=httpx.Response, options=options)
+            send = client.post(url, body=dict(body), cast_to=httpx.Response, options=options)
             response = await asyncio.wait_for(send, self.deadline)
         except asyncio.TimeoutError:
-            raise self.deadline_error(attempts) from None
+            raise client.give_up(deadline=True) from None
         except openai.APIStatusError as exc:
             status, text = exc.status_code, snippet(exc.response.text)
             if status not in (408, 409, 429) and status < 500:  # not retried by the SDK
                 raise self.error(
                     f"{url}: HTTP {status}{self._hint(status)}: {text}", status, text
                 ) from None
-            attempts.last = f"HTTP {status}: {text}"
-            raise self._unreachable(attempts) from None
+            client.last = f"HTTP {status}: {text}"
+            raise client.give_up() from None
         except openai.APIConnectionError as exc:  # timeouts included
-            attempts.last = failure(exc.__cause__ or exc, self.timeout)
-            raise self._unreachable(attempts) from None
-        finally:
-            _REQUEST.reset(token)
+            client.last = failure(exc.__cause__ or exc, self.timeout)
+            raise client.give_up() from None
         try:
             return response.json()
         except ValueError:
@@ -360,31 +260,18 @@ class JudgeHTTPClient:
                 f"{url}: malformed JSON reply (HTTP {response.status_code}): {reply}"
             ) from None
 
-    def _unreachable(self, attempts: Attempts) -> JudgeServerError:
-        return self.error(
-            f"{attempts.url}: server unreachable or failing after {attempts.count} attempt(s):"
-            f" {attempts.last}"
-        )
-
     def post(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
         """:meth:`apost` of one request, from synchronous code."""
-
-        async def one(_: Callable[[Any], None]) -> Any:
-            async with self.client() as client:
-                _CLIENT.set(client)
-                return await self.apost(url, body, retries)
-
-        return self.run(one)
+        return self.map(lambda _, __: self.apost(url, body, retries), [url])[0]
 
     def get(self, url: str, timeout: float) -> httpx.Response:
         """The reply to one GET of ``url`` within ``timeout`` seconds, never retried."""
 
-        async def get(_: Callable[[Any], None]) -> httpx.Response:
+        async def get(_: int, __: str) -> httpx.Response:
             options: Any = {"max_retries": 0, "timeout": timeout}
             try:
-                async with self.client() as client:
-                    send = client.get(url, cast_to=httpx.Response, options=options)
-                    return await asyncio.wait_for(send, timeout)
+                send = _CLIENT.get().get(url, cast_to=httpx.Response, options=options)
+                return await asyncio.wait_for(send, timeout)
             except openai.APIStatusError as exc:
                 return exc.response
             except (asyncio.TimeoutError, openai.APITimeoutError):
@@ -393,7 +280,7 @@ class JudgeHTTPClient:
                 reason = _ERRNO.sub("", transport_reason(exc.__cause__ or exc)).strip()
                 raise self.error(reason[:1].lower() + reason[1:]) from None
 
-        return self.run(get)
+        return self.map(get, [url])[0]
 
     def _hint(self, status: int) -> str:
         if status in (401, 403):
@@ -409,34 +296,98 @@ class JudgeHTTPClient:
         on_result: Callable[[int, R], None] | None = None,
     ) -> list[R]:
         """``await function(i, item)`` for every item, in input order, up to ``max_concurrency``
-        in flight (as one ends, the next starts); ``on_result(i, result)`` in the calling thread
-        as each is done. The first failure cancels the rest and is raised."""
+        in flight (as one ends, the next starts), on an event loop in a helper thread;
+        ``on_result(i, result)`` in the calling thread as each is done, in order, and retry
+        notices as warnings there (once per attempt number). The first failure cancels the
+        rest and is raised."""
         if not items:
             return []
         results: list[Any] = [None] * len(items)
+        events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        loop = asyncio.new_event_loop()
+        task: asyncio.Task[None] | None = None
+        noticed: set[int] = set()
 
-        async def window(emit: Callable[[Any], None]) -> None:
+        def notice(attempt: int, message: str) -> None:
+            if attempt not in noticed:
+                noticed.add(attempt)
+                events.put(("notice", message))
+
+        async def window() -> None:
             gate = asyncio.Semaphore(self.max_concurrency)
             idle: list[_SDKClient] = []  # at most max_concurrency, each lent to one request
 
             async def one(i: int, item: T) -> None:
                 async with gate:
-                    client = idle.pop() if idle else self.client()
+                    client = idle.pop() if idle else self._client(notice)
                     _CLIENT.set(client)  # in this task's own context
                     try:
                         results[i] = await function(i, item)
                     finally:
                         idle.append(client)
-                emit(i)
+                events.put(("done", i))
 
             tasks = [asyncio.ensure_future(one(i, item)) for i, item in enumerate(items)]
             try:
                 await asyncio.gather(*tasks)
             finally:
-                for task in tasks:
-                    task.cancel()
+                for each in tasks:
+                    each.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await asyncio.gather(*(client.close() for client in idle))
 
-        self.run(window, None if on_result is None else lambda i: on_result(i, results[i]))
-        return results
+        def main() -> None:
+            nonlocal task
+            try:
+                task = loop.create_task(window())
+                loop.run_until_complete(task)
+                events.put(("end", None))
+            except BaseException as exc:  # handed to the calling thread
+                events.put(("error", exc))
+            finally:
+                loop.close()
+
+        thread = threading.Thread(target=main, name="udcg-judge-loop", daemon=True)
+        thread.start()
+        try:
+            while True:
+                try:
+                    batch = [events.get(timeout=_POLL)]
+                except queue.Empty:
+                    continue
+                while not events.empty():
+                    batch.append(events.get())
+                for kind, payload in batch:
+                    if kind == "done":
+                        if on_result is not None:
+                            on_result(payload, results[payload])
+                    elif kind == "notice":
+                        warnings.warn(payload, UDCGWarning, stacklevel=1)
+                    elif kind == "error":
+                        raise payload
+                    else:
+                        return results
+                # at most every _BATCH s: the loop thread then rarely waits for the GIL
+                time.sleep(_BATCH)
+        except BaseException:
+            if not loop.is_closed():
+                try:
+                    loop.call_soon_threadsafe(lambda: task is not None and task.cancel())
+                except RuntimeError:  # the loop closed meanwhile
+                    pass
+            raise
+        finally:
+            thread.join()
+
+    def _client(self, notice: Callable[[int, str], None]) -> _SDKClient:
+        """A new SDK client with one connection, for one request at a time (httpcore scans a
+        shared pool at every request: quadratic time)."""
+        one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        return _SDKClient(
+            self,
+            notice,
+            api_key=os.environ.get(self.api_key_env) or "EMPTY",  # the SDK needs one
+            max_retries=self.max_retries,
+            timeout=httpx.Timeout(self.timeout, connect=min(self.connect_timeout, self.timeout)),
+            http_client=openai.DefaultAsyncHttpxClient(limits=one, verify=_tls()),
+        )

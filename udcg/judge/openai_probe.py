@@ -5,6 +5,7 @@ Yes/No, echo, answer likelihood, exact abstention by echo, JSON output, generati
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -116,14 +117,12 @@ def _first_token(judge: OpenAIJudge, messages: Messages) -> dict[str, float]:
 
 def _abstention(judge: OpenAIJudge, report: ServerReport) -> None:
     """The abstention token and whether it is among the first token's top log-probs."""
-    token = judge.abstain_token
-    report.abstain_token_source = "given"
+    token, source = judge.abstain_token, "given"
     if token is None:
-        token = judge.server_abstain_token()
-        report.abstain_token_source = "tokenizer endpoint"
+        token, source = judge.server_abstain_token(), "tokenizer endpoint"
     if token is None:
-        token, report.abstain_token_source = "NO", "assumed"
-    report.abstain_token = token
+        token, source = "NO", "assumed"
+    report.abstain_token, report.abstain_token_source = token, source
     top = _first_token(judge, abstain_messages(*ABSTAIN_EXAMPLE))
     report.chat_logprobs = True
     report.top_logprobs_returned = len(top)
@@ -132,7 +131,7 @@ def _abstention(judge: OpenAIJudge, report: ServerReport) -> None:
     report.abstain_logprob = top.get(token)
 
 
-def _relevance(judge: OpenAIJudge, report: ServerReport, relevance: Messages) -> None:
+def _relevance(relevance: Messages, judge: OpenAIJudge, report: ServerReport) -> None:
     """``exact`` with Yes and No among the top log-probs, ``upper bound`` with one."""
     top = _first_token(judge, relevance)
     try:
@@ -201,16 +200,11 @@ def probe_server(judge: OpenAIJudge, relevance: Messages) -> ServerReport:
     report = ServerReport(
         url=judge.base_url, model=judge.model, top_logprobs_asked=judge.top_logprobs
     )
-    checks = (
-        ("models", lambda: _models(judge, report)),
-        ("abstention", lambda: _abstention(judge, report)),
-        ("relevance", lambda: _relevance(judge, report, relevance)),
-        ("echo", lambda: _echo(judge, report)),
-        ("json_output", lambda: _json_output(judge, report)),
-    )
-    for name, check in checks:
+    names = ("models", "abstention", "relevance", "echo", "json_output")
+    checks = (_models, _abstention, functools.partial(_relevance, relevance), _echo, _json_output)
+    for name, check in zip(names, checks, strict=True):
         try:
-            check()
+            check(judge, report)
         except JudgeServerError as exc:
             report.errors[name] = str(exc)
     return report

@@ -12,27 +12,19 @@ CHAT_PATH = "/chat/completions"  # relative to the API root (.../v1)
 COMPLETIONS_PATH = "/completions"
 
 
-def chat_body(
-    model: str, messages: Messages, extra_body: Mapping[str, Any], **options: Any
+def generate_body(
+    model: str, messages: Messages, extra_body: Mapping[str, Any], max_new_tokens: int, **more: Any
 ) -> dict[str, Any]:
-    """A chat completion at temperature 0 with ``options`` (``max_tokens``, ``logprobs``...)."""
-    return {**extra_body, "model": model, "messages": messages, "temperature": 0.0, **options}
+    """A greedy chat completion of at most ``max_new_tokens`` tokens, with ``more`` fields."""
+    chat = {"model": model, "messages": messages, "temperature": 0.0}
+    return {**extra_body, **chat, "max_tokens": int(max_new_tokens), **more}
 
 
 def first_token_body(
     model: str, messages: Messages, extra_body: Mapping[str, Any], top_logprobs: int
 ) -> dict[str, Any]:
     """One token with the log-probs of its ``top_logprobs`` most likely values."""
-    return chat_body(
-        model, messages, extra_body, max_tokens=1, logprobs=True, top_logprobs=top_logprobs
-    )
-
-
-def generate_body(
-    model: str, messages: Messages, extra_body: Mapping[str, Any], max_new_tokens: int
-) -> dict[str, Any]:
-    """A greedy completion of at most ``max_new_tokens`` tokens."""
-    return chat_body(model, messages, extra_body, max_tokens=int(max_new_tokens))
+    return generate_body(model, messages, extra_body, 1, logprobs=True, top_logprobs=top_logprobs)
 
 
 def echo_body(model: str, prompt: str, extra_body: Mapping[str, Any]) -> dict[str, Any]:
