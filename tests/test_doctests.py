@@ -38,7 +38,6 @@ MODULES = (
     "udcg.judge.base",
     "udcg.judge.cache",
     "udcg.judge.cached",
-    "udcg.judge.loading",
     "udcg.judge.options",
     "udcg.judge.prompts",
     "udcg.judge.spec",

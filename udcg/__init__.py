@@ -43,7 +43,7 @@ _LAZY = {
     "read_contexts": "udcg.io.contexts.jsonl",
     "write_contexts": "udcg.io.contexts.jsonl",
     "demo_contexts": "udcg.demo_data",
-    "load_judge": "udcg.judge.loading",
+    "load_judge": "udcg.judge",
     "label": "udcg.pipeline.label",
     "score_contexts": "udcg.pipeline.context_scores",
 }
@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from udcg.io.contexts.jsonl import read_contexts, write_contexts  # noqa: F401
     from udcg.io.contexts.model import Context, Passage  # noqa: F401
     from udcg.io.formats.trec import Qrels, Run, read_trec_qrels, read_trec_run  # noqa: F401
-    from udcg.judge.loading import load_judge  # noqa: F401
+    from udcg.judge import load_judge  # noqa: F401
     from udcg.pipeline.context_scores import score_contexts  # noqa: F401
     from udcg.pipeline.label import label  # noqa: F401
     from udcg.pipeline.training import fit_theta  # noqa: F401

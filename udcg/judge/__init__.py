@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from udcg.judge.base import JSONResult, Judge
-from udcg.judge.loading import load_judge
+from udcg.judge.options import load_judge
 from udcg.judge.spec import EMBEDDED, judge_key
 
 if TYPE_CHECKING:

@@ -1,16 +1,21 @@
-"""Backend options checked before the backend is built: an option it does not take, or a value
-of the wrong type, is one line listing the options it takes."""
+"""Judge backends: the one a spec names, its options checked before it is built (an option it
+does not take, or a value of the wrong type, is one line listing the options it takes), and
+:func:`load_judge`."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from udcg.errors import UDCGInputError
-from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED
+from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED, judge_key, split_openai
 from udcg.validation import show
+
+if TYPE_CHECKING:
+    from udcg.judge.base import Judge
 
 #: Annotation words of backend parameters -> (accepted types, how a message names them).
 _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
@@ -24,7 +29,8 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 
 @dataclass(frozen=True)
 class Backend:
-    """A backend's label for messages and the keyword parameters a user may set.
+    """A backend's label for messages, the keyword parameters a user may set and ``build``:
+    the judge from ``name`` and those options.
 
     >>> "timeout" in backend_of("openai:Qwen/Qwen3-8B@http://localhost:8000/v1").parameters
     True
@@ -32,6 +38,7 @@ class Backend:
 
     label: str
     parameters: Mapping[str, inspect.Parameter]
+    build: Callable[..., Any]
 
 
 def _keywords(function: Callable[..., Any], *fixed: str) -> dict[str, inspect.Parameter]:
@@ -54,18 +61,22 @@ def backend_of(spec: str) -> Backend:
         from udcg.judge.local import TransformersJudge
 
         model = _keywords(TransformersJudge, "model_id_or_path", "name", "gguf_file", "source_id")
-        return Backend(f"embedded judge ({EMBEDDED})", {**model, **_keywords(load_embedded_judge)})
+        keywords = {**model, **_keywords(load_embedded_judge)}
+        return Backend(f"embedded judge ({EMBEDDED})", keywords, load_embedded_judge)
     if spec.startswith(OPENAI):
         from udcg.judge.openai_backend import OpenAIJudge
 
-        return Backend("openai judge", _keywords(OpenAIJudge, "model", "base_url", "name"))
+        keywords = _keywords(OpenAIJudge, "model", "base_url", "name")
+        return Backend("openai judge", keywords, lambda **o: OpenAIJudge(*split_openai(spec), **o))
     if spec.startswith(PRECOMPUTED):
         from udcg.judge.precomputed import PrecomputedJudge
 
-        return Backend("precomputed judge", _keywords(PrecomputedJudge, "path", "name"))
+        build = partial(PrecomputedJudge, spec.removeprefix(PRECOMPUTED))
+        return Backend("precomputed judge", _keywords(PrecomputedJudge, "path", "name"), build)
     from udcg.judge.local import TransformersJudge
 
-    return Backend("transformers judge", _keywords(TransformersJudge, "model_id_or_path", "name"))
+    keywords = _keywords(TransformersJudge, "model_id_or_path", "name")
+    return Backend("transformers judge", keywords, partial(TransformersJudge, spec))
 
 
 def check_options(spec: str, options: Mapping[str, Any], prefix: str = "") -> None:
@@ -98,3 +109,20 @@ def check_options(spec: str, options: Mapping[str, Any], prefix: str = "") -> No
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             expected = " or ".join(_TYPES[w][1] for w in words)
             raise UDCGInputError(f"must be {expected}, got {show(value)}", field=field)
+
+
+def load_judge(spec: str, name: str | None = None, **options: Any) -> Judge:
+    """A judge backend from its spec string (the forms: :mod:`udcg.judge`), named
+    ``judge_key(spec, name)``, ``options`` checked (:func:`check_options`).
+
+    >>> import json, pathlib, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     row = {"question": "Who wrote Emma?", "passage": "Austen did.", "abstain_prob": 0.1}
+    ...     _ = pathlib.Path(folder, "llama3.jsonl").write_text(json.dumps(row))
+    ...     judge = load_judge(f"precomputed:{folder}/llama3.jsonl")
+    >>> judge.name, judge.abstain_prob(["Who wrote Emma?"], ["Austen did."]).tolist()
+    ('llama3', [0.1])
+    """
+    check_options(spec, options)
+    key = judge_key(spec, name)
+    return backend_of(spec).build(name=key, **options)

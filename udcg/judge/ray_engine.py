@@ -19,7 +19,7 @@ from typing import Any
 
 from udcg.errors import UDCGInputError, UDCGServiceError
 from udcg.judge.base import Judge, OnResult
-from udcg.judge.options import check_options
+from udcg.judge.options import check_options, load_judge
 from udcg.judge.requests import Request, Result
 from udcg.judge.spec import EMBEDDED, OPENAI, PRECOMPUTED, judge_key, split_openai
 from udcg.validation import nonnegative_float, nonnegative_int, one_of, positive_int, show
@@ -125,8 +125,6 @@ class JudgeWorker:
     """A Ray actor's body: one judge; a failure to build it is raised by :meth:`identity`."""
 
     def __init__(self, spec: str, name: str, options: Mapping[str, Any]) -> None:
-        from udcg.judge.loading import load_judge
-
         self.judge: Any = None
         self.error: Exception | None = None
         try:
