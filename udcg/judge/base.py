@@ -111,13 +111,10 @@ class Judge(ABC):
                     f"judge {self.name!r} returned {len(out)} results for {len(asked)} inputs"
                     f" ({op})"
                 )
-            if op in ("generate", "generate_json"):
-                for j, i in enumerate(positions):
-                    results[i] = Result(out[j], False)
-            else:
-                bounds = upper_bounds(out)
-                for j, i in enumerate(positions):
-                    results[i] = Result(float(out[j]), bool(bounds[j]))
+            texts = op in ("generate", "generate_json")
+            bounds = [False] * len(out) if texts else upper_bounds(out)
+            for j, i in enumerate(positions):
+                results[i] = Result(out[j] if texts else float(out[j]), bool(bounds[j]))
         return results  # type: ignore[return-value]
 
     def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:

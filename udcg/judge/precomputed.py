@@ -57,7 +57,7 @@ class PrecomputedJudge(Judge):
         self._probs, self._index = probs, None
         if probs is None:
             values = (v for number, line in self._lines() for v in self._values(line, number))
-            self._index = PrecomputedIndex.open(digest.hexdigest(), lambda: values)
+            self._index = PrecomputedIndex(digest.hexdigest(), lambda: values)
         elif not any(probs.values()):
             raise UDCGInputError("empty file: no precomputed probabilities", path=self.path)
 
@@ -120,22 +120,17 @@ class PrecomputedJudge(Judge):
 
 class PrecomputedIndex:
     """A precomputed file's values in SQLite keyed by a hash of (question, passage), at
-    ``$UDCG_CACHE_DIR/precomputed/SHA256.sqlite`` (the file's digest): built once through a
-    temporary file, then read-only. A later line overrides an earlier one, as in the dict."""
+    ``$UDCG_CACHE_DIR/precomputed/SHA256.sqlite`` (``digest``, the file's): built once from
+    ``values()`` through a temporary file, then read-only. A later line overrides an earlier
+    one, as in the dict."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, digest: str, values: Callable[[], Iterable[Value]]) -> None:
+        self.path = default_cache_path().parent / "precomputed" / f"{digest}.sqlite"
+        if not self.path.exists():
+            self._build(self.path, values())
         self._lock = threading.Lock()
-        uri = f"{path.resolve().as_uri()}?mode=ro"
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-
-    @classmethod
-    def open(cls, digest: str, values: Callable[[], Iterable[Value]]) -> PrecomputedIndex:
-        """The index of the file of content ``digest``, built from ``values()`` if missing."""
-        path = default_cache_path().parent / "precomputed" / f"{digest}.sqlite"
-        if not path.exists():
-            cls._build(path, values())
-        return cls(path)
 
     @staticmethod
     def _build(path: Path, values: Iterable[Value]) -> None:

@@ -1,13 +1,6 @@
-"""The judge request: one item of one judge operation, with the key its result is cached under.
-
-The cache, Ray and ``udcg batch`` pass requests around. What one request holds::
-
-    abstain_prob   inputs: question, passage           params: mode
-    answer_prob    inputs: question, passage, answers  params: (none)
-    yes_prob       inputs: messages                    params: (none)
-    generate       inputs: messages                    params: max_new_tokens
-    generate_json  inputs: messages                    params: validate, max_new_tokens, retries
-                                                               [, schema]
+"""The judge request: one item of one judge operation (:data:`OPERATIONS` names its inputs and
+parameters), with the key its result is cached under; the cache, Ray and ``udcg batch`` pass
+requests around.
 
 The key is :func:`udcg.judge.cache.cache_key` of the judge's fingerprint, the operation, the
 item's chat messages (``answer_prob``: also its sorted distinct answers), the parameters and
@@ -18,7 +11,7 @@ stable name (a lambda, a local function, no ``cache_id`` string) has no key: nev
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from udcg.judge.cache import cache_key
@@ -27,7 +20,7 @@ from udcg.judge.prompts import abstain_messages
 #: How ``answer_prob`` turns token log-probs into one value (part of its keys).
 ANSWER_NORMALISATION = "max_over_answers(exp(mean_token_logprob))"
 
-#: operation -> (names of its inputs, names of its parameters)
+#: operation -> (names of its inputs, names of its parameters; ``schema`` optional)
 OPERATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "abstain_prob": (("question", "passage"), ("mode",)),
     "answer_prob": (("question", "passage", "answers"), ()),
@@ -47,14 +40,12 @@ class Request:
 
     op: str
     inputs: Mapping[str, Any]
-    params: Mapping[str, Any] = None  # type: ignore[assignment]
+    params: Mapping[str, Any] = field(default_factory=dict)
     key: str | None = None
 
     def __post_init__(self) -> None:
         if self.op not in OPERATIONS:
             raise ValueError(f"unknown judge operation {self.op!r}; known: {', '.join(OPERATIONS)}")
-        if self.params is None:
-            object.__setattr__(self, "params", {})
 
     @property
     def args(self) -> dict[str, Any]:
