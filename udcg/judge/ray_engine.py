@@ -47,14 +47,12 @@ class RayOptions:
 
 def ray_options(values: Mapping[str, Any], prefix: str = "") -> RayOptions:
     """:class:`RayOptions` from a mapping, checked; errors name the field ``prefix`` + name."""
+
+    def fail(message: str, name: str = "") -> UDCGInputError:
+        return UDCGInputError(message, field=f"{prefix}{name}".rstrip("."))
+
     if not isinstance(values, Mapping):
-        raise UDCGInputError(
-            f"must be a mapping of Ray options, got {show(values)}", field=prefix.rstrip(".")
-        )
-
-    def fail(message: str, name: str) -> UDCGInputError:
-        return UDCGInputError(message, field=f"{prefix}{name}")
-
+        raise fail(f"must be a mapping of Ray options, got {show(values)}")
     fields = RayOptions.__dataclass_fields__
     for key in values:
         if key not in fields:
@@ -77,10 +75,10 @@ def ray_options(values: Mapping[str, Any], prefix: str = "") -> RayOptions:
     for name in ("piece_size", "in_flight"):
         positive_int(got[name], f"{prefix}{name}")
     nonnegative_int(got["max_restarts"], f"{prefix}max_restarts")
-    if not nonnegative_float(got["start_timeout"], f"{prefix}start_timeout") > 0:
+    timeout = nonnegative_float(got["start_timeout"], f"{prefix}start_timeout")
+    if not timeout > 0:
         raise fail("must be > 0, got 0", "start_timeout")
     gpus = nonnegative_float(got["gpus_per_worker"], f"{prefix}gpus_per_worker")
-    timeout = float(got["start_timeout"])
     return RayOptions(
         **{**got, "gpus_per_worker": gpus, "servers": tuple(servers), "start_timeout": timeout}
     )
