@@ -89,11 +89,10 @@ def _probability(stored: Any) -> tuple[float, bool]:
     bool}``; ``ValueError`` for anything else."""
     bound = False
     if isinstance(stored, Mapping):
-        if set(stored) - {"value", "upper_bound"} or not isinstance(
-            stored.get("upper_bound", False), bool
-        ):
+        bound = stored.get("upper_bound", False)
+        if set(stored) - {"value", "upper_bound"} or not isinstance(bound, bool):
             raise ValueError("expected a number or {'value': number, 'upper_bound': bool}")
-        stored, bound = stored.get("value"), bool(stored.get("upper_bound", False))
+        stored = stored.get("value")
     if isinstance(stored, bool) or not isinstance(stored, (int, float)):
         raise ValueError(f"expected a probability, got {type(stored).__name__}")
     value = float(stored)
