@@ -14,7 +14,7 @@ import os
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ class PrecomputedJudge(Judge):
         self._probs, self._index = probs, None
         if probs is None:
             values = (v for number, line in self._lines() for v in self._values(line, number))
-            self._index = PrecomputedIndex(digest.hexdigest(), lambda: values)
+            self._index = PrecomputedIndex(digest.hexdigest(), values)
         elif not any(probs.values()):
             raise UDCGInputError("empty file: no precomputed probabilities", path=self.path)
 
@@ -120,14 +120,14 @@ class PrecomputedJudge(Judge):
 
 class PrecomputedIndex:
     """A precomputed file's values in SQLite keyed by a hash of (question, passage), at
-    ``$UDCG_CACHE_DIR/precomputed/SHA256.sqlite`` (``digest``, the file's): built once from
-    ``values()`` through a temporary file, then read-only. A later line overrides an earlier
-    one, as in the dict."""
+    ``$UDCG_CACHE_DIR/precomputed/SHA256.sqlite`` (``digest``, the file's): built once from the
+    lazy ``values`` through a temporary file, then read-only. A later line overrides an
+    earlier one, as in the dict."""
 
-    def __init__(self, digest: str, values: Callable[[], Iterable[Value]]) -> None:
+    def __init__(self, digest: str, values: Iterable[Value]) -> None:
         self.path = default_cache_path().parent / "precomputed" / f"{digest}.sqlite"
         if not self.path.exists():
-            self._build(self.path, values())
+            self._build(self.path, values)
         self._lock = threading.Lock()
         uri = f"{self.path.resolve().as_uri()}?mode=ro"
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)

@@ -124,7 +124,6 @@ def generate_json(
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
     conversations: list[Messages] = [list(m) for m in prompts]
-    raws: list[list[str]] = [[] for _ in conversations]
     done = [JSONResult()] * len(conversations)  # every item is asked at least once
     pending = list(range(len(conversations)))
     for attempt in range(1, retries + 2):
@@ -136,18 +135,15 @@ def generate_json(
                 f"{type(judge).__name__}.generate returned {len(replies)} replies "
                 f"for {len(pending)} prompts"
             )
-        still: list[int] = []
         for i, raw in zip(pending, replies, strict=True):
             raw = "" if raw is None else str(raw)
-            raws[i].append(raw)
             value, error = _check(raw, validate)
-            done[i] = JSONResult(value=value, error=error, attempts=attempt, raw=raws[i])
+            done[i] = JSONResult(value, error, attempt, [*done[i].raw, raw])
             if error is not None:
                 conversations[i] = [
                     *conversations[i],
                     {"role": "assistant", "content": raw},
                     {"role": "user", "content": RETRY_MESSAGE.format(error=error)},
                 ]
-                still.append(i)
-        pending = still
+        pending = [i for i in pending if not done[i].ok]
     return done
