@@ -50,11 +50,8 @@ def _check_texts(values: Sequence[Any], what: str) -> list[str]:
 
 def _single_token_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
     """The distinct ids of those ``words`` that are one token for ``tokenizer``."""
-    ids = []
-    for w in words:
-        enc = tokenizer.encode(w, add_special_tokens=False)
-        if len(enc) == 1 and enc[0] not in ids:
-            ids.append(enc[0])
+    encoded = [tokenizer.encode(w, add_special_tokens=False) for w in words]
+    ids = list(dict.fromkeys(enc[0] for enc in encoded if len(enc) == 1))
     if not ids:
         raise UDCGInputError(f"none of {list(words)} is a single token for this tokenizer")
     return ids
@@ -71,20 +68,13 @@ def cuda_expected() -> bool:
     except OSError:
         return False
     built = re.search(r"^cuda\b[^=]*=\s*(.+)$", version, re.MULTILINE)
-    if built is None or built.group(1).strip() == "None":
-        return False
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return False
-    return any(Path("/dev").glob("nvidia[0-9]*"))
+    cuda_build = built is not None and built.group(1).strip() != "None"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all").strip() not in ("", "-1")
+    return cuda_build and visible and any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def _model_part(key: str, doc: str) -> Any:
     return property(lambda self: self._load()[key], doc=f"{doc} (loads the model on first use).")
-
-
-def _limit(key: str, doc: str) -> Any:
-    return property(lambda s: s._limits[key], lambda s, v: s._set_limit(key, v), doc=doc)
 
 
 class TransformersJudge(Judge):
@@ -142,15 +132,12 @@ class TransformersJudge(Judge):
         self._device_name, cuda = device, device.startswith("cuda")
         dtype = dtype if dtype is not None else "bfloat16" if cuda else "float32"
         self._dtype_name = str(dtype).removeprefix("torch.")
-        self._limits = {
-            "batch_size": int(batch_size or (64 if cuda else 16)),
-            "max_batch_tokens": int(max_batch_tokens or (16384 if cuda else 1024)),
-            "max_generate_tokens": int(max_generate_tokens or (65536 if cuda else 8192)),
-        }
-        for what, value in self._limits.items():
-            if value < 1:
-                raise UDCGInputError(f"must be >= 1, got {value}", field=what)
-        self.max_generate_tokens = self._limits["max_generate_tokens"]
+        self.batch_size = int(batch_size or (64 if cuda else 16))
+        self.max_batch_tokens = int(max_batch_tokens or (16384 if cuda else 1024))
+        self.max_generate_tokens = int(max_generate_tokens or (65536 if cuda else 8192))
+        for what in ("batch_size", "max_batch_tokens", "max_generate_tokens"):
+            if getattr(self, what) < 1:
+                raise UDCGInputError(f"must be >= 1, got {getattr(self, what)}", field=what)
         self.max_passage_tokens = max_passage_tokens
         self.share_passages = bool(share_passages)
         self.n_truncated = self.loads = 0
@@ -158,7 +145,15 @@ class TransformersJudge(Judge):
         self._abstain_prefix: tuple[int, ...] | None = None
         self._loaded: dict[str, Any] | None = None
         self._warm_up = bool(warm_up)
-        self._weights = self._weights_id(source_id)
+        path = Path(self.source)  # the weights' identity: path or id, GGUF name/size/hash
+        if source_id is None:
+            source_id = str(path.resolve()) if path.exists() else self.source
+            if gguf_file is not None:
+                gguf = path / gguf_file
+                source_id += f"|gguf={gguf_file}"
+                if gguf.is_file():
+                    source_id += f":{gguf.stat().st_size}:{file_sha256(gguf)[:16]}"
+        self._weights = f"transformers|{source_id}"
 
     def _load_weights(self) -> tuple[Any, Any]:
         """The tokenizer and the model (on the CPU) of ``source``."""
@@ -192,12 +187,11 @@ class TransformersJudge(Judge):
             raise UDCGInputError(
                 f"the tokenizer of {self.source!r} maps {ABSTAIN_MARKER!r} to no token"
             )
-        limits = {k: self._limits[k] for k in ("batch_size", "max_batch_tokens")}
         self._loaded = {
             "tokenizer": tokenizer,
             "model": model,
             "device": device,
-            "engine": ScoringEngine(model, device, tokenizer.pad_token_id or 0, **limits),
+            "engine": ScoringEngine(model, device, tokenizer.pad_token_id or 0),
             "marker_ids": list(marker),
             "yes_ids": _single_token_ids(tokenizer, YES_WORDS),
             "no_ids": _single_token_ids(tokenizer, NO_WORDS),
@@ -217,8 +211,6 @@ class TransformersJudge(Judge):
     marker_ids = _model_part("marker_ids", "Token ids of the abstention marker")
     yes_ids = _model_part("yes_ids", "Single-token ids of the Yes words")
     no_ids = _model_part("no_ids", "Single-token ids of the No words")
-    batch_size = _limit("batch_size", "Most rows per forward pass (scoring and generate).")
-    max_batch_tokens = _limit("max_batch_tokens", "Most padded new tokens per scoring pass.")
 
     @property
     def dtype(self) -> Any:
@@ -227,28 +219,11 @@ class TransformersJudge(Judge):
 
         return getattr(torch, self._dtype_name)
 
-    def _set_limit(self, what: str, value: int) -> None:
-        self._limits[what] = value
-        if self._loaded is not None:
-            setattr(self._loaded["engine"], what, value)
-
-    def _weights_id(self, source_id: str | None) -> str:
-        """Backend + identity of the weights (path or id, GGUF name/size/hash)."""
-        path = Path(self.source)
-        if source_id is None:
-            source_id = str(path.resolve()) if path.exists() else self.source
-            if self.gguf_file is not None:
-                gguf = path / self.gguf_file
-                source_id += f"|gguf={self.gguf_file}"
-                if gguf.is_file():
-                    source_id += f":{gguf.stat().st_size}:{file_sha256(gguf)[:16]}"
-        return f"transformers|{source_id}"
-
     @property
     def fingerprint(self) -> str:  # type: ignore[override]
         """Backend, weights, dtype and truncation policy: what changes the values produced."""
-        dtype = self._dtype_name
-        return f"{self._weights}|dtype={dtype}|max_passage_tokens={self.max_passage_tokens}"
+        policy = f"dtype={self._dtype_name}|max_passage_tokens={self.max_passage_tokens}"
+        return f"{self._weights}|{policy}"
 
     def __repr__(self) -> str:
         return f"TransformersJudge(name={self.name!r}, fingerprint={self.fingerprint!r})"
@@ -291,6 +266,21 @@ class TransformersJudge(Judge):
             self._abstain_prefix = tuple(a[: common_prefix_len(a, b)])
         return self._abstain_prefix
 
+    def _score(
+        self, rows: list[list[int]], n_out: int, reduce: Any, passages: Any, **kw: Any
+    ) -> np.ndarray:
+        """``engine.score`` under this judge's limits, its stats kept in ``last_stats``. Rows
+        with ``passages`` are abstention prompts (they start with the template prefix; those on
+        one passage share its cache when ``share_passages``); other rows share their common
+        prefix."""
+        limits = (self.batch_size, self.max_batch_tokens)
+        prefix = None if passages is None else self._abstain_template_prefix()
+        groups = passages if self.share_passages else None
+        values, self.last_stats = self.engine.score(
+            rows, n_out, reduce, limits, prefix=prefix, groups=groups, **kw
+        )
+        return values
+
     def warm_up(self) -> None:
         """Score two short abstention pairs on one passage and discard the values: builds the
         prefix's key/value cache and pays the first passes' one-off costs now. Later values do
@@ -320,26 +310,17 @@ class TransformersJudge(Judge):
         if mode not in ("first_token", "sequence"):
             raise UDCGInputError(f"unknown mode {mode!r}: use 'first_token' or 'sequence'")
         passages = self._truncate_passages(passages)
-        rows = self._encode(self._abstain_prompts(questions, passages))
-        marker = self.marker_ids
-        if mode == "first_token":
-            n_out, targets = 1, [marker[0]]
-        else:
-            rows = [r + marker[:-1] for r in rows]
-            n_out, targets = len(marker), marker
-        prefix = self._abstain_template_prefix()
+        targets = self.marker_ids if mode == "sequence" else self.marker_ids[:1]
+        # teacher forcing: the marker's tokens but its last, read at the last len(targets) slots
+        rows = [r + targets[:-1] for r in self._encode(self._abstain_prompts(questions, passages))]
         import torch
 
         target_t = torch.tensor(targets, device=self.device)
 
         def reduce(hidden: Any, _rows: list[Any]) -> Any:  # [B, n_out, H] -> [B] log P(marker)
-            logp = self.engine.log_softmax(hidden)
-            picked = logp.gather(-1, target_t.expand(logp.shape[0], -1).unsqueeze(-1))
-            return picked.squeeze(-1).sum(-1)
+            return self.engine.log_softmax(hidden, target_t.expand(len(hidden), -1)).sum(-1)
 
-        groups = passages if self.share_passages else None
-        logp, self.last_stats = self.engine.score(rows, n_out, reduce, prefix=prefix, groups=groups)
-        return np.exp(logp)
+        return np.exp(self._score(rows, len(targets), reduce, passages))
 
     def _answer(
         self, questions: Sequence[str], passages: Sequence[str], answers: Sequence[Sequence[str]]
@@ -363,32 +344,22 @@ class TransformersJudge(Judge):
                     field=f"answers[{i}]",
                 )
             rows.append(base + full[len(base) : -1])
-            targets.append(tuple(full[len(base) :]))
+            targets.append(full[len(base) :])
         width = max(len(t) for t in targets)
+        # row b predicts its n_b answer tokens at its last n_b of ``width`` read positions
+        padded = [(-1,) * (width - len(t)) + tuple(t) for t in targets]
         import torch
 
-        def reduce(hidden: Any, batch: list[tuple[int, ...]]) -> Any:
-            # hidden [B, width, H]: row b predicts its n_b answer tokens at its last n_b slots
-            n = torch.tensor([len(t) for t in batch])
-            valid = torch.arange(width) >= (width - n).unsqueeze(1)
-            target = torch.zeros((len(batch), width), dtype=torch.long)
-            for b, t in enumerate(batch):
-                target[b, width - len(t) :] = torch.tensor(t)
-            valid, target = valid.to(self.device), target.to(self.device)
-            logp = self.engine.log_softmax(hidden[valid])  # vocabulary only where an answer is read
-            picked = logp.gather(-1, target[valid].unsqueeze(-1)).squeeze(-1)
-            owner = torch.arange(len(batch), device=self.device).unsqueeze(1).expand(-1, width)
-            sums = torch.zeros(len(batch), device=self.device).index_add(0, owner[valid], picked)
-            return sums / n.to(self.device)
+        def reduce(hidden: Any, batch: list[tuple[int, ...]]) -> Any:  # [B, width, H] -> [B]
+            target = torch.tensor(batch, device=self.device)
+            valid = target >= 0  # the vocabulary only where an answer token is read
+            picked = self.engine.log_softmax(hidden[valid], target[valid])
+            owner = valid.nonzero()[:, 0]
+            sums = torch.zeros(len(batch), device=self.device).index_add(0, owner, picked)
+            return sums / valid.sum(1)
 
-        mean_logp, self.last_stats = self.engine.score(
-            rows,
-            width,
-            reduce,
-            prefix=self._abstain_template_prefix(),
-            groups=[passages[i] for i, _ in flat] if self.share_passages else None,
-            row_data=targets,
-        )
+        passages = [passages[i] for i, _ in flat]
+        mean_logp = self._score(rows, width, reduce, passages, row_data=padded)
         best = np.zeros(len(questions), dtype=np.float64)
         np.maximum.at(best, [i for i, _ in flat], np.exp(mean_logp))
         return best
@@ -406,8 +377,7 @@ class TransformersJudge(Judge):
             margin = torch.logsumexp(logp[:, yes], -1) - torch.logsumexp(logp[:, no], -1)
             return torch.sigmoid(margin)  # P(yes)/(P(yes)+P(no)) without underflow
 
-        values, self.last_stats = self.engine.score(rows, 1, reduce, prefix=None, groups=None)
-        return values
+        return self._score(rows, 1, reduce, None)
 
     def _generate(self, prompts: Sequence[Messages], max_new_tokens: int) -> list[str]:
         """Greedy completions, batched with left padding, special tokens removed."""
@@ -422,11 +392,10 @@ class TransformersJudge(Judge):
         with torch.inference_mode():
             for batch in plan_batches(order, cost, self.batch_size, self.max_generate_tokens):
                 width = max(len(rows[i]) for i in batch)
-                ids = torch.full((len(batch), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for b, i in enumerate(batch):
-                    ids[b, width - len(rows[i]) :] = torch.tensor(rows[i])
-                    mask[b, width - len(rows[i]) :] = 1
+                ids = torch.tensor([[pad] * (width - len(rows[i])) + rows[i] for i in batch])
+                mask = torch.tensor(
+                    [[0] * (width - len(rows[i])) + [1] * len(rows[i]) for i in batch]
+                )
                 gen = self.model.generate(
                     input_ids=ids.to(self.device),
                     attention_mask=mask.to(self.device),

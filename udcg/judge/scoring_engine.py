@@ -89,6 +89,7 @@ class _Group:
     reduce: Reduce
     results: list[Any]
     stats: ForwardStats
+    limits: tuple[int, int]  # most rows, most padded new tokens per forward pass
     plen: int
     prefix_kv: KeyValues | None
 
@@ -97,49 +98,48 @@ class _Group:
         for b, i in enumerate(batch):
             self.results[i] = values[b]
 
+    def batches(self, order: list[int], cost: Callable[[int], int]) -> Iterator[list[int]]:
+        return plan_batches(order, cost, *self.limits)
+
 
 class ScoringEngine:
-    """Scores token rows with ``model`` (a ``transformers`` causal LM) on ``device``, at most
-    ``batch_size`` rows and ``max_batch_tokens`` padded new tokens per forward pass."""
+    """Scores token rows with ``model`` (a ``transformers`` causal LM) on ``device``."""
 
-    def __init__(
-        self, model: Any, device: Any, pad_token_id: int, batch_size: int, max_batch_tokens: int
-    ) -> None:
-        self.model = model
-        self.device = device
-        self.pad_token_id = pad_token_id
-        self.batch_size = batch_size
-        self.max_batch_tokens = max_batch_tokens
+    def __init__(self, model: Any, device: Any, pad_token_id: int) -> None:
+        self.model, self.device, self.pad_token_id = model, device, pad_token_id
         self._decoder = model.get_decoder()
-        self._lm_head = model.get_output_embeddings()
-        self._softcap = getattr(model.config, "final_logit_softcapping", None)
         params = inspect.signature(self._decoder.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._prefix_kv: OrderedDict[tuple[int, ...], KeyValues] = OrderedDict()
 
-    def log_softmax(self, hidden: Any) -> Any:
-        """Next-token log-probabilities (float32) from hidden states [..., H]."""
+    def log_softmax(self, hidden: Any, targets: Any = None) -> Any:
+        """Next-token log-probabilities (float32) from hidden states [..., H]; with ``targets``
+        (token ids [...]), only theirs."""
         import torch
 
-        logits = self._lm_head(hidden).float()
-        if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
-        return torch.log_softmax(logits, dim=-1)
+        logits = self.model.get_output_embeddings()(hidden).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        logp = torch.log_softmax(logits, dim=-1)
+        return logp if targets is None else logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
     def score(
         self,
         rows: list[list[int]],
         n_out: int,
         reduce: Reduce,
+        limits: tuple[int, int],
         *,
         prefix: tuple[int, ...] | None,
         groups: Sequence[Any] | None,
         row_data: Sequence[Any] | None = None,
     ) -> tuple[np.ndarray, ForwardStats]:
         """``reduce(hidden states at the last n_out positions, row_data entries)`` per batch,
-        for every (non-empty) row as float64, and the call's token accounting. ``prefix``: what
-        rows start with (None: their common prefix); rows with an equal ``groups`` key share the
-        cache of their common tokens after it."""
+        for every (non-empty) row as float64, and the call's token accounting. ``limits``: most
+        rows and most padded new tokens per forward pass; ``prefix``: what rows start with
+        (None: their common prefix); rows with an equal ``groups`` key share the cache of their
+        common tokens after it."""
         import torch
 
         stats = ForwardStats(rows=len(rows), prompt_tokens=sum(len(r) - n_out + 1 for r in rows))
@@ -150,10 +150,7 @@ class ScoringEngine:
         ]
         urows, udata = [list(r) for r, _ in unique], [d for _, d in unique]
         read: Reduce = lambda hidden, batch: reduce(hidden, [udata[i] for i in batch])  # noqa: E731
-        ukeys: list[Any] = [None] * len(urows)
-        if groups is not None:
-            for i, s in enumerate(slot):
-                ukeys[s] = groups[i]
+        ukeys = {s: None if groups is None else groups[i] for i, s in enumerate(slot)}
         stats.unique_rows = len(urows)
         if prefix is None:
             first = urows[0]
@@ -162,42 +159,34 @@ class ScoringEngine:
                 plen = common_prefix_len(first, r, plen)
             prefix = tuple(first[:plen]) if plen >= MIN_SHARED_TOKENS else ()
         plen = len(prefix)
-        with_prefix = [
-            i for i, r in enumerate(urows) if len(r) - plen >= n_out and tuple(r[:plen]) == prefix
-        ]
-        without = sorted(set(range(len(urows))) - set(with_prefix)) if plen else []
-        if not plen:
-            with_prefix = list(range(len(urows)))
-
+        fits = [not plen or (len(r) - plen >= n_out and tuple(r[:plen]) == prefix) for r in urows]
         results: list[Any] = [None] * len(urows)
         with torch.inference_mode():
-            for members, start in ((with_prefix, prefix), (without, ())):
+            for start, fit in ((prefix, True), ((), False)):
+                members = [i for i, f in enumerate(fits) if f == fit]
                 if members:
                     kv = self._prefix_cache(start, stats) if start else None
-                    group = _Group(urows, ukeys, n_out, read, results, stats, len(start), kv)
+                    group = _Group(
+                        urows, ukeys, n_out, read, results, stats, limits, len(start), kv
+                    )
                     self._score_group(group, members)
         values = torch.stack([results[s] for s in slot]).double().cpu().numpy()
         return values, stats
-
-    def _batches(self, order: list[int], cost: Callable[[int], int]) -> Iterator[list[int]]:
-        return plan_batches(order, cost, self.batch_size, self.max_batch_tokens)
 
     def _prefix_cache(self, prefix: tuple[int, ...], stats: ForwardStats) -> KeyValues:
         """Per-layer (keys, values) of ``prefix`` with batch size 1, computed once (LRU)."""
         import torch
 
-        kv = self._prefix_kv.get(prefix)
-        if kv is not None:
+        if prefix in self._prefix_kv:
             self._prefix_kv.move_to_end(prefix)
-            return kv
-        ids = torch.tensor([prefix], device=self.device)
-        out = self._forward(stats, input_ids=ids, use_cache=True)
-        stats.computed_tokens += len(prefix)
-        kv = self._cache_tensors(out)
-        self._prefix_kv[prefix] = kv
-        while len(self._prefix_kv) > PREFIX_CACHE_SIZE:
-            self._prefix_kv.popitem(last=False)
-        return kv
+        else:
+            ids = torch.tensor([prefix], device=self.device)
+            out = self._forward(stats, input_ids=ids, use_cache=True)
+            stats.computed_tokens += len(prefix)
+            self._prefix_kv[prefix] = self._cache_tensors(out)
+            while len(self._prefix_kv) > PREFIX_CACHE_SIZE:
+                self._prefix_kv.popitem(last=False)
+        return self._prefix_kv[prefix]
 
     def _forward(self, stats: ForwardStats, **inputs: Any) -> Any:
         """One forward pass of the decoder, counted and timed in ``stats``."""
@@ -215,58 +204,54 @@ class ScoringEngine:
         return [(layer.keys, layer.values) for layer in cache.layers]
 
     def _score_group(self, g: _Group, members: list[int]) -> None:
-        rows, plen, keys = g.rows, g.plen, g.keys
-        # units: (shared segment after the prefix, member rows); singletons have no segment
-        singles = [i for i in members if keys[i] is None]
+        rows, plen = g.rows, g.plen
+        # units: (length of the segment shared after the prefix, member rows); rows without a
+        # key, or whose key's rows share too little after the prefix (or alone), are singles
         by_key: dict[Any, list[int]] = {}
         for i in members:
-            if keys[i] is not None:
-                by_key.setdefault(keys[i], []).append(i)
-        units: list[tuple[list[int], list[int]]] = []
+            by_key.setdefault(g.keys[i], []).append(i)
+        singles = by_key.pop(None, [])
+        units: list[tuple[int, list[int]]] = []
         for idx in by_key.values():
-            if len(idx) < 2:
-                singles.extend(idx)
-                continue
-            cap = min(len(rows[i]) for i in idx) - plen - g.n_out
-            seg = len(rows[idx[0]]) - plen
+            head = rows[idx[0]][plen:]
+            seg = min(len(rows[i]) for i in idx) - plen - g.n_out  # each row reads after it
             for i in idx[1:]:
-                seg = common_prefix_len(rows[idx[0]][plen:], rows[i][plen:], seg)
-            seg = min(seg, cap)
-            if seg >= MIN_SHARED_TOKENS:
-                units.append((rows[idx[0]][plen : plen + seg], idx))
+                seg = common_prefix_len(head, rows[i][plen:], seg)
+            if len(idx) > 1 and seg >= MIN_SHARED_TOKENS:
+                units.append((seg, idx))
                 g.stats.shared_rows += len(idx) - 1
             else:
                 singles.extend(idx)
 
         # rows without a shared segment: tails straight after the prefix
         order = sorted(singles, key=lambda i: len(rows[i]))
-        for batch in self._batches(order, lambda i: len(rows[i]) - plen):
+        for batch in g.batches(order, lambda i: len(rows[i]) - plen):
             tails = [rows[i][plen:] for i in batch]
             g.read(batch, self._forward_tails(g, None, [0] * len(batch), tails))
         # rows sharing a segment: chunks of segments (by length), then their rows' tails on top
-        units.sort(key=lambda u: len(u[0]))
-        budget = SEGMENT_CHUNK_BATCHES * self.max_batch_tokens
-        chunk: list[tuple[list[int], list[int]]] = []
+        units.sort(key=lambda u: u[0])
+        budget = SEGMENT_CHUNK_BATCHES * g.limits[1]
+        chunk: list[tuple[int, list[int]]] = []
         for unit in units:
-            if chunk and len(unit[0]) * (len(chunk) + 1) > budget:
+            if chunk and unit[0] * (len(chunk) + 1) > budget:
                 self._score_chunk(g, chunk)
                 chunk = []
             chunk.append(unit)
         if chunk:
             self._score_chunk(g, chunk)
 
-    def _score_chunk(self, g: _Group, chunk: list[tuple[list[int], list[int]]]) -> None:
+    def _score_chunk(self, g: _Group, chunk: list[tuple[int, list[int]]]) -> None:
         import torch
 
         rows, plen = g.rows, g.plen
         segs = [seg for seg, _ in chunk]
         leads = [idx[0] for _, idx in chunk]
-        width_all = max(len(seg) for seg in segs)
+        width_all = max(segs)
         store: KeyValues = []
         # pass 1: each unit's first row whole (segment + its own tail), keeping the segment's
         # keys/values for the unit's other rows
         by_length = sorted(range(len(chunk)), key=lambda u: len(rows[leads[u]]))
-        for batch in self._batches(by_length, lambda u: len(rows[leads[u]]) - plen):
+        for batch in g.batches(by_length, lambda u: len(rows[leads[u]]) - plen):
             rest = [rows[leads[u]][plen:] for u in batch]
             out, kv = self._forward_tails(g, None, [0] * len(batch), rest, keep_kv=True)
             g.read([leads[u] for u in batch], out)
@@ -274,21 +259,21 @@ class ScoringEngine:
                 shape = lambda t: (len(segs), t.shape[1], width_all, t.shape[-1])  # noqa: E731
                 store = [(k.new_zeros(shape(k)), v.new_zeros(shape(v))) for k, v in kv]
             for b, u in enumerate(batch):
-                w = len(segs[u])  # the shared segment only; the rest stays zero
+                w = segs[u]  # the shared segment only; the rest stays zero
                 for (sk, sv), (k, v) in zip(store, kv, strict=True):
                     sk[u, :, :w] = k[b, :, :w]
                     sv[u, :, :w] = v[b, :, :w]
         # pass 2: the other rows' tails on top of prefix + segment, sorted by tail length (tail
         # padding costs full forward work, segment padding only a little attention)
         unit_of = {i: u for u, (_, idx) in enumerate(chunk) for i in idx[1:]}
-        order = sorted(unit_of, key=lambda i: len(rows[i]) - len(segs[unit_of[i]]))
-        for batch in self._batches(order, lambda i: len(rows[i]) - plen - len(segs[unit_of[i]])):
+        order = sorted(unit_of, key=lambda i: len(rows[i]) - segs[unit_of[i]])
+        for batch in g.batches(order, lambda i: len(rows[i]) - plen - segs[unit_of[i]]):
             units = [unit_of[i] for i in batch]
-            seg_lens = [len(segs[u]) for u in units]
+            seg_lens = [segs[u] for u in units]
             width = max(seg_lens)
             sel = torch.tensor(units, device=self.device)
             kv = [(k[sel, :, :width], v[sel, :, :width]) for k, v in store]
-            tails = [rows[i][plen + len(segs[u]) :] for i, u in zip(batch, units, strict=True)]
+            tails = [rows[i][plen + s :] for i, s in zip(batch, seg_lens, strict=True)]
             g.read(batch, self._forward_tails(g, kv, seg_lens, tails))
 
     def _forward_tails(
@@ -305,21 +290,16 @@ class ScoringEngine:
         mask hides both paddings; positions are the rows' true positions."""
         import torch
 
-        n_out, plen, prefix_kv, stats = g.n_out, g.plen, g.prefix_kv, g.stats
         n, width, seg_width = len(tails), max(len(t) for t in tails), max(seg_lens)
-        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        tail_mask = torch.zeros((n, width), dtype=torch.long)
-        seg_mask = torch.zeros((n, seg_width), dtype=torch.long)
-        for b, (t, s) in enumerate(zip(tails, seg_lens, strict=True)):
-            ids[b, : len(t)] = torch.tensor(t, dtype=torch.long)
-            tail_mask[b, : len(t)] = 1
-            seg_mask[b, :s] = 1
-        mask = torch.cat([torch.ones((n, plen), dtype=torch.long), seg_mask, tail_mask], dim=1)
-        pos = torch.arange(width).expand(n, -1) + (plen + torch.tensor(seg_lens)).unsqueeze(1)
+        ids = torch.tensor([t + [self.pad_token_id] * (width - len(t)) for t in tails])
+        plen, lens, seg = g.plen, torch.tensor([len(t) for t in tails]), torch.tensor(seg_lens)
+        real = [torch.arange(seg_width) < seg[:, None], torch.arange(width) < lens[:, None]]
+        mask = torch.cat([torch.ones((n, plen), dtype=torch.bool), *real], dim=1).long()
+        pos = torch.arange(width).expand(n, -1) + (plen + seg).unsqueeze(1)
         sources = (
             []
-            if prefix_kv is None
-            else [[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in prefix_kv]]
+            if g.prefix_kv is None
+            else [[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in g.prefix_kv]]
         )
         if seg_kv is not None and seg_width:
             sources.append(seg_kv)
@@ -334,7 +314,7 @@ class ScoringEngine:
 
             kwargs[self._cache_kw] = DynamicCache(ddp_cache_data=layers, config=self.model.config)
         out = self._forward(
-            stats,
+            g.stats,
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=pos.to(self.device),
@@ -342,12 +322,11 @@ class ScoringEngine:
             **kwargs,
         )
         hidden = out.last_hidden_state
-        lens = torch.tensor([len(t) for t in tails], device=self.device)
-        at = (lens.unsqueeze(1) - n_out + torch.arange(n_out, device=self.device)).clamp_min(0)
-        gathered = hidden.gather(1, at.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        at = lens.to(self.device).unsqueeze(1) - g.n_out + torch.arange(g.n_out, device=self.device)
+        gathered = hidden.gather(1, at.clamp_min(0).unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
         real = sum(len(t) for t in tails)
-        stats.computed_tokens += real
-        stats.padded_tokens += n * width - real
+        g.stats.computed_tokens += real
+        g.stats.padded_tokens += n * width - real
         if keep_kv:
             past = plen + seg_width
             return gathered, [(k[:, :, past:], v[:, :, past:]) for k, v in self._cache_tensors(out)]
