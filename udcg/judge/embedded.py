@@ -69,8 +69,14 @@ def _stamp_matches(directory: Path, stamp: dict[str, Any] | None, expected: dict
     return all(path.is_file() and path.stat().st_size == size for path, size in files)
 
 
+def _valid_stamp(target: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
+    """The stamp of the converted copy at ``target`` when it matches ``expected``."""
+    stamp = _read_stamp(target)
+    return stamp if _stamp_matches(target, stamp, expected) else None
+
+
 def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
-    """De-quantise the GGUF, save a safetensors copy at ``target`` atomically."""
+    """De-quantise the GGUF, save a safetensors copy at ``target`` atomically, check its stamp."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -107,26 +113,35 @@ def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    if _valid_stamp(target, expected) is None:
+        raise UDCGInputError(f"could not write a usable converted model to {target}")
 
 
 class EmbeddedJudge(TransformersJudge):
-    """A :class:`TransformersJudge` on the converted copy at ``target``, (re)made when the model
-    first loads and the copy's stamp does not match ``expected`` or its weights fail to load."""
+    """The embedded SmolLM2-135M-Instruct judge, named ``smollm2-135m``, its converted copy in
+    ``cache_dir`` (default :func:`embedded_cache_dir`); other keywords go to
+    :class:`TransformersJudge`. The fingerprint names the GGUF by name, size and hash (no local
+    path) without loading the model: the copy is (re)made when the model first loads and the
+    copy's stamp does not match the installed GGUF or its weights fail to load."""
 
-    def __init__(
-        self, gguf_dir: Path, target: Path, expected: dict[str, Any], source_id: str, **kw: Any
-    ) -> None:
-        self._gguf_dir, self._target, self._expected = gguf_dir, target, expected
+    def __init__(self, cache_dir: str | os.PathLike[str] | None = None, **kw: Any) -> None:
+        self._gguf_dir = embedded_model_dir()
+        target = Path(cache_dir).expanduser() if cache_dir is not None else embedded_cache_dir()
+        gguf = self._gguf_dir / EMBEDDED_GGUF
+        st = gguf.stat()
+        self._expected = dict(
+            version=_STAMP_VERSION, gguf=gguf.name, size=st.st_size, mtime_ns=st.st_mtime_ns
+        )
+        kw.setdefault("name", EMBEDDED_NAME)
+        stamp = _valid_stamp(target, self._expected)
+        digest = stamp["sha256"] if stamp is not None else file_sha256(gguf)
+        source_id = f"{EMBEDDED_NAME}|gguf={EMBEDDED_GGUF}:{st.st_size}:{digest[:16]}"
         super().__init__(target, source_id=source_id, **kw)
-
-    def _converted(self) -> None:
-        _convert(self._gguf_dir, self._target, self._expected)
-        if _valid_stamp(self._target, self._expected) is None:
-            raise UDCGInputError(f"could not write a usable converted model to {self._target}")
+        self._target = target
 
     def _load_weights(self) -> tuple[Any, Any]:
         if _valid_stamp(self._target, self._expected) is None:
-            self._converted()
+            _convert(self._gguf_dir, self._target, self._expected)
         try:
             return super()._load_weights()
         except UDCGInputError:  # bad options, not a bad copy
@@ -134,32 +149,8 @@ class EmbeddedJudge(TransformersJudge):
         except (OSError, ValueError, RuntimeError) as exc:  # corrupt copy with an intact stamp
             log.warning("converted model at %s failed to load (%s); rebuilding", self._target, exc)
             (self._target / _STAMP).unlink(missing_ok=True)
-            self._converted()
+            _convert(self._gguf_dir, self._target, self._expected)
             return super()._load_weights()
 
 
-def _valid_stamp(target: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
-    """The stamp of the converted copy at ``target`` when it matches ``expected``."""
-    stamp = _read_stamp(target)
-    return stamp if _stamp_matches(target, stamp, expected) else None
-
-
-def load_embedded_judge(
-    cache_dir: str | os.PathLike[str] | None = None, **kw: Any
-) -> TransformersJudge:
-    """The embedded SmolLM2-135M-Instruct judge, named ``smollm2-135m``, its converted copy in
-    ``cache_dir`` (default :func:`embedded_cache_dir`); other keywords go to
-    :class:`TransformersJudge`. The fingerprint names the GGUF by name, size and hash (no local
-    path) without loading the model: the copy is made and the model loaded on first use."""
-    gguf_dir = embedded_model_dir()
-    target = Path(cache_dir).expanduser() if cache_dir is not None else embedded_cache_dir()
-    gguf = gguf_dir / EMBEDDED_GGUF
-    st = gguf.stat()
-    expected = dict(
-        version=_STAMP_VERSION, gguf=gguf.name, size=st.st_size, mtime_ns=st.st_mtime_ns
-    )
-    kw.setdefault("name", EMBEDDED_NAME)
-    stamp = _valid_stamp(target, expected)
-    digest = stamp["sha256"] if stamp is not None else file_sha256(gguf)
-    source_id = f"{EMBEDDED_NAME}|gguf={EMBEDDED_GGUF}:{expected['size']}:{digest[:16]}"
-    return EmbeddedJudge(gguf_dir, target, expected, source_id, **kw)
+load_embedded_judge = EmbeddedJudge  # the embedded judge's loader: the class itself
