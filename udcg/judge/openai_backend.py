@@ -28,7 +28,6 @@ from udcg.judge.cache import canonical_json
 from udcg.judge.openai_http import JudgeHTTPClient, JudgeServerError, split_base_url
 from udcg.judge.openai_replies import (
     ReplyError,
-    echoed_answer_logprob,
     echoed_continuation,
     first_choice,
     first_token_logprobs,
@@ -325,8 +324,8 @@ class OpenAIJudge(Judge):
     def _answer(
         self, pairs: list[tuple[str, str]], answers: list[list[str]], on_result: OnResult | None
     ) -> np.ndarray:
-        """Max over answers of exp(mean echoed log-prob of the answer's tokens); pair i is
-        streamed once all its answers are read."""
+        """Max over answers of exp(mean log-prob of the answer's echoed tokens, read by
+        :func:`echoed_continuation`); pair i is streamed once all its answers are read."""
         prompts = [self._render(abstain_messages(q, p)) for q, p in pairs]
         flat = [(i, a) for i, options in enumerate(answers) for a in dict.fromkeys(options)]
         best = np.zeros(len(pairs), dtype=np.float64)
@@ -340,7 +339,8 @@ class OpenAIJudge(Judge):
             )
             choice = self._read(url, first_choice, reply)
             where, args = f"{url}: item {k}", (len(prompt), answer, generated_tokens(reply))
-            return self._read(where, echoed_answer_logprob, choice, *args)
+            picked = self._read(where, echoed_continuation, choice, *args)
+            return sum(logprob for _, logprob, _ in picked) / len(picked)
 
         def done(k: int, mean_logprob: float) -> None:
             i = flat[k][0]

@@ -216,11 +216,3 @@ def echoed_continuation(
     if first != start:
         raise ReplyError(f"no echoed token starts at the start of {text!r}")
     return picked
-
-
-def echoed_answer_logprob(
-    choice: Mapping[str, Any], prompt_chars: int, answer: str, generated: int | None = None
-) -> float:
-    """Mean log-prob of the echoed tokens of ``answer`` (:func:`echoed_continuation`)."""
-    picked = echoed_continuation(choice, prompt_chars, answer, generated)
-    return sum(logprob for _, logprob, _ in picked) / len(picked)
