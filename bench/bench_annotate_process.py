@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, nargs="+", default=[64])
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--chunk", type=int, help="udcg annotate --chunk (default: its own)")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     rows = []
@@ -76,6 +77,8 @@ def main() -> None:
                         "--judge-option", "abstain_token=NO", "--max-concurrency", str(in_flight),
                         "--cache", str(tmp / f"cache-{seed}-{in_flight}.sqlite"),
                     ]  # fmt: skip
+                    if args.chunk:
+                        command += ["--chunk", str(args.chunk)]
                     start = time.perf_counter()
                     done = subprocess.run(command, env=env, capture_output=True, text=True)
                     wall = time.perf_counter() - start
