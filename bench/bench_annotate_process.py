@@ -86,7 +86,8 @@ def main() -> None:
                         sys.exit(done.stderr[-3000:])
                     ideal = pairs / (in_flight / args.delay)
                     rows.append((seed, in_flight, pairs, wall, ideal))
-    print(f"delay {args.delay:g} s, {args.contexts} contexts x {args.k} passages\n")
+    chunk = f", --chunk {args.chunk}" if args.chunk else ""
+    print(f"delay {args.delay:g} s, {args.contexts} contexts x {args.k} passages{chunk}\n")
     print("| seed | in flight | requests | wall (s) | ideal (s) | ideal / wall |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for seed, in_flight, pairs, wall, ideal in rows:
