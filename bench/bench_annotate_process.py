@@ -77,7 +77,7 @@ def main() -> None:
                         "--judge-option", "abstain_token=NO", "--max-concurrency", str(in_flight),
                         "--cache", str(tmp / f"cache-{seed}-{in_flight}.sqlite"),
                     ]  # fmt: skip
-                    if args.chunk:
+                    if args.chunk is not None:
                         command += ["--chunk", str(args.chunk)]
                     start = time.perf_counter()
                     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -86,7 +86,7 @@ def main() -> None:
                         sys.exit(done.stderr[-3000:])
                     ideal = pairs / (in_flight / args.delay)
                     rows.append((seed, in_flight, pairs, wall, ideal))
-    chunk = f", --chunk {args.chunk}" if args.chunk else ""
+    chunk = "" if args.chunk is None else f", --chunk {args.chunk}"
     print(f"delay {args.delay:g} s, {args.contexts} contexts x {args.k} passages{chunk}\n")
     print("| seed | in flight | requests | wall (s) | ideal (s) | ideal / wall |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
