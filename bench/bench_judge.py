@@ -1,6 +1,6 @@
 """Abstention probabilities on NQ: the reference one-pair-at-a-time loop against
-``TransformersJudge.abstain_prob``, same model (embedded SmolLM2-135M-Instruct, float32), at
-several job sizes in one run.
+``TransformersJudge.abstain_prob``, same model (embedded SmolLM2-135M-Instruct, float32 or
+``--dtype``), at several job sizes in one run.
 
     HF_HUB_OFFLINE=1 python bench/bench_judge.py --pairs 50 80 200 500 --json /tmp/bench_judge.json
 
@@ -135,6 +135,9 @@ def main() -> None:
         "--unshared", action="store_true", help="every pair its own passage (no passage sharing)"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument(
+        "--dtype", default="float32", help="weights of the judge and the reference (bfloat16)"
+    )
     args = parser.parse_args()
     if min(args.pairs) < 1 or args.rounds < 1:
         parser.error("--pairs and --rounds must be >= 1")
@@ -154,6 +157,7 @@ def main() -> None:
         batch_size=args.batch_size,
         max_batch_tokens=args.max_batch_tokens,
         warm_up=not args.no_warm_up,
+        dtype=args.dtype,
     )
     judge.probe()  # the model loads on first use: load it inside the timed span
     load_s = time.perf_counter() - t0
@@ -222,7 +226,7 @@ def main() -> None:
     table = [res.row() for res in results.values()]
     print()
     print(
-        f"SmolLM2-135M-Instruct float32, torch {torch.__version__}, {threads} threads, "
+        f"SmolLM2-135M-Instruct {args.dtype}, torch {torch.__version__}, {threads} threads, "
         f"{n_params / 1e6:.1f}M non-embedding parameters; batch_size={judge.batch_size}, "
         f"max_batch_tokens={judge.max_batch_tokens}; {args.rounds} rounds per size, "
         f"alternating method order"

@@ -1,5 +1,5 @@
-"""Tokens/s of the embedded judge's transformer (SmolLM2-135M-Instruct, float32) by batch shape
-and thread count: what batching and a second core can add to the local judge.
+"""Tokens/s of the embedded judge's transformer (SmolLM2-135M-Instruct, float32 or ``--dtype``)
+by batch shape and thread count: what batching and a second core can add to the local judge.
 
     HF_HUB_OFFLINE=1 python bench/judge_token_speed.py --rows 1 4 16 32 --length 128 --threads 1 2
 
@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128, help="tokens per row")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", default="float32", help="weights (e.g. bfloat16)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -30,7 +31,7 @@ def main() -> None:
 
     from udcg.judge.embedded import load_embedded_judge
 
-    judge = load_embedded_judge(warm_up=False)
+    judge = load_embedded_judge(warm_up=False, dtype=args.dtype)
     body = judge.model.model  # the transformer without its vocabulary projection
     vocab = judge.model.config.vocab_size
     speed: dict[tuple[int, int], float] = {}
@@ -48,7 +49,8 @@ def main() -> None:
                     if repeat:  # the first pass is untimed
                         times.append(time.perf_counter() - start)
             speed[threads, rows] = rows * args.length / statistics.median(times)
-    print(f"tokens/s, {args.length} tokens per row, median of {args.repeats} passes\n")
+    shape = f"{args.length} tokens per row, median of {args.repeats} passes"
+    print(f"tokens/s, {args.dtype}, {shape}\n")
     print("| rows | " + " | ".join(f"{t} thread(s)" for t in args.threads) + " |")
     print("| ---: |" + " ---: |" * len(args.threads))
     for rows in args.rows:
