@@ -148,3 +148,20 @@ def test_judge_values_that_cannot_work_are_one_line_before_any_work(
     )
     assert (status, len(lines), elapsed < 10) == (2, 1, True), lines
     assert lines[0].startswith(f"{command}: error: {message}")
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("dtype", ["bf17", "int8", "cuda"])
+def test_a_local_dtype_that_is_not_a_float_is_one_line_before_any_file(
+    command: str, dtype: str, tmp_path: Path, capsys
+) -> None:
+    status, lines, _ = _run(
+        command, tmp_path, "--judge", str(tmp_path / "model"), "--judge-option", f"dtype={dtype}",
+        "--cache", str(tmp_path / "judge.sqlite"), capsys=capsys,
+    )  # fmt: skip
+    assert (status, len(lines)) == (2, 1), lines
+    assert lines[0] == (
+        f"{command}: error: field 'dtype': must be a floating-point torch dtype (float32, float,"
+        f" bfloat16, float16, half, float64, double), got '{dtype}'"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]

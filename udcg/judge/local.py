@@ -35,6 +35,8 @@ WARM_UP_PASSAGE = (
     "Hungary, and reaches the Black Sea in Romania after about 2,850 kilometres."
 )
 WARM_UP_QUESTIONS = ("Where does the Danube end?", "How long is the Danube?")
+#: Names of torch's floating-point dtypes that ``dtype`` takes (``torch.`` prefix allowed).
+FLOAT_DTYPES = ("float32", "float", "bfloat16", "float16", "half", "float64", "double")
 
 
 def _check_texts(values: Sequence[Any], what: str) -> list[str]:
@@ -86,7 +88,8 @@ class TransformersJudge(Judge):
         name: key of the values it produces; default :func:`~udcg.judge.spec.local_key`.
         device: ``"auto"`` (CUDA when :func:`cuda_expected`, checked at load), ``"cpu"``,
             ``"cuda"``, ``"cuda:1"``...
-        dtype: ``torch`` dtype or its name; default float32 on CPU, bfloat16 on CUDA.
+        dtype: a floating-point ``torch`` dtype or its name (:data:`FLOAT_DTYPES`); default
+            float32 on CPU, bfloat16 on CUDA.
         batch_size: most rows per forward pass; default 16 on CPU, 64 on CUDA.
         max_batch_tokens: most padded new tokens per forward pass; default 1024 / 16384.
         max_generate_tokens: the same bound for :meth:`generate` (prompt + new tokens per row);
@@ -132,6 +135,11 @@ class TransformersJudge(Judge):
         self._device_name, cuda = device, device.startswith("cuda")
         dtype = dtype if dtype is not None else "bfloat16" if cuda else "float32"
         self._dtype_name = str(dtype).removeprefix("torch.")
+        if self._dtype_name not in FLOAT_DTYPES:
+            raise UDCGInputError(
+                f"must be a floating-point torch dtype ({', '.join(FLOAT_DTYPES)}), got {dtype!r}",
+                field="dtype",
+            )
         self.batch_size = int(batch_size or (64 if cuda else 16))
         self.max_batch_tokens = int(max_batch_tokens or (16384 if cuda else 1024))
         self.max_generate_tokens = int(max_generate_tokens or (65536 if cuda else 8192))
