@@ -164,6 +164,24 @@ def _own_errors() -> Iterator[None]:
 _QUIET = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
 
 
+def _gone(ray: Any, exc: BaseException) -> bool:
+    """Whether ``exc`` (a ``RayActorError``) ends its actor: all but Ray's passing
+    ``ActorUnavailableError`` (Ray before 2.11 raises no ``ActorDiedError``, and sometimes the
+    base class for a killed actor)."""
+    return not isinstance(exc, getattr(ray.exceptions, "ActorUnavailableError", ()))
+
+
+def _drop_idle(pool: Any, dead: set[int]) -> None:
+    """Take the idle slots of ``dead`` actors out of ActorPool ``pool`` (before Ray 2.58 the
+    pool gives a dead actor's slot back, and each piece it takes then fails too)."""
+    idle = []
+    while (slot := pool.pop_idle()) is not None:
+        idle.append(slot)
+    for slot in reversed(idle):
+        if slot[0] not in dead:
+            pool.push(slot)
+
+
 def _kill(actors: list[Any]) -> None:
     ray = _ray()
     for actor in actors if ray.is_initialized() else ():
@@ -225,6 +243,7 @@ class RayJudge(Judge):
                 field="judge",
             )
         self._key_settings: dict[str, dict[str, Any]] = {}
+        self._dead: set[int] = set()  # actors past their restarts
 
     def key_settings(self, operation: str) -> dict[str, Any]:
         """The live actors' settings (asked once); actors that differ are an error."""
@@ -232,7 +251,7 @@ class RayJudge(Judge):
             ray = _ray()
             answers = []
             for ref in [actor.key_settings.remote(operation) for actor in self.actors]:
-                with suppress(ray.exceptions.ActorDiedError), _own_errors():
+                with suppress(ray.exceptions.RayActorError), _own_errors():
                     answers.append(ray.get(ref))
             if not answers:
                 raise self._all_died()
@@ -263,27 +282,40 @@ class RayJudge(Judge):
 
         ray, requests, size = _ray(), list(requests), self.engine.piece_size
         results: list[Result | None] = [None] * len(requests)
-        pool = ActorPool(self.actors * self.engine.in_flight)
+        live = [i for i in range(len(self.actors)) if i not in self._dead]
+        # slots (actor, j): each actor runs up to in_flight pieces at a time
+        pool = ActorPool([(i, j) for i in live for j in range(self.engine.in_flight)])
+        ran_on: dict[int, int] = {}  # piece start -> its actor
 
-        def submit(actor: Any, start: int) -> Any:
-            return actor.run.remote(requests[start : start + size])
+        def submit(slot: tuple[int, int], start: int) -> Any:
+            ran_on[start] = slot[0]
+            return self.actors[slot[0]].run.remote(requests[start : start + size])
 
-        order = deque(range(0, len(requests), size))  # the pieces in the order get_next returns
-        for start in order:
-            pool.submit(submit, start)
+        backlog = deque(range(0, len(requests), size))  # pieces to submit
+        order: deque[int] = deque()  # pieces submitted, in the order get_next returns them
+
+        def feed() -> None:  # only to idle slots: none takes a piece before a check
+            while backlog and pool.has_free():
+                order.append(backlog.popleft())
+                pool.submit(submit, order[-1])
+
+        feed()
         while order:
-            if not pool.has_next():  # pieces wait, no actor runs: all past their restarts
-                raise self._all_died()
             start = order.popleft()
             try:
                 with _own_errors():
                     out = pool.get_next()
-            except ray.exceptions.RayActorError:  # past its restarts: the pool drops it
-                order.append(start)
-                pool.submit(submit, start)
-                continue
-            for offset, (value, bound) in enumerate(out):
-                results[start + offset] = Result(value, bool(bound))
-                if on_result is not None:
-                    on_result(start + offset, value, bool(bound))
+            except ray.exceptions.RayActorError as exc:
+                if _gone(ray, exc):  # past its restarts: no more pieces for it
+                    self._dead.add(ran_on[start])
+                    _drop_idle(pool, self._dead)
+                backlog.append(start)
+            else:
+                for offset, (value, bound) in enumerate(out):
+                    results[start + offset] = Result(value, bool(bound))
+                    if on_result is not None:
+                        on_result(start + offset, value, bool(bound))
+            feed()
+        if backlog:  # pieces wait, no actor runs: all past their restarts
+            raise self._all_died()
         return results  # type: ignore[return-value]
