@@ -166,8 +166,7 @@ _QUIET = {"include_dashboard": False, "log_to_driver": False, "logging_level": l
 
 def _gone(ray: Any, exc: BaseException) -> bool:
     """Whether ``exc`` (a ``RayActorError``) ends its actor: all but Ray's passing
-    ``ActorUnavailableError`` (Ray before 2.11 raises no ``ActorDiedError``, and sometimes the
-    base class for a killed actor)."""
+    ``ActorUnavailableError`` (Ray before 2.11 has no ``ActorDiedError`` to test for)."""
     return not isinstance(exc, getattr(ray.exceptions, "ActorUnavailableError", ()))
 
 
@@ -250,7 +249,7 @@ class RayJudge(Judge):
         if operation not in self._key_settings:
             ray = _ray()
             answers = []
-            for ref in [actor.key_settings.remote(operation) for actor in self.actors]:
+            for ref in [self.actors[i].key_settings.remote(operation) for i in self._live()]:
                 with suppress(ray.exceptions.RayActorError), _own_errors():
                     answers.append(ray.get(ref))
             if not answers:
@@ -272,6 +271,10 @@ class RayJudge(Judge):
         """End the actors (the Ray instance stays)."""
         self._closer()
 
+    def _live(self) -> list[int]:
+        """Indices of the actors not known to be past their restarts."""
+        return [i for i in range(len(self.actors)) if i not in self._dead]
+
     def _all_died(self) -> UDCGServiceError:
         return UDCGServiceError(f"every Ray worker of judge {self.name!r} died")
 
@@ -282,9 +285,8 @@ class RayJudge(Judge):
 
         ray, requests, size = _ray(), list(requests), self.engine.piece_size
         results: list[Result | None] = [None] * len(requests)
-        live = [i for i in range(len(self.actors)) if i not in self._dead]
         # slots (actor, j): each actor runs up to in_flight pieces at a time
-        pool = ActorPool([(i, j) for i in live for j in range(self.engine.in_flight)])
+        pool = ActorPool([(i, j) for i in self._live() for j in range(self.engine.in_flight)])
         ran_on: dict[int, int] = {}  # piece start -> its actor
 
         def submit(slot: tuple[int, int], start: int) -> Any:
@@ -294,7 +296,9 @@ class RayJudge(Judge):
         backlog = deque(range(0, len(requests), size))  # pieces to submit
         order: deque[int] = deque()  # pieces submitted, in the order get_next returns them
 
-        def feed() -> None:  # only to idle slots: none takes a piece before a check
+        def feed() -> None:  # to idle slots of live actors only
+            if self._dead:
+                _drop_idle(pool, self._dead)
             while backlog and pool.has_free():
                 order.append(backlog.popleft())
                 pool.submit(submit, order[-1])
@@ -308,7 +312,6 @@ class RayJudge(Judge):
             except ray.exceptions.RayActorError as exc:
                 if _gone(ray, exc):  # past its restarts: no more pieces for it
                     self._dead.add(ran_on[start])
-                    _drop_idle(pool, self._dead)
                 backlog.append(start)
             else:
                 for offset, (value, bound) in enumerate(out):
