@@ -174,6 +174,19 @@ def test_importing_udcg_loads_neither_numpy_nor_arrow() -> None:
     assert _python(code) == "[]"
 
 
+def test_evaluating_trec_files_loads_no_pandas(examples: Path) -> None:
+    # pandas is installed here (the dev extra); Arrow's DataType.to_pandas_dtype imported it
+    # on every evaluation, a quarter of a second of every `udcg trec`
+    pytest.importorskip("pandas")
+    code = (
+        "import sys, udcg; "
+        f"udcg.evaluate({str(examples / 'trec' / 'qrels.trec')!r}, "
+        f"{str(examples / 'trec' / 'run.trec')!r}, ['P@5', 'nDCG@10', 'AP']); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))"
+    )
+    assert _python(code) == "[]"
+
+
 def test_one_blas_thread_only_where_nothing_is_set() -> None:
     code = (
         "import os; from udcg._threads import one_blas_thread; one_blas_thread(); "

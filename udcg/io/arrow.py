@@ -65,10 +65,22 @@ def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
         array = one_chunk(array)
     if array.null_count:
         raise ValueError("column has nulls")
-    dtype = np.dtype(array.type.to_pandas_dtype())
+    dtype = _numpy_dtype(array.type)
     return np.frombuffer(
         array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize
     )
+
+
+def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
+    """The numpy dtype of an Arrow integer or float type (``DataType.to_pandas_dtype`` imports
+    pandas on pyarrow 14)."""
+    if pa.types.is_floating(arrow_type):
+        kind = "f"
+    elif pa.types.is_integer(arrow_type):
+        kind = "u" if pa.types.is_unsigned_integer(arrow_type) else "i"
+    else:
+        raise TypeError(f"not an integer or float column: {arrow_type}")
+    return np.dtype(f"{kind}{arrow_type.bit_width // 8}")
 
 
 def from_numpy(values: np.ndarray) -> pa.Array:
@@ -98,13 +110,18 @@ def _compute() -> Any:
 
 
 def dictionary_encode(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
-    """``values`` as a dictionary array (codes in order of first appearance).
+    """``values`` as a dictionary array (codes in order of first appearance); a dictionary
+    array (as the readers make) as it is.
 
     Examples:
         >>> codes = dictionary_encode(pa.array(["q2", "q1", "q2"]))
         >>> codes.indices.to_pylist(), codes.dictionary.to_pylist()
         ([0, 1, 0], ['q2', 'q1'])
+        >>> dictionary_encode(codes) is codes
+        True
     """
+    if pa.types.is_dictionary(values.type):  # pyarrow 14 has no kernel for these
+        return values
     return _compute().call_function("dictionary_encode", [values], memory_pool=memory_pool())
 
 

@@ -134,15 +134,10 @@ def as_qrels(qrels: QrelsLike) -> Qrels:
     return interop.to_qrels(qrels)
 
 
-def _dictionary(strings: pa.Array) -> pa.DictionaryArray:
-    """``strings`` dictionary-encoded (as they are when read from a file)."""
-    return strings if pa.types.is_dictionary(strings.type) else dictionary_encode(strings)
-
-
 def _encode(first: pa.Array, second: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """Integer codes of two string columns over one shared dictionary. Dictionary-encoded
     columns (as read from files) are merged through their dictionaries, not row by row."""
-    first, second = _dictionary(first), _dictionary(second)
+    first, second = dictionary_encode(first), dictionary_encode(second)
     n_first = len(first.dictionary)
     merged = dictionary_encode(
         pa.concat_arrays([first.dictionary, second.dictionary], memory_pool())

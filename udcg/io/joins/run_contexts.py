@@ -56,8 +56,7 @@ CollectionSource = PathType | Callable[[Collection[str]], Mapping[str, Document]
 
 def _codes(ids: pa.Array) -> np.ndarray:
     """Integer codes of Arrow strings, plain or dictionary-encoded (equal ids, equal codes)."""
-    encoded = ids if pa.types.is_dictionary(ids.type) else dictionary_encode(ids)
-    return to_numpy(encoded.indices).astype(np.int64)
+    return to_numpy(dictionary_encode(ids).indices).astype(np.int64)
 
 
 def top_k_rows(run: Run, k: int) -> np.ndarray:
