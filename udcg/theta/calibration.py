@@ -358,7 +358,9 @@ def _separated(x: np.ndarray, y: np.ndarray, intercept: bool) -> bool:
 
 def _logistic_mle(x: np.ndarray, y: np.ndarray, intercept: bool) -> np.ndarray:
     """Unpenalised maximum-likelihood ``w`` of ``P(y=1) = sigmoid(w[0] x (+ w[1]))`` by
-    Newton's method with step halving; a one-line error when no finite optimum exists."""
+    Newton's method with step halving, until the gradient vanishes or the gain a Newton step
+    promises (``grad . step``, the squared Newton decrement) is below the loss's rounding; a
+    one-line error when no finite optimum exists."""
     if y.min() == y.max():
         raise UDCGInputError(
             f"the contexts are all {'correct' if y[0] else 'incorrect'}; both outcomes are "
@@ -389,6 +391,8 @@ def _logistic_mle(x: np.ndarray, y: np.ndarray, intercept: bool) -> np.ndarray:
             step = np.linalg.solve(hessian, grad)
         except np.linalg.LinAlgError:
             break
+        if grad @ step <= 1e-12 * max(1.0, current):  # the gain left is below the loss's rounding
+            return w - step
         scale = 1.0
         while scale > 1e-10 and loss(w - scale * step) > current:
             scale /= 2
