@@ -260,6 +260,7 @@ def test_cli_score_gain_and_coverage(tmp_path: Path, capsys) -> None:
 
 
 def test_score_contexts_and_evaluate_settings_take_the_options() -> None:
+    pytest.importorskip("pandas")  # score_contexts returns a DataFrame
     import udcg
     from udcg.pipeline.settings import EvaluateSettings
 

@@ -150,7 +150,7 @@ def test_evaluation_to_dataframe(case) -> None:
 def test_to_dataframe_without_pandas_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     table = evaluate_table({"q": {"a": 1}}, {"q": {"a": 1.0}}, "AP")
     monkeypatch.setitem(sys.modules, "pandas", None)
-    with pytest.raises(ImportError, match="pip install pandas"):
+    with pytest.raises(ImportError, match=r"pip install 'udcg\[pandas\]'"):
         table.to_dataframe()
 
 

@@ -19,6 +19,7 @@ from udcg.labels.erag import erag_labels
 from udcg.metrics.udcg import DEFAULT_GAMMA
 from udcg.pipeline.metric_table import ERAG_METRICS, classic_metrics, erag_metrics
 from udcg.qcare.scores import qcare_scores
+from udcg.trec.engine import import_pandas
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -179,8 +180,7 @@ def score_contexts(
     its labels, True always, False never; ``qcare_gain`` and ``qcare_coverage`` are
     :func:`udcg.qcare.qcare_scores`'s ``gain`` and ``coverage``; ``erag``: None adds eRAG's
     columns when some passage has an eRAG label of the judge, True always, False never. Notes
-    land in
-    ``frame.attrs["notes"]``.
+    land in ``frame.attrs["notes"]``. Needs pandas (the ``pandas`` extra).
 
     >>> import udcg
     >>> frame = udcg.score_contexts(udcg.demo_contexts())
@@ -189,8 +189,7 @@ def score_contexts(
     >>> frame.groupby("k")["UDCG"].mean().round(3).to_dict()
     {1: 0.507, 3: 0.527, 5: 0.484, 10: 0.483}
     """
-    import pandas as pd
-
+    pd = import_pandas("udcg.score_contexts()")
     contexts = as_contexts(contexts)
     judge = judge_key or stored_judge_key(contexts, utility)
     relevant = relevance_matrix(contexts, unit=True)

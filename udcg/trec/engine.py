@@ -93,7 +93,7 @@ def import_pandas(what: str) -> Any:
     try:
         import pandas
     except ImportError as exc:
-        raise ImportError(f"{what} needs pandas: pip install pandas") from exc
+        raise ImportError(f"{what} needs pandas: pip install 'udcg[pandas]'") from exc
     return pandas
 
 
