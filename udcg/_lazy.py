@@ -1,4 +1,5 @@
-"""Package attributes imported on first use (PEP 562), so importing a package stays cheap."""
+"""Package attributes imported on first use (PEP 562), so importing a package stays cheap, and
+the optional pandas, imported where a function needs it."""
 
 from __future__ import annotations
 
@@ -26,3 +27,17 @@ def lazy_attributes(
         return sorted(set(namespace) | set(names))
 
     return getattr_, dir_
+
+
+def import_pandas(what: str) -> Any:
+    """The pandas module, or an ImportError saying that ``what`` needs it.
+
+    Examples:
+        >>> import_pandas("Evaluation.to_dataframe()").__name__
+        'pandas'
+    """
+    try:
+        import pandas
+    except ImportError as exc:
+        raise ImportError(f"{what} needs pandas: pip install 'udcg[pandas]'") from exc
+    return pandas

@@ -73,7 +73,7 @@ def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
     """The numpy dtype of an Arrow integer or float type (``DataType.to_pandas_dtype`` imports
-    pandas on pyarrow 14)."""
+    pandas)."""
     if pa.types.is_floating(arrow_type):
         kind = "f"
     elif pa.types.is_integer(arrow_type):
@@ -120,7 +120,7 @@ def dictionary_encode(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
         >>> dictionary_encode(codes) is codes
         True
     """
-    if pa.types.is_dictionary(values.type):  # pyarrow 14 has no kernel for these
+    if pa.types.is_dictionary(values.type):  # no kernel call for what is already encoded
         return values
     return _compute().call_function("dictionary_encode", [values], memory_pool=memory_pool())
 

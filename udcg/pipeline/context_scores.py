@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from udcg import metrics
+from udcg._lazy import import_pandas
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, read_contexts, relevance_matrix
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
@@ -19,7 +20,6 @@ from udcg.labels.erag import erag_labels
 from udcg.metrics.udcg import DEFAULT_GAMMA
 from udcg.pipeline.metric_table import ERAG_METRICS, classic_metrics, erag_metrics
 from udcg.qcare.scores import qcare_scores
-from udcg.trec.engine import import_pandas
 
 if TYPE_CHECKING:
     import pandas as pd

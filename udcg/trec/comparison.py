@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pyarrow.compute as pc
 
+from udcg._lazy import import_pandas
 from udcg.errors import UDCGInputError
 from udcg.io.formats.trec import Qrels
-from udcg.trec.engine import QrelsLike, RunLike, as_qrels, evaluate_table, import_pandas
+from udcg.trec.engine import QrelsLike, RunLike, as_qrels, evaluate_table
 from udcg.trec.measures import COVERAGE_MEASURES, UTILITY_MEASURES, Measure, parse_measures
 from udcg.trec.significance import TESTS, bootstrap_interval, holm, paired_test
 from udcg.validation import (

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from udcg._lazy import import_pandas
 from udcg._threads import run_concurrently
 from udcg.errors import UDCGInputError
 from udcg.io.arrow import dictionary_encode, memory_pool, string_ranks, take, to_numpy
@@ -81,20 +82,6 @@ class Evaluation:
         frame = pd.DataFrame(self.values, columns=[str(m) for m in self.measures])
         frame.insert(0, "qid", list(self.qids))
         return frame
-
-
-def import_pandas(what: str) -> Any:
-    """The pandas module, or an ImportError saying that ``what`` needs it.
-
-    Examples:
-        >>> import_pandas("Evaluation.to_dataframe()").__name__
-        'pandas'
-    """
-    try:
-        import pandas
-    except ImportError as exc:
-        raise ImportError(f"{what} needs pandas: pip install 'udcg[pandas]'") from exc
-    return pandas
 
 
 def as_run(run: RunLike) -> Run:
