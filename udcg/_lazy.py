@@ -1,11 +1,15 @@
 """Package attributes imported on first use (PEP 562), so importing a package stays cheap, and
-the optional pandas, imported where a function needs it."""
+the optional pandas, imported where a function needs it, and the check that transformers runs
+on the installed torch."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from importlib.metadata import version
 from typing import Any
+
+from udcg.errors import UDCGInputError
 
 
 def lazy_attributes(
@@ -41,3 +45,18 @@ def import_pandas(what: str) -> Any:
     except ImportError as exc:
         raise ImportError(f"{what} needs pandas: pip install 'udcg[pandas]'") from exc
     return pandas
+
+
+def require_transformers_torch(what: str) -> None:
+    """Raise a one-line :class:`UDCGInputError` when the installed transformers has turned
+    PyTorch off (a torch older than it supports: it logs that, then fails deep in a model load
+    or an import); a missing torch or transformers raises ModuleNotFoundError."""
+    import torch  # noqa: F401 (ModuleNotFoundError: the extra is missing)
+    from transformers.utils import is_torch_available
+
+    if not is_torch_available():
+        raise UDCGInputError(
+            f"{what} needs PyTorch, which transformers {version('transformers')} turns off: the "
+            f"installed torch {version('torch')} is older than it supports. Upgrade torch, or "
+            "install an older transformers"
+        )

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from udcg._lazy import require_transformers_torch
 from udcg.errors import UDCGInputError
 from udcg.judge.base import Judge, OnResult
 from udcg.judge.file_digest import file_sha256
@@ -175,6 +176,7 @@ class TransformersJudge(Judge):
         """Load and check the tokenizer and model once, build the engine, warm it up."""
         if self._loaded is not None:
             return self._loaded
+        require_transformers_torch(f"the judge {self.name!r}")
         import torch
 
         cuda = torch.cuda.is_available()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from udcg._lazy import require_transformers_torch
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Passage
 from udcg.retrieval.base import Query, ScoringRetriever
@@ -74,6 +75,7 @@ class DenseRetriever(ScoringRetriever):
 
     def _load(self):
         if self._encoder is None:
+            require_transformers_torch(f"the dense retriever {self.model!r}")
             from sentence_transformers import SentenceTransformer
 
             try:
