@@ -261,6 +261,44 @@ def test_the_pieces_of_a_worker_past_its_restarts_go_to_the_live_ones() -> None:
         server.close()
 
 
+class FirstHeldServer(ChatServer):
+    """A :class:`ChatServer` that holds the request of prompt 0 until ``release`` is set."""
+
+    def _answer(self, path: str, body: Any, headers: dict[str, str]) -> Any:
+        if body is not None and body["messages"] == _prompts(1)[0]:
+            self.release.wait(timeout=30)
+        return super()._answer(path, body, headers)
+
+
+def test_a_slow_piece_holds_back_no_other() -> None:
+    server = FirstHeldServer()
+    try:
+        engine = RayOptions(workers=2, piece_size=1, in_flight=1)
+        judge = RayJudge(f"openai:m@{server.url}", options={"max_concurrency": 1}, engine=engine)
+        prompts = _prompts(8)
+        seen: list[int] = []
+        came_back = threading.Event()
+
+        def release_once_the_rest_came_back() -> None:
+            deadline = time.monotonic() + 15
+            while len(seen) < len(prompts) - 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if sorted(seen) == list(range(1, len(prompts))):
+                came_back.set()
+            server.release.set()
+
+        releaser = threading.Thread(target=release_once_the_rest_came_back)
+        releaser.start()
+        out = judge.generate(prompts, 4, on_result=lambda i, v, b: seen.append(i))
+        releaser.join()
+        judge.close()
+        assert out == _replies(prompts)
+        # the other worker ran pieces 1-7 while piece 0 waited, and each came back at once
+        assert came_back.is_set() and seen[-1] == 0
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize(
     ("values", "field"),
     [

@@ -1,6 +1,7 @@
 """Judge calls on Ray actors (the ``ray`` extra): :class:`RayJudge`, described in docs/scale.md.
-Pieces of ``piece_size`` items go over an ActorPool and come back in input order; only the
-driver sees results (one cache writer). Ray is never shut down, nor imported on import here.
+Pieces of ``piece_size`` items go over an ActorPool and are taken as they finish, each into its
+place in the output; only the driver sees results (one cache writer). Ray is never shut down,
+nor imported on import here.
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ class JudgeWorker:
     def key_settings(self, operation: str) -> dict[str, Any]:
         return self.judge.key_settings(operation)
 
-    def run(self, requests: Sequence[Request]) -> list[Result]:
-        return self.judge.run(requests)
+    def run(self, requests: Sequence[Request], start: int) -> tuple[int, list[Result]]:
+        """The results of ``requests``, the piece at ``start``."""
+        return start, self.judge.run(requests)
 
 
 def _ray() -> Any:
@@ -279,46 +281,58 @@ class RayJudge(Judge):
         return UDCGServiceError(f"every Ray worker of judge {self.name!r} died")
 
     def run(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[Result]:
-        """Pieces over the actor pool; ``on_result`` per item as pieces return (a resubmitted
-        piece last)."""
+        """Pieces over the actor pool, taken as they finish (a slow piece holds back no other);
+        ``on_result`` per item as pieces return. A failed piece goes to a live actor again."""
         from ray.util import ActorPool
 
         ray, requests, size = _ray(), list(requests), self.engine.piece_size
         results: list[Result | None] = [None] * len(requests)
         # slots (actor, j): each actor runs up to in_flight pieces at a time
         pool = ActorPool([(i, j) for i in self._live() for j in range(self.engine.in_flight)])
-        ran_on: dict[int, int] = {}  # piece start -> its actor
+        running: dict[int, tuple[int, Any]] = {}  # piece start -> (its actor, its reference)
+        backlog = deque(range(0, len(requests), size))  # pieces to submit
 
         def submit(slot: tuple[int, int], start: int) -> Any:
-            ran_on[start] = slot[0]
-            return self.actors[slot[0]].run.remote(requests[start : start + size])
+            ref = self.actors[slot[0]].run.remote(requests[start : start + size], start)
+            running[start] = (slot[0], ref)
+            return ref
 
-        backlog = deque(range(0, len(requests), size))  # pieces to submit
-        order: deque[int] = deque()  # pieces submitted, in the order get_next returns them
+        def take(start: int, out: list[Result]) -> None:
+            if running.pop(start, None) is None:  # taken already (see settle)
+                return
+            for offset, (value, bound) in enumerate(out):
+                results[start + offset] = Result(value, bool(bound))
+                if on_result is not None:
+                    on_result(start + offset, value, bool(bound))
 
-        def feed() -> None:  # to idle slots of live actors only
-            if self._dead:
+        def settle() -> None:
+            """After a failed piece (the pool does not say which): take every finished piece,
+            send the failed ones again, and mark actors past their restarts dead."""
+            refs = {ref: start for start, (_, ref) in running.items()}
+            if not refs:  # the failed piece was settled already
+                return
+            finished, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in finished:
+                start = refs[ref]
+                try:
+                    with _own_errors():
+                        take(*ray.get(ref))
+                except ray.exceptions.RayActorError as exc:
+                    actor, _ = running.pop(start)
+                    if _gone(ray, exc):  # past its restarts: no more pieces for it
+                        self._dead.add(actor)
+                    backlog.append(start)
+
+        while running or backlog:
+            if self._dead:  # only idle slots of live actors take pieces
                 _drop_idle(pool, self._dead)
             while backlog and pool.has_free():
-                order.append(backlog.popleft())
-                pool.submit(submit, order[-1])
-
-        feed()
-        while order:
-            start = order.popleft()
+                pool.submit(submit, backlog.popleft())
+            if not pool.has_next():  # pieces wait, no actor runs: all past their restarts
+                raise self._all_died()
             try:
                 with _own_errors():
-                    out = pool.get_next()
-            except ray.exceptions.RayActorError as exc:
-                if _gone(ray, exc):  # past its restarts: no more pieces for it
-                    self._dead.add(ran_on[start])
-                backlog.append(start)
-            else:
-                for offset, (value, bound) in enumerate(out):
-                    results[start + offset] = Result(value, bool(bound))
-                    if on_result is not None:
-                        on_result(start + offset, value, bool(bound))
-            feed()
-        if backlog:  # pieces wait, no actor runs: all past their restarts
-            raise self._all_died()
+                    take(*pool.get_next_unordered())
+            except ray.exceptions.RayActorError:
+                settle()
         return results  # type: ignore[return-value]
