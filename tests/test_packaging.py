@@ -9,6 +9,7 @@ evaluate`` run outside the clone) is ``bench/check_wheel.sh``."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import re
 import shutil
@@ -40,9 +41,16 @@ def _declared(extra: str | None) -> set[str]:
     return {_dist_name(r) for r in reqs}
 
 
+@functools.cache
+def _installed_modules() -> dict[str, list[str]]:
+    """Top-level module -> the installed distributions providing it (a scan of every
+    distribution's files: about a second, so once)."""
+    return importlib.metadata.packages_distributions()
+
+
 def _providers(module: str) -> set[str]:
     """The installed distributions that provide top-level module ``module``."""
-    found = importlib.metadata.packages_distributions().get(module, [])
+    found = _installed_modules().get(module, [])
     return {re.sub(r"[-_.]+", "-", d).lower() for d in found}
 
 
