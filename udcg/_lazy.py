@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from importlib.metadata import version
 from typing import Any
 
 from udcg.errors import UDCGInputError
@@ -51,6 +50,8 @@ def require_transformers_torch(what: str) -> None:
     """Raise a one-line :class:`UDCGInputError` when the installed transformers has turned
     PyTorch off (a torch older than it supports: it logs that, then fails deep in a model load
     or an import); a missing torch or transformers raises ModuleNotFoundError."""
+    from importlib.metadata import version  # not at import: it loads some 60 modules
+
     import torch  # noqa: F401 (ModuleNotFoundError: the extra is missing)
     from transformers.utils import is_torch_available
 
