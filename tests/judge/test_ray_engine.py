@@ -373,3 +373,37 @@ def test_the_workers_resolved_abstain_token_is_in_the_key_and_must_agree() -> No
     finally:
         for server in servers:
             server.close()
+
+
+class PeakServer(ChatServer):
+    """A :class:`ChatServer` that counts the chat requests it holds at once (``peak``)."""
+
+    def __init__(self, delay: float) -> None:
+        self.now = self.peak = 0
+        super().__init__(delay=delay)
+
+    def _answer(self, path: str, body: Any, headers: dict[str, str]) -> Any:
+        if body is None:
+            return super()._answer(path, body, headers)
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            return super()._answer(path, body, headers)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_each_server_actor_keeps_its_max_concurrency_in_flight() -> None:
+    server = PeakServer(delay=0.1)
+    try:
+        engine = RayOptions(workers=2)  # default pieces: a call's items over the 4 slots
+        judge = RayJudge(f"openai:m@{server.url}", options={"max_concurrency": 12}, engine=engine)
+        prompts = _prompts(96)
+        assert judge.generate(prompts, 4) == _replies(prompts)
+        judge.close()
+        # pieces of 8 would hold each actor to 8 requests in flight, 16 in all
+        assert 16 < server.peak <= 2 * 12
+    finally:
+        server.close()

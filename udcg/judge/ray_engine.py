@@ -34,13 +34,15 @@ class RayOptions:
     """Where and how :class:`RayJudge` runs: cluster ``address`` (None: this process's Ray,
     else a local one), actors (None: cluster GPUs / ``gpus_per_worker``, else CPUs), GPUs per
     actor, a pool of servers of one deployment (round-robin over actors; openai judges),
-    items per piece, pieces queued per actor, restarts per actor, seconds to start."""
+    items per piece (None: 8, and for an openai judge a call's items over its actors' slots,
+    so each actor's window of requests stays full), pieces queued per actor, restarts per
+    actor, seconds to start."""
 
     address: str | None = None
     workers: int | None = None
     gpus_per_worker: float = 0.0
     servers: tuple[str, ...] = ()
-    piece_size: int = 8
+    piece_size: int | None = None
     in_flight: int = 2
     max_restarts: int = 3
     start_timeout: float = 300.0
@@ -73,8 +75,9 @@ def ray_options(values: Mapping[str, Any], prefix: str = "") -> RayOptions:
     for i, url in enumerate(servers):
         if not (isinstance(url, str) and url.strip()):
             raise fail(f"must be a URL, got {show(url)}", f"servers[{i}]")
-    for name in ("piece_size", "in_flight"):
-        positive_int(got[name], f"{prefix}{name}")
+    if got["piece_size"] is not None:
+        positive_int(got["piece_size"], f"{prefix}piece_size")
+    positive_int(got["in_flight"], f"{prefix}in_flight")
     nonnegative_int(got["max_restarts"], f"{prefix}max_restarts")
     timeout = nonnegative_float(got["start_timeout"], f"{prefix}start_timeout")
     if not timeout > 0:
@@ -245,6 +248,7 @@ class RayJudge(Judge):
             )
         self._key_settings: dict[str, dict[str, Any]] = {}
         self._dead: set[int] = set()  # actors past their restarts
+        self._server = spec.startswith(OPENAI)  # requests sent concurrently, one window each
 
     def key_settings(self, operation: str) -> dict[str, Any]:
         """The live actors' settings (asked once); actors that differ are an error."""
@@ -285,10 +289,14 @@ class RayJudge(Judge):
         ``on_result`` per item as pieces return. A failed piece goes to a live actor again."""
         from ray.util import ActorPool
 
-        ray, requests, size = _ray(), list(requests), self.engine.piece_size
+        ray, requests = _ray(), list(requests)
         results: list[Result | None] = [None] * len(requests)
         # slots (actor, j): each actor runs up to in_flight pieces at a time
-        pool = ActorPool([(i, j) for i in self._live() for j in range(self.engine.in_flight)])
+        slots = [(i, j) for i in self._live() for j in range(self.engine.in_flight)]
+        size = self.engine.piece_size or (
+            max(1, -(-len(requests) // max(1, len(slots)))) if self._server else 8
+        )
+        pool = ActorPool(slots)
         running: dict[int, tuple[int, Any]] = {}  # piece start -> (its actor, its reference)
         backlog = deque(range(0, len(requests), size))  # pieces to submit
 
