@@ -231,18 +231,21 @@ def test_mtrag_errors_are_located(tmp_path: Path) -> None:
 def test_label_command_with_a_real_server_judge(
     tmp_path: Path, llama_server: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`udcg qcare label` on the conversational set with SmolLM2-135M behind a llama.cpp
-    server: every context labelled, the conversation written back as read, scores computed."""
+    """`udcg qcare label` on a conversation with history and one without, SmolLM2-135M behind a
+    llama.cpp server: every context labelled, the conversation written back as read, scores
+    computed (the in-process tests above run every conversation; the model is slow on CPU)."""
     data = tmp_path / "conversations.jsonl"
-    write_contexts(data, contexts())
+    chosen = contexts()[2:]  # emma::2 (with history), mona::1 (without)
+    assert history_of(chosen[0]) and not history_of(chosen[1])
+    write_contexts(data, chosen)
     out = tmp_path / "labelled.jsonl"
     judge = ["--judge", f"openai:smollm2@{llama_server}", "--retries", "0"]
     status = main(["label", str(data), "-o", str(out), "--answers-from", "gen", *judge])
     printed = capsys.readouterr()
     assert status == 0, printed.err
-    assert "labelled 4 contexts (4 questions, 4 answers)" in printed.out
+    assert "labelled 2 contexts (2 questions, 2 answers)" in printed.out
     labelled = list(read_contexts(out))
-    for before, after in zip(contexts(), labelled, strict=True):
+    for before, after in zip(chosen, labelled, strict=True):
         assert after.extra == before.extra and after.question == before.question
         assert after.subqueries and all(isinstance(s, str) and s for s in after.subqueries)
         for passage in after.passages:
