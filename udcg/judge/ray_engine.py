@@ -210,11 +210,12 @@ class RayJudge(Judge):
         check_options(spec, options)
         key = judge_key(spec, name)
         builds = worker_specs(spec, options, engine.servers)
+        self._server = spec.startswith(OPENAI)  # a server client: it mostly waits on requests
         ray = _ray()
         if not ray.is_initialized():
             ray.init(address=engine.address, **_QUIET)
         actor = ray.remote(
-            num_cpus=0 if spec.startswith(OPENAI) else 1,  # a server client mostly waits
+            num_cpus=0 if self._server else 1,
             num_gpus=engine.gpus_per_worker,
             max_restarts=engine.max_restarts,
             max_task_retries=-1,  # Ray reruns the tasks of an actor it restarts
@@ -248,7 +249,6 @@ class RayJudge(Judge):
             )
         self._key_settings: dict[str, dict[str, Any]] = {}
         self._dead: set[int] = set()  # actors past their restarts
-        self._server = spec.startswith(OPENAI)  # requests sent concurrently, one window each
 
     def key_settings(self, operation: str) -> dict[str, Any]:
         """The live actors' settings (asked once); actors that differ are an error."""
@@ -284,6 +284,14 @@ class RayJudge(Judge):
     def _all_died(self) -> UDCGServiceError:
         return UDCGServiceError(f"every Ray worker of judge {self.name!r} died")
 
+    def _piece_size(self, items: int, slots: int) -> int:
+        """Items per piece: ``piece_size`` if set; else for a server judge ``ceil(items /
+        slots)`` (one piece per slot: each actor sends a piece's requests with its whole window
+        and has the next queued), 8 for an in-process judge."""
+        if self.engine.piece_size is not None:
+            return self.engine.piece_size
+        return max(1, -(-items // max(1, slots))) if self._server else 8
+
     def run(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[Result]:
         """Pieces over the actor pool, taken as they finish (a slow piece holds back no other);
         ``on_result`` per item as pieces return. A failed piece goes to a live actor again."""
@@ -293,9 +301,7 @@ class RayJudge(Judge):
         results: list[Result | None] = [None] * len(requests)
         # slots (actor, j): each actor runs up to in_flight pieces at a time
         slots = [(i, j) for i in self._live() for j in range(self.engine.in_flight)]
-        size = self.engine.piece_size or (
-            max(1, -(-len(requests) // max(1, len(slots)))) if self._server else 8
-        )
+        size = self._piece_size(len(requests), len(slots))
         pool = ActorPool(slots)
         running: dict[int, tuple[int, Any]] = {}  # piece start -> (its actor, its reference)
         backlog = deque(range(0, len(requests), size))  # pieces to submit
