@@ -5,9 +5,8 @@ versions."""
 
 import re
 import sys
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 project = tomllib.loads(Path(__file__).parent.parent.joinpath("pyproject.toml").read_text())
 base, extras = project["project"]["dependencies"], project["project"]["optional-dependencies"]

@@ -239,7 +239,7 @@ class JudgeHTTPClient:
         try:
             send = client.post(url, body=dict(body), cast_to=httpx.Response, options=options)
             response = await asyncio.wait_for(send, self.deadline)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise client.give_up(deadline=True) from None
         except openai.APIStatusError as exc:
             status, text = exc.status_code, snippet(exc.response.text)
@@ -274,7 +274,7 @@ class JudgeHTTPClient:
                 return await asyncio.wait_for(send, timeout)
             except openai.APIStatusError as exc:
                 return exc.response
-            except (asyncio.TimeoutError, openai.APITimeoutError):
+            except (TimeoutError, openai.APITimeoutError):
                 raise self.error(f"no reply within {timeout:g} s") from None
             except openai.APIConnectionError as exc:
                 reason = _ERRNO.sub("", transport_reason(exc.__cause__ or exc)).strip()
