@@ -135,8 +135,8 @@ def test_probe_of_transformers_serve(transformers_server, capsys):  # noqa: F811
     url, model = transformers_server
     status = main(["--judge", f"openai:{model}@{url}", "--format", "json", "--max-retries", "0"])
     report = json.loads(capsys.readouterr().out)
-    # what the server's own list says: transformers 5.21+ lists a model served from a folder;
-    # 5.20 (the last for Python 3.10) lists the Hugging Face cache only, and fails without one
+    # what the server's own list says: transformers 5.24 lists a model served from a folder;
+    # 5.20 lists the Hugging Face cache only, and answers 500 without one
     try:
         with urllib.request.urlopen(f"{url}/models") as reply:
             listed = model in {m["id"] for m in json.load(reply)["data"]}
