@@ -38,6 +38,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import math
 import random
 import shutil
 import sqlite3
@@ -59,9 +60,9 @@ from udcg.cli.batch import main as batch_main
 from udcg.errors import UDCGInputError
 from udcg.judge import load_judge
 from udcg.judge.base import JSONResult, Judge
-from udcg.judge.cache import JudgeCache
+from udcg.judge.cache import JudgeCache, cache_key
 from udcg.judge.cached import CachedJudge
-from udcg.judge.requests import item_key
+from udcg.judge.requests import OPERATIONS, item_key
 
 
 def _sibling(name: str) -> ModuleType:
@@ -88,9 +89,19 @@ FAILURES = ("valid_rejected", "stored_when_refused", "foreign_key", "bad_value",
 
 
 @cache
+def judge() -> Judge:
+    """The judge ``udcg batch import`` loads for :data:`JUDGE_ARGS` (never asked)."""
+    return load_judge(SPEC, None, abstain_token="NO")
+
+
 def fingerprint() -> str:
     """The fingerprint ``udcg batch import`` computes for :data:`JUDGE_ARGS`."""
-    return load_judge(SPEC, None, abstain_token="NO").fingerprint
+    return judge().fingerprint
+
+
+def settings_records() -> set[str]:
+    """The keys under which an import records the judge's run-time settings."""
+    return {cache_key(fingerprint(), "key_settings", op) for op in OPERATIONS}
 
 
 @dataclass
@@ -130,7 +141,8 @@ def _body(rng: random.Random, operation: str) -> dict[str, Any]:
     tokens = rng.sample(TOKENS, rng.randint(1, 4))
     if operation == "yes_prob" and not {"Yes", "No", " Yes", " No"} & set(tokens):
         tokens.append("Yes")
-    top = [{"token": t, "logprob": -rng.random() * 8} for t in tokens]
+    # a distribution: each of the n tokens at most 1/n
+    top = [{"token": t, "logprob": math.log(rng.uniform(1e-4, 1) / len(tokens))} for t in tokens]
     first = {**top[0], "top_logprobs": top}
     return {"choices": [{"message": {"content": tokens[0]}, "logprobs": {"content": [first]}}]}
 
@@ -142,13 +154,13 @@ def batch_files(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str
     for _ in range(rng.randint(1, 6)):
         operation = rng.choice(["abstain_prob", "yes_prob", "generate"])
         args = _call_args(rng, operation)
-        key = item_key(fingerprint(), operation, args)
+        settings = judge().key_settings(operation)
+        key = item_key(fingerprint(), operation, args, settings)
         if key in seen:
             continue
         seen.add(key)
-        calls.append(
-            {"custom_id": key, "judge": fingerprint(), "operation": operation, "args": args}
-        )
+        call = {"custom_id": key, "judge": fingerprint(), "operation": operation, "args": args}
+        calls.append({**call, "settings": settings})
         response = {"status_code": 200, "request_id": "r", "body": _body(rng, operation)}
         results.append({"id": "b", "custom_id": key, "response": response, "error": None})
     rng.shuffle(results)
@@ -237,7 +249,7 @@ def run_batch_case(case: BatchCase, folder: Path, limit: float) -> Outcome:
         return Outcome("hang", f"longer than {limit} s")
     except BaseException:
         return Outcome("other", traceback.format_exc())
-    stored = _cache_rows(db)
+    stored = {k: v for k, v in _cache_rows(db).items() if k not in settings_records()}
     if status == 2 and stored:
         return Outcome("stored_when_refused", f"{len(stored)} entries; {quiet.getvalue()}")
     foreign = set(stored) - case.keys

@@ -62,3 +62,13 @@ class UDCGServiceError(RuntimeError):
         >>> str(UDCGServiceError("http://localhost:8000/v1 did not answer in 10 s"))
         'http://localhost:8000/v1 did not answer in 10 s'
     """
+
+
+class LogprobsUnavailable(UDCGServiceError):
+    """A judge's server returns no log-probabilities (it ignores ``logprobs``): a caller with a
+    text route (Q-CARE's Yes/No checks) may fall back to it; for the others a service error.
+
+    Examples:
+        >>> isinstance(LogprobsUnavailable("no log-probs"), UDCGServiceError)
+        True
+    """

@@ -26,7 +26,7 @@ from tests.judge.test_openai_backend import ScriptedServer
 from udcg.cli.annotate import main as annotate_main
 from udcg.cli.batch import main as batch_main
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
-from udcg.judge.cache import JudgeCache
+from udcg.judge.cache import JudgeCache, cache_key
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = REPO / "bench" / "run_batch_file.py"
@@ -37,12 +37,13 @@ def _canonical(value: Any) -> str:
 
 
 def _top_logprobs(messages: list[dict[str, str]]) -> dict[str, float]:
-    """Top first-token log-probs drawn from the prompt's hash; one prompt in three lacks the
-    abstention token "NO" (its probability is then an upper bound)."""
+    """Top first-token log-probs drawn from the prompt's hash, each below log(1/4) (they add up
+    to less than 1); one prompt in three lacks the abstention token "NO" (its probability is
+    then an upper bound)."""
     digest = hashlib.sha256(_canonical(messages).encode()).digest()
-    top = {"Yes": -digest[1] / 64, "No": -digest[2] / 64, "The": -digest[3] / 32 - 0.01}
+    top = {"Yes": -digest[1] / 64 - 1.4, "No": -digest[2] / 64 - 1.4, "The": -digest[3] / 32 - 1.41}
     if digest[0] % 3:
-        top["NO"] = -digest[4] / 64
+        top["NO"] = -digest[4] / 64 - 1.4
     return top
 
 
@@ -179,7 +180,11 @@ def test_batch_requests_are_the_online_bodies_and_keys_and_give_the_same_labels(
     assert {r["url"] for r in requests} == {"/v1/chat/completions"}
     assert sorted(_canonical(r["body"]) for r in requests) == online_bodies
     assert sorted(map(_canonical, chat_server.bodies)) == online_bodies  # the runner sent them
-    assert {r["custom_id"] for r in requests} == _cache_keys(online_cache)
+    calls = [tmp_path / f"round{n}.calls.jsonl" for n in (1, 2)]
+    records = {  # where a cached judge records its run-time settings, online and by import
+        cache_key(c["judge"], "key_settings", c["operation"]) for p in calls for c in _lines(p)
+    }
+    assert {r["custom_id"] for r in requests} == _cache_keys(online_cache) - records
     assert _cache_keys(tmp_path / "batch.sqlite") == _cache_keys(online_cache)
 
     expected = [c.to_json() for c in read_contexts(tmp_path / "online_out.jsonl")]
@@ -286,7 +291,7 @@ def test_import_reports_bad_lines_stores_the_good_ones_and_keeps_bounds(tmp_path
     assert [e.split(": ")[2].rsplit(":", 1)[1] for e in errors] == ["2", "3", "4", "6", "7"]
     assert "HTTP status 500" in errors[1] and "no log-probs" in errors[2]
     assert "in no calls file" in errors[3] and "boom" in errors[4]
-    assert "imported 2 results (abstain_prob 2; 1 upper bounds)" in captured.out
+    assert "imported 2 results (abstain_prob 2; 1 bounds)" in captured.out
     assert "5 lines with errors; 1 exported calls without a result" in captured.out
     stored = JudgeCache(tmp_path / "c.sqlite").get_many([first, second, third])
     assert stored == {first: math.exp(-0.5), second: {"value": math.exp(-3.0), "upper_bound": True}}

@@ -75,7 +75,8 @@ def test_a_request_answered_twice_with_the_same_value_is_counted(tmp_path, expor
     assert _import(tmp_path, exported, lines) == 0
     out = capsys.readouterr().out
     assert "imported 2 results" in out and "1 duplicate lines with the same value" in out
-    assert _rows(tmp_path / "c.sqlite") == {a: math.exp(-0.5), b: math.exp(-1.0)}
+    rows = _rows(tmp_path / "c.sqlite")  # with the judge's settings records
+    assert {k: rows[k] for k in (a, b)} == {a: math.exp(-0.5), b: math.exp(-1.0)}
 
 
 @pytest.mark.parametrize("edit", ["swap", "unknown"])

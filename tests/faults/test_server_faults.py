@@ -109,7 +109,10 @@ def test_the_tokenizer_is_retried_before_the_token_is_guessed() -> None:
             warnings.filterwarnings("ignore", message=".*attempt 1 of 3", category=UDCGWarning)
             assert judge.abstain_token_text() == "N"
         assert judge.stats["retries"] == 1
-        assert judge.key_settings("abstain_prob") == {"abstain_token": "N"}
+        assert judge.key_settings("abstain_prob") == {
+            "abstain_token": "N",
+            "unlisted": "min(last,rest)",
+        }
 
 
 def test_a_guessed_token_is_one_warning_line_once_per_judge() -> None:

@@ -41,7 +41,8 @@ def test_reply_values_as_hand_computed():
     value, bound = reply_value("yes_prob", _chat(top), None, 20)
     assert value == pytest.approx(0.7 / 0.9, abs=1e-12) and not bound
     value, bound = reply_value("yes_prob", _chat({"Yes": -0.1, "Maybe": -2.5}), None, 20)
-    assert value == pytest.approx(1 / (1 + math.exp(-2.5 + 0.1)), abs=1e-12) and bound
+    no = 1 - math.exp(-0.1) - math.exp(-2.5)  # No unlisted: at most what the list leaves
+    assert value == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + no), abs=1e-12) and bound
     value, bound = reply_value("abstain_prob", _chat({"NO": -0.7, "The": -1.0}), "NO", 20)
     assert value == pytest.approx(math.exp(-0.7), abs=1e-15) and not bound
     value, bound = reply_value("abstain_prob", _chat({"A": -0.2, "B": -4.0}), "NO", 20)

@@ -41,14 +41,14 @@ def test_results_reach_the_cache_while_the_call_runs_and_a_rerun_asks_nothing(tm
         try:
             reader = JudgeCache(path)
             deadline = time.monotonic() + 5
-            while len(reader) < 9 and time.monotonic() < deadline:
+            while len(reader) < 10 and time.monotonic() < deadline:  # 9 values, the settings
                 time.sleep(0.05)
             committed = len(reader)
             running = call.is_alive()
         finally:
             release.set()
             call.join()
-        assert committed == 9 and running  # committed by the running call, before it returned
+        assert committed == 10 and running  # committed by the running call, before it returned
         np.testing.assert_allclose(out["v"], [0.01 * i + 0.001 for i in range(10)])
         asked = server.chat_requests()
         rerun = CachedJudge(_fast(server.url, abstain_token="NO"), path)
@@ -80,9 +80,8 @@ def test_bound_flags_round_trip_and_plain_entries_read_as_exact(tmp_path):
 
     # An entry written before bounds were marked: a plain number under the same key.
     judge = _fast("http://127.0.0.1:9/v1", abstain_token="NO")  # never asked
-    key = cache_key(
-        judge.fingerprint, "abstain_prob", abstain_messages("q7", "old"), {"mode": "first_token"}
-    )
+    settings = {"mode": "first_token", **judge.key_settings("abstain_prob")}
+    key = cache_key(judge.fingerprint, "abstain_prob", abstain_messages("q7", "old"), settings)
     JudgeCache(path).put_many({key: 0.25})
     old = CachedJudge(judge, path).abstain_prob(["q7"], ["old"])
     assert old.tolist() == [0.25] and upper_bounds(old).tolist() == [False]

@@ -30,7 +30,7 @@ from udcg.judge.openai_http import JudgeHTTPClient
 
 def _abstain_reply(body: dict[str, Any]) -> dict[str, Any]:
     """P(NO) = 0.01 * (number in the question) + 0.001, read from 'Question: q<number>'."""
-    return _chat_reply(logprobs=_openai_logprobs({"NO": math.log(_p(body)), "Yes": -0.1}))
+    return _chat_reply(logprobs=_openai_logprobs({"NO": math.log(_p(body)), "Yes": math.log(0.1)}))
 
 
 def _p(body: dict[str, Any]) -> float:

@@ -518,6 +518,37 @@ def test_openai_logprob_format_yes_no_and_abstain():
             judge.abstain_prob(["q"], [])
 
 
+def test_a_token_outside_the_top_log_probs_is_bounded_on_the_side_the_list_shows():
+    """The unlisted side is at most min(last listed, 1 - listed mass); with Yes unlisted the
+    relevance value stays below 0.5 even when No is the last listed token, and a list adding
+    up to more than 1 is refused."""
+    tops = {
+        "no-last": {"The": math.log(0.5), "No": math.log(0.1)},  # Yes <= 0.1 = P(No)
+        "no-alone": {"No": math.log(0.95)},  # Yes <= 1 - 0.95
+        "yes-alone": {"Yes": math.log(0.2), "Maybe": math.log(0.018)},  # No <= 0.018
+        "impossible": {"Yes": 0.0, "No": 0.0, "The": 0.0},
+        "abstain": {"Paris": math.log(0.9), "The": math.log(0.08)},  # NO <= 1 - 0.98
+    }
+
+    def reply(path, body, headers):
+        key = body["messages"][-1]["content"]
+        key = "abstain" if key.startswith("Document:") else key
+        return 200, {}, _chat_reply(logprobs=_openai_logprobs(tops[key]))
+
+    with ScriptedServer(reply) as server:
+        judge = _fast(server.url, abstain_token="NO")
+        with pytest.warns(UserWarning, match="below 0.5"):
+            values = judge.yes_prob([_user("no-last"), _user("no-alone"), _user("yes-alone")])
+        assert values[0] < 0.5 and values[0] == pytest.approx(0.5)  # the label is No
+        np.testing.assert_allclose(values[1:], [0.05 / (0.05 + 0.95), 0.2 / 0.218], rtol=1e-9)
+        assert values.upper_bound.all() and judge.stats["yes_no_bound"] == 3
+        with pytest.warns(UserWarning, match="upper bounds"):
+            bound = judge.abstain_prob(["q"], ["p"])
+        assert bound[0] == pytest.approx(0.02) and bound.upper_bound.all()
+        with pytest.raises(JudgeServerError, match="add up to probability 3, more than 1"):
+            judge.yes_prob([_user("impossible")])
+
+
 def test_invalid_logprob_values_are_errors():
     bad = {"content": [{"token": "Yes", "logprob": "NaN", "top_logprobs": []}]}
     with ScriptedServer(lambda *_: (200, {}, _chat_reply(logprobs=bad))) as server:
@@ -810,7 +841,8 @@ def test_exact_abstention_by_echo_fallbacks_and_cache_keys(tmp_path):
         exact = judge.abstain_prob(["q1", "q2"], ["p1", "p2"])
         np.testing.assert_allclose(exact, [1e-4, 1e-4], rtol=1e-9)
         assert not exact.upper_bound.any() and judge.key_settings("abstain_prob") == {
-            "exact_bounds": "echo"
+            "exact_bounds": "echo",
+            "unlisted": "min(last,rest)",
         }
         # off: the bound, no completions request, another cache key
         off = _fast(server.url, abstain_token="NO", template_tokenizer=tok, exact_bounds="off")
@@ -819,7 +851,7 @@ def test_exact_abstention_by_echo_fallbacks_and_cache_keys(tmp_path):
             bound = off.abstain_prob(["q1"], ["p1"])
         assert bound[0] == pytest.approx(0.01) and bound.upper_bound.all()
         assert [p for p, _, _ in server.requests[asked:]] == ["/v1/chat/completions"]
-        assert off.key_settings("abstain_prob") == {}
+        assert off.key_settings("abstain_prob") == {"unlisted": "min(last,rest)"}
         cache = JudgeCache(tmp_path / "c.sqlite")
         assert CachedJudge(off, cache).abstain_prob(["q1"], ["p1"]).upper_bound.all()
         again = CachedJudge(judge, cache).abstain_prob(["q1"], ["p1"])

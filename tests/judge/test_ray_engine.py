@@ -76,9 +76,9 @@ class ChatServer(ScriptedServer):
         h = _digest(json.dumps(body["messages"]))
         logprobs = None
         if body.get("logprobs"):
-            top = {"Yes": -(h % 97) / 20, "Other": -9.0}
+            top = {"Yes": -(h % 97) / 20 - 0.75, "Other": -9.0}  # a distribution: sum <= 1
             if h % 3:
-                top["No"] = -(h % 89) / 20
+                top["No"] = -(h % 89) / 20 - 0.75
             logprobs = {
                 "content": [
                     {
@@ -252,7 +252,7 @@ def test_the_pieces_of_a_worker_past_its_restarts_go_to_the_live_ones() -> None:
         with pytest.raises(ray.exceptions.RayActorError):  # ActorDiedError from Ray 2.11
             ray.get(judge.actors[0].identity.remote())
         assert judge.generate(prompts[:5], 4) == _replies(prompts[:5])  # the live one
-        assert judge.key_settings("yes_prob") == {}
+        assert judge.key_settings("yes_prob") == {"unlisted": "min(last,rest)"}
         ray.kill(judge.actors[1], no_restart=True)
         with pytest.raises(UDCGServiceError, match="every Ray worker of judge 'm' died"):
             judge.generate(prompts[:5], 4)
@@ -362,8 +362,9 @@ def test_the_workers_resolved_abstain_token_is_in_the_key_and_must_agree() -> No
         spec = f"openai:m@{servers[0].url}"
         agree = RayOptions(workers=2, servers=(servers[0].url, servers[1].url))
         judge = RayJudge(spec, engine=agree)
-        assert judge.key_settings("abstain_prob") == {"abstain_token": "N"}
-        assert judge.key_settings("yes_prob") == {}
+        bound = {"unlisted": "min(last,rest)"}
+        assert judge.key_settings("abstain_prob") == {"abstain_token": "N", **bound}
+        assert judge.key_settings("yes_prob") == bound
         judge.close()
         differ = RayOptions(workers=2, servers=(servers[0].url, servers[2].url))
         judge = RayJudge(spec, engine=differ)

@@ -60,6 +60,23 @@ def test_extract_json_rejects(text):
         extract_json(text)
 
 
+def test_extract_json_rejects_nesting_python_cannot_decode_and_lone_surrogates():
+    with pytest.raises(ValueError, match="no JSON"):
+        extract_json("[" * 5000)
+    with pytest.raises(ValueError, match=r"at claims\[1\] holds a lone surrogate"):
+        extract_json('Sure: {"claims": ["a", "b\\ud800"]}')
+    assert extract_json('{"claims": ["\\ud83d\\ude00"]}') == {"claims": ["\U0001f600"]}
+
+
+def test_a_deeply_nested_reply_is_a_failed_retried_answer():
+    deep = "[" * 1000
+    judge = ScriptedJudge({"a": [deep, '{"ok": 1}'], "b": [deep, '["\\udfff"]']})
+    good, bad = generate_json(judge, [ask("a"), ask("b")], retries=1)
+    assert (good.value, good.attempts) == ({"ok": 1}, 2)
+    assert not bad.ok and bad.attempts == 2 and bad.raw == [deep, '["\\udfff"]']
+    assert "lone surrogate" in bad.error
+
+
 def test_retries_only_failed_prompts_with_feedback():
     judge = ScriptedJudge(
         {

@@ -15,11 +15,13 @@ reads batch output lines as the online backend reads replies and stores each val
 cache under its custom_id. Every file is read and checked before anything is stored, and then
 all the results are stored in one transaction: a calls line of another judge, or whose
 custom_id is not the cache key of its arguments, a custom_id answered twice with different
-values, or a value that is not a probability refuses the whole import (exit status 2, nothing
-stored). A line that cannot be used (a batch error, a status other than 200, a reply without
-log-probs, a custom_id in no calls file) is reported with its file and line and not stored, the
-other results are (exit status 1); a custom_id answered twice with the same value is counted.
-A key the cache holds already keeps its value (counted, like ``udcg cache merge``).
+values (in these files, or in a file and the cache), or a value that is not a probability
+refuses the whole import (exit status 2, nothing stored). A line that cannot be used (a batch
+error, a status other than 200, a reply without log-probs or of another model, a generation
+longer than its request allowed, a custom_id in no calls file) is reported with its file and
+line and not stored, the other results are (exit status 1); a custom_id answered twice with the
+same value is counted. The judge's run-time settings are recorded in the cache, as online.
+With ``-o``, its lock is taken before anything is read.
 ``udcg annotate IN -o OUT --judge <same>`` then answers every call from the cache;
 ``--contexts IN.jsonl -o OUT.jsonl`` does that here, with a judge that computes
 nothing (a missing result is an error naming the context).
@@ -34,7 +36,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from udcg.cli.annotate import add_step_arguments
@@ -49,8 +51,10 @@ from udcg.judge.batch_files import (
     Call,
     ChatSettings,
     RequestWriter,
+    calls_path,
     read_batch,
     read_calls,
+    refuse_cache_conflicts,
     request_body,
 )
 from udcg.judge.cache import JudgeCache
@@ -185,9 +189,16 @@ def _chat(judge: OpenAIJudge) -> ChatSettings:
 
 
 def _export(args: argparse.Namespace) -> None:
-    judge = _openai_judge(args)
     inputs = {"input": args.input, "--cache": args.cache}
-    refuse_same_file(args.out, inputs)
+    for path in (args.out, calls_path(args.out)):
+        refuse_same_file(path, inputs)
+    # the lock comes first: a second export to OUT is refused before it loads a judge
+    with exclusive_writer(args.out, "batch requests file"):
+        _export_locked(args, inputs)
+
+
+def _export_locked(args: argparse.Namespace, inputs: dict[str, str | None]) -> None:
+    judge = _openai_judge(args)
     contexts = list(read_contexts(args.input))
     check_inputs(contexts, args.steps, args.relevance)
     if "abstain" in args.steps:
@@ -207,10 +218,7 @@ def _export(args: argparse.Namespace) -> None:
             return exc.requests
         return []
 
-    with (
-        exclusive_writer(args.out, "batch requests file"),
-        RequestWriter(args.out, args.max_lines, inputs) as writer,
-    ):
+    with RequestWriter(args.out, args.max_lines, inputs) as writer:
         written: set[str | None] = set()
         for step in args.steps:  # each step alone: the misses of one do not hide the next's
             grading = step == "outcomes" and args.grader == "llm"
@@ -250,23 +258,43 @@ def _read_calls(paths: list[str], judge: OpenAIJudge) -> dict[str, Call]:
     return calls
 
 
+def _record_settings(judge: OpenAIJudge, cache: JudgeCache, calls: Iterable[Call]) -> None:
+    """Record the run-time settings of the calls' operations in ``cache``, as an online run
+    does, so that ``udcg annotate`` answered by the cache needs no server to resolve them."""
+    recorder = CachedJudge(judge, cache)
+    for operation in sorted({call.operation for call in calls}):
+        recorder.key_settings(operation)
+
+
 def _import(args: argparse.Namespace) -> int:
     if (args.contexts is None) != (args.out is None):
         raise UDCGInputError("--contexts and -o/--out go together", field="out")
+    if args.out is None:
+        return _import_locked(args)
+    inputs = {"--contexts": args.contexts, "--cache": args.cache}
+    inputs.update({f"results {p}": p for p in args.results})
+    inputs.update({f"--calls {p}": p for p in args.calls})
+    refuse_same_file(args.out, inputs)
+    # the lock comes first: a second writer of OUT is refused before any result is read
+    with exclusive_writer(args.out, "labelled contexts file"):
+        return _import_locked(args)
+
+
+def _import_locked(args: argparse.Namespace) -> int:
     judge = _openai_judge(args)
-    if args.out is not None:
-        inputs = {"--contexts": args.contexts, "--cache": args.cache}
-        inputs.update({f"results {p}": p for p in args.results})
-        inputs.update({f"--calls {p}": p for p in args.calls})
-        refuse_same_file(args.out, inputs)
     contexts = None
     if args.contexts is not None:
         contexts = list(read_contexts(args.contexts))
         check_inputs(contexts, args.steps, args.relevance)
     calls = _read_calls(args.calls, judge)
-    batch = read_batch(args.results, calls, lambda: abstain_marker(judge), judge.top_logprobs)
+    batch = read_batch(
+        args.results, calls, lambda: abstain_marker(judge), judge.top_logprobs, judge.model
+    )
     with JudgeCache(args.cache) as cache:
+        held = cache.get_many(calls, count=False)
+        refuse_cache_conflicts(batch.results, held, cache.path)
         counts = cache.add_new({key: r.stored for key, r in batch.results.items()})
+        _record_settings(judge, cache, calls.values())
         path = cache.path
     for message in batch.errors[:SHOWN_ERRORS]:
         print(f"udcg batch import: error: {message}", file=sys.stderr)
@@ -281,13 +309,13 @@ def _import(args: argparse.Namespace) -> int:
     ops = ", ".join(f"{op} {n}" for op, n in sorted(operations.items())) or "none"
     bounds = sum(r.bound for r in results)
     kept = f"{counts.added} new, {counts.same} already there"
-    if counts.conflicts:
+    if counts.conflicts:  # written by another process since the check
         kept += f", {counts.conflicts} already there with another value (kept as in the cache)"
     print(
-        f"imported {len(batch.results)} results ({ops}; {bounds} upper bounds) into "
+        f"imported {len(batch.results)} results ({ops}; {bounds} bounds) into "
         f"{path} ({kept}); {len(batch.errors)} lines with errors; "
-        f"{len(set(calls) - set(batch.results))} exported calls without a result; "
-        f"{batch.duplicates} duplicate lines with the same value",
+        f"{len(set(calls) - set(batch.results) - set(held))} exported calls without a result in"
+        f" the cache; {batch.duplicates} duplicate lines with the same value",
         file=out,
     )
     if contexts is not None:
@@ -310,8 +338,7 @@ def _import(args: argparse.Namespace) -> int:
                 "result; export its requests, run them and import the results",
                 **ctx.location(),
             ) from None
-        with exclusive_writer(args.out, "labelled contexts file"):
-            write_contexts(args.out, annotated)
+        write_contexts(args.out, annotated)
         print(
             f"annotated {report.contexts} contexts with {judge.name} from the cache "
             f"(hits {cached.cache.hits}) into {args.out}",

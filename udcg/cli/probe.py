@@ -23,6 +23,7 @@ from udcg.cli.common import parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
 from udcg.judge.spec import OPENAI
+from udcg.validation import printable
 
 if TYPE_CHECKING:
     from udcg.judge.openai_probe import ServerReport
@@ -48,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _text(report: ServerReport) -> str:
-    """The findings, then the serving-table row as Markdown."""
+    """The findings, then the serving-table row as Markdown; control and format characters
+    (a server's reasons may hold escape sequences) escaped on every line."""
     listed = {None: "no list", True: "yes", False: "NO (check the model name)"}
     top = (
         f"{report.top_logprobs_returned} returned of {report.top_logprobs_asked} asked"
@@ -80,7 +82,7 @@ def _text(report: ServerReport) -> str:
         "|" + " --- |" * (len(steps) + 1),
         f"| {report.model} | " + " | ".join(steps.values()) + " |",
     ]
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,8 +41,9 @@ def judge_values(values: Any, upper_bound: Any = None) -> JudgeValues:
 
 
 class JudgeValues(np.ndarray):
-    """Float64 values; ``upper_bound[i]`` True when value i is only an upper bound of the
-    probability (the token was not among a server's top-k log-probs).
+    """Float64 values; ``upper_bound[i]`` True when value i is only a bound: the token was not
+    among a server's top-k log-probs, so the value is an upper bound of the probability (for
+    ``yes_prob`` with No the missing token, a lower bound of at least 0.5).
 
     >>> isinstance(judge_values([0.2]), JudgeValues)
     True

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from udcg.errors import UDCGInputError
+from udcg.io.contexts.checks import LONE_SURROGATE, lone_surrogate
 from udcg.io.files import STDIO, PathType, numbered_lines, refuse_same_file
 from udcg.judge.cache import FORMS
 from udcg.judge.openai_http import snippet
@@ -26,6 +27,7 @@ from udcg.judge.openai_replies import (
     ReplyError,
     first_choice,
     first_token_logprobs,
+    generated_tokens,
     message_text,
     token_prob,
     yes_ratio,
@@ -43,6 +45,8 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
 }
 #: The most lines the OpenAI Batch API takes in one input file.
 OPENAI_MAX_LINES = 50_000
+#: How the name of a calls file ends.
+CALLS_SUFFIX = ".calls.jsonl"
 #: The modes of an ``abstain_prob`` call.
 ABSTAIN_MODES = ("first_token", "sequence")
 
@@ -89,10 +93,22 @@ def request_body(call: Call, chat: ChatSettings) -> dict[str, Any]:
 
 
 def calls_path(requests: PathType) -> Path:
-    """The calls file of a requests file: ``requests.jsonl`` -> ``requests.calls.jsonl``."""
+    """The calls file of a requests file: ``requests.jsonl`` -> ``requests.calls.jsonl``; a
+    name that is not ``NAME.jsonl``, or is a calls file's, is refused (so that two requests
+    files never share a calls file, and batch runners, which read no gzip, can read it)."""
+    if str(requests) == STDIO:
+        raise UDCGInputError(
+            "requests go to a file (the calls file is written beside it), not to stdout",
+            path=requests,
+        )
     path = Path(requests)
-    stem = path.name.removesuffix(".gz").removesuffix(".jsonl")
-    return path.with_name(f"{stem}.calls.jsonl")
+    if not path.name.endswith(".jsonl") or path.name.endswith(CALLS_SUFFIX):
+        raise UDCGInputError(
+            f"a requests file is plain JSONL named NAME.jsonl, not NAME{CALLS_SUFFIX} (its calls"
+            f" file is written beside it as NAME{CALLS_SUFFIX}; batch runners read no gzip)",
+            path=requests,
+        )
+    return path.with_name(path.name.removesuffix(".jsonl") + CALLS_SUFFIX)
 
 
 def _json_line(value: Any) -> str:
@@ -112,16 +128,9 @@ class RequestWriter:
     ) -> None:
         if max_lines is not None and max_lines < 1:
             raise UDCGInputError(f"must be >= 1, got {max_lines}", field="max_lines")
-        if str(requests) == STDIO:
-            raise UDCGInputError(
-                "requests go to a file (the calls file is written beside it), not to stdout",
-                path=requests,
-            )
         self.requests = Path(requests)
         self.max_lines = max_lines
         self.calls = calls_path(self.requests)
-        if self.calls == self.requests:
-            raise UDCGInputError("must not end in .calls.jsonl", path=requests)
         self.inputs = dict(inputs or {})
         self.paths: list[Path] = []
         self.count = 0
@@ -204,6 +213,8 @@ def read_calls(
             obj = json.loads(text)
         except (ValueError, RecursionError) as exc:
             raise fail(f"not valid JSON ({exc})") from None
+        if (field := lone_surrogate(text, obj)) is not None:
+            raise fail(LONE_SURROGATE, field=field or None)
         if not isinstance(obj, dict) or not isinstance(obj.get("custom_id"), str):
             raise fail("expected a call object with a 'custom_id' string")
         operation, args = obj.get("operation"), obj.get("args")
@@ -264,6 +275,8 @@ def _result(text: str) -> tuple[str | None, Any, str | None]:
         obj = json.loads(text)
     except (ValueError, RecursionError) as exc:
         return None, None, f"not valid JSON ({exc})"
+    if (field := lone_surrogate(text, obj)) is not None:
+        return None, None, f"field {field!r} {LONE_SURROGATE}" if field else LONE_SURROGATE
     if not isinstance(obj, dict):
         return None, None, f"expected a result object, got {type(obj).__name__}"
     custom_id = obj.get("custom_id")
@@ -275,6 +288,8 @@ def _result(text: str) -> tuple[str | None, Any, str | None]:
     if not isinstance(response, dict):
         return custom_id, None, "no 'response' object"
     status, body = response.get("status_code"), response.get("body")
+    if isinstance(status, bool) or not isinstance(status, int):
+        return custom_id, None, f"'status_code' {snippet(json.dumps(status))} is not an integer"
     if status != 200:
         return custom_id, None, f"HTTP status {status}: {snippet(json.dumps(body))}"
     if not isinstance(body, dict):
@@ -321,15 +336,51 @@ class BatchResults:
     duplicates: int = 0
 
 
+def _same_model(named: Any, model: str) -> bool:
+    """True when a reply's ``model`` is ``model`` or a dated version of it (OpenAI answers
+    ``gpt-4o-mini-2024-07-18`` to ``gpt-4o-mini``)."""
+    return isinstance(named, str) and (named == model or named.startswith(model + "-"))
+
+
+def _foreign_reply(call: Call, body: Mapping[str, Any], model: str | None) -> str | None:
+    """Why ``body`` cannot be the reply to ``call``'s request as exported for ``model``, or
+    None: it names another model, or generated more tokens than the request allowed."""
+    if model is not None and "model" in body and not _same_model(body["model"], model):
+        return (
+            f"the reply is of model {snippet(json.dumps(body['model']))}, the request was"
+            f" exported for {model!r}: the results of another batch?"
+        )
+    used, limit = generated_tokens(body), call.args.get("max_new_tokens")
+    if call.operation == "generate" and used is not None and used > limit:
+        return (
+            f"the reply generated {used} tokens (usage.completion_tokens), more than the {limit}"
+            " the request allowed (max_tokens): the results of another export?"
+        )
+    return None
+
+
+def _another_value(result: Result, other: Any, where: str, advice: str) -> UDCGInputError:
+    """The error for ``result``, whose request ``where`` answers with the value ``other``."""
+    return UDCGInputError(
+        f"custom_id {result.call.custom_id}: another result than {where}"
+        f" ({snippet(repr(result.stored))} vs {snippet(repr(other))}): a request answered twice"
+        f" with different values; {advice}",
+        path=result.path,
+        line=result.line,
+    )
+
+
 def read_batch(
     paths: list[PathType],
     calls: Mapping[str, Call],
     marker: Callable[[], str],
     top_logprobs: int,
+    model: str | None = None,
 ) -> BatchResults:
     """The results of the batch output files ``paths`` for ``calls`` (custom_id -> call);
-    ``marker()`` is asked only for an ``abstain_prob`` result. A custom_id with two different
-    values, or a value not a probability, is a :class:`~udcg.errors.UDCGInputError`."""
+    ``marker()`` is asked only for an ``abstain_prob`` result; a reply of another ``model``
+    (None: not checked) is an error line. A custom_id with two different values, or a value
+    not a probability, is a :class:`~udcg.errors.UDCGInputError`."""
     batch = BatchResults()
     for path in paths:
         for line in read_results(path):
@@ -342,6 +393,10 @@ def read_batch(
             call = calls.get(line.custom_id or "")
             if call is None:
                 batch.errors.append(where + "in no calls file (--calls)")
+                continue
+            foreign = _foreign_reply(call, line.body, model)
+            if foreign is not None:
+                batch.errors.append(where + foreign)
                 continue
             token = marker() if call.operation == "abstain_prob" else None
             try:
@@ -361,13 +416,22 @@ def read_batch(
             first = batch.results.setdefault(call.custom_id, result)
             if first is not result:
                 if first.stored != stored:
-                    raise UDCGInputError(
-                        f"custom_id {call.custom_id}: another result than at {first.path}:"
-                        f"{first.line} ({snippet(repr(stored))} vs {snippet(repr(first.stored))}):"
-                        " a request answered twice with different values; keep one of the two"
-                        " lines",
-                        path=line.path,
-                        line=line.line,
-                    )
+                    at = f"at {first.path}:{first.line}"
+                    raise _another_value(result, first.stored, at, "keep one of the two lines")
                 batch.duplicates += 1
     return batch
+
+
+def refuse_cache_conflicts(
+    results: Mapping[str, Result], held: Mapping[str, Any], cache: PathType
+) -> None:
+    """Refuse the first of ``results`` (custom_id -> result) whose key the judge cache
+    ``cache`` holds (``held``: key -> value) with another value, so that importing results
+    files one by one gives what importing them together does, in any order."""
+    for key, result in results.items():
+        if key in held and held[key] != result.stored:
+            advice = (
+                f"leave this line out, or drop the cached value with `udcg cache drop {cache}"
+                f" {key}` to store this one"
+            )
+            raise _another_value(result, held[key], f"the cache {cache} holds", advice)

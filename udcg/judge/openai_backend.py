@@ -35,6 +35,7 @@ from udcg.judge.openai_replies import (
     message_text,
     refuses_response_format,
     token_prob,
+    unlisted_logprob,
     yes_ratio,
 )
 from udcg.judge.openai_requests import (
@@ -59,17 +60,23 @@ _LOCK = threading.Lock()  # of the judges' lazy state (a lock attribute would no
 PROBE_TIMEOUT = 5.0  # seconds :meth:`OpenAIJudge.probe` waits
 #: Largest log-prob difference of the chat reply's top first token in the echo reply.
 ECHO_AGREEMENT = 0.05
+#: How a token outside the top log-probs is bounded, in the cache key of the values that may
+#: use it: the smaller of the last listed probability and the mass the list leaves.
+UNLISTED_BOUND = "min(last,rest)"
 #: The warning of each kind of bound, given once per judge (counts are in ``stats``).
 BOUND_WARNINGS = {
     "abstain_bound": (
         "abstain_prob: the abstention token was not among the server's top log-probs for some"
-        " pairs; their values are upper bounds (the smallest top-k probability), marked in the"
-        " result's upper_bound mask and counted in the judge's stats['abstain_bound']"
+        " pairs; their values are upper bounds (the smaller of the last listed probability and"
+        " the probability the list leaves), marked in the result's upper_bound mask and counted"
+        " in the judge's stats['abstain_bound']"
     ),
     "yes_no_bound": (
         "yes_prob: only one of Yes/No was among the server's top log-probs for some prompts; the"
-        " other was taken at its upper bound (the smallest top-k probability), marked in the"
-        " result's upper_bound mask and counted in the judge's stats['yes_no_bound']"
+        " other was taken at its upper bound (the smaller of the last listed probability and the"
+        " probability the list leaves), so the value is an upper bound (below 0.5) when Yes is"
+        " missing and a lower bound (0.5 or more) when No is: the label holds either way; marked"
+        " in the result's upper_bound mask and counted in the judge's stats['yes_no_bound']"
     ),
 }
 
@@ -212,7 +219,7 @@ class OpenAIJudge(Judge):
         try:
             return parse(*args)
         except ReplyError as exc:
-            raise self.http.error(f"{where}: {exc}") from None
+            raise self.http.error(f"{where}: {exc}", kind=type(exc)) from None
 
     async def _first_token_logprobs(self, messages: Messages) -> dict[str, float]:
         url = self.base_url + CHAT_PATH
@@ -240,7 +247,7 @@ class OpenAIJudge(Judge):
         results = self.http.map(counted, items, deliver)
         values = judge_values([v for v, _ in results], [b for _, b in results])
         if values.upper_bound.any():
-            self._warn_once(kind, BOUND_WARNINGS[kind], UserWarning, stacklevel=2)
+            self._warn_once(kind, BOUND_WARNINGS[kind], UDCGWarning, stacklevel=2)
         return values
 
     def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
@@ -401,7 +408,7 @@ class OpenAIJudge(Judge):
             echoed is None
             or picked[0][0] != token
             or abs(echoed - top[best]) > ECHO_AGREEMENT
-            or picked[0][1] > min(top.values()) + 1e-6  # above its own bound
+            or picked[0][1] > unlisted_logprob(top) + 1e-6  # above its own bound
         ):
             self.http.count("exact_mismatch")
             return None
@@ -409,9 +416,13 @@ class OpenAIJudge(Judge):
         return math.exp(picked[0][1])
 
     def key_settings(self, operation: str) -> dict[str, Any]:
-        """For ``abstain_prob``: the abstention token used when not given, and
-        ``exact_bounds: "echo"`` when misses are scored by echo; else nothing."""
+        """For ``abstain_prob`` and ``yes_prob``: how a token outside the top log-probs is
+        bounded (``unlisted``, :func:`unlisted_logprob`); for ``abstain_prob`` also the
+        abstention token used when not given, and ``exact_bounds: "echo"`` when misses are
+        scored by echo; else nothing."""
         settings: dict[str, Any] = {}
+        if operation in ("abstain_prob", "yes_prob"):
+            settings["unlisted"] = UNLISTED_BOUND
         if operation == "abstain_prob" and self.abstain_token is None:
             settings["abstain_token"] = self.abstain_token_text()
         if operation == "abstain_prob" and self.scores_continuations:

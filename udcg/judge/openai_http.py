@@ -4,7 +4,8 @@
 jitter or ``Retry-After``, at most ``max_backoff``), ``timeout`` per read, ``connect_timeout``
 to connect, ``deadline`` per request with all its attempts; each retry one
 :class:`~udcg.errors.UDCGWarning` per attempt number and call (docs/integrity.md). The API key,
-from ``api_key_env`` (``EMPTY`` when unset), is never stored and is masked in errors.
+from ``api_key_env`` (``EMPTY`` when unset), is never stored and is masked in every error and
+warning that quotes a server (:func:`masked`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import json
 import math
 import os
 import queue
@@ -31,6 +33,7 @@ import httpx
 import openai
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
+from udcg.io.contexts.checks import LONE_SURROGATE, lone_surrogate
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -40,6 +43,8 @@ _SNIPPET = 300
 _POLL = 0.5  # seconds the calling thread waits for an event before checking again
 _BATCH = 0.01  # seconds it lets events gather before handling them together
 _STATS_LOCK = threading.Lock()  # of every client's ``stats`` (a lock attribute would not pickle)
+#: Names of the environment variables whose API keys :func:`masked` hides (never the keys).
+_KEY_VARIABLES: set[str] = set()
 #: The SDK client lent to the current task (one request at a time).
 _CLIENT: contextvars.ContextVar[_SDKClient] = contextvars.ContextVar("udcg_judge_client")
 
@@ -54,10 +59,38 @@ class JudgeServerError(UDCGServiceError):
         self.reply = reply
 
 
+def masked(text: str) -> str:
+    """``text`` with every API key a client has sent (the value of its ``api_key_env``, when
+    4 characters or more) replaced by ``***``."""
+    for name in tuple(_KEY_VARIABLES):
+        key = os.environ.get(name)
+        if key and len(key) >= 4:
+            text = text.replace(key, "***")
+    return text
+
+
 def snippet(text: str) -> str:
-    """``text`` on one line, cut to its first 300 characters (for error messages)."""
-    text = " ".join(text.split())
+    """``text`` on one line, API keys masked, then cut to its first 300 characters: how a
+    server's text appears in every message and warning."""
+    text = masked(" ".join(text.split()))
     return text if len(text) <= _SNIPPET else text[:_SNIPPET] + "..."
+
+
+def reply_json(response: httpx.Response) -> Any:
+    """The JSON value of ``response``'s UTF-8 body; ValueError saying why there is none: not
+    JSON (the start of the text), nested too deeply to decode, or a string holding a lone
+    surrogate."""
+    try:
+        text = response.content.decode("utf-8")
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError:
+        raise ValueError(snippet(response.text)) from None
+    field = lone_surrogate(text, value)
+    if field is not None:
+        raise ValueError(f"field {field!r} {LONE_SURROGATE}" if field else LONE_SURROGATE)
+    return value
 
 
 def split_base_url(base_url: str) -> tuple[str, str]:
@@ -216,12 +249,15 @@ class JudgeHTTPClient:
         with _STATS_LOCK:
             self.stats[what] += n
 
-    def error(self, message: str, status: int | None = None, reply: str = "") -> JudgeServerError:
-        """A :class:`JudgeServerError` with ``message``, the API key masked in it."""
-        key = os.environ.get(self.api_key_env)
-        if key and len(key) >= 4:
-            message, reply = message.replace(key, "***"), reply.replace(key, "***")
-        return JudgeServerError(message, status, reply)
+    def error(
+        self,
+        message: str,
+        status: int | None = None,
+        reply: str = "",
+        kind: type[JudgeServerError] = JudgeServerError,
+    ) -> JudgeServerError:
+        """A ``kind`` error with ``message``, the API key masked in it (:func:`masked`)."""
+        return kind(masked(message), status, masked(reply))
 
     def wait(self, retry: int, asked: float | None) -> float:
         """Seconds before retry ``retry + 1``: ``asked`` (``Retry-After``), else ``backoff *
@@ -253,11 +289,10 @@ class JudgeHTTPClient:
             client.last = failure(exc.__cause__ or exc, self.timeout)
             raise client.give_up() from None
         try:
-            return response.json()
-        except ValueError:
-            reply = snippet(response.text)
+            return reply_json(response)
+        except ValueError as exc:
             raise self.error(
-                f"{url}: malformed JSON reply (HTTP {response.status_code}): {reply}"
+                f"{url}: malformed JSON reply (HTTP {response.status_code}): {exc}"
             ) from None
 
     def post(self, url: str, body: Mapping[str, Any], retries: int | None = None) -> Any:
@@ -383,6 +418,7 @@ class JudgeHTTPClient:
         """A new SDK client with one connection, for one request at a time (httpcore scans a
         shared pool at every request: quadratic time)."""
         one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        _KEY_VARIABLES.add(self.api_key_env)  # the name: replies may quote the key it holds
         return _SDKClient(
             self,
             notice,

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from udcg.judge.openai_backend import OpenAIJudge
-from udcg.judge.openai_http import JudgeServerError
+from udcg.judge.openai_http import JudgeServerError, reply_json
 from udcg.judge.openai_replies import (
     ECHO_FIELDS,
     ReplyError,
@@ -103,7 +103,7 @@ def _models(judge: OpenAIJudge, report: ServerReport) -> None:
     """The model ids ``/v1/models`` lists."""
     reply = judge.http.get(judge.base_url + "/models", judge.http.timeout)
     try:
-        data = reply.json().get("data")
+        data = reply_json(reply).get("data")
         report.models = [str(entry["id"]) for entry in data]
     except (ValueError, AttributeError, KeyError, TypeError):
         report.errors["models"] = f"HTTP {reply.status_code}: no model list in the reply"

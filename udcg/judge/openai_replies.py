@@ -7,16 +7,22 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from udcg.errors import LogprobsUnavailable
 from udcg.judge.openai_http import JudgeServerError, snippet
 
 YES_TOKENS = frozenset({"Yes", " Yes"})
 NO_TOKENS = frozenset({"No", " No"})
 ECHO_FIELDS = ("tokens", "token_logprobs", "text_offset")
 _LOGPROB_SLACK = 1e-4  # log-probs a little above 0 are rounding; larger ones are errors
+_MASS_SLACK = 1e-3  # top-k probabilities adding up a little above 1 are rounding
 
 
 class ReplyError(JudgeServerError):
     """A reply that lacks a field, or holds values that cannot be used."""
+
+
+class NoLogprobsError(ReplyError, LogprobsUnavailable):
+    """A reply without the log-probs it was asked for."""
 
 
 def refuses_response_format(error: JudgeServerError) -> bool:
@@ -75,7 +81,7 @@ def first_token_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:
     completions format (``logprobs.top_logprobs[0]``, llama-cpp-python)."""
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict):
-        raise ReplyError(
+        raise NoLogprobsError(
             f"the reply has no log-probs ('choices[0].logprobs' is "
             f"{type(logprobs).__name__}); the server ignores 'logprobs'/'top_logprobs'"
             " (transformers serve does; vLLM, llama.cpp's llama-server and llama-cpp-python"
@@ -111,19 +117,48 @@ def first_token_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:
         for token, logprob in legacy[0].items():
             add(token, logprob)
         tokens, token_logprobs = logprobs.get("tokens"), logprobs.get("token_logprobs")
-        if isinstance(tokens, list) and isinstance(token_logprobs, list) and tokens:
-            add(tokens[0], token_logprobs[0])
+        if isinstance(tokens, list) and isinstance(token_logprobs, list):
+            if tokens and token_logprobs:
+                add(tokens[0], token_logprobs[0])
     if not found:
         raise ReplyError(
             f"the reply has no top log-probs for the first token: {snippet(str(logprobs))}"
         )
+    mass = sum(math.exp(v) for v in found.values())
+    if mass > 1.0 + _MASS_SLACK:
+        raise ReplyError(
+            f"the first token's top log-probs add up to probability {mass:.4g}, more than 1:"
+            f" not a distribution ({snippet(str(found))})"
+        )
     return found
+
+
+def unlisted_logprob(top: Mapping[str, float]) -> float:
+    """An upper bound of the log-prob of a token outside the top-k list ``top``:
+    min(smallest listed log-prob, log(1 - sum of the listed probabilities)).
+
+    >>> round(math.exp(unlisted_logprob({"No": math.log(0.95)})), 6)
+    0.05
+    >>> round(math.exp(unlisted_logprob({"a": math.log(0.5), "b": math.log(0.1)})), 6)
+    0.1
+    """
+    rest = 1.0 - sum(math.exp(v) for v in top.values())
+    return min(min(top.values()), math.log(rest) if rest > 0.0 else -math.inf)
 
 
 def yes_ratio(top: Mapping[str, float], top_k: int) -> tuple[float, bool]:
     """(P(Yes) / (P(Yes) + P(No)), whether a bound was used) from the first token's top-k
-    log-probs ``top``; a side outside them is taken at the smallest top-k probability, both
-    outside is an error."""
+    log-probs ``top``; a side outside them is taken at :func:`unlisted_logprob`, both outside
+    is an error. With Yes outside, the value is an upper bound below 0.5 (the server ranked
+    No above Yes); with No outside, a lower bound of at least 0.5: either way the true value
+    lies on the same side of 0.5, farther from it.
+
+    >>> yes_ratio({"The": math.log(0.5), "No": math.log(0.1)}, 2)
+    (0.49999999999999994, True)
+    >>> value, bound = yes_ratio({"Yes": math.log(0.6), "No": math.log(0.2)}, 2)
+    >>> round(value, 6), bound
+    (0.75, False)
+    """
     yes = [lp for token, lp in top.items() if token in YES_TOKENS]
     no = [lp for token, lp in top.items() if token in NO_TOKENS]
     if not yes and not no:
@@ -132,21 +167,23 @@ def yes_ratio(top: Mapping[str, float], top_k: int) -> tuple[float, bool]:
             f"neither 'Yes' nor 'No' is among the top {top_k} first tokens (top: {best}),"
             " so P(Yes)/(P(Yes)+P(No)) is undefined"
         )
-    floor = min(top.values())
-    log_yes = logsumexp(yes) if yes else floor
-    log_no = logsumexp(no) if no else floor
-    bounded = not yes or not no
+    unlisted = unlisted_logprob(top)
+    log_yes = logsumexp(yes) if yes else unlisted
+    log_no = logsumexp(no) if no else unlisted
     if log_yes == -math.inf and log_no == -math.inf:
         raise ReplyError("both P(Yes) and P(No) are 0")
-    return sigmoid(log_yes - log_no), bounded  # 1.0 / 0.0 when one side is -inf
+    value = sigmoid(log_yes - log_no)  # 1.0 / 0.0 when one side is -inf
+    if not yes:  # at a tie with No the last listed token, still below 0.5
+        value = min(value, math.nextafter(0.5, 0.0))
+    return value, not yes or not no
 
 
 def token_prob(top: Mapping[str, float], token: str) -> tuple[float, bool]:
     """(P(``token``), whether a bound was used) from the top-k log-probs ``top``; outside them,
-    the smallest top-k probability."""
+    the upper bound exp(:func:`unlisted_logprob`)."""
     if token in top:
         return math.exp(top[token]), False
-    return math.exp(min(top.values())), True
+    return math.exp(unlisted_logprob(top)), True
 
 
 def generated_tokens(reply: Any) -> int | None:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from udcg.io.contexts.checks import LONE_SURROGATE, lone_surrogate
 from udcg.judge.prompts import Messages
 
 Validator = Callable[[Any], Any]
@@ -72,18 +73,28 @@ RETRY_MESSAGE = (
 
 
 def extract_json(text: str) -> Any:
-    """The first JSON object or array in ``text``, fenced blocks first; ValueError if none.
+    """The first JSON object or array in ``text``, fenced blocks first; ValueError if none
+    (one nested too deeply to decode is none), or if its strings are not Unicode text.
 
     >>> extract_json('Sure! ```json\\n{"claims": ["a"]}\\n```'), extract_json('Claims: ["a"].')
     ({'claims': ['a']}, ['a'])
+    >>> extract_json("[" * 5000)
+    Traceback (most recent call last):
+    ...
+    ValueError: no JSON object or array found in the reply
     """
     for chunk in [*(m.group(1) for m in _FENCE.finditer(text)), text]:
         start = 0
         while positions := [p for p in (chunk.find("{", start), chunk.find("[", start)) if p >= 0]:
             try:
-                return _DECODER.raw_decode(chunk, min(positions))[0]
-            except ValueError:
+                value, end = _DECODER.raw_decode(chunk, min(positions))
+            except (ValueError, RecursionError):
                 start = min(positions) + 1
+                continue
+            field = lone_surrogate(chunk[min(positions) : end], value)
+            if field is not None:
+                raise ValueError(f"the JSON value at {field} {LONE_SURROGATE}")
+            return value
     raise ValueError("no JSON object or array found in the reply")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "json_object",
     "json_problem",
     "kind",
+    "lone_surrogate",
     "optional_str",
     "outcomes",
     "prob_map",
@@ -46,6 +48,14 @@ __all__ = [
 ANSWER_LABELS = ("subquery_covered", "claim_relevance", "claim_support")
 #: Speakers of a ``conversation`` turn.
 ROLES = ("user", "assistant")
+#: A JSON escape of a UTF-16 surrogate: the only way a lone one gets into decoded JSON text.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Why a string holding a lone surrogate is refused.
+LONE_SURROGATE = (
+    "holds a lone surrogate (a \\ud800-\\udfff escape outside a pair): not Unicode text,"
+    " UTF-8 cannot encode it"
+)
 
 
 def json_problem(exc: ValueError | RecursionError) -> str:
@@ -57,6 +67,40 @@ def json_problem(exc: ValueError | RecursionError) -> str:
     if isinstance(exc, RecursionError):
         return "malformed JSON: nested too deeply"
     return "malformed JSON: an integer with more digits than Python converts"
+
+
+def lone_surrogate(text: str, value: Any) -> str | None:
+    """The field (``passages[0].text``; ``""`` for ``value`` itself) of the first string,
+    object keys included, holding a lone surrogate in ``value``, decoded from the JSON
+    ``text``; None when every string is Unicode text. JSON can escape a lone surrogate
+    (``"\\ud800"``), UTF-8 cannot encode one: it would fail wherever the text is written.
+
+    Examples:
+        >>> text = '{"qid": "q", "passages": [{"text": "a\\\\ud800"}]}'
+        >>> lone_surrogate(text, json.loads(text))
+        'passages[0].text'
+        >>> text = '{"question": "\\\\ud83d\\\\ude00"}'  # a pair: one character
+        >>> lone_surrogate(text, json.loads(text)) is None
+        True
+    """
+    if not _SURROGATE_ESCAPE.search(text):
+        return None
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        field, item = stack.pop()
+        if isinstance(item, str) and _SURROGATE.search(item):
+            return field
+        if isinstance(item, dict):
+            for key in item:
+                if _SURROGATE.search(key):
+                    return f"{field}.{key!r}" if field else repr(key)
+            inner = [(f"{field}.{key}" if field else key, v) for key, v in item.items()]
+        elif isinstance(item, list):
+            inner = [(f"{field}[{i}]", v) for i, v in enumerate(item)]
+        else:
+            continue
+        stack.extend(reversed(inner))
+    return None
 
 
 class Where:

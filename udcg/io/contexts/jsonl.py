@@ -26,7 +26,13 @@ from udcg.io.contexts.arrays import (
     judge_probs,
     relevance_matrix,
 )
-from udcg.io.contexts.checks import ANSWER_LABELS, Where, json_problem
+from udcg.io.contexts.checks import (
+    ANSWER_LABELS,
+    LONE_SURROGATE,
+    Where,
+    json_problem,
+    lone_surrogate,
+)
 from udcg.io.contexts.model import (
     CONTEXT_KEYS,
     JUDGE_PROB_KEYS,
@@ -96,11 +102,16 @@ def _read_contexts(path: PathType) -> Iterator[Context]:
 
 
 def _json_line(text: str, path: PathType, line_no: int) -> Any:
-    """The JSON value of one line; anything :mod:`json` rejects is an error at that line."""
+    """The JSON value of one line; anything :mod:`json` rejects, and a string holding a lone
+    surrogate, is an error at that line."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise UDCGInputError(json_problem(exc), path=path, line=line_no) from None
+    field = lone_surrogate(text, value)
+    if field is not None:
+        raise UDCGInputError(LONE_SURROGATE, path=path, line=line_no, field=field or None)
+    return value
 
 
 def _numpy_scalar(value: Any) -> Any:

@@ -2,10 +2,12 @@
 
 Where the backend gives log-probabilities, the soft label is P(Yes) / (P(Yes) + P(No)) of the
 first answer token (:meth:`Judge.yes_prob`) and the hard label is ``soft >= 0.5``. Otherwise
-(``checks="text"``, or ``"auto"`` when the backend refuses log-probs) the judge generates a
+(``checks="text"``, or ``"auto"`` when the backend has no log-probs: its first ``yes_prob``
+raises NotImplementedError or :class:`~udcg.errors.LogprobsUnavailable`) the judge generates a
 short reply that is parsed strictly: its first word must be Yes or No. An unusable reply is
 retried with a reminder; one still unusable after ``retries`` gets no label (``None``), is
-counted, and never becomes a silent No.
+counted, and never becomes a silent No. Any other failure (a server error) propagates: the
+labels of one file never mix the two routes because a call failed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-from udcg.errors import UDCGInputError
+from udcg.errors import LogprobsUnavailable, UDCGInputError
 from udcg.judge.base import Judge
 from udcg.judge.prompts import Messages
 from udcg.labels.batches import judge_call
@@ -44,7 +46,7 @@ class YesNoChecker:
 
     ``counts`` accumulates ``logprobs`` and ``text`` (labels by each route), ``retried``
     (text replies asked again) and ``unusable`` (no label after the retries);
-    ``text_reason`` says why ``auto`` fell back to text.
+    ``text_reason`` says why ``auto`` fell back to text (only on its first log-prob call).
 
     Examples:
         A judge without log-probs: ``auto`` falls back to text replies, parsed strictly:
@@ -91,8 +93,8 @@ class YesNoChecker:
         if self.mode != "text" and self.text_reason is None and prompts:
             try:
                 values, _ = judge_call(self.judge, prompts, self.judge.yes_prob, label, self.batch)
-            except (NotImplementedError, RuntimeError, UDCGInputError) as exc:
-                if self.mode == "logprobs":
+            except (NotImplementedError, LogprobsUnavailable) as exc:
+                if self.mode == "logprobs" or self.counts["logprobs"]:
                     raise
                 self.text_reason = f"{type(exc).__name__}: {exc}"
                 values = [math.nan] * len(prompts)
