@@ -6,11 +6,14 @@ import json
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from udcg.cli.main import main
 from udcg.errors import UDCGInputError
+from udcg.judge.base import Judge
 from udcg.judge.cache import JudgeCache
+from udcg.judge.cached import CachedJudge
 
 
 def _rows(path: Path) -> dict[str, object]:
@@ -81,3 +84,43 @@ def test_cli_merge_and_stats(tmp_path: Path, capsys) -> None:
     assert err == f"udcg cache merge: error: {tmp_path / 'nope'}: no such cache file\n"
     assert not (tmp_path / "new.sqlite").exists()
     assert main(["cache", "stats", str(tmp_path / "nope")]) == 2
+
+
+class _TokenJudge(Judge):
+    """Answers 0.25 under the run-time settings ``{"abstain_token": token}``; without a token
+    it cannot resolve them (a server that does not answer)."""
+
+    name, fingerprint = "tok", "tok:v1"
+
+    def __init__(self, token: str | None) -> None:
+        self.token, self.asked = token, 0
+
+    def key_settings(self, operation: str) -> dict[str, object]:
+        if self.token is None:
+            raise UDCGInputError("no tokenizer endpoint answered")
+        return {"abstain_token": self.token, "unlisted": "min(last,rest)"}
+
+    def abstain_prob(self, questions, passages, mode="first_token"):
+        self.asked += len(questions)
+        return np.full(len(questions), 0.25)
+
+
+def test_merge_keeps_the_judges_recorded_key_settings(tmp_path: Path, capsys) -> None:
+    """The key-settings record a cached judge stores is merged like any entry (a conflict kept
+    as in OUT), so the merged cache answers a rerun that cannot resolve the settings."""
+    source = tmp_path / "judge-1.sqlite"
+    CachedJudge(_TokenJudge("\u0120NO"), source).abstain_prob(["q"], ["p"])
+    out = tmp_path / "judge.sqlite"
+    assert main(["cache", "merge", str(out), str(source)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{source}: 2 added, 0 already there"
+    assert _rows(out) == _rows(source)
+    offline = _TokenJudge(None)
+    assert CachedJudge(offline, out).abstain_prob(["q"], ["p"]).tolist() == [0.25]
+    assert offline.asked == 0
+    settings = {k: v for k, v in _rows(source).items() if isinstance(v, dict)}
+    other = _fill(
+        tmp_path / "judge-2.sqlite", {k: {**v, "abstain_token": "NO"} for k, v in settings.items()}
+    )
+    assert main(["cache", "merge", str(out), str(other)]) == 0
+    assert "1 with a different value (kept as in" in capsys.readouterr().out
+    assert _rows(out) == _rows(source)

@@ -516,3 +516,57 @@ def test_texts_are_checked_before_the_model_loads() -> None:
             _check_texts(values, "passages")
         assert str(err.value) == message
     assert _check_texts(("a", ""), "passages") == ["a", ""]
+
+
+def test_a_local_folder_is_fingerprinted_by_the_files_it_loads_a_hub_id_as_given(
+    tmp_path, monkeypatch
+):
+    """New weights, config or tokenizer in the same folder give another fingerprint (so the
+    cache never serves the old weights' values); other files and a hub id change nothing."""
+    from udcg.judge.local import TransformersJudge
+
+    folder = tmp_path / "judge"
+    folder.mkdir()
+    for name, data in [("config.json", b"{}"), ("model.safetensors", b"w1"),
+                       ("tokenizer.json", b"{}"), ("chat_template.jinja", b"t")]:  # fmt: skip
+        (folder / name).write_bytes(data)
+
+    def fingerprint() -> str:
+        return TransformersJudge(folder, device="cpu").fingerprint
+
+    first = fingerprint()
+    assert first.startswith(f"transformers|{folder.resolve()}|files=")
+    (folder / "README.md").write_text("notes")
+    assert fingerprint() == first
+    seen = {first}
+    for name, data in [("model.safetensors", b"w2"), ("config.json", b'{"a": 1}'),
+                       ("tokenizer.json", b'{"b": 1}'), ("chat_template.jinja", b"t2"),
+                       ("pytorch_model.bin", b"w")]:  # fmt: skip
+        (folder / name).write_bytes(data)
+        seen.add(fingerprint())
+    assert len(seen) == 6
+    monkeypatch.chdir(tmp_path)
+    hub = TransformersJudge("owner/no-such-model", device="cpu").fingerprint
+    assert hub.startswith("transformers|owner/no-such-model|dtype=")
+
+
+def test_a_large_files_digest_is_remembered_until_the_file_changes(
+    tmp_path, monkeypatch, shared_judge_cache
+):
+    from udcg.judge import file_digest
+
+    monkeypatch.setattr(file_digest, "REMEMBERED", 4)
+    reads = []
+    read = file_digest._read_sha256
+    monkeypatch.setattr(file_digest, "_read_sha256", lambda p: reads.append(p) or read(p))
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"weights 1")
+    first = file_digest.file_sha256(weights)
+    assert file_digest.file_sha256(weights) == first and len(reads) == 1
+    assert (shared_judge_cache.parent / "file-digests.json").is_file()
+    weights.write_bytes(b"weights 2")  # same size, rewritten in place
+    assert file_digest.file_sha256(weights) != first and len(reads) == 2
+    (tmp_path / "small").write_bytes(b"abc")  # under REMEMBERED: read every time
+    file_digest.file_sha256(tmp_path / "small")
+    file_digest.file_sha256(tmp_path / "small")
+    assert len(reads) == 4

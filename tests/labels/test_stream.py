@@ -20,7 +20,7 @@ from udcg.labels.stream import annotate_stream, partial_manifest_path, partial_p
 
 #: The record of the library runs below (``CountingJudge``, step ``abstain``).
 RECORD = annotation_record(
-    "count", "count-v1", ["abstain"], "string", False, "span", "first_token", 32, None
+    "count", "count-v1", ["abstain"], "string", False, "span", "first_token", 32, None, {}
 )
 
 
@@ -227,8 +227,10 @@ def test_cli_warns_once_about_upper_bounds(tmp_path: Path, capsys, monkeypatch) 
     pairs = sum(map(len, per_chunk))
     bounds = sum(len({t for _, t in chunk} & set(bounded)) for chunk in per_chunk)
     assert warnings == [
-        f"udcg annotate: warning: {bounds} of {pairs} abstention values are upper bounds (the "
-        "server's top log-probs did not hold the token; listed per passage under 'bounds')"
+        f"udcg annotate: warning: {bounds} of {pairs} abstention values are bounds (the "
+        "server's top log-probs did not hold the token; listed per passage under 'bounds':"
+        " abstention values from above, relevance values from the side of 0.5 their label is"
+        " on)"
     ]
 
 

@@ -41,11 +41,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
-from udcg.cli.common import add_list_option, add_out, info_stream, parse, run_cli
+from udcg.cli.common import add_list_option, add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts
-from udcg.io.files import STDIO, PathType, exclusive_writer, refuse_same_file
+from udcg.io.files import STDIO, PathType, exclusive_writer, refuse_directory, refuse_same_file
 from udcg.io.joins.utility_sources import SOURCES
 from udcg.labels.annotate import (
     BOUNDS,
@@ -57,6 +57,7 @@ from udcg.labels.annotate import (
     AnnotationReport,
     annotate,
     check_inputs,
+    operations,
     relabels,
 )
 from udcg.labels.provenance import annotation_record
@@ -168,8 +169,9 @@ def bounds_warning(report: AnnotationReport, resumed: AnnotationReport | None = 
     if not parts:
         return None
     return (
-        f"{'; '.join(parts)} are upper bounds (the server's top log-probs did not hold the "
-        "token; listed per passage under 'bounds')"
+        f"{'; '.join(parts)} are bounds (the server's top log-probs did not hold the token;"
+        " listed per passage under 'bounds': abstention values from above, relevance values"
+        " from the side of 0.5 their label is on)"
     )
 
 
@@ -262,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         check_judge_arguments(args)
         shard = parse_shard(args.shard) if args.shard else None
         for output in (args.out, partial_path(args.out)):
-            refuse_same_file(output, {"IN": args.input})
+            refuse_directory(output)
+            refuse_same_file(output, {"IN": args.input, **judge_inputs(args)})
         # the lock comes first: a second run on OUT is refused before it loads a judge
         with exclusive_writer(args.out, "annotation output"), spool_input(args.input) as source:
             annotate_file(source, shard)
@@ -294,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             args.mode,
             args.max_new_tokens,
             shard,
+            {op: judge.key_settings(op) for op in operations(args.steps, args.relevance)},
         )
         signals = [
             ContextSignal(source.name, judge.name)

@@ -9,8 +9,10 @@ import gzip
 import io
 import os
 import secrets
+import shutil
 import stat
 import sys
+import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
@@ -324,6 +326,48 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def verified_write(path: PathType) -> Iterator[IO[str]]:
+    """:func:`atomic_write`, for ``-`` too: standard output gets the text only when the block
+    ends without an exception (it is held in a temporary file in ``TMPDIR`` until then), so a
+    reader at the end of a pipe never sees what a later check refuses.
+
+    Examples:
+        >>> try:
+        ...     with verified_write("-") as out:
+        ...         _ = out.write("refused later\\n")
+        ...         raise UDCGInputError("a later check")
+        ... except UDCGInputError:
+        ...     pass
+        >>> with verified_write("-") as out:
+        ...     _ = out.write("checked\\n")
+        checked
+    """
+    if os.fspath(path) != STDIO:
+        with atomic_write(path) as out:
+            yield out
+        return
+    with tempfile.TemporaryFile("w+", encoding="utf-8", newline="\n") as held:
+        yield held
+        held.seek(0)
+        sys.stdout.flush()
+        shutil.copyfileobj(held, sys.stdout, 1 << 16)
+        sys.stdout.flush()
+
+
+def refuse_directory(path: PathType) -> None:
+    """Refuse an output ``path`` that names an existing directory (``-`` is standard output).
+
+    Examples:
+        >>> refuse_directory(".")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: .: is a directory, expected an output file path
+    """
+    if os.fspath(path) != STDIO and os.path.isdir(path):
+        raise UDCGInputError("is a directory, expected an output file path", path=path)
 
 
 def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> None:

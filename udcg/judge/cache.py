@@ -152,13 +152,34 @@ FORMS: dict[str, tuple[Callable[[Any, bool], Any], Callable[[Any], tuple[Any, bo
 }
 
 
-def is_entry(stored: Any) -> bool:
-    """True when ``stored`` is the cached value of some operation (of its :data:`FORMS`).
+def is_settings(stored: Any) -> bool:
+    """True when ``stored`` is a judge's recorded run-time settings of an operation (what
+    :meth:`udcg.judge.cached.CachedJudge.key_settings` stores): a non-empty JSON object of
+    texts (no probability's form: ``{"value": 0.5, ...}`` is not one).
 
     Examples:
-        >>> is_entry(0.3), is_entry("Paris"), is_entry({"answer": "Paris"})
+        >>> is_settings({"abstain_token": "NO", "unlisted": "min(last,rest)"})
+        True
+        >>> is_settings({}), is_settings({"abstain_token": ["NO"]}), is_settings("NO")
+        (False, False, False)
+    """
+    return (
+        isinstance(stored, Mapping)
+        and bool(stored)
+        and all(isinstance(v, str) for v in stored.values())
+    )
+
+
+def is_entry(stored: Any) -> bool:
+    """True when ``stored`` is the cached value of some operation (of its :data:`FORMS`) or a
+    judge's recorded run-time settings (:func:`is_settings`).
+
+    Examples:
+        >>> is_entry(0.3), is_entry("Paris"), is_entry({"answer": ["Paris"]})
         (True, True, False)
     """
+    if is_settings(stored):
+        return True
     for _, decode in FORMS.values():
         try:
             decode(stored)
@@ -397,8 +418,9 @@ class JudgeCache:
     def merge_from(self, source: str | os.PathLike[str]) -> MergeCounts:
         """Copy into this cache, in one transaction, the entries of the cache file ``source``
         (and of its ``-wal``) whose keys it lacks; a key in both keeps this cache's value. A
-        source entry of no :data:`FORMS` (or a non-numeric write time) is skipped and
-        counted as ``invalid``."""
+        source entry that is neither of the :data:`FORMS` nor a settings record
+        (:func:`is_entry`), or has a non-numeric write time, is skipped and counted as
+        ``invalid``."""
         source = self.check_file(source)
         if source.exists() and self.path.exists() and os.path.samefile(source, self.path):
             raise UDCGInputError("is the destination cache itself", path=source)
@@ -452,7 +474,7 @@ def _check_schema(conn: sqlite3.Connection, schema: str, path: Path, allow_empty
 
 
 def _valid_row(key: Any, value: Any, created: Any) -> bool:
-    """True for a text key, a value of the :data:`FORMS` as JSON, a finite write time."""
+    """True for a text key, a value of :func:`is_entry` as JSON, a finite write time."""
     if not isinstance(key, str) or not isinstance(value, str) or isinstance(created, bool):
         return False
     if not isinstance(created, (int, float)) or not math.isfinite(created):

@@ -20,7 +20,7 @@ import numpy as np
 from udcg._lazy import require_transformers_torch
 from udcg.errors import UDCGInputError
 from udcg.judge.base import Judge, OnResult
-from udcg.judge.file_digest import file_sha256
+from udcg.judge.file_digest import file_sha256, folder_sha256
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
 from udcg.judge.requests import Request, column
 from udcg.judge.scoring_engine import ForwardStats, ScoringEngine, common_prefix_len, plan_batches
@@ -101,7 +101,9 @@ class TransformersJudge(Judge):
         share_passages: pairs with one passage share its key/value cache (exact; off only to
             measure).
         warm_up: run :meth:`warm_up` at the end of loading.
-        source_id: identity of the weights in ``fingerprint`` instead of the local path.
+        source_id: identity of the weights in ``fingerprint`` instead of the local path (by
+            default a local folder's path and the SHA-256 of the files transformers loads
+            from it, :func:`~udcg.judge.file_digest.folder_sha256`; a hub id as given).
 
     ``loads`` counts model loads; ``last_stats`` is the
     :class:`~udcg.judge.scoring_engine.ForwardStats` of the latest scoring call. Token ids equal
@@ -154,14 +156,16 @@ class TransformersJudge(Judge):
         self._abstain_prefix: tuple[int, ...] | None = None
         self._loaded: dict[str, Any] | None = None
         self._warm_up = bool(warm_up)
-        path = Path(self.source)  # the weights' identity: path or id, GGUF name/size/hash
-        if source_id is None:
+        path = Path(self.source)  # the weights' identity: path or id, GGUF name/size/hash,
+        if source_id is None:  # or a local folder's path and the hash of what loads from it
             source_id = str(path.resolve()) if path.exists() else self.source
             if gguf_file is not None:
                 gguf = path / gguf_file
                 source_id += f"|gguf={gguf_file}"
                 if gguf.is_file():
                     source_id += f":{gguf.stat().st_size}:{file_sha256(gguf)[:16]}"
+            elif path.is_dir():
+                source_id += f"|files={folder_sha256(path)[:16]}"
         self._weights = f"transformers|{source_id}"
 
     def _load_weights(self) -> tuple[Any, Any]:

@@ -150,6 +150,25 @@ def parse_grade(text: str) -> str | None:
     return word if word in GRADES else None
 
 
+def operations(steps: Sequence[str], relevance: str) -> list[str]:
+    """The judge operations an annotation with these steps and relevance mode may call (the
+    LLM grader generates, as the answers do).
+
+    Examples:
+        >>> operations(["abstain", "relevance"], "llm")
+        ['abstain_prob', 'yes_prob']
+        >>> operations(["relevance", "outcomes"], "string")
+        ['generate']
+    """
+    uses = {
+        "abstain_prob": "abstain" in steps,
+        "answer_prob": "answer_likelihood" in steps,
+        "yes_prob": "relevance" in steps and relevance == "llm",
+        "generate": "outcomes" in steps or "erag" in steps,
+    }
+    return [op for op, used in uses.items() if used]
+
+
 def relabels(passage: Passage, relabel_relevance: bool) -> bool:
     """Whether the relevance step labels ``passage``: it has no label, or relabelling is asked.
 

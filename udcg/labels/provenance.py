@@ -2,11 +2,14 @@
 
 The **record** of an annotation names everything that changes its values: the judge (``name``
 and ``fingerprint``), the steps, ``relevance``, ``relabel_relevance``, ``grader``, ``mode``,
-``max_new_tokens`` and the shard (``"I/N"``, or null for the whole input). Each input context
-has a **line hash**: blake2b (16 bytes, hex) of the line :func:`udcg.io.contexts.jsonl.context_line`
-writes for it as read (so re-encoding the same values does not change it, any edit does). The
-**input digest** of a sequence of contexts is the SHA-256 of their line hashes, each followed by
-a newline.
+``max_new_tokens``, the shard (``"I/N"``, or null for the whole input) and ``key_settings``,
+the judge's run-time settings of each operation the run uses
+(:meth:`udcg.judge.base.Judge.key_settings`, part of every cache key: e.g. the abstention token
+a server's tokenizer gave). A record of another ``format`` (an older udcg's) never matches.
+Each input context has a **line hash**: blake2b (16 bytes, hex) of the line
+:func:`udcg.io.contexts.jsonl.context_line` writes for it as read (so re-encoding the same
+values does not change it, any edit does). The **input digest** of a sequence of contexts is
+the SHA-256 of their line hashes, each followed by a newline.
 
 * ``OUT.manifest.json`` (beside a finished ``OUT``; none for ``-``) is a JSON object: the record,
   ``contexts`` (lines written), ``input_sha256`` (input digest of the contexts annotated) and
@@ -21,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,11 +35,12 @@ from udcg.io.files import PathType, atomic_write, open_binary
 from udcg.labels.annotate import STEPS
 
 #: Version of the record layout; a record of another format never matches.
-FORMAT = "udcg-annotate/1"
+FORMAT = "udcg-annotate/2"
 #: Suffix of the manifest beside a finished output.
 MANIFEST = ".manifest.json"
 #: Fields of a manifest that describe the file, not what produced it.
 COUNTS = ("contexts", "input_sha256", "output_sha256")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def annotation_record(
@@ -48,14 +53,20 @@ def annotation_record(
     mode: str,
     max_new_tokens: int,
     shard: tuple[int, int] | None,
+    key_settings: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """The record of an annotation run with these settings (steps in :data:`STEPS` order).
+    """The record of an annotation run with these settings (steps in :data:`STEPS` order);
+    ``key_settings``: operation -> the judge's run-time settings of it, for each operation the
+    run uses (:func:`udcg.labels.annotate.operations`).
 
     Examples:
         >>> record = annotation_record("llama3", "fp", ["relevance", "abstain"], "string", False,
-        ...                            "span", "first_token", 32, shard=(1, 4))
+        ...                            "span", "first_token", 32, shard=(1, 4),
+        ...                            key_settings={"abstain_prob": {"abstain_token": "NO"}})
         >>> record["steps"], record["shard"], record["format"]
-        (['abstain', 'relevance'], '1/4', 'udcg-annotate/1')
+        (['abstain', 'relevance'], '1/4', 'udcg-annotate/2')
+        >>> record["key_settings"]
+        {'abstain_prob': {'abstain_token': 'NO'}}
     """
     return {
         "format": FORMAT,
@@ -68,6 +79,7 @@ def annotation_record(
         "mode": mode,
         "max_new_tokens": max_new_tokens,
         "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
+        "key_settings": {op: dict(settings) for op, settings in key_settings.items()},
     }
 
 
@@ -154,8 +166,8 @@ def write_manifest(output: PathType, record: Mapping[str, Any], counts: Mapping[
         >>> import tempfile
         >>> from pathlib import Path
         >>> record = annotation_record("llama3", "fp", ["abstain"], "string", False, "span",
-        ...                            "first_token", 32, None)
-        >>> counts = {"contexts": 2, "input_sha256": "ab", "output_sha256": "cd"}
+        ...                            "first_token", 32, None, {})
+        >>> counts = {"contexts": 2, "input_sha256": "ab" * 32, "output_sha256": "cd" * 32}
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     write_manifest(Path(folder) / "out.jsonl", record, counts)
         ...     manifest = read_manifest(Path(folder) / "out.jsonl")
@@ -191,7 +203,53 @@ def read_manifest(output: PathType) -> dict[str, Any]:
     ]
     if missing:
         raise UDCGInputError(f"not a manifest udcg wrote: no {missing[0]!r}", path=path)
+    check_format(manifest, path, "annotate it again with 'udcg annotate'")
+    for name, problem in _count_problems(manifest):
+        raise UDCGInputError(f"not a manifest udcg wrote: {problem}", path=path, field=name)
     return manifest
+
+
+def check_format(record: Mapping[str, Any], path: PathType, remedy: str) -> None:
+    """Refuse a ``record`` (read from ``path``) of another :data:`FORMAT`: an older udcg's,
+    which does not record everything this one checks; ``remedy`` says what to do.
+
+    Examples:
+        >>> check_format({"format": "udcg-annotate/1"}, "out.jsonl.manifest.json", "start over")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: out.jsonl.manifest.json: field 'format': "udcg-annotate/1" ...
+    """
+    found = record.get("format")
+    if found != FORMAT:
+        raise UDCGInputError(
+            f"{json.dumps(found)} is not the record format of this udcg ({json.dumps(FORMAT)}): "
+            f"written by another udcg version, it lacks what this one checks; {remedy}",
+            path=path,
+            field="format",
+        )
+
+
+def _count_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field, problem)`` for each count of ``manifest`` of the wrong type: ``contexts`` a
+    non-negative integer, the digests 64 lowercase hex digits.
+
+    Examples:
+        >>> for problem in _count_problems({"contexts": "52", "input_sha256": "ab",
+        ...                                 "output_sha256": "0" * 64}):
+        ...     print(*problem)
+        contexts expected a non-negative integer, got "52"
+        input_sha256 expected a SHA-256 (64 hex digits), got "ab"
+    """
+    problems = []
+    count = manifest["contexts"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        problems.append(("contexts", f"expected a non-negative integer, got {json.dumps(count)}"))
+    for name in ("input_sha256", "output_sha256"):
+        digest = manifest[name]
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            got = json.dumps(digest)
+            problems.append((name, f"expected a SHA-256 (64 hex digits), got {got[:80]}"))
+    return problems
 
 
 def record_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -212,13 +270,25 @@ def first_difference(
 
     Examples:
         >>> record = annotation_record("llama3", "fp", ["abstain"], "string", False, "span",
-        ...                            "first_token", 32, None)
+        ...                            "first_token", 32, None, {})
         >>> first_difference(record, {**record, "mode": "sequence"})
         ('mode', 'first_token', 'sequence')
         >>> first_difference(record, {**record, "shard": "1/2"}, skip=["shard"]) is None
         True
+
+        Within nested records, the dotted name of the first value that differs:
+
+        >>> first_difference({"s": {"a": 1, "b": 2}}, {"s": {"a": 1, "b": 3}})
+        ('s.b', 2, 3)
     """
     for key in [*new, *(k for k in old if k not in new)]:
-        if key not in skip and old.get(key) != new.get(key):
-            return key, old.get(key), new.get(key)
+        before, after = old.get(key), new.get(key)
+        if key in skip or before == after:
+            continue
+        inner = None
+        if isinstance(before, Mapping) and isinstance(after, Mapping):
+            inner = first_difference(before, after)
+        if inner is None:
+            return key, before, after
+        return f"{key}.{inner[0]}", inner[1], inner[2]
     return None

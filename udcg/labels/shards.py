@@ -32,10 +32,11 @@ from udcg.io.contexts.jsonl import Context, read_contexts
 from udcg.io.files import (
     STDIO,
     PathType,
-    atomic_write,
     exclusive_writer,
     numbered_lines,
+    refuse_directory,
     refuse_same_file,
+    verified_write,
 )
 from udcg.labels.provenance import (
     InputDigest,
@@ -191,7 +192,10 @@ def _check_digests(
 def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType) -> int:
     """Write the shard files back in the order of ``source`` (the unsharded input) to
     ``output`` (atomic; ``.gz`` compresses) with its manifest; returns the number of contexts.
-    Holds the output's lock (:func:`udcg.io.files.exclusive_writer`) while it writes."""
+    ``-`` (standard output) gets the lines only once every shard is checked
+    (:func:`udcg.io.files.verified_write`). Holds the output's lock
+    (:func:`udcg.io.files.exclusive_writer`) while it writes."""
+    refuse_directory(output)
     ordered = order_shards(shards)
     refuse_same_file(output, {"IN": source} | {f"shard {os.fspath(p)}": p for p in ordered})
     total = len(ordered)
@@ -201,7 +205,7 @@ def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType)
     readers = [_ids(p, sha) for p, sha in zip(ordered, hashes, strict=True)]
     inputs = [InputDigest() for _ in ordered]
     whole, merged = InputDigest(), hashlib.sha256()
-    with exclusive_writer(output, "merged output"), atomic_write(output) as out:
+    with exclusive_writer(output, "merged output"), verified_write(output) as out:
         for ctx in read_contexts(source):
             index = shard_of(ctx.qid, total)
             path, line = ctx.source or (source, None)

@@ -38,6 +38,7 @@ from udcg.io.files import STDIO, PathType, atomic_write, exclusive_writer
 from udcg.labels.annotate import AnnotationReport
 from udcg.labels.provenance import (
     InputDigest,
+    check_format,
     file_sha256,
     first_difference,
     line_hash,
@@ -110,6 +111,7 @@ def _check_record(partial: Path, header: bytes, record: Mapping[str, Any]) -> No
         raise UDCGInputError(
             f"{manifest.name} is not a record this command wrote: {start_over}", path=partial
         )
+    check_format(found, partial, start_over)
     difference = first_difference(found, record)
     if difference is not None:
         name, old, new = difference
@@ -236,7 +238,7 @@ def annotate_stream(
         >>> def work(chunk):
         ...     return chunk, AnnotationReport(contexts=len(chunk))
         >>> record = annotation_record("llama3", "fp", ["abstain"], "string", False, "span",
-        ...                            "first_token", 32, None)
+        ...                            "first_token", 32, None, {})
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     out = Path(folder) / "out.jsonl"
         ...     contexts = [Context("q1"), Context("q2"), Context("q3")]

@@ -30,7 +30,7 @@ from udcg.io.contexts.jsonl import read_contexts, relevance_matrix, write_contex
 from udcg.io.files import PathType
 from udcg.io.joins.run_contexts import build_run_contexts
 from udcg.io.joins.utility_sources import get_source
-from udcg.labels.annotate import AnnotationReport, annotate, check_inputs
+from udcg.labels.annotate import AnnotationReport, annotate, check_inputs, operations
 from udcg.labels.provenance import annotation_record
 from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream
 from udcg.trec.comparison import compare
@@ -126,8 +126,18 @@ def label_contexts(
         name: check_inputs(read_contexts(path), steps, "string") for name, path in contexts.items()
     }
     step = functools.partial(annotate, judge=judge, steps=steps)
+    settings = {op: judge.key_settings(op) for op in operations(steps, "string")}
     record = annotation_record(
-        judge.name, judge.fingerprint, steps, "string", False, "span", "first_token", 32, None
+        judge.name,
+        judge.fingerprint,
+        steps,
+        "string",
+        False,
+        "span",
+        "first_token",
+        32,
+        None,
+        settings,
     )
     folder.mkdir(parents=True, exist_ok=True)
     out = {}

@@ -21,6 +21,7 @@ import numpy as np
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.io.joins.utility_sources import get_source
 from udcg.judge.base import Judge
+from udcg.labels.annotate import operations
 from udcg.labels.erag import has_erag
 from udcg.pipeline.datasets import Dataset
 from udcg.retrieval import Retriever
@@ -144,7 +145,7 @@ def annotate_stage(
     key = stage_key(
         [c.to_json() for c in contexts],
         judge.fingerprint,
-        {op: judge.key_settings(op) for op in ("abstain_prob",) if "abstain" in steps},
+        {op: judge.key_settings(op) for op in operations(steps, settings.relevance)},
         "relevance labels given are kept",  # what the relevance step does with given labels
         settings.judge_key,
         steps,
