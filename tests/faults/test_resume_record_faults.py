@@ -11,24 +11,13 @@ from pathlib import Path
 import pytest
 
 import udcg.cli.annotate as annotate_cli
+from tests.faults.test_annotate_faults import _contexts
 from udcg.cli.annotate import main as annotate_main
 from udcg.cli.main import main as udcg_main
-from udcg.io.contexts.jsonl import Context, Passage, write_contexts
+from udcg.io.contexts.jsonl import write_contexts
 from udcg.judge.precomputed import PrecomputedJudge
 from udcg.labels.provenance import manifest_path
 from udcg.labels.stream import partial_manifest_path, partial_path
-
-
-def _contexts(n: int) -> list[Context]:
-    return [
-        Context(
-            f"q{i}",
-            [Passage(doc_id=f"d{j}", text=f"passage {i}-{j}") for j in range(2)],
-            question=f"question {i}?",
-            answers=[f"{i}-1"],
-        )
-        for i in range(n)
-    ]
 
 
 def _setup(tmp_path: Path, n: int = 12) -> tuple[Path, list[str]]:
