@@ -212,3 +212,78 @@ def test_cli_score_and_agreement(tmp_path: Path, capsys) -> None:
     assert "o.jsonl:1: field 'qid': no judge-labelled context" in capsys.readouterr().err
     assert main(["agreement", str(path), str(path), "--split-by", "split"]) == 2
     assert "field 'split': missing" in capsys.readouterr().err
+
+
+def test_k_truncates_claim_support_and_completeness_needs_no_claims(tmp_path: Path) -> None:
+    """Verifiableness@k counts support by the first k chunks only; Completeness is defined by
+    ``subquery_covered`` alone (claims not given)."""
+    late = _line(
+        "late",
+        [[T], [F], [F]],
+        ["s1"],
+        claims=["c1", "c2"],
+        claim_relevance=[[T], [T]],
+        subquery_covered=[T],
+        claim_support=[[F, F, T], [F, T, F]],
+    )
+    bare = _line("bare", [[T], [F]], ["s1", "s2"][:1], subquery_covered=[T])
+    contexts = list(read_contexts(_write(tmp_path / "l.jsonl", [late, bare])))
+    verifiable = [
+        qcare_scores(contexts, "gen", k).values["Verifiableness"][0] for k in (1, 2, 3, None)
+    ]
+    assert verifiable == [0.0, 0.5, 1.0, 1.0]  # by hand: c2 at chunk 2, c1 at chunk 3
+    scores = qcare_scores(contexts, "gen")
+    assert scores.values["Completeness"].tolist() == [1.0, 1.0]
+    assert scores.values["Verifiableness"].mask.tolist() == [False, True]
+
+
+def test_a_model_no_context_has_is_refused(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path / "l.jsonl", CASES)
+    with pytest.raises(UDCGInputError, match=r"no context has outcomes\.gpt-5 .*: gen\)"):
+        qcare_scores(list(read_contexts(path)), "gpt-5")
+    assert main(["score", str(path), "--answers-from", "gpt-5"]) == 2
+    err = capsys.readouterr().err
+    assert "l.jsonl: field 'answers_from': no context has outcomes.gpt-5" in err
+
+
+def test_agreement_refuses_duplicates_and_other_lists(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path / "l.jsonl", CASES)
+    twice = _write(tmp_path / "twice.jsonl", CASES + CASES[:1])
+    for judge, human in ((twice, path), (path, twice)):
+        assert main(["agreement", str(judge), str(human)]) == 2
+        assert "twice.jsonl:5: field 'qid': a second" in capsys.readouterr().err
+    other = dict(CASES[0], passages=[dict(p) for p in CASES[0]["passages"]])
+    other["passages"][1]["doc_id"] = "x9"
+    moved = _write(tmp_path / "moved.jsonl", [other, *CASES[1:]])
+    assert main(["agreement", str(path), str(moved)]) == 2
+    err = capsys.readouterr().err
+    assert "moved.jsonl:1: field 'passages[1].doc_id': differs from the judge's" in err
+    short = _line("full", [[T, F], [T, T]], ["s1", "s2"])
+    assert main(["agreement", str(path), str(_write(tmp_path / "s.jsonl", [short]))]) == 2
+    assert "field 'passages': 2 passages, the judge's" in capsys.readouterr().err
+
+
+def test_fill_keeps_claims_out_of_an_outcome_with_claim_labels(tmp_path: Path) -> None:
+    judge = _line("q", [[T], [F]], ["s1"], claims=["c"], claim_support=[[T, F]])
+    human = _line("q", [[F], [F]], ["s1"], claim_relevance=[[T], [F], [F]])
+    j, h = (
+        next(read_contexts(_write(tmp_path / f"{n}.jsonl", [x])))
+        for n, x in (("j", judge), ("h", human))
+    )
+    merged, filled = fill_labels(h, j, "gen")
+    assert "claims" not in merged.outcomes["gen"] and filled == {}
+
+
+def test_annotators_read_a_piped_human_file_once(tmp_path: Path) -> None:
+    """``--annotators`` reuses the HUMAN contexts the agreement read (a pipe is read once)."""
+    import subprocess
+    import sys
+
+    path = _write(tmp_path / "l.jsonl", CASES)
+    result = subprocess.run(
+        [sys.executable, "-m", "udcg", "qcare", "agreement", str(path), "/dev/stdin",
+         "--annotators"],
+        input=path.read_bytes(), capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"C-Prec" in result.stdout and b"empty file" not in result.stderr

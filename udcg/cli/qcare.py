@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     label.add_argument(
         "--retries", type=int, default=2, help="retries of malformed output (default: 2)"
     )
+    label.add_argument(
+        "--relabel",
+        action="store_true",
+        help="replace labels the input holds that this judge did not write (given by hand, "
+        "or by another judge per the qcare_labels record); without it they are refused",
+    )
     add_judge_arguments(label)
     score = sub.add_parser(
         "score",
@@ -340,6 +346,12 @@ def format_report(report: QCareReport, judge: str) -> str:
     lines.append(f"Yes/No labels: {routes or 'none'}")
     if report.text_reason:
         lines.append(f"log-probs unavailable, Yes/No parsed from text: {report.text_reason}")
+    if report.replaced or report.dropped:
+        dropped = ", ".join(f"outcomes.{m} {n}" for m, n in sorted(report.dropped.items()))
+        lines.append(
+            f"--relabel: replaced the labels of {report.replaced} contexts"
+            + (f"; dropped another judge's labels of {dropped}" if dropped else "")
+        )
     fallbacks = {k: v for k, v in report.fallbacks.items() if k != "generation prompts"}
     lines.append(
         "fallbacks and special cases: "
@@ -372,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_inputs(contexts, args.answers_from)  # before the judge loads
             judge = open_cli_judge(args)
             labelled, report = label_contexts(
-                contexts, judge, args.answers_from, args.checks, args.retries
+                contexts, judge, args.answers_from, args.checks, args.retries, relabel=args.relabel
             )
             write_contexts(args.out, labelled)
             out = info_stream(args.out)
@@ -406,9 +418,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.out:
                 _write_scores(args.out, contexts, scores)
         else:
+            judged = list(read_contexts(args.judge_labels))
+            human = list(read_contexts(args.human_labels))  # read once: HUMAN may be a pipe
             rows, filled = agreement(
-                list(read_contexts(args.judge_labels)),
-                list(read_contexts(args.human_labels)),
+                judged,
+                human,
                 args.answers_from,
                 args.split_by,
                 args.k,
@@ -426,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if filled:
                 print("filled from the judge: " + ", ".join(f"{k} {v}" for k, v in filled.items()))
             if args.annotators:
-                _annotators(list(read_contexts(args.human_labels)), args)
+                _annotators(human, args)
 
     return run_cli("udcg qcare", work)
 

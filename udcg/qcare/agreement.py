@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from udcg.errors import UDCGInputError
+from udcg.io.contexts.checks import short
 from udcg.io.contexts.jsonl import ANSWER_LABELS, CONTEXT_KEYS, Context
 from udcg.qcare.scores import METRICS, qcare_scores
 from udcg.stats import correlation
@@ -51,6 +52,46 @@ class AgreementRow:
 
 def _same_passages(a: Context, b: Context) -> bool:
     return [p.text for p in a.passages] == [p.text for p in b.passages]
+
+
+def _check_same_list(human: Context, judge: Context) -> None:
+    """Refuse a human context whose retrieved list is not the judge's: another length, or a
+    passage whose ``doc_id`` or ``text`` (where both give one) differs at the same rank."""
+    where = {"qid": human.qid, "run": human.run}
+    if len(human.passages) != len(judge.passages):
+        raise UDCGInputError(
+            f"{len(human.passages)} passages, the judge's context {where} has "
+            f"{len(judge.passages)}: agreement compares labels of one retrieved list",
+            field="passages",
+            **human.location(),
+        )
+    for i, (mine, theirs) in enumerate(zip(human.passages, judge.passages, strict=True)):
+        for name in ("doc_id", "text"):
+            a, b = getattr(mine, name), getattr(theirs, name)
+            if a is not None and b is not None and a != b:
+                raise UDCGInputError(
+                    f"differs from the judge's context {where} at this rank "
+                    f"({short(a)} against {short(b)}): agreement compares labels of one "
+                    "retrieved list",
+                    field=f"passages[{i}].{name}",
+                    **human.location(),
+                )
+
+
+def _by_key(contexts: Sequence[Context], side: str) -> dict[tuple[str, str | None], Context]:
+    """``{(qid, run): context}``, refusing a second context with the same key."""
+    out: dict[tuple[str, str | None], Context] = {}
+    for ctx in contexts:
+        first = out.setdefault((ctx.qid, ctx.run), ctx)
+        if first is not ctx:
+            seen = first.location()
+            at = f" (first at line {seen['line']})" if seen["line"] is not None else ""
+            raise UDCGInputError(
+                f"a second {side} context with qid {ctx.qid!r} and run {ctx.run!r}{at}",
+                field="qid",
+                **ctx.location(),
+            )
+    return out
 
 
 def fill_labels(human: Context, judge: Context, model: str | None) -> tuple[Context, Counter]:
@@ -88,7 +129,10 @@ def fill_labels(human: Context, judge: Context, model: str | None) -> tuple[Cont
     outcomes = dict(human.outcomes)
     if model is not None and model in judge.outcomes:
         mine, theirs = dict(outcomes.get(model, {})), judge.outcomes[model]
-        if "claims" not in mine and "claims" in theirs:
+        claim_labels = (
+            f"{n}{t}" for n in ("claim_relevance", "claim_support") for t in ("", "_prob")
+        )
+        if "claims" not in mine and "claims" in theirs and not any(n in mine for n in claim_labels):
             mine["claims"] = theirs["claims"]
             filled["claims"] += 1
         if mine.get("claims") == theirs.get("claims") and subqueries == judge.subqueries:
@@ -176,10 +220,10 @@ def agreement(
         >>> [(row.split, row.metric, row.n, round(row.pearson, 4)) for row in rows]
         [('all', 'C-Prec', 3, 0.866), ('all', 'C-nDCG', 3, 1.0)]
     """
-    by_key = {(c.qid, c.run): c for c in judge_contexts}
+    by_key = _by_key(judge_contexts, "judge-labelled")
     pairs: list[tuple[Context, Context]] = []
     filled: Counter = Counter()
-    for human in human_contexts:
+    for human in _by_key(human_contexts, "human-labelled").values():
         judge = by_key.get((human.qid, human.run))
         if judge is None:
             raise UDCGInputError(
@@ -187,6 +231,7 @@ def agreement(
                 field="qid",
                 **human.location(),
             )
+        _check_same_list(human, judge)
         if fill:
             human, more = fill_labels(human, judge, answers_from)
             filled.update(more)

@@ -6,7 +6,7 @@ Per context (see :mod:`udcg.qcare.coverage` and :mod:`udcg.qcare.generator`)::
     C-Prec@k   = (1/k) * sum_j r_j          C-nDCG@k = DCG(g(r)) / IDCG(g(r))
     Completeness   = |{s covered by the answer}| / |SQ|
     Conciseness    = |{f relevant to a covered s}| / |F|
-    Verifiableness = |{f supported by a retrieved chunk}| / |F|
+    Verifiableness = |{f supported by one of the first k chunks}| / |F|
 
 A value is missing (masked) when its labels are absent, when one of the labels it needs is
 ``null`` (a check without a usable answer), or when it is undefined (no sub-queries for
@@ -110,21 +110,38 @@ def _coverage_labels(ctx: Context, fractional: bool) -> tuple[list[list[Any]], s
     return grid, UNUSABLE if has_null else None
 
 
-def _answer_labels(ctx: Context, model: str) -> tuple[dict[str, Any], dict[str, str | None]]:
-    """Grids of the three answer checks and, per grid, why it cannot be used (or None)."""
+def _answer_labels(
+    ctx: Context, model: str, k: int | None
+) -> tuple[dict[str, Any], dict[str, str | None]]:
+    """Grids of the three answer checks and, per grid, why it cannot be used (or None).
+    ``subquery_covered`` needs no claims; the claim grids need them, and ``claim_support``
+    keeps the first ``k`` chunks (a claim supported only below rank k is not verifiable at k)."""
     outcome = ctx.outcomes.get(model, {})
-    empty = {"subquery_covered": [], "claim_relevance": [], "claim_support": []}
-    if outcome.get("claims") is None:
-        return empty, dict.fromkeys(empty, NO_LABELS)
-    grids, reasons = {}, {}
+    has_claims = outcome.get("claims") is not None
+    grids: dict[str, Any] = {}
+    reasons: dict[str, str | None] = {}
     for name, depth in (("subquery_covered", 1), ("claim_relevance", 2), ("claim_support", 2)):
         value = outcome.get(name)
-        if value is None:
-            grids[name], reasons[name] = empty[name], NO_LABELS
-        else:
-            grids[name], has_null = _grid(value, depth)
-            reasons[name] = UNUSABLE if has_null else None
+        if value is None or (depth == 2 and not has_claims):
+            grids[name], reasons[name] = [], NO_LABELS
+            continue
+        if name == "claim_support" and k is not None:
+            value = [row[:k] for row in value]
+        grids[name], has_null = _grid(value, depth)
+        reasons[name] = UNUSABLE if has_null else None
     return grids, reasons
+
+
+def _check_model(contexts: Sequence[Context], model: str) -> None:
+    """Refuse an ``answers_from`` that no context has an outcome for (a misspelt model)."""
+    if contexts and not any(model in c.outcomes for c in contexts):
+        present = sorted({m for c in contexts for m in c.outcomes})
+        found = f"models with an outcome: {', '.join(present)}" if present else "no outcomes"
+        raise UDCGInputError(
+            f"no context has outcomes.{model} ({found})",
+            field="answers_from",
+            path=contexts[0].location()["path"],
+        )
 
 
 def _finish(
@@ -189,7 +206,8 @@ def qcare_scores(
         values[name], missing[name] = _finish(raw, reasons, None)
     if answers_from is None:
         return QCareScores(values, missing)
-    answer = [_answer_labels(c, answers_from) for c in contexts]
+    _check_model(contexts, answers_from)
+    answer = [_answer_labels(c, answers_from, k) for c in contexts]
 
     def reason(*names: str) -> list[str | None]:
         return [next((why[n] for n in names if why[n] is not None), None) for _, why in answer]

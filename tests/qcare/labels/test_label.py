@@ -4,9 +4,11 @@ fallbacks, text-mode Yes/No and the cache."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.judge.cached import CachedJudge
 from udcg.qcare import label_contexts, qcare_scores
@@ -188,3 +190,56 @@ def test_a_streaming_judge_gets_the_text_checks_in_one_call(tag_judge) -> None:
     assert out == expected
     assert [p.covers for p in out[0].passages] == [[True]] * 150
     assert streaming.sizes == [150]  # one call, not batches of 64
+
+
+def _other_judge(tag_judge):
+    """A second judge: every Yes/No of the tag judge the other way round, under its own key."""
+
+    class Other(tag_judge):
+        name, fingerprint = "other", "other-v1"
+
+        def yes_prob(self, prompts):
+            return 1.1 - super().yes_prob(prompts)
+
+    return Other()
+
+
+def test_given_labels_are_refused_unless_relabel(tag_judge) -> None:
+    """Labels the user gave are not replaced silently; --relabel replaces them, counted."""
+    given = Context(
+        "q", [replace(P1, covers=[False]), P2], question="x", subqueries=["capital #fr"]
+    )
+    with pytest.raises(UDCGInputError, match=r"passages\[0\]\.covers.*no qcare_labels record"):
+        label_contexts([given], tag_judge())
+    (out,), report = label_contexts([given], tag_judge(), relabel=True)
+    assert [p.covers for p in out.passages] == [[True], [True]] and report.replaced == 1
+    assert out.extra["qcare_labels"] == {
+        "judge": "tag",
+        "fingerprint": "tag-v1",
+        "subqueries": "given",
+        "outcomes": [],
+    }
+
+
+def test_a_judge_adds_to_its_own_labels_and_refuses_another_judges(tag_judge) -> None:
+    first, _ = label_contexts(_contexts()[:1], tag_judge())  # coverage only
+    (both,), report = label_contexts(first, tag_judge(), answers_from="gen")  # same judge: fine
+    assert both.extra["qcare_labels"]["outcomes"] == ["gen"] and report.replaced == 0
+    assert both.extra["qcare_labels"]["subqueries"] == "judge"
+    other = _other_judge(tag_judge)
+    with pytest.raises(UDCGInputError, match=r"passages\[0\]\.covers.*judge 'tag'"):
+        label_contexts([both], other)
+    # relabelled: the other judge's coverage, its own decomposition, gen's labels dropped
+    (mixed,), report = label_contexts([both], other, relabel=True)
+    assert report.dropped == {"gen": 1} and "claims" not in mixed.outcomes["gen"]
+    assert mixed.outcomes["gen"]["answer"] == both.outcomes["gen"]["answer"]
+    fresh, _ = label_contexts(_contexts()[:1], other)
+    assert [p.covers for p in mixed.passages] == [p.covers for p in fresh[0].passages]
+    assert mixed.extra["qcare_labels"]["judge"] == "other"
+
+
+def test_labels_per_sub_query_without_the_sub_queries_are_refused(tag_judge) -> None:
+    ctx = _contexts()[0]
+    stale = replace(ctx, outcomes={**ctx.outcomes, "human": {"subquery_covered": [True]}})
+    with pytest.raises(UDCGInputError, match=r"outcomes\.human\.subquery_covered"):
+        label_contexts([stale], tag_judge(), answers_from="gen")

@@ -9,6 +9,9 @@ What is written (see :mod:`udcg.io.contexts.jsonl`):
 * ``subqueries`` (kept when the context already has them, e.g. written by a human); a
   conversational query (:mod:`udcg.qcare.conversation`) is decomposed given its earlier
   turns, once per distinct (question, history);
+* ``qcare_labels``, the record of who labelled the context: ``judge`` (its key),
+  ``fingerprint``, ``subqueries`` (``"given"`` or ``"judge"``) and ``outcomes`` (the models
+  whose answers it labelled);
 * ``passages[].covers[s]`` (hard) and ``passages[].covers_prob[s]`` (soft, null for text
   labels);
 * with ``answers_from=MODEL``, in ``outcomes[MODEL]``: ``claims`` of its ``answer``,
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts.jsonl import Context
+from udcg.io.contexts.jsonl import ANSWER_LABELS, Context
 from udcg.judge.base import Judge
 from udcg.qcare.conversation import history_of
 from udcg.qcare.labels import prompts as qp
@@ -35,6 +38,11 @@ from udcg.qcare.labels.decompose import MIN_ANSWER_CHARS, decompose_answers, dec
 #: Chunks the reference pipeline judges per query.
 REFERENCE_TOP_K = 10
 CHECKS = ("coverage", "claim_relevance", "claims_cover", "claim_support")
+#: The context key of the labelling record.
+RECORD = "qcare_labels"
+#: Outcome fields ``label_contexts`` writes for ``answers_from``; those indexed by sub-query.
+OUTCOME_LABELS = ("claims", *(f"{n}{t}" for n in ANSWER_LABELS for t in ("", "_prob")))
+PER_SUBQUERY = tuple(n for n in OUTCOME_LABELS if n.startswith(("subquery", "claim_rel")))
 
 
 @dataclass
@@ -62,6 +70,8 @@ class QCareReport:
     checks: Counter = field(default_factory=Counter)
     text_reason: str | None = None
     reference_calls: int = 0
+    replaced: int = 0
+    dropped: Counter = field(default_factory=Counter)
 
     @property
     def judge_calls(self) -> int:
@@ -124,6 +134,68 @@ def check_inputs(contexts: Sequence[Context], answers_from: str | None) -> None:
             answer_of(ctx, answers_from)
 
 
+def _written_labels(ctx: Context, answers_from: str | None) -> str | None:
+    """The first label field of ``ctx`` that labelling it would write, or None."""
+    for i, p in enumerate(ctx.passages):
+        for name in ("covers", "covers_prob"):
+            if (p.covers if name == "covers" else p.extra.get(name)) is not None:
+                return f"passages[{i}].{name}"
+    outcome = ctx.outcomes.get(answers_from, {}) if answers_from is not None else {}
+    return next((f"outcomes.{answers_from}.{n}" for n in OUTCOME_LABELS if n in outcome), None)
+
+
+def _prepare(
+    ctx: Context, judge: Judge, answers_from: str | None, relabel: bool
+) -> tuple[Context, dict[str, Any], list[str]]:
+    """The context to label, its new record and the models whose judge labels were dropped.
+
+    Labels written by this judge (same fingerprint in the record) are recomputed; labels of
+    another judge or without a record are refused unless ``relabel``, which replaces them
+    (sub-queries the other judge decomposed are decomposed again, its labels of other
+    outcomes are dropped). Labels per sub-query that would outlive their sub-queries are
+    refused."""
+    old = ctx.extra.get(RECORD) if isinstance(ctx.extra.get(RECORD), dict) else {}
+    own = bool(old) and old.get("fingerprint") == judge.fingerprint
+    theirs = [] if own else [m for m in old.get("outcomes", []) if m in ctx.outcomes]
+    written = _written_labels(ctx, answers_from) or next(
+        (f"outcomes.{m}.{n}" for m in theirs for n in OUTCOME_LABELS if n in ctx.outcomes[m]),
+        None,
+    )
+    if written is not None and not own and not relabel:
+        who = f"judge {old.get('judge')!r}" if old else f"given: no {RECORD} record"
+        raise UDCGInputError(
+            f"holds labels already ({who}); labelling would replace them with the labels of judge "
+            f"{judge.name!r}: pass --relabel (relabel=True) to replace them, or remove them",
+            field=written,
+            **ctx.location(),
+        )
+    from_judge = old.get("subqueries") == "judge"
+    subqueries = ctx.subqueries if own or not from_judge else None
+    outcomes = dict(ctx.outcomes)
+    dropped = [m for m in theirs if m != answers_from]
+    for model in dropped:
+        outcomes[model] = {k: v for k, v in outcomes[model].items() if k not in OUTCOME_LABELS}
+    if subqueries is None:
+        for model, outcome in outcomes.items():
+            stale = next((n for n in PER_SUBQUERY if n in outcome), None)
+            if model != answers_from and stale is not None:
+                raise UDCGInputError(
+                    "labels per sub-query, but the judge is to decompose the sub-queries: "
+                    "give `subqueries` with these labels or remove them",
+                    field=f"outcomes.{model}.{stale}",
+                    **ctx.location(),
+                )
+    models = set(old.get("outcomes", [])) if own else set()
+    record = {
+        "judge": judge.name,
+        "fingerprint": judge.fingerprint,
+        "subqueries": "judge" if subqueries is None or from_judge else "given",
+        "outcomes": sorted(models | ({answers_from} if answers_from else set())),
+    }
+    extra = {k: v for k, v in ctx.extra.items() if k != RECORD}
+    return replace(ctx, subqueries=subqueries, outcomes=outcomes, extra=extra), record, dropped
+
+
 def _run_checks(
     checker: YesNoChecker, name: str, keys: list[Any], build: Any, report: QCareReport
 ) -> dict[Any, tuple[float | None, bool | None]]:
@@ -155,13 +227,16 @@ def label_contexts(
     checks: CheckMode = "auto",
     retries: int = 2,
     batch: int = 64,
+    relabel: bool = False,
 ) -> tuple[list[Context], QCareReport]:
     """New contexts with Q-CARE labels (inputs are not modified) and a report.
 
     ``answers_from`` names the outcome whose ``answer`` is decomposed and checked (a model's
     generated answer, or any user-supplied one); without it only retrieval coverage is
     labelled. ``checks`` picks how Yes/No labels are read (see :mod:`udcg.qcare.labels.checks`);
-    ``retries`` bounds the retries of malformed JSON and Yes/No replies.
+    ``retries`` bounds the retries of malformed JSON and Yes/No replies. Labels the input
+    already holds are recomputed when this judge wrote them (the ``qcare_labels`` record) and
+    refused otherwise, unless ``relabel`` (then replaced; see :func:`_prepare`).
 
     Examples:
         Sub-queries given, no answer: one coverage check, read from log-probs:
@@ -183,6 +258,13 @@ def label_contexts(
     """
     check_inputs(contexts, answers_from)
     report = QCareReport(contexts=len(contexts))
+    prepared = [_prepare(c, judge, answers_from, relabel) for c in contexts]
+    for (_, record, dropped), ctx in zip(prepared, contexts, strict=True):
+        old = ctx.extra.get(RECORD)
+        if not (isinstance(old, dict) and old.get("fingerprint") == record["fingerprint"]):
+            report.replaced += _written_labels(ctx, answers_from) is not None
+        report.dropped.update(dropped)
+    contexts = [c for c, _, _ in prepared]
     checker = YesNoChecker(judge, checks, retries=max(retries - 1, 0), batch=batch)
 
     queries = [(c.question, history_of(c)) for c in contexts]  # (latest turn, history)
@@ -229,6 +311,10 @@ def label_contexts(
         out = _label_answers(out, checker, answers_from, retries, report)
     report.checks.update(+checker.counts)
     report.text_reason = checker.text_reason
+    out = [
+        replace(c, extra={**c.extra, RECORD: record})
+        for c, (_, record, _) in zip(out, prepared, strict=True)
+    ]
     return out, report
 
 
