@@ -64,6 +64,7 @@ from udcg.io.contexts.jsonl import read_contexts
 from udcg.io.formats.reference import read_reference_json
 from udcg.io.formats.trec import read_trec_qrels, read_trec_run
 from udcg.io.joins.trec_contexts import read_outcomes, read_trec_contexts, read_utilities
+from udcg.io.weights.files import card_digest
 from udcg.theta import UDCGTheta
 
 Files = dict[str, bytes]
@@ -609,6 +610,7 @@ def theta_files(draw: st.DrawFn) -> Files:
     k = draw(st.sampled_from(THETA_K))
     weights, card = theta_pair(k)
     card = {**card, **draw(st.dictionaries(st.sampled_from(["note", "data", "rho"]), json_values))}
+    card["card_sha256"] = card_digest(card)  # extra entries as udcg would have written them
     text = json.dumps(card, indent=draw(st.sampled_from([None, 2])), allow_nan=False)
     return {"model.safetensors": weights, "model.json": text.encode("utf-8"), "k": str(k).encode()}
 

@@ -219,3 +219,46 @@ def test_output_is_json_lines(tmp_path: Path, weights: Path, capsys) -> None:
     captured = capsys.readouterr()
     assert [json.loads(line)["qid"] for line in captured.out.splitlines()] == ["q0", "q0"]
     assert captured.err.startswith("contexts: 2 reordered")
+
+
+def test_trec_mode_checks_the_judge_of_annotated_utilities_and_the_qrels(
+    tmp_path: Path, weights: Path, capsys
+) -> None:
+    """An annotated contexts file names its judge: weights of another are refused (or allowed
+    on purpose); qrels judging none of the run's queries are refused, some missing noted."""
+    paths, _ = write_trec(tmp_path, np.random.default_rng(2))
+    contexts = []
+    for line in paths["u"].read_text().splitlines():
+        qid, doc, p = line.split("\t")
+        contexts.append(
+            {"qid": qid, "passages": [{"doc_id": doc, "abstain_prob": {"llama": float(p)}}]}
+        )
+    annotated = tmp_path / "u.jsonl"
+    annotated.write_text("".join(json.dumps(c) + "\n" for c in contexts))
+    trec = ["--run", str(paths["run"]), "--qrels", str(paths["qrels"]), "--weights", str(weights)]
+    out = ["-o", str(tmp_path / "o.run")]
+    err = run_error(capsys, [*trec, "--utilities", str(annotated), *out])
+    assert "field 'judge': the weights were fitted with judge 'sim', not 'llama'" in err
+    assert main([*trec, "--utilities", str(annotated), *out, "--allow-mismatch", "judge"]) == 0
+    assert "(allowed on purpose)" in capsys.readouterr().err
+    lines = paths["qrels"].read_text().splitlines(keepends=True)
+    other = tmp_path / "other.qrels"
+    other.write_text("".join(x.replace("q", "Q", 1) for x in lines))
+    base = ["--run", str(paths["run"]), "--weights", str(weights), "--utilities", str(paths["u"])]
+    err = run_error(capsys, [*base, "--qrels", str(other), *out])
+    assert "judges none of the run's 3 queries (run query 'q9')" in err
+    other.write_text("".join(x for x in lines if not x.startswith("q9")))
+    assert main([*base, "--qrels", str(other), *out]) == 0
+    assert "1 of 3 run queries have no qrels (first 'q9')" in capsys.readouterr().err
+
+
+def test_allowed_mismatches_are_recorded_in_the_ordered_contexts(tmp_path: Path) -> None:
+    data, out = tmp_path / "c.jsonl", tmp_path / "o.jsonl"
+    write_contexts(data, simulate_contexts(3, 3, per_query=1))
+    other = save_weights(tmp_path / "other", judge_model="llama")
+    args = [str(data), "-o", str(out), "--weights", str(other), "--judge-key", "sim"]
+    assert main(args) == 2
+    assert main([*args, "--allow-mismatch", "judge"]) == 0
+    for ctx in read_contexts(out):
+        (note,) = ctx.extra["weights_overrides"]
+        assert "judge 'llama', not 'sim'" in note

@@ -23,7 +23,7 @@ def fitted(tmp_path: Path) -> Path:
     u = np.array([[1 - p.abstain_prob["sim"] for p in c.passages] for c in contexts])
     correct = np.array([c.outcomes["sim"]["correct"] for c in contexts], dtype=float)
     path = tmp_path / "w.safetensors"
-    UDCGTheta(3, val_fraction=0.0).fit(rel, u, correct).save(path)
+    UDCGTheta(3, val_fraction=0.0).fit(rel, u, correct).save(path, card={"utility": "abstention"})
     return path
 
 
@@ -122,8 +122,11 @@ def folder(tmp_path: Path, fitted: Path) -> Path:
 
 
 def _edit_config(folder: Path, **entries) -> None:
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **entries}))
+    """The card as udcg would have written it with these entries (its digest restamped)."""
+    from udcg.io.weights.files import card_digest
+
+    config = {**json.loads((folder / "config.json").read_text()), **entries}
+    (folder / "config.json").write_text(json.dumps({**config, "card_sha256": card_digest(config)}))
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ def model() -> UDCGTheta:
 def test_show_prints_the_card_and_verifies(tmp_path: Path, model: UDCGTheta, capsys) -> None:
     heldout = [{"metric": "UDCG-theta", "spearman": 0.41, "ci95": [0.3, 0.52]}]
     card = {"judge_model": "sim", "abstention_mode": "first_token", "heldout": heldout}
-    model.save_pretrained(tmp_path / "theta", card=card)
+    model.save_pretrained(tmp_path / "theta", card={**card, "utility": "abstention"})
     assert udcg_main(["weights", "show", str(tmp_path / "theta")]) == 0
     out = capsys.readouterr().out
     for text in (
@@ -35,14 +35,21 @@ def test_show_prints_the_card_and_verifies(tmp_path: Path, model: UDCGTheta, cap
         "abstention mode: first_token",
         f"prompt SHA-256:  {prompt_record()['sha256']}",
         "(verified)",
+        "(verified: its entries as udcg wrote them)",
         "UDCG-theta    +0.410  [+0.300, +0.520]",
     ):
         assert text in out
     assert out.splitlines()[-3].split() == ["1", "1.25", "-1"]
-    # an old single-file export shows too (fields it does not record: unknown)
-    model.save(tmp_path / "old.safetensors", card={"judge_model": "sim"})
-    assert main(["show", str(tmp_path / "old.safetensors")]) == 0
-    assert "prompt SHA-256:  unknown" in capsys.readouterr().out
+    # a single-file export records the same; an edited card is refused, naming the card
+    model.save(tmp_path / "one.safetensors", card={"judge_model": "sim"})
+    assert main(["show", str(tmp_path / "one.safetensors")]) == 0
+    shown = capsys.readouterr().out
+    assert f"prompt SHA-256:  {prompt_record()['sha256']}" in shown
+    assert "utility source:  unknown" in shown  # fitted without a record of its source
+    card = tmp_path / "one.json"
+    card.write_text(card.read_text().replace('"utility": null', '"utility": "abstention"'))
+    assert main(["show", str(tmp_path / "one.safetensors")]) == 2
+    assert f"{card}: the card's entries were changed" in capsys.readouterr().err
 
 
 def test_show_fails_on_tampered_weights(tmp_path: Path, model: UDCGTheta, capsys) -> None:

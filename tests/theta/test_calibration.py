@@ -291,3 +291,22 @@ def test_weights_calibrate_command_and_show(tmp_path, capsys):
     assert "calibration:     platt a=" in capsys.readouterr().out
     assert weights_main([*args[:5], "--judge-key", "other"]) == 2
     assert "'other'" in capsys.readouterr().err
+    # OUT: not the input, not standard output, not a folder another model's files stay in
+    for bad, message in (
+        (tmp_path / "w", "the output names the input DIR_OR_FILE"),
+        ("-", "standard output (-) cannot hold one"),
+    ):
+        assert weights_main([*args[:4], str(bad)]) == 2
+        assert message in capsys.readouterr().err
+    (out / "weights.png").write_bytes(b"k=3 plot of another model")
+    assert weights_main(args) == 2
+    assert "holds 'weights.png'" in capsys.readouterr().err
+    # a mismatch allowed on purpose is recorded in the calibrated card
+    other = tmp_path / "other"
+    model.save_pretrained(tmp_path / "w2", card={"judge_model": "llama", "utility": "abstention"})
+    base = ["calibrate", str(tmp_path / "w2"), str(data), "-o", str(other), "--judge-key", "sim"]
+    assert weights_main(base) == 2
+    assert "--allow-mismatch judge to use them anyway" in capsys.readouterr().err
+    assert weights_main([*base, "--allow-mismatch", "judge"]) == 0
+    (note,) = UDCGTheta.from_pretrained(other).card_["weights_overrides"]
+    assert "judge 'llama', not 'sim'" in note

@@ -12,6 +12,7 @@ import yaml
 
 from udcg import __version__
 from udcg.errors import UDCGInputError
+from udcg.io.weights.files import ThetaWeights, write_weights
 from udcg.judge.prompts import ABSTAIN_SYSTEM, ABSTAIN_USER, prompt_record
 from udcg.pipeline.settings import TrainSettings
 from udcg.pipeline.training import train
@@ -102,9 +103,18 @@ def test_save_pretrained_overrides_and_old_exports_load(tmp_path: Path) -> None:
     loaded = UDCGTheta.from_pretrained(str(tmp_path / "m"), k=3)
     assert loaded.card_["license"] == "mit" and loaded.card_["abstention_mode"] == "sequence"
     assert loaded.intercept_ == 0.25 and loaded.bias is True
-    model.save(tmp_path / "old.safetensors", card={"judge_model": "j"})
+    # an export written before cards recorded the prompt and their own digest
+    weights = ThetaWeights(model.alpha_, model.beta_, 0.25, True, 0.0)
+    write_weights(tmp_path / "old.safetensors", weights, {"judge_model": "j"})
+    card = json.loads((tmp_path / "old.json").read_text())
+    del card["card_sha256"]
+    (tmp_path / "old.json").write_text(json.dumps(card))
     old = UDCGTheta.from_pretrained(tmp_path / "old.safetensors")
     assert old.card_["judge_model"] == "j" and "prompt" not in old.card_
+    # save() records what save_pretrained() does, the card it loaded with carried forward
+    old.save(tmp_path / "new.safetensors")
+    new = UDCGTheta.load(tmp_path / "new.safetensors").card_
+    assert new["judge_model"] == "j" and new["prompt"]["sha256"] == prompt_record()["sha256"]
     with pytest.raises(UDCGInputError, match="weights are for k=3, data has k=4"):
         UDCGTheta.from_pretrained(tmp_path / "m", k=4)
 
@@ -237,3 +247,40 @@ def test_check_compatible_in_python(trained) -> None:
     )
     with pytest.raises(UDCGInputError, match="unknown field 'judges'"):
         model.check_compatible(["judges"], judge="other")
+
+
+def test_fit_theta_records_its_source_and_judge_through_every_save(tmp_path: Path) -> None:
+    """``fit_theta``'s weights say what they were fitted on, in memory and after save(),
+    save_pretrained() and a load-and-save round trip; evaluate() takes the object itself."""
+    import udcg
+
+    contexts = udcg.demo_contexts()
+    model = udcg.fit_theta(contexts, 5, utility="answer_likelihood", l2=0.01)
+    assert model.card_ == {"judge_model": "smollm2-135m", "utility": "answer_likelihood"}
+    with pytest.raises(UDCGInputError, match="utility source 'answer_likelihood'"):
+        model.check_compatible(utility="abstention")
+    model.save_pretrained(tmp_path / "al5")
+    model.save(tmp_path / "al5.safetensors")
+    again = UDCGTheta.from_pretrained(tmp_path / "al5")
+    again.save_pretrained(tmp_path / "copy")
+    for source in ("al5", "al5.safetensors", "copy"):
+        card = UDCGTheta.from_pretrained(tmp_path / source).card_
+        assert (card["utility"], card["judge_model"]) == ("answer_likelihood", "smollm2-135m")
+    qrels = {"q": {"a": 1, "b": 0}}
+    run = {"q": {"a": 2.0, "b": 1.0, "c": 0.5, "d": 0.2, "e": 0.1}}
+    answer = {"q": dict.fromkeys("abcde", 0.4)}
+    by_object, by_path = (
+        udcg.evaluate(
+            qrels, run, ["UDCGtheta@5"], utilities=answer, utility_field="answer_prob", weights=w
+        )
+        for w in (model, tmp_path / "al5")
+    )
+    assert by_object == by_path
+    with pytest.raises(UDCGInputError, match="utility source 'answer_likelihood'"):
+        udcg.evaluate(qrels, run, ["UDCGtheta@5"], utilities=answer, utility_field="abstain_prob",
+                      weights=model)  # fmt: skip
+
+
+def test_val_fraction_is_checked_before_any_work() -> None:
+    with pytest.raises(UDCGInputError, match="field 'val_fraction': must be in"):
+        UDCGTheta(3, val_fraction=1)._check_params()

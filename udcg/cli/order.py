@@ -179,6 +179,8 @@ def order_contexts(args: argparse.Namespace) -> None:
         changed += not same
         passages = [ctx.passages[i] for i in order]
         out.append(ctx if same else replace(ctx, passages=passages, outcomes={}))
+    if notes:  # the mismatches allowed on purpose travel with the contexts, as in score --out
+        out = [replace(c, extra={**c.extra, "weights_overrides": notes}) for c in out]
     write_contexts(args.out, out)
     stream = info_stream(args.out)
     for note in notes:
@@ -224,12 +226,27 @@ def order_run(args: argparse.Namespace) -> None:
     utilities = read_utility_file(args.utilities, utility_field(args.utility), args.judge_key)
     source = source_of(utilities.field)
     notes = check_compatible(
-        model.theta.card_, {"utility": source and source.name}, args.allow_mismatch
+        model.theta.card_,
+        {"utility": source and source.name, "judge": utilities.judge},
+        args.allow_mismatch,
     )
     qrels = read_trec_qrels(args.qrels)
     grades = _lookup(qrels.qids.to_pylist(), qrels.doc_ids.to_pylist(), qrels.relevance)
     u_of = _lookup(utilities.qids.to_pylist(), utilities.doc_ids.to_pylist(), utilities.values)
     ranked = _ranked(args.run)
+    judged = set(qrels.qids.to_pylist())
+    unjudged = [q for q in ranked if q not in judged]
+    if len(unjudged) == len(ranked):
+        raise UDCGInputError(
+            f"judges none of the run's {len(ranked)} queries (run query {unjudged[0]!r}): "
+            "UDCG-theta needs the relevance of the ranked documents",
+            path=args.qrels,
+        )
+    if unjudged:
+        notes.append(
+            f"{len(unjudged)} of {len(ranked)} run queries have no qrels (first "
+            f"{unjudged[0]!r}): their documents count as not relevant"
+        )
 
     def utility_of(qid: str, doc: str) -> float:
         if (qid, doc) not in u_of:

@@ -24,7 +24,14 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from udcg.cli.common import add_judge_key, add_out, add_utility, parse, run_cli
+from udcg.cli.common import (
+    add_allow_mismatch,
+    add_judge_key,
+    add_out,
+    add_utility,
+    parse,
+    run_cli,
+)
 from udcg.errors import UDCGInputError
 from udcg.validation import printable
 
@@ -73,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_judge_key(calibrate, "judge of the utilities and outcomes (default: the card's)")
     add_utility(calibrate, "the utility source (default: the card's)")
     add_allow_unverified(calibrate)
+    add_allow_mismatch(calibrate, ["utility", "judge", "prompt"])
     return parser
 
 
@@ -115,6 +123,12 @@ def card_text(
             f"{_value(card.get('weights_sha256'))} (verified)"
             if verified
             else "not recorded (unverified)"
+        ),
+        "card SHA-256:    "
+        + (
+            f"{_value(card['card_sha256'])} (verified: its entries as udcg wrote them)"
+            if card.get("card_sha256")
+            else "not recorded (a card written before udcg 0.3: its entries are unchecked)"
         ),
     ]
     if card.get("calibration") is not None:
@@ -161,19 +175,23 @@ def calibrate(args: argparse.Namespace) -> None:
 
     from udcg.io.contexts.arrays import correctness, relevance_matrix
     from udcg.io.contexts.jsonl import read_contexts
-    from udcg.io.joins.utility_sources import get_source
-    from udcg.io.weights.files import RESERVED
+    from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
+    from udcg.io.weights.files import card_value, check_compatible
+    from udcg.judge.prompts import prompt_record
     from udcg.theta import UDCGTheta
     from udcg.theta.calibration import brier_score, expected_calibration_error
 
+    _check_out(args)
     model = UDCGTheta.from_pretrained(args.path, allow_unverified=args.allow_unverified)
     k = len(model.alpha_)
-    card = {key: value for key, value in model.card_.items() if key not in RESERVED}
-    judge = args.judge_key or card.get("judge_model")
+    judge = args.judge_key or model.card_.get("judge_model")
     if not judge:
         raise UDCGInputError("the weights' card names no judge: pass --judge-key NAME")
-    utility = args.utility or card.get("utility", "abstention")
-    model.check_compatible(utility=utility, judge=judge)
+    utility = args.utility or card_value(model.card_, "utility") or DEFAULT_SOURCE
+    prompt = prompt_record()["sha256"]
+    notes = check_compatible(
+        model.card_, {"utility": utility, "judge": judge, "prompt": prompt}, args.allow_mismatch
+    )
     contexts = [c for c in read_contexts(args.contexts) if len(c.passages) == k]
     if not contexts:
         raise UDCGInputError(f"no context has k={k} passages", path=args.contexts)
@@ -183,12 +201,42 @@ def calibrate(args: argparse.Namespace) -> None:
     raw = model.predict_proba(rel, u)
     model.calibrate(rel, u, correct, method=args.method)
     tuned = model.predict_proba(rel, u, calibrated=True)
-    model.save_pretrained(args.out, card=card)
+    model.save_pretrained(args.out, card={"weights_overrides": notes} if notes else None)
+    for note in notes:
+        print(f"udcg weights: {note}", file=sys.stderr)
     print(f"calibration: {model.calibration_.describe()}")
     for name, measure in (("ECE", expected_calibration_error), ("Brier", brier_score)):
         before, after = measure(raw, correct), measure(tuned, correct)
         print(f"{name + ':':<7}{before:.4f} -> {after:.4f} (on the fitting contexts)")
     print(f"weights: {args.out}")
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """OUT is a weights folder to write: not ``-``, not an input, and new, empty or holding
+    only the files a weights folder is made of (all replaced): another model's plot or any
+    other file would stay beside these weights."""
+    from pathlib import Path
+
+    from udcg.io.files import refuse_same_file
+    from udcg.io.weights.files import PRETRAINED_FILES
+
+    if args.out == "-":
+        raise UDCGInputError("OUT is a weights folder; standard output (-) cannot hold one")
+    out = Path(args.out)
+    refuse_same_file(out, {"DIR_OR_FILE": args.path, "CONTEXTS": args.contexts})
+    if out.is_file():
+        raise UDCGInputError("is a file: calibrated weights go to a folder", path=out)
+    other = (
+        sorted(p.name for p in out.iterdir() if p.name not in PRETRAINED_FILES)
+        if (out.is_dir())
+        else []
+    )
+    if other:
+        raise UDCGInputError(
+            f"holds {other[0]!r}, which writing a weights folder here would leave beside the "
+            "calibrated weights: choose a new or empty folder",
+            path=out,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

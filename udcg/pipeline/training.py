@@ -357,5 +357,6 @@ def fit_theta(
             f"graded outcomes of judge {judge!r}",
             field="k",
         )
-    model = UDCGTheta(k, **options)
-    return model.fit(data.relevant, data.utility, data.correct, groups=data.qids)
+    model = UDCGTheta(k, **options).fit(data.relevant, data.utility, data.correct, groups=data.qids)
+    model.card_ = {"judge_model": judge, "utility": utility}  # what save() and checks read
+    return model

@@ -38,11 +38,11 @@ import numpy as np
 from scipy.special import expit
 
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.joins.utility_sources import DEFAULT_SOURCE
 from udcg.io.weights.files import (
     FORMAT,
     FORMAT_VERSION,
     PRETRAINED_FILES,
+    RESERVED,
     ThetaWeights,
     card_path,
     check_compatible,
@@ -86,7 +86,7 @@ def pretrained_config(card: Mapping[str, Any] | None = None) -> dict[str, Any]:
     Examples:
         >>> config = pretrained_config({"judge_model": "Qwen/Qwen3-8B", "gamma": 0.3})
         >>> config["judge_model"], config["gamma"], config["utility"]
-        ('Qwen/Qwen3-8B', 0.3, 'abstention')
+        ('Qwen/Qwen3-8B', 0.3, None)
     """
     from udcg import __version__
     from udcg.judge.prompts import prompt_record
@@ -94,7 +94,7 @@ def pretrained_config(card: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {
         "udcg_version": __version__,
         "judge_model": None,
-        "utility": DEFAULT_SOURCE,
+        "utility": None,
         "abstention_mode": None,
         "prompt": prompt_record(),
         "judge_serving": None,  # dtype or quantisation, template tokenizer
@@ -208,6 +208,15 @@ def _features(relevant: Any, utility: Any, k: int, what: str) -> np.ndarray:
     return np.concatenate([helpful, distracting], axis=1)
 
 
+def _check_fraction(val_fraction: Any) -> float:
+    """``val_fraction`` as a float in [0, 1), or a located error."""
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, int | float | np.floating):
+        raise UDCGInputError(f"expected a number, got {show(val_fraction)}", field="val_fraction")
+    if not 0.0 <= float(val_fraction) < 1.0:
+        raise UDCGInputError(f"must be in [0, 1), got {show(val_fraction)}", field="val_fraction")
+    return float(val_fraction)
+
+
 def split_by_query(
     groups: Any, val_fraction: float = 0.2, seed: int | None = 0
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -226,10 +235,7 @@ def split_by_query(
         >>> split_by_query(["a", "b"], val_fraction=0)[1].tolist()
         []
     """
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, int | float | np.floating):
-        raise UDCGInputError(f"expected a number, got {show(val_fraction)}", field="val_fraction")
-    if not 0.0 <= float(val_fraction) < 1.0:
-        raise UDCGInputError(f"must be in [0, 1), got {show(val_fraction)}", field="val_fraction")
+    val_fraction = _check_fraction(val_fraction)
     labels = np.asarray(groups)
     codes = query_codes(labels, labels.shape[0] if labels.ndim else 0)
     n = codes.shape[0]
@@ -396,6 +402,8 @@ class UDCGTheta:
         tol = self.tol
         if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 < tol < math.inf:
             raise UDCGInputError(f"expected a positive number, got {show(tol)}", field="tol")
+        if self.val_fraction is not None:
+            _check_fraction(self.val_fraction)
         return {
             "k": k,
             "bias": bool(self.bias),
@@ -586,11 +594,7 @@ class UDCGTheta:
         model, gamma, training-data fingerprint, held-out correlation...). Each file is
         written atomically (:func:`udcg.io.weights.files.write_weights`). Returns the card's path.
         """
-        self._check_fitted()
-        weights = ThetaWeights(
-            self.alpha_, self.beta_, float(self.intercept_), bool(self.bias), float(self.l2)
-        )
-        return write_weights(path, weights, self._card(card))
+        return write_weights(path, self.to_weights(), pretrained_config(self._card(card)))
 
     @classmethod
     def load(
@@ -628,17 +632,27 @@ class UDCGTheta:
         ``card``'s entries: judge, utility source, abstention mode, prompt and its hash, judge
         serving, generator, udcg version, gamma, training data, licence, held-out
         correlations) and a ``README.md`` model card with Hub metadata. Returns the folder."""
-        self._check_fitted()
-        weights = ThetaWeights(
-            self.alpha_, self.beta_, float(self.intercept_), bool(self.bias), float(self.l2)
-        )
+        weights = self.to_weights()
         return write_pretrained(directory, weights, pretrained_config(self._card(card)))
 
+    def to_weights(self) -> ThetaWeights:
+        """The fitted weights as :class:`~udcg.io.weights.files.ThetaWeights`, ``card_`` as
+        their card (what :func:`udcg.evaluate` reads for ``UDCGtheta@k``)."""
+        self._check_fitted()
+        card = {**getattr(self, "card_", {}), "k": len(self.alpha_)}
+        return ThetaWeights(
+            self.alpha_, self.beta_, float(self.intercept_), bool(self.bias), float(self.l2), card
+        )
+
     def _card(self, card: Mapping[str, Any] | None) -> dict[str, Any]:
-        """``card``'s entries with ``calibration`` (:meth:`calibrate`) when there is one."""
+        """The free entries of the card these weights carry (``card_``: loaded, or recorded by
+        :func:`udcg.fit_theta`), ``card``'s over them, and ``calibration`` (:meth:`calibrate`)
+        when there is one."""
+        carried = {k: v for k, v in getattr(self, "card_", {}).items() if k not in RESERVED}
+        carried.pop("calibration", None)
         calibration = getattr(self, "calibration_", None)
         extra = {} if calibration is None else {"calibration": calibration.to_dict()}
-        return {**dict(card or {}), **extra}
+        return {**carried, **dict(card or {}), **extra}
 
     def check_compatible(self, allow_mismatch: Any = (), **applied: Any) -> list[str]:
         """Refuse these weights for data they were not fitted for: ``applied`` gives what the

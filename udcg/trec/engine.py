@@ -649,9 +649,10 @@ def evaluate(
     (:mod:`udcg.io.joins.utilities`). ``utility_field`` says what a value is: ``abstain_prob`` (u =
     1 - p; a TSV file's default), ``answer_prob`` (u = p) or ``utility`` (u itself); a JSONL line
     says it by its key, and a dict, whose numbers do not say it, is refused without it.
-    ``weights``: UDCG-theta weight files (or :class:`udcg.io.weights.files.ThetaWeights`), one per
-    UDCGtheta cutoff, matched by the k of their card; weights fitted on another utility source
-    are refused unless ``allow_mismatch=["utility"]``. Semantics in
+    ``weights``: UDCG-theta weight files (or :class:`udcg.io.weights.files.ThetaWeights`, or
+    fitted :class:`udcg.theta.UDCGTheta`), one per UDCGtheta cutoff, matched by the k of their
+    card; weights fitted on another utility source (or, for an annotated contexts file, another
+    judge) are refused unless ``allow_mismatch=["utility"]`` (``["judge"]``). Semantics in
     :mod:`udcg.trec.utility_measures`.
 
     Coverage measures (Q-CARE): ``C-Prec@k`` and ``C-nDCG@k`` (``C-nDCG(gain=exponential)@k``;

@@ -43,6 +43,7 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from os import PathLike
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -54,7 +55,10 @@ from udcg.metrics._kernels import row_sums
 from udcg.metrics.udcg import udcg, udcg_terms
 from udcg.trec.measures import UTILITY_MEASURES, Measure
 
-WeightsLike = str | PathLike[str] | ThetaWeights
+if TYPE_CHECKING:
+    from udcg.theta import UDCGTheta
+
+    WeightsLike = str | PathLike[str] | ThetaWeights | UDCGTheta
 _API_AND_CLI = {"utilities": "--utilities FILE", "weights": "--weights FILE"}
 
 
@@ -140,10 +144,11 @@ def _weights_by_k(
         return {}
     if weights is None:
         raise _needs(theta[0], "weights")
-    items = [weights] if isinstance(weights, str | PathLike | ThetaWeights) else list(weights)
+    single = isinstance(weights, str | PathLike | ThetaWeights) or hasattr(weights, "to_weights")
+    items = [weights] if single else list(weights)
     by_k: dict[int, ThetaWeights] = {}
     for item in items:
-        loaded = item if isinstance(item, ThetaWeights) else read_weights(item)
+        loaded = _as_weights(item)
         if loaded.k in by_k:
             raise UDCGInputError(f"two sets of weights for k={loaded.k}", field="weights")
         by_k[loaded.k] = loaded
@@ -159,14 +164,22 @@ def _weights_by_k(
     return {m.cutoff: by_k[m.cutoff] for m in theta}
 
 
+def _as_weights(item: Any) -> ThetaWeights:
+    """Weights from a path, :class:`ThetaWeights` or a fitted :class:`~udcg.theta.UDCGTheta`."""
+    if isinstance(item, ThetaWeights):
+        return item
+    return item.to_weights() if hasattr(item, "to_weights") else read_weights(item)
+
+
 def _check_source(
     weights: dict[int, ThetaWeights], utilities: Utilities, allow_mismatch: Sequence[str] = ()
 ) -> None:
-    """Weights fitted on one utility source are refused for utilities of another (unknown
-    for ready utilities, ``utility_field="utility"``), unless ``allow_mismatch`` holds
-    ``utility``: then a :class:`UDCGWarning` records it."""
+    """Weights fitted on one utility source or judge are refused for utilities of another
+    (the source is unknown for ready utilities, ``utility_field="utility"``; the judge is known
+    for an annotated contexts file only), unless ``allow_mismatch`` holds the field: then a
+    :class:`UDCGWarning` records it."""
     source = source_of(utilities.field)
-    applied = {"utility": None if source is None else source.name}
+    applied = {"utility": None if source is None else source.name, "judge": utilities.judge}
     option = "allow_mismatch=['{field}'] or udcg trec --allow-mismatch {field}"
     for w in weights.values():
         for note in check_compatible(w.card, applied, allow_mismatch, option):

@@ -72,7 +72,8 @@ UtilitiesLike = Mapping[str, Mapping[str, float]] | str | PathLike[str]
 @dataclass(frozen=True, eq=False)
 class Utilities:
     """One utility ``u`` in [0, 1] per (query, document); ``field`` is what the input held,
-    ``source`` the file it was read from (``None`` for a dict).
+    ``source`` the file it was read from (``None`` for a dict), ``judge`` the judge key of an
+    annotated contexts file (``None`` where the file names none).
 
     Examples:
         >>> u = utilities_from_dict({"q1": {"d1": 0.25, "d2": 1.0}}, "abstain_prob")
@@ -85,6 +86,7 @@ class Utilities:
     values: np.ndarray  # float64 u
     field: str
     source: str | None = None
+    judge: str | None = None  # the judge key, when the file names it (annotated contexts)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -314,6 +316,7 @@ def _read_contexts(path: PathType, utility_field: str | None, judge_key: str | N
         u,
         field,
         str(path),
+        judge_key,
     )
 
 

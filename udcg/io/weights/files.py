@@ -46,7 +46,9 @@ __all__ = [
     "RESERVED",
     "WEIGHTS_NAME",
     "ThetaWeights",
+    "card_digest",
     "card_path",
+    "card_value",
     "check_compatible",
     "read_weights",
     "weights_files",
@@ -64,7 +66,16 @@ PRETRAINED_FILES = (WEIGHTS_NAME, CONFIG_NAME, README_NAME)
 FORMAT = "udcg-theta"
 FORMAT_VERSION = 1
 #: card keys written by :func:`write_weights`; the free entries may not override them
-RESERVED = ("format", "format_version", "k", "bias", "l2", "weights_sha256", "tensors")
+RESERVED = (
+    "format",
+    "format_version",
+    "k",
+    "bias",
+    "l2",
+    "weights_sha256",
+    "card_sha256",
+    "tensors",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,12 +143,28 @@ def _encode(
         "tensors": {name: list(t.shape) for name, t in tensors.items()},
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
     }
-    full = {**meta, **extra}
     try:
+        meta["card_sha256"] = card_digest(json.loads(json.dumps(extra, allow_nan=False)))
+        full = {**meta, **extra}
         text = json.dumps(full, indent=2, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise UDCGInputError(f"card is not JSON-serialisable ({exc})", field="card") from None
     return blob, json.loads(text), text
+
+
+def card_digest(card: Mapping[str, Any]) -> str:
+    """SHA-256 of the card's free entries (every key but :data:`RESERVED`), as canonical
+    JSON: what the judge, utility, prompt and calibration checks read.
+
+    Examples:
+        >>> card_digest({"k": 3, "judge_model": "j"}) == card_digest({"judge_model": "j"})
+        True
+        >>> card_digest({"judge_model": "j"}) == card_digest({"judge_model": "other"})
+        False
+    """
+    free = {k: v for k, v in card.items() if k not in RESERVED}
+    text = json.dumps(free, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def write_weights(
@@ -329,6 +356,13 @@ def read_weights(
             "corrupted, truncated or replaced",
             path=path,
         )
+    if card.get("card_sha256") not in (None, card_digest(card)):
+        raise UDCGInputError(
+            "the card's entries were changed after udcg wrote them (card_sha256 differs): "
+            "the judge, utility, prompt and calibration checks would read the edit; write "
+            "cards with udcg (save, weights calibrate)",
+            path=cpath,
+        )
     tensors = _read_tensors(path, blob, card_k)
     intercept = float(tensors["intercept"])
     if not bias and intercept != 0.0:
@@ -364,10 +398,19 @@ MISMATCH_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _card_value(card: Mapping[str, Any], name: str) -> Any:
+def card_value(card: Mapping[str, Any], name: str) -> Any:
+    """The card's value of a :data:`MISMATCH_FIELDS` field (None: unknown); a card without a
+    ``utility`` entry predates the option and was fitted on abstention.
+
+    Examples:
+        >>> card_value({}, "utility"), card_value({"utility": None}, "utility")
+        ('abstention', None)
+        >>> card_value({"prompt": {"sha256": "ab12"}}, "prompt")
+        'ab12'
+    """
     key = MISMATCH_FIELDS[name][0]
     value = card.get(key)
-    if name == "utility" and value is None:
+    if name == "utility" and key not in card:
         return "abstention"  # cards that predate the option were all fitted on it
     if name == "prompt":
         return value.get("sha256") if isinstance(value, Mapping) else None
@@ -409,7 +452,7 @@ def check_compatible(
     for name, value in applied.items():
         if name not in MISMATCH_FIELDS:
             raise UDCGInputError(f"unknown field {name!r}", field="applied")
-        fitted = _card_value(card, name)
+        fitted = card_value(card, name)
         if value is None or fitted is None or fitted == value:
             continue
         what = MISMATCH_FIELDS[name][1]
