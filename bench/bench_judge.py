@@ -77,7 +77,7 @@ def reference_loop(judge, questions: list[str], passages: list[str]) -> tuple[np
         text = tok.apply_chat_template(
             abstain_messages(q, p), tokenize=False, add_generation_prompt=True
         )
-        inputs = tok(text, return_tensors="pt", truncation=True)
+        inputs = tok(text, return_tensors="pt", truncation=True, add_special_tokens=False)
         tokens += inputs["input_ids"].shape[1]
         with torch.no_grad():
             logits = model(**inputs).logits

@@ -377,3 +377,37 @@ def test_another_spelling_of_the_input_is_refused(
     assert main([str(data), "--judge", "sim", "--out", str(out)]) == 2
     assert "the output names the input CONTEXTS" in capsys.readouterr().err
     assert data.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda d: {**d, "questions": d["questions"][:1]}, "questions"),
+        (lambda d: {**d, "questions": "q"}, "questions"),
+        (lambda d: _set(d, 0, answers="Canberra"), "questions[0].answers"),
+        (lambda d: _set(d, 1, passages=[{"doc_id": "x", "text": "t"}]),
+         "questions[1].passages[0].kind"),
+        (lambda d: _set(d, 0, passages=d["questions"][0]["passages"][:3]), "questions[0].passages"),
+    ],
+)  # fmt: skip
+def test_a_malformed_demo_source_is_one_line_before_the_judge(tmp_path, capsys, edit, field):
+    """``udcg demo --source``: a source that cannot build the demo lists is refused at its
+    field (a string of answers is not split into letters), before any judge call."""
+    import json as json_module
+
+    from udcg.cli import demo
+    from udcg.demo_data.demo import SOURCE
+
+    data = edit(json_module.loads(SOURCE.read_text()))
+    source = tmp_path / "source.json"
+    source.write_text(json_module.dumps(data))
+    args = ["--source", str(source), "--out", str(tmp_path / "o.jsonl"), "--judge", "nobody/x"]
+    assert demo.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"field '{field}'" in err and len(err.splitlines()) == 1, err
+
+
+def _set(data: dict, i: int, **fields) -> dict:
+    questions = [dict(q) for q in data["questions"]]
+    questions[i].update(fields)
+    return {**data, "questions": questions}

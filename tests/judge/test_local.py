@@ -64,7 +64,7 @@ def reference_first_token(judge, question: str, passage: str) -> float:
     text = tok.apply_chat_template(
         abstain_messages(question, passage), tokenize=False, add_generation_prompt=True
     )
-    inputs = tok(text, return_tensors="pt", truncation=True)
+    inputs = tok(text, return_tensors="pt", truncation=True, add_special_tokens=False)
     marker = tok.encode(ABSTAIN_MARKER, add_special_tokens=False)[0]
     with torch.no_grad():
         logits = model(**inputs).logits[0, -1]
@@ -77,7 +77,7 @@ def reference_sequence(judge, question: str, passage: str) -> float:
     text = tok.apply_chat_template(
         abstain_messages(question, passage), tokenize=False, add_generation_prompt=True
     )
-    prompt = tok(text)["input_ids"]
+    prompt = tok(text, add_special_tokens=False)["input_ids"]
     marker = tok.encode(ABSTAIN_MARKER, add_special_tokens=False)
     ids = torch.tensor([prompt + marker])
     with torch.no_grad():
@@ -92,10 +92,10 @@ def reference_answer_prob(judge, question: str, passage: str, answers: list[str]
     text = tok.apply_chat_template(
         abstain_messages(question, passage), tokenize=False, add_generation_prompt=True
     )
-    prompt = tok(text)["input_ids"]
+    prompt = tok(text, add_special_tokens=False)["input_ids"]
     best = 0.0
     for answer in answers:
-        full = tok(text + answer)["input_ids"]
+        full = tok(text + answer, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([full])).logits[0].double()
         logp = torch.log_softmax(logits, dim=-1)
@@ -129,11 +129,13 @@ def test_cache_dir_follows_env(monkeypatch, tmp_path):
 
 def test_stamp_detects_stale_or_incomplete_copies(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
-    expected = {"version": 1, "gguf": "m.gguf", "size": 5, "mtime_ns": 7}
+    expected = {"version": 1, "gguf": "m.gguf", "size": 5, "mtime_ns": 7, "converter": "t 5.24"}
     good = {**expected, "sha256": "ab", "weights": {"model.safetensors": 10}}
     assert embedded._stamp_matches(tmp_path, good, expected)
     assert not embedded._stamp_matches(tmp_path, None, expected)
     assert not embedded._stamp_matches(tmp_path, {**good, "size": 6}, expected)  # new GGUF
+    # converted by another transformers: its tokenizer files may differ (a second BOS)
+    assert not embedded._stamp_matches(tmp_path, {**good, "converter": "t 5.0"}, expected)
     truncated = {**good, "weights": {"model.safetensors": 11}}
     assert not embedded._stamp_matches(tmp_path, truncated, expected)
     missing = {**good, "weights": {"model-2.safetensors": 10}}
@@ -319,7 +321,9 @@ def test_yes_prob_equals_manual_computation(judge):
     for value, messages in zip(got, prompts, strict=True):
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         with torch.no_grad():
-            logits = judge.model(**tok(text, return_tensors="pt")).logits[0, -1]
+            logits = judge.model(**tok(text, return_tensors="pt", add_special_tokens=False)).logits[
+                0, -1
+            ]
         p = torch.softmax(logits.double(), dim=-1)
         want = (p[yes].sum() / (p[yes].sum() + p[no].sum())).item()
         assert value == pytest.approx(want, abs=1e-5, rel=1e-4)
@@ -570,3 +574,16 @@ def test_a_large_files_digest_is_remembered_until_the_file_changes(
     file_digest.file_sha256(tmp_path / "small")
     file_digest.file_sha256(tmp_path / "small")
     assert len(reads) == 4
+
+
+def test_a_device_torch_cannot_use_is_one_line_before_the_weights_load(monkeypatch) -> None:
+    from udcg.errors import UDCGInputError
+    from udcg.judge.local import TransformersJudge
+
+    with pytest.raises(UDCGInputError, match="field 'device': must be auto, cpu, cuda or cuda:N"):
+        TransformersJudge("some/model", device="gpu")
+    judge = TransformersJudge("some/model", device="cuda:0")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(judge, "_load_weights", lambda: 1 / 0)  # never reached
+    with pytest.raises(UDCGInputError, match="device=cuda:0: torch says CUDA is not available"):
+        judge.probe()

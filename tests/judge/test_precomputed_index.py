@@ -16,7 +16,7 @@ LINES = [
     '{"question": "q", "passage": "a", "abstain_prob": 0.25, "answer_prob": 0.5}',
     f'{{"question": "q", "passage": "b", "abstain_logprob": {math.log(0.125)}}}',
     '{"question": "q2", "passage": "a", "answer_prob": 0.75}',
-    '{"question": "q", "passage": "a", "abstain_prob": 0.375}',  # later line wins this field
+    '{"question": "q", "passage": "a", "abstain_prob": 0.25}',  # the same value again: fine
 ]
 
 
@@ -34,9 +34,9 @@ def test_index_lookups_match_the_file(tmp_path: Path, indexed: Path, monkeypatch
     judge = PrecomputedJudge(path)
     digest = hashlib.sha256("".join(line + "\n" for line in LINES).encode()).hexdigest()
     assert judge.fingerprint == f"precomputed:{digest}"
-    assert [p.name for p in indexed.iterdir()] == [f"{digest}.sqlite"]
+    assert [p.name for p in indexed.iterdir()] == [f"{digest}.v2.sqlite"]
     np.testing.assert_array_equal(
-        judge.abstain_prob(["q", "q"], ["b", "a"]), [math.exp(math.log(0.125)), 0.375]
+        judge.abstain_prob(["q", "q"], ["b", "a"]), [math.exp(math.log(0.125)), 0.25]
     )
     np.testing.assert_array_equal(
         judge.answer_prob(["q2", "q"], ["a", "a"], [["x"], ["y"]]), [0.75, 0.5]
@@ -46,7 +46,7 @@ def test_index_lookups_match_the_file(tmp_path: Path, indexed: Path, monkeypatch
     # built once: the next judge on the same content opens the index as it is
     monkeypatch.setattr(PrecomputedIndex, "_build", staticmethod(lambda *a: 1 / 0))
     again = PrecomputedJudge(path)
-    np.testing.assert_array_equal(again.abstain_prob(["q"], ["a"]), [0.375])
+    np.testing.assert_array_equal(again.abstain_prob(["q"], ["a"]), [0.25])
     assert again.fingerprint == judge.fingerprint
 
 
@@ -79,3 +79,46 @@ def test_bad_lines_are_located_and_leave_no_index(tmp_path: Path, indexed: Path)
         PrecomputedJudge(path)
     assert err.value.line == 2
     assert not any(indexed.iterdir())  # the temporary file is removed
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_two_values_for_one_pair_are_refused(tmp_path: Path, monkeypatch, in_memory) -> None:
+    """A pair given two values (two lines, or a probability and a log-probability that
+    disagree) is refused at its line, in memory and in the index; nothing is indexed."""
+    monkeypatch.setenv("UDCG_CACHE_DIR", str(tmp_path / "cache"))
+    if not in_memory:
+        monkeypatch.setattr(PrecomputedJudge, "in_memory_bytes", 0)
+    path = tmp_path / "p.jsonl"
+    path.write_text(LINES[0] + '\n{"question": "q", "passage": "a", "abstain_prob": 0.7}\n')
+    earlier = "line 1" if in_memory else "an earlier line"
+    with pytest.raises(UDCGInputError, match=rf"p.jsonl:2: field 'abstain_prob': 0.7 .*{earlier}"):
+        PrecomputedJudge(path)
+    path.write_text('{"question": "q", "passage": "a", "abstain_prob": 0.9, "abstain_logprob": -3}')
+    with pytest.raises(UDCGInputError, match=r"p.jsonl:1: field 'abstain_prob': 0.9 disagrees"):
+        PrecomputedJudge(path)
+    assert not list((tmp_path / "cache").rglob("*.sqlite"))
+
+
+def test_a_piped_file_is_read_once_and_damage_is_located(tmp_path: Path, monkeypatch) -> None:
+    import gzip
+    import os
+    import threading
+
+    monkeypatch.setenv("UDCG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(PrecomputedJudge, "in_memory_bytes", 0)  # two passes over the lines
+    fifo = tmp_path / "judge.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("\n".join(LINES) + "\n"))
+    writer.start()
+    judge = PrecomputedJudge(fifo)
+    writer.join()
+    np.testing.assert_array_equal(judge.abstain_prob(["q"], ["a"]), [0.25])
+    for name, data, message in (
+        ("big.jsonl", b'{"question": "q", "passage": "a", "abstain_prob": 1' + b"0" * 400 + b"}",
+         "not a finite number"),
+        ("bytes.jsonl", LINES[0].encode() + b"\n\xff\xfe\n", "2: not valid UTF-8"),
+        ("cut.jsonl.gz", gzip.compress(("\n".join(LINES) + "\n").encode())[:-12], "cannot read"),
+    ):  # fmt: skip
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(UDCGInputError, match=message):
+            PrecomputedJudge(tmp_path / name)

@@ -28,15 +28,72 @@ ORDERINGS = {1: 7, 3: 3, 5: 6, 10: 1}
 STEPS = ("abstain", "answer_likelihood", "relevance", "outcomes")
 
 
+#: Passage kinds of a source question, and how many each question needs at least.
+KINDS = {"relevant": 2, "hard": 0, "weak": 0}
+#: Passages each question needs besides its relevant ones (a k=5 list of none relevant).
+MIN_OTHERS = 5
+
+
 def load_source(path: Path) -> list[dict]:
-    """The questions of the source file."""
+    """The questions of the source file, checked (:func:`check_source`)."""
     try:
-        questions = json.loads(Path(path).read_text(encoding="utf-8"))["questions"]
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UDCGInputError("no such file", path=path) from None
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise UDCGInputError(f"not a demo source file ({exc})", path=path) from None
-    return questions
+    check_source(data, path)
+    return data["questions"]
+
+
+def check_source(data: object, path: Path | None = None) -> None:
+    """``{"questions": [...]}`` with at least two questions, each with a ``qid``, a
+    ``question``, a list of non-empty ``answers`` and passages (``doc_id``, ``text``, ``kind``
+    in :data:`KINDS`): two relevant and :data:`MIN_OTHERS` others at least; the questions
+    together hold three weak passages besides any one question's (the k=10 lists)."""
+
+    def fail(message: str, field: str | None = None) -> UDCGInputError:
+        return UDCGInputError(message, path=path, field=field)
+
+    questions = data.get("questions") if isinstance(data, dict) else None
+    if not isinstance(questions, list) or len(questions) < 2:
+        raise fail("must be a list of two questions or more", "questions")
+    weak = []
+    for i, q in enumerate(questions):
+        at = f"questions[{i}]"
+        if not isinstance(q, dict):
+            raise fail("must be an object", at)
+        for name in ("qid", "question"):
+            if not isinstance(q.get(name), str) or not q[name].strip():
+                raise fail("missing or not a non-empty string", f"{at}.{name}")
+        answers = q.get("answers")
+        if not isinstance(answers, list) or not answers:
+            raise fail("must be a non-empty list of strings", f"{at}.answers")
+        if not all(isinstance(a, str) and a.strip() for a in answers):
+            raise fail("must be a non-empty list of strings", f"{at}.answers")
+        passages = q.get("passages")
+        if not isinstance(passages, list):
+            raise fail("must be a list", f"{at}.passages")
+        for j, passage in enumerate(passages):
+            for name in ("doc_id", "text"):
+                value = passage.get(name) if isinstance(passage, dict) else None
+                if not isinstance(value, str) or not value.strip():
+                    raise fail("missing or not a non-empty string", f"{at}.passages[{j}].{name}")
+            if passage.get("kind") not in KINDS:
+                raise fail(f"must be one of {', '.join(KINDS)}", f"{at}.passages[{j}].kind")
+        kinds = [p["kind"] for p in passages]
+        if (
+            kinds.count("relevant") < KINDS["relevant"]
+            or len(kinds) - kinds.count("relevant") < MIN_OTHERS
+        ):
+            raise fail(
+                f"needs {KINDS['relevant']} relevant passages and {MIN_OTHERS} others at least, "
+                f"has {kinds.count('relevant')} and {len(kinds) - kinds.count('relevant')}",
+                f"{at}.passages",
+            )
+        weak.append(kinds.count("weak"))
+    if any(sum(weak) - w < 3 for w in weak):
+        raise fail("the other questions of each question need three weak passages in all")
 
 
 def _passage(p: dict) -> Passage:

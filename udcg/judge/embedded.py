@@ -2,7 +2,8 @@
 
 The first load saves a converted copy (safetensors + tokenizer; converting takes most of a
 minute) under the cache directory, renamed into place with a ``udcg-source.json`` stamp (GGUF
-name, size, mtime, SHA-256); a copy whose stamp does not match, or that fails to load, is rebuilt.
+name, size, mtime, SHA-256, the transformers version that converted it: another version writes
+other tokenizer files); a copy whose stamp does not match, or that fails to load, is rebuilt.
 """
 
 from __future__ import annotations
@@ -117,6 +118,16 @@ def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
         raise UDCGInputError(f"could not write a usable converted model to {target}")
 
 
+def _transformers_version() -> str | None:
+    """The installed transformers' version (not imported), None when absent."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
+        return None
+
+
 class EmbeddedJudge(TransformersJudge):
     """The embedded SmolLM2-135M-Instruct judge, named ``smollm2-135m``, its converted copy in
     ``cache_dir`` (default :func:`embedded_cache_dir`); other keywords go to
@@ -130,7 +141,11 @@ class EmbeddedJudge(TransformersJudge):
         gguf = self._gguf_dir / EMBEDDED_GGUF
         st = gguf.stat()
         self._expected = dict(
-            version=_STAMP_VERSION, gguf=gguf.name, size=st.st_size, mtime_ns=st.st_mtime_ns
+            version=_STAMP_VERSION,
+            gguf=gguf.name,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            converter=f"transformers {_transformers_version()}",
         )
         kw.setdefault("name", EMBEDDED_NAME)
         stamp = _valid_stamp(target, self._expected)

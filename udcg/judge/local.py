@@ -133,6 +133,10 @@ class TransformersJudge(Judge):
         self.source, self.gguf_file = str(model_id_or_path), gguf_file
         self.name = name or local_key(self.source)
         self._device_asked = device = str(device)
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+            raise UDCGInputError(
+                f"must be auto, cpu, cuda or cuda:N, got {device!r}", field="device"
+            )
         if device == "auto":
             device = "cuda" if cuda_expected() else "cpu"
         self._device_name, cuda = device, device.startswith("cuda")
@@ -184,6 +188,12 @@ class TransformersJudge(Judge):
         import torch
 
         cuda = torch.cuda.is_available()
+        if self._device_asked.startswith("cuda") and not cuda:
+            raise UDCGInputError(
+                f"device={self._device_asked}: torch says CUDA is not available here (a CPU "
+                "build, or no visible GPU): pass device=cpu",
+                field="device",
+            )
         if self._device_asked == "auto" and cuda != (self._device_name == "cuda"):
             raise UDCGInputError(
                 f"device=auto chose {self._device_name} before loading, but torch says CUDA is "
@@ -248,7 +258,11 @@ class TransformersJudge(Judge):
         )
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
-        return [list(x) for x in self.tokenizer(texts)["input_ids"]] if texts else []
+        """Token ids of rendered chat prompts: the template writes its special tokens, so none
+        is added (a tokenizer that adds BOS would otherwise start with two)."""
+        if not texts:
+            return []
+        return [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def _abstain_prompts(self, questions: Sequence[str], passages: Sequence[str]) -> list[str]:
         pairs = zip(questions, passages, strict=True)

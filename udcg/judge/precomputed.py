@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.io.files import PathType, open_text
+from udcg.io.contexts.checks import LONE_SURROGATE, json_problem, lone_surrogate
+from udcg.io.files import PathType, numbered_lines, read_once
 from udcg.judge.base import Judge, OnResult
 from udcg.judge.cache import SELECT_BATCH, default_cache_path
 from udcg.judge.requests import Request, column
@@ -30,7 +31,10 @@ from udcg.judge.spec import precomputed_key
 #: Stored values: probability field -> its log-probability alternative.
 VALUES = {"abstain_prob": "abstain_logprob", "answer_prob": "answer_logprob"}
 
-Value = tuple[str, tuple[str, str], float]  # (value field, (question, passage), probability)
+#: (value field, (question, passage), probability, line number)
+Value = tuple[str, tuple[str, str], float, int]
+#: How far a line's probability and log-probability of one value may disagree.
+AGREE = 1e-6
 
 
 class PrecomputedJudge(Judge):
@@ -42,8 +46,10 @@ class PrecomputedJudge(Judge):
 
     def __init__(self, path: PathType, name: str | None = None) -> None:
         self.path = Path(path)
+        self._source = read_once(path)  # a pipe is read once, whole: both passes read these
         self.name = name or precomputed_key(self.path)
         probs: dict[str, dict[tuple[str, str], float]] | None = {v: {} for v in VALUES}
+        lines: dict[tuple[str, tuple[str, str]], int] = {}
         digest, size = hashlib.sha256(), 0
         for number, line in self._lines():
             data = line.encode()
@@ -51,19 +57,23 @@ class PrecomputedJudge(Judge):
             size += len(data)
             if probs is not None and size > self.in_memory_bytes:
                 probs = None  # too large: validated and indexed below
-            for field, pair, prob in self._values(line, number) if probs is not None else ():
-                probs[field][pair] = prob  # type: ignore[index]
+            for field, pair, prob, _ in self._values(line, number) if probs is not None else ():
+                earlier = probs[field].setdefault(pair, prob)  # type: ignore[index]
+                first = lines.setdefault((field, pair), number)
+                if earlier != prob:
+                    raise _conflict(self.path, number, field, prob, earlier, first)
         self.fingerprint = f"precomputed:{digest.hexdigest()}"
         self._probs, self._index = probs, None
         if probs is None:
             values = (v for number, line in self._lines() for v in self._values(line, number))
-            self._index = PrecomputedIndex(digest.hexdigest(), values)
+            self._index = PrecomputedIndex(digest.hexdigest(), values, self.path)
         elif not any(probs.values()):
             raise UDCGInputError("empty file: no precomputed probabilities", path=self.path)
 
     def _lines(self) -> Iterator[tuple[int, str]]:
-        with open_text(self.path) as handle:
-            yield from ((n, line) for n, line in enumerate(handle, start=1) if line.strip())
+        """The non-blank lines, numbered; bytes that are not UTF-8 or a damaged gzip stream
+        are an error at their line."""
+        return ((n, line) for n, line in numbered_lines(self._source) if line.strip())
 
     def _values(self, line: str, number: int) -> list[Value]:
         def fail(message: str, field: str | None = None) -> UDCGInputError:
@@ -71,25 +81,35 @@ class PrecomputedJudge(Judge):
 
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise fail(f"malformed JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:
+            raise fail(json_problem(exc)) from None
         if not isinstance(row, dict):
             raise fail("expected a JSON object")
         for field in ("question", "passage"):
             if not isinstance(row.get(field), str):
                 raise fail("missing or not a string", field)
+        surrogate = lone_surrogate(line, row)
+        if surrogate is not None:
+            raise fail(LONE_SURROGATE, surrogate or None)
         found = []
         for prob_field, log_field in VALUES.items():
-            field = prob_field if prob_field in row else log_field if log_field in row else None
-            if field is None:
+            given = {f: _number(row[f]) for f in (prob_field, log_field) if f in row}
+            for field, value in given.items():
+                if value is None:
+                    raise fail(f"{row[field]!r} is not a finite number", field)
+                if not (0.0 <= value <= 1.0 if field == prob_field else value <= 0.0):
+                    raise fail(f"{row[field]!r} is not a probability", field)
+            if not given:
                 continue
-            value = row[field]
-            if type(value) not in (int, float) or not math.isfinite(value):
-                raise fail(f"{value!r} is not a finite number", field)
-            prob = math.exp(value) if field == log_field else float(value)
-            if not 0.0 <= prob <= 1.0 or (field == log_field and value > 0):
-                raise fail(f"{value!r} is not a probability", field)
-            found.append((prob_field, (row["question"], row["passage"]), prob))
+            probs = [given[prob_field]] if prob_field in given else []
+            probs += [math.exp(given[log_field])] if log_field in given else []
+            if len(probs) == 2 and abs(probs[0] - probs[1]) > AGREE:
+                raise fail(
+                    f"{probs[0]!r} disagrees with {log_field} {row[log_field]!r} "
+                    f"(exp = {probs[1]!r}): give one, or two that agree",
+                    prob_field,
+                )
+            found.append((prob_field, (row["question"], row["passage"]), probs[0], number))
         if not found:
             names = " or ".join(f"{p} ({lp})" for p, lp in VALUES.items())
             raise fail(f"needs {names}", "abstain_prob")
@@ -120,20 +140,21 @@ class PrecomputedJudge(Judge):
 
 class PrecomputedIndex:
     """A precomputed file's values in SQLite keyed by a hash of (question, passage), at
-    ``$UDCG_CACHE_DIR/precomputed/SHA256.sqlite`` (``digest``, the file's): built once from the
-    lazy ``values`` through a temporary file, then read-only. A later line overrides an
-    earlier one, as in the dict."""
+    ``$UDCG_CACHE_DIR/precomputed/SHA256.v2.sqlite`` (``digest``, the file's): built once from
+    the lazy ``values`` of ``source`` through a temporary file, then read-only. Two lines giving
+    a pair different values are refused, as in the dict."""
 
-    def __init__(self, digest: str, values: Iterable[Value]) -> None:
-        self.path = default_cache_path().parent / "precomputed" / f"{digest}.sqlite"
+    def __init__(self, digest: str, values: Iterable[Value], source: Path) -> None:
+        # v2: indexes that refuse conflicts (an older one may hold the last of two values)
+        self.path = default_cache_path().parent / "precomputed" / f"{digest}.v2.sqlite"
         if not self.path.exists():
-            self._build(self.path, values)
+            self._build(self.path, values, source)
         self._lock = threading.Lock()
         uri = f"{self.path.resolve().as_uri()}?mode=ro"
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
 
     @staticmethod
-    def _build(path: Path, values: Iterable[Value]) -> None:
+    def _build(path: Path, values: Iterable[Value], source: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
@@ -146,12 +167,18 @@ class PrecomputedIndex:
                     "answer_prob REAL) WITHOUT ROWID"
                 )
                 conn.execute("BEGIN")
-                for field, pair, prob in values:
-                    conn.execute(
+                for field, pair, prob, number in values:
+                    key = _pair_key(pair)
+                    changed = conn.execute(
                         f"INSERT INTO probs (key, {field}) VALUES (?, ?) ON CONFLICT (key) "
-                        f"DO UPDATE SET {field} = excluded.{field}",
-                        (_pair_key(pair), prob),
-                    )
+                        f"DO UPDATE SET {field} = excluded.{field} "
+                        f"WHERE {field} IS NULL OR {field} = excluded.{field}",
+                        (key, prob),
+                    ).rowcount
+                    if not changed:
+                        sql = f"SELECT {field} FROM probs WHERE key = ?"
+                        (earlier,) = conn.execute(sql, (key,)).fetchone()
+                        raise _conflict(source, number, field, prob, earlier, None)
                 conn.execute("COMMIT")
             os.replace(tmp, path)
         except BaseException:
@@ -171,6 +198,31 @@ class PrecomputedIndex:
                 sql = f"SELECT key, {what} FROM probs WHERE key IN ({','.join('?' * len(batch))})"
                 found.update(self._conn.execute(sql, batch).fetchall())
         return [found.get(key) for key in keys]
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number as a finite float, or None (not a number, infinite, too large)."""
+    if type(value) not in (int, float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _conflict(
+    path: Path, line: int, field: str, prob: float, earlier: float, first: int | None
+) -> UDCGInputError:
+    """Two lines giving one (question, passage) pair different values."""
+    where = f"line {first}" if first is not None else "an earlier line"
+    return UDCGInputError(
+        f"{prob!r} for a (question, passage) pair {where} gives {earlier!r}: which one is the "
+        "judge's? Keep one line per pair",
+        path=path,
+        line=line,
+        field=field,
+    )
 
 
 def _pair_key(pair: tuple[str, str]) -> bytes:
