@@ -274,3 +274,35 @@ def test_theta_weights_and_utilities_from_stdin(case: dict[str, Path], tmp_path:
     for mine, theirs in zip(got["comparisons"], want.comparisons, strict=True):
         assert abs(mine["p_value"] - theirs.p_value) <= 1e-12
     assert got == want.to_dict()
+
+
+def test_per_run_files_of_two_judges_or_two_kinds_are_refused(
+    capsys, case: dict[str, Path], tmp_path: Path
+) -> None:
+    """Each system's utilities must come from one judge and be of one kind: two files whose
+    only judges differ, or ready utilities beside abstention values, are refused."""
+
+    def one_judge(name: str, judge: str) -> Path:
+        lines = case[f"{name}_contexts"].read_text().splitlines()
+        path = tmp_path / f"{name}.{judge}.jsonl"
+        with path.open("w") as out:
+            for c in map(json.loads, lines):
+                for p in c["passages"]:
+                    p["abstain_prob"], p["answer_prob"] = {judge: p["abstain_prob"][judge]}, {}
+                out.write(json.dumps(c) + "\n")
+        return path
+
+    base = [case["qrels"], case["bm25"], case["dense"], "-m", "UDCG@5"]
+    small, big = one_judge("bm25", "small"), one_judge("dense", "big")
+    status, _, err = _cli(capsys, *base, "--utilities", small, "--utilities", big)
+    assert status == 2 and "differ in judge: 'small' (" in err, err
+    given = tmp_path / "dense.utility.jsonl"
+    given.write_text(
+        "".join(
+            json.dumps({"qid": c["qid"], "doc_id": p["doc_id"], "utility": 0.5}) + "\n"
+            for c in map(json.loads, case["dense_contexts"].read_text().splitlines())
+            for p in c["passages"]
+        )
+    )
+    status, _, err = _cli(capsys, *base, "--utilities", small, "--utilities", given)
+    assert status == 2 and "differ in kind" in err, err

@@ -360,6 +360,63 @@ def test_mistakes_are_one_line(tmp_path: Path) -> None:
     assert "report.json" in clash and "--qrels" in clash, clash
     assert (data / "report.json").read_text() == (data / "qrels.trec").read_text()
     assert not (tmp_path / "out").exists()
+    # the files it writes inside OUT, the judge file and the cache are inputs too
+    inside = tmp_path / "out2" / "labels"
+    inside.mkdir(parents=True)
+    (inside / "a.jsonl").write_text("{}\n")
+    judged = [*common[:4], "--judge", f"precomputed:{inside / 'a.jsonl'}"]
+    own = _refused(*runs, *judged, "--out", str(tmp_path / "out2"), *qrels)
+    assert "labels/a.jsonl" in own and "--judge" in own, own
+    assert (inside / "a.jsonl").read_text() == "{}\n"
+    # checked before any judge call: options, measures the report cannot compute, -k, -o -
+    for extra, message in (
+        (["--alpha", "2"], "field 'alpha'"),
+        (["--n-resamples", "0"], "field 'n_resamples'"),
+        (["-m", "C-Prec@5"], "C-Prec@5: udcg report computes UDCG"),
+        (["-m", "UDCG@5", "-k", "3"], "UDCG@5 reads the top 5, and -k 3"),
+    ):
+        assert message in _refused(*runs, *common, *qrels, *extra)
+    assert "not standard output" in _refused(*runs, *common[:-1], "-", *qrels)
+    # qrels that leave a ranked query unjudged, without --answers: named, not a later error
+    (data / "part.trec").write_text(
+        "".join(x + "\n" for x in (data / "qrels.trec").read_text().splitlines() if "q4" not in x)
+    )
+    partial = _refused(*runs, *common, "--qrels", str(data / "part.trec"))
+    assert "run 'a' ranks 1 query the qrels do not judge (first 'q4')" in partial
+    assert not (tmp_path / "out").exists()
+
+
+def test_piped_inputs_are_read_once(tmp_path: Path) -> None:
+    """Runs, topics, collection and qrels through ``<(cat ...)``: the report of the files."""
+    data = write_data(tmp_path / "data")
+    probs = data / "probs.jsonl"
+    passages = [x.split("\t", 1)[1] for x in (data / "collection.tsv").read_text().splitlines()]
+    probs.write_text(
+        "".join(
+            json.dumps({"question": q, "passage": t, "abstain_prob": 0.5}) + "\n"
+            for _, q, _ in TOPICS
+            for t in passages
+        )
+    )
+    common = f"--judge precomputed:{probs} --cache {tmp_path / 'c.sqlite'} --n-resamples 200"
+    piped = " ".join(f"<(cat {data / s}.trec)" for s in SYSTEMS)
+    files = " ".join(f"{data / s}.trec" for s in SYSTEMS)
+    outs = []
+    for name, runs, inputs in (
+        ("piped", piped, " ".join(f"--{k} <(cat {data / f})" for k, f in
+                                  (("topics", "topics.tsv"), ("collection", "collection.tsv"),
+                                   ("qrels", "qrels.trec")))),
+        ("files", files, f"--topics {data / 'topics.tsv'} --collection "
+                         f"{data / 'collection.tsv'} --qrels {data / 'qrels.trec'}"),
+    ):  # fmt: skip
+        command = f"{sys.executable} -m udcg report {runs} {inputs} {common} -o {tmp_path / name}"
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        outs.append(json.loads((tmp_path / name / "report.json").read_text())["comparison"])
+    piped_names, names = outs[0]["systems"], outs[1]["systems"]  # a pipe is named by its fd
+    assert names == list(SYSTEMS)
+    for table in ("per_query", "means"):
+        assert [outs[0][table][n] for n in piped_names] == [outs[1][table][n] for n in names]
 
 
 def test_relevance_from_answers_without_qrels(tmp_path: Path) -> None:
@@ -404,3 +461,10 @@ def test_relevance_from_answers_without_qrels(tmp_path: Path) -> None:
     means = found["comparison"]["means"]
     assert means["a"]["RR"]["mean"] == 1.0 and means["b"]["RR"]["mean"] == 0.25
     assert means["c"]["P@5"]["mean"] == 0.1
+
+
+def test_a_bar_in_a_system_name_stays_in_its_cell() -> None:
+    from udcg.pipeline.journey_report import _md_table
+
+    header, row = _md_table(["system", "mean"], [["bm25|v2", "0.5"]])[::2]
+    assert row == r"| bm25\|v2 | 0.5 |" and header == "| system | mean |"

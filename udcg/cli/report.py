@@ -26,6 +26,7 @@ import json
 import sys
 import time
 import warnings
+from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from udcg.cli.common import (
     add_measures,
     add_out,
     add_utility,
+    judge_inputs,
     parse,
     run_cli,
     weights_inputs,
@@ -42,7 +44,7 @@ from udcg.cli.contexts import add_dataset, dataset_sources, require_files_withou
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import read_contexts
-from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
+from udcg.io.files import atomic_write, exclusive_writer, read_once, refuse_same_file
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
@@ -51,7 +53,7 @@ from udcg.labels.stream import DEFAULT_CHUNK
 from udcg.pipeline import journey
 from udcg.pipeline.context_scores import checked_theta
 from udcg.pipeline.journey_report import to_html, to_markdown
-from udcg.trec.measures import UTILITY_MEASURES, parse_measures
+from udcg.trec.measures import COVERAGE_MEASURES, UTILITY_MEASURES, parse_measures
 from udcg.trec.significance import TESTS
 
 if TYPE_CHECKING:
@@ -133,6 +135,50 @@ def _k(args: argparse.Namespace) -> int:
     return max(cutoffs, default=5)
 
 
+def _once(source: Any) -> Any:
+    """A file path as :func:`udcg.io.files.read_once` gives it (a pipe read whole, once); a
+    dataset's topics or collection as they are."""
+    return read_once(source) if isinstance(source, str | PathLike) else source
+
+
+def _check_early(args: argparse.Namespace, runs: dict[str, str], baseline: str, k: int) -> None:
+    """What can be checked before any file is read or the judge asked: the test's options and
+    measures the report can compute (UDCG cutoffs within the k passages labelled)."""
+    from udcg.trec.comparison import check_options
+
+    check_options(runs, args.test, args.alpha, None, args.n_resamples, args.seed, baseline, 0.95)
+    for m in parse_measures(args.measures):
+        if m.name in COVERAGE_MEASURES or m.name == "UDCGtheta":
+            raise UDCGInputError(
+                f"{m}: udcg report computes UDCG from the judge's utilities; coverage and "
+                "UDCG-theta measures take their labels and weights from udcg compare "
+                "(--coverage, --weights); --weights here gives the forecast",
+                field="measures",
+            )
+        if m.name in UTILITY_MEASURES and m.cutoff is not None and m.cutoff > k:
+            raise UDCGInputError(
+                f"{m} reads the top {m.cutoff}, and -k {k} labels the top {k}: raise -k",
+                field="measures",
+            )
+
+
+def _check_judged(runs: dict[str, Any], qrels: Any) -> None:
+    """With relevance from the qrels only, every query of the runs must be judged."""
+    from udcg.io.formats.trec import read_trec_qrels, read_trec_run
+
+    given = qrels if hasattr(qrels, "qids") else read_trec_qrels(qrels)
+    judged = set(given.qids.to_pylist())
+    for name, run in runs.items():
+        missing = sorted(set(read_trec_run(run).qids.to_pylist()) - judged)
+        if missing:
+            raise UDCGInputError(
+                f"run {name!r} ranks {len(missing)} quer{'y' if len(missing) == 1 else 'ies'} "
+                f"the qrels do not judge (first {missing[0]!r}): give --answers for their "
+                "relevance, or qrels of these topics",
+                field="qrels",
+            )
+
+
 def _say(text: str) -> None:
     print(f"udcg report: {text}", file=sys.stderr, flush=True)
 
@@ -159,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         if qrels is None and args.answers is None:
             raise UDCGInputError("needs --qrels or --answers (or both): relevance comes from them")
         k = _k(args)
+        _check_early(args, runs, baseline, k)
+        if args.out == "-":
+            raise UDCGInputError("-o is the folder the report's files go to, not standard output")
         out = Path(args.out)
         inputs = {
             **{f"RUN {n}": r for n, r in runs.items()},
@@ -167,10 +216,18 @@ def main(argv: list[str] | None = None) -> int:
             "--qrels": args.qrels,
             "--answers": args.answers,
             **weights_inputs(args.weights),
+            **judge_inputs(args),
         }
+        written = [out / f"{folder}/{n}.jsonl" for folder in ("contexts", "labels") for n in runs]
+        for path in [*(out / n for n in ("report.md", "report.json", "report.html")), *written]:
+            refuse_same_file(path, inputs)
+        # every input is read more than once (per run, then to compare): a pipe is read once
+        runs = {n: _once(r) for n, r in runs.items()}
+        topics, collection, qrels = _once(topics), _once(collection), _once(qrels)
+        answers = _once(args.answers)
+        if qrels is not None and answers is None:
+            _check_judged(runs, qrels)
         out.mkdir(parents=True, exist_ok=True)
-        for name in ("report.md", "report.json", "report.html"):
-            refuse_same_file(out / name, inputs)
         with exclusive_writer(out / "report.json", "report"):
             weights = None
             if args.weights:  # checked before any file is written
@@ -183,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                     _say(f"UDCG-theta: {note}")
             contexts = journey.build_contexts(
                 runs, topics, collection, k, out / "contexts",
-                qrels=qrels, answers=args.answers,
+                qrels=qrels, answers=answers,
             )  # fmt: skip
             _say(f"{len(runs)} systems' top-{k} contexts -> {out / 'contexts'}")
             steps = journey.steps_for(contexts, args.utility)
@@ -255,6 +312,18 @@ def _report(
         name: sum(len(c.passages) for c in read_contexts(path)) for name, path in paths.items()
     }
     notes = [] if signal is None or not signal.fires else [signal.warning()]
+    deeper = [
+        str(m)
+        for m in parse_measures(args.measures)
+        if m.name not in UTILITY_MEASURES and (m.cutoff is None or m.cutoff > k)
+    ]
+    if given is None and deeper:
+        notes.append(
+            f"relevance comes from the judge's labels of each system's top {k}, pooled: "
+            f"{', '.join(deeper)} read deeper ranks, where a document no system ranks in its "
+            f"top {k} counts as not relevant, so their values depend on the systems compared "
+            "(as with pooled TREC qrels); give --qrels, or -k as deep as the measures read"
+        )
     for note in notes:
         warnings.warn(note, UDCGWarning, stacklevel=1)
     return {

@@ -95,8 +95,12 @@ def to_markdown(report: dict[str, Any]) -> str:
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return out + ["| " + " | ".join(row) + " |" for row in rows]
+    """A Markdown table; a ``|`` in a cell (a system named ``bm25|v2``) is escaped."""
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", r"\|") for c in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header)] + [line(row) for row in rows]
 
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:

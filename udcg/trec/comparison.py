@@ -358,7 +358,7 @@ def _pairs(systems: list[str], baseline: str | None) -> list[tuple[int, int]]:
     return [(i, b) for i in range(len(systems)) if i != b]
 
 
-def _check_options(
+def check_options(
     runs: Mapping[str, RunLike],
     test: str,
     alpha: float,
@@ -393,6 +393,21 @@ def _check_options(
     return systems
 
 
+def _same_kind(sources: list[Utilities]) -> None:
+    """Refuse per-system utilities of different kinds (field: abstention, answer likelihood or
+    ready utilities) or of different judges (where the files name one): the systems would be
+    scored on different scales."""
+    for what, value in (("kind", lambda u: u.field), ("judge", lambda u: u.judge)):
+        seen = {value(u): u for u in sources if value(u) is not None}
+        if len(seen) > 1:
+            shown = " and ".join(f"{v!r} ({u.source or 'given'})" for v, u in seen.items())
+            raise UDCGInputError(
+                f"the systems' utilities differ in {what}: {shown}; a comparison needs one "
+                "judge's values of one kind for every system",
+                field="utilities",
+            )
+
+
 def _utility_options(
     measures: list[Measure],
     systems: list[str],
@@ -425,6 +440,7 @@ def _utility_options(
     for source in sources:
         if id(source) not in read:
             read[id(source)] = as_utilities(source, utility_field)
+    _same_kind(list(read.values()))
     return [
         {
             "utilities": read[id(source)],
@@ -487,7 +503,7 @@ def compare(
         >>> c.difference, c.p_value, report.beats("good", "RR")
         (0.5, 0.03125, ['bad'])
     """
-    systems = _check_options(runs, test, alpha, correction, n_resamples, seed, baseline, confidence)
+    systems = check_options(runs, test, alpha, correction, n_resamples, seed, baseline, confidence)
     parsed = parse_measures(measures)
     options = _utility_options(parsed, systems, utilities, utility_field, weights, allow_mismatch)
     if coverage is not None and any(m.name in COVERAGE_MEASURES for m in parsed):
