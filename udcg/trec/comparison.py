@@ -368,7 +368,17 @@ def check_options(
     baseline: str | None,
     confidence: float,
 ) -> list[str]:
-    """The system names, after checking every option."""
+    """The system names, after checking every option (``udcg report`` checks them before it
+    asks the judge).
+
+    Examples:
+        >>> check_options({"a": {}, "b": {}}, "t", 0.05, "holm", 1000, 0, "a", 0.95)
+        ['a', 'b']
+        >>> check_options({"a": {}, "b": {}}, "t", 2, None, 1000, 0, None, 0.95)
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'alpha': must be a number strictly between 0 and 1, got 2
+    """
     if not isinstance(runs, Mapping):
         raise UDCGInputError(
             f"expected a mapping of system name to run, got {type(runs).__name__}", field="runs"

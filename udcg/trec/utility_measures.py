@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from os import PathLike
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -55,10 +55,14 @@ from udcg.metrics._kernels import row_sums
 from udcg.metrics.udcg import udcg, udcg_terms
 from udcg.trec.measures import UTILITY_MEASURES, Measure
 
-if TYPE_CHECKING:
-    from udcg.theta import UDCGTheta
 
-    WeightsLike = str | PathLike[str] | ThetaWeights | UDCGTheta
+class _FittedWeights(Protocol):
+    """What a fitted :class:`~udcg.theta.UDCGTheta` offers here: its weights and card."""
+
+    def to_weights(self) -> ThetaWeights: ...
+
+
+WeightsLike = str | PathLike[str] | ThetaWeights | _FittedWeights
 _API_AND_CLI = {"utilities": "--utilities FILE", "weights": "--weights FILE"}
 
 
