@@ -84,6 +84,11 @@ def test_cli_merge_and_stats(tmp_path: Path, capsys) -> None:
     assert err == f"udcg cache merge: error: {tmp_path / 'nope'}: no such cache file\n"
     assert not (tmp_path / "new.sqlite").exists()
     assert main(["cache", "stats", str(tmp_path / "nope")]) == 2
+    capsys.readouterr()
+    for folder in (f"{tmp_path / 'newdir'}/", str(tmp_path)):  # OUT is a file, not a folder
+        assert main(["cache", "merge", folder, str(a)]) == 2
+        assert "is a folder: OUT is the cache file to write" in capsys.readouterr().err
+    assert not (tmp_path / "newdir").exists()
 
 
 class _TokenJudge(Judge):

@@ -205,6 +205,13 @@ def test_cli_score_and_agreement(tmp_path: Path, capsys) -> None:
     assert "Completeness" in out and "no sub-queries 1" in out
     rows = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert rows[1]["Completeness"] is None and rows[0]["C-Prec"] == pytest.approx(0.5)
+    assert {k: rows[0][k] for k in ("answers_from", "k", "binary", "gain", "coverage")} == {
+        "answers_from": "gen",
+        "k": None,
+        "binary": False,
+        "gain": "linear",
+        "coverage": "boolean",
+    }  # each row says what produced it
     assert main(["agreement", str(path), str(path), "--answers-from", "gen"]) == 0
     assert "+1.000" in capsys.readouterr().out
     other = _write(tmp_path / "o.jsonl", [_line("zzz", [[T]], ["s"])])
@@ -212,6 +219,8 @@ def test_cli_score_and_agreement(tmp_path: Path, capsys) -> None:
     assert "o.jsonl:1: field 'qid': no judge-labelled context" in capsys.readouterr().err
     assert main(["agreement", str(path), str(path), "--split-by", "split"]) == 2
     assert "field 'split': missing" in capsys.readouterr().err
+    assert main(["agreement", str(path), str(path), "--split-by", "passages"]) == 2
+    assert "field 'passages': holds a list: split by a field" in capsys.readouterr().err
 
 
 def test_k_truncates_claim_support_and_completeness_needs_no_claims(tmp_path: Path) -> None:

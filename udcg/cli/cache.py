@@ -24,10 +24,13 @@ the file and the key; the next run computes a dropped entry again).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from pathlib import Path
 
 from udcg.cli.common import parse, run_cli
+from udcg.errors import UDCGInputError
 from udcg.io.files import refuse_same_file
 from udcg.judge.cache import JudgeCache
 
@@ -84,6 +87,8 @@ def merge(output: str, inputs: list[str]) -> int:
     for path in inputs:  # every input checked before OUT is created or touched
         JudgeCache.check_file(path)
     refuse_same_file(output, {f"IN {path}": path for path in inputs})
+    if output.endswith(("/", os.sep)) or Path(output).is_dir():
+        raise UDCGInputError("is a folder: OUT is the cache file to write", path=output)
     skipped = 0
     with JudgeCache(output) as cache:
         for path in inputs:

@@ -416,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(format_scores(scores), file=info_stream(args.out))
             if args.out:
-                _write_scores(args.out, contexts, scores)
+                _write_scores(args.out, contexts, scores, args)
         else:
             judged = list(read_contexts(args.judge_labels))
             human = list(read_contexts(args.human_labels))  # read once: HUMAN may be a pipe
@@ -617,10 +617,18 @@ def _cell(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:+.3f}"
 
 
-def _write_scores(path: str, contexts: list, scores: QCareScores) -> None:
+def _write_scores(path: str, contexts: list, scores: QCareScores, args: argparse.Namespace) -> None:
+    """One line per context: its metrics and the options that produced them."""
+    options = {
+        "answers_from": args.answers_from,
+        "k": args.k,
+        "binary": args.binary,
+        "gain": args.gain,
+        "coverage": args.coverage,
+    }
     with atomic_write(path) as handle:
         for i, ctx in enumerate(contexts):
-            row = {"qid": ctx.qid, "run": ctx.run}
+            row = {"qid": ctx.qid, "run": ctx.run, **options}
             for name, values in scores.values.items():
                 row[name] = None if np.ma.getmaskarray(values)[i] else float(values.data[i])
             handle.write(json.dumps(row) + "\n")

@@ -150,8 +150,11 @@ class JudgeWorker:
 
 
 def _ray() -> Any:
-    import ray
-
+    """The ray module, or an ImportError naming the extra (as the command line does)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("the Ray engine needs Ray: pip install 'udcg[ray]'") from exc
     return ray
 
 

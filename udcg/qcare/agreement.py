@@ -170,6 +170,13 @@ def _split_of(ctx: Context, split_by: str | None) -> str:
     if split_by is None:
         return ALL
     value = getattr(ctx, split_by) if split_by in CONTEXT_KEYS else ctx.extra.get(split_by)
+    if isinstance(value, list | dict):
+        raise UDCGInputError(
+            f"holds a {type(value).__name__}: split by a field holding a text or a number "
+            "(run, an extra key such as split)",
+            field=split_by,
+            **ctx.location(),
+        )
     if value is None:
         raise UDCGInputError(
             f"missing: needed to split contexts (qid {ctx.qid!r})",
