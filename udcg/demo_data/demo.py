@@ -67,9 +67,11 @@ def check_source(data: object, path: Path | None = None) -> None:
             if not isinstance(q.get(name), str) or not q[name].strip():
                 raise fail("missing or not a non-empty string", f"{at}.{name}")
         answers = q.get("answers")
-        if not isinstance(answers, list) or not answers:
-            raise fail("must be a non-empty list of strings", f"{at}.answers")
-        if not all(isinstance(a, str) and a.strip() for a in answers):
+        if (
+            not isinstance(answers, list)
+            or not answers
+            or not all(isinstance(a, str) and a.strip() for a in answers)
+        ):
             raise fail("must be a non-empty list of strings", f"{at}.answers")
         passages = q.get("passages")
         if not isinstance(passages, list):

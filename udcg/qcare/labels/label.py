@@ -146,8 +146,9 @@ def _written_labels(ctx: Context, answers_from: str | None) -> str | None:
 
 def _prepare(
     ctx: Context, judge: Judge, answers_from: str | None, relabel: bool
-) -> tuple[Context, dict[str, Any], list[str]]:
-    """The context to label, its new record and the models whose judge labels were dropped.
+) -> tuple[Context, dict[str, Any], bool, list[str]]:
+    """The context to label, its new record, whether labels not this judge's are replaced,
+    and the models whose judge labels were dropped.
 
     Labels written by this judge (same fingerprint in the record) are recomputed; labels of
     another judge or without a record are refused unless ``relabel``, which replaces them
@@ -193,7 +194,13 @@ def _prepare(
         "outcomes": sorted(models | ({answers_from} if answers_from else set())),
     }
     extra = {k: v for k, v in ctx.extra.items() if k != RECORD}
-    return replace(ctx, subqueries=subqueries, outcomes=outcomes, extra=extra), record, dropped
+    replaced = written is not None and not own
+    return (
+        replace(ctx, subqueries=subqueries, outcomes=outcomes, extra=extra),
+        record,
+        replaced,
+        dropped,
+    )
 
 
 def _run_checks(
@@ -259,12 +266,10 @@ def label_contexts(
     check_inputs(contexts, answers_from)
     report = QCareReport(contexts=len(contexts))
     prepared = [_prepare(c, judge, answers_from, relabel) for c in contexts]
-    for (_, record, dropped), ctx in zip(prepared, contexts, strict=True):
-        old = ctx.extra.get(RECORD)
-        if not (isinstance(old, dict) and old.get("fingerprint") == record["fingerprint"]):
-            report.replaced += _written_labels(ctx, answers_from) is not None
+    for _, _, replaced, dropped in prepared:
+        report.replaced += replaced
         report.dropped.update(dropped)
-    contexts = [c for c, _, _ in prepared]
+    contexts = [c for c, _, _, _ in prepared]
     checker = YesNoChecker(judge, checks, retries=max(retries - 1, 0), batch=batch)
 
     queries = [(c.question, history_of(c)) for c in contexts]  # (latest turn, history)
@@ -313,7 +318,7 @@ def label_contexts(
     report.text_reason = checker.text_reason
     out = [
         replace(c, extra={**c.extra, RECORD: record})
-        for c, (_, record, _) in zip(out, prepared, strict=True)
+        for c, (_, record, _, _) in zip(out, prepared, strict=True)
     ]
     return out, report
 
