@@ -112,6 +112,21 @@ def test_means_per_run_and_k(tmp_path: Path, capsys) -> None:
         assert float(row[4]) == pytest.approx(metrics.context_ndcg(rel).mean(), abs=5e-5)
 
 
+def test_a_context_given_twice_is_refused_at_its_line(tmp_path: Path, capsys) -> None:
+    """A repeated context (qid, run and passages) would count twice in the means; other
+    passages for the same query and run are another context."""
+    contexts = simulate(3, 3, per_query=2, seed=4)
+    other = replace(contexts[1], passages=contexts[0].passages)  # q0, r1, the passages of r0
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, [*contexts, other])
+    assert main([str(data), "--judge", "sim"]) == 0
+    write_contexts(data, [*contexts, other, replace(contexts[3], outcomes={})])
+    assert main([str(data), "--judge", "sim"]) == 2
+    err = capsys.readouterr().err
+    assert f"{data}:8: field 'qid': a second context with the same qid, run and passages" in err
+    assert "(qid 'q1', run 'r1', first at line 4): it would count twice in the means" in err
+
+
 @pytest.fixture
 def folder(tmp_path: Path, fitted: Path) -> Path:
     """The weights of ``fitted`` as a folder fitted with judge 'sim', mode first_token."""

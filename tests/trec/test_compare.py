@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.trec import ComparisonReport, compare
 from udcg.trec.engine import evaluate
 from udcg.trec.significance import (
@@ -95,7 +95,11 @@ def test_a_missing_query_scores_zero_and_unjudged_queries_are_ignored(case) -> N
     qrels, runs = case
     partial = {q: docs for q, docs in runs["s2"].items() if q not in ("q3", "q17")}
     partial["unjudged"] = {"d1": 1.0}
-    report = compare(qrels, {"s0": runs["s0"], "partial": partial}, ["AP"], correction=None)
+    with pytest.warns(UDCGWarning, match="'partial' ranks no document for 2 of the 30") as seen:
+        report = compare(qrels, {"s0": runs["s0"], "partial": partial}, ["AP"], correction=None)
+    assert len(seen) == 1  # s0 ranks every judged query
+    assert report.unranked == {"s0": 0, "partial": 2} == report.to_dict()["unranked"]
+    assert "does not rank score 0 (trec_eval -c): 'partial' 2." in report.legend()
     ap = _values(qrels, partial, "AP")
     assert ap[sorted(qrels).index("q3")] == 0.0
     assert report.n_queries == 30

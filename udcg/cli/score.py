@@ -9,7 +9,8 @@ accuracy the weights forecast for it, from judge labels alone) and, with
 to stderr). ``-`` as CONTEXTS reads standard input. ``--judge`` takes the spec the contexts
 were annotated with (labels are read under its key, :func:`udcg.judge.judge_key`) or the key
 itself; ``--judge-key`` names the key outright. ``--utility`` picks the utility source (see
-:mod:`udcg.io.joins.utility_sources`).
+:mod:`udcg.io.joins.utility_sources`). A context repeated (the same qid, run and passages) is
+refused at its second line: it would count twice in the means.
 
 Weights are checked against what they are applied to
 (:func:`udcg.io.weights.files.check_compatible`): their k against the contexts' sizes, the utility
@@ -40,6 +41,7 @@ from udcg.cli.common import (
 )
 from udcg.cli.weights import add_allow_unverified
 from udcg.io.contexts.jsonl import read_contexts, relevance_matrix
+from udcg.io.contexts.model import by_key
 from udcg.io.files import atomic_write, refuse_same_file
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
@@ -117,7 +119,14 @@ def score(args: argparse.Namespace) -> None:
     if args.out:
         refuse_same_file(args.out, {"CONTEXTS": args.contexts, **weights_inputs(args.weights)})
     judge = judge_key(args.judge, args.judge_key)
-    contexts = list(read_contexts(args.contexts))
+    contexts = list(
+        by_key(
+            read_contexts(args.contexts),
+            lambda c: (c.qid, c.run, tuple((p.doc_id, p.text) for p in c.passages)),
+            "the same qid, run and passages",
+            "it would count twice in the means",
+        ).values()
+    )
     relevant = relevance_matrix(contexts, unit=True)
     utility = get_source(args.utility).utilities(contexts, judge)
     columns: dict[str, np.ndarray] = {

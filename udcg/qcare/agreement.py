@@ -27,6 +27,7 @@ import numpy as np
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.checks import short
 from udcg.io.contexts.jsonl import ANSWER_LABELS, CONTEXT_KEYS, Context
+from udcg.io.contexts.model import by_key
 from udcg.qcare.scores import METRICS, qcare_scores
 from udcg.stats import correlation
 
@@ -78,20 +79,8 @@ def _check_same_list(human: Context, judge: Context) -> None:
                 )
 
 
-def _by_key(contexts: Sequence[Context], side: str) -> dict[tuple[str, str | None], Context]:
-    """``{(qid, run): context}``, refusing a second context with the same key."""
-    out: dict[tuple[str, str | None], Context] = {}
-    for ctx in contexts:
-        first = out.setdefault((ctx.qid, ctx.run), ctx)
-        if first is not ctx:
-            seen = first.location()
-            at = f" (first at line {seen['line']})" if seen["line"] is not None else ""
-            raise UDCGInputError(
-                f"a second {side} context with qid {ctx.qid!r} and run {ctx.run!r}{at}",
-                field="qid",
-                **ctx.location(),
-            )
-    return out
+def _qid_run(ctx: Context) -> tuple[str, str | None]:
+    return ctx.qid, ctx.run
 
 
 def fill_labels(human: Context, judge: Context, model: str | None) -> tuple[Context, Counter]:
@@ -227,11 +216,12 @@ def agreement(
         >>> [(row.split, row.metric, row.n, round(row.pearson, 4)) for row in rows]
         [('all', 'C-Prec', 3, 0.866), ('all', 'C-nDCG', 3, 1.0)]
     """
-    by_key = _by_key(judge_contexts, "judge-labelled")
+    judge_of = by_key(judge_contexts, _qid_run, "the same qid and run in the judge-labelled file")
     pairs: list[tuple[Context, Context]] = []
     filled: Counter = Counter()
-    for human in _by_key(human_contexts, "human-labelled").values():
-        judge = by_key.get((human.qid, human.run))
+    humans = by_key(human_contexts, _qid_run, "the same qid and run in the human-labelled file")
+    for human in humans.values():
+        judge = judge_of.get((human.qid, human.run))
         if judge is None:
             raise UDCGInputError(
                 f"no judge-labelled context with qid {human.qid!r} and run {human.run!r}",

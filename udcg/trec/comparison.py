@@ -9,15 +9,16 @@ qrels do not judge are ignored.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow.compute as pc
 
 from udcg._lazy import import_pandas
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.formats.trec import Qrels
 from udcg.trec.engine import QrelsLike, RunLike, as_qrels, evaluate_table
 from udcg.trec.measures import COVERAGE_MEASURES, UTILITY_MEASURES, Measure, parse_measures
@@ -114,6 +115,7 @@ class ComparisonReport:
     n_resamples: int
     seed: int | None
     confidence: float
+    unranked: dict[str, int] = field(default_factory=dict)  # judged queries a system misses
 
     @property
     def reference(self) -> str:
@@ -164,6 +166,7 @@ class ComparisonReport:
             "n_resamples": self.n_resamples,
             "seed": self.seed,
             "confidence": self.confidence,
+            "unranked": dict(self.unranked),
             "systems": list(self.systems),
             "measures": list(self.measures),
             "means": {s: dict(m) for s, m in self.means.items()},
@@ -246,6 +249,7 @@ class ComparisonReport:
         )
         reference = "the baseline" if self.baseline is not None else "the first system"
         seeded = "unseeded" if self.seed is None else f"seed {self.seed}"
+        missed = ", ".join(f"{s!r} {n}" for s, n in self.unranked.items() if n)
         return (
             "Superscripts: the systems this one is significantly better than "
             f"({_TEST_NAMES[self.test]}, two-sided, {level}; means over {self.n_queries} "
@@ -253,6 +257,11 @@ class ComparisonReport:
             f"{self.confidence:.0%} paired bootstrap confidence interval ({self.n_resamples} "
             f"resamples of the queries, {seeded}) and the test's p-value before correction; "
             "† marks a significant difference (by the criterion of the superscripts)."
+            + (
+                f" Judged queries a system does not rank score 0 (trec_eval -c): {missed}."
+                if missed
+                else ""
+            )
         )
 
     def to_markdown(self, digits: int = 4) -> str:
@@ -340,13 +349,14 @@ def _per_query(
     measures: list[Measure],
     row_of: dict[str, int],
     options: dict[str, Any],
-) -> np.ndarray:
-    """``[n_judged, n_measures]`` values of ``run``; 0 for a judged query it does not rank.
-    ``options``: the utility measures' keyword arguments of ``evaluate_table``."""
+) -> tuple[np.ndarray, int]:
+    """``[n_judged, n_measures]`` values of ``run`` (0 for a judged query it does not rank) and
+    the number of judged queries it ranks. ``options``: the utility measures' keyword
+    arguments of ``evaluate_table``."""
     result = evaluate_table(qrels, run, measures, **options)
     values = np.zeros((len(row_of), len(measures)))
     values[[row_of[q] for q in result.qids]] = result.values
-    return values
+    return values, len(result.qids)
 
 
 def _pairs(systems: list[str], baseline: str | None) -> list[tuple[int, int]]:
@@ -529,12 +539,19 @@ def compare(
             field="qrels",
         )
     row_of = {q: i for i, q in enumerate(qids)}
-    values = np.stack(
-        [
-            _per_query(judged, runs[s], parsed, row_of, o)
-            for s, o in zip(systems, options, strict=True)
-        ]
-    )
+    per_system = [
+        _per_query(judged, runs[s], parsed, row_of, o) for s, o in zip(systems, options, strict=True)
+    ]
+    values = np.stack([v for v, _ in per_system])
+    unranked = {s: len(qids) - n for s, (_, n) in zip(systems, per_system, strict=True)}
+    for s, n in unranked.items():
+        if n:
+            warnings.warn(
+                f"system {s!r} ranks no document for {n} of the {len(qids)} judged queries; "
+                "they score 0 (trec_eval -c)",
+                UDCGWarning,
+                stacklevel=2,
+            )
     pairs = _pairs(systems, baseline)
     # differences[:, pair, measure] -> one column per test
     differences = np.stack([values[i] - values[j] for i, j in pairs], axis=1)
@@ -574,4 +591,5 @@ def compare(
         n_resamples=int(n_resamples),
         seed=seed,
         confidence=float(confidence),
+        unranked=unranked,
     )

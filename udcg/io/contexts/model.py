@@ -46,7 +46,7 @@ Decisions:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -61,6 +61,7 @@ __all__ = [
     "PASSAGE_KEYS",
     "Context",
     "Passage",
+    "by_key",
     "parse_context",
 ]
 
@@ -153,6 +154,34 @@ class Context:
     ) -> Context:
         """Validate one parsed JSON line; errors name ``path``, ``line`` and the field."""
         return parse_context(obj, Where(path, line))
+
+
+def by_key(
+    contexts: Iterable[Context], key: Callable[[Context], Hashable], what: str, why: str = ""
+) -> dict[Hashable, Context]:
+    """``{key(context): context}``, refusing a second context with a key already seen (``what``
+    describes the key and ``why`` the harm in the error, which names the line of the first).
+
+    Examples:
+        >>> two = [Context("q1", run="bm25"), Context("q1", run="bm25")]
+        >>> by_key(two, lambda c: (c.qid, c.run), "the same qid and run")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'qid': a second context with the same qid and run (qid 'q1', run 'bm25')
+    """
+    out: dict[Hashable, Context] = {}
+    for ctx in contexts:
+        first = out.setdefault(key(ctx), ctx)
+        if first is not ctx:
+            line = first.location()["line"]
+            at = f", first at line {line}" if line is not None else ""
+            raise UDCGInputError(
+                f"a second context with {what} (qid {ctx.qid!r}, run {ctx.run!r}{at})"
+                + (f": {why}" if why else ""),
+                field="qid",
+                **ctx.location(),
+            )
+    return out
 
 
 def _merge_extra(out: dict[str, Any], extra: Mapping[str, Any], what: str) -> None:
