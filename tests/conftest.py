@@ -15,9 +15,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -167,6 +171,30 @@ class TagJudge(Judge):
 
     def abstain_prob(self, questions, passages, mode="first_token") -> np.ndarray:
         raise NotImplementedError
+
+
+@contextmanager
+def _held_by_another_process(path: Path) -> Iterator[None]:
+    """Another process holds udcg's writer lock on ``path`` (:func:`udcg.io.files.exclusive_writer`)
+    inside the block."""
+    code = (
+        "import time; from udcg.io.files import exclusive_writer\n"
+        f"with exclusive_writer({str(path)!r}):\n"
+        "    print('held', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.fixture
+def another_writer() -> Callable[[Path], Any]:
+    """``with another_writer(path):`` another process holds udcg's writer lock on ``path``."""
+    return _held_by_another_process
 
 
 @pytest.fixture

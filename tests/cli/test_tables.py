@@ -68,21 +68,11 @@ def test_tables_names_a_missing_data_file(
 
 
 def test_a_second_process_on_the_same_output_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], another_writer
 ) -> None:
-    import subprocess
-    import sys
-
     out = tmp_path / "out"
     out.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from udcg.io.files import exclusive_writer\n"
-         f"with exclusive_writer({str(out / 'selection.json')!r}):\n"
-         "    print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with another_writer(out / "selection.json"):
         data = _nq_open(tmp_path / "nq.jsonl", 2)
         argv = ["selection", "--data", str(data), "--limit", "2", "-o", str(out)]
         assert main([*argv, "--cache-dir", str(tmp_path / "stages")]) == 2
@@ -90,6 +80,3 @@ def test_a_second_process_on_the_same_output_is_refused(
         assert "another process is writing this tables output" in err
         assert len(err.strip().splitlines()) == 1
         assert not (out / "selection.md").exists()
-    finally:
-        holder.kill()
-        holder.wait()

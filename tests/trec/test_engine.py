@@ -174,6 +174,33 @@ def test_tie_break_is_document_id_descending() -> None:
     assert evaluate(qrels, run, "RR")["q"]["RR"] == pytest.approx(1 / 3)
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("written", ["sorted", "shuffled"])
+def test_scores_equal_in_float32_tie_as_in_trec_eval(tmp_path: Path, seed: int, written: str) -> None:
+    """trec_eval keeps each score as a C float: scores apart only beyond float32's precision
+    (a float64 reranker's 9 decimals) tie and are ranked by document id descending."""
+    rng = np.random.default_rng(seed)
+    qrels, run = {}, {}
+    for q in range(40):
+        base = rng.random(6)
+        # pairs 3e-9 apart: distinct as float64, equal as float32 (mostly)
+        scores = np.repeat(base, 2) + np.tile([0.0, 3e-9], 6)
+        docs = [f"d{i}" for i in rng.permutation(12)]
+        run[f"q{q}"] = {d: float(s) for d, s in zip(docs, scores, strict=True)}
+        qrels[f"q{q}"] = {d: int(rng.integers(0, 3)) for d in docs[::2]}
+    rows = [(q, d, s) for q, docs in run.items() for d, s in docs.items()]
+    if written == "sorted":  # the engine's path for files in ranking order
+        rows.sort(key=lambda r: (r[0], -r[2]))
+    else:
+        rows = [rows[i] for i in rng.permutation(len(rows))]
+    path = tmp_path / "run.trec"
+    path.write_text("".join(f"{q} Q0 {d} 1 {s!r} t\n" for q, d, s in rows))
+    ref = _pytrec(qrels, run)
+    assert any(v["recip_rank"] != 1.0 for v in ref.values())
+    _assert_parity(evaluate(qrels, path, list(PARITY)), ref)
+    _assert_parity(evaluate(qrels, run, list(PARITY)), ref)
+
+
 @pytest.mark.parametrize("form", ["plain", "dictionary", "chunked dictionary"])
 def test_trec_order_takes_ids_in_every_arrow_form(form: str) -> None:
     qids, docs = pa.array(["q2", "q1", "q1", "q1"]), pa.array(["a", "b", "c", "d"])

@@ -11,7 +11,7 @@ from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.demo_data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
 from udcg.io.contexts.jsonl import write_contexts
-from udcg.io.files import refuse_same_file
+from udcg.io.files import exclusive_writer, refuse_same_file
 from udcg.labels.annotate import annotate
 
 
@@ -48,10 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         check_judge_arguments(args)
         refuse_same_file(args.out, {"--source": args.source, **judge_inputs(args)})
-        contexts = build_contexts(load_source(args.source), args.seed)
-        judge = open_cli_judge(args)
-        annotated, report = annotate(contexts, judge, steps=STEPS)
-        write_contexts(args.out, annotated)
+        with exclusive_writer(args.out, "demo output"):
+            contexts = build_contexts(load_source(args.source), args.seed)
+            judge = open_cli_judge(args)
+            annotated, report = annotate(contexts, judge, steps=STEPS)
+            write_contexts(args.out, annotated)
         print(
             f"wrote {len(annotated)} contexts to {args.out}: {report.pairs} passage pairs, "
             f"{report.answer_pairs} answer-likelihood pairs, "

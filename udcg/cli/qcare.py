@@ -65,7 +65,7 @@ from udcg.cli.common import (
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import read_contexts, write_contexts
-from udcg.io.files import atomic_write, refuse_same_file
+from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
 from udcg.qcare.agreement import agreement, annotator_agreement
 from udcg.qcare.conversation import read_mtrag_tasks
 from udcg.qcare.coverage import GAINS
@@ -380,13 +380,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "label":
             check_judge_arguments(args)
             refuse_same_file(args.out, {"INPUT": args.input, **judge_inputs(args)})
-            contexts = list(read_contexts(args.input))
-            check_inputs(contexts, args.answers_from)  # before the judge loads
-            judge = open_cli_judge(args)
-            labelled, report = label_contexts(
-                contexts, judge, args.answers_from, args.checks, args.retries, relabel=args.relabel
-            )
-            write_contexts(args.out, labelled)
+            with exclusive_writer(args.out, "qcare label output"):
+                contexts = list(read_contexts(args.input))
+                check_inputs(contexts, args.answers_from)  # before the judge loads
+                judge = open_cli_judge(args)
+                labelled, report = label_contexts(
+                    contexts,
+                    judge,
+                    args.answers_from,
+                    args.checks,
+                    args.retries,
+                    relabel=args.relabel,
+                )
+                write_contexts(args.out, labelled)
             out = info_stream(args.out)
             print(format_report(report, judge.name), file=out)
             print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}", file=out)

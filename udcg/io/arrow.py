@@ -27,6 +27,7 @@ import pyarrow as pa
 
 _ARROW_TYPES = {
     np.dtype(np.float64): pa.float64(),
+    np.dtype(np.float32): pa.float32(),
     np.dtype(np.int64): pa.int64(),
     np.dtype(np.int32): pa.int32(),
     np.dtype(np.uint64): pa.uint64(),

@@ -1,7 +1,8 @@
 """trec_eval-compatible evaluation of a run against qrels, vectorised over queries.
 
 Semantics (those of trec_eval, checked against pytrec_eval): documents are ranked by score
-descending, ties broken by document id descending; unjudged documents have relevance 0; binary
+descending (scores compared as 32-bit floats, trec_eval's C ``float``), ties broken by document
+id descending; unjudged documents have relevance 0; binary
 measures count relevance >= ``rel`` (1 by default); nDCG uses linear gain max(relevance, 0) and
 the ideal ranking of all judged documents of the query; AP and R divide by the number of
 relevant judged documents; queries of the run that are absent from the qrels are ignored, and
@@ -30,6 +31,7 @@ from udcg.io.formats.trec import (
     Run,
     locate_duplicate,
     qrels_from_dict,
+    ranking_scores,
     read_trec_qrels,
     read_trec_run,
     run_from_dict,
@@ -546,7 +548,7 @@ def _evaluate(
     def graded() -> tuple[bool, np.ndarray, bool]:
         return _graded_pairs(q_qrels, d_qrels, qrels.relevance, q_run, d_run, n_queries, n_docs)
 
-    ranked, order = _file_ranking(q_run, run.scores, d_run, doc_names)
+    ranked, order = _file_ranking(q_run, ranking_scores(run.scores), d_run, doc_names)
     if ranked:
         qrels_repeats, run_grades, run_repeats = graded()
     else:  # the numpy work on this thread, Arrow's sort (its own memory pool) beside it

@@ -54,3 +54,17 @@ def test_label_cli_checks_inputs_before_loading_the_judge(tmp_path: Path, capsys
     path.write_text(json.dumps({"qid": "q", "question": "a?", "passages": [{"text": "t"}]}))
     assert main([*args, "--answers-from", "gen"]) == 2
     assert "field 'outcomes.gen.answer': missing" in capsys.readouterr().err
+
+
+def test_label_refuses_an_output_another_process_writes(
+    tmp_path: Path, capsys, another_writer
+) -> None:
+    """Two labelling runs into one file: the second is refused before it reads or asks
+    anything, instead of replacing the first's labels when it ends."""
+    path, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    path.write_text(json.dumps({"qid": "q", "question": "a?", "passages": [{"text": "t"}]}))
+    with another_writer(out):
+        assert main(["label", str(path), "-o", str(out), "--judge", "smollm2-135m"]) == 2
+    err = capsys.readouterr().err
+    assert "another process is writing this qcare label output" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

@@ -445,10 +445,24 @@ def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
     return Qrels(qids, doc_ids, np.asarray(values, dtype=np.int64))
 
 
+def ranking_scores(scores: np.ndarray) -> np.ndarray:
+    """Scores as trec_eval compares them: rounded to 32-bit floats (it stores each score as a C
+    ``float``), so scores that differ only beyond float32's precision tie; beyond its range
+    they are infinite.
+
+    Examples:
+        >>> ranking_scores(np.array([0.812345678, 0.812345671, 1e300])).tolist()
+        [0.8123456835746765, 0.8123456835746765, inf]
+    """
+    with np.errstate(over="ignore"):
+        return np.asarray(scores).astype(np.float32)
+
+
 def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
-    """Row indices in trec_eval's ranking order: by query, then score descending, then doc id
-    descending (the tie-break trec_eval applies). ``qids``: query ids or integer codes (Arrow
-    or numpy), ``scores``: float array, ``doc_ids``: Arrow strings, plain or dictionary-encoded.
+    """Row indices in trec_eval's ranking order: by query, then score descending (compared as
+    :func:`ranking_scores`), then doc id descending (the tie-break trec_eval applies).
+    ``qids``: query ids or integer codes (Arrow or numpy), ``scores``: float array,
+    ``doc_ids``: Arrow strings, plain or dictionary-encoded.
 
     Examples:
         b (score 2) first, then the tie of a and c broken by id descending:
@@ -461,7 +475,7 @@ def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
     table = pa.Table.from_arrays(
         [
             decoded(qids) if isinstance(qids, pa.Array | pa.ChunkedArray) else from_numpy(qids),
-            from_numpy(scores),
+            from_numpy(ranking_scores(scores)),
             decoded(doc_ids),
         ],
         names=["q", "s", "d"],
