@@ -176,7 +176,9 @@ def test_tie_break_is_document_id_descending() -> None:
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("written", ["sorted", "shuffled"])
-def test_scores_equal_in_float32_tie_as_in_trec_eval(tmp_path: Path, seed: int, written: str) -> None:
+def test_scores_equal_in_float32_tie_as_in_trec_eval(
+    tmp_path: Path, seed: int, written: str
+) -> None:
     """trec_eval keeps each score as a C float: scores apart only beyond float32's precision
     (a float64 reranker's 9 decimals) tie and are ranked by document id descending."""
     rng = np.random.default_rng(seed)

@@ -540,7 +540,8 @@ def compare(
         )
     row_of = {q: i for i, q in enumerate(qids)}
     per_system = [
-        _per_query(judged, runs[s], parsed, row_of, o) for s, o in zip(systems, options, strict=True)
+        _per_query(judged, runs[s], parsed, row_of, o)
+        for s, o in zip(systems, options, strict=True)
     ]
     values = np.stack([v for v, _ in per_system])
     unranked = {s: len(qids) - n for s, (_, n) in zip(systems, per_system, strict=True)}

@@ -164,10 +164,10 @@ def by_key(
 
     Examples:
         >>> two = [Context("q1", run="bm25"), Context("q1", run="bm25")]
-        >>> by_key(two, lambda c: (c.qid, c.run), "the same qid and run")
+        >>> by_key(two, lambda c: (c.qid, c.run), "the same qid and run")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        udcg.errors.UDCGInputError: field 'qid': a second context with the same qid and run (qid 'q1', run 'bm25')
+        udcg.errors.UDCGInputError: field 'qid': a second context with the same qid and run (...)
     """
     out: dict[Hashable, Context] = {}
     for ctx in contexts:
