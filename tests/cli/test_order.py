@@ -212,6 +212,27 @@ def test_errors_are_one_line(tmp_path: Path, weights: Path, capsys) -> None:
     assert not (tmp_path / "o").exists()
 
 
+def test_trec_mode_refuses_a_pair_given_twice(tmp_path: Path, weights: Path, capsys) -> None:
+    """A qrels judging one (query, document) twice, or a run ranking one document twice, is
+    refused at its line, as udcg trec refuses them (the last line won, or the document was
+    placed twice in the output)."""
+    paths, _ = write_trec(tmp_path, np.random.default_rng(2))
+    args = ["--utilities", str(paths["u"]), "--weights", str(weights), "-o", str(tmp_path / "o")]
+    first = paths["qrels"].read_text().splitlines(keepends=True)[0]
+    qid, _, doc, grade = first.split()
+    again = tmp_path / "qrels_again"
+    again.write_text(paths["qrels"].read_text() + f"{qid} 0 {doc} {1 - int(grade > '0')}\n")
+    err = run_error(capsys, ["--run", str(paths["run"]), "--qrels", str(again), *args])
+    n = len(again.read_text().splitlines())
+    assert f"qrels_again:{n}: field 'doc_id': duplicate document {doc!r} for query {qid!r}" in err
+    q, _, d = paths["run"].read_text().split()[:3]
+    twice = tmp_path / "run_twice"
+    twice.write_text(paths["run"].read_text() + f"{q} Q0 {d} 7 0.5 bm25\n")
+    err = run_error(capsys, ["--run", str(twice), "--qrels", str(paths["qrels"]), *args])
+    assert f"run_twice:19: field 'doc_id': duplicate document {d!r} for query {q!r}" in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_output_is_json_lines(tmp_path: Path, weights: Path, capsys) -> None:
     data = tmp_path / "c.jsonl"
     write_contexts(data, simulate_contexts(1, 4, per_query=2))

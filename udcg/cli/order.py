@@ -197,8 +197,10 @@ def _lookup(
 def _ranked(run_path: str) -> dict[str, list[str]]:
     """Each query's documents in trec_eval's ranking order, queries in file order."""
     from udcg.io.formats.trec import read_trec_run, trec_order
+    from udcg.io.joins.run_contexts import refuse_repeats
 
     run = read_trec_run(run_path)
+    refuse_repeats(run)
     qids, docs = run.qids.to_pylist(), run.doc_ids.to_pylist()
     ranked: dict[str, list[str]] = {q: [] for q in qids}
     for row in np.asarray(trec_order(run.qids, run.scores, run.doc_ids)).tolist():
@@ -218,6 +220,7 @@ def order_run(args: argparse.Namespace) -> None:
     """TREC mode (module docstring)."""
     from udcg.io.files import atomic_write
     from udcg.io.formats.trec import read_trec_qrels
+    from udcg.io.joins.trec_contexts import judged_grades
     from udcg.io.joins.utilities import read_utility_file, source_of
 
     model = _Model(args.weights, args.k, args.allow_unverified)
@@ -230,12 +233,10 @@ def order_run(args: argparse.Namespace) -> None:
         {"utility": source and source.name, "judge": utilities.judge},
         args.allow_mismatch,
     )
-    qrels = read_trec_qrels(args.qrels)
-    grades = _lookup(qrels.qids.to_pylist(), qrels.doc_ids.to_pylist(), qrels.relevance)
+    grades = judged_grades(read_trec_qrels(args.qrels))
     u_of = _lookup(utilities.qids.to_pylist(), utilities.doc_ids.to_pylist(), utilities.values)
     ranked = _ranked(args.run)
-    judged = set(qrels.qids.to_pylist())
-    unjudged = [q for q in ranked if q not in judged]
+    unjudged = [q for q in ranked if q not in grades]
     if len(unjudged) == len(ranked):
         raise UDCGInputError(
             f"judges none of the run's {len(ranked)} queries (run query {unjudged[0]!r}): "
@@ -257,7 +258,9 @@ def order_run(args: argparse.Namespace) -> None:
             )
         return u_of[qid, doc]
 
-    relevant = _candidate_values(ranked, args.depth, lambda q, d: float(grades.get((q, d), 0) > 0))
+    relevant = _candidate_values(
+        ranked, args.depth, lambda q, d: float(grades.get(q, {}).get(d, 0) > 0)
+    )
     utility = _candidate_values(ranked, args.depth, utility_of)
     orders, before, after = _reorder(model, args.ordering, relevant, utility)
     changed = 0

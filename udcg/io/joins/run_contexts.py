@@ -47,7 +47,7 @@ from udcg.io.formats.trec import (
 from udcg.io.joins.trec_contexts import judged_grades, run_line
 from udcg.validation import positive_int
 
-__all__ = ["build_run_contexts", "run_tag", "top_k_rows"]
+__all__ = ["build_run_contexts", "refuse_repeats", "run_tag", "top_k_rows"]
 
 #: ids -> ``{id: entry}`` for the ids found (a file is read by its reader instead)
 TopicSource = PathType | Callable[[Collection[str]], Mapping[str, Topic]]
@@ -57,6 +57,16 @@ CollectionSource = PathType | Callable[[Collection[str]], Mapping[str, Document]
 def _codes(ids: pa.Array) -> np.ndarray:
     """Integer codes of Arrow strings, plain or dictionary-encoded (equal ids, equal codes)."""
     return to_numpy(dictionary_encode(ids).indices).astype(np.int64)
+
+
+def refuse_repeats(run: Run) -> np.ndarray:
+    """The run's query codes, after refusing a document ranked twice for one query (an error
+    at its line when the run was read from a file)."""
+    queries, docs = _codes(run.qids), _codes(run.doc_ids)
+    if len(np.unique(queries * (int(docs.max(initial=0)) + 1) + docs)) < len(run):
+        locate_duplicate(run.source, "run")
+        raise UDCGInputError("a document is ranked twice for one query", field="doc_id")
+    return queries
 
 
 def top_k_rows(run: Run, k: int) -> np.ndarray:
@@ -76,10 +86,7 @@ def top_k_rows(run: Run, k: int) -> np.ndarray:
         >>> top_k_rows(run, k=1).tolist()
         [1, 0]
     """
-    queries, docs = _codes(run.qids), _codes(run.doc_ids)
-    if len(np.unique(queries * (int(docs.max(initial=0)) + 1) + docs)) < len(run):
-        locate_duplicate(run.source, "run")
-        raise UDCGInputError("a document is ranked twice for one query", field="doc_id")
+    queries = refuse_repeats(run)
     order = trec_order(run.qids, run.scores, run.doc_ids)
     grouped = queries[order]
     starts = np.ones(len(order), dtype=bool)
