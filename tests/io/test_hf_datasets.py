@@ -103,6 +103,10 @@ def test_local_copies_of_a_hub_dataset_load(tmp_path: Path) -> None:
     ds = hf.contexts_to_dataset(contexts)
     ds.save_to_disk(tmp_path / "one")
     assert hf.load_contexts_dataset(tmp_path / "one") == contexts
+    # one dataset is the split "train", as load_dataset names unsplit data; no other split
+    assert hf.read_hf_contexts(f"hf:{tmp_path / 'one'}#train") == contexts
+    with pytest.raises(UDCGInputError, match=r"one: no split 'test': the folder holds one dataset"):
+        hf.read_hf_contexts(f"hf:{tmp_path / 'one'}#test")
     datasets.DatasetDict({"test": ds}).save_to_disk(tmp_path / "dict")
     assert hf.load_contexts_dataset(tmp_path / "dict", split="test") == contexts
     with pytest.raises(UDCGInputError, match=r"no split 'train' \(splits: test\)"):

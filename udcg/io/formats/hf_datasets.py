@@ -298,7 +298,9 @@ def load_contexts_dataset(
     id_or_path: str | Path, split: str = "train", **kwargs: Any
 ) -> list[Context]:
     """The contexts of a dataset: a folder written by ``save_to_disk`` (a ``DatasetDict``'s:
-    ``split`` picks one) through ``datasets.load_from_disk(path, **kwargs)``, anything else
+    ``split`` picks one; a single ``Dataset`` is its own split, ``train`` when it names none, as
+    ``load_dataset`` names unsplit data, and another ``split`` is refused) through
+    ``datasets.load_from_disk(path, **kwargs)``, anything else
     through ``datasets.load_dataset(id_or_path, split=split, **kwargs)``: a Hub id, a folder of
     data files, or a builder such as ``"parquet"`` with ``data_files=...``.
 
@@ -318,6 +320,12 @@ def load_contexts_dataset(
             if split not in ds:
                 raise UDCGInputError(f"no split {split!r} (splits: {', '.join(ds)})", path=folder)
             ds = ds[split]
+        elif split != str(ds.split or "train"):
+            raise UDCGInputError(
+                f"no split {split!r}: the folder holds one dataset (split "
+                f"{str(ds.split or 'train')!r}); name that split or none",
+                path=folder,
+            )
         return contexts_from_dataset(ds)
     try:
         ds = hf.load_dataset(str(id_or_path), split=split, **kwargs)
