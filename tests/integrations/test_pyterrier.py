@@ -9,8 +9,10 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,8 +26,12 @@ import udcg  # noqa: E402
 from udcg.errors import UDCGInputError  # noqa: E402
 from udcg.integrations import ir_measures as im  # noqa: E402
 from udcg.integrations.pyterrier import UDCG, JudgeUtilities, Retrieve, UDCGtheta  # noqa: E402
+from udcg.io.contexts.model import Passage  # noqa: E402
 from udcg.judge.base import Judge  # noqa: E402
+from udcg.retrieval.base import Query, Retriever  # noqa: E402
 from udcg.retrieval.bm25 import BM25Retriever  # noqa: E402
+from udcg.retrieval.controls import GoldAt, OracleFirst, RandomRetriever, Reversed  # noqa: E402
+from udcg.retrieval.distractors import Distractors  # noqa: E402
 from udcg.theta import UDCGTheta  # noqa: E402
 from udcg.theta.simulate import simulate_arrays  # noqa: E402
 
@@ -313,6 +319,92 @@ def test_answer_likelihood_and_errors(tmp_path: Path) -> None:
         JudgeUtilities(judge.judge, relevance="yes")
     with pytest.raises(pt.validate.InputValidationError):
         judge(frame.drop(columns="text"))
+
+
+class _WithGold:
+    """``control`` given each query's gold corpus indices (Retrieve's queries carry none)."""
+
+    def __init__(self, control: Retriever, gold: dict[str, frozenset[int]]) -> None:
+        self.control, self.gold = control, gold
+
+    def retrieve(self, queries: Sequence[Query], corpus: Sequence[Passage], k: int) -> list:
+        queries = [replace(q, relevant=self.gold[q.qid]) for q in queries]
+        return self.control.retrieve(queries, corpus, k)
+
+
+CONTROLS: dict[str, Callable[[Retriever], Retriever]] = {
+    "reversed": Reversed,
+    "random": lambda base: RandomRetriever(seed=2),
+    "oracle_first": OracleFirst,
+    "gold_at_3": lambda base: GoldAt(base, position=3),
+    "hard_distractors": lambda base: Distractors(base, "hard"),
+    "weak_distractors": lambda base: Distractors(base, "weak", seed=1),
+}
+
+
+def _rankings(retriever: Retriever, corpus: pd.DataFrame, topics: pd.DataFrame, k: int) -> list:
+    """``retriever``'s own rankings of the topics, as Retrieve asks for them."""
+    passages = [Passage(d, text=t) for d, t in zip(corpus["docno"], corpus["text"], strict=True)]
+    queries = [Query(q, t) for q, t in zip(topics["qid"], topics["query"], strict=True)]
+    return retriever.retrieve(queries, passages, k)
+
+
+@pytest.mark.parametrize("name", CONTROLS)
+def test_scores_rank_a_control_in_its_order(setup, name: str) -> None:
+    """NaN or ascending control scores are replaced: sorting by score gives the control's
+    order, as PyTerrier and ir_measures sort."""
+    corpus, topics, qrels, *_ = setup
+    index = {d: i for i, d in enumerate(corpus["docno"])}
+    relevant = qrels[qrels["label"] > 0]
+    gold = {
+        q: frozenset(index[d] for d in relevant.loc[relevant["qid"] == q, "docno"])
+        for q in topics["qid"]
+    }
+    k = 6
+    retriever = _WithGold(CONTROLS[name](BM25Retriever()), gold)
+    frame = Retrieve(retriever, corpus, k=k)(topics)
+    groups = frame.groupby("qid", sort=False)
+    for (qid, rows), ranking in zip(groups, _rankings(retriever, corpus, topics, k), strict=True):
+        assert rows["rank"].tolist() == list(range(k))
+        assert np.isfinite(rows["score"]).all() and (np.diff(rows["score"]) < 0).all(), qid
+        by_score = rows.sort_values("score", ascending=False)["docno"].tolist()
+        assert by_score == corpus["docno"].iloc[ranking.indices].tolist(), qid
+
+
+def test_bm25_keeps_its_own_scores(setup) -> None:
+    """A ranking with strictly decreasing scores keeps them; one with tied scores (BM25's
+    are here at depth 5) gets ``k - rank``."""
+    corpus, topics, *_ = setup
+    k = 5
+    frame = Retrieve(BM25Retriever(), corpus, k=k)(topics)
+    rankings = _rankings(BM25Retriever(), corpus, topics, k)
+    decreasing = [bool((np.diff(r.scores) < 0).all()) for r in rankings]
+    assert any(decreasing) and not all(decreasing)
+    groups = frame.groupby("qid", sort=False)
+    for (qid, rows), ranking, kept in zip(groups, rankings, decreasing, strict=True):
+        want = ranking.scores if kept else np.arange(k, 0, -1)
+        assert rows["score"].tolist() == want.tolist(), qid
+
+
+def test_experiment_with_int_query_ids(setup) -> None:
+    """Int qids (PyTerrier topics read from CSV) give the values of text qids, one row per
+    query: udcg's measures report under the qrels' own ids."""
+    corpus, topics, qrels, _, utilities = setup
+    pipeline = Retrieve(BM25Retriever(), corpus, k=5) >> utilities
+    measures = [UDCG @ 5, im.CPrec(coverage_column="utility") @ 5]
+
+    def experiment(as_id: Callable[[str], int | str], **options: Any) -> pd.DataFrame:
+        ids = {"qid": lambda frame: frame["qid"].map(as_id)}
+        return pt.Experiment(
+            [pipeline], topics.assign(**ids), qrels.assign(**ids), measures, **options
+        )
+
+    number = experiment(lambda q: int(q.lstrip("q")))
+    text = experiment(str)
+    pd.testing.assert_frame_equal(number, text)
+    per_query = experiment(lambda q: int(q.lstrip("q")), perquery=True)
+    assert len(per_query) == len(topics) * len(measures)
+    assert sorted(set(per_query["qid"].astype(int))) == list(range(len(topics)))
 
 
 def _run_python(code: str) -> str:

@@ -19,11 +19,13 @@
   gains. A top-k document without a gain (or with a null label) is an error naming it.
 
 Queries the qrels do not judge are not scored; ir_measures gives 0 to judged queries the run
-lacks, as it does for its own measures. A measure's name is its udcg name (``UDCG@5``,
-``UDCG(gamma=0.5)@5``, ``C-nDCG@10``): the data sources are not part of it, but two measures
-with other sources are still distinct measures. ``ir_measures.parse_measure`` reads only
-ir_measures' own registry (adding to it would change every user of the process), so names
-reach these measures through :func:`parse_measure` here, with the sources as keywords.
+lacks, as it does for its own measures. Query ids are read as text and each value reported
+under the qrels' own id (an int ``1`` stays ``1``), so ir_measures joins them. A measure's
+name is its udcg name (``UDCG@5``, ``UDCG(gamma=0.5)@5``, ``C-nDCG@10``): the data sources
+are not part of it, but two measures with other sources are still distinct measures.
+``ir_measures.parse_measure`` reads only ir_measures' own registry (adding to it would change
+every user of the process), so names reach these measures through :func:`parse_measure` here,
+with the sources as keywords.
 
 Examples:
     UDCG@3 beside nDCG@3, one query: relevant d1 and d3 ranked 1st and 3rd:
@@ -94,6 +96,17 @@ def _ident(value: Any) -> Any:
     return str(value) if isinstance(value, str | PathLike) else id(value)
 
 
+def _query_ids(qrels: Any) -> dict[str, Any]:
+    """The query ids of a qrels frame by their text: udcg reads every id as text.
+
+    Examples:
+        >>> import pandas as pd
+        >>> _query_ids(pd.DataFrame({"query_id": [1, 1, 2]}))
+        {'1': 1, '2': 2}
+    """
+    return {str(qid): qid for qid in qrels["query_id"].unique().tolist()}
+
+
 class _Measure(_IrMeasure):
     """A measure of ir_measures' runtime provider (``runtime_impl``), named by its udcg name."""
 
@@ -134,8 +147,11 @@ class _Measure(_IrMeasure):
         super().validate_params()
 
     def runtime_impl(self, qrels: Any, run: Any) -> Iterator[ir_measures.Metric]:
+        """Each judged query's value, under the qrels' own id object (``1``, not ``"1"``):
+        ir_measures matches values to queries by these objects."""
+        ids = _query_ids(qrels)
         for qid, value in self._values(qrels, run).items():
-            yield ir_measures.Metric(qid, self, value)
+            yield ir_measures.Metric(ids.get(qid, qid), self, value)
 
     def __repr__(self) -> str:
         return self._udcg_name()

@@ -263,12 +263,32 @@ class JudgeUtilities(pt.Transformer):
                     columns["relevance_prob"][row] = passage.extra["relevance_prob"][name]
 
 
+def _ordered_scores(scores: np.ndarray) -> list[float]:
+    """``scores`` when finite and strictly decreasing, else ``n, n - 1, ..., 1``: scores that
+    rank a ranking's n passages in its order.
+
+    Examples:
+        >>> _ordered_scores(np.array([2.5, 1.0])), _ordered_scores(np.array([np.nan, 1.0]))
+        ([2.5, 1.0], [2.0, 1.0])
+        >>> _ordered_scores(np.array([0.3, 1.0, 1.0]))
+        [3.0, 2.0, 1.0]
+    """
+    if np.isfinite(scores).all() and (np.diff(scores) < 0).all():
+        return scores.astype(float).tolist()
+    return np.arange(len(scores), 0, -1, dtype=float).tolist()
+
+
 class Retrieve(pt.Transformer):
     """A udcg retriever (:class:`udcg.retrieval.base.Retriever`: BM25, dense, hybrid, the
     controls) over ``corpus`` as a PyTerrier retriever: a query frame (``qid``, ``query``) in,
     each query's ``k`` best passages out (``qid``, ``query``, ``docno``, ``text``, ``score``,
     ``rank`` from 0), best first. ``corpus``: passages with ``doc_id`` and ``text``, or a
     frame with ``docno`` and ``text``.
+
+    ``score`` ranks the passages in the retriever's order, as PyTerrier and ir_measures rank
+    by score: a ranking's own scores when they are finite and strictly decreasing, else
+    ``n - rank`` for its n passages (ties, and the controls of :mod:`udcg.retrieval.controls`,
+    whose scores are NaN or ascending).
 
     Examples:
         >>> from udcg.retrieval.bm25 import BM25Retriever
@@ -315,7 +335,7 @@ class Retrieve(pt.Transformer):
         rows: list[dict[str, Any]] = []
         for record, ranking in zip(inp.to_dict("records"), rankings, strict=True):
             for rank, (index, score) in enumerate(
-                zip(ranking.indices.tolist(), ranking.scores.tolist(), strict=True)
+                zip(ranking.indices.tolist(), _ordered_scores(ranking.scores), strict=True)
             ):
                 passage = self.corpus[index]
                 rows.append(
@@ -323,7 +343,7 @@ class Retrieve(pt.Transformer):
                         **record,
                         "docno": passage.doc_id,
                         "text": passage.text,
-                        "score": float(score),
+                        "score": score,
                         "rank": rank,
                     }
                 )
