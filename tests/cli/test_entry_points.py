@@ -186,6 +186,16 @@ BAD_OPTIONS = {
         "evaluate.py: error: field 'theta_weights': order=theta needs UDCG-theta weights: set "
         "theta_weights=... (train.py) or theta_crossfit=true",
     ),
+    "appended train option": (
+        "train.py",
+        ["+test_fractoin=0.5"],  # what Hydra's message for test_fractoin=0.5 advises
+        "train.py: error: field 'test_fractoin': no such option (did you mean test_fraction?)",
+    ),
+    "appended evaluate option": (
+        "evaluate.py",
+        ["+theta_weight=w.safetensors"],
+        "evaluate.py: error: field 'theta_weight': no such option (did you mean theta_weights?)",
+    ),
     "train calibration": (
         "train.py",
         ["calibration=isotonic"],

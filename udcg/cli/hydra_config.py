@@ -17,6 +17,7 @@ typed arguments built below.
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -151,21 +152,45 @@ def build_retriever(cfg: Any) -> tuple[str, Retriever]:
     return str(cfg.name), retriever
 
 
-def _settings(cfg: DictConfig, kind: type[S], **given: Any) -> S:
+def primary_options(job: str) -> set[str]:
+    """The top-level options of ``udcg/conf/JOB.yaml``: its keys and its config groups.
+
+    Examples:
+        >>> sorted(primary_options("train"))[:4]
+        ['calibration', 'callbacks', 'correlation', 'data']
+    """
+    raw = OmegaConf.load(CONF_DIR / f"{job}.yaml")
+    groups = {
+        key.split(" ")[-1].split("@")[0]
+        for entry in raw.get("defaults", [])
+        if isinstance(entry, DictConfig)
+        for key in entry
+    }
+    return {str(key) for key in raw if key not in ("defaults", "hydra")} | groups
+
+
+def _settings(cfg: DictConfig, kind: type[S], job: str, **given: Any) -> S:
     """``kind`` (a settings dataclass) from the top-level options of ``cfg`` it has fields for,
-    and ``given``."""
+    and ``given``; a top-level option the job does not have (``+test_fractoin=0.5``, which
+    Hydra accepts) is refused rather than ignored."""
+    known = {f.name for f in fields(kind)} | primary_options(job)
+    unknown = sorted(str(key) for key in cfg if key not in known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"options: {', '.join(sorted(known))}"
+        raise UDCGInputError(f"no such option ({hint})", field=unknown[0])
     names = [f.name for f in fields(kind) if f.name in cfg and f.name not in given]
     return kind(**{name: plain(cfg[name]) for name in names}, **given)
 
 
 def train_settings(cfg: DictConfig) -> TrainSettings:
     """The checked settings of ``udcg/conf/train.yaml``."""
-    return _settings(cfg, TrainSettings)
+    return _settings(cfg, TrainSettings, "train")
 
 
 def evaluate_settings(cfg: DictConfig) -> EvaluateSettings:
     """The checked settings of ``udcg/conf/evaluate.yaml``."""
-    return _settings(cfg, EvaluateSettings, cache_dir=Path(cfg.cache_dir))
+    return _settings(cfg, EvaluateSettings, "evaluate", cache_dir=Path(cfg.cache_dir))
 
 
 def _in_sweep() -> bool:
