@@ -162,6 +162,17 @@ BAD_OPTIONS = {
         "evaluate.py: error: field 'dataset': cannot build dataset: TypeError: demo_source() got "
         "an unexpected keyword argument 'foo'",
     ),
+    "BM25 k1": (
+        "evaluate.py",
+        ["retriever=bm25", "retriever.k1=-1"],
+        "evaluate.py: error: field 'retriever.k1': must be finite and >= 0, got -1",
+    ),
+    "BM25 method": (
+        "evaluate.py",
+        ["retriever=bm25", "+retriever.method=okapi"],
+        "evaluate.py: error: field 'retriever.method': must be one of robertson, lucene, atire, "
+        "bm25l, bm25+, got 'okapi'",
+    ),
     "k larger than the corpus": (
         "evaluate.py",
         ["k=1000"],

@@ -7,8 +7,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Passage
 from udcg.retrieval.base import Query, ScoringRetriever
+from udcg.validation import nonnegative_float, one_of, show
+
+#: The BM25 variants of bm25s.
+METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
 
 
 class BM25Retriever(ScoringRetriever):
@@ -35,7 +40,14 @@ class BM25Retriever(ScoringRetriever):
     def __init__(
         self, k1: float = 1.5, b: float = 0.75, method: str = "lucene", stopwords: str = "en"
     ) -> None:
-        self.k1, self.b, self.method, self.stopwords = k1, b, method, stopwords
+        """``k1`` >= 0, ``b`` in [0, 1] and ``method`` one of bm25s' :data:`METHODS`, checked
+        here (a bad value is one line naming it, before any retrieval)."""
+        self.k1 = nonnegative_float(k1, "k1")
+        self.b = nonnegative_float(b, "b")
+        if self.b > 1:
+            raise UDCGInputError(f"must be between 0 and 1, got {show(b)}", field="b")
+        self.method = one_of(method, "method", METHODS)
+        self.stopwords = stopwords
 
     def scores(self, queries: Sequence[Query], corpus: Sequence[Passage]) -> np.ndarray:
         """BM25 score of every passage for every query, ``[n_queries, n_docs]``."""
