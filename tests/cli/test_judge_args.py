@@ -5,6 +5,7 @@ not answer."""
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -165,3 +166,25 @@ def test_a_local_dtype_that_is_not_a_float_is_one_line_before_any_file(
         f" bfloat16, float16, half, float64, double), got '{dtype}'"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_piped_precomputed_judge_needs_a_key_and_no_ray(
+    command: str, tmp_path: Path, capsys
+) -> None:
+    """``precomputed:<(...)`` would store its labels under the pipe's name (``63``), the
+    same for every pipe; Ray workers would open the pipe again. Both are refused before any
+    work."""
+    fifo = tmp_path / "values"
+    os.mkfifo(fifo)
+    status, lines, _ = _run(command, tmp_path, "--judge", f"precomputed:{fifo}", capsys=capsys)
+    assert (status, len(lines)) == (2, 1), lines
+    assert lines[0] == (
+        f"{command}: error: field 'judge': {fifo} is not a regular file: name the labels of a "
+        "piped precomputed judge with --judge-key (its name 'values' would be every pipe's)"
+    )
+    ray = ["--judge-key", "mine", "--engine", "ray"]
+    status, lines, _ = _run(
+        command, tmp_path, "--judge", f"precomputed:{fifo}", *ray, capsys=capsys
+    )
+    assert status == 2 and "each Ray worker opens the precomputed file again" in lines[-1]

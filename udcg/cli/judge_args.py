@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 from udcg.cli.common import add_judge_key, add_list_option
 from udcg.cli.extras import missing_extras, needs
 from udcg.errors import UDCGInputError
+from udcg.io.files import STDIO, is_regular_file
 from udcg.judge import EMBEDDED, judge_key, load_judge, open_judge
 from udcg.judge.options import check_options
 from udcg.judge.ray_engine import ENGINES, RayOptions, ray_options
-from udcg.judge.spec import OPENAI
+from udcg.judge.spec import OPENAI, PRECOMPUTED
 from udcg.validation import positive_int
 
 if TYPE_CHECKING:
@@ -179,6 +181,30 @@ def check_judge_arguments(args: argparse.Namespace) -> None:
         load_judge(args.judge, args.judge_key, **options).close()
     if engine(args) is not None and missing_extras(["ray"]):
         raise UDCGInputError(needs(["ray"]))
+    _check_piped_judge(args)
+
+
+def _check_piped_judge(args: argparse.Namespace) -> None:
+    """A ``precomputed:`` file that is a pipe (``<(...)``, a FIFO, ``-``) needs ``--judge-key``
+    (its name, ``63`` for ``/dev/fd/63``, would store every pipe's labels under one key) and
+    cannot go to Ray (each worker opens the file again)."""
+    if not args.judge.startswith(PRECOMPUTED):
+        return
+    path = args.judge.removeprefix(PRECOMPUTED)
+    if path != STDIO and (not os.path.exists(path) or is_regular_file(path)):
+        return
+    if args.judge_key is None:
+        raise UDCGInputError(
+            f"{path} is not a regular file: name the labels of a piped precomputed judge with "
+            f"--judge-key (its name {judge_key(args.judge)!r} would be every pipe's)",
+            field="judge",
+        )
+    if engine(args) is not None:
+        raise UDCGInputError(
+            f"{path} is not a regular file, and each Ray worker opens the precomputed file "
+            "again: give a file",
+            field="judge",
+        )
 
 
 def open_cli_judge(args: argparse.Namespace) -> CachedJudge:
