@@ -164,6 +164,14 @@ def test_cli_answer_likelihood_with_precomputed_judge(tmp_path: Path, capsys) ->
     # the abstention step of the same judge asks for what the file does not hold: an error
     assert main([*args, "--steps", "abstain", *cache]) == 2
     assert "no precomputed abstain_prob" in capsys.readouterr().err
+    # answers need a model: refused before the first step asks anything, nothing written
+    fresh = [str(path), str(tmp_path / "o2.jsonl"), *args[2:]]
+    assert main([*fresh, "--steps", "answer_likelihood,outcomes", *cache]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "udcg annotate: error: field 'steps': the judge 'p' computes abstain_prob, answer_prob "
+        "only; step outcomes needs generate: choose other --steps or a model judge"
+    )
+    assert not list(tmp_path.glob("o2.jsonl*"))
 
 
 def test_missing_fields_fail_before_any_call(tmp_path: Path) -> None:

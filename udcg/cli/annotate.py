@@ -57,6 +57,7 @@ from udcg.labels.annotate import (
     AnnotationReport,
     annotate,
     check_inputs,
+    check_provided,
     operations,
     relabels,
 )
@@ -277,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
 
         total = check_inputs(contexts(), args.steps, args.relevance, args.relabel_relevance)
         judge = open_cli_judge(args)
+        check_provided(judge, args.steps, args.relevance)
         step = functools.partial(
             annotate,
             judge=judge,

@@ -88,6 +88,8 @@ class Judge(ABC):
     name: str
     fingerprint: str
     streams_results: bool = False
+    #: the operations it computes (None: all five)
+    provides: frozenset[str] | None = None
 
     def key_settings(self, operation: str) -> dict[str, Any]:
         """Settings resolved at run time that change the values of ``operation`` (part of its

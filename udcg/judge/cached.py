@@ -145,6 +145,10 @@ class CachedJudge(Judge):
     def streams_results(self) -> bool:  # type: ignore[override]
         return self.inner is None or bool(getattr(self.inner, "streams_results", False))
 
+    @property
+    def provides(self) -> frozenset[str] | None:  # type: ignore[override]
+        return None if self.inner is None else getattr(self.inner, "provides", None)
+
     def probe(self) -> None:
         self._probe_pending = False
         if self.inner is not None:

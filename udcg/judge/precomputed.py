@@ -43,6 +43,7 @@ class PrecomputedJudge(Judge):
     from a :class:`PrecomputedIndex`, else from a dict."""
 
     in_memory_bytes = 4 << 20
+    provides = frozenset(VALUES)
 
     def __init__(self, path: PathType, name: str | None = None) -> None:
         self.path = Path(path)

@@ -169,6 +169,32 @@ def operations(steps: Sequence[str], relevance: str) -> list[str]:
     return [op for op, used in uses.items() if used]
 
 
+def check_provided(judge: Judge, steps: Sequence[str], relevance: str) -> None:
+    """Refuse, before any call, steps needing an operation ``judge`` does not compute (a
+    ``precomputed:`` file has stored probabilities, no answers).
+
+    Examples:
+        >>> class Stored(Judge):
+        ...     name, fingerprint, provides = "stored", "v1", frozenset({"abstain_prob"})
+        >>> check_provided(Stored(), ["abstain"], "string")
+        >>> check_provided(Stored(), ["abstain", "outcomes"], "string")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'steps': the judge 'stored' computes abstain_prob only;...
+    """
+    provided = judge.provides
+    if provided is None:
+        return
+    for op in operations(steps, relevance):
+        if op not in provided:
+            step = next(s for s in STEPS if s in steps and op in operations([s], relevance))
+            raise UDCGInputError(
+                f"the judge {judge.name!r} computes {', '.join(sorted(provided))} only; step "
+                f"{step} needs {op}: choose other --steps or a model judge",
+                field="steps",
+            )
+
+
 def relabels(passage: Passage, relabel_relevance: bool) -> bool:
     """Whether the relevance step labels ``passage``: it has no label, or relabelling is asked.
 

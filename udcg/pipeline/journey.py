@@ -30,7 +30,13 @@ from udcg.io.contexts.jsonl import read_contexts, relevance_matrix, write_contex
 from udcg.io.files import PathType
 from udcg.io.joins.run_contexts import build_run_contexts
 from udcg.io.joins.utility_sources import get_source
-from udcg.labels.annotate import AnnotationReport, annotate, check_inputs, operations
+from udcg.labels.annotate import (
+    AnnotationReport,
+    annotate,
+    check_inputs,
+    check_provided,
+    operations,
+)
 from udcg.labels.provenance import annotation_record
 from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream
 from udcg.trec.comparison import compare
@@ -125,6 +131,7 @@ def label_contexts(
     totals = {
         name: check_inputs(read_contexts(path), steps, "string") for name, path in contexts.items()
     }
+    check_provided(judge, steps, "string")
     step = functools.partial(annotate, judge=judge, steps=steps)
     settings = {op: judge.key_settings(op) for op in operations(steps, "string")}
     record = annotation_record(
