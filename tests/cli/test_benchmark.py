@@ -112,6 +112,42 @@ def test_demo_end_to_end_with_a_fake_judge(
     assert again["correlations"] == report["correlations"]
 
 
+def _nq_file(path: Path, capital: str) -> None:
+    """An NQ-open file of four questions, the first about the capital of France."""
+    facts = [
+        ("what is the capital of france", capital, f"The capital of France is {capital}."),
+        ("who wrote the play hamlet", "Shakespeare", "The play Hamlet was written by Shakespeare."),
+        ("what colour is the sky", "blue", "The sky is blue because of Rayleigh scattering."),
+        ("which planet is the largest", "Jupiter", "Jupiter is the largest planet of all."),
+    ]
+    rows = [
+        {"question": q, "answers": [a], "ctxs": [{"title": "t", "text": t, "isgold": True}]}
+        for q, a, t in facts
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_a_dataset_file_edited_in_place_is_retrieved_again(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    data = tmp_path / "nq.jsonl"
+    _nq_file(data, "Paris")
+    cfg = evaluate_config("dataset=nq_open", f"dataset.path={data}", "k=2", "judge=fake")
+    first, _ = run_evaluate(cfg, tmp_path / "a")
+    again, _ = run_evaluate(cfg, tmp_path / "b")
+    assert again["setup"]["cached_stages"] == ["retrieve", "annotate"]
+    assert again["setup"]["dataset_sha256"] == first["setup"]["dataset_sha256"]
+    _nq_file(data, "Lyon")  # the same path, another content
+    edited, _ = run_evaluate(cfg, tmp_path / "c")
+    assert edited["setup"]["cached_stages"] == []
+    assert edited["setup"]["dataset_sha256"] != first["setup"]["dataset_sha256"]
+    recorded = json.loads((tmp_path / "c" / "report.json").read_text())["setup"]
+    assert recorded["dataset_sha256"] == edited["setup"]["dataset_sha256"]
+    retrieved = [read_contexts(p) for p in (tmp_path / "cache").glob("retrieve-*.jsonl.gz")]
+    texts = {p.text for contexts in retrieved for c in contexts for p in c.passages}
+    assert {"The capital of France is Paris.", "The capital of France is Lyon."} <= texts
+
+
 def test_answer_likelihood_utility(tmp_path: Path, fake_judge: WordJudge, evaluate_config) -> None:
     cfg = evaluate_config("dataset.limit=12", "k=3", "judge=fake", "utility=answer_likelihood")
     report, _ = run_evaluate(cfg, tmp_path / "out")
@@ -453,8 +489,10 @@ def test_order_retriever_is_the_plain_run(
         assert report[key] == plain_report[key]
     (retrieved,) = _stage(tmp_path, "retrieve")
     assert all(len(c.passages) == 3 for c in retrieved)
-    # the retrieve stage keeps the key of runs made before orderings existed: their caches serve
-    key = stage_key(plain(cfg.dataset), plain(cfg.retriever), 3)
+    # the retrieve stage is keyed by the dataset and retriever options, the dataset's content
+    # and the depth; order=retriever asks for no more candidates than a plain run
+    sha256 = report["setup"]["dataset_sha256"]
+    key = stage_key(plain(cfg.dataset), plain(cfg.retriever), sha256, 3)
     assert (tmp_path / "cache" / f"retrieve-{key}.jsonl.gz").is_file()
 
 

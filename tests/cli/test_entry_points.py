@@ -339,7 +339,7 @@ def test_train_sweep_goes_on_past_a_failed_member(tmp_path: Path) -> None:
         "train.py: 1 of 2 sweep members failed:",
         f"  #0 k=7 data=jsonl data.path={data} judge=sim n_bootstrap=50: {error}",
     ]
-    assert (sweep / "k3" / "udcg_theta_k3.safetensors").is_file()
+    assert (sweep / "1-k3" / "udcg_theta_k3.safetensors").is_file()
 
 
 def test_evaluate_sweep_goes_on_past_a_failed_member(tmp_path: Path) -> None:

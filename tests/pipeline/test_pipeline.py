@@ -1,5 +1,5 @@
 """Pipeline pieces: datasets, stage cache, cross-fitted gamma, gold positions, sweep summary,
-the early check of a judge that cannot load."""
+the correlation plot, the early check of a judge that cannot load."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from udcg.io.contexts.jsonl import Context, Passage
 from udcg.pipeline.benchmark import check_hub_judge
 from udcg.pipeline.correlate import accuracy_by_gold_position
 from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
+from udcg.pipeline.report import plot_correlations
 from udcg.pipeline.scoring import crossfit_gamma, crossfit_theta, score_table
 from udcg.pipeline.stages import StageCache, missing_steps, stage_key
-from udcg.pipeline.sweep import markdown, member_names, summarize
+from udcg.pipeline.sweep import markdown, member_names, start_sweep, summarize, write_summary
 from udcg.theta import split_by_query, tune_gamma
 
 
@@ -73,6 +74,26 @@ def test_nq_open_shared_data(shared_data: Path) -> None:
     data = nq_open(shared_data / "nq-open-oracle.jsonl.gz", limit=5)
     assert len(data.queries) == 5 and len(data.corpus) > 2000
     assert all(q.relevant for q in data.queries)
+
+
+def test_a_dataset_file_edited_in_place_has_another_fingerprint(tmp_path: Path) -> None:
+    """What a stage reads from the file: questions, corpus and answers (an answer corrected
+    leaves relevance and corpus as they were, but changes the grades)."""
+    path = tmp_path / "nq.jsonl"
+    row = {
+        "question": "who wrote emma",
+        "answers": ["Austen"],
+        "ctxs": [{"title": "Emma", "text": "Emma is a novel by Jane Austen.", "isgold": True}],
+    }
+    path.write_text(json.dumps(row) + "\n")
+    first = nq_open(path)
+    assert nq_open(path).fingerprint() == first.fingerprint()
+    path.write_text(json.dumps({**row, "answers": ["Jane Austen"]}) + "\n")
+    corrected = nq_open(path)
+    assert corrected.queries[0].relevant == first.queries[0].relevant
+    assert corrected.fingerprint() != first.fingerprint()
+    path.write_text(json.dumps({**row, "question": "who wrote the novel emma"}) + "\n")
+    assert nq_open(path).fingerprint() not in {first.fingerprint(), corrected.fingerprint()}
 
 
 def test_stage_cache_reuses_outputs(tmp_path: Path) -> None:
@@ -233,6 +254,86 @@ def test_sweep_members_of_one_retriever_stay_apart() -> None:
     assert member_names(mixed) == ["bm25, utility=abstention", "dense, utility=answer_likelihood"]
     same = [_report("bm25", 0.1, {"UDCG": 0.2}), _report("bm25", 0.2, {"UDCG": 0.3})]
     assert member_names(same) == ["bm25 #1", "bm25 #2"]
+
+
+def _member(run: str, sweep_id: str, n_contexts: int, *overrides: str) -> dict:
+    report = _report(run, 0.5, {"UDCG": 0.6})
+    report["setup"]["n_contexts"] = n_contexts
+    return {**report, "sweep": {"id": sweep_id, "overrides": list(overrides)}}
+
+
+def _write_member(sweep: Path, name: str, report: dict) -> None:
+    (sweep / name).mkdir(parents=True, exist_ok=True)
+    (sweep / name / "report.json").write_text(json.dumps(report))
+
+
+def test_the_summary_takes_the_members_of_the_last_sweep_into_a_folder_only(
+    tmp_path: Path,
+) -> None:
+    first = start_sweep(tmp_path)
+    _write_member(tmp_path, "0-bm25", _member("bm25", first, 4, "retriever=bm25"))
+    _write_member(tmp_path, "1-random", _member("random", first, 4, "retriever=random"))
+    second = start_sweep(tmp_path)
+    assert second != first
+    # the second sweep reruns bm25 on 3 questions; its random member failed, its old report stays
+    _write_member(tmp_path, "0-bm25", _member("bm25", second, 3, "retriever=bm25"))
+    write_summary(tmp_path)
+    summary = json.loads((tmp_path / "sweep_summary.json").read_text())
+    assert summary["sweep_id"] == second
+    assert [(r["run"], r["n_contexts"]) for r in summary["runs"]] == [("bm25", 3)]
+    assert summary["runs"][0]["overrides"] == ["retriever=bm25"]
+    start_sweep(tmp_path)  # a third sweep whose members all failed: no summary, none left over
+    assert write_summary(tmp_path) is None
+    assert not (tmp_path / "sweep_summary.json").exists()
+    assert not (tmp_path / "sweep_summary.md").exists()
+
+
+def test_members_alike_but_for_an_override_are_named_by_it() -> None:
+    common = ("dataset.limit=4", "k=2")
+    reports = [
+        _member("distractors", "s", 4, "retriever=distractors", f"retriever.kind={kind}", *common)
+        for kind in ("weak", "hard")
+    ]
+    assert member_names(reports) == [
+        "distractors, retriever.kind=weak",
+        "distractors, retriever.kind=hard",
+    ]
+    summary = summarize(reports)
+    assert "| distractors, retriever.kind=hard |" in markdown(summary)
+    assert [r["overrides"][1] for r in summary["runs"]] == [
+        "retriever.kind=weak",
+        "retriever.kind=hard",
+    ]
+
+
+# ------------------------------------------------------------------- the correlation plot
+
+
+def test_an_interval_that_excludes_its_estimate_is_drawn_from_its_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.axes import Axes
+
+    drawn = {}
+    real = Axes.errorbar
+
+    def errorbar(ax: Axes, x, y, yerr=None, **kwargs):
+        drawn["low"], drawn["high"] = np.asarray(y) - yerr, np.asarray(y) + yerr
+        return real(ax, x, y, yerr=yerr, **kwargs)
+
+    monkeypatch.setattr(Axes, "errorbar", errorbar)
+    report = {
+        "config": {"correlation": "spearman"},
+        "setup": {"run": "x"},
+        "correlations": [
+            {"metric": "MRR", "spearman": -0.1, "ci95": [-0.7, -0.2]},
+            {"metric": "UDCG", "spearman": 0.4, "ci95": [0.1, 0.6]},
+        ],
+    }
+    plot_correlations(report, tmp_path / "c.png")
+    assert (tmp_path / "c.png").is_file()
+    assert drawn["low"] == pytest.approx([-0.7, 0.1])
+    assert drawn["high"] == pytest.approx([-0.2, 0.6])
 
 
 # ---------------------------------------------------------------- a judge that cannot load

@@ -4,6 +4,7 @@ relevance, utility or eRAG, and the per-condition comparison with bootstrap inte
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -217,6 +218,21 @@ def test_studies_run_through_the_pipeline_stages(tmp_path: Path) -> None:
         data, BM25Retriever(), settings, judge, cache, candidates=6, name="bm25"
     )
     assert judge.calls == calls and again == table2  # stage outputs read back
+
+
+def test_corrected_answers_are_not_read_back_from_the_stage_cache(tmp_path: Path) -> None:
+    """The answers grade the outcomes: a dataset whose answers were corrected (same questions,
+    corpus and relevance) is retrieved and annotated again."""
+    data = _dataset()
+    settings = EvaluateSettings(k=3, judge="toy", cache_dir=tmp_path / "stages", n_bootstrap=50)
+    distractor_study(data, BM25Retriever(), settings, ToyJudge(), StageCache(tmp_path), False)
+    fixed = replace(data, queries=[replace(q, answers=["answer0"]) for q in data.queries])
+    cache = StageCache(tmp_path)
+    again = distractor_study(fixed, BM25Retriever(), settings, ToyJudge(), cache, erag=False)
+    assert cache.hits == []
+    assert all(c.answers == ["answer0"] for contexts in again.values() for c in contexts)
+    graded = [c.outcomes["toy"]["correct"] for c in again["hard"]]
+    assert graded == [c.qid == "q0" for c in again["hard"]]
 
 
 @pytest.mark.parametrize("kind", ["weak", "hard"])

@@ -238,9 +238,43 @@ def test_a_benchmark_sweep_with_mlflow_logs_each_report(
     assert any(tau is not None for tau in taus.values())
     for metric, tau in taus.items():
         assert metrics.get(f"ranking_agreement/{metric}/kendall_tau") == tau
-    assert summary_run.data.params == {"sweep_dir": str(sweep), "members": "2"}
+    assert summary_run.data.params == {
+        "sweep_dir": str(sweep),
+        "sweep_id": summary["sweep_id"],
+        "members": "2",
+    }
     artifacts = {a.path for a in client.list_artifacts(summary_run.info.run_id)}
     assert artifacts == {"sweep_summary.json", "sweep_summary.md"}
+
+
+def test_a_sweep_rerun_into_its_folder_keeps_each_sweeps_members_apart(
+    tmp_path: Path, fake_judge: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second sweep (one member) summarises and adopts its own member only; the first
+    sweep's summary keeps its children."""
+    from udcg.cli.benchmark import command
+
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sweep"
+    common = ["k=2", "judge=fake", "n_bootstrap=20", "tracking=mlflow"]
+    common += [f"cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}"]
+    assert command(["-m", "retriever=bm25,reversed", "dataset.limit=6", *common]) == 0
+    assert command(["-m", "retriever=bm25", "dataset.limit=5", *common]) == 0
+    summary = json.loads((sweep / "sweep_summary.json").read_text())
+    assert [(r["run"], r["n_contexts"]) for r in summary["runs"]] == [("bm25", 5)]
+    client = mlflow.MlflowClient(f"sqlite:///{sweep / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("udcg-benchmark").experiment_id
+    runs = sorted(client.search_runs([experiment]), key=lambda r: r.info.start_time)
+    summaries = [r for r in runs if r.info.run_name == "sweep summary"]
+    children = [
+        sorted(
+            r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == s.info.run_id
+        )
+        for s in summaries
+    ]
+    assert children == [["bm25", "reversed"], ["bm25"]]
+    assert [s.data.params["members"] for s in summaries] == ["2", "1"]
+    assert summaries[1].data.params["sweep_id"] == summary["sweep_id"]
 
 
 def test_a_missing_mlflow_is_one_line_naming_the_extra(

@@ -112,6 +112,8 @@ def test_train_reports_heldout_correlations_and_exports(tmp_path: Path) -> None:
     card = json.loads(report.weights_path.with_suffix(".json").read_text())
     assert card["judge_model"] == "sim" and card["k"] == 5
     assert card["training_data_fingerprint"] == report.fingerprint
+    # the split behind the held-out numbers (seed 0, 30% of the queries: _settings' defaults)
+    assert (card["seed"], card["test_fraction"]) == (0, 0.3)
     assert card["heldout"][0]["metric"] == "UDCG-theta"
     assert report.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -248,3 +250,19 @@ def test_no_calibration_by_default(tmp_path: Path) -> None:
     loaded = UDCGTheta.load(tmp_path / "udcg_theta_k3.safetensors", k=3)
     assert getattr(loaded, "calibration_", None) is None
     assert "calibration" not in json.loads((tmp_path / "udcg_theta_k3.json").read_text())
+
+
+def test_a_train_sweep_over_other_options_gives_each_member_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from udcg.cli.train import command
+
+    data = tmp_path / "contexts.jsonl"
+    write_contexts(data, simulate(40, 3))
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sweep"
+    options = ["data=jsonl", f"data.path={data}", "judge=sim", "n_bootstrap=20", "logger=none"]
+    status = command(["-m", "k=3", "model.l2=0,0.5", *options, f"hydra.sweep.dir={sweep}"])
+    assert status == 0
+    cards = [json.loads((sweep / f"{i}-k3" / "udcg_theta_k3.json").read_text()) for i in (0, 1)]
+    assert [card["l2"] for card in cards] == [0.0, 0.5]

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from udcg.cli.common import Outcome
@@ -30,7 +32,25 @@ from udcg.cli.hydra_config import (
 from udcg.pipeline.benchmark import GIVEN, run_benchmark
 from udcg.pipeline.metric_table import show_correlation, show_interval
 from udcg.pipeline.report import show_forecast
+from udcg.pipeline.sweep import current_sweep, start_sweep
 from udcg.pipeline.tracking import track_report
+
+
+class SweepStart(Callback):
+    """Hydra callback: give each sweep invocation its own id when it starts
+    (:func:`udcg.pipeline.sweep.start_sweep`); its members record it in their reports, so the
+    summary and the tracker take this invocation's members only."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        start_sweep(Path(config.hydra.sweep.dir))
+
+
+def sweep_member(sweep: Path | None) -> dict[str, Any] | None:
+    """A sweep member's record for its report: the id of the sweep invocation it runs in and
+    its overrides; None outside a sweep."""
+    if sweep is None:
+        return None
+    return {"id": current_sweep(sweep), "overrides": list(HydraConfig.get().overrides.task)}
 
 
 def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Path]]:
@@ -40,6 +60,7 @@ def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], lis
     tracking = tracking_settings(cfg)
     dataset = build(cfg.dataset, "dataset")
     retriever = None if cfg.retriever.name == GIVEN else build_retriever(cfg.retriever)
+    sweep = sweep_dir()
     report, files = run_benchmark(
         dataset,
         retriever,
@@ -47,8 +68,9 @@ def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], lis
         Path(output_dir),
         stage_id=(plain(cfg.dataset), plain(cfg.retriever)),
         config=plain(cfg),
+        sweep=sweep_member(sweep),
     )
-    run_id = track_report(tracking, report, files, Path(output_dir), sweep_dir())
+    run_id = track_report(tracking, report, files, Path(output_dir), sweep)
     if run_id is not None:
         print(f"tracked: MLflow run {run_id}")
     return report, files

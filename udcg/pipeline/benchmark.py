@@ -178,12 +178,15 @@ def run_benchmark(
     output_dir: Path,
     stage_id: Sequence[Any] = (),
     config: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[Path]]:
     """Run the pipeline; returns the report and its files.
 
     ``retriever`` is ``(name, retriever)``, or None for a dataset that holds its retrieved
     contexts (``retriever=given``). ``stage_id`` (plain JSON naming the dataset and retriever
-    settings) keys the cached retrieval stage; ``config`` is recorded in the report as given.
+    settings) and the dataset's content (:meth:`Dataset.fingerprint`, recorded in the report as
+    ``setup.dataset_sha256``) key the cached retrieval stage; ``config`` is recorded in the
+    report as given, and so is ``sweep`` (a sweep member's sweep id and overrides).
     """
     k = settings.k
     given = retriever is None
@@ -215,6 +218,7 @@ def run_benchmark(
         settings.allow_unverified,
     )
     cache = StageCache(settings.cache_dir)
+    dataset_sha256 = dataset.fingerprint()
     # retrieved contexts always need the judge: connect before the work, not after it
     judge = None if given else connect_judge(settings)
     with progress(5, "evaluate: retrieve", unit="stage") as bar:
@@ -225,7 +229,7 @@ def run_benchmark(
             name, searcher = retriever
             name = _run_name(name, searcher)
             depth = settings.candidates
-            key = stage_key(*stage_id, depth)
+            key = stage_key(*stage_id, dataset_sha256, depth)
             contexts = cache.run(
                 "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, depth)
             )
@@ -274,6 +278,7 @@ def run_benchmark(
         result = {
             "setup": {
                 "dataset": dataset.name,
+                "dataset_sha256": dataset_sha256,
                 "run": name,
                 "order": settings.order,
                 "k": k,
@@ -287,6 +292,7 @@ def run_benchmark(
                 "judge_cache": None if judge is None else judge.cache.stats(),
             },
             "config": config if config is not None else _settings_json(settings),
+            **({} if sweep is None else {"sweep": sweep}),
             "signal": None if signal is None else signal.as_dict(),
             "means": {m: float(np.mean(v)) for m, v in table.scores.items()},
             "tuned_gammas": table.gammas,

@@ -7,6 +7,7 @@ contains_answer`: a normalised acceptable answer occurs on word boundaries), the
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,33 @@ class Dataset:
     corpus: list[Passage]
     contexts: list[Context] | None = None
     notes: list[str] = field(default_factory=list)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of everything a stage reads from the dataset, in order: each query (id,
+        question, answers, relevant corpus indices), each corpus passage and each given context
+        (every field). A file edited at the same path loads to another fingerprint.
+
+        Examples:
+            >>> data = Dataset("d", [Query("q1", "who?", ["A"])], [Passage("p1", "A did")])
+            >>> other = Dataset("d", [Query("q1", "who?", ["B"])], [Passage("p1", "A did")])
+            >>> data.fingerprint() == other.fingerprint()
+            False
+        """
+        digest = hashlib.sha256()
+        for query in self.queries:
+            record = [query.qid, query.question, query.answers, sorted(query.relevant)]
+            digest.update(_canonical(["query", record]))
+        for passage in self.corpus:
+            digest.update(_canonical(["passage", passage.to_json()]))
+        for context in self.contexts or []:
+            digest.update(_canonical(["context", context.to_json()]))
+        return digest.hexdigest()
+
+
+def _canonical(record: object) -> bytes:
+    """``record`` as one line of canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
+    return (text + "\n").encode()
 
 
 #: Where the file of :func:`nq_open` comes from.

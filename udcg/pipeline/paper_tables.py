@@ -17,7 +17,6 @@ with a reference condition (same resampled questions).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -205,16 +204,6 @@ def compare_conditions(
     return out
 
 
-def _fingerprint(dataset: Dataset) -> str:
-    """What the studies' retrieval stages depend on in the dataset: its questions and corpus."""
-    digest = hashlib.sha256()
-    for q in dataset.queries:
-        digest.update(f"{q.qid}\t{q.question}\t{sorted(q.relevant)}\n".encode())
-    for p in dataset.corpus:
-        digest.update(f"{p.doc_id}\t{p.text}\n".encode())
-    return digest.hexdigest()[:16]
-
-
 def _labelled(
     cache: StageCache,
     contexts: list[Context],
@@ -247,7 +236,7 @@ def distractor_study(
         key = stage_key(
             "distractors",
             kind,
-            _fingerprint(dataset),
+            dataset.fingerprint(),
             type(base).__name__,
             settings.k,
             settings.seed,
@@ -278,7 +267,7 @@ def selection_study(
     k = settings.k
     if candidates < k:
         raise UDCGInputError(f"must be at least k={k}, got {candidates}", field="candidates")
-    key = stage_key("candidates", _fingerprint(dataset), type(base).__name__, candidates)
+    key = stage_key("candidates", dataset.fingerprint(), type(base).__name__, candidates)
     pool = cache.run("retrieve", key, lambda: retrieve_contexts(dataset, name, base, candidates))
     pool = _labelled(cache, pool, judge, settings, "erag" in by, outcomes=False)
     top = [replace(c, passages=c.passages[:k], outcomes={}) for c in pool]

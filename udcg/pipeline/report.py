@@ -77,14 +77,18 @@ def _bar(row: dict[str, Any], method: str) -> tuple[float, float, float]:
 
 
 def plot_correlations(report: dict[str, Any], path: Path) -> None:
-    """Bars of each metric's correlation with accuracy and its 95% CI; an undefined correlation
-    gets no bar but its reason, written at 0."""
+    """Bars of each metric's correlation with accuracy and its 95% CI (drawn from its bounds,
+    which need not hold the estimate); an undefined correlation gets no bar but its reason,
+    written at 0."""
     plt = pyplot()
     method = report["config"]["correlation"]
     rows = report["correlations"]
     est, low, high = (np.array(v) for v in zip(*(_bar(r, method) for r in rows), strict=True))
     fig, ax = plt.subplots(figsize=(7, 3.8), dpi=120)
-    ax.bar(range(len(rows)), est, yerr=[est - low, high - est], capsize=3, color="tab:blue")
+    ax.bar(range(len(rows)), est, color="tab:blue")
+    ax.errorbar(
+        range(len(rows)), (low + high) / 2, yerr=(high - low) / 2, fmt="none", capsize=3, ecolor="k"
+    )
     for i, row in enumerate(rows):
         if row[method] is None:
             label = show_correlation(None, row.get("undefined"))

@@ -3,18 +3,25 @@ metric ranks the runs (Kendall tau-b against the ranking by accuracy).
 
 A member is named by the setup fields that differ across the sweep (``bm25``, ``k=3``,
 ``dense, answer_likelihood``), so sweeping k or the utility source over one retriever gives one
-row per member, never one merged row.
+row per member, never one merged row; members those leave alike are told apart by the overrides
+that differ between them (``distractors, retriever.kind=weak``).
 
-``python evaluate.py -m retriever=bm25,dense,hybrid`` writes ``sweep_summary.json`` and
-``sweep_summary.md`` into the sweep directory when the last job ends (the Hydra callback
+Each sweep invocation gets its own id when it starts (:func:`start_sweep`, the Hydra callback
+:class:`udcg.cli.benchmark.SweepStart`: ``sweep.json`` in the sweep directory); its members
+record it, with their overrides, in ``report.json`` (``sweep``). ``python evaluate.py -m
+retriever=bm25,dense,hybrid`` writes ``sweep_summary.json`` and ``sweep_summary.md`` into the
+sweep directory when the last job ends (the Hydra callback
 :class:`udcg.cli.hydra_config.SweepSummary`); :func:`write_summary` rebuilds them from the
-members' ``report.json`` files.
+``report.json`` files of the members of the invocation that last started there, so a sweep
+into a folder that holds an earlier sweep, or a member that failed, leaves the earlier reports
+out.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +34,52 @@ from udcg.pipeline.scoring import FITTED_PER_RUN
 
 # setup fields that can tell sweep members apart, in the order they appear in a member's name
 _NAMING_FIELDS = ("run", "order", "k", "utility", "judge", "dataset", "relevance", "grader")
+#: the record of the sweep invocation that last started in a sweep directory
+SWEEP_RECORD = "sweep.json"
+
+
+def start_sweep(sweep_dir: Path) -> str:
+    """Record a new sweep invocation in ``sweep_dir`` (:data:`SWEEP_RECORD`); its id."""
+    sweep_id = uuid.uuid4().hex
+    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+    with atomic_write(Path(sweep_dir) / SWEEP_RECORD) as handle:
+        json.dump({"sweep_id": sweep_id}, handle)
+    return sweep_id
+
+
+def current_sweep(sweep_dir: Path) -> str | None:
+    """The id of the sweep invocation that last started in ``sweep_dir``; None: no record."""
+    path = Path(sweep_dir) / SWEEP_RECORD
+    return json.loads(path.read_text())["sweep_id"] if path.is_file() else None
+
+
+def overrides(report: dict[str, Any]) -> list[str]:
+    """The overrides a sweep member ran with (``report["sweep"]["overrides"]``; none known:
+    ``[]``)."""
+    return list(report.get("sweep", {}).get("overrides", []))
+
+
+def _varying_overrides(reports: list[dict[str, Any]]) -> list[str]:
+    """Per report, its overrides whose value differs across ``reports``, joined by ``, ``."""
+    given = [dict(o.partition("=")[::2] for o in overrides(r)) for r in reports]
+    keys = dict.fromkeys(key for g in given for key in g)
+    varying = [key for key in keys if len({g.get(key) for g in given}) > 1]
+    return [", ".join(f"{key}={g[key]}" for key in varying if key in g) for g in given]
 
 
 def member_names(reports: list[dict[str, Any]]) -> list[str]:
     """A name per report from the setup fields whose values differ across ``reports`` (the
-    retriever alone when none do); a name still shared gets its member number appended."""
+    retriever alone when none do); names still shared get the overrides that differ between
+    the members, and then, if still shared, their member number."""
     setups = [r["setup"] for r in reports]
     varying = [f for f in _NAMING_FIELDS if len({str(s.get(f)) for s in setups}) > 1]
     names = [
         ", ".join(str(s[f]) if f == "run" else f"{f}={s.get(f)}" for f in varying) or str(s["run"])
         for s in setups
     ]
+    if len(set(names)) < len(names):
+        extra = _varying_overrides(reports)
+        names = [f"{n}, {e}" if e else n for n, e in zip(names, extra, strict=True)]
     if len(set(names)) < len(names):
         names = [f"{name} #{i}" for i, name in enumerate(names, start=1)]
     return names
@@ -75,6 +117,7 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 "run": name,
                 "accuracy": accuracy[name],
                 "n_contexts": r["setup"]["n_contexts"],
+                "overrides": overrides(r),
                 "means": r["means"],
             }
             for name, r in sorted(runs.items(), key=lambda kv: -kv[1]["setup"]["accuracy"])
@@ -210,12 +253,25 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_summary(sweep_dir: Path) -> Path | None:
-    """Summarise every ``*/report.json`` under ``sweep_dir``; None when there is none."""
+def member_reports(sweep_dir: Path) -> list[dict[str, Any]]:
+    """The ``*/report.json`` under ``sweep_dir`` of the sweep invocation that last started
+    there (their ``sweep.id`` is :func:`current_sweep`); every one without a sweep record."""
+    sweep_id = current_sweep(sweep_dir)
     reports = [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).glob("*/report.json"))]
+    if sweep_id is None:
+        return reports
+    return [r for r in reports if r.get("sweep", {}).get("id") == sweep_id]
+
+
+def write_summary(sweep_dir: Path) -> Path | None:
+    """Summarise the members' reports (:func:`member_reports`) with the sweep id; None when
+    there is none (and an earlier summary in ``sweep_dir`` is removed)."""
+    reports = member_reports(sweep_dir)
     if not reports:
+        for name in ("sweep_summary.json", "sweep_summary.md"):
+            (Path(sweep_dir) / name).unlink(missing_ok=True)
         return None
-    summary = summarize(reports)
+    summary = {"sweep_id": current_sweep(sweep_dir), **summarize(reports)}
     with atomic_write(Path(sweep_dir) / "sweep_summary.json") as handle:
         json.dump(summary, handle, indent=2)
     path = Path(sweep_dir) / "sweep_summary.md"

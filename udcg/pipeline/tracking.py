@@ -16,10 +16,13 @@ One tracked run (:func:`track_report`) holds:
   ``means/UDCG``, ``correlations/UDCG/spearman``, ``correlations/UDCG/ci95/0``,
   ``setup/accuracy``);
 * artifacts: ``report.json``, ``report.md`` and the plots;
-* tags: ``udcg.command`` and, for a sweep member, ``udcg.sweep_dir``.
+* tags: ``udcg.command`` and, for a sweep member, ``udcg.sweep_dir`` and ``udcg.sweep_id``
+  (the id of the sweep invocation it ran in, ``report.json``'s ``sweep.id``).
 
 A sweep (:func:`track_sweep`) adds a run ``sweep summary`` with the numbers and files of
-``sweep_summary.json``/``.md``; the member runs become its children (``mlflow.parentRunId``).
+``sweep_summary.json``/``.md``; the member runs of that sweep invocation (tag ``udcg.sweep_id``)
+become its children (``mlflow.parentRunId``), so a sweep rerun into the same folder or store
+leaves the earlier sweep's members with their own summary.
 
 Without a tracking URI runs go to a local SQLite store, ``mlflow.db`` in the run's (a sweep's)
 output directory, artifacts beside it in ``mlartifacts/`` (:func:`local_store`).
@@ -45,8 +48,10 @@ BACKENDS = ("none", "mlflow")
 #: the local store's database and artifact folder in an output directory
 DB_NAME = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"
-#: the tag a sweep member carries: the sweep directory, which finds the members of a sweep
+#: the tags a sweep member carries: the sweep directory, and the id of the sweep invocation,
+#: which finds the members of a sweep
 SWEEP_TAG = "udcg.sweep_dir"
+SWEEP_ID_TAG = "udcg.sweep_id"
 COMMAND_TAG = "udcg.command"
 #: fields that name a row of a list of records in a report, in this order of preference
 ROW_LABELS = ("metric", "run", "position", "name", "source")
@@ -247,13 +252,21 @@ class MLflowRuns:
         self.client.set_terminated(run_id, "FINISHED")
         return run_id
 
-    def runs_tagged(self, tag: str, value: str) -> list[str]:
-        """Ids of the experiment's runs whose tag ``tag`` is ``value``."""
-        quoted = value.replace("\\", "\\\\").replace("'", "\\'")
+    def runs_tagged(self, tags: Mapping[str, str]) -> list[str]:
+        """Ids of the experiment's runs that carry every tag of ``tags`` with its value."""
         found = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{tag}` = '{quoted}'", max_results=50000
+            [self.experiment_id],
+            filter_string=" and ".join(
+                f"tags.`{tag}` = '{_quoted(value)}'" for tag, value in tags.items()
+            ),
+            max_results=50000,
         )
         return [run.info.run_id for run in found]
+
+
+def _quoted(value: str) -> str:
+    """``value`` as it goes between single quotes in an MLflow filter string."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _runs(settings: TrackingSettings, directory: Path) -> MLflowRuns:
@@ -296,6 +309,7 @@ def track_report(
     tags = {COMMAND_TAG: "benchmark", **settings.tags}
     if sweep_dir is not None:
         tags[SWEEP_TAG] = str(Path(sweep_dir).absolute())
+        tags[SWEEP_ID_TAG] = str(report.get("sweep", {}).get("id"))
     name = settings.run_name or str(report.get("setup", {}).get("run", "benchmark"))
     with _mlflow_errors(settings):
         runs = _runs(settings, sweep_dir if sweep_dir is not None else directory)
@@ -312,17 +326,18 @@ def track_sweep(
     settings: TrackingSettings, summary: Mapping[str, Any], files: Iterable[Path], sweep_dir: Path
 ) -> str | None:
     """Log a sweep's summary (``sweep_summary.json`` as ``summary``, its ``files``) as run
-    ``sweep summary`` and make the sweep's member runs its children; the run id, or None when
-    tracking is off."""
+    ``sweep summary`` and make the member runs of its sweep invocation (``summary["sweep_id"]``)
+    its children; the run id, or None when tracking is off."""
     if not settings.enabled:
         return None
     sweep = str(Path(sweep_dir).absolute())
+    sweep_id = str(summary.get("sweep_id"))
     with _mlflow_errors(settings):
         runs = _runs(settings, sweep_dir)
-        members = runs.runs_tagged(SWEEP_TAG, sweep)
+        members = runs.runs_tagged({SWEEP_TAG: sweep, SWEEP_ID_TAG: sweep_id})
         run_id = runs.log_run(
             "sweep summary",
-            params={"sweep_dir": sweep, "members": str(len(members))},
+            params={"sweep_dir": sweep, "sweep_id": sweep_id, "members": str(len(members))},
             metrics=flat_metrics(summary),
             artifacts=files,
             tags={COMMAND_TAG: "benchmark sweep", **settings.tags},

@@ -141,6 +141,8 @@ class TrainReport:
     model_dir: Path | None = None
     correlation: str = "spearman"
     calibration: str | None = None  # the recalibration fitted on the held-out queries
+    seed: int = 0  # of the split by query and the fit
+    test_fraction: float = 0.3  # share of queries held out
 
     def card(self, utility: str) -> dict[str, Any]:
         """The JSON card entries written next to the weights."""
@@ -160,6 +162,8 @@ class TrainReport:
             "gamma": self.gamma,
             "gamma_train_correlation": finite_or_none(self.gamma_train_correlation),
             "training_data_fingerprint": self.fingerprint,
+            "seed": self.seed,
+            "test_fraction": self.test_fraction,
             "sizes": {
                 "train_contexts": self.n_train,
                 "test_contexts": self.n_test,
@@ -265,6 +269,8 @@ def train(
             fingerprint=train_set.fingerprint(),
             correlation=settings.correlation,
             calibration=None if model.calibration_ is None else model.calibration_.describe(),
+            seed=settings.seed,
+            test_fraction=settings.test_fraction,
         )
         if export_dir is not None:
             export_dir = Path(export_dir)
