@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from udcg.io.contexts.jsonl import Passage
 from udcg.retrieval import (
     BM25Retriever,
     DenseRetriever,
+    Distractors,
     GoldAt,
     OracleFirst,
     Query,
@@ -54,6 +56,22 @@ def test_bm25_matches_the_formula() -> None:
     np.testing.assert_allclose(scores, expected, rtol=1e-5)
     ranking = BM25Retriever(stopwords=None).retrieve([QUERY], CORPUS, 3)[0]
     assert ranking.indices.tolist() == np.argsort(-expected, kind="stable")[:3].tolist()
+
+
+def test_bm25_scores_a_question_of_stop_words_zero() -> None:
+    """ "To be or not to be?" loses every token to the stop words: it matches nothing, beside
+    a question that keeps its scores."""
+    queries = [Query("q0", "To be or not to be?", [], frozenset()), QUERY]
+    scores = BM25Retriever().scores(queries, CORPUS)
+    assert scores[0].tolist() == [0.0] * len(CORPUS)
+    np.testing.assert_array_equal(scores[1], BM25Retriever().scores([QUERY], CORPUS)[0])
+
+
+def test_bm25_options_are_checked_when_built() -> None:
+    for options, field in (({"k1": -1}, "k1"), ({"b": 1.5}, "b"), ({"method": "okapi"}, "method")):
+        with pytest.raises(UDCGInputError) as err:
+            BM25Retriever(**options)
+        assert err.value.field == field
 
 
 def test_dense_is_cosine_of_the_embedded_encoder() -> None:
@@ -105,6 +123,35 @@ def test_gold_at_errors() -> None:
         GoldAt(Fixed(), 4).retrieve([QUERY], CORPUS, 3)
     with pytest.raises(UDCGInputError, match="no gold passage"):
         GoldAt(Fixed(), 1).retrieve([Query("x", "x")], CORPUS, 3)
+    # three gold of five: two others, fewer than a list of 4 needs (a numpy IndexError before)
+    mostly_gold = Query("q", "capital", relevant=frozenset({0, 1, 4}))
+    for control in (
+        GoldAt(Fixed(), 4),
+        Distractors(Fixed(), "hard", 4),
+        Distractors(Fixed(), "weak"),
+    ):
+        with pytest.raises(UDCGInputError, match=r"'q' has 2 non-relevant passages in the corpus"):
+            control.retrieve([mostly_gold], CORPUS, 4)
+
+
+@pytest.mark.parametrize("control", ["gold_at", "random"])
+def test_candidates_keep_the_top_k_of_a_k_deep_retrieval(control: str) -> None:
+    """An ordering study retrieves 2k candidates; their first k are the k-deep retrieval's
+    (the retriever-order baseline of every ordering), so GoldAt keeps its gold within 1..k and
+    RandomRetriever its k-draw."""
+    from udcg.pipeline.datasets import Dataset
+    from udcg.pipeline.stages import retrieve_contexts
+
+    retriever = GoldAt(Fixed()) if control == "gold_at" else RandomRetriever(seed=5)
+    queries = [replace(QUERY, qid=f"q{i}") for i in range(4)]
+    dataset = Dataset("d", queries, CORPUS)
+    top = retrieve_contexts(dataset, "r", retriever, 2)
+    candidates = retrieve_contexts(dataset, "r", retriever, 2, depth=4)
+    for shallow, deep in zip(top, candidates, strict=True):
+        ids = [p.doc_id for p in deep.passages]
+        assert ids[:2] == [p.doc_id for p in shallow.passages] and len(set(ids)) == 4
+    if control == "gold_at":
+        assert all(any(p.relevant for p in c.passages[:2]) for c in candidates)
 
 
 def test_k_larger_than_corpus() -> None:

@@ -229,9 +229,9 @@ def run_benchmark(
             name, searcher = retriever
             name = _run_name(name, searcher)
             depth = settings.candidates
-            key = stage_key(*stage_id, dataset_sha256, depth)
+            key = stage_key(*stage_id, dataset_sha256, k, depth)
             contexts = cache.run(
-                "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, depth)
+                "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, k, depth)
             )
         next_stage(bar, "evaluate", "annotate")
         label_key = settings.judge_key

@@ -24,7 +24,7 @@ from udcg.judge.base import Judge
 from udcg.labels.annotate import operations
 from udcg.labels.erag import has_erag
 from udcg.pipeline.datasets import Dataset
-from udcg.retrieval import Retriever
+from udcg.retrieval import Ranking, Retriever
 
 if TYPE_CHECKING:
     from udcg.pipeline.settings import EvaluateSettings
@@ -55,9 +55,26 @@ class StageCache:
         return contexts
 
 
-def retrieve_contexts(dataset: Dataset, name: str, retriever: Retriever, k: int) -> list[Context]:
-    """One context per query: the top-k passages with score and answer relevance."""
+def _extended(top: Ranking, deeper: Ranking, depth: int) -> Ranking:
+    """``top`` followed by ``deeper``'s passages it lacks, ``depth`` in all."""
+    more = ~np.isin(deeper.indices, top.indices)
+    return Ranking(
+        np.concatenate([top.indices, deeper.indices[more]])[:depth],
+        np.concatenate([top.scores, deeper.scores[more]])[:depth],
+    )
+
+
+def retrieve_contexts(
+    dataset: Dataset, name: str, retriever: Retriever, k: int, depth: int | None = None
+) -> list[Context]:
+    """One context per query: the top-k passages with score and answer relevance, then (with
+    ``depth`` > k) the next passages of a ``depth``-deep retrieval, as candidates. The first k
+    are the k-deep retrieval's, whatever ``depth``: a control that places by position
+    (``GoldAt``) or draws k (``RandomRetriever``) keeps its top k when candidates are added."""
     rankings = retriever.retrieve(dataset.queries, dataset.corpus, k)
+    if depth is not None and depth > k:
+        deeper = retriever.retrieve(dataset.queries, dataset.corpus, depth)
+        rankings = [_extended(t, d, depth) for t, d in zip(rankings, deeper, strict=True)]
     contexts = []
     for query, ranking in zip(dataset.queries, rankings, strict=True):
         passages = [

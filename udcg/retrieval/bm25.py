@@ -67,4 +67,6 @@ class BM25Retriever(ScoringRetriever):
             return_ids=False,
             show_progress=False,
         )
-        return np.stack([model.get_scores(t) for t in tokens]).astype(np.float64)
+        # a question of stop words only has no token: it matches no passage (bm25s fails on it)
+        empty = np.zeros(len(corpus))
+        return np.stack([model.get_scores(t) if t else empty for t in tokens]).astype(np.float64)

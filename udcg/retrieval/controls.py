@@ -33,6 +33,17 @@ def _non_gold(query: Query, ranking: Ranking, k: int) -> Ranking:
     return Ranking(ranking.indices[keep][:k], ranking.scores[keep][:k])
 
 
+def check_others(query: Query, n_others: int, k: int) -> None:
+    """Refuse a query with fewer than k - 1 non-relevant passages: a list of k holding one
+    gold passage needs them."""
+    if n_others < k - 1:
+        raise UDCGInputError(
+            f"query {query.qid!r} has {n_others} non-relevant passages in the corpus, fewer "
+            f"than k - 1 = {k - 1}",
+            field="k",
+        )
+
+
 def _place(front: list[int], ranking: Ranking, k: int) -> Ranking:
     """``front`` (corpus indices, score NaN) followed by ``ranking``, cut at k."""
     indices = np.concatenate([np.asarray(front, dtype=np.int64), ranking.indices])[:k]
@@ -169,6 +180,7 @@ class GoldAt:
         ):
             gold = next(int(i) for i in ranking.indices if i in query.relevant)
             others = _non_gold(query, ranking, k - 1)
+            check_others(query, len(others.indices), k)
             indices = np.insert(others.indices, pos - 1, gold)
             scores = np.insert(others.scores, pos - 1, PLACED)
             out.append(Ranking(indices, scores))

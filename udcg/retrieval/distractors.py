@@ -20,10 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Passage
 from udcg.retrieval.base import Query, Ranking, Retriever, check_depth
-from udcg.retrieval.controls import GoldAt
+from udcg.retrieval.controls import GoldAt, check_others
 from udcg.validation import one_of
 
 #: The kinds of distractors and what they are.
@@ -73,12 +72,7 @@ class Distractors:
         out = []
         for query, ranking, pos in zip(queries, hard, positions, strict=True):
             pool = np.array([i for i in range(len(corpus)) if i not in query.relevant])
-            if len(pool) < k - 1:
-                raise UDCGInputError(
-                    f"query {query.qid!r} has {len(pool)} non-relevant passages in the corpus, "
-                    f"fewer than k - 1 = {k - 1}",
-                    field="k",
-                )
+            check_others(query, len(pool), k)
             others = rng.choice(pool, k - 1, replace=False)
             gold = ranking.indices[pos - 1]
             indices = np.insert(others.astype(np.int64), pos - 1, gold)
