@@ -546,12 +546,16 @@ def scoreable_line(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def contexts_text(draw: st.DrawFn, line: st.SearchStrategy[dict[str, Any]] | None = None) -> bytes:
-    """A contexts JSONL file of 1-3 lines drawn from ``line`` (:func:`context_line`)."""
+def contexts_text(
+    draw: st.DrawFn, line: st.SearchStrategy[dict[str, Any]] | None = None, unique: bool = False
+) -> bytes:
+    """A contexts JSONL file of 1-3 lines drawn from ``line`` (:func:`context_line`); with
+    ``unique``, no two lines share a qid (``udcg score`` refuses a context given twice)."""
     line = context_line() if line is None else line
+    key = (lambda obj: str(obj["qid"])) if unique else None
     lines = [
         json.dumps(obj, ensure_ascii=draw(st.booleans()))
-        for obj in draw(st.lists(line, min_size=1, max_size=3))
+        for obj in draw(st.lists(line, min_size=1, max_size=3, unique_by=key))
     ]
     return ("\n".join(lines) + draw(st.sampled_from(["\n", "", "\n\n"]))).encode("utf-8")
 
@@ -768,7 +772,7 @@ READERS = {
         ),
         Reader(
             "contexts_score",
-            contexts_text(scoreable_line()).map(lambda data: {"contexts.jsonl": data}),
+            contexts_text(scoreable_line(), unique=True).map(lambda data: {"contexts.jsonl": data}),
             _score_contexts,
             damage={"contexts.jsonl": mutate_contexts},
         ),

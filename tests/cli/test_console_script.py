@@ -115,7 +115,7 @@ def test_a_train_sweep_outside_the_clone_names_the_command(tmp_path: Path) -> No
     assert lines[0].startswith("udcg train: error: field 'data': 0 contexts")
     assert lines[1] == "udcg train: 1 of 2 sweep members failed:"
     (sweep,) = (tmp_path / "multirun" / "train").iterdir()  # relative to the working directory
-    assert (sweep / "k3" / "udcg_theta_k3.safetensors").is_file()
+    assert (sweep / "1-k3" / "udcg_theta_k3.safetensors").is_file()
 
 
 # ----------------------------------------------------------------------- missing extras

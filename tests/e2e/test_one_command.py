@@ -419,10 +419,13 @@ def test_piped_inputs_are_read_once(tmp_path: Path) -> None:
         assert [outs[0][table][n] for n in piped_names] == [outs[1][table][n] for n in names]
 
 
-def test_relevance_from_answers_without_qrels(tmp_path: Path) -> None:
-    data = write_data(tmp_path / "data")
-    answers = {"q1": "Paris", "q2": "Shakespeare", "q3": "Jupiter", "q4": "Mercury"}
-    (data / "answers.tsv").write_text("".join(f"{q}\t{a}\n" for q, a in answers.items()))
+ANSWERS = {"q1": "Paris", "q2": "Shakespeare", "q3": "Jupiter", "q4": "Mercury"}
+
+
+def answers_report(data: Path, out: Path, *options: str) -> dict:
+    """``udcg report`` of the three runs with answers.tsv (:data:`ANSWERS`) and a
+    precomputed judge of every topic and passage; its report.json."""
+    (data / "answers.tsv").write_text("".join(f"{q}\t{a}\n" for q, a in ANSWERS.items()))
     probs = data / "probs.jsonl"
     passages = [
         line.split("\t", 1)[1] for line in (data / "collection.tsv").read_text().splitlines()
@@ -435,20 +438,26 @@ def test_relevance_from_answers_without_qrels(tmp_path: Path) -> None:
             for t in passages
         )
     )
-    out = tmp_path / "out"
     args = [
         "report", *(str(data / f"{s}.trec") for s in SYSTEMS),
         "--topics", str(data / "topics.tsv"), "--collection", str(data / "collection.tsv"),
         "--answers", str(data / "answers.tsv"), "--judge", f"precomputed:{probs}",
-        "--cache", str(tmp_path / "judge.sqlite"), "--out", str(out), "--n-resamples", "500",
-        "-m", "UDCG@5", "P@5", "RR",
+        "--cache", str(out.parent / "judge.sqlite"), "--out", str(out), "--n-resamples", "500",
+        "-m", "UDCG@5", "P@5", "RR", *options,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "udcg", *args], capture_output=True, text=True, env=env
     )
     assert done.returncode == 0, done.stderr
-    found = json.loads((out / "report.json").read_text())
+    return json.loads((out / "report.json").read_text())
+
+
+def test_relevance_from_answers_without_qrels(tmp_path: Path) -> None:
+    data = write_data(tmp_path / "data")
+    out = tmp_path / "out"
+    answers = ANSWERS
+    found = answers_report(data, out)
     assert found["relevance_from"] == "the judge (answers)"
     assert found["judge"]["steps"] == ["abstain", "relevance"]
     for system in SYSTEMS:
@@ -461,6 +470,33 @@ def test_relevance_from_answers_without_qrels(tmp_path: Path) -> None:
     means = found["comparison"]["means"]
     assert means["a"]["RR"]["mean"] == 1.0 and means["b"]["RR"]["mean"] == 0.25
     assert means["c"]["P@5"]["mean"] == 0.1
+
+
+def test_qrels_and_answers_label_what_the_qrels_leave_and_the_report_keeps_its_warnings(
+    tmp_path: Path,
+) -> None:
+    """Qrels without q4, answers for all: q4 is compared on the answers' labels (it was
+    dropped), and the warnings of the comparison (c ranks nothing for q2) are in report.json."""
+    data = write_data(tmp_path / "data")
+    qrels = (data / "qrels.trec").read_text().splitlines()
+    (data / "part.trec").write_text("".join(f"{x}\n" for x in qrels if not x.startswith("q4")))
+    c = (data / "c.trec").read_text().splitlines()
+    (data / "c.trec").write_text("".join(f"{x}\n" for x in c if not x.startswith("q2 ")))
+    found = answers_report(data, tmp_path / "out", "--qrels", str(data / "part.trec"))
+    assert found["comparison"]["qids"] == ["q1", "q2", "q3", "q4"]
+    assert found["relevance_from"] == "qrels, and the answers for 1 queries"
+    per_query = found["comparison"]["per_query"]
+    assert per_query["a"]["RR"][3] == 1.0 and per_query["b"]["RR"][3] == 0.25  # q4 by answers
+    assert found["comparison"]["unranked"] == {"a": 0, "b": 0, "c": 1}
+    first, pooled, unranked = found["warnings"]
+    assert first == (
+        "1 of 4 queries are not in the qrels: their relevance comes from the answers, as "
+        "labelled in each system's top k"
+    )
+    assert pooled.startswith("relevance comes from the judge's labels of each system's top 5")
+    assert unranked == (
+        "system 'c' ranks no document for 1 of the 4 judged queries; they score 0 (trec_eval -c)"
+    )
 
 
 def test_a_bar_in_a_system_name_stays_in_its_cell() -> None:

@@ -116,7 +116,7 @@ def test_a_grade_above_one_is_located_where_udcg_needs_unit_relevance(
     from udcg.cli import order, score
 
     line = {"qid": "q1", "passages": [{"doc_id": "d1", "relevant": 1, "abstain_prob": {"m": 0.5}}]}
-    graded = {**line, "passages": [{**line["passages"][0], "relevant": 2}]}
+    graded = {**line, "qid": "q2", "passages": [{**line["passages"][0], "relevant": 2}]}
     path = tmp_path / "c.jsonl"
     path.write_text(json.dumps(line) + "\n" + json.dumps(graded) + "\n")
     if command == "score":

@@ -283,11 +283,16 @@ def _report(
     paths = {name: item.path for name, item in labelled.items()}
     values = journey.pooled_values(paths, source.field, judge.name)
     utilities = {q: {d: float(v) for d, v in row.items()} for q, row in values.items()}
+    relevant = journey.pooled_values(paths, "relevant")
+    pooled = {q: {d: int(v) for d, v in row.items()} for q, row in relevant.items()}
+    qrels, unjudged = pooled, len(pooled)
     if given is not None:
-        qrels = given if args.qrels is not None else given.to_dict()
-    else:
-        relevant = journey.pooled_values(paths, "relevant")
-        qrels = {q: {d: int(v) for d, v in row.items()} for q, row in relevant.items()}
+        from udcg.io.formats.trec import read_trec_qrels
+
+        judged = (read_trec_qrels(given) if args.qrels is not None else given).to_dict()
+        # with --answers, the queries the qrels do not judge take the answers' labels
+        qrels = {**{q: row for q, row in pooled.items() if q not in judged}, **judged}
+        unjudged = len(qrels) - len(judged)
     comparison = journey.compare_systems(
         qrels, runs, args.measures, utilities, source.field,
         baseline=baseline, test=args.test, alpha=args.alpha,
@@ -317,20 +322,38 @@ def _report(
         for m in parse_measures(args.measures)
         if m.name not in UTILITY_MEASURES and (m.cutoff is None or m.cutoff > k)
     ]
-    if given is None and deeper:
+    if given is not None and unjudged:
+        notes.append(
+            f"{unjudged} of {len(qrels)} queries are not in the qrels: their relevance comes "
+            "from the answers, as labelled in each system's top k"
+        )
+    if unjudged and deeper:
         notes.append(
             f"relevance comes from the judge's labels of each system's top {k}, pooled: "
             f"{', '.join(deeper)} read deeper ranks, where a document no system ranks in its "
             f"top {k} counts as not relevant, so their values depend on the systems compared "
-            "(as with pooled TREC qrels); give --qrels, or -k as deep as the measures read"
+            "(as with pooled TREC qrels); give --qrels judging every query, or -k as deep as the "
+            "measures read"
         )
     for note in notes:
         warnings.warn(note, UDCGWarning, stacklevel=1)
+    notes += [  # compare warned already
+        f"system {s!r} ranks no document for {n} of the {len(comparison['qids'])} judged "
+        "queries; they score 0 (trec_eval -c)"
+        for s, n in comparison["unranked"].items()
+        if n
+    ]
     return {
         "format": "udcg-report/1",
         "runs": {name: str(path) for name, path in runs.items()},
         "k": k,
-        "relevance_from": "qrels" if given is not None else "the judge (answers)",
+        "relevance_from": (
+            "the judge (answers)"
+            if given is None
+            else f"qrels, and the answers for {unjudged} queries"
+            if unjudged
+            else "qrels"
+        ),
         "utility": args.utility,
         "judge": {
             "name": judge.name,

@@ -200,7 +200,8 @@ def compare_systems(
     a run does not rank scores 0), ``means[system][measure] = {"mean", "ci"}`` and, for each
     other system, ``differences[system][measure] = {"difference", "ci", "p_value",
     "p_corrected", "significant"}`` to ``baseline`` (CIs, p-values and Holm's correction:
-    :func:`udcg.trec.comparison.compare`, so ``udcg compare`` prints the same numbers)."""
+    :func:`udcg.trec.comparison.compare`, so ``udcg compare`` prints the same numbers) and
+    ``unranked[system]``, the judged queries it does not rank."""
     report = compare(
         qrels,
         runs,
@@ -242,6 +243,7 @@ def compare_systems(
         "confidence": confidence,
         "n_resamples": n_resamples,
         "seed": seed,
+        "unranked": dict(report.unranked),
         "per_query": {
             s: {m: values[:, j, i].tolist() for i, m in enumerate(names)}
             for j, s in enumerate(systems)

@@ -35,7 +35,16 @@ def _non_gold(query: Query, ranking: Ranking, k: int) -> Ranking:
 
 def check_others(query: Query, n_others: int, k: int) -> None:
     """Refuse a query with fewer than k - 1 non-relevant passages: a list of k holding one
-    gold passage needs them."""
+    gold passage needs them.
+
+    Examples:
+        >>> check_others(Query("q1", "Who wrote Emma?"), n_others=2, k=3)
+        >>> check_others(Query("q1", "Who wrote Emma?"), n_others=1, k=3)
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'k': query 'q1' has 1 non-relevant passages in the \
+corpus, fewer than k - 1 = 2
+    """
     if n_others < k - 1:
         raise UDCGInputError(
             f"query {query.qid!r} has {n_others} non-relevant passages in the corpus, fewer "

@@ -61,7 +61,13 @@ def _codes(ids: pa.Array) -> np.ndarray:
 
 def refuse_repeats(run: Run) -> np.ndarray:
     """The run's query codes, after refusing a document ranked twice for one query (an error
-    at its line when the run was read from a file)."""
+    at its line when the run was read from a file).
+
+    Examples:
+        >>> from udcg.io.formats.trec import run_from_dict
+        >>> refuse_repeats(run_from_dict({"q2": {"d1": 1.0}, "q1": {"d1": 2.0}})).tolist()
+        [0, 1]
+    """
     queries, docs = _codes(run.qids), _codes(run.doc_ids)
     if len(np.unique(queries * (int(docs.max(initial=0)) + 1) + docs)) < len(run):
         locate_duplicate(run.source, "run")
