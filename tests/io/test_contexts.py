@@ -241,6 +241,27 @@ def test_write_errors_leave_existing_file_untouched(tmp_path, bad):
     assert [p.name for p in tmp_path.iterdir()] == ["o.jsonl"]  # no temporary file left
 
 
+@pytest.mark.parametrize("contexts", [[], iter([])], ids=["list", "iterator"])
+def test_writing_no_contexts_is_refused_and_leaves_the_file_untouched(tmp_path, contexts):
+    out = tmp_path / "o.jsonl"
+    out.write_text("old\n")
+    with pytest.raises(UDCGInputError, match="no contexts") as err:
+        write_contexts(out, contexts)
+    assert err.value.field == "contexts"
+    assert ("consumed already" in str(err.value)) == (not isinstance(contexts, list))
+    assert out.read_text() == "old\n"
+
+
+def test_a_reused_reader_is_refused_as_consumed(tmp_path):
+    path = tmp_path / "c.jsonl"
+    write_contexts(path, [Context("q", [])])
+    contexts = read_contexts(path)
+    assert len(list(contexts)) == 1
+    with pytest.raises(UDCGInputError, match="may have been consumed already"):
+        write_contexts(tmp_path / "again.jsonl", contexts)
+    assert not (tmp_path / "again.jsonl").exists()
+
+
 # ------------------------------------------------------------------------------------------
 # Streaming
 

@@ -239,6 +239,24 @@ def test_rel_level() -> None:
     assert context_ndcg([[0, 0.5]]).item() == pytest.approx(1 / L3)
 
 
+@pytest.mark.parametrize("level", [0, -1, 0.0])
+def test_rel_level_at_or_below_zero_counts_every_passage_never_the_padding(level) -> None:
+    ragged = [[0, 1], [1], [], [0, 0, 0]]
+    assert precision(ragged, rel_level=level).tolist() == [1.0, 1.0, 0.0, 1.0]
+    assert reciprocal_rank(ragged, rel_level=level).tolist() == [1.0, 1.0, 0.0, 1.0]
+    assert hits(ragged, rel_level=level).tolist() == [1.0, 1.0, 0.0, 1.0]
+    np.testing.assert_allclose(context_average_precision(ragged, rel_level=level), [1, 1, 0, 1])
+    assert precision([[True, False], [True]], rel_level=level).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("level", [float("nan"), float("inf"), "1", None, True, [1]])
+@pytest.mark.parametrize("f", ALL[1:], ids=lambda f: f.__name__)
+def test_bad_rel_level_raises(f, level) -> None:
+    with pytest.raises(UDCGInputError, match="must be a finite number") as err:
+        f([[0, 1]], rel_level=level)
+    assert err.value.field == "rel_level"
+
+
 # --- properties ------------------------------------------------------------------------------
 
 grades = st.integers(0, 3)

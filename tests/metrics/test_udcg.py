@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from udcg.errors import UDCGInputError
+from udcg.metrics.ranking import precision
 from udcg.metrics.udcg import udcg, udcg_terms, utility
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -269,6 +270,17 @@ def test_udcg_rejects_bad_inputs(relevant, util, field: str, match: str) -> None
     assert err.value.field == field
     with pytest.raises(UDCGInputError):
         udcg_terms(relevant, util)
+
+
+def test_dataframes_count_as_their_rows() -> None:
+    pd = pytest.importorskip("pandas")
+    rel, u = [[1, 0, 1], [0, 0, 1]], [[0.5, 0.2, 0.9], [0.1, 0.4, 0.3]]
+    columns = ["p1", "p2", "p3"]
+    frames = pd.DataFrame(rel, columns=columns), pd.DataFrame(u, columns=columns)
+    np.testing.assert_array_equal(udcg(*frames), udcg(rel, u))
+    np.testing.assert_array_equal(utility(abstain_prob=frames[1]), 1 - np.array(u))
+    assert precision(frames[0]).tolist() == precision(rel).tolist()
+    assert precision(pd.Series([[0, 1], [1]])).tolist() == [0.5, 1.0]  # a Series of lists
 
 
 @pytest.mark.parametrize("gamma", [-0.1, float("nan"), float("inf"), "0.3", None, True])

@@ -332,3 +332,9 @@ def test_judged_grades_match_a_dict_lookup(n_keys: int, span: int) -> None:
     assert not repeats
     assert found.tolist() == [expected.get(k, 0) for k in run_keys.tolist()]
     assert _lookup(np.array([3, 5, 3]), np.array([1, 2, 1]), n_keys, np.array([5]))[0]
+
+
+@pytest.mark.parametrize("grade", [float("nan"), float("inf"), 1e30, 10**30, 1.5])
+def test_qrels_dict_grade_that_is_no_int64_is_a_located_input_error(grade) -> None:
+    with pytest.raises(UDCGInputError, match=r"query q, document a: .* is not an integer grade"):
+        evaluate({"q": {"a": grade, "b": 0}}, {"q": {"a": 1.0, "b": 2.0}}, ["nDCG"])

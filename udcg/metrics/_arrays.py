@@ -30,8 +30,18 @@ def full_lengths(values: np.ndarray) -> np.ndarray:
     return np.full(values.shape[0], values.shape[1], dtype=np.int64)
 
 
+def table_rows(values: Any) -> Any:
+    """A 2-D table with ``to_numpy`` (a pandas or polars DataFrame, one column per position)
+    as the numpy array of its rows, since iterating it would give its column labels; anything
+    else unchanged."""
+    table = not isinstance(values, np.ndarray) and hasattr(values, "to_numpy")
+    return values.to_numpy() if table and len(getattr(values, "shape", ())) == 2 else values
+
+
 def as_padded(values: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(padded, lengths)``: a float64 ``[n, max_len]`` array padded with 0 and list lengths."""
+    """``(padded, lengths)``: a float64 ``[n, max_len]`` array padded with 0 and list lengths;
+    a DataFrame counts as its rows (``table_rows``)."""
+    values = table_rows(values)
     if isinstance(values, np.ndarray):
         if values.ndim != 2:
             raise UDCGInputError(

@@ -3,9 +3,11 @@
 Input is a 2-D array ``[n_queries, k]`` or a ragged list of per-query label sequences, in
 prompt order (position 1 first). Labels are graded gains (bool or numbers >= 0); the binary
 metrics count a passage as relevant when its label is >= ``rel_level`` (1 by default, as
-trec_eval). ``k`` truncates each list to its first k positions; the ideal ordering and the
-relevant count are those of the (truncated) list itself, since the list is the whole context
-the LLM sees. Each function returns a 1-D float64 array of per-query values.
+trec_eval's relevance level; any finite number: at 0 or below every passage of a list counts,
+never the padding of a shorter list). ``k`` truncates each list to its first k positions; the
+ideal ordering and the relevant count are those of the (truncated) list itself, since the list
+is the whole context the LLM sees. Each function returns a 1-D float64 array of per-query
+values.
 
 Binary lists of at most 16 positions take a codebook path: each row's relevance pattern is
 packed into an integer and the metric is read from a table that holds the kernel's value for
@@ -31,7 +33,7 @@ from udcg.metrics._arrays import (
     finite_non_negative,
     non_negative_max,
 )
-from udcg.validation import positive_int
+from udcg.validation import positive_int, show
 
 _CODEBOOK_MAX_WIDTH = 16
 
@@ -48,6 +50,20 @@ _BINARY_KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 def _check_k(k: int | None) -> None:
     if k is not None:
         positive_int(k, "k")
+
+
+def _check_rel_level(rel_level: Any) -> float:
+    """``rel_level`` as a float; it must be a finite number (numpy numbers accepted, booleans
+    and strings refused)."""
+    is_number = isinstance(rel_level, int | float | np.integer | np.floating)
+    if isinstance(rel_level, bool) or not is_number or not np.isfinite(rel_level):
+        raise UDCGInputError(f"must be a finite number, got {show(rel_level)}", field="rel_level")
+    return float(rel_level)
+
+
+def _relevance(gains: np.ndarray, lengths: np.ndarray, rel_level: float) -> np.ndarray:
+    """Bool relevance ``label >= rel_level`` of zero-padded gains; padding is never relevant."""
+    return (gains >= rel_level) & (np.arange(gains.shape[1]) < lengths[:, None])
 
 
 def _validated(labels: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -125,6 +141,7 @@ def _binary_metric(
     """``(values, lengths)``: ``metric`` of each list, a passage counting as relevant when its
     label >= rel_level, and the list lengths cut to k (one number when all are equal)."""
     _check_k(k)
+    rel_level = _check_rel_level(rel_level)
 
     def per_block(block: np.ndarray) -> np.ndarray | None:
         relevant = _block_relevance(block, rel_level)
@@ -134,7 +151,7 @@ def _binary_metric(
     if fast is not None:
         return fast, np.asarray(labels.shape[1] if k is None else min(k, labels.shape[1]))
     gains, lengths = _validated(labels, k)
-    return _per_row(metric, gains >= rel_level), lengths
+    return _per_row(metric, _relevance(gains, lengths, rel_level)), lengths
 
 
 def _ndcg_block(block: np.ndarray) -> np.ndarray | None:

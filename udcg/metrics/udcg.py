@@ -29,6 +29,7 @@ from udcg.metrics._arrays import (
     check_same_shape,
     full_lengths,
     in_unit_interval,
+    table_rows,
     unpad,
 )
 from udcg.metrics._kernels import row_sums
@@ -60,7 +61,7 @@ def utility(abstain_prob: Any = None, abstain_logprob: Any = None) -> Any:
         given = "both" if abstain_prob is not None else "neither"
         raise UDCGInputError(f"give exactly one of abstain_prob or abstain_logprob ({given} given)")
     name = "abstain_prob" if abstain_prob is not None else "abstain_logprob"
-    values = abstain_prob if abstain_prob is not None else abstain_logprob
+    values = table_rows(abstain_prob if abstain_prob is not None else abstain_logprob)
     if isinstance(values, Mapping):
         keys = list(values)
         out = utility(**{name: [values[q] for q in keys]})

@@ -13,7 +13,7 @@ import numpy as np
 from udcg import metrics
 from udcg._lazy import import_pandas
 from udcg.errors import UDCGInputError
-from udcg.io.contexts.jsonl import Context, read_contexts, relevance_matrix
+from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevance_matrix
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import check_compatible
 from udcg.labels.erag import erag_labels
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 
 def as_contexts(contexts: Iterable[Context] | str | os.PathLike[str]) -> list[Context]:
-    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read.
+    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read; none at all is
+    an error (:func:`udcg.io.contexts.jsonl.no_contexts`).
 
     >>> from udcg.demo_data.demo import OUTPUT
     >>> len(as_contexts(OUTPUT))
@@ -36,7 +37,10 @@ def as_contexts(contexts: Iterable[Context] | str | os.PathLike[str]) -> list[Co
     """
     if isinstance(contexts, (str, os.PathLike)):
         return list(read_contexts(contexts))
-    return list(contexts)
+    listed = list(contexts)
+    if not listed:
+        raise no_contexts(contexts)
+    return listed
 
 
 def stored_judge_key(contexts: Sequence[Context], utility: str = DEFAULT_SOURCE) -> str:

@@ -56,6 +56,7 @@ __all__ = [
     "correctness",
     "coverage_matrices",
     "judge_probs",
+    "no_contexts",
     "read_contexts",
     "relevance_matrix",
     "write_contexts",
@@ -126,7 +127,8 @@ def write_contexts(path: PathType, contexts: Iterable[Context]) -> int:
     """Write ``contexts`` as JSONL (one object per line, UTF-8, keys in a fixed order).
 
     The file is replaced atomically; a ``.gz`` suffix compresses it. numpy scalars are written
-    as the Python values they hold. NaN or infinite numbers raise ``ValueError`` and leave any
+    as the Python values they hold. NaN or infinite numbers raise ``ValueError``, and no
+    contexts at all :func:`no_contexts` (a file without any is unreadable); both leave any
     existing file untouched. Returns the number written.
 
     Examples:
@@ -146,7 +148,25 @@ def write_contexts(path: PathType, contexts: Iterable[Context]) -> int:
         for ctx in contexts:
             handle.write(context_line(ctx))
             count += 1
+        if count == 0:
+            raise no_contexts(contexts)
     return count
+
+
+def no_contexts(contexts: object) -> UDCGInputError:
+    """The error for an empty ``contexts`` argument; an iterator (what :func:`read_contexts`
+    and ``udcg.demo_contexts()`` return) may have been consumed by an earlier call.
+
+    Examples:
+        >>> str(no_contexts([]))
+        "field 'contexts': no contexts"
+        >>> no_contexts(iter([])).reason
+        'no contexts (an iterator yields them once: this one may have been consumed already)'
+    """
+    hint = ""
+    if isinstance(contexts, Iterator):
+        hint = " (an iterator yields them once: this one may have been consumed already)"
+    return UDCGInputError("no contexts" + hint, field="contexts")
 
 
 def context_line(ctx: Context) -> str:

@@ -429,6 +429,12 @@ def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
     return Run(qids, doc_ids, scores)
 
 
+def _is_grade(value: int | float | np.number) -> bool:
+    """True for a whole number in int64's range (NaN and infinities are not)."""
+    whole = isinstance(value, int | np.integer) or float(value).is_integer()
+    return whole and -(2**63) <= value < 2**63
+
+
 def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
     """Qrels from ``{qid: {doc_id: relevance}}`` with integer grades.
 
@@ -438,7 +444,7 @@ def qrels_from_dict(data: Mapping[str, Mapping[str, int]]) -> Qrels:
     """
     qids, doc_ids, values = columns_from_dict(data, "relevance", "qrels")
     for q, d, v in zip(qids, doc_ids, values, strict=True):
-        if int(v) != v:
+        if not _is_grade(v):
             raise UDCGInputError(
                 f"query {q}, document {d}: {show(v)} is not an integer grade", field="qrels"
             )
