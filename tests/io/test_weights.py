@@ -80,6 +80,49 @@ def test_a_card_without_a_hash_is_refused_unless_allowed(tmp_path: Path) -> None
         read_weights(path, allow_unverified=True)
 
 
+@pytest.mark.parametrize(("tensor", "value"), [("alpha", np.nan), ("intercept", -np.inf)])
+def test_non_finite_weights_are_never_written(tmp_path: Path, tensor: str, value: float) -> None:
+    model = UDCGTheta(3, bias=True)
+    model.alpha_, model.beta_, model.intercept_ = _weights().alpha.copy(), _weights().beta, 0.5
+    if tensor == "alpha":
+        model.alpha_[1] = value
+    else:
+        model.intercept_ = value
+    writers = [
+        lambda: write_weights(tmp_path / "w.safetensors", model.to_weights()),
+        lambda: model.save(tmp_path / "w.safetensors"),
+        lambda: model.save_pretrained(tmp_path / "w"),
+    ]
+    for write in writers:
+        with pytest.raises(UDCGInputError, match=f"tensor '{tensor}' holds {value}"):
+            write()
+    assert not list(tmp_path.iterdir())
+
+
+def _without_card_digest(path: Path, version: str | None) -> None:
+    """Drop ``card_sha256`` from the card of ``path`` and record ``version`` as its writer."""
+    card = json.loads(card_path(path).read_text())
+    card.pop("card_sha256", None)
+    card_path(path).write_text(json.dumps({**card, "udcg_version": version, "judge": None}))
+
+
+def test_a_card_without_its_digest_is_refused_when_its_version_writes_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "w.safetensors"
+    write_weights(path, _weights(), {"judge": "j", "udcg_version": "0.3.0"})
+    _without_card_digest(path, "0.3.0")
+    with pytest.raises(UDCGInputError, match=r"w\.json records no card_sha256") as info:
+        read_weights(path)
+    assert "udcg 0.3.0 writes one" in str(info.value) and "\n" not in str(info.value)
+    assert "allow_unverified=True" in str(info.value)
+    with pytest.warns(UDCGWarning, match="records no card_sha256"):
+        assert read_weights(path, allow_unverified=True).card["judge"] is None
+    for older in ("0.2.0", None):  # written before cards carried a digest: read as before
+        _without_card_digest(path, older)
+        assert read_weights(path).card["judge"] is None
+
+
 def test_the_model_card_escapes_control_characters() -> None:
     card = {"k": 3, "judge_model": "j\x1b[2J", "name": "n\x1b]0;t\x07", "license": "\x9b"}
     card["training_data_description"] = "line one\x07\nline two\u202e"

@@ -361,6 +361,45 @@ def test_fit_input_errors(small):
         UDCGTheta(5).predict_proba(rel, u)
 
 
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"seed": "a", "val_fraction": 0.2}, "field 'seed': must be an integer, got 'a'"),
+        ({"seed": -1}, "field 'seed': must be a non-negative integer, got -1"),
+        ({"accelerator": "gpu0"}, "field 'accelerator': must be one of auto, gpu, .*got 'gpu0'"),
+        ({"max_epochs": 0}, "field 'max_epochs': expected a positive integer, got 0"),
+        ({"patience": 2.0}, "field 'patience': must be an integer, got 2.0"),
+    ],
+)
+def test_params_are_refused_in_one_line_naming_them(small, params, message):
+    rel, u, correct, groups = small
+    with pytest.raises(UDCGInputError, match=message) as info:
+        UDCGTheta(5, **params).fit(rel, u, correct, groups=groups)
+    assert "\n" not in str(info.value)
+
+
+def test_numpy_integers_are_accepted_as_counts_and_seed(small):
+    rel, u, correct, groups = small
+    numpy = UDCGTheta(5, max_epochs=np.int64(3), patience=np.int64(2), seed=np.int64(1))
+    plain = UDCGTheta(5, max_epochs=3, patience=2, seed=1)
+    for model in (numpy, plain):
+        model.fit(rel, u, correct, groups=groups)
+    np.testing.assert_array_equal(numpy.alpha_, plain.alpha_)
+
+
+def test_the_card_records_the_settings_the_weights_were_fitted_with(small, tmp_path):
+    rel, u, correct, groups = small
+    model = UDCGTheta(5).fit(rel, u, correct, groups=groups)
+    model.set_params(l2=3.0, bias=True)  # the next fit's settings, not these weights'
+    model.save(tmp_path / "w.safetensors")
+    card = json.loads(card_path(tmp_path / "w.safetensors").read_text())
+    assert (card["l2"], card["bias"]) == (0.0, False) == (model.l2_, model.bias_)
+    loaded = UDCGTheta.load(tmp_path / "w.safetensors").set_params(l2=1.0)
+    assert (loaded.l2_, loaded.bias_) == (0.0, False)
+    loaded.save(tmp_path / "again.safetensors")
+    assert json.loads(card_path(tmp_path / "again.safetensors").read_text())["l2"] == 0.0
+
+
 def test_params_follow_scikit_learn_conventions():
     model = UDCGTheta(5, l2=0.1)
     assert model.get_params()["l2"] == 0.1 and model.get_params()["k"] == 5

@@ -284,3 +284,21 @@ def test_fit_theta_records_its_source_and_judge_through_every_save(tmp_path: Pat
 def test_val_fraction_is_checked_before_any_work() -> None:
     with pytest.raises(UDCGInputError, match="field 'val_fraction': must be in"):
         UDCGTheta(3, val_fraction=1)._check_params()
+
+
+def test_a_refit_drops_the_card_of_the_old_weights(tmp_path: Path) -> None:
+    """Refitted weights no longer carry the loaded card or the one ``fit_theta`` recorded."""
+    import udcg
+    from udcg.theta.simulate import simulate_arrays
+
+    rel, u, correct = simulate_arrays(300, 3, seed=0)[:3]
+    card = {"judge_model": "a", "gamma": 0.5, "training_data_fingerprint": "fp-a"}
+    UDCGTheta(3).fit(rel, u, correct).save_pretrained(tmp_path / "a", card=card)
+    refits = [UDCGTheta.from_pretrained(tmp_path / "a"), udcg.fit_theta(udcg.demo_contexts(), 3)]
+    for n, model in enumerate(refits):
+        assert model.card_
+        model.fit(*simulate_arrays(300, 3, seed=7)[:3]).save_pretrained(tmp_path / f"b{n}")
+        config = json.loads((tmp_path / f"b{n}" / "config.json").read_text())
+        assert model.card_ == {} and config["judge_model"] is None
+        assert config["gamma"] is None and config["training_data_fingerprint"] is None
+        assert config["utility"] is None and config["heldout"] == []

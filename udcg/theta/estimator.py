@@ -55,7 +55,16 @@ from udcg.metrics._kernels import row_sums
 from udcg.metrics.udcg import udcg_terms
 from udcg.theta.calibration import METHODS, Calibration, fit_platt, fit_temperature
 from udcg.theta.ordering import best_assignment
-from udcg.validation import binary_vector, nonnegative_float, positive_int, query_codes, show
+from udcg.validation import (
+    binary_vector,
+    integer,
+    nonnegative_float,
+    nonnegative_int,
+    one_of,
+    positive_int,
+    query_codes,
+    show,
+)
 
 __all__ = [
     "FORMAT",
@@ -208,6 +217,22 @@ def _features(relevant: Any, utility: Any, k: int, what: str) -> np.ndarray:
     return np.concatenate([helpful, distracting], axis=1)
 
 
+def _at_least_one(value: Any, name: str) -> int:
+    """``value`` as an int >= 1 (numpy integers accepted), or a located error."""
+    if integer(value, name) < 1:
+        raise UDCGInputError(f"expected a positive integer, got {show(value)}", field=name)
+    return int(value)
+
+
+def _check_accelerator(accelerator: Any) -> None:
+    """A located error unless ``accelerator`` is a Lightning accelerator or one's name."""
+    from lightning.pytorch.accelerators import Accelerator, AcceleratorRegistry
+
+    if not isinstance(accelerator, Accelerator):
+        names = ("auto", "gpu", *sorted(AcceleratorRegistry.available_accelerators()))
+        one_of(accelerator, "accelerator", names)
+
+
 def _check_fraction(val_fraction: Any) -> float:
     """``val_fraction`` as a float in [0, 1), or a located error."""
     if isinstance(val_fraction, bool) or not isinstance(val_fraction, int | float | np.floating):
@@ -281,17 +306,22 @@ class UDCGTheta:
         (with ``l2=0`` it is scikit-learn's unpenalised logistic regression), and 0.2 for
         Adam.
     tol: convergence when the largest gradient component of the objective is ``<= tol``.
-    seed: seed of the train/validation split (the weights start at zero; nothing else is
-        random, so one seed gives bit-identical weights on one machine).
-    accelerator: a Lightning accelerator; ``"auto"`` is CUDA when available, else CPU.
+    seed: seed of the train/validation split, a non-negative integer or None (the weights
+        start at zero; nothing else is random, so one seed gives bit-identical weights on one
+        machine).
+    accelerator: a Lightning accelerator or its name (``"cpu"``, ``"cuda"``, ``"gpu"``...);
+        ``"auto"`` is CUDA when available, else CPU.
     verbose: show Lightning's messages and progress bar.
 
     Fitted attributes: ``alpha_`` and ``beta_`` (``[k]`` float64 arrays), ``intercept_``
     (0.0 when ``bias=False``), ``n_iter_`` (optimizer iterations), ``history_``
     (``{"train_loss": [...], "val_loss": [...]}`` per epoch: training objective, validation
     BCE), ``split_`` (``(train_idx, val_idx)`` context indices), ``converged_``,
-    ``early_stopped_``, ``calibration_`` (a :class:`udcg.theta.calibration.Calibration` from
-    :meth:`calibrate` or the card, else None).
+    ``early_stopped_``, ``bias_`` and ``l2_`` (what the weights were fitted with, which
+    :meth:`save` records whatever the parameters say now), ``card_`` (the card's free entries:
+    empty after :meth:`fit`, set by :meth:`load` and :func:`udcg.fit_theta`),
+    ``calibration_`` (a :class:`udcg.theta.calibration.Calibration` from :meth:`calibrate` or
+    the card, else None).
 
     Examples:
         Fitted on contexts simulated with alpha = (3.5, 2, 3.5), beta = -1 and b = -1
@@ -386,31 +416,27 @@ class UDCGTheta:
         max_epochs = self.max_epochs
         if max_epochs is None:
             max_epochs = _DEFAULT_MAX_EPOCHS[self.optimizer]
-        if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < 1:
-            raise UDCGInputError(
-                f"expected a positive integer, got {show(max_epochs)}", field="max_epochs"
-            )
+        max_epochs = _at_least_one(max_epochs, "max_epochs")
         lr = _DEFAULT_LR[self.optimizer] if self.lr is None else self.lr
         if isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 < lr < math.inf:
             raise UDCGInputError(f"expected a positive number, got {show(lr)}", field="lr")
-        if isinstance(self.patience, bool) or not isinstance(self.patience, int):
-            raise UDCGInputError(
-                f"expected an integer, got {show(self.patience)}", field="patience"
-            )
-        if self.patience < 1:
-            raise UDCGInputError(f"must be >= 1, got {show(self.patience)}", field="patience")
+        patience = _at_least_one(self.patience, "patience")
         tol = self.tol
         if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 < tol < math.inf:
             raise UDCGInputError(f"expected a positive number, got {show(tol)}", field="tol")
         if self.val_fraction is not None:
             _check_fraction(self.val_fraction)
+        seed = None if self.seed is None else nonnegative_int(self.seed, "seed")
+        _check_accelerator(self.accelerator)
         return {
             "k": k,
             "bias": bool(self.bias),
             "l2": float(l2),
             "max_epochs": max_epochs,
             "lr": float(lr),
+            "patience": patience,
             "tol": float(tol),
+            "seed": seed,
         }
 
     # ----------------------------------------------------------------------------------------
@@ -443,7 +469,7 @@ class UDCGTheta:
         val_fraction = self.val_fraction
         if val_fraction is None:
             val_fraction = _DEFAULT_VAL_FRACTION[self.optimizer]
-        train_idx, val_idx = split_by_query(codes, val_fraction, self.seed)
+        train_idx, val_idx = split_by_query(codes, val_fraction, params["seed"])
         y_train = y[train_idx]
         if y_train.min() == y_train.max():
             raise UDCGInputError(
@@ -484,7 +510,7 @@ class UDCGTheta:
             module,
             data,
             max_epochs=params["max_epochs"],
-            patience=self.patience,
+            patience=params["patience"],
             accelerator=self.accelerator,
             verbose=bool(self.verbose),
             trainer=trainer,
@@ -500,6 +526,9 @@ class UDCGTheta:
         self.split_ = (train_idx, val_idx)
         self.converged_ = outcome.converged
         self.early_stopped_ = outcome.early_stopped
+        self.bias_ = params["bias"]
+        self.l2_ = params["l2"]
+        self.card_ = {}
         self.calibration_ = None
         if not (outcome.converged or outcome.early_stopped):
             warnings.warn(
@@ -592,7 +621,8 @@ class UDCGTheta:
         records ``format``, ``format_version``, ``k``, ``bias``, ``l2``, the tensors' shapes and
         the SHA-256 of the weights file, plus every entry of ``card`` (JSON-serialisable: judge
         model, gamma, training-data fingerprint, held-out correlation...). Each file is
-        written atomically (:func:`udcg.io.weights.files.write_weights`). Returns the card's path.
+        written atomically (:func:`udcg.io.weights.files.write_weights`); non-finite weights are
+        refused. Returns the card's path.
         """
         return write_weights(path, self.to_weights(), pretrained_config(self._card(card)))
 
@@ -605,8 +635,8 @@ class UDCGTheta:
 
         ``k``: the list size the caller's data has; an error if the weights are for another.
         A missing or corrupted file, a card that does not describe the weights, a card of
-        another format, or one that records no SHA-256 of the weights (unless
-        ``allow_unverified``: then a warning) raise :class:`UDCGInputError`
+        another format, or one that records no SHA-256 of the weights or of its entries
+        (unless ``allow_unverified``: then a warning) raise :class:`UDCGInputError`
         (:func:`udcg.io.weights.files.read_weights`). The card's entries are in ``card_``; its
         ``calibration`` entry in ``calibration_`` (None when it has none, as after :meth:`fit`).
         """
@@ -615,6 +645,8 @@ class UDCGTheta:
         model.alpha_ = weights.alpha
         model.beta_ = weights.beta
         model.intercept_ = weights.intercept
+        model.bias_ = weights.bias
+        model.l2_ = weights.l2
         model.card_ = weights.card
         model.calibration_ = None
         if weights.card.get("calibration") is not None:
@@ -637,11 +669,14 @@ class UDCGTheta:
 
     def to_weights(self) -> ThetaWeights:
         """The fitted weights as :class:`~udcg.io.weights.files.ThetaWeights`, ``card_`` as
-        their card (what :func:`udcg.evaluate` reads for ``UDCGtheta@k``)."""
+        their card (what :func:`udcg.evaluate` reads for ``UDCGtheta@k``), with the bias and
+        l2 they were fitted with (``bias_``, ``l2_``; the parameters for weights set by hand)."""
         self._check_fitted()
         card = {**getattr(self, "card_", {}), "k": len(self.alpha_)}
+        bias = getattr(self, "bias_", self.bias)
+        l2 = getattr(self, "l2_", self.l2)
         return ThetaWeights(
-            self.alpha_, self.beta_, float(self.intercept_), bool(self.bias), float(self.l2), card
+            self.alpha_, self.beta_, float(self.intercept_), bool(bias), float(l2), card
         )
 
     def _card(self, card: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -8,9 +8,11 @@ weights of::
 The card ``<stem>.json`` records ``format``, ``format_version``, ``k``, ``bias``, ``l2``, the
 tensors' shapes and the SHA-256 of the weights file, plus free entries (judge, utility source,
 gamma, training-data fingerprint, held-out correlations...). Reading checks one against the
-other; a card that records no SHA-256 is refused unless unverified weights are allowed on
-purpose (``allow_unverified=True``, the commands' ``--allow-unverified``), and then a
-:class:`~udcg.errors.UDCGWarning` says they are used unchecked.
+other; a card that records no SHA-256 of the weights, or none of its own entries though the
+udcg version it names writes one (0.3 on), is refused unless unverified weights are allowed
+on purpose (``allow_unverified=True``, the commands' ``--allow-unverified``), and then a
+:class:`~udcg.errors.UDCGWarning` says they are used unchecked. Non-finite weights are never
+written.
 
 A weights *folder* (:func:`write_pretrained`, the Hugging Face layout) holds the same tensors
 in ``model.safetensors``, the same card as ``config.json`` and a ``README.md`` model card
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 import warnings
 from collections.abc import Mapping
@@ -37,6 +40,7 @@ from udcg.io.files import atomic_write
 from udcg.validation import positive_int, show
 
 __all__ = [
+    "CARD_DIGEST_SINCE",
     "CONFIG_NAME",
     "FORMAT",
     "FORMAT_VERSION",
@@ -76,6 +80,23 @@ RESERVED = (
     "card_sha256",
     "tensors",
 )
+#: the first udcg version (major, minor) whose cards record ``card_sha256``
+CARD_DIGEST_SINCE = (0, 3)
+_VERSION = re.compile(r"(\d+)\.(\d+)")
+#: per digest a card may lack: what goes unchecked without it, and how the weights are used
+_UNVERIFIED = {
+    "weights_sha256": (
+        "so nothing checks the weights against their card (swapped or edited tensors would "
+        "load unnoticed)",
+        "alpha, beta and the intercept are used as the file holds them, unchecked",
+    ),
+    "card_sha256": (
+        "though udcg {version} writes one, so nothing checks the card's entries (an edit "
+        "that turns the judge or utility check off would load unnoticed)",
+        "the judge, utility, prompt and calibration entries are used as the card holds "
+        "them, unchecked",
+    ),
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,6 +154,14 @@ def _encode(
         "beta": np.ascontiguousarray(weights.beta, dtype=np.float64),
         "intercept": np.asarray(float(weights.intercept), dtype=np.float64),
     }
+    for name, tensor in tensors.items():
+        if not np.isfinite(tensor).all():
+            bad = tensor[~np.isfinite(tensor)].flat[0]
+            raise UDCGInputError(
+                f"tensor {name!r} holds {show(float(bad))}: only finite weights are written "
+                "(they could not be loaded)",
+                field="weights",
+            )
     blob = st_save(tensors, metadata={"format": FORMAT})
     meta = {
         "format": FORMAT,
@@ -167,12 +196,34 @@ def card_digest(card: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _writes_card_digest(version: Any) -> bool:
+    """Whether the udcg version a card records (``udcg_version``) writes ``card_sha256``:
+    not one before 0.3, nor a card that records none; any other value, unreadable included.
+
+    Examples:
+        >>> [_writes_card_digest(v) for v in ("0.3.0", "1.0", "0.2.1", None, "custom")]
+        [True, True, False, False, True]
+    """
+    if version is None:
+        return False
+    match = _VERSION.match(version) if isinstance(version, str) else None
+    return match is None or (int(match[1]), int(match[2])) >= CARD_DIGEST_SINCE
+
+
+def _missing_digests(card: Mapping[str, Any]) -> list[str]:
+    """The digests of :data:`_UNVERIFIED` the card lacks though its writer records them."""
+    missing = [] if card.get("weights_sha256") is not None else ["weights_sha256"]
+    if card.get("card_sha256") is None and _writes_card_digest(card.get("udcg_version")):
+        missing.append("card_sha256")
+    return missing
+
+
 def write_weights(
     path: str | PathLike[str], weights: ThetaWeights, card: Mapping[str, Any] | None = None
 ) -> Path:
     """Write ``weights`` to ``path`` (safetensors) and its card beside it, each atomically;
-    ``card`` holds the free entries (JSON-serialisable, none of :data:`RESERVED`). Returns the
-    card's path.
+    ``card`` holds the free entries (JSON-serialisable, none of :data:`RESERVED`). Non-finite
+    weights are refused before anything is written. Returns the card's path.
 
     Examples:
         >>> import tempfile
@@ -311,8 +362,9 @@ def read_weights(
     ``k``: the list size the caller's data has; an error if the weights are for another. A
     missing or corrupted file, a card that does not describe the weights (SHA-256, shapes,
     bias), or a card of another format raise :class:`UDCGInputError`; so does a card that
-    records no SHA-256 (nothing would notice alpha and beta swapped or edited) unless
-    ``allow_unverified``: then a :class:`UDCGWarning` says the weights are used unchecked.
+    records no SHA-256 (nothing would notice alpha and beta swapped or edited), or no
+    ``card_sha256`` though its ``udcg_version`` writes one, unless ``allow_unverified``: then
+    a :class:`UDCGWarning` says the weights are used unchecked.
 
     Examples:
         Weights for another list size are refused (a round trip: :func:`write_weights`):
@@ -343,12 +395,13 @@ def read_weights(
         raise UDCGInputError(f"weights are for k={card_k}, data has k={k}", path=path)
     blob = path.read_bytes()
     digest = card.get("weights_sha256")
-    if digest is None and not allow_unverified:
+    missing = _missing_digests(card)
+    if missing and not allow_unverified:
+        why = _UNVERIFIED[missing[0]][0].format(version=card.get("udcg_version"))
         raise UDCGInputError(
-            f"{cpath.name} records no weights_sha256, so nothing checks the weights against "
-            "their card (swapped or edited tensors would load unnoticed); to use them "
-            "unchecked, allow unverified weights (--allow-unverified, allow_unverified=True)",
-            path=path,
+            f"{cpath.name} records no {missing[0]}, {why}; to use them unchecked, allow "
+            "unverified weights (--allow-unverified, allow_unverified=True)",
+            path=cpath,
         )
     if digest is not None and digest != hashlib.sha256(blob).hexdigest():
         raise UDCGInputError(
@@ -369,10 +422,9 @@ def read_weights(
         raise UDCGInputError(
             f"the card says bias=false but the intercept is {show(intercept)}", path=path
         )
-    if digest is None:
+    for name in missing:
         warnings.warn(
-            f"{path}: unverified weights ({cpath.name} records no weights_sha256): alpha, "
-            "beta and the intercept are used as the file holds them, unchecked",
+            f"{path}: unverified weights ({cpath.name} records no {name}): {_UNVERIFIED[name][1]}",
             UDCGWarning,
             stacklevel=2,
         )
