@@ -128,7 +128,7 @@ def card_text(
         + (
             f"{_value(card['card_sha256'])} (verified: its entries as udcg wrote them)"
             if card.get("card_sha256")
-            else "not recorded (a card written before udcg 0.3: its entries are unchecked)"
+            else "not recorded (its entries are unchecked)"
         ),
     ]
     if card.get("calibration") is not None:
