@@ -489,10 +489,10 @@ def test_order_retriever_is_the_plain_run(
         assert report[key] == plain_report[key]
     (retrieved,) = _stage(tmp_path, "retrieve")
     assert all(len(c.passages) == 3 for c in retrieved)
-    # the retrieve stage is keyed by the dataset and retriever options, the dataset's content
-    # and the depth; order=retriever asks for no more candidates than a plain run
+    # the retrieve stage is keyed by the dataset and retriever options, the dataset's content,
+    # k and the depth; order=retriever asks for no more candidates than a plain run
     sha256 = report["setup"]["dataset_sha256"]
-    key = stage_key(plain(cfg.dataset), plain(cfg.retriever), sha256, 3)
+    key = stage_key(plain(cfg.dataset), plain(cfg.retriever), sha256, 3, 3)
     assert (tmp_path / "cache" / f"retrieve-{key}.jsonl.gz").is_file()
 
 

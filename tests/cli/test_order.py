@@ -74,6 +74,13 @@ def test_contexts_mode_matches_enumeration(tmp_path: Path, weights: Path) -> Non
         assert [q.doc_id for q in new.passages] == [old.passages[i].doc_id for i in best]
         changed = best != list(range(len(old.passages)))
         assert new.outcomes == ({} if changed else old.outcomes)
+        assert new.extra["ordered_by"] == {
+            "ordering": "theta",
+            "k": 3,
+            "judge": "sim",
+            "utility": "abstention",
+            "weights_sha256": UDCGTheta.from_pretrained(weights).card_["weights_sha256"],
+        }
         after.append(p)
         before.append(
             expit(

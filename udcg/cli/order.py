@@ -7,6 +7,8 @@ judge's value of the utility source, :mod:`udcg.io.joins.utility_sources`); each
 are the candidates, and OUT gets the ``min(k, n)`` passages the ordering picks, in its order
 (the others are dropped: a context is what the generator reads). ``outcomes`` are kept only
 for contexts whose passages did not change (they were measured on the original context).
+Every OUT line records what ordered it: ``ordered_by`` = ``{"ordering", "k", "judge",
+"utility", "weights_sha256"}``.
 ``--judge-key`` is the judge whose values to read (default: the weights card's judge).
 
 TREC mode: each query's ranked documents (the first ``--depth``, default all) are the
@@ -49,6 +51,8 @@ from udcg.io.weights.files import MISMATCH_FIELDS, check_compatible
 from udcg.theta.ordering import ORDERINGS, order_by
 
 _TREC_ONLY = ("qrels", "utilities", "depth")
+#: The context key recording what ordered a context (contexts mode).
+ORDERED_BY = "ordered_by"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,12 +177,20 @@ def order_contexts(args: argparse.Namespace) -> None:
     relevant = relevance_matrix(contexts, unit=True)
     utilities = get_source(utility).utilities(contexts, judge)
     orders, before, after = _reorder(model, args.ordering, relevant, utilities)
+    record = {
+        "ordering": args.ordering,
+        "k": model.k,
+        "judge": judge,
+        "utility": utility,
+        "weights_sha256": model.theta.card_.get("weights_sha256"),
+    }
     out, changed = [], 0
     for ctx, order in zip(contexts, orders, strict=True):
         same = order.tolist() == list(range(len(ctx.passages)))
         changed += not same
         passages = [ctx.passages[i] for i in order]
-        out.append(ctx if same else replace(ctx, passages=passages, outcomes={}))
+        chosen = ctx if same else replace(ctx, passages=passages, outcomes={})
+        out.append(replace(chosen, extra={**chosen.extra, ORDERED_BY: record}))
     if notes:  # the mismatches allowed on purpose travel with the contexts, as in score --out
         out = [replace(c, extra={**c.extra, "weights_overrides": notes}) for c in out]
     write_contexts(args.out, out)
