@@ -18,6 +18,7 @@ from udcg.errors import UDCGInputError
 from udcg.metrics.udcg import udcg_terms
 from udcg.theta import UDCGTheta, UDCGThetaConvergenceWarning, card_path, split_by_query
 from udcg.theta.lightning import bce_with_logits
+from udcg.theta.simulate import simulate_arrays
 
 # U-shaped helpful weights (first and last positions count most), negative distracting weights
 ALPHA = np.array([3.0, 1.5, 0.8, 1.5, 3.0])
@@ -407,3 +408,15 @@ def test_params_follow_scikit_learn_conventions():
     assert repr(model) == "UDCGTheta(k=5, bias=True, l2=0.1)"
     with pytest.raises(UDCGInputError, match="unknown parameter"):
         model.set_params(gamma=1)
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
+def test_a_fit_leaves_torchs_global_generator_as_it_was(optimizer: str) -> None:
+    """A library call changes no process-wide state: a user's torch draws after a fit are
+    those they would have been without it (nn.Linear's random init drew from the generator)."""
+    rel, u, correct = simulate_arrays(200, 3, seed=1)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    UDCGTheta(3, optimizer=optimizer, max_epochs=3).fit(rel, u, correct)
+    assert torch.equal(torch.rand(3), expected)

@@ -27,6 +27,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils import skip_init
 
 __all__ = [
     "FitOutcome",
@@ -127,7 +128,8 @@ class UDCGThetaModule(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
-        self.linear = nn.Linear(2 * k, 1, bias=bias, dtype=torch.float64)
+        # built without nn.Linear's random init (a draw from torch's global generator)
+        self.linear = skip_init(nn.Linear, 2 * k, 1, bias=bias, dtype=torch.float64)
         with torch.no_grad():  # zero start: deterministic, and the problem is convex
             self.linear.weight.zero_()
             if self.linear.bias is not None:
