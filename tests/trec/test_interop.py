@@ -107,6 +107,17 @@ def test_integer_ids_in_a_dataframe_are_read_as_strings() -> None:
     assert evaluate(qrels, run, "RR") == {"1": {"RR": 0.5}, "2": {"RR": 1.0}}
 
 
+def test_two_query_id_columns_must_agree() -> None:
+    """A frame with ``qid`` and ``query_id`` (a PyTerrier frame merged with an ir_measures one)
+    used ``qid`` silently; two that differ are refused, two equal ones are fine."""
+    run = pd.DataFrame({"qid": ["1", "2"], "docno": ["10", "20"], "score": [1.0, 1.0]})
+    agree = pd.DataFrame({"qid": [1, 2], "query_id": ["1", "2"], "docno": ["10", "20"]})
+    assert evaluate(agree.assign(label=[1, 0]), run, "RR") == {"1": {"RR": 1.0}, "2": {"RR": 0.0}}
+    differ = agree.assign(query_id=["2", "1"], label=[1, 0])
+    with pytest.raises(UDCGInputError, match="both 'qid' and 'query_id' columns, and they differ"):
+        evaluate(differ, run, "RR")
+
+
 def test_ir_measures_measures_equal_their_names(case) -> None:
     qrels, run = case
     objects = [

@@ -106,6 +106,7 @@ def test_udcg_measure_parameters() -> None:
         ("UDCGtheta(gamma=1)@5", "UDCGtheta accepts rel"),
         ("nDCG(gamma=1)@5", "nDCG takes none"),
         ("UDCG@0", "the cutoff must be at least 1"),
+        ("ndcg_cut_0", "the cutoff must be at least 1"),  # was nDCG@0 = 0
         ("ndcg_cut", "unknown measure"),
     ],
 )

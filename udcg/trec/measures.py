@@ -162,7 +162,7 @@ def parse_measure(text: str) -> Measure:
     text = text.strip()
     pytrec = _PYTREC.match(text)
     if pytrec:
-        return Measure(_PYTREC_CUT[pytrec["name"].lower()], int(pytrec["cutoff"]))
+        return Measure(_PYTREC_CUT[pytrec["name"].lower()], _cutoff(text, pytrec["cutoff"]))
     match = _SYNTAX.match(text)
     if match and match["name"] == "hits":
         k = match["cutoff"] or "k"
@@ -175,13 +175,18 @@ def parse_measure(text: str) -> Measure:
     name = _ALIASES.get(match["name"].lower()) if match else None
     if match is None or name is None:
         raise UDCGInputError(f"unknown measure {text!r}; known: {_known()}", field="measures")
-    cutoff = int(match["cutoff"]) if match["cutoff"] else None
+    cutoff = _cutoff(text, match["cutoff"]) if match["cutoff"] else None
     if cutoff is None and MEASURES[name][0]:
         raise UDCGInputError(f"{name} needs a cutoff, e.g. {name}@10", field="measures")
-    if cutoff == 0:
-        raise UDCGInputError(f"{text!r}: the cutoff must be at least 1", field="measures")
     params = _params(text, name, match["params"]) if match["params"] else {}
     return Measure(name, cutoff, **params)
+
+
+def _cutoff(text: str, digits: str) -> int:
+    """The cutoff ``digits`` of measure ``text``; 0 is refused (``ndcg_cut_0`` too)."""
+    if int(digits) == 0:
+        raise UDCGInputError(f"{text!r}: the cutoff must be at least 1", field="measures")
+    return int(digits)
 
 
 def _is_ir_measures(measure: object) -> bool:

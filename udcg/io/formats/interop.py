@@ -112,10 +112,24 @@ def _pick(columns: list[str], wanted: tuple[str, ...], what: str, kind: Kind) ->
     )
 
 
+def _one_id_column(frame: Any, columns: list[str], wanted: tuple[str, ...], kind: Kind) -> None:
+    """Refuse two id columns (``qid`` and ``query_id``) that disagree: which one is meant?"""
+    present = [name for name in wanted if name in columns]
+    for other in present[1:]:
+        if frame[present[0]].astype(str).tolist() != frame[other].astype(str).tolist():
+            raise UDCGInputError(
+                f"the DataFrame has both {present[0]!r} and {other!r} columns, and they differ: "
+                "keep the one that holds the ids",
+                field=kind,
+            )
+
+
 def _dataframe_columns(frame: Any, kind: Kind) -> tuple[Any, Any, Any]:
     columns = [str(c) for c in frame.columns]
     q = _pick(columns, QUERY_COLUMNS, "query id", kind)
     d = _pick(columns, DOC_COLUMNS, "document id", kind)
+    _one_id_column(frame, columns, QUERY_COLUMNS, kind)
+    _one_id_column(frame, columns, DOC_COLUMNS, kind)
     v = _pick(columns, VALUE_COLUMNS[kind], "score" if kind == "run" else "relevance", kind)
     return frame[q], frame[d], frame[v]
 
