@@ -440,6 +440,9 @@ def test_weights_of_another_judge_refused_then_allowed_and_recorded(
     report, _ = run_evaluate(cfg, tmp_path / "out")
     (note,) = report["setup"]["theta_weights_overrides"]
     assert note.startswith("field 'judge'") and note.endswith("(allowed on purpose)")
+    # the report names the weights by their digest, not only by a path that may change
+    digest = UDCGTheta.from_pretrained(folder).card_["weights_sha256"]
+    assert report["setup"]["theta_weights_sha256"] == digest
     assert f"UDCG-theta weights: {note}" in report["notes"]
     # the mode this pipeline annotates with is checked too
     model.save_pretrained(folder, card={"judge_model": "fake", "abstention_mode": "sequence"})

@@ -284,6 +284,9 @@ def run_benchmark(
                 "k": k,
                 "judge": label_key,
                 "utility": settings.utility,
+                "theta_weights_sha256": None
+                if theta is None
+                else theta.card_.get("weights_sha256"),
                 "theta_weights_overrides": theta_notes,
                 "n_contexts": len(table.correct),
                 "n_queries": len(set(table.qids.tolist())),
