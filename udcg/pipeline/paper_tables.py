@@ -231,12 +231,13 @@ def distractor_study(
     """Table 1's annotated contexts: ``{"weak": [...], "hard": [...]}`` (module docstring),
     k = ``settings.k``, the gold position cycling 1..k over the questions."""
     out = {}
+    fingerprint = dataset.fingerprint()
     for kind in ("weak", "hard"):
         retriever = Distractors(base, kind, seed=settings.seed)
         key = stage_key(
             "distractors",
             kind,
-            dataset.fingerprint(),
+            fingerprint,
             type(base).__name__,
             settings.k,
             settings.seed,

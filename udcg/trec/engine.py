@@ -548,12 +548,13 @@ def _evaluate(
     def graded() -> tuple[bool, np.ndarray, bool]:
         return _graded_pairs(q_qrels, d_qrels, qrels.relevance, q_run, d_run, n_queries, n_docs)
 
-    ranked, order = _file_ranking(q_run, ranking_scores(run.scores), d_run, doc_names)
+    scores = ranking_scores(run.scores)
+    ranked, order = _file_ranking(q_run, scores, d_run, doc_names)
     if ranked:
         qrels_repeats, run_grades, run_repeats = graded()
     else:  # the numpy work on this thread, Arrow's sort (its own memory pool) beside it
         (qrels_repeats, run_grades, run_repeats), order = run_concurrently(
-            graded, lambda: trec_order(q_run, run.scores, run.doc_ids)
+            graded, lambda: trec_order(q_run, scores, run.doc_ids)
         )
     if qrels_repeats:
         raise _duplicate_error("qrels", qrels.source, q_qrels, d_qrels, qid_names, doc_names)

@@ -461,7 +461,7 @@ def ranking_scores(scores: np.ndarray) -> np.ndarray:
         [0.8123456835746765, 0.8123456835746765, inf]
     """
     with np.errstate(over="ignore"):
-        return np.asarray(scores).astype(np.float32)
+        return np.asarray(scores).astype(np.float32, copy=False)
 
 
 def trec_order(qids: Any, scores: np.ndarray, doc_ids: Any) -> np.ndarray:
