@@ -283,16 +283,18 @@ def _report(
     paths = {name: item.path for name, item in labelled.items()}
     values = journey.pooled_values(paths, source.field, judge.name)
     utilities = {q: {d: float(v) for d, v in row.items()} for q, row in values.items()}
-    relevant = journey.pooled_values(paths, "relevant")
-    pooled = {q: {d: int(v) for d, v in row.items()} for q, row in relevant.items()}
-    qrels, unjudged = pooled, len(pooled)
-    if given is not None:
-        from udcg.io.formats.trec import read_trec_qrels
+    if given is not None and args.answers is None:  # relevance from the qrels alone
+        qrels, unjudged = (given if args.qrels is not None else given.to_dict()), 0
+    else:  # the answers' labels, for every query the qrels (if any) do not judge
+        relevant = journey.pooled_values(paths, "relevant")
+        qrels = {q: {d: int(v) for d, v in row.items()} for q, row in relevant.items()}
+        unjudged = len(qrels)
+        if given is not None:
+            from udcg.io.formats.trec import read_trec_qrels
 
-        judged = (read_trec_qrels(given) if args.qrels is not None else given).to_dict()
-        # with --answers, the queries the qrels do not judge take the answers' labels
-        qrels = {**{q: row for q, row in pooled.items() if q not in judged}, **judged}
-        unjudged = len(qrels) - len(judged)
+            judged = (read_trec_qrels(given) if args.qrels is not None else given).to_dict()
+            qrels = {**{q: row for q, row in qrels.items() if q not in judged}, **judged}
+            unjudged = len(qrels) - len(judged)
     comparison = journey.compare_systems(
         qrels, runs, args.measures, utilities, source.field,
         baseline=baseline, test=args.test, alpha=args.alpha,

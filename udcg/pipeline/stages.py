@@ -25,6 +25,7 @@ from udcg.labels.annotate import operations
 from udcg.labels.erag import has_erag
 from udcg.pipeline.datasets import Dataset
 from udcg.retrieval import Ranking, Retriever
+from udcg.retrieval.base import ScoringRetriever
 
 if TYPE_CHECKING:
     from udcg.pipeline.settings import EvaluateSettings
@@ -70,11 +71,13 @@ def retrieve_contexts(
     """One context per query: the top-k passages with score and answer relevance, then (with
     ``depth`` > k) the next passages of a ``depth``-deep retrieval, as candidates. The first k
     are the k-deep retrieval's, whatever ``depth``: a control that places by position
-    (``GoldAt``) or draws k (``RandomRetriever``) keeps its top k when candidates are added."""
-    rankings = retriever.retrieve(dataset.queries, dataset.corpus, k)
-    if depth is not None and depth > k:
-        deeper = retriever.retrieve(dataset.queries, dataset.corpus, depth)
-        rankings = [_extended(t, d, depth) for t, d in zip(rankings, deeper, strict=True)]
+    (``GoldAt``) or draws k (``RandomRetriever``) keeps its top k when candidates are added. A
+    scoring retriever's top k leads its deeper list, so it retrieves once."""
+    depth = k if depth is None else max(depth, k)
+    rankings = retriever.retrieve(dataset.queries, dataset.corpus, depth)
+    if depth > k and not isinstance(retriever, ScoringRetriever):
+        top = retriever.retrieve(dataset.queries, dataset.corpus, k)
+        rankings = [_extended(t, d, depth) for t, d in zip(top, rankings, strict=True)]
     contexts = []
     for query, ranking in zip(dataset.queries, rankings, strict=True):
         passages = [
