@@ -1,5 +1,7 @@
 """``udcg demo``: build the embedded demo set and annotate it with the judge (about 20 minutes
-on 2 CPU cores); see :mod:`udcg.demo_data.demo` for what it holds."""
+on 2 CPU cores); see :mod:`udcg.demo_data.demo` for what it holds. The set is annotated as
+``udcg annotate`` annotates (:func:`udcg.labels.stream.annotate_stream`, in one chunk), so OUT
+gets the same ``OUT.manifest.json`` record of the judge, steps and input, and the same lock."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from pathlib import Path
 from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.demo_data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
-from udcg.io.contexts.jsonl import write_contexts
-from udcg.io.files import exclusive_writer, refuse_same_file
-from udcg.labels.annotate import annotate
+from udcg.io.files import refuse_same_file
+from udcg.labels.annotate import annotate, check_provided, operations
+from udcg.labels.provenance import annotation_record
+from udcg.labels.stream import annotate_stream
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,13 +51,31 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         check_judge_arguments(args)
         refuse_same_file(args.out, {"--source": args.source, **judge_inputs(args)})
-        with exclusive_writer(args.out, "demo output"):
-            contexts = build_contexts(load_source(args.source), args.seed)
-            judge = open_cli_judge(args)
-            annotated, report = annotate(contexts, judge, steps=STEPS)
-            write_contexts(args.out, annotated)
+        contexts = build_contexts(load_source(args.source), args.seed)
+        judge = open_cli_judge(args)
+        check_provided(judge, STEPS, "string")
+        record = annotation_record(
+            judge.name,
+            judge.fingerprint,
+            STEPS,
+            "string",
+            False,
+            "span",
+            "first_token",
+            32,
+            None,
+            {op: judge.key_settings(op) for op in operations(STEPS, "string")},
+        )
+        report, _ = annotate_stream(
+            contexts,
+            args.out,
+            lambda part: annotate(part, judge, steps=STEPS),
+            chunk=len(contexts),
+            total=len(contexts),
+            record=record,
+        )
         print(
-            f"wrote {len(annotated)} contexts to {args.out}: {report.pairs} passage pairs, "
+            f"wrote {report.contexts} contexts to {args.out}: {report.pairs} passage pairs, "
             f"{report.answer_pairs} answer-likelihood pairs, "
             f"grades {dict(report.grades)}; "
             f"cache hits {judge.cache.hits}, misses {judge.cache.misses}",

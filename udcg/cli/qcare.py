@@ -47,6 +47,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -63,7 +64,7 @@ from udcg.cli.common import (
     run_cli,
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
 from udcg.qcare.agreement import agreement, annotator_agreement
@@ -396,6 +397,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = info_stream(args.out)
             print(format_report(report, judge.name), file=out)
             print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}", file=out)
+            if report.checks["bounds"]:
+                warnings.warn(
+                    f"{report.checks['bounds']} of {report.checks['logprobs']} Yes/No log-prob "
+                    "labels were only bounded (Yes or No outside the server's top log-probs):"
+                    " their hard label holds, their _prob value is written as null",
+                    UDCGWarning,
+                    stacklevel=1,
+                )
         elif args.command == "import":
             _import(args)
         elif args.command == "mtrag":

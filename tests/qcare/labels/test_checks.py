@@ -54,3 +54,54 @@ def test_a_server_without_log_probs_falls_back_to_text_replies() -> None:
         strict = YesNoChecker(_fast(server.url, abstain_token="NO"), mode="logprobs")
         with pytest.raises(UDCGServiceError, match="no log-probs"):
             strict(PROMPT, "coverage")
+
+
+def test_a_bounded_yes_no_value_keeps_its_label_and_writes_no_probability() -> None:
+    """Top-2 log-probs without No: P(Yes)/(P(Yes)+P(No)) is only a lower bound of at least 0.5,
+    so the hard label (Yes) holds and the soft value is None, counted as a bound; a reply with
+    both tokens gives the exact value."""
+    import math
+
+    from tests.judge.test_openai_backend import _openai_logprobs
+
+    tops = {
+        "Does it? #fr": {"Yes": math.log(0.6), "The": math.log(0.3)},
+        "Does it? #ex": {"Yes": math.log(0.6), "No": math.log(0.2)},
+    }
+
+    def reply(path, body, headers):
+        top = tops[body["messages"][-1]["content"]]
+        return 200, {}, _chat_reply("Yes", _openai_logprobs(top))
+
+    exact = [[{"role": "system", "content": "s"}, {"role": "user", "content": "Does it? #ex"}]]
+    with ScriptedServer(reply) as server:
+        checker = YesNoChecker(_fast(server.url, abstain_token="NO", top_logprobs=2))
+        soft, hard = checker(PROMPT + exact, "coverage")
+    assert hard == [True, True]
+    assert soft[0] is None and soft[1] == pytest.approx(0.75)
+    assert checker.counts["bounds"] == 1 and checker.counts["logprobs"] == 2
+
+
+def test_qcare_label_writes_a_bound_as_null_and_warns(tmp_path, monkeypatch, capsys) -> None:
+    from udcg.cli import qcare
+    from udcg.io.contexts.jsonl import read_contexts, write_contexts
+    from udcg.io.contexts.model import Context, Passage
+    from udcg.judge import Judge
+    from udcg.judge.base import judge_values
+
+    class Bounded(Judge):
+        name, fingerprint = "bounded", "bounded-v1"
+
+        def yes_prob(self, prompts):
+            return judge_values([0.7] * len(prompts), upper_bound=[True] * len(prompts))
+
+    monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: Bounded())
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    ctx = Context("q", [Passage("d", text="Paris.")], question="Capital?", subqueries=["Capital?"])
+    write_contexts(inp, [ctx])
+    assert qcare.main(["label", str(inp), "-o", str(out), "--judge", "x"]) == 0
+    (labelled,) = read_contexts(out)
+    assert labelled.passages[0].covers == [True]
+    assert labelled.passages[0].extra["covers_prob"] == [None]
+    err = capsys.readouterr().err
+    assert "1 of 1 Yes/No log-prob labels were only bounded" in err, err

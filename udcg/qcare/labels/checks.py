@@ -1,7 +1,10 @@
 """Yes/No checks through the judge, with a soft label beside the hard one.
 
 Where the backend gives log-probabilities, the soft label is P(Yes) / (P(Yes) + P(No)) of the
-first answer token (:meth:`Judge.yes_prob`) and the hard label is ``soft >= 0.5``. Otherwise
+first answer token (:meth:`Judge.yes_prob`) and the hard label is ``soft >= 0.5``. A value the
+server only bounded (Yes or No outside its top log-probs: an upper bound below 0.5 or a lower
+bound of at least 0.5, see docs/scale.md) keeps its hard label and gets no soft one (``None``,
+counted in ``counts["bounds"]``), so no bound is written as a probability. Otherwise
 (``checks="text"``, or ``"auto"`` when the backend has no log-probs: its first ``yes_prob``
 raises NotImplementedError or :class:`~udcg.errors.LogprobsUnavailable`) the judge generates a
 short reply that is parsed strictly: its first word must be Yes or No. An unusable reply is
@@ -44,8 +47,9 @@ def parse_yes_no(text: str) -> bool | None:
 class YesNoChecker:
     """Runs batches of Yes/No prompts through ``judge`` (see the module docstring).
 
-    ``counts`` accumulates ``logprobs`` and ``text`` (labels by each route), ``retried``
-    (text replies asked again) and ``unusable`` (no label after the retries);
+    ``counts`` accumulates ``logprobs`` and ``text`` (labels by each route), ``bounds`` (log-prob
+    labels whose soft value was only bounded), ``retried`` (text replies asked again) and
+    ``unusable`` (no label after the retries);
     ``text_reason`` says why ``auto`` fell back to text (only on its first log-prob call).
 
     Examples:
@@ -85,25 +89,27 @@ class YesNoChecker:
     def __call__(
         self, prompts: Sequence[Messages], label: str
     ) -> tuple[list[float | None], list[bool | None]]:
-        """``(soft, hard)`` per prompt; soft is None for text labels and unusable replies."""
+        """``(soft, hard)`` per prompt; soft is None for text labels, bounds, unusable replies."""
         prompts = list(prompts)
         soft: list[float | None] = [None] * len(prompts)
         hard: list[bool | None] = [None] * len(prompts)
         todo = list(range(len(prompts)))
         if self.mode != "text" and self.text_reason is None and prompts:
             try:
-                values, _ = judge_call(self.judge, prompts, self.judge.yes_prob, label, self.batch)
+                values, bounds = judge_call(
+                    self.judge, prompts, self.judge.yes_prob, label, self.batch
+                )
             except (NotImplementedError, LogprobsUnavailable) as exc:
                 if self.mode == "logprobs" or self.counts["logprobs"]:
                     raise
                 self.text_reason = f"{type(exc).__name__}: {exc}"
-                values = [math.nan] * len(prompts)
+                values, bounds = [math.nan] * len(prompts), [False] * len(prompts)
             todo = []
-            for i, value in enumerate(values):
+            for i, (value, bound) in enumerate(zip(values, bounds, strict=True)):
                 value = float(value)
                 if math.isfinite(value):
-                    soft[i], hard[i] = value, value >= 0.5
-                    self.counts["logprobs"] += 1
+                    soft[i], hard[i] = (None if bound else value), value >= 0.5
+                    self.counts.update(["logprobs", "bounds"] if bound else ["logprobs"])
                 else:
                     todo.append(i)
         if todo:

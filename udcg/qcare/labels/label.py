@@ -13,7 +13,7 @@ What is written (see :mod:`udcg.io.contexts.jsonl`):
   ``fingerprint``, ``subqueries`` (``"given"`` or ``"judge"``) and ``outcomes`` (the models
   whose answers it labelled);
 * ``passages[].covers[s]`` (hard) and ``passages[].covers_prob[s]`` (soft, null for text
-  labels);
+  labels and for values the server only bounded);
 * with ``answers_from=MODEL``, in ``outcomes[MODEL]``: ``claims`` of its ``answer``,
   ``claim_relevance[f][s]``, ``subquery_covered[s]`` and ``claim_support[f][chunk]``, each with
   its ``_prob`` twin. A sub-query with no relevant claim is not covered (no call); when a
