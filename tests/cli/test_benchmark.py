@@ -21,12 +21,13 @@ from sklearn.metrics import ndcg_score
 
 from udcg import metrics
 from udcg.cli.benchmark import main, run_evaluate
-from udcg.cli.hydra_config import plain
+from udcg.cli.hydra_config import build_retriever, plain
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.judge.base import Judge
 from udcg.pipeline.stages import stage_key
 from udcg.pipeline.sweep import write_summary
+from udcg.retrieval.base import retriever_identity
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -492,10 +493,13 @@ def test_order_retriever_is_the_plain_run(
         assert report[key] == plain_report[key]
     (retrieved,) = _stage(tmp_path, "retrieve")
     assert all(len(c.passages) == 3 for c in retrieved)
-    # the retrieve stage is keyed by the dataset and retriever options, the dataset's content,
-    # k and the depth; order=retriever asks for no more candidates than a plain run
+    # the retrieve stage is keyed by the dataset and retriever options, the run name, the
+    # retriever's description, the dataset's content, k and the depth; order=retriever asks
+    # for no more candidates than a plain run
     sha256 = report["setup"]["dataset_sha256"]
-    key = stage_key(plain(cfg.dataset), plain(cfg.retriever), sha256, 3, 3)
+    name, searcher = build_retriever(cfg.retriever)
+    identity = retriever_identity(searcher)
+    key = stage_key(plain(cfg.dataset), plain(cfg.retriever), name, identity, sha256, 3, 3)
     assert (tmp_path / "cache" / f"retrieve-{key}.jsonl.gz").is_file()
 
 

@@ -244,3 +244,24 @@ def test_the_distractors_config_builds_the_retriever(evaluate_config, kind: str)
     assert name == "distractors" and isinstance(retriever, Distractors)
     assert (retriever.kind, retriever.seed, retriever.position) == (kind, 4, None)
     assert isinstance(retriever.base, BM25Retriever)
+
+
+def test_another_base_retriever_is_not_read_back_from_the_stage_cache(tmp_path: Path) -> None:
+    """The retrieval stages are keyed by the base retriever's settings and the run name, not
+    its class alone: BM25 with other k1 and b, or another name, retrieves again."""
+    data = _dataset()
+    settings = EvaluateSettings(k=3, judge="toy", cache_dir=tmp_path / "stages", n_bootstrap=50)
+    first = StageCache(tmp_path)
+    distractor_study(data, BM25Retriever(), settings, ToyJudge(), first, erag=False)
+    selection_study(data, BM25Retriever(), settings, ToyJudge(), first, 6, ("relevance",), "a")
+    for base, name in [(BM25Retriever(k1=0.2, b=0.1), "a"), (BM25Retriever(), "b")]:
+        cache = StageCache(tmp_path)
+        selected = selection_study(data, base, settings, ToyJudge(), cache, 6, ("relevance",), name)
+        assert "retrieve" not in cache.hits and name in selected
+        assert {c.run for c in selected[name]} == {name}
+    cache = StageCache(tmp_path)
+    distractor_study(data, BM25Retriever(k1=0.2, b=0.1), settings, ToyJudge(), cache, erag=False)
+    assert "retrieve" not in cache.hits
+    cache = StageCache(tmp_path)
+    distractor_study(data, BM25Retriever(), settings, ToyJudge(), cache, erag=False)
+    assert cache.hits.count("retrieve") == 2  # the same base: both kinds read back

@@ -34,6 +34,7 @@ from udcg.pipeline.stages import (
 )
 from udcg.progress import next_stage, progress
 from udcg.retrieval import Retriever, check_depth
+from udcg.retrieval.base import retriever_identity
 
 if TYPE_CHECKING:
     from udcg.judge.cached import CachedJudge
@@ -184,8 +185,10 @@ def run_benchmark(
 
     ``retriever`` is ``(name, retriever)``, or None for a dataset that holds its retrieved
     contexts (``retriever=given``). ``stage_id`` (plain JSON naming the dataset and retriever
-    settings) and the dataset's content (:meth:`Dataset.fingerprint`, recorded in the report as
-    ``setup.dataset_sha256``) key the cached retrieval stage; ``config`` is recorded in the
+    settings), the run name, the retriever's own description
+    (:func:`~udcg.retrieval.base.retriever_identity`) and the dataset's content
+    (:meth:`Dataset.fingerprint`, recorded in the report as ``setup.dataset_sha256``) key the
+    cached retrieval stage; ``config`` is recorded in the
     report as given, and so is ``sweep`` (a sweep member's sweep id and overrides).
     """
     k = settings.k
@@ -229,7 +232,7 @@ def run_benchmark(
             name, searcher = retriever
             name = _run_name(name, searcher)
             depth = settings.candidates
-            key = stage_key(*stage_id, dataset_sha256, k, depth)
+            key = stage_key(*stage_id, name, retriever_identity(searcher), dataset_sha256, k, depth)
             contexts = cache.run(
                 "retrieve", key, lambda: retrieve_contexts(dataset, name, searcher, k, depth)
             )

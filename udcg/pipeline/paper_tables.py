@@ -40,6 +40,7 @@ from udcg.pipeline.stages import (
     stage_key,
 )
 from udcg.retrieval import Distractors, Retriever
+from udcg.retrieval.base import retriever_identity
 
 #: How :func:`select_contexts` scores the candidates.
 SELECT_BY = {
@@ -238,7 +239,7 @@ def distractor_study(
             "distractors",
             kind,
             fingerprint,
-            type(base).__name__,
+            retriever_identity(base),
             settings.k,
             settings.seed,
         )
@@ -268,7 +269,7 @@ def selection_study(
     k = settings.k
     if candidates < k:
         raise UDCGInputError(f"must be at least k={k}, got {candidates}", field="candidates")
-    key = stage_key("candidates", dataset.fingerprint(), type(base).__name__, candidates)
+    key = stage_key("candidates", dataset.fingerprint(), name, retriever_identity(base), candidates)
     pool = cache.run("retrieve", key, lambda: retrieve_contexts(dataset, name, base, candidates))
     pool = _labelled(cache, pool, judge, settings, "erag" in by, outcomes=False)
     top = [replace(c, passages=c.passages[:k], outcomes={}) for c in pool]

@@ -44,6 +44,33 @@ class Ranking:
     scores: np.ndarray
 
 
+def retriever_identity(retriever: object) -> dict[str, object]:
+    """What a cached retrieval stage is keyed by: the retriever's class (module and name) and
+    its public attributes that are plain values (retrievers it wraps described alike); any
+    other attribute by ``repr``, so an object without a stable one is never matched.
+
+    Examples:
+        >>> from udcg.retrieval.bm25 import BM25Retriever
+        >>> from udcg.retrieval.controls import Reversed
+        >>> retriever_identity(Reversed(BM25Retriever(k1=0.9)))["base"]["k1"]
+        0.9
+    """
+    kind = type(retriever)
+
+    def plain(value: object) -> object:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, Retriever):
+            return retriever_identity(value)
+        return repr(value)
+
+    attributes = sorted(getattr(retriever, "__dict__", {}).items())
+    fields = {k: plain(v) for k, v in attributes if not k.startswith("_")}
+    return {"class": f"{kind.__module__}.{kind.__qualname__}", **fields}
+
+
 @runtime_checkable
 class Retriever(Protocol):
     """Ranks ``corpus`` for each query and returns its ``k`` best passages.
