@@ -335,6 +335,17 @@ def test_outputs_that_name_an_input_are_refused(tmp_path: Path, capsys) -> None:
         code, err = _merge(src, output, parts, capsys)
         assert code == 2 and "the output names the input" in err
     assert src.read_bytes() == before
+    # nor is a cache one of the files written beside OUT (its manifests, its lock)
+    cache = tmp_path / "c.sqlite"
+    out = tmp_path / "y.jsonl"
+    for beside in ("y.jsonl.manifest.json", "y.jsonl.partial.manifest", "y.jsonl.lock"):
+        (tmp_path / beside).unlink(missing_ok=True)
+        (tmp_path / beside).symlink_to(cache)
+        cache.write_bytes(b"kept")
+        code = annotate_main([str(src), "-o", str(out), "--judge", f"precomputed:{judge}",
+                              "--steps", "abstain", "--cache", str(tmp_path / beside)])  # fmt: skip
+        assert code == 2 and "the output names the input --cache" in capsys.readouterr().err
+        assert cache.read_bytes() == b"kept" and not out.exists()
 
 
 def test_stdout_output_takes_no_lock_and_writes_no_manifest(

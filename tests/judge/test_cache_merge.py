@@ -129,3 +129,27 @@ def test_merge_keeps_the_judges_recorded_key_settings(tmp_path: Path, capsys) ->
     assert main(["cache", "merge", str(out), str(other)]) == 0
     assert "1 with a different value (kept as in" in capsys.readouterr().out
     assert _rows(out) == _rows(source)
+
+
+def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
+    """A copied cache with entries still in its -wal (the copy recipe after a kill): the merge
+    reads them and leaves the copied file and its -wal byte for byte as they were."""
+    import shutil
+
+    source = tmp_path / "run" / "judge.sqlite"
+    source.parent.mkdir()
+    writer = JudgeCache(source)
+    writer.put_many({f"{i:064x}": i / 10 for i in range(5)})
+    copy = tmp_path / "copies" / "judge.sqlite"
+    copy.parent.mkdir()
+    for suffix in ("", "-wal"):  # while the writer still holds it open: no checkpoint yet
+        shutil.copy(f"{source}{suffix}", f"{copy}{suffix}")
+    writer.close()
+    before = {s: Path(f"{copy}{s}").read_bytes() for s in ("", "-wal")}
+    assert sqlite3.connect(f"{copy.resolve().as_uri()}?mode=ro", uri=True).execute(
+        "SELECT COUNT(*) FROM judge_cache"
+    ).fetchone() == (5,)
+    merged = JudgeCache(tmp_path / "merged.sqlite")
+    assert merged.merge_from(copy).added == 5
+    merged.close()
+    assert {s: Path(f"{copy}{s}").read_bytes() for s in ("", "-wal")} == before

@@ -61,10 +61,15 @@ from udcg.labels.annotate import (
     operations,
     relabels,
 )
-from udcg.labels.provenance import annotation_record
+from udcg.labels.provenance import annotation_record, manifest_path
 from udcg.labels.shards import in_shard, parse_shard
 from udcg.labels.signal_check import ContextSignal
-from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream, partial_path
+from udcg.labels.stream import (
+    DEFAULT_CHUNK,
+    annotate_stream,
+    partial_manifest_path,
+    partial_path,
+)
 
 #: Value field -> how the warning names it.
 _BOUND_NAMES = {
@@ -264,7 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         check_judge_arguments(args)
         shard = parse_shard(args.shard) if args.shard else None
-        for output in (args.out, partial_path(args.out)):
+        written = [args.out]  # OUT and what is written beside it
+        if os.fspath(args.out) != STDIO:
+            partial = partial_path(args.out)
+            written += [partial, partial_manifest_path(partial), manifest_path(args.out)]
+            written.append(Path(f"{os.fspath(args.out)}.lock"))
+        for output in written:
             refuse_directory(output)
             refuse_same_file(output, {"IN": args.input, **judge_inputs(args)})
         # the lock comes first: a second run on OUT is refused before it loads a judge

@@ -134,10 +134,11 @@ def _store_json(result: JSONResult, _: bool) -> dict[str, Any] | None:
         return None
     stored = {"value": result.value, "attempts": result.attempts, "raw": list(result.raw)}
     try:
-        canonical_json(stored)  # refuses NaN, infinities and what is not JSON
+        text = canonical_json(stored)  # refuses NaN, infinities and what is not JSON
     except (TypeError, ValueError):
         return None
-    return stored
+    # a value JSON changes (int keys become strings, tuples lists) would read back as another
+    return stored if json.loads(text)["value"] == result.value else None
 
 
 _PROBABILITY = (_store_probability, _probability)
@@ -420,12 +421,13 @@ class JudgeCache:
         (and of its ``-wal``) whose keys it lacks; a key in both keeps this cache's value. A
         source entry that is neither of the :data:`FORMS` nor a settings record
         (:func:`is_entry`), or has a non-numeric write time, is skipped and counted as
-        ``invalid``."""
+        ``invalid``. ``source`` is opened read-only: nothing is written to it."""
         source = self.check_file(source)
         if source.exists() and self.path.exists() and os.path.samefile(source, self.path):
             raise UDCGInputError("is the destination cache itself", path=source)
         with self._open() as conn:
-            conn.execute("ATTACH DATABASE ? AS source", (str(source),))
+            # read-only: a merge never writes to its input (not even a checkpoint of its -wal)
+            conn.execute("ATTACH DATABASE ? AS source", (f"{source.resolve().as_uri()}?mode=ro",))
             try:
                 with _transaction(conn), _sqlite_errors(source):
                     _check_schema(conn, "source", source, allow_empty=False)
