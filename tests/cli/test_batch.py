@@ -63,13 +63,16 @@ def _reply(body: dict[str, Any]) -> dict[str, Any]:
                 }
             ]
         }
-        return {"choices": [{"message": {"content": best}, "logprobs": logprobs}]}
+        return {
+            "model": body["model"],
+            "choices": [{"message": {"content": best}, "logprobs": logprobs}],
+        }
     user = messages[-1]["content"]
     if messages[0]["content"].startswith("Grade"):
         text = "CORRECT" if "Model answer: Paris" in user else "INCORRECT"
     else:
         text = " Paris." if "France" in user else "NO-RESPONSE"
-    return {"choices": [{"message": {"content": text}, "logprobs": None}]}
+    return {"model": body["model"], "choices": [{"message": {"content": text}, "logprobs": None}]}
 
 
 class ChatServer(ScriptedServer):
@@ -220,7 +223,9 @@ def test_split_files_hold_every_request_once(tmp_path, capsys):
     assert {(c["args"]["question"], c["args"]["passage"]) for c in calls} == pairs
 
 
-def _result(custom_id: str, top: dict[str, float] | None, status: int = 200) -> dict[str, Any]:
+def _result(
+    custom_id: str, top: dict[str, float] | None, status: int = 200, model: Any = "m"
+) -> dict[str, Any]:
     logprobs = None
     if top is not None:
         entries = [{"token": t, "logprob": lp} for t, lp in top.items()]
@@ -233,7 +238,7 @@ def _result(custom_id: str, top: dict[str, float] | None, status: int = 200) -> 
                 }
             ]
         }
-    body = {"choices": [{"message": {"content": "x"}, "logprobs": logprobs}]}
+    body = {"model": model, "choices": [{"message": {"content": "x"}, "logprobs": logprobs}]}
     return {
         "id": "r",
         "custom_id": custom_id,

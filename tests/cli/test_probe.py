@@ -48,10 +48,11 @@ def _vllm_like(path: str, body: Any, headers: dict[str, str]) -> tuple[int, dict
         return 200, {}, {"prompt": "NO"}
     if path == "/v1/completions":
         assert body["echo"] is True
+        tokens = ["The", " capital", " of", " France", " is", " Paris"]
         logprobs = {
-            "tokens": ["The", " capital", "."],
-            "token_logprobs": [None, -3.0, -0.5],
-            "text_offset": [0, 3, 11],
+            "tokens": tokens,
+            "token_logprobs": [None, -3.0, -0.5, -1.0, -0.2, -0.7],
+            "text_offset": [sum(map(len, tokens[:i])) for i in range(len(tokens))],
         }
         return 200, {}, {"choices": [{"text": "", "logprobs": logprobs}]}
     if "response_format" in body:

@@ -509,7 +509,7 @@ def test_the_model_loads_on_the_first_call_not_before(tmp_path):
 
 
 def test_texts_are_checked_before_the_model_loads() -> None:
-    from udcg.judge.local import _check_texts
+    from udcg.judge.base import check_texts as _check_texts
 
     for values, message in [
         (["a", None], "field 'passages[1]': is None (use '' for an empty text)"),

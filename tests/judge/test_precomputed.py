@@ -59,3 +59,30 @@ def test_bad_lines_are_located(tmp_path: Path, line: str, fragment: str) -> None
     with pytest.raises(UDCGInputError, match=fragment) as err:
         load_judge(f"precomputed:{path}")
     assert f"{path}:2" in str(err.value)
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_two_pairs_of_one_prompt_are_one_pair(tmp_path: Path, monkeypatch, in_memory) -> None:
+    """The judge cache keys a pair by its prompt: two pairs rendering one prompt with other
+    values are refused at the second line (dict and SQLite index alike); the same value given
+    as a probability on one line and as a log-probability on another is one value."""
+    import json
+
+    from udcg.judge.precomputed import PrecomputedJudge
+
+    if not in_memory:
+        monkeypatch.setattr(PrecomputedJudge, "in_memory_bytes", 0)
+    monkeypatch.setenv("UDCG_CACHE_DIR", str(tmp_path / "cache"))
+    one = {"question": "Who?", "passage": "Doc\nQuestion: When?", "abstain_prob": 0.1}
+    other = {"question": "When?\nQuestion: Who?", "passage": "Doc", "abstain_prob": 0.9}
+    path = tmp_path / "pre.jsonl"
+    path.write_text(f"{json.dumps(one)}\n{json.dumps(other)}\n")
+    with pytest.raises(UDCGInputError, match=r"pre.jsonl:2: .*0.9 for a \(question, passage\)"):
+        PrecomputedJudge(path)
+    as_prob = {"question": "Q?", "passage": "P.", "abstain_prob": 0.01}
+    as_log = {"question": "Q?", "passage": "P.", "abstain_logprob": math.log(0.01)}
+    path.write_text("".join(json.dumps(row) + "\n" for row in (one, as_prob, as_log)))
+    judge = PrecomputedJudge(path)
+    np.testing.assert_allclose(
+        judge.abstain_prob(["Q?", "Who?"], ["P.", one["passage"]]), [0.01, 0.1]
+    )

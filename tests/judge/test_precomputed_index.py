@@ -34,7 +34,7 @@ def test_index_lookups_match_the_file(tmp_path: Path, indexed: Path, monkeypatch
     judge = PrecomputedJudge(path)
     digest = hashlib.sha256("".join(line + "\n" for line in LINES).encode()).hexdigest()
     assert judge.fingerprint == f"precomputed:{digest}"
-    assert [p.name for p in indexed.iterdir()] == [f"{digest}.v2.sqlite"]
+    assert [p.name for p in indexed.iterdir()] == [f"{digest}.v3.sqlite"]
     np.testing.assert_array_equal(
         judge.abstain_prob(["q", "q"], ["b", "a"]), [math.exp(math.log(0.125)), 0.25]
     )

@@ -68,6 +68,59 @@ def upper_bounds(values: Any) -> np.ndarray:
     return np.zeros(np.shape(values), dtype=bool) if mask is None else np.asarray(mask, bool)
 
 
+def check_texts(values: Any, what: str) -> list[str]:
+    """``values`` as a list of strings; a single string, None or another type is an error.
+
+    >>> check_texts(("a", "b"), "questions")
+    ['a', 'b']
+    >>> check_texts("ab", "questions")
+    Traceback (most recent call last):
+    ...
+    udcg.errors.UDCGInputError: field 'questions': expected a sequence of strings, got a single ...
+    """
+    if isinstance(values, str):
+        raise UDCGInputError("expected a sequence of strings, got a single string", field=what)
+    values = list(values)
+    for i, v in enumerate(values):
+        if v is None:
+            raise UDCGInputError("is None (use '' for an empty text)", field=f"{what}[{i}]")
+        if not isinstance(v, str):
+            raise UDCGInputError(f"expected a string, got {type(v).__name__}", field=f"{what}[{i}]")
+    return values
+
+
+def check_conversations(prompts: Any) -> list[list[dict[str, str]]]:
+    """``prompts`` as a list of chat conversations, each a list of ``{"role", "content"}``
+    messages with string values; one conversation given alone is an error.
+
+    >>> check_conversations([[{"role": "user", "content": "Hi"}]])
+    [[{'role': 'user', 'content': 'Hi'}]]
+    >>> check_conversations([{"role": "user", "content": "Hi"}])
+    Traceback (most recent call last):
+    ...
+    udcg.errors.UDCGInputError: field 'prompts[0]': expected a list of chat messages, got dict ...
+    """
+    out = []
+    for i, messages in enumerate(prompts):
+        if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
+            raise UDCGInputError(
+                f"expected a list of chat messages, got {type(messages).__name__} (pass a list"
+                " of conversations, each a list of messages)",
+                field=f"prompts[{i}]",
+            )
+        for j, message in enumerate(messages):
+            if not (
+                isinstance(message, Mapping)
+                and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)
+            ):
+                raise UDCGInputError(
+                    "expected a message {'role': str, 'content': str}", field=f"prompts[{i}][{j}]"
+                )
+        out.append(list(messages))
+    return out
+
+
 class Judge(ABC):
     """A scoring LLM. ``name`` keys its values (``abstain_prob[name]``); ``fingerprint``
     identifies backend, model and settings for the cache. A subclass implements the
@@ -175,7 +228,7 @@ class Judge(ABC):
         the softmax probability of NO-RESPONSE's first token, ``sequence`` the product of its
         tokens' teacher-forced probabilities."""
         self._layered("abstain_prob")
-        questions, passages = list(questions), list(passages)
+        questions, passages = check_texts(questions, "questions"), check_texts(passages, "passages")
         if len(questions) != len(passages):
             raise UDCGInputError(
                 f"abstain_prob needs one passage per question, got {len(questions)} questions"
@@ -201,9 +254,7 @@ class Judge(ABC):
         ``answers[i]`` must not be empty. Backends without teacher-forced log-probs raise
         NotImplementedError."""
         self._layered("answer_prob")
-        if isinstance(questions, str) or isinstance(passages, str):
-            raise UDCGInputError("expected sequences of strings, got a single string")
-        questions, passages = list(questions), list(passages)
+        questions, passages = check_texts(questions, "questions"), check_texts(passages, "passages")
         if not len(questions) == len(passages) == len(answers):
             raise UDCGInputError(
                 f"{len(questions)} questions, {len(passages)} passages and {len(answers)} answer "
@@ -232,7 +283,8 @@ class Judge(ABC):
     ) -> np.ndarray:
         """P(Yes) / (P(Yes) + P(No)) of the first answer token, read from log-probs."""
         self._layered("yes_prob")
-        return self._run_values("yes_prob", [{"messages": list(m)} for m in prompts], {}, on_result)
+        items = [{"messages": m} for m in check_conversations(prompts)]
+        return self._run_values("yes_prob", items, {}, on_result)
 
     def generate(
         self,
@@ -243,7 +295,7 @@ class Judge(ABC):
     ) -> list[str]:
         """Greedy completions."""
         self._layered("generate")
-        items = [{"messages": list(m)} for m in prompts]
+        items = [{"messages": m} for m in check_conversations(prompts)]
         params = {"max_new_tokens": int(max_new_tokens)}
         texts = [r.value for r in self._run("generate", items, params, on_result)]
         for text in texts:
@@ -270,5 +322,5 @@ class Judge(ABC):
         params = dict(validate=validate, max_new_tokens=int(max_new_tokens), retries=int(retries))
         if schema is not None:
             params["schema"] = schema
-        items = [{"messages": list(m)} for m in prompts]
+        items = [{"messages": m} for m in check_conversations(prompts)]
         return [r.value for r in self._run("generate_json", items, params)]

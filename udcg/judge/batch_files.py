@@ -29,6 +29,7 @@ from udcg.judge.openai_replies import (
     first_token_logprobs,
     generated_tokens,
     message_text,
+    same_model,
     token_prob,
     yes_ratio,
 )
@@ -336,18 +337,13 @@ class BatchResults:
     duplicates: int = 0
 
 
-def _same_model(named: Any, model: str) -> bool:
-    """True when a reply's ``model`` is ``model`` or a dated version of it (OpenAI answers
-    ``gpt-4o-mini-2024-07-18`` to ``gpt-4o-mini``)."""
-    return isinstance(named, str) and (named == model or named.startswith(model + "-"))
-
-
 def _foreign_reply(call: Call, body: Mapping[str, Any], model: str | None) -> str | None:
     """Why ``body`` cannot be the reply to ``call``'s request as exported for ``model``, or
-    None: it names another model, or generated more tokens than the request allowed."""
-    if model is not None and "model" in body and not _same_model(body["model"], model):
+    None: it names another model or none (:func:`same_model`), or generated more tokens than
+    the request allowed."""
+    if model is not None and not same_model(body.get("model"), model):
         return (
-            f"the reply is of model {snippet(json.dumps(body['model']))}, the request was"
+            f"the reply is of model {snippet(json.dumps(body.get('model')))}, the request was"
             f" exported for {model!r}: the results of another batch?"
         )
     used, limit = generated_tokens(body), call.args.get("max_new_tokens")

@@ -19,7 +19,7 @@ import numpy as np
 
 from udcg._lazy import require_transformers_torch
 from udcg.errors import UDCGInputError
-from udcg.judge.base import Judge, OnResult
+from udcg.judge.base import Judge, OnResult, check_texts
 from udcg.judge.file_digest import file_sha256, folder_sha256
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
 from udcg.judge.requests import Request, column
@@ -38,17 +38,6 @@ WARM_UP_PASSAGE = (
 WARM_UP_QUESTIONS = ("Where does the Danube end?", "How long is the Danube?")
 #: Names of torch's floating-point dtypes that ``dtype`` takes (``torch.`` prefix allowed).
 FLOAT_DTYPES = ("float32", "float", "bfloat16", "float16", "half", "float64", "double")
-
-
-def _check_texts(values: Sequence[Any], what: str) -> list[str]:
-    if isinstance(values, str):
-        raise UDCGInputError("expected a sequence of strings, got a single string", field=what)
-    for i, v in enumerate(values):
-        if v is None:
-            raise UDCGInputError("is None (use '' for an empty text)", field=f"{what}[{i}]")
-        if not isinstance(v, str):
-            raise UDCGInputError(f"expected a string, got {type(v).__name__}", field=f"{what}[{i}]")
-    return list(values)
 
 
 def _single_token_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
@@ -333,8 +322,8 @@ class TransformersJudge(Judge):
 
     def _abstain(self, questions: Sequence[str], passages: Sequence[str], mode: str) -> np.ndarray:
         """P(abstain) per pair (see :meth:`Judge.abstain_prob`): float64 in [0, 1]."""
-        questions = _check_texts(questions, "questions")
-        passages = _check_texts(passages, "passages")
+        questions = check_texts(questions, "questions")
+        passages = check_texts(passages, "passages")
         if mode not in ("first_token", "sequence"):
             raise UDCGInputError(f"unknown mode {mode!r}: use 'first_token' or 'sequence'")
         passages = self._truncate_passages(passages)

@@ -18,6 +18,7 @@ import threading
 import warnings
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -25,6 +26,7 @@ import numpy as np
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.judge.base import Judge, JudgeValues, OnResult, judge_values
 from udcg.judge.cache import canonical_json
+from udcg.judge.file_digest import folder_sha256
 from udcg.judge.openai_http import JudgeHTTPClient, JudgeServerError, split_base_url
 from udcg.judge.openai_replies import (
     ReplyError,
@@ -79,6 +81,16 @@ BOUND_WARNINGS = {
         " in the result's upper_bound mask and counted in the judge's stats['yes_no_bound']"
     ),
 }
+
+
+def _tokenizer_identity(source: str | None) -> str | None:
+    """A template tokenizer in the fingerprint: a local folder by its resolved path and the
+    SHA-256 of the files loaded from it (an edited chat template is a new judge), a Hub id as
+    given."""
+    if source is None or not Path(source).is_dir():
+        return source
+    folder = Path(source).resolve()
+    return f"{folder}|files={folder_sha256(folder)[:16]}"
 
 
 class OpenAIJudge(Judge):
@@ -158,7 +170,7 @@ class OpenAIJudge(Judge):
             "top_logprobs": self.top_logprobs,
             "abstain_token": abstain_token,
             "extra_body": self.extra_body or None,
-            "template_tokenizer": template_tokenizer,
+            "template_tokenizer": _tokenizer_identity(template_tokenizer),
         }
         settings = {k: v for k, v in settings.items() if v is not None}
         self.fingerprint = "openai:" + canonical_json(settings)
@@ -224,7 +236,7 @@ class OpenAIJudge(Judge):
     async def _first_token_logprobs(self, messages: Messages) -> dict[str, float]:
         url = self.base_url + CHAT_PATH
         body = first_token_body(self.model, messages, self.extra_body, self.top_logprobs)
-        choice = self._read(url, first_choice, await self.http.apost(url, body))
+        choice = self._read(url, first_choice, await self.http.apost(url, body), self.model)
         return self._read(url, first_token_logprobs, choice)
 
     def _bounded(
@@ -295,7 +307,7 @@ class OpenAIJudge(Judge):
                     self.http.count("structured_output_refused")
             if reply is None:
                 reply = await self.http.apost(url, body)
-            choice = self._read(url, first_choice, reply)
+            choice = self._read(url, first_choice, reply, self.model)
             return self._read(f"{url}: item {i}", message_text, choice)
 
         deliver = None if on_result is None else lambda i, text: on_result(i, text, False)
@@ -344,7 +356,7 @@ class OpenAIJudge(Judge):
             reply = await self.http.apost(
                 url, echo_body(self.model, prompt + answer, self.extra_body)
             )
-            choice = self._read(url, first_choice, reply)
+            choice = self._read(url, first_choice, reply, self.model)
             where, args = f"{url}: item {k}", (len(prompt), answer, generated_tokens(reply))
             picked = self._read(where, echoed_continuation, choice, *args)
             return sum(logprob for _, logprob, _ in picked) / len(picked)
@@ -394,7 +406,7 @@ class OpenAIJudge(Judge):
                 url, echo_body(self.model, prompt + token, self.extra_body)
             )
             picked = echoed_continuation(
-                first_choice(reply), len(prompt), token, generated_tokens(reply)
+                first_choice(reply, self.model), len(prompt), token, generated_tokens(reply)
             )
         except JudgeServerError as exc:
             if not isinstance(exc, ReplyError) and exc.status not in (400, 404, 422):
@@ -419,8 +431,11 @@ class OpenAIJudge(Judge):
         """For ``abstain_prob`` and ``yes_prob``: how a token outside the top log-probs is
         bounded (``unlisted``, :func:`unlisted_logprob`); for ``abstain_prob`` also the
         abstention token used when not given, and ``exact_bounds: "echo"`` when misses are
-        scored by echo; else nothing."""
+        scored by echo; for ``generate_json`` with ``structured_output="off"``, that setting (the
+        replies differ from those asked with ``response_format``); else nothing."""
         settings: dict[str, Any] = {}
+        if operation == "generate_json" and self.structured_output == "off":
+            settings["structured_output"] = "off"
         if operation in ("abstain_prob", "yes_prob"):
             settings["unlisted"] = UNLISTED_BOUND
         if operation == "abstain_prob" and self.abstain_token is None:

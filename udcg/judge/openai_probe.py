@@ -112,7 +112,7 @@ def _models(judge: OpenAIJudge, report: ServerReport) -> None:
 def _first_token(judge: OpenAIJudge, messages: Messages) -> dict[str, float]:
     url = judge.base_url + CHAT_PATH
     body = first_token_body(judge.model, messages, judge.extra_body, judge.top_logprobs)
-    return first_token_logprobs(first_choice(judge.http.post(url, body, RETRIES)))
+    return first_token_logprobs(first_choice(judge.http.post(url, body, RETRIES), judge.model))
 
 
 def _abstention(judge: OpenAIJudge, report: ServerReport) -> None:
@@ -147,14 +147,13 @@ def _echo(judge: OpenAIJudge, report: ServerReport) -> None:
     """Prompt log-probs by echo; with ``template_tokenizer``, one answer likelihood and one
     exact abstention value."""
     url = judge.base_url + COMPLETIONS_PATH
-    choice = first_choice(
-        judge.http.post(url, echo_body(judge.model, ECHO_PROMPT, judge.extra_body), RETRIES)
-    )
-    logprobs = choice.get("logprobs")
-    report.echo_logprobs = (
+    reply = judge.http.post(url, echo_body(judge.model, ECHO_PROMPT, judge.extra_body), RETRIES)
+    logprobs = first_choice(reply, judge.model).get("logprobs")
+    report.echo_logprobs = (  # the prompt's own tokens come back, with log-probs
         isinstance(logprobs, dict)
         and all(isinstance(logprobs.get(f), list) for f in ECHO_FIELDS)
-        and any(isinstance(v, int | float) for v in logprobs["token_logprobs"])
+        and ECHO_PROMPT in "".join(t for t in logprobs["tokens"] if isinstance(t, str))
+        and sum(isinstance(v, int | float) for v in logprobs["token_logprobs"]) > 1
     )
     if not report.echo_logprobs:
         report.errors["echo"] = "no prompt log-probs in the reply of /v1/completions with echo"
@@ -184,13 +183,15 @@ def _json_output(judge: OpenAIJudge, report: ServerReport) -> None:
     except JudgeServerError as exc:
         if not refuses_response_format(exc):
             raise
-        report.json_output = "refused"
-        report.errors["json_output"] = str(exc)
+        refused = str(exc)
         reply = judge.http.post(url, body, RETRIES)
     else:
-        report.json_output = "accepted"
-    message_text(first_choice(reply))
+        refused = None
+    message_text(first_choice(reply, judge.model))  # a reply without text is no generation
     report.generate = True
+    report.json_output = "accepted" if refused is None else "refused"
+    if refused is not None:
+        report.errors["json_output"] = refused
 
 
 def probe_server(judge: OpenAIJudge, relevance: Messages) -> ServerReport:

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,11 +58,36 @@ def sigmoid(x: float) -> float:
     return z / (1.0 + z)
 
 
-def first_choice(reply: Any) -> dict[str, Any]:
-    """The first entry of the reply's ``choices`` list."""
+def same_model(named: Any, model: str) -> bool:
+    """Whether a reply's ``model`` is ``model`` or a dated version of it (OpenAI answers
+    ``gpt-4o-mini-2024-07-18`` or ``gpt-4-0613`` to ``gpt-4o-mini`` or ``gpt-4``): another
+    name that only starts with ``model`` (``gpt-4o-mini`` for ``gpt-4o``) is another model.
+
+    >>> [same_model(m, "gpt-4o") for m in ("gpt-4o", "gpt-4o-2024-08-06", "gpt-4o-mini")]
+    [True, True, False]
+    """
+    dated = re.escape(model) + r"-(\d{4}|\d{4}-\d{2}-\d{2})"
+    return isinstance(named, str) and (named == model or re.fullmatch(dated, named) is not None)
+
+
+def first_choice(reply: Any, model: str | None = None, needs_model: bool = False) -> dict[str, Any]:
+    """The reply's one choice (``index`` 0, or the only entry when it has no index); a reply
+    naming another model than ``model`` (:func:`same_model`), or none with ``needs_model``, is
+    an error, and so is one with several choices.
+
+    >>> first_choice({"model": "m", "choices": [{"index": 0, "text": "a"}]}, "m")["text"]
+    'a'
+    """
     choices = reply.get("choices") if isinstance(reply, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ReplyError(f"reply has no 'choices' list: {snippet(str(reply))}")
+    if model is not None and (needs_model or "model" in reply):
+        if not same_model(reply.get("model"), model):
+            named = snippet(json.dumps(reply.get("model")))
+            raise ReplyError(f"the reply is of model {named}, not of the judge's {model!r}")
+    if len(choices) > 1 or choices[0].get("index", 0) != 0:
+        found = [c.get("index") if isinstance(c, dict) else c for c in choices]
+        raise ReplyError(f"the reply has choices {snippet(repr(found))}, not the one asked for")
     return choices[0]
 
 
@@ -202,7 +229,8 @@ def echoed_continuation(
     prompt sent with ``echo`` after ``prompt_chars`` characters. ``text`` starts ``len(text)``
     characters before the echoed prompt's end when the reply counts its ``generated`` tokens
     (echoes without special tokens' text, llama-cpp-python), else at ``prompt_chars``. A token
-    spanning the start of ``text`` is an error."""
+    spanning the start of ``text``, or one that is not ``text``'s at its offset (byte pieces of a
+    split character aside), is an error."""
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict) or not all(
         isinstance(logprobs.get(f), list) for f in ECHO_FIELDS
@@ -249,7 +277,19 @@ def echoed_continuation(
             for t, lp in (top.items() if isinstance(top, dict) else ())
             if isinstance(lp, int | float) and not isinstance(lp, bool)
         }
+        at = text[offset - start : offset - start + len(token)]
+        if token != at and not _byte_piece(token):
+            raise ReplyError(
+                f"echoed token {token!r} at text offset {offset} is not {at!r} of {text!r}:"
+                " the echo does not spell the scored text"
+            )
         picked.append((token, _logprob(float(logprob), ""), alternatives))
     if first != start:
         raise ReplyError(f"no echoed token starts at the start of {text!r}")
     return picked
+
+
+def _byte_piece(token: str) -> bool:
+    """Whether an echoed token is part of a character split over tokens, which servers write
+    as ``bytes:\\xe2\\x80`` (vLLM) or with U+FFFD, so its text cannot be compared."""
+    return token.startswith("bytes:") or "\ufffd" in token

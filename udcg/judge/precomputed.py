@@ -2,6 +2,10 @@
 ``{"question": ..., "passage": ..., "abstain_prob": 0.03, "answer_prob": 0.41}`` (or the natural
 log ``abstain_logprob`` / ``answer_logprob``); ``answer_prob`` already normalised as
 :meth:`~udcg.judge.base.Judge.answer_prob` states (answers at lookup are checked, not used).
+
+A pair is identified by the abstention prompt it renders (:func:`pair_prompt`), as the judge
+cache keys it: two pairs that render one prompt (``("Who?", "Doc\nQuestion: When?")`` and
+``("When?\nQuestion: Who?", "Doc")``) are one pair, so two values for them are refused.
 """
 
 from __future__ import annotations
@@ -25,14 +29,15 @@ from udcg.io.contexts.checks import LONE_SURROGATE, json_problem, lone_surrogate
 from udcg.io.files import PathType, numbered_lines, read_once
 from udcg.judge.base import Judge, OnResult
 from udcg.judge.cache import SELECT_BATCH, default_cache_path
+from udcg.judge.prompts import abstain_messages
 from udcg.judge.requests import Request, column
 from udcg.judge.spec import precomputed_key
 
 #: Stored values: probability field -> its log-probability alternative.
 VALUES = {"abstain_prob": "abstain_logprob", "answer_prob": "answer_logprob"}
 
-#: (value field, (question, passage), probability, line number)
-Value = tuple[str, tuple[str, str], float, int]
+#: (value field, the pair's prompt, probability, line number)
+Value = tuple[str, str, float, int]
 #: How far a line's probability and log-probability of one value may disagree.
 AGREE = 1e-6
 
@@ -49,8 +54,8 @@ class PrecomputedJudge(Judge):
         self.path = Path(path)
         self._source = read_once(path)  # a pipe is read once, whole: both passes read these
         self.name = name or precomputed_key(self.path)
-        probs: dict[str, dict[tuple[str, str], float]] | None = {v: {} for v in VALUES}
-        lines: dict[tuple[str, tuple[str, str]], int] = {}
+        probs: dict[str, dict[str, float]] | None = {v: {} for v in VALUES}
+        lines: dict[tuple[str, str], int] = {}
         digest, size = hashlib.sha256(), 0
         for number, line in self._lines():
             data = line.encode()
@@ -61,7 +66,7 @@ class PrecomputedJudge(Judge):
             for field, pair, prob, _ in self._values(line, number) if probs is not None else ():
                 earlier = probs[field].setdefault(pair, prob)  # type: ignore[index]
                 first = lines.setdefault((field, pair), number)
-                if earlier != prob:
+                if abs(earlier - prob) > AGREE:
                     raise _conflict(self.path, number, field, prob, earlier, first)
         self.fingerprint = f"precomputed:{digest.hexdigest()}"
         self._probs, self._index = probs, None
@@ -110,7 +115,9 @@ class PrecomputedJudge(Judge):
                     f"(exp = {probs[1]!r}): give one, or two that agree",
                     prob_field,
                 )
-            found.append((prob_field, (row["question"], row["passage"]), probs[0], number))
+            found.append(
+                (prob_field, pair_prompt(row["question"], row["passage"]), probs[0], number)
+            )
         if not found:
             names = " or ".join(f"{p} ({lp})" for p, lp in VALUES.items())
             raise fail(f"needs {names}", "abstain_prob")
@@ -125,10 +132,11 @@ class PrecomputedJudge(Judge):
                 field="judge",
             )
         pairs = list(zip(column(requests, "question"), column(requests, "passage"), strict=True))
+        prompts = [pair_prompt(q, p) for q, p in pairs]
         if self._index is not None:
-            values = self._index.get(op, pairs)
+            values = self._index.get(op, prompts)
         else:
-            values = [self._probs[op].get(pair) for pair in pairs]  # type: ignore[index]
+            values = [self._probs[op].get(prompt) for prompt in prompts]  # type: ignore[index]
         for (question, passage), value in zip(pairs, values, strict=True):
             if value is None:
                 raise UDCGInputError(
@@ -140,14 +148,14 @@ class PrecomputedJudge(Judge):
 
 
 class PrecomputedIndex:
-    """A precomputed file's values in SQLite keyed by a hash of (question, passage), at
-    ``$UDCG_CACHE_DIR/precomputed/SHA256.v2.sqlite`` (``digest``, the file's): built once from
+    """A precomputed file's values in SQLite keyed by a hash of each pair's prompt, at
+    ``$UDCG_CACHE_DIR/precomputed/SHA256.v3.sqlite`` (``digest``, the file's): built once from
     the lazy ``values`` of ``source`` through a temporary file, then read-only. Two lines giving
     a pair different values are refused, as in the dict."""
 
     def __init__(self, digest: str, values: Iterable[Value], source: Path) -> None:
-        # v2: indexes that refuse conflicts (an older one may hold the last of two values)
-        self.path = default_cache_path().parent / "precomputed" / f"{digest}.v2.sqlite"
+        # v3: keyed by prompt (v2 by the raw pair; v1 may hold the last of two values)
+        self.path = default_cache_path().parent / "precomputed" / f"{digest}.v3.sqlite"
         if not self.path.exists():
             self._build(self.path, values, source)
         self._lock = threading.Lock()
@@ -168,13 +176,13 @@ class PrecomputedIndex:
                     "answer_prob REAL) WITHOUT ROWID"
                 )
                 conn.execute("BEGIN")
-                for field, pair, prob, number in values:
-                    key = _pair_key(pair)
+                for field, prompt, prob, number in values:
+                    key = _prompt_key(prompt)
                     changed = conn.execute(
                         f"INSERT INTO probs (key, {field}) VALUES (?, ?) ON CONFLICT (key) "
-                        f"DO UPDATE SET {field} = excluded.{field} "
-                        f"WHERE {field} IS NULL OR {field} = excluded.{field}",
-                        (key, prob),
+                        f"DO UPDATE SET {field} = coalesce({field}, excluded.{field}) "
+                        f"WHERE {field} IS NULL OR abs({field} - excluded.{field}) <= ?",
+                        (key, prob, AGREE),
                     ).rowcount
                     if not changed:
                         sql = f"SELECT {field} FROM probs WHERE key = ?"
@@ -187,11 +195,11 @@ class PrecomputedIndex:
                 os.unlink(tmp)
             raise
 
-    def get(self, what: str, pairs: Sequence[tuple[str, str]]) -> list[float | None]:
-        """The stored ``what`` of each pair, None where absent."""
+    def get(self, what: str, prompts: Sequence[str]) -> list[float | None]:
+        """The stored ``what`` of each pair's prompt, None where absent."""
         if what not in VALUES:
             raise ValueError(f"unknown value field {what!r}")
-        keys = [_pair_key(pair) for pair in pairs]
+        keys = [_prompt_key(prompt) for prompt in prompts]
         found: dict[bytes, float | None] = {}
         with self._lock:
             for start in range(0, len(keys), SELECT_BATCH):
@@ -215,18 +223,23 @@ def _number(value: Any) -> float | None:
 def _conflict(
     path: Path, line: int, field: str, prob: float, earlier: float, first: int | None
 ) -> UDCGInputError:
-    """Two lines giving one (question, passage) pair different values."""
+    """Two lines giving one (question, passage) pair, or two pairs of one prompt, different
+    values."""
     where = f"line {first}" if first is not None else "an earlier line"
     return UDCGInputError(
-        f"{prob!r} for a (question, passage) pair {where} gives {earlier!r}: which one is the "
-        "judge's? Keep one line per pair",
+        f"{prob!r} for a (question, passage) pair whose prompt {where} gives {earlier!r}: which"
+        " one is the judge's? Keep one line per pair",
         path=path,
         line=line,
         field=field,
     )
 
 
-def _pair_key(pair: tuple[str, str]) -> bytes:
-    """16 bytes of BLAKE2b over the JSON of (question, passage)."""
-    text = json.dumps(pair, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+def pair_prompt(question: str, passage: str) -> str:
+    """The user message of the abstention prompt of (question, passage), what a pair is."""
+    return abstain_messages(question, passage)[1]["content"]
+
+
+def _prompt_key(prompt: str) -> bytes:
+    """16 bytes of BLAKE2b over a pair's prompt."""
+    return hashlib.blake2b(prompt.encode("utf-8"), digest_size=16).digest()

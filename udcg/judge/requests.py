@@ -10,6 +10,7 @@ stable name (a lambda, a local function, no ``cache_id`` string) has no key: nev
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -82,7 +83,8 @@ class MissingResults(Exception):
 
 def validator_id(validate: Any) -> str | None:
     """A stable name for a validator (its ``cache_id`` string, else ``module:qualname``), None
-    for a lambda or local function.
+    for a lambda, a local function or a method bound to an instance (its result depends on the
+    instance, which the name does not say).
 
     >>> validator_id(None), validator_id(validator_id), validator_id(lambda v: v)
     ('none', 'udcg.judge.requests:validator_id', None)
@@ -96,6 +98,8 @@ def validator_id(validate: Any) -> str | None:
     if not (isinstance(module, str) and isinstance(name, str)):
         return None
     if "<lambda>" in name or "<locals>" in name:
+        return None
+    if inspect.ismethod(validate) and not isinstance(validate.__self__, type):
         return None
     return f"{module}:{name}"
 

@@ -1,0 +1,180 @@
+"""What a reply must be to be read: of the judge's model (a dated version of it at most), one
+choice of index 0, an echo that spells the scored text; online, in batch files and in probe."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.cli.test_batch import _result
+from tests.judge.test_openai_backend import ScriptedServer, _chat_reply, _fast, _openai_logprobs
+from udcg.cli.batch import main as batch_main
+from udcg.errors import UDCGServiceError
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
+from udcg.judge.openai_replies import ReplyError, echoed_continuation, first_choice, same_model
+
+CHOICE = {"index": 0, "message": {"content": "NO"}}
+
+
+@pytest.mark.parametrize(
+    ("named", "model", "same"),
+    [
+        ("gpt-4o", "gpt-4o", True),
+        ("gpt-4o-2024-08-06", "gpt-4o", True),
+        ("gpt-4-0613", "gpt-4", True),
+        ("gpt-4o-mini", "gpt-4o", False),
+        ("gpt-4o-mini-2024-07-18", "gpt-4o", False),
+        ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B", False),
+        (None, "m", False),
+    ],
+)
+def test_a_dated_version_is_the_same_model_a_longer_name_is_not(named, model, same) -> None:
+    assert same_model(named, model) is same
+
+
+def test_first_choice_refuses_another_model_and_other_choices() -> None:
+    assert first_choice({"model": "m", "choices": [CHOICE]}, "m") == CHOICE
+    assert first_choice({"choices": [CHOICE]}, "m") == CHOICE  # online: a reply may not say
+    with pytest.raises(ReplyError, match="not of the judge's 'm'"):
+        first_choice({"choices": [CHOICE]}, "m", needs_model=True)
+    with pytest.raises(ReplyError, match='the reply is of model "m-mini"'):
+        first_choice({"model": "m-mini", "choices": [CHOICE]}, "m")
+    other = {**CHOICE, "index": 1}
+    for choices in ([other, CHOICE], [CHOICE, other], [other]):
+        with pytest.raises(ReplyError, match="not the one asked for"):
+            first_choice({"model": "m", "choices": choices}, "m")
+
+
+def _echo(tokens: list[str], logprobs: list[float]) -> dict:
+    offsets = [sum(map(len, tokens[:i])) for i in range(len(tokens))]
+    return {"logprobs": {"tokens": tokens, "token_logprobs": logprobs, "text_offset": offsets}}
+
+
+def test_an_echo_must_spell_the_scored_text() -> None:
+    prompt = "Q: who? A:"
+    good = _echo(["Q", ":", " who", "?", " A", ":", " Jane", " Austen"], [0.0] * 6 + [-1.0, -0.5])
+    picked = echoed_continuation(good, len(prompt), " Jane Austen")
+    assert [(t, lp) for t, lp, _ in picked] == [(" Jane", -1.0), (" Austen", -0.5)]
+    foreign = _echo(["x" * len(t) for t in good["logprobs"]["tokens"]], [0.0] * 6 + [-1.0, -0.5])
+    with pytest.raises(ReplyError, match="does not spell the scored text"):
+        echoed_continuation(foreign, len(prompt), " Jane Austen")
+    split = _echo(["Q: who? A:", " caf", "bytes:\\xc3", "bytes:\\xa9"], [0.0, -1.0, -0.5, -0.1])
+    split["logprobs"]["text_offset"] = [0, 10, 14, 14]  # the two pieces of one character
+    assert len(echoed_continuation(split, len(prompt), " café")) == 3  # byte pieces aside
+
+
+def test_the_online_judge_refuses_a_reply_of_another_model() -> None:
+    def reply(path, body, headers):
+        top = {"NO": math.log(0.4), "Yes": math.log(0.3)}
+        return 200, {}, {**_chat_reply("NO", _openai_logprobs(top)), "model": "llama-3-8b"}
+
+    with ScriptedServer(reply) as server:
+        judge = _fast(server.url, abstain_token="NO", max_retries=0)
+        with pytest.raises(UDCGServiceError, match='the reply is of model "llama-3-8b"'):
+            judge.abstain_prob(["Q?"], ["P."])
+
+
+def test_batch_import_refuses_a_reply_of_a_lookalike_or_unnamed_model(tmp_path, capsys) -> None:
+    write_contexts(tmp_path / "in.jsonl", [Context("q1", [Passage(text="A.")], question="Q?")])
+    judge = ["--judge", "openai:m@http://127.0.0.1:9/v1", "--judge-option", "abstain_token=NO"]
+    cache = ["--cache", str(tmp_path / "c.sqlite")]
+    export = ["export", str(tmp_path / "in.jsonl"), str(tmp_path / "req.jsonl"), "--steps"]
+    assert batch_main([*export, "abstain", *judge, *cache]) == 0
+    (call,) = (json.loads(line) for line in (tmp_path / "req.calls.jsonl").open())
+    calls = ["--calls", str(tmp_path / "req.calls.jsonl")]
+    for model in ("m-mini", None):
+        results = tmp_path / "results.jsonl"
+        results.write_text(json.dumps(_result(call["custom_id"], {"NO": -0.5}, model=model)))
+        assert batch_main(["import", str(results), *calls, *judge, *cache]) == 1
+        err = capsys.readouterr().err
+        assert f"the reply is of model {json.dumps(model)}, the request was exported" in err
+    good = _result(call["custom_id"], {"NO": -0.5}, model="m-2024-05-13")
+    results.write_text(json.dumps(good))
+    assert batch_main(["import", str(results), *calls, *judge, *cache]) == 0
+
+
+def test_probe_does_not_count_a_reply_without_text_as_json_output(capsys) -> None:
+    from tests.cli.test_probe import _probe, _vllm_like
+
+    def no_text(path, body, headers):
+        if body is not None and ("response_format" in body or "max_tokens" in body):
+            if not body.get("logprobs") and not body.get("echo"):
+                return 200, {}, {"choices": [{"index": 0, "message": {"content": None}}]}
+        return _vllm_like(path, body, headers)
+
+    with ScriptedServer(no_text) as server:
+        status, report, _ = _probe(capsys, server.url)
+    assert status == 0
+    assert report["steps"]["outcomes"] == "no"
+    assert report["steps"]["Q-CARE generate_json"] == "no"
+
+
+def test_json_output_off_and_a_template_tokenizer_s_content_are_in_the_keys(tmp_path) -> None:
+    """``structured_output=off`` asks other requests than ``auto``: its generate_json values
+    are keyed apart. A local template tokenizer is fingerprinted by its files, so an edited
+    chat template (same path) is another judge."""
+    url = "http://127.0.0.1:9/v1"
+    assert _fast(url).key_settings("generate_json") == {}
+    off = _fast(url, structured_output="off").key_settings("generate_json")
+    assert off == {"structured_output": "off"}
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    before = _fast(url, template_tokenizer=str(folder)).fingerprint
+    assert str(folder.resolve()) in before
+    (folder / "tokenizer_config.json").write_text('{"chat_template": "Q: {{ messages }}"}')
+    assert _fast(url, template_tokenizer=str(folder)).fingerprint != before
+    hub = _fast(url, template_tokenizer="org/tokenizer").fingerprint
+    assert '"template_tokenizer":"org/tokenizer"' in hub
+
+
+class _AtMost:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def check(self, value):
+        return value[: self.n]
+
+    @classmethod
+    def keep(cls, value):
+        return value
+
+
+def test_a_bound_validator_and_a_value_json_changes_are_not_cached() -> None:
+    """A validator bound to an instance has no stable name (its result depends on the
+    instance); a value whose JSON reads back as another value is returned, not stored."""
+    from udcg.judge.cache import FORMS
+    from udcg.judge.requests import validator_id
+    from udcg.judge.structured import JSONResult
+
+    assert validator_id(_AtMost(1).check) is None
+    assert validator_id(_AtMost.keep) == f"{__name__}:_AtMost.keep"
+    store = FORMS["generate_json"][0]
+    for changed in ({0: "a"}, ("a", "b"), {"k": (1, 2)}):
+        assert store(JSONResult(value=changed, attempts=1, raw=["x"]), False) is None
+    kept = store(JSONResult(value={"k": [1, 2.5, None]}, attempts=1, raw=["x"]), False)
+    assert kept == {"value": {"k": [1, 2.5, None]}, "attempts": 1, "raw": ["x"]}
+
+
+def test_the_operations_refuse_a_single_string_none_and_one_conversation(tmp_path) -> None:
+    """Inputs are checked before any key is built: a string is not split into characters,
+    None is not the text 'None', one conversation is not a list of conversations."""
+    from udcg.errors import UDCGInputError
+    from udcg.judge import load_judge
+
+    path = tmp_path / "pre.jsonl"
+    path.write_text(json.dumps({"question": "q", "passage": "p", "abstain_prob": 0.5}) + "\n")
+    judge = load_judge(f"precomputed:{path}")
+    with pytest.raises(UDCGInputError, match="field 'questions': expected a sequence"):
+        judge.abstain_prob("Who?", "Doc!")
+    with pytest.raises(UDCGInputError, match=r"field 'questions\[0\]': is None"):
+        judge.abstain_prob([None], ["p"])
+    with pytest.raises(UDCGInputError, match=r"field 'passages\[0\]': expected a string, got int"):
+        judge.abstain_prob(["q"], [3])
+    conversation = [{"role": "system", "content": "s"}, {"role": "user", "content": "Is it?"}]
+    with pytest.raises(UDCGInputError, match=r"field 'prompts\[0\]': expected a list of chat"):
+        judge.yes_prob(conversation)
+    with pytest.raises(UDCGInputError, match="only provides stored probabilities"):
+        judge.yes_prob([conversation])  # checked, then refused by this backend
