@@ -153,3 +153,27 @@ def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
     assert merged.merge_from(copy).added == 5
     merged.close()
     assert {s: Path(f"{copy}{s}").read_bytes() for s in ("", "-wal")} == before
+
+
+def test_a_cache_table_without_its_primary_key_is_refused(tmp_path: Path) -> None:
+    """Made by another tool, the same columns without the primary key would let one key hold
+    two values (a merge inserting duplicates instead of keeping the destination's)."""
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE judge_cache (key TEXT, value TEXT, created REAL)")
+        conn.execute("INSERT INTO judge_cache VALUES (?, '0.5', 1.0)", ("a" * 64,))
+    with pytest.raises(UDCGInputError, match="no primary key on 'key'"):
+        JudgeCache.check_file(other)
+    with pytest.raises(UDCGInputError, match="no primary key on 'key'"):
+        JudgeCache(tmp_path / "merged.sqlite").merge_from(other)
+
+
+def test_a_piped_cache_is_named_as_such(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "judge.sqlite"
+    os.mkfifo(fifo)
+    with pytest.raises(UDCGInputError, match="not a regular file \\(a pipe or a device\\)"):
+        JudgeCache.check_file(fifo)
+    with pytest.raises(UDCGInputError, match="no such cache file"):
+        JudgeCache.check_file(tmp_path / "missing.sqlite")

@@ -178,3 +178,77 @@ def test_the_operations_refuse_a_single_string_none_and_one_conversation(tmp_pat
         judge.yes_prob(conversation)
     with pytest.raises(UDCGInputError, match="only provides stored probabilities"):
         judge.yes_prob([conversation])  # checked, then refused by this backend
+
+
+def test_on_result_hears_of_every_item_of_a_judge_that_does_not_stream(tmp_path) -> None:
+    from udcg.judge import Judge, load_judge
+    from udcg.judge.cached import CachedJudge
+    from udcg.judge.requests import Request
+
+    path = tmp_path / "pre.jsonl"
+    rows = [{"question": "q", "passage": p, "abstain_prob": v} for p, v in (("a", 0.2), ("b", 0.7))]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    heard: list[tuple[int, float, bool]] = []
+    values = load_judge(f"precomputed:{path}").abstain_prob(
+        ["q", "q", "q"], ["b", "a", "b"], on_result=lambda *item: heard.append(item)
+    )
+    assert sorted(heard) == [(0, 0.7, False), (1, 0.2, False), (2, 0.7, False)]
+    assert values.tolist() == [0.7, 0.2, 0.7]
+    heard.clear()
+
+    class Echo(Judge):
+        name = fingerprint = "echo"
+
+        def generate(self, prompts, max_new_tokens=64):
+            return ['{"a": 1}'] * len(prompts)
+
+    def free(value):  # no stable name: runs uncached, and is still heard of
+        return value
+
+    judge = CachedJudge(Echo(), tmp_path / "c.sqlite")
+    with pytest.warns(UserWarning, match="no stable name"):
+        out = judge.run(
+            [
+                Request(
+                    "generate_json",
+                    {"messages": []},
+                    {"validate": free, "max_new_tokens": 8, "retries": 0},
+                )
+            ],
+            on_result=lambda *i: heard.append(i),
+        )
+    assert [i for i, _, _ in heard] == [0] and out[0].value.value == {"a": 1}
+
+
+def test_a_filtered_reply_is_no_answer() -> None:
+    from udcg.judge.openai_replies import message_text
+
+    assert message_text({"message": {"content": ""}, "finish_reason": "stop"}) == ""
+    with pytest.raises(ReplyError, match="content filter"):
+        message_text({"message": {"content": ""}, "finish_reason": "content_filter"})
+
+
+def test_a_piped_precomputed_file_is_refused_on_ray_from_python(tmp_path) -> None:
+    """Each Ray worker would open the pipe again: refused at once, not after start_timeout."""
+    import os
+
+    from udcg.errors import UDCGInputError
+    from udcg.judge import open_judge
+    from udcg.judge.ray_engine import RayOptions
+
+    fifo = tmp_path / "values"
+    os.mkfifo(fifo)
+    with pytest.raises(UDCGInputError, match="each Ray worker opens the precomputed file again"):
+        open_judge(f"precomputed:{fifo}", "mine", engine=RayOptions(workers=2))
+
+
+def test_bound_marks_follow_their_values_when_indexed() -> None:
+    import numpy as np
+
+    from udcg.judge.base import judge_values, upper_bounds
+
+    values = judge_values([0.9, 0.1, 0.5], upper_bound=[False, True, False])
+    for picked in (values[np.argsort(values)], values[::-1], values[1:], values[values < 0.6]):
+        marked = {float(v) for v, b in zip(picked, upper_bounds(picked), strict=True) if b}
+        assert marked == {0.1}
+    assert upper_bounds(values[[0, 2]]).tolist() == [False, False]

@@ -186,8 +186,8 @@ def check_judge_arguments(args: argparse.Namespace) -> None:
 
 def _check_piped_judge(args: argparse.Namespace) -> None:
     """A ``precomputed:`` file that is a pipe (``<(...)``, a FIFO, ``-``) needs ``--judge-key``
-    (its name, ``63`` for ``/dev/fd/63``, would store every pipe's labels under one key) and
-    cannot go to Ray (each worker opens the file again)."""
+    (its name, ``63`` for ``/dev/fd/63``, would store every pipe's labels under one key); Ray
+    refuses it (:func:`udcg.judge.ray_engine.worker_specs`)."""
     if not args.judge.startswith(PRECOMPUTED):
         return
     path = args.judge.removeprefix(PRECOMPUTED)
@@ -197,12 +197,6 @@ def _check_piped_judge(args: argparse.Namespace) -> None:
         raise UDCGInputError(
             f"{path} is not a regular file: name the labels of a piped precomputed judge with "
             f"--judge-key (its name {judge_key(args.judge)!r} would be every pipe's)",
-            field="judge",
-        )
-    if engine(args) is not None:
-        raise UDCGInputError(
-            f"{path} is not a regular file, and each Ray worker opens the precomputed file "
-            "again: give a file",
             field="judge",
         )
 

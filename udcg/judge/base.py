@@ -57,6 +57,14 @@ class JudgeValues(np.ndarray):
             mask = np.zeros(self.shape, dtype=bool)
         self.upper_bound = mask
 
+    def __getitem__(self, index: Any) -> Any:
+        """Values and their marks picked together: ``v[np.argsort(v)]``, ``v[::-1]``, ``v[2:]``
+        and ``v[v > 0.5]`` keep each mark on its value."""
+        out = super().__getitem__(index)
+        if isinstance(out, JudgeValues):
+            out.upper_bound = np.asarray(self.upper_bound[index], dtype=bool)
+        return out
+
 
 def upper_bounds(values: Any) -> np.ndarray:
     """The upper-bound mask of judge values (all False for a plain array).
@@ -154,12 +162,13 @@ class Judge(ABC):
 
     def run(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[Result]:
         """One :class:`~udcg.judge.requests.Result` per request, in order, computed call by
-        call (operation and parameters) by :meth:`compute`."""
+        call (operation and parameters) by :meth:`compute`; a judge that does not stream tells
+        ``on_result`` of each item when its call is done."""
         results: list[Result | None] = [None] * len(requests)
         for (op, _), positions in calls(requests).items():
             asked = [requests[i] for i in positions]
             sink = None
-            if on_result is not None:
+            if on_result is not None and self.streams_results:
                 sink = lambda j, value, bound, at=positions: on_result(at[j], value, bound)  # noqa: E731
             out = self.compute(op, asked, sink)
             if len(out) != len(asked):
@@ -171,6 +180,8 @@ class Judge(ABC):
             bounds = [False] * len(out) if texts else upper_bounds(out)
             for j, i in enumerate(positions):
                 results[i] = Result(out[j] if texts else float(out[j]), bool(bounds[j]))
+                if on_result is not None and not self.streams_results:  # told once done
+                    on_result(i, *results[i])  # type: ignore[misc]
         return results  # type: ignore[return-value]
 
     def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:

@@ -198,7 +198,21 @@ def _sqlite_errors(path: Path) -> Iterator[None]:
     except _SQLITE_ERRORS as exc:
         if any(busy in str(exc) for busy in _BUSY):
             raise
-        raise UDCGInputError(f"not a usable judge cache ({exc})", path=path) from None
+        raise UDCGInputError(f"not a usable judge cache ({exc}){_why(path)}", path=path) from None
+
+
+def _why(path: Path) -> str:
+    """What may keep SQLite from opening a cache file that is not damaged: a pipe or device
+    (not a file on disk), a folder where its ``-shm`` file cannot be created."""
+    if path.exists() and not path.is_file():
+        return ": it is not a regular file (a pipe or a device); give the cache file itself"
+    folder = path.parent
+    if path.is_file() and not os.access(folder, os.W_OK):
+        return (
+            f": its folder {folder} is read-only and SQLite creates {path.name}-shm beside it;"
+            " copy the cache to a writable folder"
+        )
+    return ""
 
 
 class JudgeCache:
@@ -406,14 +420,16 @@ class JudgeCache:
         path = Path(path).expanduser()
         if path.is_dir():
             raise UDCGInputError("is a directory, expected a judge cache file", path=path)
-        if not path.is_file():
+        if not path.exists():
             raise UDCGInputError("no such cache file", path=path)
+        if not path.is_file():
+            raise UDCGInputError(_why(path).removeprefix(": "), path=path)
         try:
             with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
                 conn.text_factory = _utf8
                 _check_schema(conn, "main", path, allow_empty=False)
         except _SQLITE_ERRORS as exc:
-            raise UDCGInputError(f"not a judge cache ({exc})", path=path) from None
+            raise UDCGInputError(f"not a judge cache ({exc}){_why(path)}", path=path) from None
         return path
 
     def merge_from(self, source: str | os.PathLike[str]) -> MergeCounts:
@@ -452,8 +468,9 @@ def _utf8(data: bytes) -> str | bytes:
 
 
 def _check_schema(conn: sqlite3.Connection, schema: str, path: Path, allow_empty: bool) -> None:
-    """Refuse a database ``schema`` whose ``judge_cache`` lacks the expected columns, or that
-    has no ``judge_cache`` but other tables (or, unless ``allow_empty``, no table at all)."""
+    """Refuse a database ``schema`` whose ``judge_cache`` lacks the expected columns or the
+    primary key on ``key``, or that has no ``judge_cache`` but other tables (or, unless
+    ``allow_empty``, no table at all)."""
     query = f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table' ORDER BY name"
     tables = [name for (name,) in conn.execute(query)]
     if "judge_cache" not in tables:
@@ -466,11 +483,18 @@ def _check_schema(conn: sqlite3.Connection, schema: str, path: Path, allow_empty
         if not allow_empty:
             raise UDCGInputError("not a judge cache (no judge_cache table)", path=path)
         return
-    columns = tuple(row[1] for row in conn.execute(f"PRAGMA {schema}.table_info(judge_cache)"))
+    info = list(conn.execute(f"PRAGMA {schema}.table_info(judge_cache)"))
+    columns = tuple(row[1] for row in info)
     if columns != _COLUMNS:
         raise UDCGInputError(
             f"not a judge cache of this udcg version: table judge_cache has the columns "
             f"{', '.join(map(repr, columns))}, expected {', '.join(map(repr, _COLUMNS))}",
+            path=path,
+        )
+    if [row[1] for row in info if row[5]] != ["key"]:  # a key may hold one value only
+        raise UDCGInputError(
+            "not a judge cache: its judge_cache table has no primary key on 'key', so a key "
+            "may hold several values",
             path=path,
         )
 

@@ -217,7 +217,7 @@ class CachedJudge(Judge):
             out = self.inner.run([requests[i] for i in loose])  # type: ignore[union-attr]
             self.uncached += len(out)
             for i, result in zip(loose, out, strict=True):
-                results[i] = result
+                done(i, *result)
         if not todo:
             return results  # type: ignore[return-value]
         assert self.inner is not None

@@ -92,7 +92,13 @@ def first_choice(reply: Any, model: str | None = None, needs_model: bool = False
 
 
 def message_text(choice: Mapping[str, Any]) -> str:
-    """The text of a chat completion choice (``message.content``)."""
+    """The text of a chat completion choice (``message.content``); a reply the server's content
+    filter stopped (``finish_reason: content_filter``) is an error, not an answer."""
+    if choice.get("finish_reason") == "content_filter":
+        raise ReplyError(
+            "the server's content filter stopped the reply (finish_reason content_filter):"
+            " no answer to grade"
+        )
     message = choice.get("message")
     text = message.get("content") if isinstance(message, dict) else None
     if not isinstance(text, str):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError, UDCGServiceError
+from udcg.io.files import STDIO, is_regular_file
 from udcg.judge.base import Judge, OnResult
 from udcg.judge.options import check_options, load_judge
 from udcg.judge.requests import Request, Result
@@ -105,7 +106,8 @@ def worker_specs(
     spec: str, options: Mapping[str, Any], servers: Sequence[str]
 ) -> list[tuple[str, dict[str, Any]]]:
     """(spec, options) per worker kind: an openai spec once per server, ``server_id`` (unless
-    set) the spec's URL so fingerprints match the single-process judge; local paths absolute."""
+    set) the spec's URL so fingerprints match the single-process judge; local paths absolute;
+    a piped precomputed file is refused (each worker would open it again)."""
     if servers and not spec.startswith(OPENAI):
         raise UDCGInputError(
             "a pool of servers needs an openai:MODEL@BASE_URL judge", field="servers"
@@ -118,6 +120,12 @@ def worker_specs(
         return [(f"{OPENAI}{model}@{url}", pinned) for url in servers] or [(spec, dict(options))]
     prefix = PRECOMPUTED if spec.startswith(PRECOMPUTED) else ""
     path = Path(spec.removeprefix(prefix)).expanduser()
+    if prefix and (str(path) == STDIO or (path.exists() and not is_regular_file(path))):
+        raise UDCGInputError(
+            f"{path} is not a regular file, and each Ray worker opens the precomputed file "
+            "again: give a file",
+            field="judge",
+        )
     if prefix or (spec != EMBEDDED and path.exists()):
         spec = prefix + str(path.resolve())
     return [(spec, dict(options))]
