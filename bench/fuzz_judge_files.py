@@ -137,14 +137,15 @@ def _call_args(rng: random.Random, operation: str) -> dict[str, Any]:
 
 def _body(rng: random.Random, operation: str) -> dict[str, Any]:
     if operation == "generate":
-        return {"choices": [{"message": {"content": _text(rng)}, "logprobs": None}]}
+        return {"model": "m", "choices": [{"message": {"content": _text(rng)}, "logprobs": None}]}
     tokens = rng.sample(TOKENS, rng.randint(1, 4))
     if operation == "yes_prob" and not {"Yes", "No", " Yes", " No"} & set(tokens):
         tokens.append("Yes")
     # a distribution: each of the n tokens at most 1/n
     top = [{"token": t, "logprob": math.log(rng.uniform(1e-4, 1) / len(tokens))} for t in tokens]
     first = {**top[0], "top_logprobs": top}
-    return {"choices": [{"message": {"content": tokens[0]}, "logprobs": {"content": [first]}}]}
+    content = {"content": tokens[0]}
+    return {"model": "m", "choices": [{"message": content, "logprobs": {"content": [first]}}]}
 
 
 def batch_files(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

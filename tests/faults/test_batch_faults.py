@@ -33,7 +33,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 def _result(custom_id: str, logprob: float) -> str:
     top = [{"token": "NO", "logprob": logprob}, {"token": "Yes", "logprob": -5.0}]
-    body = {"choices": [{"message": {"content": "NO"}, "logprobs": {"content": [
+    body = {"model": "m", "choices": [{"message": {"content": "NO"}, "logprobs": {"content": [
         {**top[0], "top_logprobs": top}]}}]}  # fmt: skip
     line = {"id": "b", "custom_id": custom_id, "error": None}
     return json.dumps({**line, "response": {"status_code": 200, "body": body}})

@@ -33,7 +33,7 @@ def _chat(top: dict[str, float] | None, content: str = "x") -> dict:
         entries = [{"token": t, "logprob": lp} for t, lp in top.items()]
         first = {**entries[0], "top_logprobs": entries}
         logprobs = {"content": [first]}
-    return {"choices": [{"message": {"content": content}, "logprobs": logprobs}]}
+    return {"model": "m", "choices": [{"message": {"content": content}, "logprobs": logprobs}]}
 
 
 def test_reply_values_as_hand_computed():
