@@ -145,12 +145,18 @@ def test_missing_or_null_fractions_are_missing_values(tmp_path: Path) -> None:
         del p["covers_prob"]
     null = json.loads(json.dumps(FRACTIONAL))
     null["qid"] = "q3"
-    null["passages"][1]["covers_prob"] = [None, 0.5]  # a text-mode judge label
-    contexts = list(read_contexts(_write(tmp_path / "c.jsonl", [FRACTIONAL, no_prob, null])))
+    null["passages"][1]["covers_prob"] = [None, 0.5]  # a check without a usable answer
+    null["passages"][1]["covers"] = [None, False]
+    text = json.loads(json.dumps(FRACTIONAL))
+    text["qid"] = "q4"
+    text["passages"][1]["covers_prob"] = [None, 0.5]  # a text-route label: covers says 0
+    rows = [FRACTIONAL, no_prob, null, text]
+    contexts = list(read_contexts(_write(tmp_path / "c.jsonl", rows)))
     scores = qcare_scores(contexts, coverage="fractional")
-    assert scores.values["C-Prec"].mask.tolist() == [False, True, True]
+    assert scores.values["C-Prec"].mask.tolist() == [False, True, True, False]
+    assert scores.values["C-Prec"][3] == pytest.approx(PREC)  # the null read as False, 0
     assert scores.missing["C-Prec"] == {"no covers_prob": 1, "a check without a usable answer": 1}
-    assert qcare_scores(contexts).values["C-Prec"].mask.tolist() == [False, False, False]
+    assert qcare_scores(contexts).values["C-Prec"].mask.tolist() == [False, False, True, False]
 
 
 def test_in_memory_fractions_are_checked() -> None:

@@ -296,3 +296,21 @@ def test_annotators_read_a_piped_human_file_once(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
     assert b"C-Prec" in result.stdout and b"empty file" not in result.stderr
+
+
+def test_fractional_coverage_reads_a_null_beside_a_yes_no_label_as_that_label() -> None:
+    """Text-route labels and values the server only bounded have a ``null`` soft value beside
+    their yes/no label: fractional coverage reads it as 0 or 1 (hand-computed C-Prec: r =
+    (mean(1, 0.5), mean(0, 0)) = (0.75, 0), C-Prec = 0.375); a null without a label is missing."""
+    from udcg.io.contexts.model import Context, Passage
+
+    passages = [
+        Passage("d1", covers=[True, True], extra={"covers_prob": [None, 0.5]}),
+        Passage("d2", covers=[False, None], extra={"covers_prob": [None, 0.0]}),
+    ]
+    ctx = Context("q", passages, subqueries=["a", "b"])
+    scores = qcare_scores([ctx], coverage="fractional")
+    assert scores.values["C-Prec"].tolist() == [pytest.approx(0.375)]
+    unknown = Passage("d3", covers=[None, False], extra={"covers_prob": [None, 0.0]})
+    missing = qcare_scores([Context("q", [unknown], subqueries=["a", "b"])], coverage="fractional")
+    assert missing.values["C-Prec"].mask.tolist() == [True]

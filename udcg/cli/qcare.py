@@ -89,6 +89,7 @@ from udcg.qcare.release import (
     write_release_table,
 )
 from udcg.qcare.scores import COVERAGE_LABELS, QCareScores, qcare_scores
+from udcg.validation import nonnegative_int
 
 
 def _positive(text: str) -> int:
@@ -131,7 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
         "when the judge gives them) (default: %(default)s)",
     )
     label.add_argument(
-        "--retries", type=int, default=2, help="retries of malformed output (default: 2)"
+        "--retries",
+        type=int,
+        default=2,
+        help="times a malformed decomposition or an unusable Yes/No reply is asked again "
+        "(default: 2)",
     )
     label.add_argument(
         "--relabel",
@@ -380,6 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def work() -> None:
         if args.command == "label":
             check_judge_arguments(args)
+            nonnegative_int(args.retries, "retries")
             refuse_same_file(args.out, {"INPUT": args.input, **judge_inputs(args)})
             with exclusive_writer(args.out, "qcare label output"):
                 contexts = list(read_contexts(args.input))

@@ -16,7 +16,9 @@ reason. Labels may come from the judge or from humans: only the structure matter
 Coverage labels are the booleans ``passages[].covers[s]`` (``coverage="boolean"``, the
 default) or, with ``coverage="fractional"``, the numbers in [0, 1] of
 ``passages[].covers_prob[s]``: the judge's P(Yes), or the share of annotators who said the
-chunk covers s; then ``r_j`` is the mean of the chunk's fractions over SQ. C-nDCG's gain ``g``
+chunk covers s (a ``null`` beside a yes/no ``covers`` label, a text-route label or a value the
+server only bounded, counts as 0 or 1); then ``r_j`` is the mean of the chunk's fractions
+over SQ. C-nDCG's gain ``g``
 is ``linear`` (default) or ``exponential`` (see :mod:`udcg.qcare.coverage`).
 """
 
@@ -85,10 +87,20 @@ def _is_fraction(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
+def _fractions(passage: Any) -> Any:
+    """A passage's ``covers_prob``, a ``null`` where its ``covers`` holds a yes/no label read
+    as 0 or 1 (a text-route label, or a value the server only bounded)."""
+    soft, hard = passage.extra.get("covers_prob"), passage.covers
+    if not (isinstance(soft, list) and isinstance(hard, list) and len(soft) == len(hard)):
+        return soft
+    pairs = zip(soft, hard, strict=True)
+    return [float(h) if s is None and isinstance(h, bool) else s for s, h in pairs]
+
+
 def _coverage_labels(ctx: Context, fractional: bool) -> tuple[list[list[Any]], str | None]:
     """The context's ``[chunk][sub-query]`` coverage labels and why they cannot be used."""
     key = "covers_prob" if fractional else "covers"
-    rows = [p.extra.get(key) if fractional else p.covers for p in ctx.passages]
+    rows = [_fractions(p) if fractional else p.covers for p in ctx.passages]
     if ctx.subqueries is None or None in rows:
         return [], NO_FRACTIONS if fractional else NO_LABELS
     for i, row in enumerate(rows):

@@ -8,6 +8,7 @@ import pytest
 
 from tests.judge.test_openai_backend import ScriptedServer, _chat_reply, _fast
 from udcg.errors import UDCGServiceError
+from udcg.judge import Judge
 from udcg.qcare.labels.checks import YesNoChecker
 
 PROMPT = [[{"role": "system", "content": "s"}, {"role": "user", "content": "Does it? #fr"}]]
@@ -105,3 +106,27 @@ def test_qcare_label_writes_a_bound_as_null_and_warns(tmp_path, monkeypatch, cap
     assert labelled.passages[0].extra["covers_prob"] == [None]
     err = capsys.readouterr().err
     assert "1 of 1 Yes/No log-prob labels were only bounded" in err, err
+
+
+def test_retries_are_checked_before_the_judge_and_count_alike(tmp_path, capsys) -> None:
+    """``--retries -1`` is one line before any judge call; ``--retries 1`` asks an unusable
+    Yes/No text reply once more, as it asks a malformed decomposition once more."""
+    from udcg.cli import qcare
+
+    assert qcare.main(["label", "in.jsonl", "-o", str(tmp_path / "o.jsonl"), "--retries", "-1",
+                       "--judge", "precomputed:nothing.jsonl"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "field 'retries': must be a non-negative integer, got -1" in err
+    assert len(err.strip().splitlines()) == 1
+
+    class Unsure(Judge):
+        name, fingerprint = "unsure", "unsure-v1"
+        calls = 0
+
+        def generate(self, prompts, max_new_tokens=64):
+            Unsure.calls += len(prompts)
+            return ["Maybe."] * len(prompts)
+
+    checker = YesNoChecker(Unsure(), mode="text", retries=1)
+    assert checker(PROMPT, "coverage") == ([None], [None])
+    assert Unsure.calls == 2 and checker.counts["retried"] == 1

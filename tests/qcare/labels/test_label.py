@@ -128,8 +128,8 @@ def test_text_mode_parses_strictly_retries_and_counts(tag_judge) -> None:
     assert ctx.passages[0].extra["covers_prob"] == [None]  # text labels have no soft value
     assert ctx.outcomes["gen"]["claim_support"] == [[True, None]]
     assert report.labels["coverage"] == {"yes": 1, "unusable": 1}
-    assert report.checks["unusable"] == 2 and report.checks["retried"] == 2
-    assert judge.calls["coverage retry"] == 1 and judge.calls["claim_support retry"] == 1
+    assert report.checks["unusable"] == 2 and report.checks["retried"] == 4  # --retries 2 each
+    assert judge.calls["coverage retry"] == 2 and judge.calls["claim_support retry"] == 2
     scores = qcare_scores(out, "gen")
     # an unusable label is never a silent 0: the metric is missing, with its reason
     assert scores.values["C-Prec"].mask.tolist() == [True]
@@ -148,7 +148,7 @@ def test_non_finite_soft_label_goes_to_text(tag_judge) -> None:
     contexts = [Context("q", [Passage(text="#unsure #fr"), P1], question="capital #fr")]
     out, report = label_contexts(contexts, tag_judge())
     assert [p.covers for p in out[0].passages] == [[None], [True]]
-    assert report.checks == {"logprobs": 1, "retried": 1, "unusable": 1}
+    assert report.checks == {"logprobs": 1, "retried": 2, "unusable": 1}
 
 
 def test_written_labels_round_trip_and_keep_user_subqueries(tag_judge, tmp_path) -> None:

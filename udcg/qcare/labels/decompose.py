@@ -49,6 +49,8 @@ def _string_list(value: Any, key: str) -> list[str]:
     for item in value:
         if not isinstance(item, str) or not item.strip():
             raise ValueError(f"{key!r} items must be non-empty strings, got {item!r}")
+        if not any(ch.isalnum() for ch in item):  # the prompt's own "..." echoed back
+            raise ValueError(f"{key!r} items must hold words, got the placeholder {item!r}")
         text = " ".join(item.split())
         out.setdefault(text.casefold(), text)
     return list(out.values())
@@ -58,10 +60,15 @@ def subqueries_value(value: Any) -> list[str]:
     """Validator of a query decomposition reply.
 
     Examples:
-        Duplicates (case and spaces folded) are dropped:
+        Duplicates (case and spaces folded) are dropped; an item without a letter or digit
+        (the prompt's ``"..."`` echoed back) is refused, so the reply is retried:
 
         >>> subqueries_value({"subqueries": ["Who wrote Emma?", " who wrote  emma? ", "When?"]})
         ['Who wrote Emma?', 'When?']
+        >>> subqueries_value({"subqueries": ["...", "..."]})
+        Traceback (most recent call last):
+        ...
+        ValueError: 'subqueries' items must hold words, got the placeholder '...'
     """
     return _string_list(value, "subqueries")
 
@@ -80,8 +87,8 @@ def claims_value(value: Any) -> list[str]:
     return _string_list(value, "claims")
 
 
-subqueries_value.cache_id = "udcg.qcare:subqueries-v1"  # type: ignore[attr-defined]
-claims_value.cache_id = "udcg.qcare:claims-v1"  # type: ignore[attr-defined]
+subqueries_value.cache_id = "udcg.qcare:subqueries-v2"  # type: ignore[attr-defined]
+claims_value.cache_id = "udcg.qcare:claims-v2"  # type: ignore[attr-defined]
 
 
 def _generate(

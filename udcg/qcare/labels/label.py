@@ -34,6 +34,7 @@ from udcg.qcare.conversation import history_of
 from udcg.qcare.labels import prompts as qp
 from udcg.qcare.labels.checks import CheckMode, YesNoChecker
 from udcg.qcare.labels.decompose import MIN_ANSWER_CHARS, decompose_answers, decompose_queries
+from udcg.validation import nonnegative_int
 
 #: Chunks the reference pipeline judges per query.
 REFERENCE_TOP_K = 10
@@ -270,7 +271,8 @@ def label_contexts(
         report.replaced += replaced
         report.dropped.update(dropped)
     contexts = [c for c, _, _, _ in prepared]
-    checker = YesNoChecker(judge, checks, retries=max(retries - 1, 0), batch=batch)
+    retries = nonnegative_int(retries, "retries")
+    checker = YesNoChecker(judge, checks, retries=retries, batch=batch)
 
     queries = [(c.question, history_of(c)) for c in contexts]  # (latest turn, history)
     need = sorted({q for c, q in zip(contexts, queries, strict=True) if c.subqueries is None})
