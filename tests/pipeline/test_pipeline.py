@@ -123,6 +123,11 @@ def test_missing_steps() -> None:
     ]
     with pytest.raises(UDCGInputError, match="unknown utility source"):
         missing_steps([ctx], "j", "nope", "string")
+    # outcomes graded by another grader are graded again as asked; given ones name no grader
+    graded = Context("q", [done], outcomes={"j": {"correct": True, "grader": "span"}})
+    assert missing_steps([graded], "j", "abstention", "string", grader="llm") == ["outcomes"]
+    assert missing_steps([graded], "j", "abstention", "string", grader="span") == []
+    assert missing_steps([ctx], "j", "abstention", "string", grader="llm") == []
 
 
 def test_crossfit_gamma_scores_each_half_with_the_other_halfs_gamma() -> None:

@@ -47,6 +47,7 @@ from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts
 from udcg.io.files import STDIO, PathType, exclusive_writer, refuse_directory, refuse_same_file
 from udcg.io.joins.utility_sources import SOURCES
+from udcg.judge.spec import judge_key
 from udcg.labels.annotate import (
     BOUNDS,
     DEFAULT_STEPS,
@@ -286,7 +287,13 @@ def main(argv: list[str] | None = None) -> int:
             stream = read_contexts(source)
             return stream if shard is None else in_shard(stream, shard)
 
-        total = check_inputs(contexts(), args.steps, args.relevance, args.relabel_relevance)
+        total = check_inputs(
+            contexts(),
+            args.steps,
+            args.relevance,
+            args.relabel_relevance,
+            judge_key(args.judge, args.judge_key),
+        )
         judge = open_cli_judge(args)
         check_provided(judge, args.steps, args.relevance)
         step = functools.partial(

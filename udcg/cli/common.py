@@ -197,7 +197,8 @@ def note(namespace: argparse.Namespace, text: str) -> None:
 
 class ListAction(argparse.Action):
     """A list option: one value per flag, the flag repeatable, the items of each value
-    (:func:`split_items`) added in order to the list (which replaces the default); ``items``,
+    (:func:`split_items`) added in order to the list (which replaces the default), an empty
+    value an error; ``items``,
     when given, are the names an item may take; ``whole``: each value is one item (a path or
     URL, which may hold commas and spaces)."""
 
@@ -217,7 +218,10 @@ class ListAction(argparse.Action):
     ) -> None:
         current = getattr(namespace, self.dest, None)
         added = [] if current is None or current is self.default else list(current)
-        for item in [values] if self.whole else split_items(values):
+        items = [values] if self.whole else split_items(values)
+        if not items or not all(str(item).strip() for item in items):
+            raise argparse.ArgumentError(self, f"expected an item, got {values!r}")
+        for item in items:
             if self.items is not None and item not in self.items:
                 raise argparse.ArgumentError(
                     self, f"invalid choice: {item!r} (choose from {', '.join(self.items)})"

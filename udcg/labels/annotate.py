@@ -205,15 +205,35 @@ def relabels(passage: Passage, relabel_relevance: bool) -> bool:
     return relabel_relevance or passage.relevant is None
 
 
+def _string_label(passage: Passage, answers: Sequence[str]) -> Passage:
+    """``passage`` labelled by answer match; an LLM's ``relevance_prob`` (and its bound marks)
+    for the label it replaces is dropped.
+
+    Examples:
+        >>> old = Passage("d1", text="Austen wrote Emma.", relevant=False,
+        ...               extra={"relevance_prob": {"llama3": 0.1}})
+        >>> new = _string_label(old, ["Austen"])
+        >>> new.relevant, new.extra
+        (True, {})
+    """
+    for name in passage.extra.get("relevance_prob") or {}:
+        passage = with_bound(passage, name, "relevance_prob", False)
+    extra = {k: v for k, v in passage.extra.items() if k != "relevance_prob"}
+    return replace(passage, relevant=contains_answer(passage.text, answers), extra=extra)
+
+
 def check_inputs(
     contexts: Iterable[Context],
     steps: Sequence[str],
     relevance: str,
     relabel_relevance: bool = False,
+    judge: str | None = None,
 ) -> int:
     """Check every field the chosen steps need before any LLM call; the number of contexts.
     The relevance step needs answers (and, for ``llm``, the question) only for contexts with a
-    passage it labels (see :func:`annotate`).
+    passage it labels (see :func:`annotate`). With ``judge`` (the key labels are stored under),
+    ``llm`` relevance refuses to keep a ``relevant`` label another judge's LLM computed (its
+    ``relevance_prob`` names other judges, not this one): it is not a given label.
 
     Examples:
         >>> passages = [Passage("d1", text="Austen wrote Emma.")]
@@ -255,6 +275,16 @@ def check_inputs(
                 raise UDCGInputError(
                     "missing or empty", field=f"passages[{i}].text", **ctx.location()
                 )
+            others = sorted(passage.extra.get("relevance_prob") or {})
+            kept = not relabels(passage, relabel_relevance)
+            if judge is not None and relevance == "llm" and kept and others:
+                if judge not in others:
+                    raise UDCGInputError(
+                        f"was computed by the LLM of {', '.join(others)} (relevance_prob), not"
+                        f" given: pass --relabel-relevance to label it with {judge}",
+                        field=f"passages[{i}].relevant",
+                        **ctx.location(),
+                    )
     return count
 
 
@@ -393,7 +423,7 @@ def annotate(
         )
     if relevance not in RELEVANCE_MODES or grader not in GRADERS:
         raise UDCGInputError("relevance is string|llm and grader is span|llm", field="options")
-    check_inputs(contexts, steps, relevance, relabel_relevance)
+    check_inputs(contexts, steps, relevance, relabel_relevance, judge.name)
     report = AnnotationReport(contexts=len(contexts))
     name = judge.name
     out = [
@@ -454,9 +484,7 @@ def annotate(
         if relevance == "string":
             for ctx in out:
                 ctx.passages[:] = [
-                    replace(p, relevant=contains_answer(p.text, ctx.answers))
-                    if relabels(p, relabel_relevance)
-                    else p
+                    _string_label(p, ctx.answers) if relabels(p, relabel_relevance) else p
                     for p in ctx.passages
                 ]
         else:

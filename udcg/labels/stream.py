@@ -269,24 +269,32 @@ def _annotate_stream(
         partial = partial_path(output)
         partial.parent.mkdir(parents=True, exist_ok=True)
         resumed = resume(partial, iterator, record)
-    with (
-        nullcontext(sys.stdout)
-        if to_stdout
-        else open(partial, "a", encoding="utf-8", newline="\n") as handle,
-        nullcontext(None)
-        if to_stdout
-        else open(partial_manifest_path(partial), "a", encoding="utf-8", newline="\n") as hashes,
-        progress(total, "contexts", unit="ctx", initial=resumed) as bar,
-    ):
-        for part in chunks(iterator, chunk):
-            annotated, counts = work(part)
-            report.add(counts)
-            if hashes is not None:  # the hashes first: every line written has its hash
-                hashes.write("".join(map(_hash_line, part)))
-                hashes.flush()
-            handle.write("".join(map(context_line, annotated)))
-            handle.flush()
-            bar.update(len(part))
+    written, lf = resumed, "\n"
+    try:
+        with (
+            nullcontext(sys.stdout)
+            if to_stdout
+            else open(partial, "a", encoding="utf-8", newline=lf) as handle,
+            nullcontext(None)
+            if to_stdout
+            else open(partial_manifest_path(partial), "a", encoding="utf-8", newline=lf) as hashes,
+            progress(total, "contexts", unit="ctx", initial=resumed) as bar,
+        ):
+            for part in chunks(iterator, chunk):
+                annotated, counts = work(part)
+                report.add(counts)
+                if hashes is not None:  # the hashes first: every line written has its hash
+                    hashes.write("".join(map(_hash_line, part)))
+                    hashes.flush()
+                handle.write("".join(map(context_line, annotated)))
+                handle.flush()
+                written += len(part)
+                bar.update(len(part))
+    except BaseException:
+        if not to_stdout and not written:  # nothing to resume: a corrected command starts anew
+            partial.unlink(missing_ok=True)
+            partial_manifest_path(partial).unlink(missing_ok=True)
+        raise
     if not to_stdout:
         _finish(partial, Path(output), record)
     return report, resumed

@@ -250,7 +250,12 @@ def run_benchmark(
             ordered = run_order_study(contexts, settings, annotate, theta)
             contexts = ordered.chosen
         steps = missing_steps(
-            contexts, label_key, settings.utility, settings.relevance, settings.erag
+            contexts,
+            label_key,
+            settings.utility,
+            settings.relevance,
+            settings.erag,
+            settings.grader,
         )
         if steps or (settings.qcare and needs_coverage(contexts)):
             contexts = annotate(contexts, steps)

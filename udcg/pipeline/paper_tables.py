@@ -215,7 +215,9 @@ def _labelled(
 ) -> list[Context]:
     """The contexts with the labels the studies need, through the cached annotate stage."""
     key = settings.judge_key
-    steps = missing_steps(contexts, key, settings.utility, settings.relevance, erag)
+    steps = missing_steps(
+        contexts, key, settings.utility, settings.relevance, erag, settings.grader
+    )
     if not outcomes:
         steps = [s for s in steps if s != "outcomes"]
     return annotate_stage(cache, contexts, judge, steps, settings) if steps else contexts

@@ -96,11 +96,17 @@ def retrieve_contexts(
 
 
 def missing_steps(
-    contexts: Sequence[Context], judge: str, utility: str, relevance: str, erag: bool = False
+    contexts: Sequence[Context],
+    judge: str,
+    utility: str,
+    relevance: str,
+    erag: bool = False,
+    grader: str | None = None,
 ) -> list[str]:
     """The annotate steps whose labels under key ``judge`` (the judge's
     :func:`~udcg.judge.judge_key`) some context still lacks (relevance=llm: always; ``erag``:
-    eRAG's per-passage labels too)."""
+    eRAG's per-passage labels too; with ``grader``, outcomes another grader graded count as
+    missing, so they are graded again as asked; outcomes that name no grader were given)."""
     source = get_source(utility)
     passages = [p for c in contexts for p in c.passages]
     steps = []
@@ -108,7 +114,11 @@ def missing_steps(
         steps.append(source.step)
     if relevance == "llm" or any(p.relevant is None for p in passages):
         steps.append("relevance")
-    if any(c.outcomes.get(judge, {}).get("correct") is None for c in contexts):
+    outcomes = [c.outcomes.get(judge, {}) for c in contexts]
+    if any(
+        o.get("correct") is None or (grader is not None and o.get("grader", grader) != grader)
+        for o in outcomes
+    ):
         steps.append("outcomes")
     if erag and not has_erag(contexts, judge):
         steps.append("erag")

@@ -1,0 +1,66 @@
+"""Joins of the annotate steps: relevance another judge's LLM computed is not a given label, a
+string relabel leaves no stale LLM probability, a run that fails before writing anything leaves
+nothing to resume, and an empty step list is a usage error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from udcg.cli.annotate import main as annotate_main
+from udcg.errors import UDCGInputError
+from udcg.io.contexts.jsonl import read_contexts, write_contexts
+from udcg.io.contexts.model import Context, Passage
+from udcg.judge import Judge
+from udcg.labels.annotate import annotate
+
+
+class Sure(Judge):
+    """P(Yes) = 0.9 for every relevance check."""
+
+    def __init__(self, name: str) -> None:
+        self.name = self.fingerprint = name
+
+    def yes_prob(self, prompts):
+        return np.full(len(prompts), 0.9)
+
+
+CTX = Context("q1", [Passage("d1", text="Rome is in Italy.")], question="Q?", answers=["Paris"])
+
+
+def test_relevance_an_other_judges_llm_computed_is_not_kept_as_given() -> None:
+    (by_a,), _ = annotate([CTX], Sure("a"), steps=["relevance"], relevance="llm")
+    assert by_a.passages[0].relevant is True
+    with pytest.raises(UDCGInputError, match=r"passages\[0\].relevant.*computed by the LLM of a"):
+        annotate([by_a], Sure("b"), steps=["relevance"], relevance="llm")
+    _, report = annotate([by_a], Sure("a"), steps=["relevance"], relevance="llm")
+    assert report.relevance_kept == 1  # its own label: kept
+    (by_b,), _ = annotate(
+        [by_a], Sure("b"), steps=["relevance"], relevance="llm", relabel_relevance=True
+    )
+    assert by_b.passages[0].extra["relevance_prob"] == {"a": 0.9, "b": 0.9}
+    (by_string,), _ = annotate([by_a], Sure("b"), steps=["relevance"], relabel_relevance=True)
+    assert by_string.passages[0].relevant is False  # no "Paris" in the passage
+    assert "relevance_prob" not in by_string.passages[0].extra
+
+
+def test_a_run_that_fails_before_writing_leaves_nothing_to_resume(tmp_path, capsys) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_contexts(inp, [CTX])
+    pre = tmp_path / "pre.jsonl"
+    pre.write_text('{"question": "Other?", "passage": "x", "abstain_prob": 0.5}\n')
+    argv = [str(inp), "-o", str(out), "--judge", f"precomputed:{pre}", "--steps", "abstain"]
+    assert annotate_main(argv) == 2  # no value for the pair
+    assert "no precomputed abstain_prob" in capsys.readouterr().err
+    assert not list(tmp_path.glob("out.jsonl*"))  # no partial file, manifest or output
+    pre.write_text('{"question": "Q?", "passage": "Rome is in Italy.", "abstain_prob": 0.5}\n')
+    assert annotate_main(argv) == 0  # the corrected command is not refused
+    assert next(iter(read_contexts(out))).passages[0].abstain_prob == {"pre": 0.5}
+
+
+@pytest.mark.parametrize("steps", ["", ",", " "])
+def test_an_empty_step_list_is_a_usage_error(tmp_path, capsys, steps) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        annotate_main(["in.jsonl", "-o", str(tmp_path / "o.jsonl"), "--steps", steps])
+    assert exit_.value.code == 2
+    assert "argument --steps: expected an item" in capsys.readouterr().err
