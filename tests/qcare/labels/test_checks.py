@@ -3,6 +3,8 @@ judge fails, and labels of one run never mix the two routes because a call faile
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -130,3 +132,30 @@ def test_retries_are_checked_before_the_judge_and_count_alike(tmp_path, capsys) 
     checker = YesNoChecker(Unsure(), mode="text", retries=1)
     assert checker(PROMPT, "coverage") == ([None], [None])
     assert Unsure.calls == 2 and checker.counts["retried"] == 1
+
+
+def test_the_record_says_how_yes_no_was_read_and_score_warns_on_mixed_sources(
+    tmp_path, capsys, tag_judge
+) -> None:
+    """A file whose contexts were labelled by text and by log-probs (or by two judges) is
+    scored with one warning naming each source; one source alone, no warning."""
+    from udcg.cli import qcare
+    from udcg.io.contexts.jsonl import read_contexts, write_contexts
+    from udcg.io.contexts.model import Context, Passage
+    from udcg.qcare.labels.label import label_contexts
+
+    ctx = Context("q", [Passage("d", text="Paris #fr")], question="capital #fr")
+    (by_text,), _ = label_contexts([ctx], tag_judge(logprobs=False))
+    (by_logprobs,), _ = label_contexts([replace(ctx, qid="q2")], tag_judge())
+    assert by_text.extra["qcare_labels"]["checks"] == ["text"]
+    assert by_logprobs.extra["qcare_labels"]["checks"] == ["logprobs"]
+    mixed, single = tmp_path / "mixed.jsonl", tmp_path / "single.jsonl"
+    write_contexts(mixed, [by_text, by_logprobs])
+    write_contexts(single, [by_logprobs])
+    assert qcare.main(["score", str(single)]) == 0
+    assert "several sources" not in capsys.readouterr().err
+    assert qcare.main(["score", str(mixed)]) == 0
+    err = capsys.readouterr().err
+    assert "the labels come from several sources (judge tag (logprobs): 1 contexts;" in err
+    assert "judge tag (text): 1 contexts)" in err
+    assert len(list(read_contexts(mixed))) == 2

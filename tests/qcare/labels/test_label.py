@@ -218,6 +218,7 @@ def test_given_labels_are_refused_unless_relabel(tag_judge) -> None:
         "fingerprint": "tag-v1",
         "subqueries": "given",
         "outcomes": [],
+        "checks": ["logprobs"],
     }
 
 

@@ -10,8 +10,9 @@ What is written (see :mod:`udcg.io.contexts.jsonl`):
   conversational query (:mod:`udcg.qcare.conversation`) is decomposed given its earlier
   turns, once per distinct (question, history);
 * ``qcare_labels``, the record of who labelled the context: ``judge`` (its key),
-  ``fingerprint``, ``subqueries`` (``"given"`` or ``"judge"``) and ``outcomes`` (the models
-  whose answers it labelled);
+  ``fingerprint``, ``subqueries`` (``"given"`` or ``"judge"``), ``outcomes`` (the models
+  whose answers it labelled) and ``checks`` (how its Yes/No labels were read: ``logprobs``,
+  ``text`` or both);
 * ``passages[].covers[s]`` (hard) and ``passages[].covers_prob[s]`` (soft, null for text
   labels and for values the server only bounded);
 * with ``answers_from=MODEL``, in ``outcomes[MODEL]``: ``claims`` of its ``answer``,
@@ -318,11 +319,42 @@ def label_contexts(
         out = _label_answers(out, checker, answers_from, retries, report)
     report.checks.update(+checker.counts)
     report.text_reason = checker.text_reason
+    routes = [r for r in ("logprobs", "text") if checker.counts[r]]
     out = [
-        replace(c, extra={**c.extra, RECORD: record})
+        replace(c, extra={**c.extra, RECORD: _with_routes(record, c, routes)})
         for c, (_, record, _, _) in zip(out, prepared, strict=True)
     ]
     return out, report
+
+
+def _with_routes(record: dict[str, Any], ctx: Context, routes: list[str]) -> dict[str, Any]:
+    """``record`` with ``checks``: how the Yes/No labels the context holds were read, this run's
+    routes joined to those its own earlier labels (kept beside them) were read by."""
+    old = ctx.extra.get(RECORD) if isinstance(ctx.extra.get(RECORD), dict) else {}
+    own = old.get("fingerprint") == record["fingerprint"]
+    earlier = old.get("checks", []) if own and isinstance(old.get("checks"), list) else []
+    return {**record, "checks": sorted({*earlier, *routes})}
+
+
+def label_sources(contexts: Sequence[Context]) -> Counter[str]:
+    """How many contexts each source of Q-CARE labels wrote: ``judge KEY (ROUTES)`` from the
+    ``qcare_labels`` record, ``no record`` for labels given by hand or elsewhere.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Context
+        >>> record = {"judge": "a", "fingerprint": "fa", "checks": ["text"]}
+        >>> dict(label_sources([Context("q1", extra={RECORD: record}), Context("q2")]))
+        {'judge a (text)': 1, 'no record': 1}
+    """
+    out: Counter[str] = Counter()
+    for ctx in contexts:
+        record = ctx.extra.get(RECORD)
+        if not isinstance(record, dict):
+            out["no record"] += 1
+            continue
+        routes = ", ".join(record.get("checks") or []) or "routes not recorded"
+        out[f"judge {record.get('judge')} ({routes})"] += 1
+    return out
 
 
 def _label_answers(
