@@ -440,7 +440,7 @@ def test_embedded_cache_is_built_once_and_rebuilt_when_broken(monkeypatch, tmp_p
     loads: list[Path] = []
     fail_next = [False]
 
-    def fake_convert(src, target, expected):
+    def fake_convert(src, target, expected, given):
         conversions.append(target)
         target.mkdir(parents=True, exist_ok=True)
         (target / "model.safetensors").write_bytes(b"w" * 8)

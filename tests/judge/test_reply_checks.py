@@ -252,3 +252,92 @@ def test_bound_marks_follow_their_values_when_indexed() -> None:
         marked = {float(v) for v, b in zip(picked, upper_bounds(picked), strict=True) if b}
         assert marked == {0.1}
     assert upper_bounds(values[[0, 2]]).tolist() == [False, False]
+
+
+def test_the_embedded_copy_never_replaces_a_folder_or_file_udcg_did_not_make(tmp_path) -> None:
+    """``cache_dir`` names the converted copy's own folder: one holding other files, or a file,
+    is refused before anything is converted or moved; an empty or new folder is taken."""
+    pytest.importorskip("transformers")
+    from udcg.errors import UDCGInputError
+    from udcg.judge.embedded import EmbeddedJudge
+
+    mine = tmp_path / "mine"
+    (mine / "other-tool").mkdir(parents=True)
+    (mine / "other-tool" / "data.txt").write_text("keep me")
+    with pytest.raises(UDCGInputError, match="holds files udcg did not write"):
+        EmbeddedJudge(cache_dir=mine)
+    assert (mine / "other-tool" / "data.txt").read_text() == "keep me"
+    afile = tmp_path / "hostname"
+    afile.write_text("vm")
+    with pytest.raises(UDCGInputError, match="is a file"):
+        EmbeddedJudge(cache_dir=afile)
+    assert afile.read_text() == "vm"
+    with pytest.raises(UDCGInputError, match="field 'cache_dir': must be a folder path, got int"):
+        EmbeddedJudge(cache_dir=5)
+    (tmp_path / "empty").mkdir()
+    assert EmbeddedJudge(cache_dir=tmp_path / "empty").name == "smollm2-135m"  # no load yet
+
+
+def test_an_option_changed_after_wrapping_changes_the_cache_keys(tmp_path) -> None:
+    """The cache wrapper reads the wrapped judge's fingerprint when it builds a key, not once."""
+    pytest.importorskip("transformers")
+    from udcg.judge.cached import CachedJudge
+    from udcg.judge.embedded import EmbeddedJudge
+
+    inner = EmbeddedJudge(warm_up=False)
+    judge = CachedJudge(inner, tmp_path / "c.sqlite")
+    before = judge.fingerprint
+    inner.max_passage_tokens = 4
+    assert judge.fingerprint == inner.fingerprint != before
+
+
+@pytest.mark.parametrize(("scaling", "supported"), [(8.0, False), (1.0, True)])
+def test_a_model_that_scales_its_logits_is_refused_as_a_local_judge(
+    tmp_path, scaling, supported
+) -> None:
+    """Granite divides its logits by ``logits_scaling`` after the head: the batched scorer's
+    values would be off, so loading refuses it; unscaled, it scores as a plain forward does."""
+    torch = pytest.importorskip("torch")
+    from transformers import GraniteConfig, GraniteForCausalLM
+
+    from tests.judge.test_openai_backend import _tiny_tokenizer
+    from udcg.errors import UDCGInputError
+    from udcg.judge import load_judge
+
+    tokenizer = _tiny_tokenizer(tmp_path)
+    torch.manual_seed(0)
+    config = GraniteConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+        bos_token_id=1, eos_token_id=2, logits_scaling=scaling,
+    )  # fmt: skip
+    model = GraniteForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40)  # confident enough for the scale to show
+    model.save_pretrained(tmp_path)
+    judge = load_judge(str(tmp_path), warm_up=False, device="cpu")
+    if supported:
+        assert 0.0 <= judge.abstain_prob(["the question ?"], ["a document"])[0] <= 1.0
+    else:
+        with pytest.raises(UDCGInputError, match="not supported as a local judge"):
+            judge.abstain_prob(["the question ?"], ["a document"])
+
+
+def test_a_folder_judge_s_additional_chat_templates_are_in_its_fingerprint(tmp_path) -> None:
+    from udcg.judge.file_digest import folder_sha256
+
+    (tmp_path / "config.json").write_text("{}")
+    before = folder_sha256(tmp_path)
+    (tmp_path / "additional_chat_templates").mkdir()
+    (tmp_path / "additional_chat_templates" / "default.jinja").write_text("{{ messages }}")
+    assert folder_sha256(tmp_path) != before
+
+
+@pytest.mark.parametrize("option", ["batch_size", "max_batch_tokens", "max_generate_tokens"])
+def test_a_zero_batch_limit_is_refused_not_replaced_by_the_default(option) -> None:
+    pytest.importorskip("transformers")
+    from udcg.errors import UDCGInputError
+    from udcg.judge.local import TransformersJudge
+
+    with pytest.raises(UDCGInputError, match=f"field '{option}': must be >= 1, got 0"):
+        TransformersJudge("some/model", **{option: 0})

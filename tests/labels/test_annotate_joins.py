@@ -64,3 +64,16 @@ def test_an_empty_step_list_is_a_usage_error(tmp_path, capsys, steps) -> None:
         annotate_main(["in.jsonl", "-o", str(tmp_path / "o.jsonl"), "--steps", steps])
     assert exit_.value.code == 2
     assert "argument --steps: expected an item" in capsys.readouterr().err
+
+
+def test_a_judge_value_that_is_not_a_probability_is_one_error_naming_the_context() -> None:
+    from udcg.errors import UDCGServiceError
+
+    class Broken(Judge):
+        name = fingerprint = "broken"
+
+        def abstain_prob(self, questions, passages, mode="first_token"):
+            return np.full(len(questions), np.nan)
+
+    with pytest.raises(UDCGServiceError, match="judge 'broken' gave abstain_prob nan, not a"):
+        annotate([CTX], Broken(), steps=["abstain"])

@@ -99,12 +99,23 @@ class CachedJudge(Judge):
         self.cache = cache if isinstance(cache, JudgeCache) else JudgeCache(cache)
         self.chunk_size = int(chunk_size)
         self.commit_interval, self.commit_size = float(commit_interval), int(commit_size)
+        self._fingerprint = ""
         if judge is not None:
-            self.name, self.fingerprint = judge.name, judge.fingerprint
+            self.name = judge.name
         self.inner_calls = self.uncached = 0
         self._warned_validators: set[int] = set()
         self._probe_pending = bool(probe)
         self._settings: Callable[[str], Mapping[str, Any]] = lambda operation: {}
+
+    @property  # type: ignore[override]
+    def fingerprint(self) -> str:
+        """The wrapped judge's fingerprint as it is now (an option changed after wrapping
+        changes the keys), or the one given to :meth:`from_cache`."""
+        return self.inner.fingerprint if self.inner is not None else self._fingerprint
+
+    @fingerprint.setter
+    def fingerprint(self, value: str) -> None:
+        self._fingerprint = value
 
     @classmethod
     def from_cache(

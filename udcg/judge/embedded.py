@@ -76,8 +76,28 @@ def _valid_stamp(target: Path, expected: dict[str, Any]) -> dict[str, Any] | Non
     return stamp if _stamp_matches(target, stamp, expected) else None
 
 
-def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any]) -> None:
-    """De-quantise the GGUF, save a safetensors copy at ``target`` atomically, check its stamp."""
+def check_copy_folder(target: Path) -> None:
+    """Refuse a ``target`` that converting would replace but udcg did not make: a file, or a
+    folder that is neither empty nor holds a ``udcg-source.json`` stamp (a stale copy)."""
+    if target.exists() and not target.is_dir():
+        raise UDCGInputError(
+            f"{target} is a file; the converted embedded model needs a folder of its own",
+            field="cache_dir",
+        )
+    if target.is_dir() and not (target / _STAMP).exists() and any(target.iterdir()):
+        raise UDCGInputError(
+            f"{target} holds files udcg did not write (no {_STAMP}); the converted embedded model"
+            " would replace them: give a new or empty folder",
+            field="cache_dir",
+        )
+
+
+def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any], given: bool) -> None:
+    """De-quantise the GGUF, save a safetensors copy at ``target`` atomically, check its stamp;
+    a ``given`` (user-chosen) ``target`` is replaced only when :func:`check_copy_folder` allows
+    it (udcg's own folder, :func:`embedded_cache_dir`, always)."""
+    if given:
+        check_copy_folder(target)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -130,14 +150,22 @@ def _transformers_version() -> str | None:
 
 class EmbeddedJudge(TransformersJudge):
     """The embedded SmolLM2-135M-Instruct judge, named ``smollm2-135m``, its converted copy in
-    ``cache_dir`` (default :func:`embedded_cache_dir`); other keywords go to
+    the folder ``cache_dir`` (default :func:`embedded_cache_dir`; an existing one must be empty
+    or a copy udcg made, :func:`check_copy_folder`); other keywords go to
     :class:`TransformersJudge`. The fingerprint names the GGUF by name, size and hash (no local
     path) without loading the model: the copy is (re)made when the model first loads and the
     copy's stamp does not match the installed GGUF or its weights fail to load."""
 
     def __init__(self, cache_dir: str | os.PathLike[str] | None = None, **kw: Any) -> None:
         self._gguf_dir = embedded_model_dir()
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise UDCGInputError(
+                f"must be a folder path, got {type(cache_dir).__name__}", field="cache_dir"
+            )
         target = Path(cache_dir).expanduser() if cache_dir is not None else embedded_cache_dir()
+        self._given = cache_dir is not None
+        if self._given:
+            check_copy_folder(target)
         gguf = self._gguf_dir / EMBEDDED_GGUF
         st = gguf.stat()
         self._expected = dict(
@@ -156,15 +184,14 @@ class EmbeddedJudge(TransformersJudge):
 
     def _load_weights(self) -> tuple[Any, Any]:
         if _valid_stamp(self._target, self._expected) is None:
-            _convert(self._gguf_dir, self._target, self._expected)
+            _convert(self._gguf_dir, self._target, self._expected, self._given)
         try:
             return super()._load_weights()
         except UDCGInputError:  # bad options, not a bad copy
             raise
         except (OSError, ValueError, RuntimeError) as exc:  # corrupt copy with an intact stamp
             log.warning("converted model at %s failed to load (%s); rebuilding", self._target, exc)
-            (self._target / _STAMP).unlink(missing_ok=True)
-            _convert(self._gguf_dir, self._target, self._expected)
+            _convert(self._gguf_dir, self._target, self._expected, self._given)
             return super()._load_weights()
 
 

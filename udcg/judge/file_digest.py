@@ -26,6 +26,7 @@ MODEL_FILES = (
     "*.model",
     "*.tiktoken",
     "*.jinja",
+    "additional_chat_templates/*.jinja",
     "merges.txt",
     "vocab.txt",
 )
@@ -101,8 +102,9 @@ def file_sha256(path: Path) -> str:
 
 
 def folder_sha256(folder: Path) -> str:
-    """Hex SHA-256 over the name and digest of each file of ``folder`` (top level) that
-    ``transformers`` loads a model from (:data:`MODEL_FILES`), in name order.
+    """Hex SHA-256 over the name and digest of each file of ``folder`` that ``transformers``
+    loads a model from (:data:`MODEL_FILES`: top level, and the chat templates of
+    ``additional_chat_templates/``), in name order.
 
     Examples:
         >>> import tempfile
@@ -119,5 +121,5 @@ def folder_sha256(folder: Path) -> str:
     files = sorted({p for pattern in MODEL_FILES for p in folder.glob(pattern) if p.is_file()})
     h = hashlib.sha256()
     for path in files:
-        h.update(f"{path.name}\0{file_sha256(path)}\n".encode())
+        h.update(f"{path.relative_to(folder).as_posix()}\0{file_sha256(path)}\n".encode())
     return h.hexdigest()

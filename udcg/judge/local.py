@@ -136,9 +136,13 @@ class TransformersJudge(Judge):
                 f"must be a floating-point torch dtype ({', '.join(FLOAT_DTYPES)}), got {dtype!r}",
                 field="dtype",
             )
-        self.batch_size = int(batch_size or (64 if cuda else 16))
-        self.max_batch_tokens = int(max_batch_tokens or (16384 if cuda else 1024))
-        self.max_generate_tokens = int(max_generate_tokens or (65536 if cuda else 8192))
+        self.batch_size = int(batch_size if batch_size is not None else 64 if cuda else 16)
+        self.max_batch_tokens = int(
+            max_batch_tokens if max_batch_tokens is not None else 16384 if cuda else 1024
+        )
+        self.max_generate_tokens = int(
+            max_generate_tokens if max_generate_tokens is not None else 65536 if cuda else 8192
+        )
         for what in ("batch_size", "max_batch_tokens", "max_generate_tokens"):
             if getattr(self, what) < 1:
                 raise UDCGInputError(f"must be >= 1, got {getattr(self, what)}", field=what)
@@ -200,11 +204,13 @@ class TransformersJudge(Judge):
             raise UDCGInputError(
                 f"the tokenizer of {self.source!r} maps {ABSTAIN_MARKER!r} to no token"
             )
+        engine = ScoringEngine(model, device, tokenizer.pad_token_id or 0)
+        engine.check_head(tokenizer.encode(WARM_UP_PASSAGE, add_special_tokens=False)[:16])
         self._loaded = {
             "tokenizer": tokenizer,
             "model": model,
             "device": device,
-            "engine": ScoringEngine(model, device, tokenizer.pad_token_id or 0),
+            "engine": engine,
             "marker_ids": list(marker),
             "yes_ids": _single_token_ids(tokenizer, YES_WORDS),
             "no_ids": _single_token_ids(tokenizer, NO_WORDS),

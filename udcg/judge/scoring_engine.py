@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from udcg.errors import UDCGInputError
+
 MIN_SHARED_TOKENS = 8  # shorter shared runs are not worth a separate forward pass
 PREFIX_CACHE_SIZE = 4
 # cost model of a forward pass, in tokens: a fixed per-call cost; small batches cost as much
@@ -123,6 +125,27 @@ class ScoringEngine:
             logits = torch.tanh(logits / cap) * cap
         logp = torch.log_softmax(logits, dim=-1)
         return logp if targets is None else logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+    def check_head(self, ids: list[int]) -> None:
+        """Refuse a model whose own forward turns hidden states into logits otherwise than
+        :meth:`log_softmax` does (a logit scale or multiplier, as Granite and Cohere apply):
+        the log-probabilities of one plain forward over ``ids`` must agree within 1e-3."""
+        import torch
+
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=torch.tensor([ids], device=self.device), output_hidden_states=True
+            )
+            own = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+            ours = self.log_softmax(out.hidden_states[-1][0, -1])
+        gap = float((own - ours).abs().max())
+        if not gap <= 1e-3:
+            raise UDCGInputError(
+                f"{type(self.model).__name__} turns hidden states into logits in a way the batched"
+                f" scorer does not reproduce (log-probabilities differ by {gap:.3g} on one"
+                " forward pass): this model is not supported as a local judge; serve it and"
+                " use an openai: judge"
+            )
 
     def score(
         self,

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGServiceError
 from udcg.io.contexts.jsonl import Context, Passage
 from udcg.judge.base import AbstainMode, Judge
 from udcg.judge.prompts import Messages, answer_messages
@@ -349,10 +349,21 @@ def _judged(
     contexts: Sequence[Context],
 ) -> dict[Any, tuple[float, bool]]:
     """``key -> (value, is an upper bound)`` for each distinct key (a pair or a triple of the
-    contexts' items), counted in ``report``."""
-    with _named(_holding(contexts, keys, len(keys[0]) - 1 if keys else 1)):
+    contexts' items), counted in ``report``; a value that is not a probability (NaN from a
+    damaged model) is a :class:`~udcg.errors.UDCGServiceError` naming the judge and context."""
+    holder = _holding(contexts, keys, len(keys[0]) - 1 if keys else 1)
+    with _named(holder):
         values, bounds = judge_call(judge, keys, work, label, batch)
     report.bounds[value_field] += int(bounds.sum())
+    for i, value in enumerate(values):
+        if not 0.0 <= float(value) <= 1.0:
+            ctx = holder(i)
+            path, line = ctx.location()["path"], ctx.location()["line"]
+            at = f" ({path}:{line})" if path is not None else ""
+            raise UDCGServiceError(
+                f"judge {judge.name!r} gave {value_field} {float(value)!r}, not a probability,"
+                f" for a passage of context {ctx.qid!r}{at}: is the model damaged?"
+            )
     return {k: (float(v), bool(b)) for k, v, b in zip(keys, values, bounds, strict=True)}
 
 
