@@ -13,8 +13,8 @@ from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.demo_data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
 from udcg.io.files import refuse_same_file
-from udcg.labels.annotate import annotate, check_provided, operations
-from udcg.labels.provenance import annotation_record
+from udcg.labels.annotate import annotate, check_provided
+from udcg.labels.provenance import default_record
 from udcg.labels.stream import annotate_stream
 
 
@@ -54,25 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         contexts = build_contexts(load_source(args.source), args.seed)
         judge = open_cli_judge(args)
         check_provided(judge, STEPS, "string")
-        record = annotation_record(
-            judge.name,
-            judge.fingerprint,
-            STEPS,
-            "string",
-            False,
-            "span",
-            "first_token",
-            32,
-            None,
-            {op: judge.key_settings(op) for op in operations(STEPS, "string")},
-        )
         report, _ = annotate_stream(
             contexts,
             args.out,
             lambda part: annotate(part, judge, steps=STEPS),
             chunk=len(contexts),
             total=len(contexts),
-            record=record,
+            record=default_record(judge, STEPS),
         )
         print(
             f"wrote {report.contexts} contexts to {args.out}: {report.pairs} passage pairs, "

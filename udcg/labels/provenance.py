@@ -32,7 +32,7 @@ from typing import Any
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, context_line
 from udcg.io.files import PathType, atomic_write, open_binary
-from udcg.labels.annotate import STEPS
+from udcg.labels.annotate import STEPS, operations
 
 #: Version of the record layout; a record of another format never matches.
 FORMAT = "udcg-annotate/2"
@@ -81,6 +81,17 @@ def annotation_record(
         "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
         "key_settings": {op: dict(settings) for op, settings in key_settings.items()},
     }
+
+
+def default_record(judge: Any, steps: Sequence[str]) -> dict[str, Any]:
+    """The record of ``annotate(contexts, judge, steps)`` with its defaults (string relevance,
+    span grader, first-token abstention, 32 new tokens, the whole input), as ``udcg demo`` and
+    the one-journey report annotate."""
+    settings = {op: judge.key_settings(op) for op in operations(steps, "string")}
+    return annotation_record(
+        judge.name, judge.fingerprint, steps, "string", False, "span", "first_token", 32, None,
+        settings,
+    )  # fmt: skip
 
 
 def line_hash(ctx: Context) -> str:

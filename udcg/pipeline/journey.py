@@ -35,9 +35,8 @@ from udcg.labels.annotate import (
     annotate,
     check_inputs,
     check_provided,
-    operations,
 )
-from udcg.labels.provenance import annotation_record
+from udcg.labels.provenance import default_record
 from udcg.labels.stream import DEFAULT_CHUNK, annotate_stream
 from udcg.trec.comparison import compare
 from udcg.trec.engine import as_qrels, evaluate_table
@@ -133,19 +132,7 @@ def label_contexts(
     }
     check_provided(judge, steps, "string")
     step = functools.partial(annotate, judge=judge, steps=steps)
-    settings = {op: judge.key_settings(op) for op in operations(steps, "string")}
-    record = annotation_record(
-        judge.name,
-        judge.fingerprint,
-        steps,
-        "string",
-        False,
-        "span",
-        "first_token",
-        32,
-        None,
-        settings,
-    )
+    record = default_record(judge, steps)
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, path in contexts.items():
