@@ -50,6 +50,13 @@ def test_errors_and_warnings_are_one_line(capsys: pytest.CaptureFixture[str]) ->
     assert run_cli("udcg x", warns) == 0
     assert capsys.readouterr().err == "udcg x: warning: few contexts\n" * 2
 
+    def unreadable() -> None:  # a library's OSError without a file name (transformers' config)
+        raise OSError("the config file at 'm/config.json' is not a valid JSON file.")
+
+    assert run_cli("udcg x", unreadable) == 2
+    err = capsys.readouterr().err
+    assert err == "udcg x: error: the config file at 'm/config.json' is not a valid JSON file.\n"
+
 
 def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))

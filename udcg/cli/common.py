@@ -82,7 +82,8 @@ def _attempt(main: Callable[[], int | None], catch_all: bool) -> Outcome:
         _quiet_stdout()
         return Outcome(BROKEN_PIPE)
     except OSError as exc:
-        return Outcome(2, f"error: {exc.filename or ''}: {exc.strerror or exc}")
+        where = f"{exc.filename}: " if exc.filename else ""
+        return Outcome(2, f"error: {where}{one_line(exc.strerror or str(exc))}")
     except KeyboardInterrupt:
         return Outcome(130, "interrupted")
     except Exception as exc:
