@@ -13,6 +13,7 @@ from tests.judge.test_openai_backend import ScriptedServer, _chat_reply, _fast, 
 from udcg.cli.batch import main as batch_main
 from udcg.errors import UDCGServiceError
 from udcg.io.contexts.jsonl import Context, Passage, write_contexts
+from udcg.judge.openai_backend import OpenAIJudge
 from udcg.judge.openai_replies import ReplyError, echoed_continuation, first_choice, same_model
 
 CHOICE = {"index": 0, "message": {"content": "NO"}}
@@ -341,3 +342,23 @@ def test_a_zero_batch_limit_is_refused_not_replaced_by_the_default(option) -> No
 
     with pytest.raises(UDCGInputError, match=f"field '{option}': must be >= 1, got 0"):
         TransformersJudge("some/model", **{option: 0})
+
+
+def test_reply_model_names_the_model_a_server_answers_under() -> None:
+    """An Azure deployment answers requests for ``my-deployment`` as ``gpt-4o-2024-05-13``:
+    refused by default with the remedy named, read with ``reply_model``, which is part of the
+    fingerprint."""
+
+    def reply(path, body, headers):
+        top = {"NO": math.log(0.4), "Yes": math.log(0.3)}
+        return 200, {}, {**_chat_reply("NO", _openai_logprobs(top)), "model": "gpt-4o-2024-05-13"}
+
+    with ScriptedServer(reply) as server:
+        plain = OpenAIJudge("my-deployment", server.url, abstain_token="NO", max_retries=0)
+        with pytest.raises(UDCGServiceError, match="needs the judge option reply_model=NAME"):
+            plain.abstain_prob(["Q?"], ["P."])
+        named = OpenAIJudge(
+            "my-deployment", server.url, abstain_token="NO", max_retries=0, reply_model="gpt-4o"
+        )
+        assert named.abstain_prob(["Q?"], ["P."])[0] == pytest.approx(0.4)
+    assert '"reply_model":"gpt-4o"' in named.fingerprint and "reply_model" not in plain.fingerprint

@@ -288,7 +288,7 @@ def _import_locked(args: argparse.Namespace) -> int:
         check_inputs(contexts, args.steps, args.relevance)
     calls = _read_calls(args.calls, judge)
     batch = read_batch(
-        args.results, calls, lambda: abstain_marker(judge), judge.top_logprobs, judge.model
+        args.results, calls, lambda: abstain_marker(judge), judge.top_logprobs, judge.reply_model
     )
     with JudgeCache(args.cache) as cache:
         held = cache.get_many(calls, count=False)

@@ -344,7 +344,8 @@ def _foreign_reply(call: Call, body: Mapping[str, Any], model: str | None) -> st
     if model is not None and not same_model(body.get("model"), model):
         return (
             f"the reply is of model {snippet(json.dumps(body.get('model')))}, the request was"
-            f" exported for {model!r}: the results of another batch?"
+            f" exported for {model!r}: the results of another batch? (replies under another"
+            " name need the judge option reply_model=NAME)"
         )
     used, limit = generated_tokens(body), call.args.get("max_new_tokens")
     if call.operation == "generate" and used is not None and used > limit:

@@ -126,6 +126,7 @@ class OpenAIJudge(Judge):
         connect_timeout: float = 10.0,
         deadline: float = 300.0,
         exact_bounds: str = "auto",
+        reply_model: str | None = None,
     ) -> None:
         if not model:
             raise UDCGInputError("must be the name of the model on the server", field="model")
@@ -162,6 +163,7 @@ class OpenAIJudge(Judge):
         self.top_logprobs = int(top_logprobs)
         self.extra_body = dict(extra_body or {})
         self.template_tokenizer = template_tokenizer
+        self.reply_model = reply_model or model  # the model the replies must be of
         self.structured_output = structured_output
         self.exact_bounds = exact_bounds
         settings = {
@@ -171,6 +173,7 @@ class OpenAIJudge(Judge):
             "abstain_token": abstain_token,
             "extra_body": self.extra_body or None,
             "template_tokenizer": _tokenizer_identity(template_tokenizer),
+            "reply_model": reply_model if reply_model != model else None,
         }
         settings = {k: v for k, v in settings.items() if v is not None}
         self.fingerprint = "openai:" + canonical_json(settings)
@@ -236,7 +239,7 @@ class OpenAIJudge(Judge):
     async def _first_token_logprobs(self, messages: Messages) -> dict[str, float]:
         url = self.base_url + CHAT_PATH
         body = first_token_body(self.model, messages, self.extra_body, self.top_logprobs)
-        choice = self._read(url, first_choice, await self.http.apost(url, body), self.model)
+        choice = self._read(url, first_choice, await self.http.apost(url, body), self.reply_model)
         return self._read(url, first_token_logprobs, choice)
 
     def _bounded(
@@ -307,7 +310,7 @@ class OpenAIJudge(Judge):
                     self.http.count("structured_output_refused")
             if reply is None:
                 reply = await self.http.apost(url, body)
-            choice = self._read(url, first_choice, reply, self.model)
+            choice = self._read(url, first_choice, reply, self.reply_model)
             return self._read(f"{url}: item {i}", message_text, choice)
 
         deliver = None if on_result is None else lambda i, text: on_result(i, text, False)
@@ -356,7 +359,7 @@ class OpenAIJudge(Judge):
             reply = await self.http.apost(
                 url, echo_body(self.model, prompt + answer, self.extra_body)
             )
-            choice = self._read(url, first_choice, reply, self.model)
+            choice = self._read(url, first_choice, reply, self.reply_model)
             where, args = f"{url}: item {k}", (len(prompt), answer, generated_tokens(reply))
             picked = self._read(where, echoed_continuation, choice, *args)
             return sum(logprob for _, logprob, _ in picked) / len(picked)
@@ -406,7 +409,7 @@ class OpenAIJudge(Judge):
                 url, echo_body(self.model, prompt + token, self.extra_body)
             )
             picked = echoed_continuation(
-                first_choice(reply, self.model), len(prompt), token, generated_tokens(reply)
+                first_choice(reply, self.reply_model), len(prompt), token, generated_tokens(reply)
             )
         except JudgeServerError as exc:
             if not isinstance(exc, ReplyError) and exc.status not in (400, 404, 422):

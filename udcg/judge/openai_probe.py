@@ -112,7 +112,8 @@ def _models(judge: OpenAIJudge, report: ServerReport) -> None:
 def _first_token(judge: OpenAIJudge, messages: Messages) -> dict[str, float]:
     url = judge.base_url + CHAT_PATH
     body = first_token_body(judge.model, messages, judge.extra_body, judge.top_logprobs)
-    return first_token_logprobs(first_choice(judge.http.post(url, body, RETRIES), judge.model))
+    reply = judge.http.post(url, body, RETRIES)
+    return first_token_logprobs(first_choice(reply, judge.reply_model))
 
 
 def _abstention(judge: OpenAIJudge, report: ServerReport) -> None:
@@ -148,7 +149,7 @@ def _echo(judge: OpenAIJudge, report: ServerReport) -> None:
     exact abstention value."""
     url = judge.base_url + COMPLETIONS_PATH
     reply = judge.http.post(url, echo_body(judge.model, ECHO_PROMPT, judge.extra_body), RETRIES)
-    logprobs = first_choice(reply, judge.model).get("logprobs")
+    logprobs = first_choice(reply, judge.reply_model).get("logprobs")
     report.echo_logprobs = (  # the prompt's own tokens come back, with log-probs
         isinstance(logprobs, dict)
         and all(isinstance(logprobs.get(f), list) for f in ECHO_FIELDS)
@@ -187,7 +188,7 @@ def _json_output(judge: OpenAIJudge, report: ServerReport) -> None:
         reply = judge.http.post(url, body, RETRIES)
     else:
         refused = None
-    message_text(first_choice(reply, judge.model))  # a reply without text is no generation
+    message_text(first_choice(reply, judge.reply_model))  # a reply without text is no generation
     report.generate = True
     report.json_output = "accepted" if refused is None else "refused"
     if refused is not None:

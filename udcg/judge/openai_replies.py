@@ -84,7 +84,11 @@ def first_choice(reply: Any, model: str | None = None, needs_model: bool = False
     if model is not None and (needs_model or "model" in reply):
         if not same_model(reply.get("model"), model):
             named = snippet(json.dumps(reply.get("model")))
-            raise ReplyError(f"the reply is of model {named}, not of the judge's {model!r}")
+            raise ReplyError(
+                f"the reply is of model {named}, not of the judge's {model!r} (a server that"
+                " answers under another name, such as an Azure deployment, needs the judge"
+                " option reply_model=NAME)"
+            )
     if len(choices) > 1 or choices[0].get("index", 0) != 0:
         found = [c.get("index") if isinstance(c, dict) else c for c in choices]
         raise ReplyError(f"the reply has choices {snippet(repr(found))}, not the one asked for")
