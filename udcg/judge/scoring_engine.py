@@ -133,11 +133,10 @@ class ScoringEngine:
         import torch
 
         with torch.inference_mode():
-            out = self.model(
-                input_ids=torch.tensor([ids], device=self.device), output_hidden_states=True
-            )
-            own = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-            ours = self.log_softmax(out.hidden_states[-1][0, -1])
+            input_ids = torch.tensor([ids], device=self.device)
+            own = torch.log_softmax(self.model(input_ids=input_ids).logits[0, -1].float(), dim=-1)
+            hidden = self._decoder(input_ids=input_ids).last_hidden_state  # as score() reads it
+            ours = self.log_softmax(hidden[0, -1])
         gap = float((own - ours).abs().max())
         if not gap <= 1e-3:
             raise UDCGInputError(
