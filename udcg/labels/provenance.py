@@ -86,7 +86,16 @@ def annotation_record(
 def default_record(judge: Any, steps: Sequence[str]) -> dict[str, Any]:
     """The record of ``annotate(contexts, judge, steps)`` with its defaults (string relevance,
     span grader, first-token abstention, 32 new tokens, the whole input), as ``udcg demo`` and
-    the one-journey report annotate."""
+    the one-journey report annotate.
+
+    Examples:
+        >>> from udcg.judge import Judge
+        >>> class Fixed(Judge):
+        ...     name, fingerprint = "fixed", "fixed-v1"
+        >>> record = default_record(Fixed(), ["abstain", "outcomes"])
+        >>> record["judge"], record["steps"], record["grader"], record["shard"]
+        ('fixed', ['abstain', 'outcomes'], 'span', None)
+    """
     settings = {op: judge.key_settings(op) for op in operations(steps, "string")}
     return annotation_record(
         judge.name, judge.fingerprint, steps, "string", False, "span", "first_token", 32, None,
