@@ -70,8 +70,8 @@ def test_unknown_options_name_the_ones_the_backend_takes() -> None:
     assert str(err.value) == (
         "field 'batch_size': not an option of the openai judge; its options: abstain_token, "
         "api_key_env, backoff, connect_timeout, deadline, exact_bounds, extra_body, max_backoff, "
-        "max_concurrency, max_retries, server_id, structured_output, template_tokenizer, "
-        "timeout, top_logprobs"
+        "max_concurrency, max_retries, reply_model, server_id, structured_output, "
+        "template_tokenizer, timeout, top_logprobs"
     )
     with pytest.raises(UDCGInputError, match="its options: none") as err:
         check_options("precomputed:p.jsonl", {"timeout": 5}, prefix="judge_options.")
