@@ -196,19 +196,25 @@ def _tiny_tokenizer(folder: Path) -> Any:
     return tokenizer
 
 
+def _tiny_model(folder: Path, config_class: Any, model_class: Any, **extra: Any) -> Any:
+    """A randomly initialised 2-layer ``model_class`` (seed 0) with a word-level tokenizer and a
+    chat template saved in ``folder``; ``extra``: more config fields. Not saved itself."""
+    torch = pytest.importorskip("torch")
+    tokenizer = _tiny_tokenizer(folder)
+    torch.manual_seed(0)
+    config = config_class(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+        bos_token_id=1, eos_token_id=2, **extra,
+    )  # fmt: skip
+    return model_class(config)
+
+
 def _tiny_chat_model(folder: Path) -> None:
     """A randomly initialised 2-layer Llama with a word-level tokenizer and a chat template."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch = pytest.importorskip("torch")
-    tokenizer = _tiny_tokenizer(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-        bos_token_id=1, eos_token_id=2,
-    )  # fmt: skip
-    LlamaForCausalLM(config).save_pretrained(folder)
+    _tiny_model(folder, LlamaConfig, LlamaForCausalLM).save_pretrained(folder)
 
 
 @pytest.fixture(scope="module")

@@ -70,10 +70,10 @@ def same_model(named: Any, model: str) -> bool:
     return isinstance(named, str) and (named == model or re.fullmatch(dated, named) is not None)
 
 
-def first_choice(reply: Any, model: str | None = None, needs_model: bool = False) -> dict[str, Any]:
+def first_choice(reply: Any, model: str | None = None) -> dict[str, Any]:
     """The reply's one choice (``index`` 0, or the only entry when it has no index); a reply
-    naming another model than ``model`` (:func:`same_model`), or none with ``needs_model``, is
-    an error, and so is one with several choices.
+    naming another model than ``model`` (:func:`same_model`) is an error, and so is one with
+    several choices (batch results must also name their model: ``batch_files``).
 
     >>> first_choice({"model": "m", "choices": [{"index": 0, "text": "a"}]}, "m")["text"]
     'a'
@@ -81,9 +81,9 @@ def first_choice(reply: Any, model: str | None = None, needs_model: bool = False
     choices = reply.get("choices") if isinstance(reply, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ReplyError(f"reply has no 'choices' list: {snippet(str(reply))}")
-    if model is not None and (needs_model or "model" in reply):
-        if not same_model(reply.get("model"), model):
-            named = snippet(json.dumps(reply.get("model")))
+    if model is not None and "model" in reply:
+        if not same_model(reply["model"], model):
+            named = snippet(json.dumps(reply["model"]))
             raise ReplyError(
                 f"the reply is of model {named}, not of the judge's {model!r} (a server that"
                 " answers under another name, such as an Azure deployment, needs the judge"
