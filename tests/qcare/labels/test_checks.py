@@ -159,3 +159,20 @@ def test_the_record_says_how_yes_no_was_read_and_score_warns_on_mixed_sources(
     assert "the labels come from several sources (judge tag (logprobs): 1 contexts;" in err
     assert "judge tag (text): 1 contexts)" in err
     assert len(list(read_contexts(mixed))) == 2
+
+
+def test_the_record_keeps_the_route_of_labels_an_own_later_run_keeps(tag_judge) -> None:
+    """Run 1 labels answer g1 by text; run 2 by the same judge labels g2 from log-probs and
+    keeps g1's labels: the record names both routes. Relabelling g1 itself names only the
+    route that labels remain from."""
+    from udcg.io.contexts.model import Context, Passage
+    from udcg.qcare.labels.label import label_contexts
+
+    outcomes = {"g1": {"answer": "Paris #fr"}, "g2": {"answer": "Paris #fr"}}
+    ctx = Context("q", [Passage("d", text="Paris #fr")], question="capital #fr", outcomes=outcomes)
+    (first,), _ = label_contexts([ctx], tag_judge(logprobs=False), answers_from="g1")
+    (both,), _ = label_contexts([first], tag_judge(), answers_from="g2")
+    (again,), _ = label_contexts([first], tag_judge(), answers_from="g1")
+    assert first.extra["qcare_labels"]["checks"] == ["text"]
+    assert both.extra["qcare_labels"]["checks"] == ["logprobs", "text"]
+    assert again.extra["qcare_labels"]["checks"] == ["logprobs"]

@@ -189,11 +189,14 @@ def _prepare(
                     **ctx.location(),
                 )
     models = set(old.get("outcomes", [])) if own else set()
+    kept = models - {answers_from}  # this judge's labels of other outcomes, kept as they are
+    earlier = old.get("checks") if kept and isinstance(old.get("checks"), list) else []
     record = {
         "judge": judge.name,
         "fingerprint": judge.fingerprint,
         "subqueries": "judge" if subqueries is None or from_judge else "given",
         "outcomes": sorted(models | ({answers_from} if answers_from else set())),
+        "checks": earlier,  # how the labels kept from this judge's earlier runs were read
     }
     extra = {k: v for k, v in ctx.extra.items() if k != RECORD}
     replaced = written is not None and not own
@@ -321,19 +324,12 @@ def label_contexts(
     report.text_reason = checker.text_reason
     routes = [r for r in ("logprobs", "text") if checker.counts[r]]
     out = [
-        replace(c, extra={**c.extra, RECORD: _with_routes(record, c, routes)})
+        replace(
+            c, extra={**c.extra, RECORD: {**record, "checks": sorted({*record["checks"], *routes})}}
+        )
         for c, (_, record, _, _) in zip(out, prepared, strict=True)
     ]
     return out, report
-
-
-def _with_routes(record: dict[str, Any], ctx: Context, routes: list[str]) -> dict[str, Any]:
-    """``record`` with ``checks``: how the Yes/No labels the context holds were read, this run's
-    routes joined to those its own earlier labels (kept beside them) were read by."""
-    old = ctx.extra.get(RECORD) if isinstance(ctx.extra.get(RECORD), dict) else {}
-    own = old.get("fingerprint") == record["fingerprint"]
-    earlier = old.get("checks", []) if own and isinstance(old.get("checks"), list) else []
-    return {**record, "checks": sorted({*earlier, *routes})}
 
 
 def label_sources(contexts: Sequence[Context]) -> Counter[str]:
