@@ -275,10 +275,10 @@ def check_inputs(
                 raise UDCGInputError(
                     "missing or empty", field=f"passages[{i}].text", **ctx.location()
                 )
-            others = sorted(passage.extra.get("relevance_prob") or {})
             kept = not relabels(passage, relabel_relevance)
-            if judge is not None and relevance == "llm" and kept and others:
-                if judge not in others:
+            if judge is not None and relevance == "llm" and kept:
+                others = sorted(passage.extra.get("relevance_prob") or {})
+                if others and judge not in others:
                     raise UDCGInputError(
                         f"was computed by the LLM of {', '.join(others)} (relevance_prob), not"
                         f" given: pass --relabel-relevance to label it with {judge}",
