@@ -177,3 +177,31 @@ def test_open_judge_probes_the_server_only_when_the_cache_lacks_a_call(tmp_path)
         f"field 'judge': the server at {url} does not answer (connection refused)"
     )
     assert judge.inner_calls == 0  # the probe stopped it before any request
+
+
+def test_an_option_set_on_the_wrapper_reaches_the_wrapped_judge_and_its_keys(tmp_path):
+    """``judge.scale = 0.5`` on what ``CachedJudge`` returns changes the wrapped judge, so the
+    values and the keys follow it; the wrapper's own settings stay its own."""
+
+    class Scaled(Judge):
+        name = "scaled"
+
+        def __init__(self) -> None:
+            self.scale = 1.0
+
+        @property
+        def fingerprint(self) -> str:
+            return f"scaled|{self.scale}"
+
+        def abstain_prob(self, questions, passages, mode="first_token"):
+            return np.full(len(questions), 0.25 * self.scale)
+
+    judge = CachedJudge(Scaled(), tmp_path / "judge.sqlite")
+    assert judge.abstain_prob(["q"], ["p"]).tolist() == [0.25]
+    judge.scale = 0.5
+    assert judge.inner.scale == 0.5 and "scale" not in vars(judge)
+    assert judge.abstain_prob(["q"], ["p"]).tolist() == [0.125]
+    judge.chunk_size = 3
+    assert judge.chunk_size == 3 and not hasattr(judge.inner, "chunk_size")
+    wrapped_twice = CachedJudge(judge, tmp_path / "outer.sqlite")
+    assert wrapped_twice.inner_calls == 0 and judge.inner_calls == 2

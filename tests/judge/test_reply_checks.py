@@ -253,6 +253,22 @@ def test_bound_marks_follow_their_values_when_indexed() -> None:
     assert upper_bounds(values[[0, 2]]).tolist() == [False, False]
 
 
+def test_bound_marks_follow_their_values_when_sorted_or_assigned() -> None:
+    import numpy as np
+
+    from udcg.judge.base import judge_values, upper_bounds
+
+    values = judge_values([0.9, 0.1, 0.5], upper_bound=[False, True, False])
+    values.sort()
+    assert values.tolist() == [0.1, 0.5, 0.9] and upper_bounds(values).tolist() == [1, 0, 0]
+    copy = np.sort(judge_values([0.9, 0.1], upper_bound=[True, False]))
+    assert upper_bounds(copy).tolist() == [False, True]
+    values[:] = values[::-1]
+    assert upper_bounds(values).tolist() == [False, False, True]
+    values[2] = 0.3  # a plain number is no bound
+    assert upper_bounds(values).tolist() == [False, False, False]
+
+
 def test_the_embedded_copy_never_replaces_a_folder_or_file_udcg_did_not_make(tmp_path) -> None:
     """``cache_dir`` names the converted copy's own folder: one holding other files, or a file,
     is refused before anything is converted or moved; an empty or new folder is taken."""

@@ -65,6 +65,16 @@ class JudgeValues(np.ndarray):
             out.upper_bound = np.asarray(self.upper_bound[index], dtype=bool)
         return out
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Values assigned take their own marks: a plain number is not a bound."""
+        super().__setitem__(index, value)
+        self.upper_bound[index] = upper_bounds(value)
+
+    def sort(self, axis: Any = -1, kind: Any = None, order: Any = None, **stable: Any) -> None:
+        """In place, each mark moving with its value (``order`` is for structured arrays)."""
+        picked = np.argsort(self.view(np.ndarray), axis=axis, kind=kind, **stable)
+        self[...] = np.take_along_axis(self, picked, axis)
+
 
 def upper_bounds(values: Any) -> np.ndarray:
     """The upper-bound mask of judge values (all False for a plain array).

@@ -95,7 +95,6 @@ class CachedJudge(Judge):
                 f"commit_interval must be > 0 and commit_size >= 1, got {commit_interval} and"
                 f" {commit_size}"
             )
-        self.inner = judge
         self.cache = cache if isinstance(cache, JudgeCache) else JudgeCache(cache)
         self.chunk_size = int(chunk_size)
         self.commit_interval, self.commit_size = float(commit_interval), int(commit_size)
@@ -106,6 +105,7 @@ class CachedJudge(Judge):
         self._warned_validators: set[int] = set()
         self._probe_pending = bool(probe)
         self._settings: Callable[[str], Mapping[str, Any]] = lambda operation: {}
+        self.inner = judge  # last: what is set after it may be the wrapped judge's option
 
     @property  # type: ignore[override]
     def fingerprint(self) -> str:
@@ -151,6 +151,16 @@ class CachedJudge(Judge):
         if attribute == "inner":
             raise AttributeError(attribute)
         return getattr(self.inner, attribute)
+
+    def __setattr__(self, attribute: str, value: Any) -> None:
+        """An option of the wrapped judge (``judge.max_passage_tokens = 4``) is set on it: the
+        keys follow its fingerprint."""
+        inner = self.__dict__.get("inner")
+        own = attribute in vars(self) or attribute[0] == "_" or hasattr(type(self), attribute)
+        if not own and inner is not None and hasattr(inner, attribute):
+            setattr(inner, attribute, value)
+        else:
+            super().__setattr__(attribute, value)
 
     @property
     def streams_results(self) -> bool:  # type: ignore[override]
