@@ -57,11 +57,35 @@ def test_an_echo_must_spell_the_scored_text() -> None:
     picked = echoed_continuation(good, len(prompt), " Jane Austen")
     assert [(t, lp) for t, lp, _ in picked] == [(" Jane", -1.0), (" Austen", -0.5)]
     foreign = _echo(["x" * len(t) for t in good["logprobs"]["tokens"]], [0.0] * 6 + [-1.0, -0.5])
-    with pytest.raises(ReplyError, match="does not spell the scored text"):
+    with pytest.raises(ReplyError, match="do not spell the scored text"):
         echoed_continuation(foreign, len(prompt), " Jane Austen")
     split = _echo(["Q: who? A:", " caf", "bytes:\\xc3", "bytes:\\xa9"], [0.0, -1.0, -0.5, -0.1])
     split["logprobs"]["text_offset"] = [0, 10, 14, 14]  # the two pieces of one character
     assert len(echoed_continuation(split, len(prompt), " café")) == 3  # byte pieces aside
+
+
+@pytest.mark.parametrize(
+    "tokens, offsets",
+    [
+        ([" Jane"], [10]),  # the answer's last token left out
+        ([" Jane", " Jane", " Austen"], [10, 10, 15]),  # a token twice
+        ([" Jane", "\ufffd"], [10, 15]),  # a byte piece where the text is ASCII
+        ([" Jane", "bytes:\\x41"], [10, 15]),
+    ],
+)
+def test_an_echo_must_spell_the_whole_scored_text_once(tokens, offsets) -> None:
+    """Each token right is not enough: together, in turn, they spell the text."""
+    echo = _echo(["Q: who? A:", *tokens], [0.0] + [-1.0] * len(tokens))
+    echo["logprobs"]["text_offset"] = [0, *offsets]
+    with pytest.raises(ReplyError, match="do not spell the scored text"):
+        echoed_continuation(echo, len("Q: who? A:"), " Jane Austen")
+
+
+def test_echo_offsets_that_go_back_are_refused() -> None:
+    echo = _echo(["Q: who? A:", " Jane", "!", " Austen"], [0.0, -1.0, -2.0, -0.5])
+    echo["logprobs"]["text_offset"] = [0, 10, 30, 15]
+    with pytest.raises(ReplyError, match="goes back"):
+        echoed_continuation(echo, len("Q: who? A:"), " Jane Austen")
 
 
 def test_the_online_judge_refuses_a_reply_of_another_model() -> None:

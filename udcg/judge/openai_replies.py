@@ -252,9 +252,13 @@ def echoed_continuation(
             "llama-server do not), so a given continuation cannot be scored"
         )
     entries = list(zip(*(logprobs[f] for f in ECHO_FIELDS), strict=False))
+    previous = 0
     for token, _, offset in entries:
         if not isinstance(offset, int) or isinstance(offset, bool) or not isinstance(token, str):
             raise ReplyError(f"malformed echoed token {token!r} at text offset {offset!r}")
+        if offset < previous:
+            raise ReplyError(f"echoed token {token!r} at text offset {offset} goes back")
+        previous = offset
     if generated is not None and generated < len(entries):
         echoed = entries[: len(entries) - generated]
         if not echoed:
@@ -287,19 +291,31 @@ def echoed_continuation(
             for t, lp in (top.items() if isinstance(top, dict) else ())
             if isinstance(lp, int | float) and not isinstance(lp, bool)
         }
-        at = text[offset - start : offset - start + len(token)]
-        if token != at and not _byte_piece(token):
-            raise ReplyError(
-                f"echoed token {token!r} at text offset {offset} is not {at!r} of {text!r}:"
-                " the echo does not spell the scored text"
-            )
         picked.append((token, _logprob(float(logprob), ""), alternatives))
     if first != start:
         raise ReplyError(f"no echoed token starts at the start of {text!r}")
+    if not re.fullmatch(_spelling([token for token, _, _ in picked]), text):
+        raise ReplyError(
+            f"the echoed tokens {[t for t, _, _ in picked]!r} do not spell the scored text {text!r}"
+        )
     return picked
 
 
-def _byte_piece(token: str) -> bool:
-    """Whether an echoed token is part of a character split over tokens, which servers write
-    as ``bytes:\\xe2\\x80`` (vLLM) or with U+FFFD, so its text cannot be compared."""
-    return token.startswith("bytes:") or "\ufffd" in token
+def _spelling(tokens: list[str]) -> str:
+    """A pattern of the text that ``tokens`` spell in turn, each exactly once. A piece of a
+    character split over tokens (``bytes:\\xe2\\x80`` in vLLM, U+FFFD elsewhere) cannot be
+    compared: each run of them stands for non-ASCII characters.
+
+    >>> bool(re.fullmatch(_spelling([" caf", "bytes:\\xc3", "bytes:\\xa9"]), " café"))
+    True
+    >>> bool(re.fullmatch(_spelling([" caf", "\ufffd"]), " cafe"))
+    False
+    """
+    pieces: list[str | None] = []
+    for token in tokens:
+        if token.startswith("bytes:"):
+            pieces.append(None)
+        else:
+            pieces.extend(None if c == "\ufffd" else re.escape(c) for c in token)
+    runs = [p for i, p in enumerate(pieces) if p is not None or i == 0 or pieces[i - 1] is not None]
+    return "".join(r"[^\x00-\x7f]*" if p is None else p for p in runs)
