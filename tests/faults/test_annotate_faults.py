@@ -15,6 +15,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from udcg.cli.annotate import main as annotate_main
 from udcg.cli.main import main as udcg_main
 from udcg.io.contexts.jsonl import Context, Passage, write_contexts
@@ -383,3 +385,25 @@ def test_the_summary_after_a_kill_and_a_rerun_counts_the_whole_output(tmp_path: 
     assert resumed >= 1 and resumed + now == 18
     assert f"resumed after {resumed} contexts already written" in stdout
     assert f"judge calls now: {3 * now} passage pairs" in stdout  # 3 distinct passages each
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["qcare", "label", "IN", "-o", "OUT"],
+        ["batch", "export", "IN", "-o", "OUT"],
+        ["batch", "import", "RESULTS", "--calls", "CALLS", "--contexts", "IN", "-o", "OUT"],
+        ["demo", "-o", "OUT"],
+    ],
+)
+def test_no_command_takes_a_file_it_writes_beside_out_as_its_cache(
+    tmp_path: Path, capsys, command: list[str]
+) -> None:
+    """``--cache OUT.lock`` would be written as the cache, then deleted with the lock."""
+    names = {"IN": "in.jsonl", "OUT": "out.jsonl", "RESULTS": "r.jsonl", "CALLS": "c.jsonl"}
+    args = [str(tmp_path / names[a]) if a in names else a for a in command]
+    for beside in ("out.jsonl.lock", "out.jsonl.partial", "out.jsonl.manifest.json"):
+        cache = tmp_path / beside
+        code = udcg_main([*args, "--judge", "smollm2-135m", "--cache", str(cache)])
+        assert code == 2 and "the output names the input --cache" in capsys.readouterr().err
+        assert not cache.exists()

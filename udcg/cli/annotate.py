@@ -41,11 +41,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
-from udcg.cli.common import add_list_option, add_out, info_stream, judge_inputs, parse, run_cli
+from udcg.cli.common import (
+    add_list_option,
+    add_out,
+    info_stream,
+    judge_inputs,
+    parse,
+    refuse_outputs,
+    run_cli,
+)
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts
-from udcg.io.files import STDIO, PathType, exclusive_writer, refuse_directory, refuse_same_file
+from udcg.io.files import STDIO, PathType, exclusive_writer
 from udcg.io.joins.utility_sources import SOURCES
 from udcg.judge.spec import judge_key
 from udcg.labels.annotate import (
@@ -62,13 +70,12 @@ from udcg.labels.annotate import (
     operations,
     relabels,
 )
-from udcg.labels.provenance import annotation_record, manifest_path
+from udcg.labels.provenance import annotation_record
 from udcg.labels.shards import in_shard, parse_shard
 from udcg.labels.signal_check import ContextSignal
 from udcg.labels.stream import (
     DEFAULT_CHUNK,
     annotate_stream,
-    partial_manifest_path,
     partial_path,
 )
 
@@ -270,14 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         check_judge_arguments(args)
         shard = parse_shard(args.shard) if args.shard else None
-        written = [args.out]  # OUT and what is written beside it
-        if os.fspath(args.out) != STDIO:
-            partial = partial_path(args.out)
-            written += [partial, partial_manifest_path(partial), manifest_path(args.out)]
-            written.append(Path(f"{os.fspath(args.out)}.lock"))
-        for output in written:
-            refuse_directory(output)
-            refuse_same_file(output, {"IN": args.input, **judge_inputs(args)})
+        refuse_outputs(args.out, {"IN": args.input, **judge_inputs(args)})
         # the lock comes first: a second run on OUT is refused before it loads a judge
         with exclusive_writer(args.out, "annotation output"), spool_input(args.input) as source:
             annotate_file(source, shard)

@@ -40,11 +40,19 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from udcg.cli.annotate import add_step_arguments
-from udcg.cli.common import add_deprecated, add_list_option, add_out, info_stream, parse, run_cli
+from udcg.cli.common import (
+    add_deprecated,
+    add_list_option,
+    add_out,
+    info_stream,
+    parse,
+    refuse_outputs,
+    run_cli,
+)
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import read_contexts, write_contexts
-from udcg.io.files import exclusive_writer, refuse_same_file
+from udcg.io.files import exclusive_writer
 from udcg.judge import load_judge
 from udcg.judge.batch_files import (
     OPENAI_MAX_LINES,
@@ -191,7 +199,7 @@ def _chat(judge: OpenAIJudge) -> ChatSettings:
 def _export(args: argparse.Namespace) -> None:
     inputs = {"input": args.input, "--cache": args.cache}
     for path in (args.out, calls_path(args.out)):
-        refuse_same_file(path, inputs)
+        refuse_outputs(path, inputs)
     # the lock comes first: a second export to OUT is refused before it loads a judge
     with exclusive_writer(args.out, "batch requests file"):
         _export_locked(args, inputs)
@@ -274,7 +282,7 @@ def _import(args: argparse.Namespace) -> int:
     inputs = {"--contexts": args.contexts, "--cache": args.cache}
     inputs.update({f"results {p}": p for p in args.results})
     inputs.update({f"--calls {p}": p for p in args.calls})
-    refuse_same_file(args.out, inputs)
+    refuse_outputs(args.out, inputs)
     # the lock comes first: a second writer of OUT is refused before any result is read
     with exclusive_writer(args.out, "labelled contexts file"):
         return _import_locked(args)

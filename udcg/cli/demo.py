@@ -9,10 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
+from udcg.cli.common import add_out, info_stream, judge_inputs, parse, refuse_outputs, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.demo_data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
-from udcg.io.files import refuse_same_file
 from udcg.labels.annotate import annotate, check_provided
 from udcg.labels.provenance import default_record
 from udcg.labels.stream import annotate_stream
@@ -50,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> None:
         check_judge_arguments(args)
-        refuse_same_file(args.out, {"--source": args.source, **judge_inputs(args)})
+        refuse_outputs(args.out, {"--source": args.source, **judge_inputs(args)})
         contexts = build_contexts(load_source(args.source), args.seed)
         judge = open_cli_judge(args)
         check_provided(judge, STEPS, "string")

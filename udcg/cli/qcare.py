@@ -61,6 +61,7 @@ from udcg.cli.common import (
     info_stream,
     judge_inputs,
     parse,
+    refuse_outputs,
     run_cli,
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
@@ -392,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "label":
             check_judge_arguments(args)
             nonnegative_int(args.retries, "retries")
-            refuse_same_file(args.out, {"INPUT": args.input, **judge_inputs(args)})
+            refuse_outputs(args.out, {"INPUT": args.input, **judge_inputs(args)})
             with exclusive_writer(args.out, "qcare label output"):
                 contexts = list(read_contexts(args.input))
                 check_inputs(contexts, args.answers_from)  # before the judge loads
