@@ -77,3 +77,21 @@ def test_a_judge_value_that_is_not_a_probability_is_one_error_naming_the_context
 
     with pytest.raises(UDCGServiceError, match="judge 'broken' gave abstain_prob nan, not a"):
         annotate([CTX], Broken(), steps=["abstain"])
+
+
+def test_relevance_a_label_its_own_value_disagrees_with_is_not_kept() -> None:
+    """b labels No, a relabels Yes, b runs again: the label is a's although b's value is there."""
+
+    class Doubtful(Sure):
+        def yes_prob(self, prompts):
+            return np.full(len(prompts), 0.1)
+
+    (by_b,), _ = annotate([CTX], Doubtful("b"), steps=["relevance"], relevance="llm")
+    (by_a,), _ = annotate(
+        [by_b], Sure("a"), steps=["relevance"], relevance="llm", relabel_relevance=True
+    )
+    assert by_a.passages[0].relevant is True
+    with pytest.raises(UDCGInputError, match=r"computed by the LLM of a.*disagrees with b: 0.1"):
+        annotate([by_a], Doubtful("b"), steps=["relevance"], relevance="llm")
+    _, report = annotate([by_a], Sure("a"), steps=["relevance"], relevance="llm")
+    assert report.relevance_kept == 1  # a's own label, which its value agrees with

@@ -233,7 +233,8 @@ def check_inputs(
     The relevance step needs answers (and, for ``llm``, the question) only for contexts with a
     passage it labels (see :func:`annotate`). With ``judge`` (the key labels are stored under),
     ``llm`` relevance refuses to keep a ``relevant`` label another judge's LLM computed (its
-    ``relevance_prob`` names other judges, not this one): it is not a given label.
+    ``relevance_prob`` names other judges and not this one, or this one's value disagrees with
+    it): it is not a given label.
 
     Examples:
         >>> passages = [Passage("d1", text="Austen wrote Emma.")]
@@ -277,11 +278,16 @@ def check_inputs(
                 )
             kept = not relabels(passage, relabel_relevance)
             if judge is not None and relevance == "llm" and kept:
-                others = sorted(passage.extra.get("relevance_prob") or {})
-                if others and judge not in others:
+                probs = passage.extra.get("relevance_prob") or {}
+                own = probs.get(judge)
+                if (probs and own is None) or (
+                    own is not None and (own >= 0.5) != passage.relevant
+                ):
+                    makers = ", ".join(sorted(n for n in probs if n != judge))
                     raise UDCGInputError(
-                        f"was computed by the LLM of {', '.join(others)} (relevance_prob), not"
-                        f" given: pass --relabel-relevance to label it with {judge}",
+                        f"was computed by the LLM of {makers} (relevance_prob), not given"
+                        f"{'' if own is None else f' (it disagrees with {judge}: {own!r})'}:"
+                        f" pass --relabel-relevance to label it with {judge}",
                         field=f"passages[{i}].relevant",
                         **ctx.location(),
                     )
