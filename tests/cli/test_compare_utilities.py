@@ -306,3 +306,33 @@ def test_per_run_files_of_two_judges_or_two_kinds_are_refused(
     )
     status, _, err = _cli(capsys, *base, "--utilities", small, "--utilities", given)
     assert status == 2 and "differ in kind" in err, err
+
+
+def test_files_whose_manifests_record_two_judges_under_one_key_are_not_compared(
+    capsys, tmp_path: Path
+) -> None:
+    """``small`` on two servers (two fingerprints, one key): the manifests beside the files
+    say so and the comparison is refused; one fingerprint, or a manifest of another content
+    (the file edited since), is no obstacle."""
+    from udcg.labels.provenance import annotation_record, file_sha256, write_manifest
+
+    case = _write_case(tmp_path)
+
+    def manifest(name: str, fingerprint: str, output_sha256: str | None = None) -> None:
+        path = case[f"{name}_contexts"]
+        record = annotation_record(
+            "small", fingerprint, ["abstain"], "string", False, "span", "first_token", 32, None, {}
+        )
+        counts = {"contexts": N_QUERIES, "input_sha256": "ab" * 32}
+        write_manifest(
+            path, record, {**counts, "output_sha256": output_sha256 or file_sha256(path)}
+        )
+
+    manifest("bm25", "openai:small@one")
+    manifest("dense", "openai:small@two")
+    status, _, err = _cli(capsys, *_per_run_args(case))
+    assert status == 2 and "differ in judge fingerprint" in err and "openai:small@two" in err
+    manifest("dense", "openai:small@one")
+    assert _cli(capsys, *_per_run_args(case))[0] == 0
+    manifest("dense", "openai:small@two", output_sha256="cd" * 32)  # not this content
+    assert _cli(capsys, *_per_run_args(case))[0] == 0

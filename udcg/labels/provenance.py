@@ -31,7 +31,7 @@ from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, context_line
-from udcg.io.files import PathType, atomic_write, open_binary
+from udcg.io.files import STDIO, PathType, atomic_write, open_binary
 from udcg.labels.annotate import STEPS, operations
 
 #: Version of the record layout; a record of another format never matches.
@@ -270,6 +270,37 @@ def _count_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
             got = json.dumps(digest)
             problems.append((name, f"expected a SHA-256 (64 hex digits), got {got[:80]}"))
     return problems
+
+
+def recorded_fingerprint(output: PathType, judge_key: str) -> str | None:
+    """The fingerprint of judge ``judge_key`` as the manifest beside ``output`` records it;
+    None without a manifest udcg wrote, or where it names another judge or another content
+    (``output`` edited since).
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> record = annotation_record("llama3", "fp-1", ["abstain"], "string", False, "span",
+        ...                            "first_token", 32, None, {})
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     out = Path(folder) / "out.jsonl"
+        ...     _ = out.write_text("{}\\n")
+        ...     write_manifest(out, record, {"contexts": 1, "input_sha256": "ab" * 32,
+        ...                                  "output_sha256": file_sha256(out)})
+        ...     found = recorded_fingerprint(out, "llama3"), recorded_fingerprint(out, "gpt")
+        >>> found
+        ('fp-1', None)
+    """
+    if os.fspath(output) == STDIO or not manifest_path(output).is_file():
+        return None
+    try:
+        manifest = read_manifest(output)
+    except UDCGInputError:
+        return None
+    if manifest.get("judge") != judge_key or manifest["output_sha256"] != file_sha256(output):
+        return None
+    fingerprint = manifest.get("judge_fingerprint")
+    return fingerprint if isinstance(fingerprint, str) else None
 
 
 def record_of(manifest: Mapping[str, Any]) -> dict[str, Any]:

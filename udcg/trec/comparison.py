@@ -415,9 +415,13 @@ def check_options(
 
 def _same_kind(sources: list[Utilities]) -> None:
     """Refuse per-system utilities of different kinds (field: abstention, answer likelihood or
-    ready utilities) or of different judges (where the files name one): the systems would be
-    scored on different scales."""
-    for what, value in (("kind", lambda u: u.field), ("judge", lambda u: u.judge)):
+    ready utilities) or of different judges (where the files name one, or their manifests
+    record different fingerprints of it): the systems would be scored on different scales."""
+    for what, value in (
+        ("kind", lambda u: u.field),
+        ("judge", lambda u: u.judge),
+        ("judge fingerprint (their manifests)", lambda u: u.fingerprint),
+    ):
         seen = {value(u): u for u in sources if value(u) is not None}
         if len(seen) > 1:
             shown = " and ".join(f"{v!r} ({u.source or 'given'})" for v, u in seen.items())

@@ -73,7 +73,9 @@ UtilitiesLike = Mapping[str, Mapping[str, float]] | str | PathLike[str]
 class Utilities:
     """One utility ``u`` in [0, 1] per (query, document); ``field`` is what the input held,
     ``source`` the file it was read from (``None`` for a dict), ``judge`` the judge key of an
-    annotated contexts file (``None`` where the file names none).
+    annotated contexts file (``None`` where the file names none) and ``fingerprint`` that
+    judge's fingerprint where the file's manifest records it
+    (:func:`udcg.labels.provenance.recorded_fingerprint`).
 
     Examples:
         >>> u = utilities_from_dict({"q1": {"d1": 0.25, "d2": 1.0}}, "abstain_prob")
@@ -87,6 +89,7 @@ class Utilities:
     field: str
     source: str | None = None
     judge: str | None = None  # the judge key, when the file names it (annotated contexts)
+    fingerprint: str | None = None  # that judge's fingerprint, when a manifest records it
 
     def __len__(self) -> int:
         return len(self.values)
@@ -308,6 +311,8 @@ def _read_contexts(path: PathType, utility_field: str | None, judge_key: str | N
                 f"{p!r} for document {doc_id!r} of query {qid!r}, which an earlier line "
                 f"gives {earlier!r}",
             )
+    from udcg.labels.provenance import recorded_fingerprint
+
     pairs = list(values)
     u = _to_utility(np.fromiter(values.values(), np.float64, len(values)), field)
     return Utilities(
@@ -317,6 +322,7 @@ def _read_contexts(path: PathType, utility_field: str | None, judge_key: str | N
         field,
         str(path),
         judge_key,
+        recorded_fingerprint(path, judge_key),
     )
 
 
