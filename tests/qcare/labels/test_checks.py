@@ -159,6 +159,12 @@ def test_the_record_says_how_yes_no_was_read_and_score_warns_on_mixed_sources(
     assert "the labels come from several sources (judge tag (logprobs): 1 contexts;" in err
     assert "judge tag (text): 1 contexts)" in err
     assert len(list(read_contexts(mixed))) == 2
+    # one key, two fingerprints (the model on another server): two sources as well
+    record = {**by_logprobs.extra["qcare_labels"], "fingerprint": "tag-elsewhere"}
+    elsewhere = replace(by_logprobs, qid="q3", extra={**by_logprobs.extra, "qcare_labels": record})
+    write_contexts(mixed, [by_logprobs, elsewhere])
+    assert qcare.main(["score", str(mixed)]) == 0
+    assert "judge tag [tag-elsewhere] (logprobs): 1 contexts" in capsys.readouterr().err
 
 
 def test_the_record_keeps_the_route_of_labels_an_own_later_run_keeps(tag_judge) -> None:

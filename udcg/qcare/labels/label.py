@@ -334,22 +334,33 @@ def label_contexts(
 
 def label_sources(contexts: Sequence[Context]) -> Counter[str]:
     """How many contexts each source of Q-CARE labels wrote: ``judge KEY (ROUTES)`` from the
-    ``qcare_labels`` record, ``no record`` for labels given by hand or elsewhere.
+    ``qcare_labels`` record (``judge KEY [FINGERPRINT] (ROUTES)`` where records of one key hold
+    several fingerprints: one model on two servers), ``no record`` for labels given by hand or
+    elsewhere.
 
     Examples:
         >>> from udcg.io.contexts.model import Context
         >>> record = {"judge": "a", "fingerprint": "fa", "checks": ["text"]}
         >>> dict(label_sources([Context("q1", extra={RECORD: record}), Context("q2")]))
         {'judge a (text)': 1, 'no record': 1}
+        >>> other = {**record, "fingerprint": "fb"}
+        >>> dict(label_sources([Context("q1", extra={RECORD: r}) for r in (record, other)]))
+        {'judge a [fa] (text)': 1, 'judge a [fb] (text)': 1}
     """
+    records = [ctx.extra.get(RECORD) for ctx in contexts]
+    fingerprints: dict[Any, set[Any]] = {}
+    for record in records:
+        if isinstance(record, dict):
+            fingerprints.setdefault(record.get("judge"), set()).add(record.get("fingerprint"))
     out: Counter[str] = Counter()
-    for ctx in contexts:
-        record = ctx.extra.get(RECORD)
+    for record in records:
         if not isinstance(record, dict):
             out["no record"] += 1
             continue
+        key = record.get("judge")
         routes = ", ".join(record.get("checks") or []) or "routes not recorded"
-        out[f"judge {record.get('judge')} ({routes})"] += 1
+        which = f" [{record.get('fingerprint')}]" if len(fingerprints[key]) > 1 else ""
+        out[f"judge {key}{which} ({routes})"] += 1
     return out
 
 
