@@ -128,7 +128,7 @@ def test_probe_of_the_local_llama_cpp_python_server(llama_server, capsys):
     # the steps follow what was found, whichever side of the top 20 the token falls
     first = report["steps"]["abstention first_token"]
     assert first == ("exact" if report["abstain_in_top"] else "upper bound (token outside top 20)")
-    assert report["echo_logprobs"] is True and report["json_output"] == "accepted"
+    assert report["echo_logprobs"] is True and report["json_output"] == "accepted", report["errors"]
     assert report["steps"]["outcomes"] == "yes" and report["errors"] == {}
 
 

@@ -393,3 +393,18 @@ def test_reply_model_names_the_model_a_server_answers_under() -> None:
         )
         assert named.abstain_prob(["Q?"], ["P."])[0] == pytest.approx(0.4)
     assert '"reply_model":"gpt-4o"' in named.fingerprint and "reply_model" not in plain.fingerprint
+
+
+@pytest.mark.parametrize("text", ["", "Sure, the answer is yes."])
+def test_probe_counts_json_output_only_when_the_reply_is_json(capsys, text) -> None:
+    from tests.cli.test_probe import _probe, _vllm_like
+
+    def prose(path, body, headers):
+        if body is not None and "response_format" in body:
+            return 200, {}, _chat_reply(text, None)
+        return _vllm_like(path, body, headers)
+
+    with ScriptedServer(prose) as server:
+        status, report, _ = _probe(capsys, server.url)
+    assert status == 0 and report["json_output"] == "not JSON"
+    assert report["steps"]["Q-CARE generate_json"].startswith("no (the reply to a JSON request")

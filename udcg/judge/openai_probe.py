@@ -84,6 +84,7 @@ class ServerReport:
         qcare = {
             "accepted": "yes (JSON output)",
             "refused": "yes (JSON by prompt; response_format refused)",
+            "not JSON": "no (the reply to a JSON request is not JSON)",
         }.get(self.json_output, "yes (JSON by prompt)" if self.generate else "no")
         return {
             "abstention first_token": first,
@@ -188,8 +189,13 @@ def _json_output(judge: OpenAIJudge, report: ServerReport) -> None:
         reply = judge.http.post(url, body, RETRIES)
     else:
         refused = None
-    message_text(first_choice(reply, judge.reply_model))  # a reply without text is no generation
-    report.generate = True
+    text = message_text(first_choice(reply, judge.reply_model))  # no text: no generation
+    report.generate = bool(text.strip())
+    if refused is None and not text.lstrip().startswith(("{", "[")):
+        # taken, not followed (a JSON value cut at JSON_TOKENS still starts as one)
+        report.json_output = "not JSON"
+        report.errors["json_output"] = f"the reply to a JSON request is not JSON: {text!r}"
+        return
     report.json_output = "accepted" if refused is None else "refused"
     if refused is not None:
         report.errors["json_output"] = refused
