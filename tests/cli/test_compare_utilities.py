@@ -314,7 +314,8 @@ def test_files_whose_manifests_record_two_judges_under_one_key_are_not_compared(
     """``small`` on two servers (two fingerprints, one key): the manifests beside the files
     say so and the comparison is refused; one fingerprint, or a manifest of another content
     (the file edited since), is no obstacle."""
-    from udcg.labels.provenance import annotation_record, file_sha256, write_manifest
+    from udcg.io.manifests import file_sha256
+    from udcg.labels.provenance import annotation_record, write_manifest
 
     case = _write_case(tmp_path)
 

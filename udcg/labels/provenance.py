@@ -23,21 +23,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, context_line
-from udcg.io.files import STDIO, PathType, atomic_write, open_binary
+from udcg.io.files import PathType, atomic_write
+from udcg.io.manifests import manifest_path
 from udcg.labels.annotate import STEPS, operations
 
 #: Version of the record layout; a record of another format never matches.
 FORMAT = "udcg-annotate/2"
-#: Suffix of the manifest beside a finished output.
-MANIFEST = ".manifest.json"
 #: Fields of a manifest that describe the file, not what produced it.
 COUNTS = ("contexts", "input_sha256", "output_sha256")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -146,39 +143,6 @@ class InputDigest:
         return self._sha.hexdigest()
 
 
-def file_sha256(path: PathType) -> str:
-    """SHA-256 of the (uncompressed) bytes of ``path``.
-
-    Examples:
-        The same content, compressed or not, has one hash:
-
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     with atomic_write(Path(folder) / "a.jsonl.gz") as out:
-        ...         _ = out.write("{}\\n")
-        ...     _ = (Path(folder) / "b.jsonl").write_text("{}\\n")
-        ...     hashes = [file_sha256(Path(folder) / name) for name in ("a.jsonl.gz", "b.jsonl")]
-        >>> hashes[0] == hashes[1]
-        True
-    """
-    sha = hashlib.sha256()
-    with open_binary(path) as handle:
-        while block := handle.read(1 << 20):
-            sha.update(block)
-    return sha.hexdigest()
-
-
-def manifest_path(output: PathType) -> Path:
-    """Where the manifest of ``output`` lives: ``OUT.manifest.json``.
-
-    Examples:
-        >>> manifest_path("out/contexts.jsonl.gz").as_posix()
-        'out/contexts.jsonl.gz.manifest.json'
-    """
-    return Path(f"{os.fspath(output)}{MANIFEST}")
-
-
 def write_manifest(output: PathType, record: Mapping[str, Any], counts: Mapping[str, Any]) -> None:
     """Write ``OUT.manifest.json``: ``record`` then ``counts`` (atomically).
 
@@ -270,37 +234,6 @@ def _count_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
             got = json.dumps(digest)
             problems.append((name, f"expected a SHA-256 (64 hex digits), got {got[:80]}"))
     return problems
-
-
-def recorded_fingerprint(output: PathType, judge_key: str) -> str | None:
-    """The fingerprint of judge ``judge_key`` as the manifest beside ``output`` records it;
-    None without a manifest udcg wrote, or where it names another judge or another content
-    (``output`` edited since).
-
-    Examples:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> record = annotation_record("llama3", "fp-1", ["abstain"], "string", False, "span",
-        ...                            "first_token", 32, None, {})
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     out = Path(folder) / "out.jsonl"
-        ...     _ = out.write_text("{}\\n")
-        ...     write_manifest(out, record, {"contexts": 1, "input_sha256": "ab" * 32,
-        ...                                  "output_sha256": file_sha256(out)})
-        ...     found = recorded_fingerprint(out, "llama3"), recorded_fingerprint(out, "gpt")
-        >>> found
-        ('fp-1', None)
-    """
-    if os.fspath(output) == STDIO or not manifest_path(output).is_file():
-        return None
-    try:
-        manifest = read_manifest(output)
-    except UDCGInputError:
-        return None
-    if manifest.get("judge") != judge_key or manifest["output_sha256"] != file_sha256(output):
-        return None
-    fingerprint = manifest.get("judge_fingerprint")
-    return fingerprint if isinstance(fingerprint, str) else None
 
 
 def record_of(manifest: Mapping[str, Any]) -> dict[str, Any]:

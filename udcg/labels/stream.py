@@ -35,11 +35,11 @@ from typing import Any, TypeVar
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, context_line
 from udcg.io.files import STDIO, PathType, atomic_write, exclusive_writer
+from udcg.io.manifests import file_sha256
 from udcg.labels.annotate import AnnotationReport
 from udcg.labels.provenance import (
     InputDigest,
     check_format,
-    file_sha256,
     first_difference,
     line_hash,
     write_manifest,

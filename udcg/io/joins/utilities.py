@@ -51,6 +51,7 @@ from udcg.io.files import PathType, numbered_lines, read_once
 from udcg.io.formats.trec import columns_from_dict, read_columns
 from udcg.io.joins.trec_contexts import read_utilities
 from udcg.io.joins.utility_sources import SOURCES, UtilitySource
+from udcg.io.manifests import recorded_fingerprint
 
 __all__ = [
     "DEFAULT_FIELD",
@@ -75,7 +76,7 @@ class Utilities:
     ``source`` the file it was read from (``None`` for a dict), ``judge`` the judge key of an
     annotated contexts file (``None`` where the file names none) and ``fingerprint`` that
     judge's fingerprint where the file's manifest records it
-    (:func:`udcg.labels.provenance.recorded_fingerprint`).
+    (:func:`udcg.io.manifests.recorded_fingerprint`).
 
     Examples:
         >>> u = utilities_from_dict({"q1": {"d1": 0.25, "d2": 1.0}}, "abstain_prob")
@@ -311,8 +312,6 @@ def _read_contexts(path: PathType, utility_field: str | None, judge_key: str | N
                 f"{p!r} for document {doc_id!r} of query {qid!r}, which an earlier line "
                 f"gives {earlier!r}",
             )
-    from udcg.labels.provenance import recorded_fingerprint
-
     pairs = list(values)
     u = _to_utility(np.fromiter(values.values(), np.float64, len(values)), field)
     return Utilities(
