@@ -408,3 +408,33 @@ def test_probe_counts_json_output_only_when_the_reply_is_json(capsys, text) -> N
         status, report, _ = _probe(capsys, server.url)
     assert status == 0 and report["json_output"] == "not JSON"
     assert report["steps"]["Q-CARE generate_json"].startswith("no (the reply to a JSON request")
+
+
+def test_results_of_a_deployment_import_with_reply_model_under_its_keys(tmp_path, capsys) -> None:
+    """Exported for the deployment ``dep``, answered by ``gpt-4o-2024-05-13``: refused without
+    ``reply_model``; with it, imported under the keys of the judge with ``reply_model``, which
+    then answers from the cache alone."""
+    from udcg.cli.annotate import main as annotate_main
+
+    contexts = tmp_path / "in.jsonl"
+    write_contexts(contexts, [Context("q1", [Passage(text="A.")], question="Q?")])
+    judge = ["--judge", "openai:dep@http://127.0.0.1:9/v1", "--judge-option", "abstain_token=NO"]
+    cache = ["--cache", str(tmp_path / "c.sqlite")]
+    export = ["export", str(contexts), str(tmp_path / "req.jsonl"), "--steps", "abstain"]
+    assert batch_main([*export, *judge, *cache]) == 0
+    (call,) = (json.loads(line) for line in (tmp_path / "req.calls.jsonl").open())
+    results = tmp_path / "results.jsonl"
+    results.write_text(
+        json.dumps(_result(call["custom_id"], {"NO": -0.5}, model="gpt-4o-2024-05-13"))
+    )
+    imported = ["import", str(results), "--calls", str(tmp_path / "req.calls.jsonl"), *cache]
+    assert batch_main([*imported, *judge]) == 1
+    assert "need the judge option reply_model=NAME" in capsys.readouterr().err
+    checked = [*judge, "--judge-option", "reply_model=gpt-4o"]
+    assert batch_main([*imported, *checked]) == 0
+    assert "imported 1 results" in capsys.readouterr().out
+    out = tmp_path / "out.jsonl"
+    args = [str(contexts), "-o", str(out), "--steps", "abstain", *checked, *cache]
+    assert annotate_main(args) == 0  # the server (port 9) is never asked
+    (line,) = (json.loads(text) for text in out.open())
+    assert line["passages"][0]["abstain_prob"] == {"dep": pytest.approx(math.exp(-0.5))}

@@ -37,6 +37,7 @@ import argparse
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from udcg.cli.annotate import add_step_arguments
@@ -69,7 +70,7 @@ from udcg.judge.cache import JudgeCache
 from udcg.judge.cached import CachedJudge
 from udcg.judge.openai_backend import OpenAIJudge
 from udcg.judge.prompts import ABSTAIN_MARKER
-from udcg.judge.requests import MissingResults, Request
+from udcg.judge.requests import MissingResults, Request, item_key
 from udcg.judge.spec import OPENAI
 from udcg.labels.annotate import (
     annotate,
@@ -259,10 +260,18 @@ def _export_locked(args: argparse.Namespace, inputs: dict[str, str | None]) -> N
 
 
 def _read_calls(paths: list[str], judge: OpenAIJudge) -> dict[str, Call]:
+    """custom_id -> call of the calls files. With ``reply_model``, calls exported without it
+    (the same requests: it only checks the replies) are taken too, keyed in the cache as this
+    judge's (``Call.custom_id``), whose replies they are."""
     calls: dict[str, Call] = {}
+    also = judge.unchecked_fingerprint if judge.reply_model != judge.model else None
     for path in paths:
-        for call in read_calls(path, judge.fingerprint, key_settings(judge)):
-            calls[call.custom_id] = call
+        for call in read_calls(path, judge.fingerprint, key_settings(judge), also):
+            exported = call.custom_id
+            if call.judge != judge.fingerprint:
+                key = item_key(judge.fingerprint, call.operation, call.args, call.settings)
+                call = replace(call, custom_id=key, judge=judge.fingerprint)
+            calls[exported] = call
     return calls
 
 
@@ -299,7 +308,8 @@ def _import_locked(args: argparse.Namespace) -> int:
         args.results, calls, lambda: abstain_marker(judge), judge.top_logprobs, judge.reply_model
     )
     with JudgeCache(args.cache) as cache:
-        held = cache.get_many(calls, count=False)
+        keys = {call.custom_id for call in calls.values()}
+        held = cache.get_many(keys, count=False)
         refuse_cache_conflicts(batch.results, held, cache.path)
         counts = cache.add_new({key: r.stored for key, r in batch.results.items()})
         _record_settings(judge, cache, calls.values())
@@ -322,7 +332,7 @@ def _import_locked(args: argparse.Namespace) -> int:
     print(
         f"imported {len(batch.results)} results ({ops}; {bounds} bounds) into "
         f"{path} ({kept}); {len(batch.errors)} lines with errors; "
-        f"{len(set(calls) - set(batch.results) - set(held))} exported calls without a result in"
+        f"{len(keys - set(batch.results) - set(held))} exported calls without a result in"
         f" the cache; {batch.duplicates} duplicate lines with the same value",
         file=out,
     )

@@ -202,10 +202,14 @@ def _args_problem(operation: str, args: Mapping[str, Any]) -> str | None:
 
 
 def read_calls(
-    path: PathType, fingerprint: str, settings: Callable[[str], Mapping[str, Any]]
+    path: PathType,
+    fingerprint: str,
+    settings: Callable[[str], Mapping[str, Any]],
+    also: str | None = None,
 ) -> Iterator[Call]:
-    """The calls of a calls file, each checked: one of another judge (fingerprint or run-time
-    ``settings(operation)``) or whose custom_id is not its recomputed cache key is an error."""
+    """The calls of a calls file, each checked: one of another judge (fingerprint, or ``also``
+    when given, or run-time ``settings(operation)``) or whose custom_id is not its recomputed
+    cache key is an error."""
     for number, text in numbered_lines(path):
         if not text.strip():
             continue
@@ -227,7 +231,7 @@ def read_calls(
         problem = _args_problem(operation, args)
         if problem is not None:
             raise fail(problem, field="args")
-        if obj.get("judge") != fingerprint:
+        if obj.get("judge") not in {fingerprint, also or fingerprint}:
             raise fail(
                 f"exported for judge {snippet(repr(obj.get('judge')))}, not {fingerprint!r}:"
                 " import with the same --judge and --judge-option as the export",
@@ -241,14 +245,14 @@ def read_calls(
                 " another abstention token?): import with the judge the export used",
                 field="settings",
             )
-        key = item_key(fingerprint, operation, args, expected)
+        key = item_key(obj["judge"], operation, args, expected)
         if obj["custom_id"] != key:
             raise fail(
                 f"{snippet(repr(obj['custom_id']))} is not the cache key of this call's judge,"
                 f" operation and args ({key}): the line was edited; export the requests again",
                 field="custom_id",
             )
-        yield Call(key, fingerprint, operation, args, expected)
+        yield Call(key, obj["judge"], operation, args, expected)
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,11 @@ class OpenAIJudge(Judge):
         }
         settings = {k: v for k, v in settings.items() if v is not None}
         self.fingerprint = "openai:" + canonical_json(settings)
+        #: the fingerprint without ``reply_model``, which changes no request, only the check
+        #: of the replies (batch calls exported before it was set are imported with it)
+        self.unchecked_fingerprint = "openai:" + canonical_json(
+            {k: v for k, v in settings.items() if k != "reply_model"}
+        )
         self._template: Any = None
         self._server_token: str | None = None
         self._server_token_asked = False
