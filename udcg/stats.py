@@ -19,7 +19,6 @@ Kendall loops over resamples with :func:`scipy.stats.kendalltau` on the duplicat
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -181,18 +180,49 @@ def _is_constant(x: np.ndarray) -> bool:
     return bool(x.max() == x.min())
 
 
+# scipy's pearsonr warns when ||x - mean(x)|| < eps^0.75 |mean(x)| ("nearly constant")
+_NEARLY_CONSTANT = np.finfo(np.float64).eps ** 0.75
+
+
+def _centred_norm(x: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """``(x - mean, ||x - mean||, mean)``, the norm scaled as :func:`scipy.stats.pearsonr`
+    computes it."""
+    mean = np.mean(x, axis=-1, keepdims=True)
+    dev = x - mean
+    scale = np.max(np.abs(dev), axis=-1, keepdims=True)
+    norm = scale * np.linalg.norm(dev / scale, axis=-1, keepdims=True)
+    return dev, float(norm[0]), float(mean[0])
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """:func:`scipy.stats.pearsonr`'s statistic on non-constant vectors. A nearly constant
+    vector (twice scipy's threshold, so that no borderline one is left) gets scipy's own
+    arithmetic here, which draws no NearConstantInputWarning; the others go to scipy."""
+    xm, x_norm, x_mean = _centred_norm(x)
+    ym, y_norm, y_mean = _centred_norm(y)
+    limit = 2.0 * _NEARLY_CONSTANT
+    if x_norm >= limit * abs(x_mean) and y_norm >= limit * abs(y_mean):
+        return float(scipy_stats().pearsonr(x, y)[0])
+    r = float(np.clip(np.dot(xm / x_norm, ym / y_norm), -1.0, 1.0))
+    return float(np.round(r)) if x.shape[0] == 2 else r
+
+
 def _point(x: np.ndarray, y: np.ndarray, method: str) -> float:
-    """The scipy statistic; ``nan`` when either vector is constant."""
+    """The scipy statistic; ``nan`` when either vector is constant.
+
+    Avoids scipy's RuntimeWarnings without a warnings filter (one would not be thread-safe):
+    constant vectors are answered before scipy, nearly constant ones get Pearson r computed
+    here as scipy does, and numpy's floating-point warnings are off for the call
+    (``np.errstate`` is local to the thread)."""
     if _is_constant(x) or _is_constant(y):
         return math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with np.errstate(all="ignore"):
         if method == "spearman":
             value = scipy_stats().spearmanr(x, y)[0]
         elif method == "kendall":
             value = scipy_stats().kendalltau(x, y, variant="b")[0]
         else:
-            value = scipy_stats().pearsonr(x, y)[0]
+            value = _pearson(x, y)
     return float(value)
 
 

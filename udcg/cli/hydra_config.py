@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -74,11 +75,40 @@ def _as_command(prog: str, argv: Sequence[str]) -> Iterator[None]:
         _COMMAND.reset(token)
 
 
+@contextmanager
+def _logging_kept() -> Iterator[None]:
+    """Logging as it was before the block, after it: Hydra configures logging for a run
+    (``hydra/hydra_logging``, then ``hydra/job_logging``: the root logger at INFO with a
+    console handler and a file handler on ``<run dir>/JOB.log``). The root logger's level and
+    handlers and the level, handlers, ``propagate`` and ``disabled`` of every logger that
+    existed before are put back; the root handlers added meanwhile are closed (the log file
+    is complete and no longer open)."""
+    root = logging.getLogger()
+    loggers = [root] + [
+        lg
+        for lg in list(logging.Logger.manager.loggerDict.values())
+        if isinstance(lg, logging.Logger)
+    ]
+    saved = [(lg, lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers]
+    root_handlers = list(root.handlers)
+    try:
+        yield
+    finally:
+        added = [h for h in root.handlers if h not in root_handlers]
+        for lg, level, handlers, propagate, disabled in saved:
+            lg.handlers[:] = handlers
+            lg.propagate, lg.disabled = propagate, disabled
+            lg.setLevel(level)  # also clears the loggers' cached levels
+        for handler in added:
+            handler.close()
+
+
 def run_hydra(job: str, entry: Callable[[], Any], argv: Sequence[str]) -> int:
     """``udcg JOB ARGS``: run ``entry`` (a function decorated with ``@hydra.main``) on the
     Hydra arguments ``argv`` (overrides, ``-m``, ``--help``, ``--cfg job``, ...) as the
-    repository's ``JOB.py ARGS`` runs; returns the exit status."""
-    with _as_command(f"udcg {job}", argv):
+    repository's ``JOB.py ARGS`` runs; returns the exit status. Hydra's logging set-up lasts
+    for the run only (:func:`_logging_kept`), so a call in-process leaves logging as it was."""
+    with _as_command(f"udcg {job}", argv), _logging_kept():
         try:
             entry()
         except SystemExit as exc:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from typing import Any
 
 import numpy as np
@@ -23,8 +22,7 @@ def correlations(
 ) -> list[dict[str, Any]]:
     """Per metric: the ``method`` correlation with its 95% CI, Kendall and Pearson, best first
     (undefined correlations, e.g. of a constant metric, last)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with np.errstate(all="ignore"):  # thread-local, unlike a warnings filter
         rows = [
             row.to_json() for row in metric_rows(scores, correct, groups, method, n_resamples, seed)
         ]

@@ -1,4 +1,6 @@
-"""PNG figures of the pipelines (matplotlib, imported on first use, Agg backend)."""
+"""PNG figures of the pipelines (matplotlib, imported on first use). Figures are drawn with
+matplotlib's object-oriented API (:class:`matplotlib.figure.Figure`, saved by its own canvas):
+no backend is selected and pyplot's figures are left alone."""
 
 from __future__ import annotations
 
@@ -8,14 +10,40 @@ from typing import Any
 import numpy as np
 
 
+class _Figures:
+    """The part of ``matplotlib.pyplot`` the plots use (``subplots``, ``close``), on
+    standalone :class:`matplotlib.figure.Figure` objects that pyplot does not track."""
+
+    @staticmethod
+    def subplots(
+        nrows: int = 1,
+        ncols: int = 1,
+        *,
+        figsize: tuple[float, float] | None = None,
+        dpi: float | None = None,
+        **kwargs: Any,
+    ) -> tuple[Any, Any]:
+        """``(figure, axes)`` as ``pyplot.subplots`` returns them."""
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=figsize, dpi=dpi)
+        return fig, fig.subplots(nrows, ncols, **kwargs)
+
+    @staticmethod
+    def close(fig: Any) -> None:
+        """Nothing to do: pyplot never held the figure; it is freed with its last reference."""
+
+
 def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
-    import matplotlib
+    """An object with pyplot's ``subplots`` and ``close`` that draws on standalone figures
+    (``fig.savefig`` writes the PNG with Agg whatever the process's backend).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    Examples:
+        >>> fig, ax = pyplot().subplots(figsize=(2, 1))
+        >>> type(fig).__name__, type(ax).__name__
+        ('Figure', 'Axes')
+    """
+    return _Figures()
 
 
 def plot_weights(model: Any, path: Path, title: str) -> None:

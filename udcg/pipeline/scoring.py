@@ -87,9 +87,10 @@ def crossfit_theta(
     smallest = min(len(fit) for fit, _ in splits)
     warn_if_few_contexts(smallest, models[0], "UDCG-theta (cross-fitted on each half)")
     for model, (fit, apply) in zip(models, splits, strict=True):
-        with warnings.catch_warnings():  # one warning for both halves, below
-            warnings.simplefilter("ignore", UDCGThetaConvergenceWarning)
-            model.fit(relevant[fit], utility[fit], correct[fit], groups=qids[fit])
+        # one warning for both halves, below
+        model.fit(
+            relevant[fit], utility[fit], correct[fit], groups=qids[fit], warn_unconverged=False
+        )
         values[apply] = model.predict_proba(relevant[apply], utility[apply])
     stuck = sum(not m.converged_ for m in models)
     if stuck:

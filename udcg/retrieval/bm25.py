@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -14,6 +16,27 @@ from udcg.validation import nonnegative_float, one_of, show
 
 #: The BM25 variants of bm25s.
 METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
+
+# one indexing at a time changes the level of the "bm25s" logger (see _bm25s_quiet)
+_LOGGER_LOCK = threading.Lock()
+
+
+@contextmanager
+def _bm25s_quiet() -> Iterator[None]:
+    """The ``bm25s`` logger at WARNING while the block runs, its own level put back after.
+
+    bm25s sets its logger to DEBUG when imported and logs a debug line per index (it has no
+    option to turn that off), which a root handler, as under Hydra's job logging, would show.
+    The lock keeps concurrent calls from saving each other's level.
+    """
+    logger = logging.getLogger("bm25s")
+    with _LOGGER_LOCK:
+        level = logger.level
+        logger.setLevel(max(level, logging.WARNING))
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
 
 
 class BM25Retriever(ScoringRetriever):
@@ -53,14 +76,12 @@ class BM25Retriever(ScoringRetriever):
         """BM25 score of every passage for every query, ``[n_queries, n_docs]``."""
         import bm25s
 
-        logging.getLogger("bm25s").setLevel(logging.WARNING)
         model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
-        model.index(
-            bm25s.tokenize(
-                [p.text or "" for p in corpus], stopwords=self.stopwords, show_progress=False
-            ),
-            show_progress=False,
+        corpus_tokens = bm25s.tokenize(
+            [p.text or "" for p in corpus], stopwords=self.stopwords, show_progress=False
         )
+        with _bm25s_quiet():  # only index() logs
+            model.index(corpus_tokens, show_progress=False)
         tokens = bm25s.tokenize(
             [q.question for q in queries],
             stopwords=self.stopwords,

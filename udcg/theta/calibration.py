@@ -513,14 +513,11 @@ def plot_reliability(
         ...     png.name, png.stat().st_size > 0
         ('reliability.png', True)
     """
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(6, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
-    )
+    # a standalone figure saved by its own canvas: no backend is selected, pyplot is not used
+    fig = Figure(figsize=(6, 7))
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     top.plot([0, 1], [0, 1], linestyle="--", color="grey", label="perfectly calibrated")
     for name, rows in tables.items():
         x = np.array([row["mean_predicted"] for row in rows])
@@ -551,5 +548,4 @@ def plot_reliability(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path

@@ -452,6 +452,7 @@ class UDCGTheta:
         trainer: Any = None,
         logger: Any = None,
         callbacks: Any = (),
+        warn_unconverged: bool = True,
     ) -> UDCGTheta:
         """Fit the weights on contexts ``[n, k]`` and their 0/1 end-to-end correctness.
 
@@ -459,7 +460,9 @@ class UDCGTheta:
         queries (no query is on both sides). ``groups=None`` treats every context as its own
         query, which leaks when a query has several contexts (runs, permutations).
         ``trainer``, ``logger`` and ``callbacks`` (a ``lightning.Trainer`` partial, Lightning
-        loggers and callbacks) go to :func:`udcg.theta.lightning.fit_with_trainer`.
+        loggers and callbacks) go to :func:`udcg.theta.lightning.fit_with_trainer`. A fit that
+        stops at ``max_epochs`` unconverged warns (:class:`UDCGThetaConvergenceWarning`) unless
+        ``warn_unconverged=False`` (``converged_`` says it either way).
         """
         params = self._check_params()
         k = params["k"]
@@ -530,7 +533,7 @@ class UDCGTheta:
         self.l2_ = params["l2"]
         self.card_ = {}
         self.calibration_ = None
-        if not (outcome.converged or outcome.early_stopped):
+        if warn_unconverged and not (outcome.converged or outcome.early_stopped):
             warnings.warn(
                 f"UDCG-theta training stopped at max_epochs={params['max_epochs']} before "
                 "converging; raise max_epochs, add l2 regularisation, or check whether the "

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -254,6 +256,12 @@ def resolve_accelerator(accelerator: str) -> str:
     return accelerator
 
 
+# One Trainer run at a time in this process: a run changes process-wide settings and puts them
+# back (_quiet, _restore_torch_flags, Lightning's SIGTERM handler); two runs in two threads
+# would interleave their saves and restores and leave the settings changed for good.
+_TRAINER_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def _quiet(verbose: bool) -> Iterator[None]:
     """Silence Lightning's info lines and advisory warnings unless ``verbose``."""
@@ -294,6 +302,27 @@ def _restore_torch_flags() -> Iterator[None]:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = cublas
 
 
+def _fit_interruptible(
+    lightning_trainer: L.Trainer, module: UDCGThetaModule, data: UDCGThetaDataModule
+) -> None:
+    """``lightning_trainer.fit``, where Ctrl+C raises KeyboardInterrupt to the caller.
+
+    Lightning catches a KeyboardInterrupt, ignores SIGINT from then on and calls
+    ``sys.exit(1)``: here the SIGINT handler is put back and the interrupt raised again (a
+    SystemExit that no interrupt caused goes on as it is)."""
+    main = threading.current_thread() is threading.main_thread()
+    sigint = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        lightning_trainer.fit(module, datamodule=data)
+    except SystemExit as exc:
+        interrupt = exc.__context__
+        if not isinstance(interrupt, KeyboardInterrupt):
+            raise
+        if main and sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
+        raise interrupt from None
+
+
 def fit_with_trainer(
     module: UDCGThetaModule,
     data: UDCGThetaDataModule,
@@ -320,6 +349,11 @@ def fit_with_trainer(
     nothing is written to disk). ``callbacks`` are added to the Trainer's; an
     ``EarlyStopping`` among them replaces the one built from ``patience`` (used only with a
     validation split).
+
+    Process settings (docs/cli.md, "Process settings"): runs in one process are one at a
+    time; while one runs, Lightning's loggers and warnings are quiet (unless ``verbose``) and,
+    on a GPU only, torch's determinism flags and ``CUBLAS_WORKSPACE_CONFIG`` are set; all are
+    put back after. Ctrl+C raises KeyboardInterrupt.
     """
     callbacks = list(callbacks)
     given_early = [c for c in callbacks if isinstance(c, EarlyStopping)]
@@ -333,21 +367,24 @@ def fit_with_trainer(
             )
         callbacks.append(early)
     make_trainer = L.Trainer if trainer is None else trainer
-    with _quiet(verbose), _restore_torch_flags():
+    device = resolve_accelerator(accelerator)
+    with _TRAINER_LOCK, _quiet(verbose), _restore_torch_flags():
         lightning_trainer = make_trainer(
-            accelerator=resolve_accelerator(accelerator),
+            accelerator=device,
             devices=1,
             max_epochs=max_epochs,
             logger=False if logger is None else logger,
             enable_checkpointing=False,
             enable_progress_bar=verbose,
             enable_model_summary=verbose,
-            deterministic=True,
+            # the CPU kernels of this model are deterministic already: torch's flags and
+            # CUBLAS_WORKSPACE_CONFIG are left alone there (None: not touched by Lightning)
+            deterministic=None if device == "cpu" else True,
             num_sanity_val_steps=0,
             limit_val_batches=1.0 if data.has_validation else 0,
             callbacks=callbacks,
         )
-        lightning_trainer.fit(module, datamodule=data)
+        _fit_interruptible(lightning_trainer, module, data)
     if data.has_validation and module.best_state is not None:
         module.load_state_dict(module.best_state)
     weight = module.linear.weight.detach().to("cpu", torch.float64).reshape(-1)
