@@ -11,7 +11,12 @@ semantics; UDCG with the judge's utilities) and compared with the baseline (the 
 ``--baseline``): per system and measure the mean with its bootstrap CI, the difference to the
 baseline with its paired-bootstrap CI, the paired test's p-value and Holm-corrected
 significance. With ``--weights``, each system's forecast end-to-end accuracy (mean UDCG-theta,
-and the recalibrated one when the weights carry a calibration) with its CI.
+and the recalibrated one when the weights carry a calibration) with its CI, over the same
+queries as the measures. The weights are checked before any judge call: their k against
+``-k`` (never overridable: the forecast needs contexts of exactly that many passages, so a run
+ranking fewer documents, or none, for a compared query is refused too), judge, utility source,
+prompt and the abstention mode the report labels in (``first_token``), as ``udcg score``
+checks them (:func:`udcg.pipeline.context_scores.checked_theta`).
 
 Writes ``DIR/report.md``, ``DIR/report.json`` (every number, per-query values included, the
 judge's call and cache-hit counts) and ``DIR/report.html`` (one self-contained file, plots
@@ -59,6 +64,11 @@ from udcg.trec.significance import TESTS
 if TYPE_CHECKING:
     from udcg.judge.cached import CachedJudge
     from udcg.theta import UDCGTheta
+
+
+#: The weights' fields ``--allow-mismatch`` may override: not k (parsed, to be refused in one
+#: line): the forecast needs contexts of exactly the weights' k passages.
+_MISMATCH = [field for field in MISMATCH_FIELDS if field != "k"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,7 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--weights", help="UDCG-theta weights (folder or .safetensors): forecast accuracy"
     )
-    add_allow_mismatch(parser, list(MISMATCH_FIELDS))
+    add_allow_mismatch(
+        parser,
+        list(MISMATCH_FIELDS),
+        f"use weights fitted with another FIELD on purpose (repeatable; {', '.join(_MISMATCH)}; "
+        "never k: the weights' k must be -k)",
+    )
     parser.add_argument(
         "--chunk",
         type=int,
@@ -142,10 +157,17 @@ def _once(source: Any) -> Any:
 
 
 def _check_early(args: argparse.Namespace, runs: dict[str, str], baseline: str, k: int) -> None:
-    """What can be checked before any file is read or the judge asked: the test's options and
-    measures the report can compute (UDCG cutoffs within the k passages labelled)."""
+    """What can be checked before any file is read or the judge asked: ``--allow-mismatch k``
+    (never possible), the test's options and measures the report can compute (UDCG cutoffs
+    within the k passages labelled)."""
     from udcg.trec.comparison import check_options
 
+    if "k" in args.allow_mismatch:
+        raise UDCGInputError(
+            "k cannot be overridden: the forecast takes contexts of exactly the weights' k "
+            "passages; give -k the weights' k instead",
+            field="--allow-mismatch",
+        )
     check_options(runs, args.test, args.alpha, None, args.n_resamples, args.seed, baseline, 0.95)
     for m in parse_measures(args.measures):
         if m.name in COVERAGE_MEASURES or m.name == "UDCGtheta":
@@ -177,6 +199,34 @@ def _check_judged(runs: dict[str, Any], qrels: Any) -> None:
                 "relevance, or qrels of these topics",
                 field="qrels",
             )
+
+
+def _checked_weights(args: argparse.Namespace, k: int) -> tuple[UDCGTheta, list[str]]:
+    """The ``--weights`` model and its notes: its k must be ``-k`` (the forecast takes contexts
+    of exactly its k); judge, utility source, prompt and abstention mode as ``udcg score``
+    checks them (:func:`udcg.pipeline.context_scores.checked_theta`)."""
+    from udcg.theta import UDCGTheta
+
+    model = UDCGTheta.from_pretrained(args.weights)
+    fitted = len(model.alpha_)
+    if fitted != k:
+        raise UDCGInputError(
+            f"the UDCG-theta weights forecast contexts of exactly {fitted} passages, and -k {k} "
+            f"labels the top {k}: give -k {fitted}, or weights fitted for k {k}",
+            path=args.weights,
+            field="k",
+        )
+    labels_abstention = get_source(args.utility).step == "abstain"
+    try:
+        return checked_theta(
+            model, [k], judge_key(args.judge, args.judge_key), args.utility,
+            args.allow_mismatch, mode=journey.ABSTENTION_MODE if labels_abstention else None,
+            option="--allow-mismatch {field}",
+        )  # fmt: skip
+    except UDCGInputError as error:  # the card's field: name the weights
+        if error.path is not None:
+            raise
+        raise UDCGInputError(error.reason, path=args.weights, field=error.field) from None
 
 
 def _say(text: str) -> None:
@@ -231,16 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         with exclusive_writer(out / "report.json", "report"):
             weights = None
             if args.weights:  # checked before any file is written
-                key = judge_key(args.judge, args.judge_key)
-                weights = checked_theta(
-                    args.weights, [k], key, args.utility, args.allow_mismatch,
-                    option="--allow-mismatch {field}",
-                )  # fmt: skip
+                weights = _checked_weights(args, k)
                 for note in weights[1]:
                     _say(f"UDCG-theta: {note}")
             contexts = journey.build_contexts(
                 runs, topics, collection, k, out / "contexts",
-                qrels=qrels, answers=answers,
+                qrels=qrels, answers=answers, full=weights is not None,
             )  # fmt: skip
             _say(f"{len(runs)} systems' top-{k} contexts -> {out / 'contexts'}")
             steps = journey.steps_for(contexts, args.utility)
@@ -307,8 +353,9 @@ def _report(
             "weights": args.weights,
             "k": len(model.alpha_),
             "overrides": overrides,
+            "queries": len(comparison["qids"]),
             "systems": journey.forecasts(
-                paths, model, judge.name, args.utility,
+                paths, model, judge.name, args.utility, qids=comparison["qids"],
                 n_resamples=args.n_resamples, seed=args.seed,
             ),
         }  # fmt: skip
@@ -339,7 +386,7 @@ def _report(
         )
     for note in notes:
         warnings.warn(note, UDCGWarning, stacklevel=1)
-    notes += [  # compare warned already
+    notes += [  # compare warned already; a forecast refuses them before any judge call
         f"system {s!r} ranks no document for {n} of the {len(comparison['qids'])} judged "
         "queries; they score 0 (trec_eval -c)"
         for s, n in comparison["unranked"].items()

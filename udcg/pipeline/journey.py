@@ -6,7 +6,9 @@ chunked, resumable, through the judge cache) and :func:`compare_systems` evaluat
 system on the chosen measures (trec_eval semantics, :mod:`udcg.trec.comparison`) with the
 judge's utilities, the per-query differences to the baseline, their paired-bootstrap CIs and the
 paired tests' p-values. With UDCG-theta weights, :func:`forecasts` gives each system's
-forecast end-to-end accuracy (mean UDCG-theta) with its CI.
+forecast end-to-end accuracy (mean UDCG-theta over the compared queries) with its CI; the
+weights forecast contexts of exactly their k passages, so :func:`build_contexts` (``full``)
+refuses, before any judge call, a run that ranks fewer for a compared query or none at all.
 
 Relevance: with qrels, the qrels' grades (an unjudged document of a judged query is not
 relevant; labels the qrels give are kept); without, the judge's relevance step labels each
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
 
 #: Measures reported when none are named.
 DEFAULT_MEASURES = ("UDCG@5", "nDCG@10", "AP", "RR", "P@5")
+#: The abstention mode :func:`label_contexts` labels in (weights are checked against it).
+ABSTENTION_MODE = "first_token"
 
 
 @dataclass(frozen=True)
@@ -84,10 +88,40 @@ def build_contexts(
     *,
     qrels: PathType | None = None,
     answers: PathType | None = None,
+    full: bool = False,
 ) -> dict[str, Path]:
     """Each run's top-``k`` contexts (:func:`udcg.io.joins.run_contexts.build_run_contexts`, run
     name = system name) written to ``folder/NAME.jsonl``; every run is read and checked before
-    any file is written."""
+    any file is written. ``full``: every system must rank at least ``k`` documents for every
+    query the comparison scores (the queries of ``qrels`` and every query a run ranks), as
+    UDCG-theta forecasts lists of exactly its k: a run that ranks fewer, or none, for such a
+    query is refused.
+
+    Examples:
+        A run ranking two documents gives a context of two, and is refused where contexts
+        of three are needed:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from udcg.errors import UDCGInputError
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     root = Path(folder)
+        ...     _ = (root / "topics.tsv").write_text("q1\\tWho wrote Emma?\\n")
+        ...     _ = (root / "docs.tsv").write_text("d1\\tAusten wrote Emma.\\nd2\\tRain.\\n")
+        ...     run = root / "bm25.trec"
+        ...     _ = run.write_text("q1 Q0 d1 1 2.0 bm25\\nq1 Q0 d2 2 1.0 bm25\\n")
+        ...     inputs = {"bm25": run}, root / "topics.tsv", root / "docs.tsv"
+        ...     paths = build_contexts(*inputs, 2, root / "contexts", full=True)
+        ...     ranked = [p.doc_id for c in read_contexts(paths["bm25"]) for p in c.passages]
+        ...     try:
+        ...         build_contexts(*inputs, 3, root / "three", full=True)
+        ...     except UDCGInputError as error:
+        ...         refused = error.reason
+        >>> ranked
+        ['d1', 'd2']
+        >>> refused.split(", and")[0]
+        "system 'bm25' ranks 2 documents for query 'q1'"
+    """
     built = {
         name: list(
             build_run_contexts(
@@ -96,12 +130,44 @@ def build_contexts(
         )
         for name, run in runs.items()
     }
+    if full:
+        _require_full(built, runs, k, set() if qrels is None else _judged(qrels))
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, contexts in built.items():
         paths[name] = folder / f"{name}.jsonl"
         write_contexts(paths[name], contexts)
     return paths
+
+
+def _require_full(
+    built: Mapping[str, Sequence[Any]], runs: Mapping[str, PathType], k: int, judged: set[str]
+) -> None:
+    """Every system ranks at least ``k`` documents for every compared query: those of
+    ``judged`` (the qrels) and every query some run ranks."""
+    queries = judged | {ctx.qid for contexts in built.values() for ctx in contexts}
+    remedy = (
+        f"the UDCG-theta weights forecast contexts of exactly {k} passages: rank at least {k} "
+        "documents for every compared query, or leave the forecast (--weights) out"
+    )
+    for name, contexts in built.items():
+        missing = sorted(queries - {ctx.qid for ctx in contexts})
+        if missing:
+            raise UDCGInputError(
+                f"system {name!r} ranks no document for {len(missing)} of the {len(queries)} "
+                f"compared queries (first {missing[0]!r}), and {remedy}",
+                path=runs[name],
+                field="run",
+            )
+        for ctx in contexts:
+            if len(ctx.passages) < k:
+                n = len(ctx.passages)
+                raise UDCGInputError(
+                    f"system {name!r} ranks {n} document{'' if n == 1 else 's'} for query "
+                    f"{ctx.qid!r}, and {remedy}",
+                    path=runs[name],
+                    field="run",
+                )
 
 
 def steps_for(contexts: Mapping[str, Path], utility: str) -> list[str]:
@@ -131,7 +197,7 @@ def label_contexts(
         name: check_inputs(read_contexts(path), steps, "string") for name, path in contexts.items()
     }
     check_provided(judge, steps, "string")
-    step = functools.partial(annotate, judge=judge, steps=steps)
+    step = functools.partial(annotate, judge=judge, steps=steps, mode=ABSTENTION_MODE)
     record = default_record(judge, steps)
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
@@ -272,14 +338,40 @@ def forecasts(
     judge_key: str,
     utility: str,
     *,
+    qids: Sequence[str] | None = None,
     n_resamples: int = 10000,
     seed: int | None = 0,
     confidence: float = 0.95,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """``{system: {variant: {"forecast", "ci"}}}``: each system's forecast end-to-end accuracy,
-    the mean UDCG-theta of its contexts (variant ``UDCG-theta``, and ``UDCG-theta
-    (recalibrated)`` when ``model`` carries a calibration), with a percentile-bootstrap CI over
-    its queries. A context with another number of passages than the model's k is refused."""
+    the mean UDCG-theta of its contexts for the queries ``qids`` (None: every query it ranks),
+    in that order, with a percentile-bootstrap CI over them (variant ``UDCG-theta``, and
+    ``UDCG-theta (recalibrated)`` when ``model`` carries a calibration). Every system is
+    averaged over the same queries, those the comparison scores: a query of ``qids`` a system
+    does not rank is refused (the comparison scores it 0, and UDCG-theta forecasts lists of
+    exactly its k), and a context of a query outside ``qids`` is not counted. A context with
+    another number of passages than the model's k is refused.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> import numpy as np
+        >>> from udcg.io.contexts.jsonl import Context, Passage, write_contexts
+        >>> from udcg.theta import UDCGTheta
+        >>> model = UDCGTheta(1)
+        >>> model.alpha_, model.beta_, model.intercept_ = np.array([2.0]), -np.ones(1), 0.0
+        >>> model.calibration_ = None
+        >>> def context(qid, relevant):
+        ...     return Context(qid, [Passage("d1", relevant=relevant, abstain_prob={"j": 0.0})])
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     a, b = Path(folder) / "a.jsonl", Path(folder) / "b.jsonl"
+        ...     _ = write_contexts(a, [context("q1", True), context("q2", True)])
+        ...     _ = write_contexts(b, [context("q1", True), context("q2", False)])
+        ...     found = forecasts({"a": a, "b": b}, model, "j", "abstention",
+        ...                       qids=["q1", "q2"], n_resamples=100)
+        >>> {s: round(v["UDCG-theta"]["forecast"], 4) for s, v in found.items()}
+        {'a': 0.8808, 'b': 0.5749}
+    """
     k = len(model.alpha_)
     variants = {"UDCG-theta": False}
     if model.calibration_ is not None:
@@ -291,10 +383,21 @@ def forecasts(
             if len(ctx.passages) != k:
                 raise UDCGInputError(
                     f"system {name!r}: {len(ctx.passages)} passages, the UDCG-theta weights "
-                    f"take exactly {k}: no forecast for a shorter ranking",
+                    f"take exactly {k}: no forecast for a ranking of another length",
                     field="passages",
                     **ctx.location(),
                 )
+        if qids is not None:
+            of = {ctx.qid: ctx for ctx in contexts}
+            missing = [q for q in qids if q not in of]
+            if missing:
+                raise UDCGInputError(
+                    f"system {name!r} ranks no document for {len(missing)} of the {len(qids)} "
+                    f"queries compared (first {missing[0]!r}): no forecast over them",
+                    path=path,
+                    field="qid",
+                )
+            contexts = [of[q] for q in qids]
         relevant = np.stack(relevance_matrix(contexts, unit=True))
         utilities = np.stack(get_source(utility).utilities(contexts, judge_key))
         columns = np.stack(

@@ -2,7 +2,10 @@
 
 The HTML holds its plots as inline SVG (no script, no external file, no plotting library): the
 mean of every system on every measure with its CI, and the per-query differences to the
-baseline (one dot per query, the mean difference with its CI).
+baseline (one dot per query, the mean difference with its CI). Systems are labelled on the axes
+by :func:`plot_labels` (names too long for a panel are shortened, every label distinct), with
+the full name as each label's tooltip and, when a label is shortened, a key of colour, label and
+name above the plots.
 """
 
 from __future__ import annotations
@@ -124,16 +127,53 @@ def _scale(lo: float, hi: float) -> tuple[float, float, list[float]]:
     return ticks[0], ticks[-1], ticks
 
 
+def plot_labels(names: Sequence[str], width: int = 16) -> list[str]:
+    """A label per system name for the plots' axes, at most ``width`` characters and all
+    different: the names themselves when each fits; otherwise a longer name keeps its start and
+    end around an ellipsis (``…``), the same split for every long name, the first split (from
+    an even one towards longer ends) that leaves no two labels equal; failing that, every label
+    starts with the system's number (``1:``) instead.
+
+    Examples:
+        >>> plot_labels(["bm25", "dense"])
+        ['bm25', 'dense']
+        >>> plot_labels(["bm25-tuned-k1-0.9-b0.4", "bm25-tuned-k1-0.9-b0.7"])
+        ['bm25-tun….9-b0.4', 'bm25-tun….9-b0.7']
+        >>> plot_labels(["run-aaaaaaaaaaaaaaaaaaaaaaaaaaa-x-bbbbbbbbbbbbbbbbbbbbbbbb",
+        ...              "run-aaaaaaaaaaaaaaaaaaaaaaaaaaa-y-bbbbbbbbbbbbbbbbbbbbbbbb"])
+        ['1:run-aaa…bbbbbb', '2:run-aaa…bbbbbb']
+    """
+    names = list(names)
+
+    def cut(name: str, tail: int, room: int) -> str:
+        return name if len(name) <= room else name[: room - 1 - tail] + "…" + name[-tail:]
+
+    if all(len(n) <= width for n in names):
+        return names
+    even = (width - 1) // 2
+    for tail in [*range(even, width - 1), *range(even - 1, 0, -1)]:
+        labels = [cut(n, tail, width) for n in names]
+        if len(set(labels)) == len(labels):
+            return labels
+    numbered = []
+    for i, name in enumerate(names, 1):
+        room = width - len(f"{i}:")
+        numbered.append(f"{i}:{cut(name, (room - 1) // 2, room)}")
+    return numbered
+
+
 def _panel(
     title: str,
     labels: list[str],
+    names: list[str],
     colours: list[str],
     points: list[tuple[float, float, float]],
     dots: list[list[float]] | None,
     zero: bool,
 ) -> str:
     """One SVG panel: per label a point with an interval bar (``(mean, low, high)``), and, with
-    ``dots``, a dot per value beside it; a dashed line at 0 with ``zero``."""
+    ``dots``, a dot per value beside it; a dashed line at 0 with ``zero``. Each axis label
+    carries its system's full name (``names``) as a tooltip."""
     values = [v for p in points for v in p] + [v for d in dots or [] for v in d]
     if zero:
         values.append(0.0)
@@ -166,8 +206,8 @@ def _panel(
             'stroke="#333333" stroke-dasharray="4 3"/>'
         )
     step = width / max(len(labels), 1)
-    for i, (label, colour, (mean, low, high)) in enumerate(
-        zip(labels, colours, points, strict=True)
+    for i, (label, name, colour, (mean, low, high)) in enumerate(
+        zip(labels, names, colours, points, strict=True)
     ):
         x = _LEFT + step * (i + 0.5)
         for n, v in enumerate(dots[i] if dots else []):
@@ -184,8 +224,9 @@ def _panel(
             f'<line x1="{x - 7:.1f}" x2="{x + 7:.1f}" y1="{y(high):.1f}" y2="{y(high):.1f}" '
             f'stroke="{colour}" stroke-width="2"/>'
             f'<circle cx="{x:.1f}" cy="{y(mean):.1f}" r="5" fill="{colour}" stroke="#000000"/>'
+            f"<g><title>{html.escape(name)}</title>"
             f'<text x="{x:.1f}" y="{_H - _BOTTOM + 16}" text-anchor="middle" '
-            f'font-size="11">{html.escape(label[:16])}</text>'
+            f'font-size="11">{html.escape(label)}</text></g>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -196,14 +237,17 @@ def plots(report: dict[str, Any]) -> tuple[list[str], list[str]]:
     comparison = report["comparison"]
     systems, base = comparison["systems"], comparison["baseline"]
     colours = [COLOURS[i % len(COLOURS)] for i in range(len(systems))]
+    label_of = dict(zip(systems, plot_labels(systems), strict=True))
+    labels = [label_of[s] for s in systems]
     others = [s for s in systems if s != base]
+    other_labels = [label_of[s] for s in others]
     other_colours = [colours[systems.index(s)] for s in others]
     means, differences = [], []
     for m in comparison["measures"]:
         points = [
             (comparison["means"][s][m]["mean"], *comparison["means"][s][m]["ci"]) for s in systems
         ]
-        means.append(_panel(m, systems, colours, points, None, zero=False))
+        means.append(_panel(m, labels, systems, colours, points, None, zero=False))
         diffs = [comparison["differences"][s][m] for s in others]
         base_values = comparison["per_query"][base][m]
         dots = [
@@ -212,7 +256,15 @@ def plots(report: dict[str, Any]) -> tuple[list[str], list[str]]:
         ]
         points = [(d["difference"], *d["ci"]) for d in diffs]
         differences.append(
-            _panel(f"{m}: system − {base}", others, other_colours, points, dots, zero=True)
+            _panel(
+                f"{m}: system − {base}",
+                other_labels,
+                others,
+                other_colours,
+                points,
+                dots,
+                zero=True,
+            )
         )
     return means, differences
 
@@ -223,7 +275,24 @@ _STYLE = (
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;font-size:13px}"
     "th{background:#eee}td:nth-child(-n+2){text-align:left}"
     ".plots{display:flex;flex-wrap:wrap;gap:8px}"
+    ".key{list-style:none;padding:0;font-size:13px}"
+    ".swatch{display:inline-block;width:10px;height:10px;margin-right:6px}"
 )
+
+
+def _key(report: dict[str, Any]) -> list[str]:
+    """The plots' key when a label is not its system's full name: per system its colour, its
+    label and its name; nothing when every label is the name."""
+    systems = report["comparison"]["systems"]
+    labels = plot_labels(systems)
+    if labels == systems:
+        return []
+    items = "".join(
+        f'<li><span class="swatch" style="background:{COLOURS[i % len(COLOURS)]}"></span>'
+        f"{html.escape(label)}: {html.escape(name)}</li>"
+        for i, (label, name) in enumerate(zip(labels, systems, strict=True))
+    )
+    return [f'<ul class="key" id="key">{items}</ul>']
 
 
 def to_html(report: dict[str, Any]) -> str:
@@ -242,6 +311,7 @@ def to_html(report: dict[str, Any]) -> str:
         ),
         _html_table(HEADER, verdict_rows(report)),
         f"<h2>Means with {confidence}% CIs</h2>",
+        *_key(report),
         f'<div class="plots" id="means">{"".join(means)}</div>',
         "<h2>Per-query differences to the baseline (dots: queries; bar: mean difference with "
         f"its {confidence}% paired CI)</h2>",

@@ -1,0 +1,275 @@
+"""``udcg report``'s checks of its forecast weights and the labels of its plots: a forecast over
+the same queries as the measures, weights whose k, abstention mode or a run's ranking depth
+cannot work refused in one line before any judge call, and plot labels that tell every system
+apart. The commands run as subprocesses on the three runs of :mod:`tests.e2e.test_one_command`
+with a ``precomputed:`` judge."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.e2e.test_one_command import SYSTEMS, TOPICS, _Plots, _refused, write_data
+from udcg.pipeline.journey_report import to_html
+
+
+def _setup(root: Path, card: dict | None = None, k: int = 5) -> tuple[Path, Path, list[str]]:
+    """The data, UDCG-theta weights of ``k`` (judge ``probs``, ``card`` entries added) and the
+    common arguments of ``udcg report`` (its judge, cache and output folder ``root/out``)."""
+    from udcg.theta import UDCGTheta
+
+    data = write_data(root / "data")
+    probs = data / "probs.jsonl"
+    passages = [x.split("\t", 1)[1] for x in (data / "collection.tsv").read_text().splitlines()]
+    probs.write_text(
+        "".join(
+            json.dumps({"question": q, "passage": t, "abstain_prob": 0.1 + 0.1 * (len(t) % 8)})
+            + "\n"
+            for _, q, _ in TOPICS
+            for t in passages
+        )
+    )
+    model = UDCGTheta(k)
+    model.alpha_, model.beta_, model.intercept_ = np.linspace(2.0, 0.4, k), -np.ones(k), 0.0
+    weights = model.save_pretrained(root / "theta", card={"judge_model": "probs", **(card or {})})
+    common = [
+        "--topics", str(data / "topics.tsv"), "--collection", str(data / "collection.tsv"),
+        "--qrels", str(data / "qrels.trec"), "--judge", f"precomputed:{probs}",
+        "--cache", str(root / "judge.sqlite"), "--out", str(root / "out"),
+        "--n-resamples", "200",
+    ]  # fmt: skip
+    return data, weights, common
+
+
+def _runs(data: Path) -> list[str]:
+    return [str(data / f"{s}.trec") for s in SYSTEMS]
+
+
+def _no_judge_call(root: Path) -> None:
+    """Nothing was labelled: the refusal came before the judge was asked."""
+    assert not (root / "out" / "labels").exists()
+    assert not (root / "judge.sqlite").exists()
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "udcg", "report", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_forecast_refuses_a_system_that_ranks_no_document_for_a_compared_query(
+    tmp_path: Path,
+) -> None:
+    """Every measure scores an unranked judged query 0; a forecast over the ranked queries
+    only would rank a run higher for dropping its worst queries. Refused before labelling."""
+    data, weights, common = _setup(tmp_path)
+    lines = (data / "a.trec").read_text().splitlines()
+    (data / "a_minus.trec").write_text("".join(f"{x}\n" for x in lines if x.split()[0] != "q3"))
+    line = _refused(str(data / "a.trec"), str(data / "a_minus.trec"), *common,
+                    "--weights", str(weights))  # fmt: skip
+    assert (
+        f"{data / 'a_minus.trec'}: field 'run': system 'a_minus' ranks no document for 1 of the "
+        "4 compared queries (first 'q3')"
+    ) in line
+    assert "leave the forecast (--weights) out" in line
+    _no_judge_call(tmp_path)
+
+
+def test_forecasts_average_every_system_over_the_compared_queries(tmp_path: Path) -> None:
+    """``qids`` fixes the rows (and so the bootstrap's resamples): a context outside them is not
+    counted, a query missing from a system is refused."""
+    from udcg.errors import UDCGInputError
+    from udcg.io.contexts.jsonl import Context, Passage, write_contexts
+    from udcg.pipeline.journey import forecasts
+    from udcg.theta import UDCGTheta
+
+    model = UDCGTheta(1)
+    model.alpha_, model.beta_, model.intercept_ = np.array([2.0]), -np.ones(1), 0.0
+    model.calibration_ = None
+
+    def context(qid: str, relevant: bool) -> Context:
+        return Context(qid, [Passage("d1", relevant=relevant, abstain_prob={"j": 0.0})])
+
+    path = tmp_path / "a.jsonl"
+    write_contexts(path, [context("q2", False), context("q1", True), context("q9", True)])
+    found = forecasts({"a": path}, model, "j", "abstention", qids=["q1", "q2"], n_resamples=50)
+    expected = model.predict_proba([[1.0]], [[1.0]]) + model.predict_proba([[0.0]], [[1.0]])
+    assert found["a"]["UDCG-theta"]["forecast"] == pytest.approx(expected[0] / 2)
+    with pytest.raises(UDCGInputError, match="ranks no document for 1 of the 3 queries"):
+        forecasts({"a": path}, model, "j", "abstention", qids=["q1", "q2", "q3"])
+
+
+def test_allow_mismatch_k_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    data, weights, common = _setup(tmp_path)
+    line = _refused(*_runs(data), *common, "-k", "6", "--weights", str(weights),
+                    "--allow-mismatch", "k")  # fmt: skip
+    assert "field '--allow-mismatch': k cannot be overridden" in line
+    assert "give -k the weights' k" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_weights_of_another_k_are_refused_with_the_k_to_give(tmp_path: Path) -> None:
+    data, weights, common = _setup(tmp_path)
+    line = _refused(*_runs(data), *common, "-k", "6", "--weights", str(weights))
+    assert f"{weights}: field 'k': the UDCG-theta weights forecast contexts of exactly 5" in line
+    assert "give -k 5" in line and "--allow-mismatch" not in line
+    _no_judge_call(tmp_path)
+
+
+def test_a_run_ranking_fewer_than_k_documents_is_refused_before_labelling(
+    tmp_path: Path,
+) -> None:
+    data, weights, common = _setup(tmp_path)
+    lines = (data / "b.trec").read_text().splitlines()
+    short = [x for x in lines if not (x.startswith("q2 ") and int(x.split()[3]) > 3)]
+    (data / "b.trec").write_text("".join(f"{x}\n" for x in short))
+    line = _refused(*_runs(data), *common, "--weights", str(weights))
+    assert f"{data / 'b.trec'}: field 'run': system 'b' ranks 3 documents for query 'q2'" in line
+    assert "exactly 5 passages" in line and "rank at least 5 documents" in line
+    _no_judge_call(tmp_path)
+
+
+def test_the_weights_abstention_mode_is_checked_as_udcg_score_checks_it(tmp_path: Path) -> None:
+    data, weights, common = _setup(tmp_path, {"abstention_mode": "sequence"})
+    line = _refused(*_runs(data), *common, "--weights", str(weights))
+    expected = (
+        "field 'mode': the weights were fitted with abstention mode 'sequence', not "
+        "'first_token' (--allow-mismatch mode to use them anyway)"
+    )
+    assert line == f"udcg report: error: {weights}: {expected}"
+    _no_judge_call(tmp_path)
+    # allowed on purpose: the report is made, the override recorded
+    done = _run(*_runs(data), *common, "--weights", str(weights), "--allow-mismatch", "mode")
+    assert done.returncode == 0, done.stderr
+    found = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert found["forecast"]["overrides"] == [
+        "field 'mode': the weights were fitted with abstention mode 'sequence', not "
+        "'first_token' (allowed on purpose)"
+    ]
+    assert found["forecast"]["queries"] == len(TOPICS)
+    manifest = json.loads((tmp_path / "out" / "labels" / "a.jsonl.manifest.json").read_text())
+    assert '"mode": "first_token"' in json.dumps(manifest)
+    # udcg score says the same of the labels the report wrote
+    score = subprocess.run(
+        [sys.executable, "-m", "udcg", "score", str(tmp_path / "out" / "labels" / "a.jsonl"),
+         "--judge", "probs", "--weights", str(weights), "--mode", "first_token"],
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert score.returncode == 2 and expected in score.stderr
+
+
+def _fake_report(systems: list[str]) -> dict:
+    """A report.json with one measure, enough for :func:`to_html`."""
+    per_query = {s: {"UDCG@5": [0.1 * i, 0.2 * i]} for i, s in enumerate(systems, 1)}
+    return {
+        "comparison": {
+            "systems": systems,
+            "baseline": systems[0],
+            "measures": ["UDCG@5"],
+            "qids": ["q1", "q2"],
+            "confidence": 0.95,
+            "n_resamples": 10,
+            "test": "t",
+            "correction": "holm",
+            "alpha": 0.05,
+            "unranked": {s: 0 for s in systems},
+            "per_query": per_query,
+            "means": {s: {"UDCG@5": {"mean": 0.5, "ci": [0.4, 0.6]}} for s in systems},
+            "differences": {
+                s: {
+                    "UDCG@5": {
+                        "difference": 0.1,
+                        "ci": [0.0, 0.2],
+                        "p_value": 0.5,
+                        "p_corrected": 0.5,
+                        "significant": False,
+                    }
+                }
+                for s in systems[1:]
+            },
+        },
+        "relevance_from": "qrels",
+        "utility": "abstention",
+        "judge": {"name": "j", "calls": 0, "cache_hits": 0, "cache": "c.sqlite"},
+        "warnings": [],
+        "forecast": None,
+    }
+
+
+class _Labels(_Plots):
+    """The axis labels of each plot (``font-size="11"`` texts) and their tooltips."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.labels: list[list[str]] = []
+        self.titles: list[list[str]] = []
+        self.key: list[str] = []
+        self._into: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        super().handle_starttag(tag, attrs)
+        found = dict(attrs)
+        if tag == "svg":
+            self.labels.append([])
+            self.titles.append([])
+        if tag != "span":  # a key item's text follows its colour swatch
+            self._into = None
+        if tag == "text" and found.get("font-size") == "11":
+            self._into = self.labels[-1]
+        elif tag == "title" and self.section:
+            self._into = self.titles[-1]
+        elif tag == "li":
+            self._into = self.key
+
+    def handle_data(self, data: str) -> None:
+        if self._into is not None:
+            self._into.append(data)
+            self._into = None
+
+
+def test_plot_labels_tell_systems_with_a_long_common_prefix_apart() -> None:
+    systems = ["bm25-tuned-k1-0.9-b0.4", "bm25-tuned-k1-0.9-b0.7", "dense"]
+    page = _Labels()
+    page.feed(to_html(_fake_report(systems)))
+    page.close()
+    assert page.stack == []
+    means, differences = page.labels
+    assert means == ["bm25-tun….9-b0.4", "bm25-tun….9-b0.7", "dense"]
+    assert differences == means[1:]
+    assert page.titles == [systems, systems[1:]]  # the full names as tooltips
+    assert page.key == [f"{label}: {name}" for label, name in zip(means, systems, strict=True)]
+    # names that fit are the labels, and no key is drawn
+    short = to_html(_fake_report(["bm25", "dense"]))
+    assert 'id="key"' not in short and ">bm25</text>" in short
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        [f"run-with-a-very-long-common-prefix-{i}" for i in range(12)],
+        [f"{i}-run-with-a-very-long-common-suffix" for i in range(12)],
+        ["x" * 20 + "a" + "y" * 20, "x" * 20 + "b" + "y" * 20, "short"],
+        ["x" * 16, "x" * 17, "x" * 18],
+    ],
+)
+def test_plot_labels_are_distinct_and_fit(names: list[str]) -> None:
+    from udcg.pipeline.journey_report import plot_labels
+
+    labels = plot_labels(names)
+    assert len(set(labels)) == len(names)
+    assert all(len(label) <= 16 for label in labels)
+    assert [n for n, label in zip(names, labels, strict=True) if len(n) <= 16 and label != n] in (
+        [],
+        [n for n in names if len(n) <= 16],  # numbered only when no split tells them apart
+    )
