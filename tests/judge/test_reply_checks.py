@@ -71,6 +71,8 @@ def test_an_echo_must_spell_the_scored_text() -> None:
         ([" Jane", " Jane", " Austen"], [10, 10, 15]),  # a token twice
         ([" Jane", "\ufffd"], [10, 15]),  # a byte piece where the text is ASCII
         ([" Jane", "bytes:\\x41"], [10, 15]),
+        ([" Jane", "\ufffd", " Austen"], [10, 15, 15]),  # a piece standing for nothing
+        ([" Jane", " Austen", ""], [10, 15, 21]),
     ],
 )
 def test_an_echo_must_spell_the_whole_scored_text_once(tokens, offsets) -> None:
@@ -79,6 +81,17 @@ def test_an_echo_must_spell_the_whole_scored_text_once(tokens, offsets) -> None:
     echo["logprobs"]["text_offset"] = [0, *offsets]
     with pytest.raises(ReplyError, match="do not spell the scored text"):
         echoed_continuation(echo, len("Q: who? A:"), " Jane Austen")
+
+
+def test_llama_cpp_python_echoes_of_split_characters_are_read() -> None:
+    """llama-cpp-python drops the bytes of a split character (``errors="ignore"``): ' М' comes
+    back as ' ' then '' (a real reply of SmolLM2-135M, llama_cpp 0.2.60)."""
+    prompt = "Question: Which city? Answer:"
+    tokens = [prompt, " ", "", "о", "ск", "в", "а"]
+    echo = _echo(tokens, [0.0, -11.0, -3.5, -2.6, -1.5, -0.04, -1.7])
+    echo["logprobs"]["text_offset"] = [0, 29, 30, 31, 32, 34, 35]
+    picked = echoed_continuation(echo, len(prompt), " Москва")
+    assert [t for t, _, _ in picked] == tokens[1:]
 
 
 def test_echo_offsets_that_go_back_are_refused() -> None:
@@ -291,6 +304,10 @@ def test_bound_marks_follow_their_values_when_sorted_or_assigned() -> None:
     assert upper_bounds(values).tolist() == [False, False, True]
     values[2] = 0.3  # a plain number is no bound
     assert upper_bounds(values).tolist() == [False, False, False]
+    original = judge_values([0.9, 0.1], upper_bound=[True, False])
+    for other in (original.copy(), original * 1.0, np.sort(original)):
+        other[0] = 0.5
+    assert upper_bounds(original).tolist() == [True, False]  # copies keep their own marks
 
 
 def test_the_embedded_copy_never_replaces_a_folder_or_file_udcg_did_not_make(tmp_path) -> None:
@@ -438,3 +455,16 @@ def test_results_of_a_deployment_import_with_reply_model_under_its_keys(tmp_path
     assert annotate_main(args) == 0  # the server (port 9) is never asked
     (line,) = (json.loads(text) for text in out.open())
     assert line["passages"][0]["abstain_prob"] == {"dep": pytest.approx(math.exp(-0.5))}
+
+
+def test_a_server_judge_s_fingerprinted_settings_are_fixed_once_built(tmp_path) -> None:
+    """``top_logprobs`` set after loading (on the judge or the cache wrapper) would store values
+    of 2 log-probs under the key of 20: refused in one line."""
+    from udcg.errors import UDCGInputError
+    from udcg.judge import open_judge
+
+    judge = open_judge("openai:m@http://127.0.0.1:9/v1", cache=tmp_path / "c.sqlite")
+    for target in (judge, judge.inner):
+        with pytest.raises(UDCGInputError, match="field 'top_logprobs': is fixed when the judge"):
+            target.top_logprobs = 2
+    judge.inner.max_concurrency = 4  # not in the fingerprint: free to change

@@ -52,10 +52,11 @@ class JudgeValues(np.ndarray):
     upper_bound: np.ndarray
 
     def __array_finalize__(self, obj: Any) -> None:
+        """A new array's marks are a copy of its source's (changing one leaves the other)."""
         mask = getattr(obj, "upper_bound", None)
         if mask is None or getattr(mask, "shape", None) != self.shape:
             mask = np.zeros(self.shape, dtype=bool)
-        self.upper_bound = mask
+        self.upper_bound = np.array(mask, dtype=bool)
 
     def __getitem__(self, index: Any) -> Any:
         """Values and their marks picked together: ``v[np.argsort(v)]``, ``v[::-1]``, ``v[2:]``

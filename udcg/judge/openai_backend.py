@@ -93,6 +93,12 @@ def _tokenizer_identity(source: str | None) -> str | None:
     return f"{folder}|files={folder_sha256(folder)[:16]}"
 
 
+#: What :class:`OpenAIJudge` names in its fingerprint, fixed once it is made.
+_FINGERPRINTED = frozenset(
+    "model base_url top_logprobs abstain_token extra_body template_tokenizer reply_model".split()
+)
+
+
 class OpenAIJudge(Judge):
     """A judge served by an OpenAI-compatible HTTP server at ``base_url`` (``/v1`` added when
     it has no path). The fingerprint holds ``model``, ``server_id`` (default: the URL),
@@ -196,6 +202,17 @@ class OpenAIJudge(Judge):
 
     def __repr__(self) -> str:
         return f"OpenAIJudge(model={self.model!r}, base_url={self.base_url!r}, name={self.name!r})"
+
+    def __setattr__(self, attribute: str, value: Any) -> None:
+        """The settings in the fingerprint are fixed once it is made (a request with another
+        one would store its value under the old key)."""
+        if attribute in _FINGERPRINTED and "fingerprint" in vars(self):
+            raise UDCGInputError(
+                f"is fixed when the judge is built (its fingerprint, the cache key, names it):"
+                f" load the judge again with {attribute}={value!r}",
+                field=attribute,
+            )
+        super().__setattr__(attribute, value)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_template": None}
