@@ -407,3 +407,36 @@ def test_no_command_takes_a_file_it_writes_beside_out_as_its_cache(
         code = udcg_main([*args, "--judge", "smollm2-135m", "--cache", str(cache)])
         assert code == 2 and "the output names the input --cache" in capsys.readouterr().err
         assert not cache.exists()
+
+
+def test_report_and_merge_shards_refuse_inputs_named_as_files_they_write_beside(
+    tmp_path: Path, capsys
+) -> None:
+    """A report's cache named as a label file's lock or manifest, a merge input named as the
+    output's lock or manifest: each would be deleted or replaced."""
+    runs = [str(tmp_path / "a.trec"), str(tmp_path / "b.trec")]
+    report = [
+        "report",
+        *runs,
+        "--topics",
+        "t",
+        "--collection",
+        "c",
+        "--qrels",
+        "q",
+        "-o",
+        str(tmp_path),
+    ]
+    for beside in ("labels/a.jsonl.lock", "labels/b.jsonl.manifest.json", "report.json.lock"):
+        cache = tmp_path / beside
+        code = udcg_main([*report, "--judge", "smollm2-135m", "--cache", str(cache)])
+        assert code == 2 and "the output names the input --cache" in capsys.readouterr().err
+        assert not cache.exists()
+    out = tmp_path / "merged.jsonl"
+    for beside in ("merged.jsonl.lock", "merged.jsonl.manifest.json"):
+        source = tmp_path / beside
+        source.write_text("{}\n")
+        code = udcg_main(["merge-shards", str(source), str(tmp_path / "part-1-of-1.jsonl"),
+                          "-o", str(out)])  # fmt: skip
+        assert code == 2 and "the output names the input IN" in capsys.readouterr().err
+        assert source.read_text() == "{}\n"

@@ -47,7 +47,6 @@ from udcg.cli.common import (
     info_stream,
     judge_inputs,
     parse,
-    refuse_outputs,
     run_cli,
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
@@ -77,6 +76,7 @@ from udcg.labels.stream import (
     DEFAULT_CHUNK,
     annotate_stream,
     partial_path,
+    refuse_outputs,
 )
 
 #: Value field -> how the warning names it.

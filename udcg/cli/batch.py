@@ -47,7 +47,6 @@ from udcg.cli.common import (
     add_out,
     info_stream,
     parse,
-    refuse_outputs,
     run_cli,
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
@@ -76,6 +75,7 @@ from udcg.labels.annotate import (
     annotate,
     check_inputs,
 )
+from udcg.labels.stream import refuse_outputs
 
 #: Steps whose calls a batch file can hold (answer likelihoods need /v1/completions with echo).
 EXPORTABLE_STEPS = ("abstain", "relevance", "outcomes")

@@ -13,13 +13,13 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
-from udcg.io.files import STDIO, PathType, refuse_directory, refuse_same_file
+from udcg.io.files import STDIO
 from udcg.validation import printable
 
 #: Exit status after a broken pipe on standard output (128 + SIGPIPE).
@@ -124,29 +124,6 @@ def weights_inputs(weights: str | None) -> dict[str, str | None]:
 
     tensors, card = weights_files(weights)
     return {"--weights": weights, "--weights tensors": str(tensors), "--weights card": str(card)}
-
-
-def refuse_outputs(output: PathType, inputs: Mapping[str, PathType | None]) -> None:
-    """Refuse an ``output`` that is a directory, or that (or a file a command writes beside it:
-    ``OUT.lock``, ``OUT.partial``, ``OUT.partial.manifest``, ``OUT.manifest.json``) names one
-    of ``inputs`` (option or argument name -> path): the run would replace or delete it.
-
-    Examples:
-        >>> refuse_outputs("out.jsonl", {"--cache": "out.jsonl.lock"})
-        Traceback (most recent call last):
-        ...
-        udcg.errors.UDCGInputError: out.jsonl.lock: the output names the input --cache ...
-    """
-    from udcg.labels.provenance import manifest_path
-    from udcg.labels.stream import partial_manifest_path, partial_path
-
-    if os.fspath(output) == STDIO:
-        return
-    partial = partial_path(output)
-    lock = f"{os.fspath(output)}.lock"
-    for path in (output, partial, partial_manifest_path(partial), manifest_path(output), lock):
-        refuse_directory(path)
-        refuse_same_file(path, inputs)
 
 
 def judge_inputs(args: argparse.Namespace) -> dict[str, str | None]:

@@ -9,12 +9,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from udcg.cli.common import add_out, info_stream, judge_inputs, parse, refuse_outputs, run_cli
+from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.demo_data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
 from udcg.labels.annotate import annotate, check_provided
 from udcg.labels.provenance import default_record
-from udcg.labels.stream import annotate_stream
+from udcg.labels.stream import annotate_stream, refuse_outputs
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -61,13 +61,13 @@ from udcg.cli.common import (
     info_stream,
     judge_inputs,
     parse,
-    refuse_outputs,
     run_cli,
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts, write_contexts
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
+from udcg.labels.stream import refuse_outputs
 from udcg.qcare.agreement import agreement, annotator_agreement
 from udcg.qcare.conversation import read_mtrag_tasks
 from udcg.qcare.coverage import GAINS

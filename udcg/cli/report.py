@@ -49,12 +49,12 @@ from udcg.cli.contexts import add_dataset, dataset_sources, require_files_withou
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import read_contexts
-from udcg.io.files import atomic_write, exclusive_writer, read_once, refuse_same_file
+from udcg.io.files import atomic_write, exclusive_writer, read_once
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
 from udcg.labels.signal_check import check_contexts
-from udcg.labels.stream import DEFAULT_CHUNK
+from udcg.labels.stream import DEFAULT_CHUNK, refuse_outputs
 from udcg.pipeline import journey
 from udcg.pipeline.context_scores import checked_theta
 from udcg.pipeline.journey_report import to_html, to_markdown
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         written = [out / f"{folder}/{n}.jsonl" for folder in ("contexts", "labels") for n in runs]
         for path in [*(out / n for n in ("report.md", "report.json", "report.html")), *written]:
-            refuse_same_file(path, inputs)
+            refuse_outputs(path, inputs)  # and the files beside it: manifests, locks
         # every input is read more than once (per run, then to compare): a pipe is read once
         runs = {n: _once(r) for n, r in runs.items()}
         topics, collection, qrels = _once(topics), _once(collection), _once(qrels)

@@ -34,8 +34,6 @@ from udcg.io.files import (
     PathType,
     exclusive_writer,
     numbered_lines,
-    refuse_directory,
-    refuse_same_file,
     verified_write,
 )
 from udcg.labels.provenance import (
@@ -46,6 +44,7 @@ from udcg.labels.provenance import (
     record_of,
     write_manifest,
 )
+from udcg.labels.stream import refuse_outputs
 
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _PART = re.compile(r"part-(\d+)-of-(\d+)")
@@ -195,9 +194,8 @@ def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType)
     ``-`` (standard output) gets the lines only once every shard is checked
     (:func:`udcg.io.files.verified_write`). Holds the output's lock
     (:func:`udcg.io.files.exclusive_writer`) while it writes."""
-    refuse_directory(output)
     ordered = order_shards(shards)
-    refuse_same_file(output, {"IN": source} | {f"shard {os.fspath(p)}": p for p in ordered})
+    refuse_outputs(output, {"IN": source} | {f"shard {os.fspath(p)}": p for p in ordered})
     total = len(ordered)
     manifests = [read_manifest(p) for p in ordered]
     record = _shard_records(ordered, manifests)

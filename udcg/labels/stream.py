@@ -34,8 +34,15 @@ from typing import Any, TypeVar
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, context_line
-from udcg.io.files import STDIO, PathType, atomic_write, exclusive_writer
-from udcg.io.manifests import file_sha256
+from udcg.io.files import (
+    STDIO,
+    PathType,
+    atomic_write,
+    exclusive_writer,
+    refuse_directory,
+    refuse_same_file,
+)
+from udcg.io.manifests import file_sha256, manifest_path
 from udcg.labels.annotate import AnnotationReport
 from udcg.labels.provenance import (
     InputDigest,
@@ -87,6 +94,26 @@ def partial_manifest_path(partial: Path) -> Path:
         'out.jsonl.partial.manifest'
     """
     return Path(f"{os.fspath(partial)}{PARTIAL_MANIFEST}")
+
+
+def refuse_outputs(output: PathType, inputs: Mapping[str, PathType | None]) -> None:
+    """Refuse an ``output`` that is a directory, or that (or a file a command writes beside it:
+    ``OUT.lock``, ``OUT.partial``, ``OUT.partial.manifest``, ``OUT.manifest.json``) names one
+    of ``inputs`` (option or argument name -> path): the run would replace or delete it.
+
+    Examples:
+        >>> refuse_outputs("out.jsonl", {"--cache": "out.jsonl.lock"})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: out.jsonl.lock: the output names the input --cache ...
+    """
+    if os.fspath(output) == STDIO:
+        return
+    partial = partial_path(output)
+    lock = f"{os.fspath(output)}.lock"
+    for path in (output, partial, partial_manifest_path(partial), manifest_path(output), lock):
+        refuse_directory(path)
+        refuse_same_file(path, inputs)
 
 
 def _hash_line(ctx: Context) -> str:
