@@ -468,3 +468,17 @@ def test_a_server_judge_s_fingerprinted_settings_are_fixed_once_built(tmp_path) 
         with pytest.raises(UDCGInputError, match="field 'top_logprobs': is fixed when the judge"):
             target.top_logprobs = 2
     judge.inner.max_concurrency = 4  # not in the fingerprint: free to change
+
+
+def test_probe_counts_fenced_json_as_json_output(capsys) -> None:
+    """generate_json reads a fenced block first: such a reply is JSON output."""
+    from tests.cli.test_probe import _probe, _vllm_like
+
+    def fenced(path, body, headers):
+        if body is not None and "response_format" in body:
+            return 200, {}, _chat_reply('```json\n{"answer": "yes"}\n```', None)
+        return _vllm_like(path, body, headers)
+
+    with ScriptedServer(fenced) as server:
+        status, report, _ = _probe(capsys, server.url)
+    assert status == 0 and report["json_output"] == "accepted"

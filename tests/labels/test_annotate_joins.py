@@ -4,6 +4,8 @@ nothing to resume, and an empty step list is a usage error."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,55 @@ def test_relevance_a_label_its_own_value_disagrees_with_is_not_kept() -> None:
         annotate([by_a], Doubtful("b"), steps=["relevance"], relevance="llm")
     _, report = annotate([by_a], Sure("a"), steps=["relevance"], relevance="llm")
     assert report.relevance_kept == 1  # a's own label, which its value agrees with
+
+
+def test_a_manifest_records_the_judge_of_values_a_run_keeps(tmp_path) -> None:
+    """Judge key ``vals`` with file b (abstain), then with file a (answer likelihood only) on
+    its output: the second manifest says the abstention values are b's (``kept``), so the
+    utilities read from it carry b's fingerprint, not a's."""
+    import json
+
+    from udcg.cli.annotate import main as annotate_main
+    from udcg.io.joins.utilities import read_utility_file
+    from udcg.io.manifests import manifest_path
+    from udcg.judge import load_judge
+
+    ctx = {
+        "qid": "q1",
+        "question": "Q?",
+        "answers": ["x"],
+        "passages": [{"doc_id": "d", "text": "P."}],
+    }
+    (tmp_path / "in.jsonl").write_text(json.dumps(ctx) + "\n")
+    for name, p in (("a", 0.1), ("b", 0.6)):
+        (tmp_path / name).mkdir()
+        row = {"question": "Q?", "passage": "P.", "abstain_prob": p, "answer_prob": 0.5}
+        (tmp_path / name / "vals.jsonl").write_text(json.dumps(row) + "\n")
+
+    def run(src: str, out: str, judge: str, step: str) -> None:
+        args = [str(tmp_path / src), "-o", str(tmp_path / out), "--steps", step]
+        judge_args = ["--judge", f"precomputed:{tmp_path / judge / 'vals.jsonl'}"]
+        assert annotate_main([*args, *judge_args, "--cache", str(tmp_path / "c.sqlite")]) == 0
+
+    run("in.jsonl", "b1.jsonl", "b", "abstain")
+    run("b1.jsonl", "b2.jsonl", "a", "answer_likelihood")
+    fingerprint = {
+        n: load_judge(f"precomputed:{tmp_path / n / 'vals.jsonl'}").fingerprint for n in "ab"
+    }
+    manifest = json.loads(manifest_path(tmp_path / "b2.jsonl").read_text())
+    assert manifest["judge_fingerprint"] == fingerprint["a"]
+    assert manifest["kept"] == {"abstain": fingerprint["b"]}
+    utilities = read_utility_file(tmp_path / "b2.jsonl", "abstain_prob", "vals")
+    assert utilities.fingerprint == fingerprint["b"]
+    assert (
+        read_utility_file(tmp_path / "b2.jsonl", "answer_prob", "vals").fingerprint
+        == fingerprint["a"]
+    )
+
+
+def test_a_kept_label_s_own_value_must_be_a_probability() -> None:
+    passage = Passage("d1", text="Rome.", relevant=True, extra={"relevance_prob": {"b": "0.9"}})
+    with pytest.raises(UDCGInputError, match=r"relevance_prob.b': expected a probability"):
+        annotate(
+            [replace(CTX, passages=[passage])], Sure("b"), steps=["relevance"], relevance="llm"
+        )

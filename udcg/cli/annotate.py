@@ -54,6 +54,7 @@ from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts
 from udcg.io.files import STDIO, PathType, exclusive_writer
 from udcg.io.joins.utility_sources import SOURCES
+from udcg.io.manifests import recorded_fingerprints
 from udcg.judge.spec import judge_key
 from udcg.labels.annotate import (
     BOUNDS,
@@ -67,6 +68,7 @@ from udcg.labels.annotate import (
     check_inputs,
     check_provided,
     operations,
+    refuse_stale_llm_labels,
     relabels,
 )
 from udcg.labels.provenance import annotation_record
@@ -296,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         judge = open_cli_judge(args)
         check_provided(judge, args.steps, args.relevance)
+        earlier = recorded_fingerprints(args.input, judge.name)  # what IN holds of this key
+        if args.relevance == "llm" and "relevance" in args.steps and not args.relabel_relevance:
+            recorded = earlier.get("relevance")
+            refuse_stale_llm_labels(contexts(), judge.name, judge.fingerprint, recorded)
         step = functools.partial(
             annotate,
             judge=judge,
@@ -317,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             args.max_new_tokens,
             shard,
             {op: judge.key_settings(op) for op in operations(args.steps, args.relevance)},
+            {step: fp for step, fp in earlier.items() if step not in args.steps},
         )
         signals = [
             ContextSignal(source.name, judge.name)

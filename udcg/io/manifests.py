@@ -46,32 +46,42 @@ def manifest_path(output: PathType) -> Path:
     return Path(f"{os.fspath(output)}{MANIFEST}")
 
 
-def recorded_fingerprint(output: PathType, judge_key: str) -> str | None:
-    """The fingerprint of judge ``judge_key`` as the manifest beside ``output`` records it
-    (``judge_fingerprint``); None without a readable manifest, or where it names another judge
-    or another content (its ``output_sha256`` is not ``output``'s: edited since).
+def recorded_fingerprints(output: PathType, judge_key: str) -> dict[str, str]:
+    """Annotate step -> fingerprint of the judge ``judge_key`` whose values of that step
+    ``output`` holds, as the manifest beside it records them: the steps of the run that wrote
+    it (``steps``, ``judge_fingerprint``) and those its input held and that run kept
+    (``kept``). Empty without a readable manifest of this content (its ``output_sha256`` is
+    ``output``'s: not edited since) and this judge key.
 
     Examples:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     out = Path(folder) / "out.jsonl"
         ...     _ = out.write_text("{}\\n")
-        ...     record = {"judge": "llama3", "judge_fingerprint": "fp-1",
-        ...               "output_sha256": file_sha256(out)}
+        ...     record = {"judge": "llama3", "judge_fingerprint": "fp-2", "steps": ["abstain"],
+        ...               "kept": {"answer_likelihood": "fp-1"}, "output_sha256": file_sha256(out)}
         ...     _ = manifest_path(out).write_text(json.dumps(record))
-        ...     found = recorded_fingerprint(out, "llama3"), recorded_fingerprint(out, "gpt")
+        ...     found = recorded_fingerprints(out, "llama3"), recorded_fingerprints(out, "gpt")
         >>> found
-        ('fp-1', None)
+        ({'answer_likelihood': 'fp-1', 'abstain': 'fp-2'}, {})
     """
-    if os.fspath(output) == STDIO:
-        return None
+    if os.fspath(output) == STDIO or not Path(output).is_file():
+        return {}
     try:
         manifest = json.loads(manifest_path(output).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return {}
     if not isinstance(manifest, dict) or manifest.get("judge") != judge_key:
-        return None
-    fingerprint = manifest.get("judge_fingerprint")
-    if not isinstance(fingerprint, str) or manifest.get("output_sha256") != file_sha256(output):
-        return None
-    return fingerprint
+        return {}
+    fingerprint, steps = manifest.get("judge_fingerprint"), manifest.get("steps")
+    kept = manifest.get("kept") or {}
+    if (
+        not isinstance(fingerprint, str)
+        or not isinstance(steps, list)
+        or not isinstance(kept, dict)
+    ):
+        return {}
+    if manifest.get("output_sha256") != file_sha256(output):
+        return {}
+    found = {s: f for s, f in kept.items() if isinstance(s, str) and isinstance(f, str)}
+    return found | {s: fingerprint for s in steps if isinstance(s, str)}

@@ -191,8 +191,8 @@ def _json_output(judge: OpenAIJudge, report: ServerReport) -> None:
         refused = None
     text = message_text(first_choice(reply, judge.reply_model))  # no text: no generation
     report.generate = bool(text.strip())
-    if refused is None and not text.lstrip().startswith(("{", "[")):
-        # taken, not followed (a JSON value cut at JSON_TOKENS still starts as one)
+    if refused is None and not text.lstrip().startswith(("{", "[", "```")):
+        # taken, not followed (a JSON value cut at JSON_TOKENS still starts as one, fenced or not)
         report.json_output = "not JSON"
         report.errors["json_output"] = f"the reply to a JSON request is not JSON: {text!r}"
         return

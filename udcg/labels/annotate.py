@@ -278,20 +278,65 @@ def check_inputs(
                 )
             kept = not relabels(passage, relabel_relevance)
             if judge is not None and relevance == "llm" and kept:
-                probs = passage.extra.get("relevance_prob") or {}
-                own = probs.get(judge)
-                if (probs and own is None) or (
-                    own is not None and (own >= 0.5) != passage.relevant
-                ):
-                    makers = ", ".join(sorted(n for n in probs if n != judge))
-                    raise UDCGInputError(
-                        f"was computed by the LLM of {makers} (relevance_prob), not given"
-                        f"{'' if own is None else f' (it disagrees with {judge}: {own!r})'}:"
-                        f" pass --relabel-relevance to label it with {judge}",
-                        field=f"passages[{i}].relevant",
-                        **ctx.location(),
-                    )
+                _check_kept_label(ctx, i, judge)
     return count
+
+
+def _check_kept_label(ctx: Context, i: int, judge: str) -> None:
+    """Refuse passage ``i``'s ``relevant`` label when another judge's LLM computed it: its
+    ``relevance_prob`` names other judges and not ``judge``, or ``judge``'s value there (a
+    probability, else an error) disagrees with it."""
+    passage = ctx.passages[i]
+    probs = passage.extra.get("relevance_prob")
+    probs = probs if isinstance(probs, dict) else {}
+    own = probs.get(judge)
+    if own is not None and (
+        isinstance(own, bool) or not isinstance(own, int | float) or not 0.0 <= own <= 1.0
+    ):
+        raise UDCGInputError(
+            f"expected a probability in [0, 1], got {own!r}",
+            field=f"passages[{i}].relevance_prob.{judge}",
+            **ctx.location(),
+        )
+    if (probs and own is None) or (own is not None and (own >= 0.5) != passage.relevant):
+        makers = ", ".join(sorted(n for n in probs if n != judge)) or "another run"
+        raise UDCGInputError(
+            f"was computed by the LLM of {makers} (relevance_prob), not given"
+            f"{'' if own is None else f' (it disagrees with {judge}: {own!r})'}:"
+            f" pass --relabel-relevance to label it with {judge}",
+            field=f"passages[{i}].relevant",
+            **ctx.location(),
+        )
+
+
+def refuse_stale_llm_labels(
+    contexts: Iterable[Context], judge: str, fingerprint: str, recorded: str | None
+) -> None:
+    """Refuse a ``relevant`` label the relevance step would keep that judge key ``judge``'s LLM
+    made (it holds ``relevance_prob[judge]``) when the input's manifest records that key's
+    relevance labels from another fingerprint (``recorded``: the same key on another server or
+    model, :func:`udcg.io.manifests.recorded_fingerprints`): they are not this judge's.
+
+    Examples:
+        >>> p = Passage("d1", text="Emma.", relevant=True, extra={"relevance_prob": {"m": 0.9}})
+        >>> refuse_stale_llm_labels([Context("q1", [p])], "m", "fp-2", "fp-2")  # the same
+        >>> refuse_stale_llm_labels([Context("q1", [p])], "m", "fp-2", "fp-1")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'passages[0].relevant': was computed by judge 'm' ...
+    """
+    if recorded is None or recorded == fingerprint:
+        return
+    for ctx in contexts:
+        for i, p in enumerate(ctx.passages):
+            if p.relevant is not None and judge in (p.extra.get("relevance_prob") or {}):
+                raise UDCGInputError(
+                    f"was computed by judge {judge!r} with the fingerprint {recorded} (the"
+                    f" input's manifest), not by this one ({fingerprint}): pass"
+                    " --relabel-relevance to label it again",
+                    field=f"passages[{i}].relevant",
+                    **ctx.location(),
+                )
 
 
 def with_bound(passage: Passage, name: str, value_field: str, bound: bool) -> Passage:

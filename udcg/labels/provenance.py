@@ -51,10 +51,13 @@ def annotation_record(
     max_new_tokens: int,
     shard: tuple[int, int] | None,
     key_settings: Mapping[str, Mapping[str, Any]],
+    kept: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The record of an annotation run with these settings (steps in :data:`STEPS` order);
     ``key_settings``: operation -> the judge's run-time settings of it, for each operation the
-    run uses (:func:`udcg.labels.annotate.operations`).
+    run uses (:func:`udcg.labels.annotate.operations`); ``kept``: step -> fingerprint of the
+    values of this judge key the input holds for steps the run does not redo
+    (:func:`udcg.io.manifests.recorded_fingerprints`), recorded when there are any.
 
     Examples:
         >>> record = annotation_record("llama3", "fp", ["relevance", "abstain"], "string", False,
@@ -77,7 +80,7 @@ def annotation_record(
         "max_new_tokens": max_new_tokens,
         "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
         "key_settings": {op: dict(settings) for op, settings in key_settings.items()},
-    }
+    } | ({"kept": dict(kept)} if kept else {})
 
 
 def default_record(judge: Any, steps: Sequence[str]) -> dict[str, Any]:

@@ -348,19 +348,21 @@ def label_sources(contexts: Sequence[Context]) -> Counter[str]:
         {'judge a [fa] (text)': 1, 'judge a [fb] (text)': 1}
     """
     records = [ctx.extra.get(RECORD) for ctx in contexts]
-    fingerprints: dict[Any, set[Any]] = {}
+    fingerprints: dict[str, set[str]] = {}
     for record in records:
         if isinstance(record, dict):
-            fingerprints.setdefault(record.get("judge"), set()).add(record.get("fingerprint"))
+            key, fingerprint = str(record.get("judge")), str(record.get("fingerprint"))
+            fingerprints.setdefault(key, set()).add(fingerprint)
     out: Counter[str] = Counter()
     for record in records:
         if not isinstance(record, dict):
             out["no record"] += 1
             continue
-        key = record.get("judge")
-        routes = ", ".join(record.get("checks") or []) or "routes not recorded"
+        key = str(record.get("judge"))
+        checks = record.get("checks")
+        routes = ", ".join(map(str, checks)) if isinstance(checks, list) and checks else ""
         which = f" [{record.get('fingerprint')}]" if len(fingerprints[key]) > 1 else ""
-        out[f"judge {key}{which} ({routes})"] += 1
+        out[f"judge {key}{which} ({routes or 'routes not recorded'})"] += 1
     return out
 
 
