@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.test_one_command import SYSTEMS, TOPICS, _Plots, _refused, write_data
+from tests.e2e.test_one_command import SYSTEMS, TOPICS, _Plots, _refused, write_data, write_probs
 from udcg.pipeline.journey_report import to_html
 
 
@@ -25,16 +25,7 @@ def _setup(root: Path, card: dict | None = None, k: int = 5) -> tuple[Path, Path
     from udcg.theta import UDCGTheta
 
     data = write_data(root / "data")
-    probs = data / "probs.jsonl"
-    passages = [x.split("\t", 1)[1] for x in (data / "collection.tsv").read_text().splitlines()]
-    probs.write_text(
-        "".join(
-            json.dumps({"question": q, "passage": t, "abstain_prob": 0.1 + 0.1 * (len(t) % 8)})
-            + "\n"
-            for _, q, _ in TOPICS
-            for t in passages
-        )
-    )
+    probs = write_probs(data, 0.1)
     model = UDCGTheta(k)
     model.alpha_, model.beta_, model.intercept_ = np.linspace(2.0, 0.4, k), -np.ones(k), 0.0
     weights = model.save_pretrained(root / "theta", card={"judge_model": "probs", **(card or {})})

@@ -269,23 +269,30 @@ def test_local_embedded_judge(tmp_path: Path) -> None:
     check_rerun(data, out, judge, cache, found, "-m", *measures)
 
 
-def test_forecast_with_weights(tmp_path: Path) -> None:
-    from udcg.theta import UDCGTheta
-    from udcg.theta.calibration import Calibration
-
-    data = write_data(tmp_path / "data")
+def write_probs(data: Path, base: float) -> Path:
+    """``data/probs.jsonl``: a ``precomputed:`` judge's P(abstain) of every topic with every
+    passage of the collection, ``base + 0.1 * (len(text) % 8)``."""
     probs = data / "probs.jsonl"
     passages = [
         line.split("\t", 1)[1] for line in (data / "collection.tsv").read_text().splitlines()
     ]
     probs.write_text(
         "".join(
-            json.dumps({"question": q, "passage": t, "abstain_prob": 0.15 + 0.1 * (len(t) % 8)})
+            json.dumps({"question": q, "passage": t, "abstain_prob": base + 0.1 * (len(t) % 8)})
             + "\n"
             for _, q, _ in TOPICS
             for t in passages
         )
     )
+    return probs
+
+
+def test_forecast_with_weights(tmp_path: Path) -> None:
+    from udcg.theta import UDCGTheta
+    from udcg.theta.calibration import Calibration
+
+    data = write_data(tmp_path / "data")
+    probs = write_probs(data, 0.15)
     model = UDCGTheta(5)
     model.alpha_, model.beta_, model.intercept_ = np.linspace(2.0, 0.4, 5), -np.ones(5), 0.0
     model.calibration_ = Calibration("platt", {"a": 0.8, "b": 0.3}, 40)
