@@ -409,6 +409,16 @@ def test_no_command_takes_a_file_it_writes_beside_out_as_its_cache(
         assert not cache.exists()
 
 
+def test_an_output_named_as_the_cache_s_sqlite_files_is_refused(tmp_path: Path, capsys) -> None:
+    """SQLite deletes a cache's -wal when it closes: an OUT of that name would be lost."""
+    write_contexts(tmp_path / "in.jsonl", _contexts(2))
+    for side in ("-wal", "-shm", "-journal"):
+        out = tmp_path / f"c.sqlite{side}"
+        args = [str(tmp_path / "in.jsonl"), "-o", str(out), "--cache", str(tmp_path / "c.sqlite")]
+        assert annotate_main([*args, "--judge", "smollm2-135m"]) == 2
+        assert f"the output names the input --cache ({side})" in capsys.readouterr().err
+
+
 def test_report_and_merge_shards_refuse_inputs_named_as_files_they_write_beside(
     tmp_path: Path, capsys
 ) -> None:

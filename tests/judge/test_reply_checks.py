@@ -482,3 +482,10 @@ def test_probe_counts_fenced_json_as_json_output(capsys) -> None:
     with ScriptedServer(fenced) as server:
         status, report, _ = _probe(capsys, server.url)
     assert status == 0 and report["json_output"] == "accepted"
+
+
+def test_a_server_judge_s_extra_body_cannot_change_inside_either() -> None:
+    judge = OpenAIJudge("m", "http://127.0.0.1:9/v1", extra_body={"top_k": 1, "x": {"y": 2}})
+    judge.extra_body["top_k"] = 5  # a copy
+    judge.extra_body["x"]["y"] = 3
+    assert judge.extra_body == {"top_k": 1, "x": {"y": 2}}

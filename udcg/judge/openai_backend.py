@@ -13,6 +13,7 @@ fingerprint, retries and timeouts: docs/integrity.md.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import threading
 import warnings
@@ -167,7 +168,7 @@ class OpenAIJudge(Judge):
         self.name = name or model
         self.abstain_token = abstain_token
         self.top_logprobs = int(top_logprobs)
-        self.extra_body = dict(extra_body or {})
+        self._extra_body = canonical_json(dict(extra_body or {}))  # a fixed copy
         self.template_tokenizer = template_tokenizer
         self.reply_model = reply_model or model  # the model the replies must be of
         self.structured_output = structured_output
@@ -177,7 +178,7 @@ class OpenAIJudge(Judge):
             "server": server_id or self.base_url,
             "top_logprobs": self.top_logprobs,
             "abstain_token": abstain_token,
-            "extra_body": self.extra_body or None,
+            "extra_body": dict(extra_body or {}) or None,
             "template_tokenizer": _tokenizer_identity(template_tokenizer),
             "reply_model": reply_model if reply_model != model else None,
         }
@@ -194,6 +195,12 @@ class OpenAIJudge(Judge):
         self._structured = structured_output == "auto"  # False once the server refused it
         self._echo = self.scores_continuations  # False once the server could not echo
         self._warned: set[str] = set()  # kinds of warning given
+
+    @property
+    def extra_body(self) -> dict[str, Any]:
+        """The fields merged into every request (a new copy each time: the fingerprint names
+        them, so they are fixed)."""
+        return json.loads(self._extra_body)
 
     @property
     def stats(self) -> Counter[str]:
