@@ -134,7 +134,20 @@ def test_a_manifest_records_the_judge_of_values_a_run_keeps(tmp_path) -> None:
     }
     manifest = json.loads(manifest_path(tmp_path / "b2.jsonl").read_text())
     assert manifest["judge_fingerprint"] == fingerprint["a"]
-    assert manifest["kept"] == {"abstain": fingerprint["b"]}
+    made = {"abstain": fingerprint["b"], "answer_likelihood": fingerprint["a"]}
+    assert manifest["judges"] == {"vals": made}
+    # a run of another key in between carries it on
+    (tmp_path / "c").mkdir()
+    row = {"question": "Q?", "passage": "P.", "abstain_prob": 0.3}
+    (tmp_path / "c" / "other.jsonl").write_text(json.dumps(row) + "\n")
+    args = [str(tmp_path / "b1.jsonl"), "-o", str(tmp_path / "c1.jsonl"), "--steps", "abstain"]
+    other = ["--judge", f"precomputed:{tmp_path / 'c' / 'other.jsonl'}"]
+    assert annotate_main([*args, *other, "--cache", str(tmp_path / "c.sqlite")]) == 0
+    run("c1.jsonl", "c2.jsonl", "a", "answer_likelihood")
+    assert (
+        read_utility_file(tmp_path / "c2.jsonl", "abstain_prob", "vals").fingerprint
+        == (fingerprint["b"])
+    )
     utilities = read_utility_file(tmp_path / "b2.jsonl", "abstain_prob", "vals")
     assert utilities.fingerprint == fingerprint["b"]
     assert (

@@ -54,7 +54,7 @@ from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts
 from udcg.io.files import STDIO, PathType, exclusive_writer
 from udcg.io.joins.utility_sources import SOURCES
-from udcg.io.manifests import recorded_fingerprints
+from udcg.io.manifests import recorded_judges
 from udcg.judge.spec import judge_key
 from udcg.labels.annotate import (
     BOUNDS,
@@ -71,7 +71,7 @@ from udcg.labels.annotate import (
     refuse_stale_llm_labels,
     relabels,
 )
-from udcg.labels.provenance import annotation_record
+from udcg.labels.provenance import annotation_record, made_by
 from udcg.labels.shards import in_shard, parse_shard
 from udcg.labels.signal_check import ContextSignal
 from udcg.labels.stream import (
@@ -298,9 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         judge = open_cli_judge(args)
         check_provided(judge, args.steps, args.relevance)
-        earlier = recorded_fingerprints(args.input, judge.name)  # what IN holds of this key
+        judges = recorded_judges(args.input)  # who made the values IN holds
         if args.relevance == "llm" and "relevance" in args.steps and not args.relabel_relevance:
-            recorded = earlier.get("relevance")
+            recorded = judges.get(judge.name, {}).get("relevance")
             refuse_stale_llm_labels(contexts(), judge.name, judge.fingerprint, recorded)
         step = functools.partial(
             annotate,
@@ -323,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             args.max_new_tokens,
             shard,
             {op: judge.key_settings(op) for op in operations(args.steps, args.relevance)},
-            {step: fp for step, fp in earlier.items() if step not in args.steps},
         )
+        judges = made_by(judges, judge, args.steps, args.relevance, args.relabel_relevance)
         signals = [
             ContextSignal(source.name, judge.name)
             for source in SOURCES.values()
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             return annotated, counts
 
         report, resumed = annotate_stream(
-            contexts(), args.out, work, args.chunk, total, record=record
+            contexts(), args.out, work, args.chunk, total, record=record, judges=judges
         )
         earlier = AnnotationReport()
         if resumed:  # the whole output: what the earlier run wrote, read back, and this run

@@ -46,24 +46,28 @@ def manifest_path(output: PathType) -> Path:
     return Path(f"{os.fspath(output)}{MANIFEST}")
 
 
-def recorded_fingerprints(output: PathType, judge_key: str) -> dict[str, str]:
-    """Annotate step -> fingerprint of the judge ``judge_key`` whose values of that step
-    ``output`` holds, as the manifest beside it records them: the steps of the run that wrote
-    it (``steps``, ``judge_fingerprint``) and those its input held and that run kept
-    (``kept``). Empty without a readable manifest of this content (its ``output_sha256`` is
-    ``output``'s: not edited since) and this judge key.
+def recorded_judges(output: PathType) -> dict[str, dict[str, str]]:
+    """Judge key -> annotate step -> fingerprint of the judge whose values of that step
+    ``output`` holds under that key, as the manifest beside it records them: its ``judges``
+    (every key the file holds values of, carried from run to run), or, in a manifest without
+    it, the key and steps of the run that wrote it. Empty without a readable manifest of this
+    content (its ``output_sha256`` is ``output``'s: not edited since).
 
     Examples:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     out = Path(folder) / "out.jsonl"
         ...     _ = out.write_text("{}\\n")
-        ...     record = {"judge": "llama3", "judge_fingerprint": "fp-2", "steps": ["abstain"],
-        ...               "kept": {"answer_likelihood": "fp-1"}, "output_sha256": file_sha256(out)}
-        ...     _ = manifest_path(out).write_text(json.dumps(record))
-        ...     found = recorded_fingerprints(out, "llama3"), recorded_fingerprints(out, "gpt")
-        >>> found
-        ({'answer_likelihood': 'fp-1', 'abstain': 'fp-2'}, {})
+        ...     sha = file_sha256(out)
+        ...     old = {"judge": "llama3", "judge_fingerprint": "fp-1", "steps": ["abstain"]}
+        ...     _ = manifest_path(out).write_text(json.dumps({**old, "output_sha256": sha}))
+        ...     before = recorded_judges(out)
+        ...     judges = {"llama3": {"abstain": "fp-1"}, "gpt": {"answer_likelihood": "fp-2"}}
+        ...     new = {"judges": judges, "output_sha256": sha}
+        ...     _ = manifest_path(out).write_text(json.dumps(new))
+        ...     after = recorded_judges(out)
+        >>> before, after == judges
+        ({'llama3': {'abstain': 'fp-1'}}, True)
     """
     if os.fspath(output) == STDIO or not Path(output).is_file():
         return {}
@@ -71,17 +75,17 @@ def recorded_fingerprints(output: PathType, judge_key: str) -> dict[str, str]:
         manifest = json.loads(manifest_path(output).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    if not isinstance(manifest, dict) or manifest.get("judge") != judge_key:
+    if not isinstance(manifest, dict) or manifest.get("output_sha256") != file_sha256(output):
         return {}
-    fingerprint, steps = manifest.get("judge_fingerprint"), manifest.get("steps")
-    kept = manifest.get("kept") or {}
-    if (
-        not isinstance(fingerprint, str)
-        or not isinstance(steps, list)
-        or not isinstance(kept, dict)
-    ):
+    judges = manifest.get("judges")
+    if judges is None:  # the run that wrote it, alone
+        key, fingerprint, steps = (manifest.get(f) for f in ("judge", "judge_fingerprint", "steps"))
+        if isinstance(key, str) and isinstance(fingerprint, str) and isinstance(steps, list):
+            judges = {key: {step: fingerprint for step in steps}}
+    if not isinstance(judges, dict):
         return {}
-    if manifest.get("output_sha256") != file_sha256(output):
-        return {}
-    found = {s: f for s, f in kept.items() if isinstance(s, str) and isinstance(f, str)}
-    return found | {s: fingerprint for s in steps if isinstance(s, str)}
+    return {
+        key: {s: f for s, f in made.items() if isinstance(s, str) and isinstance(f, str)}
+        for key, made in judges.items()
+        if isinstance(key, str) and isinstance(made, dict)
+    }

@@ -37,6 +37,9 @@ from udcg.labels.annotate import STEPS, operations
 FORMAT = "udcg-annotate/2"
 #: Fields of a manifest that describe the file, not what produced it.
 COUNTS = ("contexts", "input_sha256", "output_sha256")
+#: Field of a manifest that says who made the values of each judge key the file holds
+#: (:func:`udcg.io.manifests.recorded_judges`): it describes the file too.
+JUDGES = "judges"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -51,13 +54,10 @@ def annotation_record(
     max_new_tokens: int,
     shard: tuple[int, int] | None,
     key_settings: Mapping[str, Mapping[str, Any]],
-    kept: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The record of an annotation run with these settings (steps in :data:`STEPS` order);
     ``key_settings``: operation -> the judge's run-time settings of it, for each operation the
-    run uses (:func:`udcg.labels.annotate.operations`); ``kept``: step -> fingerprint of the
-    values of this judge key the input holds for steps the run does not redo
-    (:func:`udcg.io.manifests.recorded_fingerprints`), recorded when there are any.
+    run uses (:func:`udcg.labels.annotate.operations`).
 
     Examples:
         >>> record = annotation_record("llama3", "fp", ["relevance", "abstain"], "string", False,
@@ -80,7 +80,39 @@ def annotation_record(
         "max_new_tokens": max_new_tokens,
         "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
         "key_settings": {op: dict(settings) for op, settings in key_settings.items()},
-    } | ({"kept": dict(kept)} if kept else {})
+    }
+
+
+def made_by(
+    judges: Mapping[str, Mapping[str, str]],
+    judge: Any,
+    steps: Sequence[str],
+    relevance: str,
+    relabel_relevance: bool,
+) -> dict[str, dict[str, str]]:
+    """Who made the values of each judge key once ``judge`` (its ``name`` and ``fingerprint``)
+    has run ``steps`` on a file whose values ``judges`` made
+    (:func:`udcg.io.manifests.recorded_judges`): the steps it runs are its own, except string
+    relevance (no LLM's labels: the earlier entry stays, and a string relabel, which drops
+    every LLM's labels, removes them all).
+
+    Examples:
+        >>> class Judge:
+        ...     name, fingerprint = "vals", "fp-b"
+        >>> earlier = {"vals": {"abstain": "fp-a", "relevance": "fp-a"},
+        ...            "other": {"abstain": "fp-c"}}
+        >>> made_by(earlier, Judge(), ["answer_likelihood"], "string", False)["vals"]
+        {'abstain': 'fp-a', 'relevance': 'fp-a', 'answer_likelihood': 'fp-b'}
+        >>> made_by(earlier, Judge(), ["relevance"], "string", True)
+        {'vals': {'abstain': 'fp-a'}, 'other': {'abstain': 'fp-c'}}
+    """
+    out = {key: dict(made) for key, made in judges.items()}
+    if "relevance" in steps and relevance == "string" and relabel_relevance:
+        for made in out.values():
+            made.pop("relevance", None)
+    own = [s for s in steps if s != "relevance" or relevance != "string"]
+    out.setdefault(judge.name, {}).update({s: judge.fingerprint for s in own})
+    return out
 
 
 def default_record(judge: Any, steps: Sequence[str]) -> dict[str, Any]:
@@ -246,7 +278,7 @@ def record_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
         >>> record_of({"format": "udcg-annotate/1", "judge": "llama3", "contexts": 2})
         {'format': 'udcg-annotate/1', 'judge': 'llama3'}
     """
-    return {k: v for k, v in manifest.items() if k not in COUNTS}
+    return {k: v for k, v in manifest.items() if k not in (*COUNTS, JUDGES)}
 
 
 def first_difference(

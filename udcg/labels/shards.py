@@ -37,6 +37,7 @@ from udcg.io.files import (
     verified_write,
 )
 from udcg.labels.provenance import (
+    JUDGES,
     InputDigest,
     first_difference,
     manifest_path,
@@ -243,5 +244,8 @@ def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType)
             "input_sha256": whole.hexdigest(),
             "output_sha256": merged.hexdigest(),
         }
+        judges = [m.get(JUDGES) for m in manifests]  # one input: the same in every shard
+        if judges[0] is not None and all(j == judges[0] for j in judges):
+            counts[JUDGES] = judges[0]
         write_manifest(output, record, counts)
     return whole.count

@@ -45,6 +45,7 @@ from udcg.io.files import (
 from udcg.io.manifests import file_sha256, manifest_path
 from udcg.labels.annotate import AnnotationReport
 from udcg.labels.provenance import (
+    JUDGES,
     InputDigest,
     check_format,
     first_difference,
@@ -213,9 +214,11 @@ def resume(partial: Path, contexts: Iterator[Context], record: Mapping[str, Any]
     return done
 
 
-def _finish(partial: Path, output: Path, record: Mapping[str, Any]) -> None:
-    """Write ``OUT.manifest.json``, then move the complete ``partial`` into place as ``output``
-    (compressing for ``.gz``) and remove its manifest."""
+def _finish(
+    partial: Path, output: Path, record: Mapping[str, Any], judges: Mapping[str, Any] | None
+) -> None:
+    """Write ``OUT.manifest.json`` (with ``judges`` when given), then move the complete
+    ``partial`` into place as ``output`` (compressing for ``.gz``) and remove its manifest."""
     manifest = partial_manifest_path(partial)
     digest = InputDigest()
     with manifest.open(encoding="utf-8") as lines:
@@ -226,7 +229,7 @@ def _finish(partial: Path, output: Path, record: Mapping[str, Any]) -> None:
         "contexts": digest.count,
         "input_sha256": digest.hexdigest(),
         "output_sha256": file_sha256(partial),
-    }
+    } | ({JUDGES: dict(judges)} if judges is not None else {})
     write_manifest(output, record, counts)
     if output.suffix == ".gz":  # written as write_contexts writes it: the same bytes
         with atomic_write(output) as out, partial.open(encoding="utf-8", newline="") as handle:
@@ -247,11 +250,14 @@ def annotate_stream(
     total: int | None = None,
     *,
     record: Mapping[str, Any],
+    judges: Mapping[str, Any] | None = None,
 ) -> tuple[AnnotationReport, int]:
     """Annotate ``contexts`` with ``work``, ``chunk`` at a time, into ``output``; the counts of
     this run and the number of contexts resumed from ``OUT.partial``. ``record``
     (:func:`udcg.labels.provenance.annotation_record`) says what ``work`` computes: a partial
-    file of another record is refused, and the finished output's manifest holds it. ``total``
+    file of another record is refused, and the finished output's manifest holds it, with
+    ``judges`` (who made the values of each judge key, :func:`udcg.io.manifests.recorded_judges`)
+    when given. ``total``
     (the number of contexts, when known) sizes the progress bar. Holds the output's lock
     (:func:`udcg.io.files.exclusive_writer`) for the whole run.
 
@@ -277,7 +283,7 @@ def annotate_stream(
     if chunk < 1:
         raise UDCGInputError(f"must be at least 1, got {chunk}", field="chunk")
     with exclusive_writer(output, "annotation output"):
-        return _annotate_stream(iter(contexts), output, work, chunk, total, record)
+        return _annotate_stream(iter(contexts), output, work, chunk, total, record, judges)
 
 
 def _annotate_stream(
@@ -287,6 +293,7 @@ def _annotate_stream(
     chunk: int,
     total: int | None,
     record: Mapping[str, Any],
+    judges: Mapping[str, Any] | None,
 ) -> tuple[AnnotationReport, int]:
     """:func:`annotate_stream` once the lock is held."""
     report = AnnotationReport()
@@ -323,5 +330,5 @@ def _annotate_stream(
             partial_manifest_path(partial).unlink(missing_ok=True)
         raise
     if not to_stdout:
-        _finish(partial, Path(output), record)
+        _finish(partial, Path(output), record, judges)
     return report, resumed

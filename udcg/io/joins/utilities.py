@@ -51,7 +51,7 @@ from udcg.io.files import PathType, numbered_lines, read_once
 from udcg.io.formats.trec import columns_from_dict, read_columns
 from udcg.io.joins.trec_contexts import read_utilities
 from udcg.io.joins.utility_sources import SOURCES, UtilitySource
-from udcg.io.manifests import recorded_fingerprints
+from udcg.io.manifests import recorded_judges
 
 __all__ = [
     "DEFAULT_FIELD",
@@ -76,7 +76,7 @@ class Utilities:
     ``source`` the file it was read from (``None`` for a dict), ``judge`` the judge key of an
     annotated contexts file (``None`` where the file names none) and ``fingerprint`` that
     judge's fingerprint where the file's manifest records it
-    (:func:`udcg.io.manifests.recorded_fingerprints`).
+    (:func:`udcg.io.manifests.recorded_judges`).
 
     Examples:
         >>> u = utilities_from_dict({"q1": {"d1": 0.25, "d2": 1.0}}, "abstain_prob")
@@ -326,7 +326,7 @@ def _read_contexts(path: PathType, utility_field: str | None, judge_key: str | N
         field,
         str(path),
         judge_key,
-        recorded_fingerprints(path, judge_key).get(_step(field)),
+        recorded_judges(path).get(judge_key, {}).get(_step(field)),
     )
 
 
