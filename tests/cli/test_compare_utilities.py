@@ -336,4 +336,5 @@ def test_files_whose_manifests_record_two_judges_under_one_key_are_not_compared(
     manifest("dense", "openai:small@one")
     assert _cli(capsys, *_per_run_args(case))[0] == 0
     manifest("dense", "openai:small@two", output_sha256="cd" * 32)  # not this content
-    assert _cli(capsys, *_per_run_args(case))[0] == 0
+    status, _, err = _cli(capsys, *_per_run_args(case))
+    assert status == 0 and "dense.annotated.jsonl is unknown (no manifest records it)" in err

@@ -419,6 +419,30 @@ def test_an_output_named_as_the_cache_s_sqlite_files_is_refused(tmp_path: Path, 
         assert f"the output names the input --cache ({side})" in capsys.readouterr().err
 
 
+def test_sqlite_files_of_the_default_a_linked_or_a_merged_cache_are_no_output(
+    tmp_path: Path, capsys, shared_judge_cache: Path
+) -> None:
+    """The default cache (no --cache), a cache given through a link (SQLite deletes the -wal of
+    the file it names) and the inputs of ``cache merge`` are checked as --cache is."""
+    from udcg.judge.cache import JudgeCache
+
+    write_contexts(tmp_path / "in.jsonl", _contexts(2))
+    run = [str(tmp_path / "in.jsonl"), "--judge", "smollm2-135m", "-o"]
+    assert annotate_main([*run, f"{shared_judge_cache}-wal"]) == 2
+    assert "the output names the input --cache (-wal)" in capsys.readouterr().err
+    (tmp_path / "link.sqlite").symlink_to(tmp_path / "real.sqlite")
+    linked = [*run, str(tmp_path / "real.sqlite-wal"), "--cache", str(tmp_path / "link.sqlite")]
+    assert annotate_main(linked) == 2
+    assert "the output names the input --cache (-wal)" in capsys.readouterr().err
+    with JudgeCache(tmp_path / "a.sqlite") as cache:
+        cache.put_many({"k": 0.5})
+    merge = ["cache", "merge", str(tmp_path / "a.sqlite-wal"), str(tmp_path / "a.sqlite")]
+    assert udcg_main(merge) == 2
+    assert (
+        f"the output names the input IN {tmp_path / 'a.sqlite'} (-wal)" in capsys.readouterr().err
+    )
+
+
 def test_report_and_merge_shards_refuse_inputs_named_as_files_they_write_beside(
     tmp_path: Path, capsys
 ) -> None:

@@ -489,3 +489,28 @@ def test_a_server_judge_s_extra_body_cannot_change_inside_either() -> None:
     judge.extra_body["top_k"] = 5  # a copy
     judge.extra_body["x"]["y"] = 3
     assert judge.extra_body == {"top_k": 1, "x": {"y": 2}}
+
+
+def test_batch_import_writes_the_manifest_annotate_would(tmp_path, capsys) -> None:
+    """``batch import -o`` records its judge, so ``compare`` can tell it from another model
+    under the same key; a file without a manifest beside one with it is warned about."""
+    from udcg.io.joins.utilities import read_utility_file
+    from udcg.io.manifests import manifest_path, recorded_judges
+
+    contexts = tmp_path / "in.jsonl"
+    write_contexts(contexts, [Context("q1", [Passage("d1", text="A.")], question="Q?")])
+    judge = ["--judge", "openai:m@http://127.0.0.1:9/v1", "--judge-option", "abstain_token=NO"]
+    cache = ["--cache", str(tmp_path / "c.sqlite")]
+    export = ["export", str(contexts), str(tmp_path / "req.jsonl"), "--steps", "abstain"]
+    assert batch_main([*export, *judge, *cache]) == 0
+    (call,) = (json.loads(line) for line in (tmp_path / "req.calls.jsonl").open())
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps(_result(call["custom_id"], {"NO": -0.5}, model="m")))
+    out = tmp_path / "out.jsonl"
+    calls = ["--calls", str(tmp_path / "req.calls.jsonl"), "--steps", "abstain"]
+    imported = ["import", str(results), *calls, "--contexts", str(contexts), "-o", str(out)]
+    assert batch_main([*imported, *judge, *cache]) == 0
+    fingerprint = OpenAIJudge("m", "http://127.0.0.1:9/v1", abstain_token="NO").fingerprint
+    assert recorded_judges(out) == {"m": {"abstain": fingerprint}}
+    assert json.loads(manifest_path(out).read_text())["steps"] == ["abstain"]
+    assert read_utility_file(out, "abstain_prob", "m").fingerprint == fingerprint

@@ -51,8 +51,9 @@ from udcg.cli.common import (
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
-from udcg.io.contexts.jsonl import read_contexts, write_contexts
-from udcg.io.files import exclusive_writer
+from udcg.io.contexts.jsonl import Context, read_contexts, write_contexts
+from udcg.io.files import STDIO, exclusive_writer
+from udcg.io.manifests import file_sha256, recorded_judges
 from udcg.judge import load_judge
 from udcg.judge.batch_files import (
     OPENAI_MAX_LINES,
@@ -65,7 +66,7 @@ from udcg.judge.batch_files import (
     refuse_cache_conflicts,
     request_body,
 )
-from udcg.judge.cache import JudgeCache
+from udcg.judge.cache import JudgeCache, cache_files
 from udcg.judge.cached import CachedJudge
 from udcg.judge.openai_backend import OpenAIJudge
 from udcg.judge.prompts import ABSTAIN_MARKER
@@ -74,7 +75,10 @@ from udcg.judge.spec import OPENAI
 from udcg.labels.annotate import (
     annotate,
     check_inputs,
+    operations,
+    refuse_stale_llm_labels,
 )
+from udcg.labels.provenance import JUDGES, InputDigest, annotation_record, made_by, write_manifest
 from udcg.labels.stream import refuse_outputs
 
 #: Steps whose calls a batch file can hold (answer likelihoods need /v1/completions with echo).
@@ -197,8 +201,20 @@ def _chat(judge: OpenAIJudge) -> ChatSettings:
 # -- export ---------------------------------------------------------------------------------------
 
 
+def _checked_contexts(path: str, args: argparse.Namespace, judge: OpenAIJudge) -> list[Context]:
+    """The contexts of ``path``, checked as ``udcg annotate`` checks them: the fields the steps
+    need, and no LLM relevance label of another judge (or of this key from another fingerprint,
+    as ``path``'s manifest records it) kept as given."""
+    contexts = list(read_contexts(path))
+    check_inputs(contexts, args.steps, args.relevance, judge=judge.name)
+    if args.relevance == "llm" and "relevance" in args.steps:
+        recorded = recorded_judges(path).get(judge.name, {}).get("relevance")
+        refuse_stale_llm_labels(contexts, judge.name, judge.fingerprint, recorded)
+    return contexts
+
+
 def _export(args: argparse.Namespace) -> None:
-    inputs = {"input": args.input, "--cache": args.cache}
+    inputs = {"input": args.input, **cache_files(args.cache)}
     for path in (args.out, calls_path(args.out)):
         refuse_outputs(path, inputs)
     # the lock comes first: a second export to OUT is refused before it loads a judge
@@ -208,8 +224,7 @@ def _export(args: argparse.Namespace) -> None:
 
 def _export_locked(args: argparse.Namespace, inputs: dict[str, str | None]) -> None:
     judge = _openai_judge(args)
-    contexts = list(read_contexts(args.input))
-    check_inputs(contexts, args.steps, args.relevance)
+    contexts = _checked_contexts(args.input, args, judge)
     if "abstain" in args.steps:
         abstain_marker(judge)
     settings = key_settings(judge)
@@ -288,7 +303,7 @@ def _import(args: argparse.Namespace) -> int:
         raise UDCGInputError("--contexts and -o/--out go together", field="out")
     if args.out is None:
         return _import_locked(args)
-    inputs = {"--contexts": args.contexts, "--cache": args.cache}
+    inputs = {"--contexts": args.contexts, **cache_files(args.cache)}
     inputs.update({f"results {p}": p for p in args.results})
     inputs.update({f"--calls {p}": p for p in args.calls})
     refuse_outputs(args.out, inputs)
@@ -301,8 +316,7 @@ def _import_locked(args: argparse.Namespace) -> int:
     judge = _openai_judge(args)
     contexts = None
     if args.contexts is not None:
-        contexts = list(read_contexts(args.contexts))
-        check_inputs(contexts, args.steps, args.relevance)
+        contexts = _checked_contexts(args.contexts, args, judge)
     calls = _read_calls(args.calls, judge)
     batch = read_batch(
         args.results, calls, lambda: abstain_marker(judge), judge.top_logprobs, judge.reply_model
@@ -357,12 +371,36 @@ def _import_locked(args: argparse.Namespace) -> int:
                 **ctx.location(),
             ) from None
         write_contexts(args.out, annotated)
+        if args.out != STDIO:  # what produced it, as udcg annotate records it
+            _write_manifest(args, judge, contexts, key_settings(judge))
         print(
             f"annotated {report.contexts} contexts with {judge.name} from the cache "
             f"(hits {cached.cache.hits}) into {args.out}",
             file=out,
         )
     return 1 if batch.errors else 0
+
+
+def _write_manifest(
+    args: argparse.Namespace,
+    judge: OpenAIJudge,
+    contexts: list[Context],
+    settings: Callable[[str], Any],
+) -> None:
+    """``OUT.manifest.json`` of a ``batch import -o OUT``: the record ``udcg annotate`` would
+    write for these steps (first-token abstention, the whole input), the counts and ``judges``."""
+    record = annotation_record(
+        judge.name, judge.fingerprint, args.steps, args.relevance, False, args.grader,
+        "first_token", args.max_new_tokens, None,
+        {op: settings(op) for op in operations(args.steps, args.relevance)},
+    )  # fmt: skip
+    digest = InputDigest()
+    for ctx in contexts:
+        digest.add(ctx)
+    judges = made_by(recorded_judges(args.contexts), judge, args.steps, args.relevance, False)
+    counts = {"contexts": digest.count, "input_sha256": digest.hexdigest()}
+    counts |= {"output_sha256": file_sha256(args.out), JUDGES: judges}
+    write_manifest(args.out, record, counts)
 
 
 def main(argv: list[str] | None = None) -> int:

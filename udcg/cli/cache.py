@@ -32,7 +32,7 @@ from pathlib import Path
 from udcg.cli.common import parse, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.files import refuse_same_file
-from udcg.judge.cache import JudgeCache
+from udcg.judge.cache import JudgeCache, cache_files
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,7 +86,8 @@ def merge(output: str, inputs: list[str]) -> int:
     were skipped, else 0."""
     for path in inputs:  # every input checked before OUT is created or touched
         JudgeCache.check_file(path)
-    refuse_same_file(output, {f"IN {path}": path for path in inputs})
+    for path in inputs:  # nor one SQLite deletes when it closes an input
+        refuse_same_file(output, cache_files(path, f"IN {path}"))
     if output.endswith(("/", os.sep)) or Path(output).is_dir():
         raise UDCGInputError("is a folder: OUT is the cache file to write", path=output)
     skipped = 0

@@ -129,16 +129,11 @@ def weights_inputs(weights: str | None) -> dict[str, str | None]:
 def judge_inputs(args: argparse.Namespace) -> dict[str, str | None]:
     """The files of the judge options (``--cache`` and SQLite's files beside it, a
     ``precomputed:FILE`` spec), named for :func:`udcg.io.files.refuse_same_file`."""
+    from udcg.judge.cache import cache_files
     from udcg.judge.spec import PRECOMPUTED
 
     spec = args.judge if args.judge.startswith(PRECOMPUTED) else None
-    cache = args.cache
-    beside = {f"--cache ({side})": f"{cache}{side}" for side in ("-wal", "-shm", "-journal")}
-    return {
-        "--cache": cache,
-        **(beside if cache is not None else {}),  # SQLite's files: one deletes its -wal on close
-        "--judge": spec and spec.removeprefix(PRECOMPUTED),
-    }
+    return {**cache_files(args.cache), "--judge": spec and spec.removeprefix(PRECOMPUTED)}
 
 
 def add_theta_weights(parser: argparse.ArgumentParser) -> None:

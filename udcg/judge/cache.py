@@ -43,6 +43,20 @@ _SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
 _BUSY = ("database is locked", "database table is locked")
 
 
+def cache_files(cache: str | os.PathLike[str] | None, name: str = "--cache") -> dict[str, str]:
+    """The files of the cache ``cache`` (None: :func:`default_cache_path`) by what to call them:
+    the cache and SQLite's files beside it (of the file a link names: SQLite follows it), which
+    SQLite deletes when it closes the cache, so an output must name none of them.
+
+    Examples:
+        >>> sorted(cache_files("c.sqlite"))
+        ['--cache', '--cache (-journal)', '--cache (-shm)', '--cache (-wal)']
+    """
+    path = os.fspath(default_cache_path() if cache is None else cache)
+    real = os.path.realpath(path)
+    return {name: path} | {f"{name} ({side})": real + side for side in ("-wal", "-shm", "-journal")}
+
+
 def default_cache_path() -> Path:
     """``$UDCG_CACHE_DIR/judge.sqlite``, else ``~/.cache/udcg/judge.sqlite``.
 

@@ -430,6 +430,15 @@ def _same_kind(sources: list[Utilities]) -> None:
                 "judge's values of one kind for every system",
                 field="utilities",
             )
+    unknown = [u.source or "given" for u in sources if u.fingerprint is None]
+    if unknown and len(unknown) < len(sources):
+        warnings.warn(
+            f"the judge fingerprint of the utilities in {', '.join(unknown)} is unknown (no"
+            " manifest records it), so it is not checked against the others': one judge key"
+            " may name two models",
+            UDCGWarning,
+            stacklevel=3,
+        )
 
 
 def _utility_options(
