@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -427,19 +428,26 @@ def test_probe_counts_json_output_only_when_the_reply_is_json(capsys, text) -> N
     assert report["steps"]["Q-CARE generate_json"].startswith("no (the reply to a JSON request")
 
 
+def _exported(tmp_path, model: str) -> tuple[Path, list[str], list[str], dict]:
+    """One context's abstention exported for ``openai:MODEL``: the contexts file, the judge and
+    cache arguments, and the one call."""
+    contexts = tmp_path / "in.jsonl"
+    write_contexts(contexts, [Context("q1", [Passage("d1", text="A.")], question="Q?")])
+    judge = [f"--judge=openai:{model}@http://127.0.0.1:9/v1", "--judge-option=abstain_token=NO"]
+    cache = ["--cache", str(tmp_path / "c.sqlite")]
+    export = ["export", str(contexts), str(tmp_path / "req.jsonl"), "--steps", "abstain"]
+    assert batch_main([*export, *judge, *cache]) == 0
+    (call,) = (json.loads(line) for line in (tmp_path / "req.calls.jsonl").open())
+    return contexts, judge, cache, call
+
+
 def test_results_of_a_deployment_import_with_reply_model_under_its_keys(tmp_path, capsys) -> None:
     """Exported for the deployment ``dep``, answered by ``gpt-4o-2024-05-13``: refused without
     ``reply_model``; with it, imported under the keys of the judge with ``reply_model``, which
     then answers from the cache alone."""
     from udcg.cli.annotate import main as annotate_main
 
-    contexts = tmp_path / "in.jsonl"
-    write_contexts(contexts, [Context("q1", [Passage(text="A.")], question="Q?")])
-    judge = ["--judge", "openai:dep@http://127.0.0.1:9/v1", "--judge-option", "abstain_token=NO"]
-    cache = ["--cache", str(tmp_path / "c.sqlite")]
-    export = ["export", str(contexts), str(tmp_path / "req.jsonl"), "--steps", "abstain"]
-    assert batch_main([*export, *judge, *cache]) == 0
-    (call,) = (json.loads(line) for line in (tmp_path / "req.calls.jsonl").open())
+    contexts, judge, cache, call = _exported(tmp_path, "dep")
     results = tmp_path / "results.jsonl"
     results.write_text(
         json.dumps(_result(call["custom_id"], {"NO": -0.5}, model="gpt-4o-2024-05-13"))
@@ -497,13 +505,7 @@ def test_batch_import_writes_the_manifest_annotate_would(tmp_path, capsys) -> No
     from udcg.io.joins.utilities import read_utility_file
     from udcg.io.manifests import manifest_path, recorded_judges
 
-    contexts = tmp_path / "in.jsonl"
-    write_contexts(contexts, [Context("q1", [Passage("d1", text="A.")], question="Q?")])
-    judge = ["--judge", "openai:m@http://127.0.0.1:9/v1", "--judge-option", "abstain_token=NO"]
-    cache = ["--cache", str(tmp_path / "c.sqlite")]
-    export = ["export", str(contexts), str(tmp_path / "req.jsonl"), "--steps", "abstain"]
-    assert batch_main([*export, *judge, *cache]) == 0
-    (call,) = (json.loads(line) for line in (tmp_path / "req.calls.jsonl").open())
+    contexts, judge, cache, call = _exported(tmp_path, "m")
     results = tmp_path / "results.jsonl"
     results.write_text(json.dumps(_result(call["custom_id"], {"NO": -0.5}, model="m")))
     out = tmp_path / "out.jsonl"
