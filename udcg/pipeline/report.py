@@ -10,7 +10,7 @@ import numpy as np
 
 from udcg.io.files import atomic_write
 from udcg.pipeline.metric_table import show_correlation, show_interval
-from udcg.pipeline.plots import plot_weights, pyplot
+from udcg.pipeline.plots import figure, plot_weights
 
 
 def _correlation_row(row: dict[str, Any], method: str, mean: float) -> str:
@@ -80,11 +80,10 @@ def plot_correlations(report: dict[str, Any], path: Path) -> None:
     """Bars of each metric's correlation with accuracy and its 95% CI (drawn from its bounds,
     which need not hold the estimate); an undefined correlation gets no bar but its reason,
     written at 0."""
-    plt = pyplot()
     method = report["config"]["correlation"]
     rows = report["correlations"]
     est, low, high = (np.array(v) for v in zip(*(_bar(r, method) for r in rows), strict=True))
-    fig, ax = plt.subplots(figsize=(7, 3.8), dpi=120)
+    fig, ax = figure(figsize=(7, 3.8))
     ax.bar(range(len(rows)), est, color="tab:blue")
     ax.errorbar(
         range(len(rows)), (low + high) / 2, yerr=(high - low) / 2, fmt="none", capsize=3, ecolor="k"
@@ -99,15 +98,13 @@ def plot_correlations(report: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Metric vs. accuracy, {report['setup']['run']} (95% CI over queries)")
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def plot_gold_position(report: dict[str, Any], path: Path) -> None:
     """Accuracy by position of the first relevant passage (and with none)."""
-    plt = pyplot()
     rows = report["accuracy_by_gold_position"]
     labels = [str(r["position"]) if r["position"] is not None else "none" for r in rows]
-    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
+    fig, ax = figure(figsize=(5, 3.5))
     ax.bar(range(len(rows)), [r["accuracy"] for r in rows], color="tab:green")
     ax.set_xticks(range(len(rows)), labels)
     for i, r in enumerate(rows):
@@ -118,7 +115,6 @@ def plot_gold_position(report: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Accuracy by gold position, {report['setup']['run']}")
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def show_optional(x: float | None) -> str:
