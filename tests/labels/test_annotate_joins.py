@@ -162,3 +162,19 @@ def test_a_kept_label_s_own_value_must_be_a_probability() -> None:
         annotate(
             [replace(CTX, passages=[passage])], Sure("b"), steps=["relevance"], relevance="llm"
         )
+
+
+def test_a_manifest_without_judges_reads_as_its_run_made_it(tmp_path) -> None:
+    """A manifest from before ``judges`` names the steps of its run, string relevance aside
+    (its labels are no LLM's), as ``made_by`` counts them for a run now."""
+    import json
+
+    from udcg.io.manifests import file_sha256, manifest_path, recorded_judges
+
+    out = tmp_path / "out.jsonl"
+    out.write_text("{}\n")
+    run = {"judge": "m", "judge_fingerprint": "fp", "steps": ["abstain", "relevance"]}
+    for relevance, steps in (("string", {"abstain"}), ("llm", {"abstain", "relevance"})):
+        manifest = {**run, "relevance": relevance, "output_sha256": file_sha256(out)}
+        manifest_path(out).write_text(json.dumps(manifest))
+        assert set(recorded_judges(out)["m"]) == steps

@@ -54,7 +54,7 @@ from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts
 from udcg.io.files import STDIO, PathType, exclusive_writer
 from udcg.io.joins.utility_sources import SOURCES
-from udcg.io.manifests import recorded_judges
+from udcg.io.manifests import made_by, recorded_judges
 from udcg.judge.spec import judge_key
 from udcg.labels.annotate import (
     BOUNDS,
@@ -71,7 +71,7 @@ from udcg.labels.annotate import (
     refuse_stale_llm_labels,
     relabels,
 )
-from udcg.labels.provenance import annotation_record, made_by
+from udcg.labels.provenance import annotation_record
 from udcg.labels.shards import in_shard, parse_shard
 from udcg.labels.signal_check import ContextSignal
 from udcg.labels.stream import (
@@ -324,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             shard,
             {op: judge.key_settings(op) for op in operations(args.steps, args.relevance)},
         )
-        judges = made_by(judges, judge, args.steps, args.relevance, args.relabel_relevance)
+        relabel = args.relabel_relevance
+        judges = made_by(judges, judge.name, judge.fingerprint, args.steps, args.relevance, relabel)
         signals = [
             ContextSignal(source.name, judge.name)
             for source in SOURCES.values()

@@ -53,7 +53,7 @@ from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judg
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, read_contexts, write_contexts
 from udcg.io.files import STDIO, exclusive_writer
-from udcg.io.manifests import file_sha256, recorded_judges
+from udcg.io.manifests import file_sha256, made_by, recorded_judges
 from udcg.judge import load_judge
 from udcg.judge.batch_files import (
     OPENAI_MAX_LINES,
@@ -78,7 +78,7 @@ from udcg.labels.annotate import (
     operations,
     refuse_stale_llm_labels,
 )
-from udcg.labels.provenance import JUDGES, InputDigest, annotation_record, made_by, write_manifest
+from udcg.labels.provenance import JUDGES, InputDigest, annotation_record, write_manifest
 from udcg.labels.stream import refuse_outputs
 
 #: Steps whose calls a batch file can hold (answer likelihoods need /v1/completions with echo).
@@ -397,7 +397,8 @@ def _write_manifest(
     digest = InputDigest()
     for ctx in contexts:
         digest.add(ctx)
-    judges = made_by(recorded_judges(args.contexts), judge, args.steps, args.relevance, False)
+    earlier = recorded_judges(args.contexts)
+    judges = made_by(earlier, judge.name, judge.fingerprint, args.steps, args.relevance, False)
     counts = {"contexts": digest.count, "input_sha256": digest.hexdigest()}
     counts |= {"output_sha256": file_sha256(args.out), JUDGES: judges}
     write_manifest(args.out, record, counts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from udcg.io.files import STDIO, PathType, open_binary
@@ -50,7 +51,7 @@ def recorded_judges(output: PathType) -> dict[str, dict[str, str]]:
     """Judge key -> annotate step -> fingerprint of the judge whose values of that step
     ``output`` holds under that key, as the manifest beside it records them: its ``judges``
     (every key the file holds values of, carried from run to run), or, in a manifest without
-    it, the key and steps of the run that wrote it. Empty without a readable manifest of this
+    it, what the run that wrote it made (:func:`made_by`). Empty without a readable manifest of this
     content (its ``output_sha256`` is ``output``'s: not edited since).
 
     Examples:
@@ -81,7 +82,8 @@ def recorded_judges(output: PathType) -> dict[str, dict[str, str]]:
     if judges is None:  # the run that wrote it, alone
         key, fingerprint, steps = (manifest.get(f) for f in ("judge", "judge_fingerprint", "steps"))
         if isinstance(key, str) and isinstance(fingerprint, str) and isinstance(steps, list):
-            judges = {key: {step: fingerprint for step in steps}}
+            relevance, relabel = manifest.get("relevance"), manifest.get("relabel_relevance")
+            judges = made_by({}, key, fingerprint, steps, relevance, relabel is True)
     if not isinstance(judges, dict):
         return {}
     return {
@@ -89,3 +91,33 @@ def recorded_judges(output: PathType) -> dict[str, dict[str, str]]:
         for key, made in judges.items()
         if isinstance(key, str) and isinstance(made, dict)
     }
+
+
+def made_by(
+    judges: Mapping[str, Mapping[str, str]],
+    name: str,
+    fingerprint: str,
+    steps: Sequence[str],
+    relevance: str | None,
+    relabel_relevance: bool,
+) -> dict[str, dict[str, str]]:
+    """Who made the values of each judge key once the judge ``name`` with ``fingerprint`` has
+    run ``steps`` on a file whose values ``judges`` made (:func:`recorded_judges`): the steps
+    it runs are its own, except string relevance (no LLM's labels: the earlier entry stays,
+    and a string relabel, which drops every LLM's labels, removes them all).
+
+    Examples:
+        >>> earlier = {"vals": {"abstain": "fp-a", "relevance": "fp-a"},
+        ...            "other": {"abstain": "fp-c"}}
+        >>> made_by(earlier, "vals", "fp-b", ["answer_likelihood"], "string", False)["vals"]
+        {'abstain': 'fp-a', 'relevance': 'fp-a', 'answer_likelihood': 'fp-b'}
+        >>> made_by(earlier, "vals", "fp-b", ["relevance"], "string", True)
+        {'vals': {'abstain': 'fp-a'}, 'other': {'abstain': 'fp-c'}}
+    """
+    out = {key: dict(made) for key, made in judges.items()}
+    if "relevance" in steps and relevance == "string" and relabel_relevance:
+        for made in out.values():
+            made.pop("relevance", None)
+    own = [s for s in steps if s != "relevance" or relevance != "string"]
+    out.setdefault(name, {}).update({s: fingerprint for s in own})
+    return out

@@ -315,7 +315,7 @@ def refuse_stale_llm_labels(
     """Refuse a ``relevant`` label the relevance step would keep that judge key ``judge``'s LLM
     made (it holds ``relevance_prob[judge]``) when the input's manifest records that key's
     relevance labels from another fingerprint (``recorded``: the same key on another server or
-    model, :func:`udcg.io.manifests.recorded_fingerprints`): they are not this judge's.
+    model, :func:`udcg.io.manifests.recorded_judges`): they are not this judge's.
 
     Examples:
         >>> p = Passage("d1", text="Emma.", relevant=True, extra={"relevance_prob": {"m": 0.9}})

@@ -83,38 +83,6 @@ def annotation_record(
     }
 
 
-def made_by(
-    judges: Mapping[str, Mapping[str, str]],
-    judge: Any,
-    steps: Sequence[str],
-    relevance: str,
-    relabel_relevance: bool,
-) -> dict[str, dict[str, str]]:
-    """Who made the values of each judge key once ``judge`` (its ``name`` and ``fingerprint``)
-    has run ``steps`` on a file whose values ``judges`` made
-    (:func:`udcg.io.manifests.recorded_judges`): the steps it runs are its own, except string
-    relevance (no LLM's labels: the earlier entry stays, and a string relabel, which drops
-    every LLM's labels, removes them all).
-
-    Examples:
-        >>> class Judge:
-        ...     name, fingerprint = "vals", "fp-b"
-        >>> earlier = {"vals": {"abstain": "fp-a", "relevance": "fp-a"},
-        ...            "other": {"abstain": "fp-c"}}
-        >>> made_by(earlier, Judge(), ["answer_likelihood"], "string", False)["vals"]
-        {'abstain': 'fp-a', 'relevance': 'fp-a', 'answer_likelihood': 'fp-b'}
-        >>> made_by(earlier, Judge(), ["relevance"], "string", True)
-        {'vals': {'abstain': 'fp-a'}, 'other': {'abstain': 'fp-c'}}
-    """
-    out = {key: dict(made) for key, made in judges.items()}
-    if "relevance" in steps and relevance == "string" and relabel_relevance:
-        for made in out.values():
-            made.pop("relevance", None)
-    own = [s for s in steps if s != "relevance" or relevance != "string"]
-    out.setdefault(judge.name, {}).update({s: judge.fingerprint for s in own})
-    return out
-
-
 def default_record(judge: Any, steps: Sequence[str]) -> dict[str, Any]:
     """The record of ``annotate(contexts, judge, steps)`` with its defaults (string relevance,
     span grader, first-token abstention, 32 new tokens, the whole input), as ``udcg demo`` and
