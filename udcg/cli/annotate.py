@@ -41,14 +41,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
-from udcg.cli.common import (
-    add_list_option,
-    add_out,
-    info_stream,
-    judge_inputs,
-    parse,
-    run_cli,
-)
+from udcg.cli.common import add_list_option, add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts

@@ -41,14 +41,7 @@ from dataclasses import replace
 from typing import Any
 
 from udcg.cli.annotate import add_step_arguments
-from udcg.cli.common import (
-    add_deprecated,
-    add_list_option,
-    add_out,
-    info_stream,
-    parse,
-    run_cli,
-)
+from udcg.cli.common import add_deprecated, add_list_option, add_out, info_stream, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, read_contexts, write_contexts
@@ -72,12 +65,7 @@ from udcg.judge.openai_backend import OpenAIJudge
 from udcg.judge.prompts import ABSTAIN_MARKER
 from udcg.judge.requests import MissingResults, Request, item_key
 from udcg.judge.spec import OPENAI
-from udcg.labels.annotate import (
-    annotate,
-    check_inputs,
-    operations,
-    refuse_stale_llm_labels,
-)
+from udcg.labels.annotate import annotate, check_inputs, operations, refuse_stale_llm_labels
 from udcg.labels.provenance import JUDGES, InputDigest, annotation_record, write_manifest
 from udcg.labels.stream import refuse_outputs
 

@@ -200,9 +200,8 @@ def note(namespace: argparse.Namespace, text: str) -> None:
 class ListAction(argparse.Action):
     """A list option: one value per flag, the flag repeatable, the items of each value
     (:func:`split_items`) added in order to the list (which replaces the default), an empty
-    value an error; ``items``,
-    when given, are the names an item may take; ``whole``: each value is one item (a path or
-    URL, which may hold commas and spaces)."""
+    value an error; ``items``, when given, are the names an item may take; ``whole``: each
+    value is one item (a path or URL, which may hold commas and spaces)."""
 
     def __init__(
         self, *args: Any, items: Sequence[str] | None = None, whole: bool = False, **kwargs: Any

@@ -231,7 +231,7 @@ def read_calls(
         problem = _args_problem(operation, args)
         if problem is not None:
             raise fail(problem, field="args")
-        if obj.get("judge") not in {fingerprint, also or fingerprint}:
+        if obj.get("judge") not in (fingerprint, also) or obj.get("judge") is None:
             raise fail(
                 f"exported for judge {snippet(repr(obj.get('judge')))}, not {fingerprint!r}:"
                 " import with the same --judge and --judge-option as the export",
