@@ -277,7 +277,7 @@ def test_crossfit_theta_fits_with_the_warnings_filters_untouched() -> None:
     out = run_fresh(
         _FIT
         + """
-import numpy as np
+from tests.pipeline.test_pipeline import collinear_contexts
 from udcg.pipeline.scoring import crossfit_theta
 from udcg.theta import UDCGTheta
 
@@ -291,13 +291,8 @@ def fit(self, *args, **kwargs):
 
 
 UDCGTheta.fit = fit
+relevant, utility, correct, qids = collinear_contexts()
 before = len(warnings.filters)
-rng = np.random.default_rng(1)
-n = 400
-relevant = (rng.random((n, 3)) < 0.5).astype(float)
-utility = 1 - 1e-3 * rng.random((n, 3))
-correct = (rng.random(n) < 0.1).astype(float)
-qids = np.array([f"q{i}" for i in range(n)], dtype=object)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     _, models = crossfit_theta(relevant, utility, correct, qids, seed=0)

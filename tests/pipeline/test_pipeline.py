@@ -373,6 +373,16 @@ def test_hub_judge_with_the_hub_unreachable_fails_at_once(monkeypatch) -> None:
         check_hub_judge("nosuch/model")
 
 
+def collinear_contexts(n: int = 400) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(relevant, utility, correct, qids)`` of ``n`` contexts of 3 passages whose utilities are
+    all about 1, so that an unpenalised UDCG-theta fit of half of them runs to its epoch cap."""
+    rng = np.random.default_rng(1)
+    relevant = (rng.random((n, 3)) < 0.5).astype(float)
+    utility = 1 - 1e-3 * rng.random((n, 3))
+    correct = (rng.random(n) < 0.1).astype(float)
+    return relevant, utility, correct, np.array([f"q{i}" for i in range(n)], dtype=object)
+
+
 def test_a_crossfit_that_does_not_converge_is_one_warning_naming_theta_l2() -> None:
     """Utilities all about 1 (as from a small judge that never abstains): u_i and the
     positions' two terms are nearly collinear, so the unpenalised fit of a half runs to its
@@ -382,12 +392,7 @@ def test_a_crossfit_that_does_not_converge_is_one_warning_naming_theta_l2() -> N
     so the count is checked against the fitted models, not pinned."""
     from udcg.theta import UDCGThetaConvergenceWarning
 
-    rng = np.random.default_rng(1)
-    n = 400
-    rel = (rng.random((n, 3)) < 0.5).astype(float)
-    util = 1 - 1e-3 * rng.random((n, 3))
-    correct = (rng.random(n) < 0.1).astype(float)
-    qids = np.array([f"q{i}" for i in range(n)], dtype=object)
+    rel, util, correct, qids = collinear_contexts()
     with pytest.warns(UDCGThetaConvergenceWarning) as warned:
         _, models = crossfit_theta(rel, util, correct, qids, seed=0)
     stuck = sum(not m.converged_ for m in models)
