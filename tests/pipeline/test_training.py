@@ -13,6 +13,7 @@ import pytest
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage, write_contexts
+from udcg.io.manifests import file_sha256, manifest_path
 from udcg.pipeline.settings import TrainSettings
 from udcg.pipeline.training import select, train
 from udcg.theta import UDCGTheta
@@ -136,6 +137,9 @@ def _run_train(*overrides: str) -> subprocess.CompletedProcess:
 def test_train_py_end_to_end(tmp_path: Path) -> None:
     data = tmp_path / "contexts.jsonl"
     write_contexts(data, simulate(60, 5) + simulate(10, 3, seed=1))
+    # the manifest an annotate run writes: who made the values the weights are fitted on
+    record = {"judges": {"sim": {"abstain": "fp-sim"}}, "output_sha256": file_sha256(data)}
+    manifest_path(data).write_text(json.dumps(record))
     out = tmp_path / "out"
     done = _run_train(
         "data=jsonl",
@@ -158,6 +162,9 @@ def test_train_py_end_to_end(tmp_path: Path) -> None:
     assert (out / "udcg_theta_k5" / "README.md").read_text().startswith("---\nlibrary_name: udcg")
     assert f"folder:  {out / 'udcg_theta_k5'}" in done.stdout
     assert (out / "history.csv").read_text().startswith("epoch,train_loss")
+    assert folder.card_["judge_fingerprint"] == "fp-sim"
+    card = json.loads((out / "udcg_theta_k5.json").read_text())
+    assert card["judge_fingerprint"] == "fp-sim"
 
 
 def test_train_py_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:

@@ -112,8 +112,10 @@ def _add_utility_arguments(parser: argparse.ArgumentParser) -> None:
     add_theta_weights(parser)
     add_allow_mismatch(
         parser,
-        ["utility"],
-        "use weights fitted on another utility source on purpose (a warning records it)",
+        ["utility", "judge", "fingerprint"],
+        "use weights fitted on another utility source, judge key or judge (fingerprint) on "
+        "purpose (a warning records it; an annotated contexts file names its judge and its "
+        "manifest the fingerprint, a TSV neither; prompt and mode are not checked)",
     )
     add_allow_unverified(parser)
     add_coverage(parser)

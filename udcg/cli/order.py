@@ -20,9 +20,10 @@ document follows in its original order, so the run keeps all its documents; scor
 Orderings (:data:`udcg.theta.ordering.ORDERINGS`): ``theta`` (UDCG-theta's best choice and
 order, :meth:`UDCGTheta.best_context`), ``retriever``, ``reversed``, ``ends``, ``gold_first``.
 The summary line gives the mean UDCG-theta probability before (the first k candidates as
-ranked) and after. Weights are checked as ``udcg score`` checks them (utility source, judge
-and prompt; :func:`udcg.io.weights.files.check_compatible`, ``--allow-mismatch FIELD``); ``-k``
-may not exceed the weights' k (a shorter context is zero-padded).
+ranked) and after. Weights are checked as ``udcg score`` checks them (utility source, judge,
+the fingerprint of the judge that made the values, prompt;
+:func:`udcg.io.weights.files.check_compatible`, ``--allow-mismatch FIELD``); ``-k`` may not
+exceed the weights' k (a shorter context is zero-padded).
 """
 
 from __future__ import annotations
@@ -162,16 +163,17 @@ def order_contexts(args: argparse.Namespace) -> None:
     from udcg.io.contexts.jsonl import read_contexts, write_contexts
     from udcg.io.joins.utility_sources import get_source
     from udcg.judge.prompts import prompt_record
+    from udcg.pipeline.context_scores import file_values_made_by
 
     model = _Model(args.weights, args.k, args.allow_unverified)
     utility = args.utility or DEFAULT_SOURCE
     judge = args.judge_key or model.theta.card_.get("judge_model")
     if not judge:
         raise UDCGInputError("the weights' card names no judge: pass --judge-key NAME")
+    made = file_values_made_by(args.input, judge, utility)
+    applied = {"utility": utility, "judge": judge, "fingerprint": made}
     notes = check_compatible(
-        model.theta.card_,
-        {"utility": utility, "judge": judge, "prompt": prompt_record()["sha256"]},
-        args.allow_mismatch,
+        model.theta.card_, {**applied, "prompt": prompt_record()["sha256"]}, args.allow_mismatch
     )
     contexts = list(read_contexts(args.input))
     relevant = relevance_matrix(contexts, unit=True)
@@ -242,7 +244,11 @@ def order_run(args: argparse.Namespace) -> None:
     source = source_of(utilities.field)
     notes = check_compatible(
         model.theta.card_,
-        {"utility": source and source.name, "judge": utilities.judge},
+        {
+            "utility": source and source.name,
+            "judge": utilities.judge,
+            "fingerprint": utilities.fingerprint,
+        },
         args.allow_mismatch,
     )
     grades = judged_grades(read_trec_qrels(args.qrels))

@@ -8,14 +8,19 @@ accuracy the weights forecast for it, from judge labels alone) and, with
 ``--out``, writes one JSON line per context (``--out -``: to standard output, the means then
 to stderr). ``-`` as CONTEXTS reads standard input. ``--judge`` takes the spec the contexts
 were annotated with (labels are read under its key, :func:`udcg.judge.judge_key`) or the key
-itself; ``--judge-key`` names the key outright. ``--utility`` picks the utility source (see
+itself; ``--judge-key`` names the key outright. Where the contexts' manifest records which judge
+made the values read (:func:`udcg.io.manifests.values_made_by`), a ``precomputed:FILE`` spec
+whose file is another (its fingerprint is the file's digest) is refused in one line: its key is
+the same, its values are not these. ``--utility`` picks the utility source (see
 :mod:`udcg.io.joins.utility_sources`). A context repeated (the same qid, run and passages) is
 refused at its second line: it would count twice in the means.
 
 Weights are checked against what they are applied to
 (:func:`udcg.io.weights.files.check_compatible`): their k against the contexts' sizes, the utility
 source, the judge key, the abstention prompt's SHA-256 against this udcg's prompt, and the
-abstention mode against ``--mode`` (not checked without it). A difference is refused unless
+abstention mode against ``--mode`` (not checked without it), and the fingerprint of the judge
+that made the contexts' values (their manifest records it) against the one the card records. A
+difference is refused unless
 ``--allow-mismatch FIELD`` is given; each allowed difference is printed on stderr and recorded as
 ``weights_overrides`` in every ``--out`` line.
 """
@@ -40,13 +45,14 @@ from udcg.cli.common import (
     weights_inputs,
 )
 from udcg.cli.weights import add_allow_unverified
+from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import read_contexts, relevance_matrix
 from udcg.io.contexts.model import by_key
 from udcg.io.files import atomic_write, refuse_same_file
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
-from udcg.judge.spec import judge_key
-from udcg.pipeline.context_scores import checked_theta, theta_columns
+from udcg.judge.spec import PRECOMPUTED, judge_key
+from udcg.pipeline.context_scores import checked_theta, file_values_made_by, theta_columns
 from udcg.pipeline.metric_table import classic_metrics
 
 
@@ -114,11 +120,34 @@ def means_table(columns: dict[str, np.ndarray], groups: list[tuple[str, int]]) -
     return "\n".join("\t".join(row) for row in rows)
 
 
+def made_by_spec(spec: str, key: str, made: str | None, contexts: str) -> None:
+    """Refuse a ``precomputed:FILE`` judge spec when ``contexts``' manifest records that
+    another judge (fingerprint ``made``) made the values under its ``key``: the file's digest
+    is its fingerprint. Other specs add options to theirs and are not checked here.
+
+    Examples:
+        >>> made_by_spec("smollm2-135m", "smollm2-135m", "local:abc", "c.jsonl")
+    """
+    if made is None or not spec.startswith(PRECOMPUTED):
+        return
+    from udcg.judge.precomputed import PrecomputedJudge
+
+    fingerprint = PrecomputedJudge(spec.removeprefix(PRECOMPUTED), name=key).fingerprint
+    if fingerprint != made:
+        raise UDCGInputError(
+            f"the values of judge {key!r} were made by the judge with fingerprint {made}, not "
+            f"by {spec} ({fingerprint}): score the contexts that judge annotated",
+            path=contexts,
+        )
+
+
 def score(args: argparse.Namespace) -> None:
     """Compute, print and optionally write the scores."""
     if args.out:
         refuse_same_file(args.out, {"CONTEXTS": args.contexts, **weights_inputs(args.weights)})
     judge = judge_key(args.judge, args.judge_key)
+    made = file_values_made_by(args.contexts, judge, args.utility)
+    made_by_spec(args.judge, judge, made, args.contexts)
     contexts = list(
         by_key(
             read_contexts(args.contexts),
@@ -141,6 +170,7 @@ def score(args: argparse.Namespace) -> None:
             args.utility,
             args.allow_mismatch,
             mode=args.mode,
+            fingerprint=made,
             allow_unverified=args.allow_unverified,
             option="--allow-mismatch {field}",
         )
@@ -158,7 +188,8 @@ def score(args: argparse.Namespace) -> None:
     else:
         overrides = []
     out = info_stream(args.out)
-    print(f"{len(contexts)} contexts, judge {judge}, utility {args.utility}", file=out)
+    made_note = f" (values made by {made})" if made else ""
+    print(f"{len(contexts)} contexts, judge {judge}{made_note}, utility {args.utility}", file=out)
     groups = [(c.run or "-", len(c.passages)) for c in contexts]
     print(means_table(columns, groups), file=out)
     if args.out:

@@ -31,7 +31,9 @@ from udcg.cli.hydra_config import (
     train_settings,
 )
 from udcg.errors import UDCGInputError
+from udcg.pipeline.context_scores import file_values_made_by
 from udcg.pipeline.metric_table import format_table
+from udcg.pipeline.settings import TrainSettings
 from udcg.pipeline.tracking import flat_params, mlflow_uri_kept
 from udcg.pipeline.training import TrainReport, log_run, train
 from udcg.theta import UDCGTheta
@@ -110,6 +112,15 @@ def run_params(cfg: DictConfig) -> dict[str, str]:
     return flat_params(plain(cfg))
 
 
+def _data_fingerprint(data: DictConfig, settings: TrainSettings) -> str | None:
+    """The fingerprint of the judge that made the utilities of a contexts file
+    (``data=jsonl``), as its manifest records it; None for other data or without a record."""
+    path = data.get("path")
+    if not isinstance(path, str):
+        return None
+    return file_values_made_by(path, settings.judge_key, settings.utility)
+
+
 def run_train(cfg: DictConfig) -> TrainReport:
     """Check the options of ``cfg`` (udcg/conf/train.yaml), build the model, data, Trainer,
     callbacks and loggers, train, export, write the history and log the run."""
@@ -120,15 +131,17 @@ def run_train(cfg: DictConfig) -> TrainReport:
     loggers = build_loggers(cfg)
     export_dir = Path(cfg.export_dir)
     mlflow_used = any(type(lg).__name__ == "MLFlowLogger" for lg in loggers)
+    data = build(cfg.data, "data")
     with mlflow_uri_kept() if mlflow_used else contextlib.nullcontext():
         report = train(
-            build(cfg.data, "data"),
+            data,
             model,
             settings,
             export_dir,
             trainer=trainer,
             logger=loggers or None,
             callbacks=callbacks,
+            judge_fingerprint=_data_fingerprint(cfg.data, settings),
         )
         artifacts = [
             p for p in (report.weights_path, report.plot_path, report.model_dir) if p is not None

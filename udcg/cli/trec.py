@@ -110,9 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_theta_weights(parser)
     add_allow_mismatch(
         parser,
-        ["utility"],
-        "use weights fitted on another utility source on purpose (a warning records it; "
-        "judge, prompt and mode are not in a utilities file and are not checked)",
+        ["utility", "judge", "fingerprint"],
+        "use weights fitted on another utility source, judge key or judge (fingerprint) on "
+        "purpose (a warning records it; an annotated contexts file names its judge and its "
+        "manifest the fingerprint, a TSV neither; prompt and mode are not checked)",
     )
     add_allow_unverified(parser)
     add_coverage(parser)

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_judge_key(calibrate, "judge of the utilities and outcomes (default: the card's)")
     add_utility(calibrate, "the utility source (default: the card's)")
     add_allow_unverified(calibrate)
-    add_allow_mismatch(calibrate, ["utility", "judge", "prompt"])
+    add_allow_mismatch(calibrate, ["utility", "judge", "fingerprint", "prompt"])
     return parser
 
 
@@ -108,6 +108,7 @@ def card_text(
         f"format:          {card.get('format')} v{card.get('format_version')}",
         f"k:               {card.get('k')}",
         f"judge:           {_value(card.get('judge_model'))}",
+        f"fingerprint:     {_value(card.get('judge_fingerprint'))}",
         f"utility source:  {_value(card.get('utility', 'abstention'))}",
         f"abstention mode: {_value(card.get('abstention_mode'))}",
         f"prompt SHA-256:  {_value(prompt.get('sha256') if isinstance(prompt, Mapping) else None)}",
@@ -178,6 +179,7 @@ def calibrate(args: argparse.Namespace) -> None:
     from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
     from udcg.io.weights.files import card_value, check_compatible
     from udcg.judge.prompts import prompt_record
+    from udcg.pipeline.context_scores import file_values_made_by
     from udcg.theta import UDCGTheta
     from udcg.theta.calibration import brier_score, expected_calibration_error
 
@@ -189,9 +191,9 @@ def calibrate(args: argparse.Namespace) -> None:
         raise UDCGInputError("the weights' card names no judge: pass --judge-key NAME")
     utility = args.utility or card_value(model.card_, "utility") or DEFAULT_SOURCE
     prompt = prompt_record()["sha256"]
-    notes = check_compatible(
-        model.card_, {"utility": utility, "judge": judge, "prompt": prompt}, args.allow_mismatch
-    )
+    made = file_values_made_by(args.contexts, judge, utility)
+    applied = {"utility": utility, "judge": judge, "fingerprint": made, "prompt": prompt}
+    notes = check_compatible(model.card_, applied, args.allow_mismatch)
     contexts = [c for c in read_contexts(args.contexts) if len(c.passages) == k]
     if not contexts:
         raise UDCGInputError(f"no context has k={k} passages", path=args.contexts)

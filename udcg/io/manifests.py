@@ -93,6 +93,17 @@ def recorded_judges(output: PathType) -> dict[str, dict[str, str]]:
     }
 
 
+def values_made_by(output: PathType, key: str, step: str) -> str | None:
+    """The fingerprint of the judge whose values of annotate ``step`` ``output`` holds under
+    judge ``key``, as its manifest records them (:func:`recorded_judges`); None: not recorded.
+
+    Examples:
+        >>> values_made_by("no-such-file.jsonl", "llama3", "abstain") is None
+        True
+    """
+    return recorded_judges(output).get(key, {}).get(step)
+
+
 def made_by(
     judges: Mapping[str, Mapping[str, str]],
     name: str,

@@ -222,8 +222,20 @@ def run_benchmark(
     )
     cache = StageCache(settings.cache_dir)
     dataset_sha256 = dataset.fingerprint()
+
+    def connected() -> CachedJudge:
+        """The judge, and the weights checked against its fingerprint (the card's)."""
+        opened = connect_judge(settings)
+        if theta is not None:
+            applied = {"fingerprint": opened.fingerprint}
+            option = "allow_mismatch=[{field}]"
+            theta_notes.extend(
+                check_compatible(theta.card_, applied, settings.allow_mismatch, option)
+            )
+        return opened
+
     # retrieved contexts always need the judge: connect before the work, not after it
-    judge = None if given else connect_judge(settings)
+    judge = None if given else connected()
     with progress(5, "evaluate: retrieve", unit="stage") as bar:
         if given:
             contexts = dataset.contexts
@@ -242,7 +254,7 @@ def run_benchmark(
         def annotate(contexts: list[Context], steps: list[str]) -> list[Context]:
             nonlocal judge
             if judge is None:
-                judge = connect_judge(settings)
+                judge = connected()
             return annotate_stage(cache, contexts, judge, steps, settings)
 
         ordered = None

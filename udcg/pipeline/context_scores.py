@@ -15,6 +15,7 @@ from udcg._lazy import import_pandas
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevance_matrix
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.io.manifests import values_made_by
 from udcg.io.weights.files import check_compatible
 from udcg.labels.erag import erag_labels
 from udcg.metrics.udcg import DEFAULT_GAMMA
@@ -86,6 +87,21 @@ def theta_columns(
     return columns
 
 
+def file_values_made_by(
+    contexts: Iterable[Context] | str | os.PathLike[str], judge: str, utility: str
+) -> str | None:
+    """The fingerprint of the judge that made the values of ``utility`` under ``judge`` in a
+    contexts file, as its manifest records it (:func:`udcg.io.manifests.values_made_by`);
+    None for contexts in memory or a file without that record.
+
+    >>> file_values_made_by([], "sim", "abstention") is None
+    True
+    """
+    if not isinstance(contexts, (str, os.PathLike)):
+        return None
+    return values_made_by(contexts, judge, get_source(utility).step)
+
+
 def checked_theta(
     weights: UDCGTheta | str | os.PathLike[str],
     sizes: Iterable[int],
@@ -94,13 +110,15 @@ def checked_theta(
     allow_mismatch: Sequence[str] = (),
     *,
     mode: str | None = None,
+    fingerprint: str | None = None,
     allow_unverified: bool = False,
     option: str = "allow_mismatch=['{field}']",
 ) -> tuple[UDCGTheta, list[str]]:
     """``(model, notes)``: weights (a fitted model, a weights folder or file:
     :meth:`udcg.theta.UDCGTheta.from_pretrained`) checked against what they score
     (:func:`udcg.io.weights.files.check_compatible`: k against the list ``sizes``, the utility
-    source, the judge key, the abstention prompt's SHA-256, the abstention ``mode`` when given);
+    source, the judge key, the abstention prompt's SHA-256, the abstention ``mode`` and the
+    ``fingerprint`` of the judge that made the utilities when given);
     a note per mismatch allowed by ``allow_mismatch`` (``option`` says how to allow one)."""
     from udcg.judge.prompts import prompt_record
     from udcg.theta import UDCGTheta
@@ -116,6 +134,7 @@ def checked_theta(
         "k": None if k in sizes else ", ".join(map(str, sizes)),
         "utility": utility,
         "judge": judge,
+        "fingerprint": fingerprint,
         "prompt": prompt_record()["sha256"],
         "mode": mode,
     }
@@ -194,7 +213,7 @@ def score_contexts(
     {1: 0.507, 3: 0.527, 5: 0.484, 10: 0.483}
     """
     pd = import_pandas("udcg.score_contexts()")
-    contexts = as_contexts(contexts)
+    given, contexts = contexts, as_contexts(contexts)
     judge = judge_key or stored_judge_key(contexts, utility)
     relevant = relevance_matrix(contexts, unit=True)
     util = get_source(utility).utilities(contexts, judge)
@@ -208,7 +227,10 @@ def score_contexts(
     }
     notes: list[str] = []
     if weights is not None:
-        model, notes = checked_theta(weights, columns["k"], judge, utility, allow_mismatch)
+        made = file_values_made_by(given, judge, utility)
+        model, notes = checked_theta(
+            weights, columns["k"], judge, utility, allow_mismatch, fingerprint=made
+        )
         columns.update(theta_columns(model, relevant, util))
     columns.update(classic_metrics(relevant))
     if qcare or (qcare is None and _has_qcare_labels(contexts)):

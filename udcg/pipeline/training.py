@@ -25,7 +25,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.pipeline.context_scores import as_contexts, stored_judge_key
+from udcg.pipeline.context_scores import as_contexts, file_values_made_by, stored_judge_key
 from udcg.pipeline.fit_size import warn_if_few_contexts
 from udcg.pipeline.metric_table import MetricRow, classic_metrics, finite_or_none, metric_rows
 from udcg.pipeline.plots import plot_weights
@@ -143,12 +143,14 @@ class TrainReport:
     calibration: str | None = None  # the recalibration fitted on the held-out queries
     seed: int = 0  # of the split by query and the fit
     test_fraction: float = 0.3  # share of queries held out
+    judge_fingerprint: str | None = None  # of the judge that made the utilities (None: unknown)
 
     def card(self, utility: str) -> dict[str, Any]:
         """The JSON card entries written next to the weights."""
         source = get_source(utility)
         return {
             "judge_model": self.judge,
+            "judge_fingerprint": self.judge_fingerprint,
             "correlation": self.correlation,
             "training_data_description": (
                 f"{self.n_train} training contexts ({self.n_train_queries} queries) of exactly "
@@ -184,10 +186,13 @@ def train(
     trainer: Any = None,
     logger: Any = None,
     callbacks: Sequence[Any] = (),
+    judge_fingerprint: str | None = None,
 ) -> TrainReport:
     """Select, split by query, fit ``model`` and tune gamma, compare on held-out, fit the
     recalibration ``settings.calibration`` on the held-out queries (stored with the weights:
-    :meth:`UDCGTheta.calibrate`), export.
+    :meth:`UDCGTheta.calibrate`), export. ``judge_fingerprint``: of the judge that made the
+    utilities (the contexts file's manifest records it: :func:`udcg.io.manifests.values_made_by`),
+    recorded in the card so the weights are refused for another judge's values of the key.
 
     ``settings`` default to :class:`TrainSettings` for the model's k. ``trainer``, ``logger``
     and ``callbacks`` go to :meth:`UDCGTheta.fit` (the Lightning Trainer, loggers, callbacks);
@@ -271,6 +276,7 @@ def train(
             calibration=None if model.calibration_ is None else model.calibration_.describe(),
             seed=settings.seed,
             test_fraction=settings.test_fraction,
+            judge_fingerprint=judge_fingerprint,
         )
         if export_dir is not None:
             export_dir = Path(export_dir)
@@ -354,8 +360,9 @@ def fit_theta(
     >>> model.alpha_.shape, model.beta_.shape
     ((3,), (3,))
     """
-    contexts = as_contexts(contexts)
+    given, contexts = contexts, as_contexts(contexts)
     judge = judge_key or stored_judge_key(contexts, utility)
+    made = file_values_made_by(given, judge, utility)
     data = select(contexts, k, judge, utility).data
     if not len(data):
         raise UDCGInputError(
@@ -364,5 +371,6 @@ def fit_theta(
             field="k",
         )
     model = UDCGTheta(k, **options).fit(data.relevant, data.utility, data.correct, groups=data.qids)
-    model.card_ = {"judge_model": judge, "utility": utility}  # what save() and checks read
+    # what save() and the checks read
+    model.card_ = {"judge_model": judge, "judge_fingerprint": made, "utility": utility}
     return model

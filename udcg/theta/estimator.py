@@ -103,6 +103,7 @@ def pretrained_config(card: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {
         "udcg_version": __version__,
         "judge_model": None,
+        "judge_fingerprint": None,  # of the judge whose utilities the weights were fitted on
         "utility": None,
         "abstention_mode": None,
         "prompt": prompt_record(),
@@ -694,7 +695,8 @@ class UDCGTheta:
 
     def check_compatible(self, allow_mismatch: Any = (), **applied: Any) -> list[str]:
         """Refuse these weights for data they were not fitted for: ``applied`` gives what the
-        data has (``k``, ``utility``, ``judge``, ``prompt``: the prompt's SHA-256, ``mode``;
+        data has (``k``, ``utility``, ``judge``, ``fingerprint``: of the judge that made the
+        utilities, ``prompt``: the prompt's SHA-256, ``mode``;
         None or absent: not checked); a difference from the card raises a one-line
         :class:`UDCGInputError` naming both values unless its field is in ``allow_mismatch``.
         Returns a note per mismatch allowed on purpose

@@ -183,7 +183,11 @@ def _check_source(
     for an annotated contexts file only), unless ``allow_mismatch`` holds the field: then a
     :class:`UDCGWarning` records it."""
     source = source_of(utilities.field)
-    applied = {"utility": None if source is None else source.name, "judge": utilities.judge}
+    applied = {
+        "utility": None if source is None else source.name,
+        "judge": utilities.judge,
+        "fingerprint": utilities.fingerprint,
+    }
     option = "allow_mismatch=['{field}'] or udcg trec --allow-mismatch {field}"
     for w in weights.values():
         for note in check_compatible(w.card, applied, allow_mismatch, option):

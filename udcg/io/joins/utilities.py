@@ -51,7 +51,7 @@ from udcg.io.files import PathType, numbered_lines, read_once
 from udcg.io.formats.trec import columns_from_dict, read_columns
 from udcg.io.joins.trec_contexts import read_utilities
 from udcg.io.joins.utility_sources import SOURCES, UtilitySource
-from udcg.io.manifests import recorded_judges
+from udcg.io.manifests import values_made_by
 
 __all__ = [
     "DEFAULT_FIELD",
@@ -326,7 +326,7 @@ def _read_contexts(path: PathType, utility_field: str | None, judge_key: str | N
         field,
         str(path),
         judge_key,
-        recorded_judges(path).get(judge_key, {}).get(_step(field)),
+        values_made_by(path, judge_key, _step(field)),
     )
 
 

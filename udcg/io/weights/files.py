@@ -445,6 +445,7 @@ MISMATCH_FIELDS: dict[str, tuple[str, str]] = {
     "k": ("k", "k"),
     "utility": ("utility", "utility source"),
     "judge": ("judge_model", "judge"),
+    "fingerprint": ("judge_fingerprint", "judge fingerprint"),
     "prompt": ("prompt", "prompt SHA-256"),
     "mode": ("abstention_mode", "abstention mode"),
 }
@@ -478,7 +479,8 @@ def check_compatible(
     """Refuse weights whose card differs from what they are applied to.
 
     ``applied`` maps fields of :data:`MISMATCH_FIELDS` (``k``, ``utility``, ``judge``,
-    ``prompt``: the prompt's SHA-256, ``mode``) to the value on the applying side; a field
+    ``fingerprint``: of the judge that made the utilities, ``prompt``: the prompt's SHA-256,
+    ``mode``) to the value on the applying side; a field
     that side does not know (absent or None) is not checked, nor one the card does not record
     (older cards). A difference raises a one-line :class:`UDCGInputError` naming both values,
     unless its field is in ``allow_mismatch`` (``option``, with ``{field}``, is how the message

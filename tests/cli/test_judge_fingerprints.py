@@ -1,0 +1,213 @@
+"""Two judges under one key (two ``precomputed:`` files of one name, ``llama3`` on two servers)
+are told apart by their fingerprint wherever values are read: ``udcg score --judge SPEC`` and
+UDCG-theta weights, whose card records the fingerprint of the judge they were fitted on
+(``train``), in ``score``, ``order``, ``weights calibrate``, ``trec`` and the evaluation
+pipeline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from udcg.cli.annotate import main as annotate_main
+from udcg.cli.order import main as order_main
+from udcg.cli.score import main as score_main
+from udcg.cli.trec import main as trec_main
+from udcg.cli.weights import main as weights_main
+from udcg.errors import UDCGInputError
+from udcg.io.contexts.jsonl import Context, Passage, write_contexts
+from udcg.io.manifests import file_sha256, manifest_path, values_made_by
+from udcg.pipeline.benchmark import run_benchmark
+from udcg.pipeline.datasets import Dataset
+from udcg.pipeline.settings import EvaluateSettings
+from udcg.theta import UDCGTheta
+from udcg.theta.simulate import simulate_contexts
+
+QUESTIONS = [(f"What is item {i}?", f"answer {i}", f"Item {i} is answer {i}.") for i in range(6)]
+DISTRACTOR = "The weather was mild that year."
+
+
+def _probabilities(path: Path, gold: float) -> Path:
+    """A precomputed file of judge ``llama3`` (its name) giving ``gold`` to gold passages."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {"question": q, "passage": text, "abstain_prob": gold if text == passage else 0.7}
+        for q, _, passage in QUESTIONS
+        for text in (passage, DISTRACTOR)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _contexts() -> list[Context]:
+    return [
+        Context(
+            f"q{i}",
+            [
+                Passage(doc_id=f"d{i}-{j}", text=text, relevant=j == i % 2)
+                for j, text in enumerate([gold, DISTRACTOR] if i % 2 == 0 else [DISTRACTOR, gold])
+            ],
+            question=question,
+            answers=[answer],
+            outcomes={"llama3": {"answer": answer, "correct": i % 3 != 0}},
+        )
+        for i, (question, answer, gold) in enumerate(QUESTIONS)
+    ]
+
+
+def _weights(folder: Path, k: int, judge: str, fingerprint: str | None) -> Path:
+    model = UDCGTheta(k=k)
+    model.alpha_, model.beta_, model.intercept_ = np.linspace(1, 0.5, k), -np.ones(k), 0.0
+    card = {"judge_model": judge, "judge_fingerprint": fingerprint, "utility": "abstention"}
+    return model.save_pretrained(folder, card=card)
+
+
+def _stamp(path: Path, judges: dict[str, dict[str, str]]) -> None:
+    """The manifest an annotate run writes, as far as the checks read it."""
+    record = {"judges": judges, "output_sha256": file_sha256(path)}
+    manifest_path(path).write_text(json.dumps(record))
+
+
+@pytest.fixture
+def annotated(tmp_path: Path) -> tuple[Path, str, str]:
+    """Contexts annotated by ``precomputed:a/llama3.jsonl``; the spec of another file of the
+    same name (key) beside it."""
+    first = _probabilities(tmp_path / "a" / "llama3.jsonl", 0.2)
+    other = _probabilities(tmp_path / "b" / "llama3.jsonl", 0.4)
+    write_contexts(tmp_path / "in.jsonl", _contexts())
+    out = tmp_path / "out.jsonl"
+    args = [str(tmp_path / "in.jsonl"), "-o", str(out), "--judge", f"precomputed:{first}"]
+    assert annotate_main([*args, "--steps", "abstain"]) == 0
+    return out, f"precomputed:{first}", f"precomputed:{other}"
+
+
+def test_score_refuses_another_precomputed_file_of_the_same_key(
+    annotated: tuple[Path, str, str], capsys
+) -> None:
+    out, spec, other = annotated
+    made = values_made_by(out, "llama3", "abstain")
+    assert made is not None and made.startswith("precomputed:")
+    assert score_main([str(out), "--judge", spec]) == 0
+    assert f"6 contexts, judge llama3 (values made by {made})" in capsys.readouterr().out
+    assert score_main([str(out), "--judge", "llama3"]) == 0  # the key alone names no file
+    capsys.readouterr()
+    assert score_main([str(out), "--judge", other]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"udcg score: error: {out}: ")
+    assert f"the values of judge 'llama3' were made by the judge with fingerprint {made}" in err
+    assert f"not by {other} (precomputed:" in err
+
+
+def test_score_refuses_weights_fitted_on_another_judge_of_the_key(
+    annotated: tuple[Path, str, str], tmp_path: Path, capsys
+) -> None:
+    out, spec, _ = annotated
+    made = values_made_by(out, "llama3", "abstain")
+    theirs = _weights(tmp_path / "theirs", 2, "llama3", "precomputed:" + "0" * 64)
+    assert score_main([str(out), "--judge", spec, "--weights", str(theirs)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"field 'fingerprint': the weights were fitted with judge fingerprint "
+        f"'precomputed:{'0' * 64}', not '{made}' (--allow-mismatch fingerprint" in err
+    )
+    args = [str(out), "--judge", spec, "--weights", str(theirs)]
+    assert score_main([*args, "--allow-mismatch", "fingerprint"]) == 0
+    assert "(allowed on purpose)" in capsys.readouterr().err
+    ours = _weights(tmp_path / "ours", 2, "llama3", made)
+    assert score_main([str(out), "--judge", spec, "--weights", str(ours)]) == 0
+
+
+def test_order_calibrate_and_trec_check_the_fingerprint(tmp_path: Path, capsys) -> None:
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate_contexts(12, 3, per_query=1, seed=4))
+    _stamp(data, {"sim": {"abstain": "fp-b", "relevance": "fp-b"}})
+    weights = _weights(tmp_path / "w", 3, "sim", "fp-a")
+    runs = {
+        "order": (order_main, [str(data), "-o", str(tmp_path / "o.jsonl")]),
+        "calibrate": (
+            weights_main,
+            ["calibrate", str(weights), str(data), "-o", str(tmp_path / "cal")],
+        ),
+    }
+    for name, (main, args) in runs.items():
+        weights_args = [] if name == "calibrate" else ["--weights", str(weights)]
+        assert main([*args, *weights_args]) == 2, name
+        err = capsys.readouterr().err
+        assert "judge fingerprint 'fp-a', not 'fp-b'" in err, name
+        allowed = [*args, *weights_args, "--allow-mismatch", "fingerprint"]
+        assert main(allowed) == 0, name
+        assert "(allowed on purpose)" in capsys.readouterr().err, name
+    qrels, run = tmp_path / "q.trec", tmp_path / "r.trec"
+    contexts = simulate_contexts(12, 3, per_query=1, seed=4)
+    qrels.write_text(
+        "".join(f"{c.qid} 0 {p.doc_id} {int(p.relevant)}\n" for c in contexts for p in c.passages)
+    )
+    run.write_text(
+        "".join(
+            f"{c.qid} Q0 {p.doc_id} {i + 1} {3 - i} r\n"
+            for c in contexts
+            for i, p in enumerate(c.passages)
+        )
+    )
+    trec = ["-m", "UDCGtheta@3", str(qrels), str(run), "--utilities", str(data)]
+    assert trec_main([*trec, "--weights", str(weights)]) == 2
+    assert "judge fingerprint 'fp-a', not 'fp-b'" in capsys.readouterr().err
+    trec_args = [*trec, "--weights", str(weights), "--allow-mismatch", "fingerprint"]
+    assert trec_main(trec_args) == 0
+    assert "judge fingerprint 'fp-a', not 'fp-b' (allowed on purpose)" in capsys.readouterr().err
+    ours = _weights(tmp_path / "ours", 3, "sim", "fp-b")
+    assert trec_main([*trec, "--weights", str(ours)]) == 0
+    reorder = ["--run", str(run), "--qrels", str(qrels), "--utilities", str(data)]
+    reorder += ["-o", str(tmp_path / "o.run")]
+    assert order_main([*reorder, "--weights", str(weights)]) == 2
+    assert "judge fingerprint 'fp-a', not 'fp-b'" in capsys.readouterr().err
+    assert order_main([*reorder, "--weights", str(ours)]) == 0
+
+
+def test_an_unknown_fingerprint_on_either_side_is_not_checked(tmp_path: Path) -> None:
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate_contexts(12, 3, per_query=1, seed=4))
+    weights = _weights(tmp_path / "w", 3, "sim", "fp-a")
+    args = [str(data), "--judge", "sim", "--weights", str(weights)]
+    assert score_main(args) == 0  # no manifest: the values' judge is not known
+    _stamp(data, {"sim": {"abstain": "fp-b"}})
+    assert score_main(args) == 2
+    old = _weights(tmp_path / "old", 3, "sim", None)  # a card from before, or by hand
+    assert score_main([*args[:-1], str(old)]) == 0
+
+
+def test_evaluate_refuses_weights_of_another_fingerprint_of_its_judge(tmp_path: Path) -> None:
+    spec = f"precomputed:{_probabilities(tmp_path / 'a' / 'llama3.jsonl', 0.2)}"
+    weights = _weights(tmp_path / "w", 2, "llama3", "precomputed:" + "0" * 64)
+    settings = EvaluateSettings(
+        k=2,
+        n_bootstrap=20,
+        cache_dir=tmp_path / "stages",
+        judge=spec,
+        theta_weights=str(weights),
+    )
+    dataset = Dataset("given", [], [], contexts=_contexts())
+    with pytest.raises(UDCGInputError, match="field 'fingerprint': the weights were fitted"):
+        run_benchmark(dataset, None, settings, tmp_path / "report")
+    allowed = EvaluateSettings(**{**vars(settings), "allow_mismatch": ["fingerprint"]})
+    report, _ = run_benchmark(dataset, None, allowed, tmp_path / "report2")
+    assert any("judge fingerprint" in note for note in report["setup"]["theta_weights_overrides"])
+
+
+def test_the_library_records_and_checks_the_fingerprint(tmp_path: Path) -> None:
+    import udcg
+
+    train, other = tmp_path / "train.jsonl", tmp_path / "other.jsonl"
+    write_contexts(train, simulate_contexts(40, 3, per_query=1, seed=1))
+    write_contexts(other, simulate_contexts(12, 3, per_query=1, seed=2))
+    _stamp(train, {"sim": {"abstain": "fp-a"}})
+    _stamp(other, {"sim": {"abstain": "fp-b"}})
+    model = udcg.fit_theta(train, 3, val_fraction=0.0)
+    assert model.card_["judge_fingerprint"] == "fp-a"
+    with pytest.raises(UDCGInputError, match="judge fingerprint 'fp-a', not 'fp-b'"):
+        udcg.score_contexts(other, weights=model)
+    frame = udcg.score_contexts(other, weights=model, allow_mismatch=["fingerprint"])
+    assert frame["UDCG-theta"].notna().all()
