@@ -75,8 +75,55 @@ def test_trec_reads_a_dash_from_stdin(
 def test_trec_refuses_stdin_twice(capsys: pytest.CaptureFixture[str]) -> None:
     assert udcg.cli.trec.main(["-", "-"]) == 2
     assert capsys.readouterr().err == (
-        "udcg trec: error: only one of QRELS, RUN and --utilities can be - (standard input)\n"
+        "udcg trec: error: QRELS and RUN both read standard input; only one input can\n"
     )
+
+
+_COLLECTION = ["--collection", "c.tsv", "--qrels", "q.trec", "--judge", "precomputed:p.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("command", "argv", "named"),
+    [
+        ("trec", [str(QRELS), "/dev/stdin", "--utilities", "-"], "RUN and --utilities both"),
+        ("compare", [str(QRELS), "-", str(RUN), "/dev/fd/0"], "RUN is given standard input "
+         "twice (- and /dev/fd/0); only one input can read it"),
+        ("annotate", ["-", "-o", "out.jsonl", "--judge", "precomputed:/dev/stdin",
+                      "--judge-key", "j"],
+         "IN and --judge both"),
+        ("contexts", ["-", "--topics", "/dev/stdin", "--collection", "c.tsv", "-k", "5", "-o",
+                      "out.jsonl"], "RUN and --topics both"),
+        ("report", ["a.trec", "b.trec", "--topics", "-", *_COLLECTION, "-o", "out",
+                    "--answers", "/proc/self/fd/0"], "--topics and --answers both"),
+        ("report", ["/dev/stdin", "b.trec", "--topics", "-", *_COLLECTION, "-o", "out"],
+         "RUN and --topics both"),
+        ("qcare", ["rankings", "-", "/dev/stdin"], "INPUT 1 and INPUT 2 both"),
+        ("qcare", ["label", "/dev/stdin", "-o", "out.jsonl", "--judge", "precomputed:-",
+                   "--judge-key", "j"],
+         "INPUT and --judge both"),
+    ],
+)  # fmt: skip
+def test_standard_input_named_for_two_inputs_is_refused_first(
+    command: str,
+    argv: list[str],
+    named: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``-``, /dev/stdin, /dev/fd/0 and /proc/self/fd/0 are all standard input, which can be
+    read once: two inputs naming it are refused in one line naming both, before anything is
+    read (the other inputs do not even exist) or written."""
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    _stdin(monkeypatch, b"")
+    main = importlib.import_module(f"udcg.cli.{command}").main
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"udcg {command}: error: {named}"), err
+    assert err.count("\n") == 1 and "standard input" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_score_from_stdin_to_stdout(

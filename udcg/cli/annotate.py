@@ -41,7 +41,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
-from udcg.cli.common import add_list_option, add_out, info_stream, judge_inputs, parse, run_cli
+from udcg.cli.common import (
+    add_list_option,
+    add_out,
+    info_stream,
+    judge_inputs,
+    parse,
+    refuse_stdin_twice,
+    run_cli,
+)
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts
@@ -272,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         check_judge_arguments(args)
         shard = parse_shard(args.shard) if args.shard else None
-        refuse_outputs(args.out, {"IN": args.input, **judge_inputs(args)})
+        inputs = {"IN": args.input, **judge_inputs(args)}
+        refuse_stdin_twice(inputs)
+        refuse_outputs(args.out, inputs)
         # the lock comes first: a second run on OUT is refused before it loads a judge
         with exclusive_writer(args.out, "annotation output"), spool_input(args.input) as source:
             annotate_file(source, shard)

@@ -13,13 +13,13 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
-from udcg.io.files import STDIO
+from udcg.io.files import STDIO, PathType
 from udcg.validation import printable
 
 #: Exit status after a broken pipe on standard output (128 + SIGPIPE).
@@ -113,6 +113,51 @@ def info_stream(*outputs: str | None) -> TextIO:
     """Where a command prints its summary: stderr when one of ``outputs`` is ``-`` (the data
     goes to stdout), else stdout."""
     return sys.stderr if STDIO in outputs else sys.stdout
+
+
+#: The names of standard input: ``-`` and the device files that read it.
+STDIN_NAMES = frozenset({STDIO, "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+
+
+def reads_stdin(path: PathType) -> bool:
+    """Whether ``path`` reads standard input (:data:`STDIN_NAMES`, however spelled).
+
+    Examples:
+        >>> reads_stdin("-"), reads_stdin("/dev//stdin"), reads_stdin("stdin.tsv")
+        (True, True, False)
+    """
+    text = os.fspath(path)
+    return text == STDIO or os.path.normpath(text) in STDIN_NAMES
+
+
+def refuse_stdin_twice(inputs: Mapping[str, PathType | Sequence[PathType] | None]) -> None:
+    """Refuse standard input (:func:`reads_stdin`) named for two of ``inputs`` (option or
+    argument name -> its path, a list of paths, or None): it can be read once, so the second
+    reader would get nothing. Called before any input is read.
+
+    Examples:
+        >>> refuse_stdin_twice({"--topics": "-", "--collection": "c.tsv", "RUN": ["a", "b"]})
+        >>> refuse_stdin_twice({"--topics": "-", "--collection": "/dev/stdin"})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: --topics and --collection both read standard input; ...
+        >>> refuse_stdin_twice({"RUN": ["-", "b", "/dev/fd/0"]})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: RUN is given standard input twice (- and /dev/fd/0); ...
+    """
+    found: list[tuple[str, str]] = []
+    for name, given in inputs.items():
+        paths = [given] if isinstance(given, str | os.PathLike) else given or []
+        found += [(name, os.fspath(path)) for path in paths if reads_stdin(path)]
+    if len(found) < 2:
+        return
+    (first, a), (second, b) = found[:2]
+    if first == second:
+        raise UDCGInputError(
+            f"{first} is given standard input twice ({a} and {b}); only one input can read it"
+        )
+    raise UDCGInputError(f"{first} and {second} both read standard input; only one input can")
 
 
 def weights_inputs(weights: str | None) -> dict[str, str | None]:

@@ -24,6 +24,7 @@ from udcg.cli.common import (
     add_list_option,
     add_theta_weights,
     parse,
+    refuse_stdin_twice,
     run_cli,
     utility_field,
 )
@@ -36,7 +37,6 @@ from udcg.cli.trec import (
 )
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
-from udcg.io.files import STDIO
 from udcg.io.joins.utilities import read_utility_file
 from udcg.trec.comparison import ComparisonReport, compare
 from udcg.trec.significance import TESTS
@@ -176,10 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), argv)
 
     def work() -> None:
-        if [args.qrels, *args.runs, *(args.utilities or [])].count(STDIO) > 1:
-            raise UDCGInputError(
-                "only one of QRELS, the runs and the --utilities files can be - (standard input)"
-            )
+        refuse_stdin_twice({"QRELS": args.qrels, "RUN": args.runs, "--utilities": args.utilities})
         named = _named_runs(args.runs, args.names)
         utilities, field = _utilities(args)
         report = compare(

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from udcg.cli.common import add_out, parse, run_cli
+from udcg.cli.common import add_out, parse, refuse_stdin_twice, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import write_contexts
 from udcg.io.contexts.model import Context
@@ -185,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UDCGInputError(
                 f"expected {HF_PREFIX}DIR, a folder to save the dataset to", field="out"
             )
-        inputs = {f"--{name}": getattr(args, name) for name in _INPUTS}
-        refuse_same_file(_out_path(args.out), {"RUN": args.run, **inputs})
+        inputs = {"RUN": args.run, **{f"--{name}": getattr(args, name) for name in _INPUTS}}
+        refuse_stdin_twice(inputs)
+        refuse_same_file(_out_path(args.out), inputs)
         topics, collection, qrels = dataset_sources(args)
         contexts = build_run_contexts(
             args.run,

@@ -61,6 +61,7 @@ from udcg.cli.common import (
     info_stream,
     judge_inputs,
     parse,
+    refuse_stdin_twice,
     run_cli,
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
@@ -393,7 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "label":
             check_judge_arguments(args)
             nonnegative_int(args.retries, "retries")
-            refuse_outputs(args.out, {"INPUT": args.input, **judge_inputs(args)})
+            inputs = {"INPUT": args.input, **judge_inputs(args)}
+            refuse_stdin_twice(inputs)
+            refuse_outputs(args.out, inputs)
             with exclusive_writer(args.out, "qcare label output"):
                 contexts = list(read_contexts(args.input))
                 check_inputs(contexts, args.answers_from)  # before the judge loads
@@ -491,6 +494,7 @@ def _warn_mixed_sources(contexts: Sequence[Context], path: str) -> None:
 def _import(args: argparse.Namespace) -> None:
     """``udcg qcare import``: a pipeline results file or human annotation CSVs."""
     inputs = {f"INPUT {i + 1}": p for i, p in enumerate(args.inputs)}
+    refuse_stdin_twice({**inputs, "--benchmark": args.benchmark})
     refuse_same_file(args.out, {**inputs, "--benchmark": args.benchmark})
     if args.table:
         refuse_same_file(args.table, {**inputs, "--out": args.out, "--benchmark": args.benchmark})
@@ -532,6 +536,7 @@ def _import(args: argparse.Namespace) -> None:
 def _published(args: argparse.Namespace) -> None:
     """``udcg qcare published``: read, aggregate and compare the release's per-query scores."""
     inputs = {f"INPUT {i + 1}": p for i, p in enumerate(args.inputs)}
+    refuse_stdin_twice({**inputs, "--check": args.check})
     if args.table:
         refuse_same_file(args.table, {**inputs, "--check": args.check})
     records = [r for path in args.inputs for r in read_query_level_results(path)]
@@ -580,11 +585,10 @@ def format_matches(matches: Sequence[PublishedMatch]) -> str:
 
 def _rankings(args: argparse.Namespace) -> None:
     """``udcg qcare rankings``: read every input, name runs by file, print and write."""
+    inputs = {**{f"INPUT {i + 1}": p for i, p in enumerate(args.inputs)}, "--types": args.types}
+    refuse_stdin_twice(inputs)
     if args.out:
-        refuse_same_file(
-            args.out,
-            {**{f"INPUT {i + 1}": p for i, p in enumerate(args.inputs)}, "--types": args.types},
-        )
+        refuse_same_file(args.out, inputs)
     contexts = []
     for path in args.inputs:
         name = _file_run(path)

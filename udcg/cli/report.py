@@ -42,6 +42,7 @@ from udcg.cli.common import (
     add_utility,
     judge_inputs,
     parse,
+    refuse_stdin_twice,
     run_cli,
     weights_inputs,
 )
@@ -242,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         start = time.perf_counter()
         check_judge_arguments(args)
+        given = {"--topics": args.topics, "--collection": args.collection}
+        given |= {"--qrels": args.qrels, "--answers": args.answers}
+        refuse_stdin_twice({"RUN": args.runs, **given, **judge_inputs(args)})
         names = journey.system_names(args.runs)
         runs = dict(zip(names, args.runs, strict=True))
         baseline = args.baseline or names[0]

@@ -24,6 +24,7 @@ from udcg.cli.common import (
     add_theta_weights,
     add_utility,
     parse,
+    refuse_stdin_twice,
     run_cli,
     utility_field,
 )
@@ -173,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), argv)
 
     def work() -> None:
-        if [args.qrels, args.run, args.utilities].count(STDIO) > 1:
-            raise UDCGInputError("only one of QRELS, RUN and --utilities can be - (standard input)")
+        refuse_stdin_twice({"QRELS": args.qrels, "RUN": args.run, "--utilities": args.utilities})
         field = utility_field(args.utility)
         utilities = args.utilities
         if args.judge_key is not None:
