@@ -160,6 +160,57 @@ def test_the_weights_abstention_mode_is_checked_as_udcg_score_checks_it(tmp_path
     assert score.returncode == 2 and expected in score.stderr
 
 
+def _answers_args(root: Path, lines: list[str], name: str = "answers.tsv") -> list[str]:
+    """The data, an answers file of ``lines`` and ``udcg report``'s arguments (no qrels)."""
+    data, _, common = _setup(root)
+    (data / name).write_text("".join(f"{line}\n" for line in lines))
+    at = common.index("--qrels")
+    return [*_runs(data), *common[:at], *common[at + 2 :], "--answers", str(data / name)]
+
+
+def _refused_early(root: Path, *args: str) -> str:
+    """The one line ``udcg report ARGS`` is refused with, before any file is written in OUT
+    or the judge asked."""
+    line = _refused(*args)
+    assert not (root / "out" / "contexts").exists()
+    _no_judge_call(root)
+    return line
+
+
+def test_a_query_without_answers_is_refused_naming_the_answers_file(tmp_path: Path) -> None:
+    """Without qrels, relevance comes from the answers: q3's are missing."""
+    args = _answers_args(tmp_path, ["q1\tParis", "q2\tShakespeare", "q4\tMercury"])
+    line = _refused_early(tmp_path, *args)
+    assert line == (
+        f"udcg report: error: {tmp_path / 'data' / 'answers.tsv'}: field 'answers': step "
+        "relevance needs reference answers: 1 of the 4 queries that need them have none "
+        "(first 'q3')"
+    )
+
+
+def test_an_empty_answer_list_or_answer_is_refused_at_its_line(tmp_path: Path) -> None:
+    lines = ['{"qid": "q1", "answers": ["Paris"]}', '{"qid": "q2", "answers": []}']
+    args = _answers_args(tmp_path, lines, "answers.jsonl")
+    line = _refused_early(tmp_path, *args)
+    assert f"{tmp_path / 'data' / 'answers.jsonl'}:2: field 'answers': step relevance" in line
+    args = _answers_args(tmp_path, ["q1\tParis", "q2\t \tBard", "q3\tJupiter", "q4\tHg"])
+    line = _refused_early(tmp_path, *args, "--utility", "answer_likelihood")
+    assert line == (
+        f"udcg report: error: {tmp_path / 'data' / 'answers.tsv'}:2: field 'answers[0]': "
+        "query 'q2': empty answer (step answer_likelihood scores each answer)"
+    )
+
+
+def test_answer_likelihood_without_answers_is_refused_naming_the_option(tmp_path: Path) -> None:
+    data, _, common = _setup(tmp_path)
+    line = _refused_early(tmp_path, *_runs(data), *common, "--utility", "answer_likelihood")
+    assert line == (
+        "udcg report: error: field '--answers': step answer_likelihood needs reference "
+        "answers, and the topics give none for 4 of the 4 queries that need them (first 'q1'): "
+        "give --answers"
+    )
+
+
 def _fake_report(systems: list[str]) -> dict:
     """A report.json with one measure, enough for :func:`to_html`."""
     per_query = {s: {"UDCG@5": [0.1 * i, 0.2 * i]} for i, s in enumerate(systems, 1)}

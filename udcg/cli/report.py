@@ -16,7 +16,9 @@ queries as the measures. The weights are checked before any judge call: their k 
 ``-k`` (never overridable: the forecast needs contexts of exactly that many passages, so a run
 ranking fewer documents, or none, for a compared query is refused too), judge, utility source,
 prompt and the abstention mode the report labels in (``first_token``), as ``udcg score``
-checks them (:func:`udcg.pipeline.context_scores.checked_theta`).
+checks them (:func:`udcg.pipeline.context_scores.checked_theta`). So are the reference answers
+every query needs (its relevance from the answers, or ``--utility answer_likelihood``), before
+any file is written (:func:`udcg.pipeline.journey.build_contexts`).
 
 Writes ``DIR/report.md``, ``DIR/report.json`` (every number, per-query values included, the
 judge's call and cache-hit counts) and ``DIR/report.html`` (one self-contained file, plots
@@ -290,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                     _say(f"UDCG-theta: {note}")
             contexts = journey.build_contexts(
                 runs, topics, collection, k, out / "contexts",
-                qrels=qrels, answers=answers, full=weights is not None,
+                qrels=qrels, answers=answers, full=weights is not None, utility=args.utility,
             )  # fmt: skip
             _say(f"{len(runs)} systems' top-{k} contexts -> {out / 'contexts'}")
             steps = journey.steps_for(contexts, args.utility)

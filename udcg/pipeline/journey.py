@@ -19,7 +19,8 @@ passage from the reference answers, and the classic measures are computed agains
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +29,10 @@ import numpy as np
 import pyarrow.compute as pc
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts.jsonl import read_contexts, relevance_matrix, write_contexts
+from udcg.io.contexts.jsonl import Context, read_contexts, relevance_matrix, write_contexts
 from udcg.io.files import PathType
+from udcg.io.formats.collection import unique_records
+from udcg.io.formats.topics import ANSWERS
 from udcg.io.joins.run_contexts import build_run_contexts
 from udcg.io.joins.utility_sources import get_source
 from udcg.labels.annotate import (
@@ -89,13 +92,16 @@ def build_contexts(
     qrels: PathType | None = None,
     answers: PathType | None = None,
     full: bool = False,
+    utility: str | None = None,
 ) -> dict[str, Path]:
     """Each run's top-``k`` contexts (:func:`udcg.io.joins.run_contexts.build_run_contexts`, run
     name = system name) written to ``folder/NAME.jsonl``; every run is read and checked before
     any file is written. ``full``: every system must rank at least ``k`` documents for every
     query the comparison scores (the queries of ``qrels`` and every query a run ranks), as
     UDCG-theta forecasts lists of exactly its k: a run that ranks fewer, or none, for such a
-    query is refused.
+    query is refused. ``utility``: the source the contexts will be labelled for
+    (:func:`steps_for`); every context those steps need answers for must have them
+    (:func:`_require_answers`), checked here, before any file is written or the judge asked.
 
     Examples:
         A run ranking two documents gives a context of two, and is refused where contexts
@@ -132,6 +138,8 @@ def build_contexts(
     }
     if full:
         _require_full(built, runs, k, set() if qrels is None else _judged(qrels))
+    if utility is not None:
+        _require_answers(built, utility, answers)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, contexts in built.items():
@@ -173,14 +181,67 @@ def _require_full(
 def steps_for(contexts: Mapping[str, Path], utility: str) -> list[str]:
     """The annotate steps the report needs: the utility source's step, and ``relevance`` when
     a passage has no relevance label (no qrels, or a query the qrels do not judge)."""
+    return _steps(itertools.chain.from_iterable(map(read_contexts, contexts.values())), utility)
+
+
+def _steps(contexts: Iterable[Context], utility: str) -> list[str]:
+    """:func:`steps_for` of ``contexts``."""
     steps = [get_source(utility).step]
-    unlabelled = any(
-        p.relevant is None
-        for path in contexts.values()
-        for c in read_contexts(path)
-        for p in c.passages
-    )
+    unlabelled = any(p.relevant is None for c in contexts for p in c.passages)
     return [*steps, "relevance"] if unlabelled else steps
+
+
+def _answer_steps(ctx: Context, steps: Sequence[str]) -> list[str]:
+    """The steps of ``steps`` that need ``ctx``'s answers: ``answer_likelihood``, and
+    ``relevance`` when a passage of ``ctx`` has no label (as
+    :func:`udcg.labels.annotate.check_inputs` decides)."""
+    unlabelled = any(p.relevant is None for p in ctx.passages)
+    return [s for s in steps if s == "answer_likelihood" or (s == "relevance" and unlabelled)]
+
+
+def _require_answers(
+    built: Mapping[str, Sequence[Context]], utility: str, answers: PathType | None
+) -> None:
+    """Every context the steps of ``utility`` need answers for (:func:`_answer_steps`) has
+    them (from ``answers``, else from the topics), none empty for ``answer_likelihood``. A
+    mistake names the answers file (the query's line, when the file has the query), or
+    ``--answers`` when none is given."""
+    contexts = [ctx for listed in built.values() for ctx in listed]
+    steps = _steps(contexts, utility)
+    needs = {ctx.qid: need for ctx in contexts if (need := _answer_steps(ctx, steps))}
+    of = {ctx.qid: ctx.answers or [] for ctx in contexts}
+    missing = sorted(q for q in needs if not of[q])
+    if missing and answers is None:
+        raise UDCGInputError(
+            f"step {', '.join(needs[missing[0]])} needs reference answers, and the topics give "
+            f"none for {len(missing)} of the {len(needs)} queries that need them (first "
+            f"{missing[0]!r}): give --answers",
+            field="--answers",
+        )
+    if missing:
+        raise UDCGInputError(
+            f"step {', '.join(needs[missing[0]])} needs reference answers: {len(missing)} of "
+            f"the {len(needs)} queries that need them have none (first {missing[0]!r})",
+            path=answers,
+            line=_answer_line(answers, missing[0]),
+            field="answers",
+        )
+    for qid in needs:
+        empty = [j for j, a in enumerate(of[qid]) if not a.strip()]
+        if empty and "answer_likelihood" in needs[qid]:
+            line = None if answers is None else _answer_line(answers, qid)
+            raise UDCGInputError(
+                f"query {qid!r}: empty answer (step answer_likelihood scores each answer)",
+                path=None if line is None else answers,
+                line=line,
+                field=f"answers[{empty[0]}]",
+            )
+
+
+def _answer_line(answers: PathType, qid: str) -> int | None:
+    """The line of query ``qid`` in the answers file ``answers`` (None: not there)."""
+    lines = (record.where.line for record in unique_records(answers, ANSWERS, {qid}))
+    return next(lines, None)
 
 
 def label_contexts(
