@@ -48,7 +48,7 @@ def _no_judge_call(root: Path) -> None:
     assert not (root / "judge.sqlite").exists()
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
+def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, "-m", "udcg", "report", *args],
@@ -56,6 +56,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         text=True,
         env=env,
         timeout=300,
+        input=stdin,
     )
 
 
@@ -158,6 +159,58 @@ def test_the_weights_abstention_mode_is_checked_as_udcg_score_checks_it(tmp_path
         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     assert score.returncode == 2 and expected in score.stderr
+
+
+def test_report_json_records_its_inputs_judge_and_weights(tmp_path: Path) -> None:
+    """Two reports of two judges of one key (the same file name in two folders) and two qrels
+    files record what tells them apart: each input's path and SHA-256 (the topics read from
+    standard input), the judge's spec and fingerprint, the weights' SHA-256."""
+    from udcg.io.manifests import file_sha256
+    from udcg.theta import UDCGTheta
+
+    data, weights, common = _setup(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "collection.tsv").write_text((data / "collection.tsv").read_text())
+    probs = write_probs(other, 0.15)  # other/probs.jsonl: another judge of the key "probs"
+    binary = data / "binary.trec"
+    binary.write_text((data / "qrels.trec").read_text().replace(" 0\n", " 1\n"))
+    topics = common.index("--topics") + 1
+    common[topics] = "-"
+    first = _run(*_runs(data), *common, "--weights", str(weights),
+                 stdin=(data / "topics.tsv").read_text())  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    common[common.index("--qrels") + 1] = str(binary)
+    common[common.index("--judge") + 1] = f"precomputed:{probs}"
+    common[common.index("--out") + 1] = str(tmp_path / "out2")
+    common[topics] = str(data / "topics.tsv")
+    second = _run(*_runs(data), *common)
+    assert second.returncode == 0, second.stderr
+    found = json.loads((tmp_path / "out" / "report.json").read_text())
+    again = json.loads((tmp_path / "out2" / "report.json").read_text())
+
+    def record(path: Path, given: str | None = None) -> dict:
+        return {"path": given or str(path), "sha256": file_sha256(path)}
+
+    assert found["inputs"] == {
+        "dataset": None,
+        "runs": {s: record(data / f"{s}.trec") for s in SYSTEMS},
+        "topics": record(data / "topics.tsv", "-"),
+        "collection": record(data / "collection.tsv"),
+        "qrels": record(data / "qrels.trec"),
+        "answers": None,
+    }
+    assert again["inputs"]["qrels"] == record(binary) != found["inputs"]["qrels"]
+    assert again["inputs"]["topics"]["sha256"] == found["inputs"]["topics"]["sha256"]
+    judges = found["judge"], again["judge"]
+    assert [j["name"] for j in judges] == ["probs", "probs"]
+    assert [j["spec"] for j in judges] == [f"precomputed:{data / 'probs.jsonl'}",
+                                           f"precomputed:{probs}"]  # fmt: skip
+    assert judges[0]["fingerprint"] != judges[1]["fingerprint"]
+    assert all(j["fingerprint"].startswith("precomputed:") for j in judges)
+    card = UDCGTheta.from_pretrained(weights).card_
+    assert found["forecast"]["weights_sha256"] == card["weights_sha256"]
+    assert len(card["weights_sha256"]) == 64
 
 
 def _answers_args(root: Path, lines: list[str], name: str = "answers.tsv") -> list[str]:

@@ -21,8 +21,10 @@ every query needs (its relevance from the answers, or ``--utility answer_likelih
 any file is written (:func:`udcg.pipeline.journey.build_contexts`).
 
 Writes ``DIR/report.md``, ``DIR/report.json`` (every number, per-query values included, the
-judge's call and cache-hit counts) and ``DIR/report.html`` (one self-contained file, plots
-inline); prints the Markdown table. A rerun asks the judge nothing: the cache answers every call.
+judge's call and cache-hit counts, and what produced it: each input's path and SHA-256, the
+judge's spec and fingerprint, the weights' SHA-256) and ``DIR/report.html`` (one
+self-contained file, plots inline); prints the Markdown table. A rerun asks the judge nothing:
+the cache answers every call.
 """
 
 from __future__ import annotations
@@ -283,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         answers = _once(args.answers)
         if qrels is not None and answers is None:
             _check_judged(runs, qrels)
+        sources = _sources(args, runs, topics, collection, qrels, answers)
         out.mkdir(parents=True, exist_ok=True)
         with exclusive_writer(out / "report.json", "report"):
             weights = None
@@ -303,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"labels ({' '.join(steps)}) by {judge.name} -> {out / 'labels'}: "
                 f"judge calls {calls}, cache hits {hits}"
             )
-            report = _report(args, runs, baseline, k, steps, labelled, judge, weights, qrels)
+            report = _report(
+                args, runs, sources, baseline, k, steps, labelled, judge, weights, qrels
+            )
             report["seconds"] = round(time.perf_counter() - start, 3)
             markdown = to_markdown(report)
             for name, text in (
@@ -319,9 +324,28 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli("udcg report", work)
 
 
+def _sources(
+    args: argparse.Namespace,
+    runs: dict[str, Any],
+    topics: Any,
+    collection: Any,
+    qrels: Any,
+    answers: Any,
+) -> dict[str, Any]:
+    """report.json's ``inputs``: the ``--dataset`` id and each input file's path and SHA-256
+    (:func:`udcg.pipeline.journey.input_record`; None where not given or the dataset's)."""
+    files = {"topics": topics, "collection": collection, "qrels": qrels, "answers": answers}
+    return {
+        "dataset": args.dataset,
+        "runs": {name: journey.input_record(run) for name, run in runs.items()},
+        **{name: journey.input_record(source) for name, source in files.items()},
+    }
+
+
 def _report(
     args: argparse.Namespace,
     runs: dict[str, str],
+    sources: dict[str, Any],
     baseline: str,
     k: int,
     steps: list[str],
@@ -330,7 +354,8 @@ def _report(
     weights: tuple[UDCGTheta, list[str]] | None,
     given: Any,
 ) -> dict[str, Any]:
-    """Everything report.json holds; ``given``: the qrels (a file, a dataset's, or None)."""
+    """Everything report.json holds; ``sources``: its ``inputs`` (:func:`_sources`); ``given``:
+    the qrels (a file, a dataset's, or None)."""
     source = get_source(args.utility)
     paths = {name: item.path for name, item in labelled.items()}
     values = journey.pooled_values(paths, source.field, judge.name)
@@ -357,6 +382,7 @@ def _report(
         model, overrides = weights
         forecast = {
             "weights": args.weights,
+            "weights_sha256": model.card_.get("weights_sha256"),
             "k": len(model.alpha_),
             "overrides": overrides,
             "queries": len(comparison["qids"]),
@@ -401,6 +427,7 @@ def _report(
     return {
         "format": "udcg-report/1",
         "runs": {name: str(path) for name, path in runs.items()},
+        "inputs": sources,
         "k": k,
         "relevance_from": (
             "the judge (answers)"
@@ -412,6 +439,8 @@ def _report(
         "utility": args.utility,
         "judge": {
             "name": judge.name,
+            "spec": args.judge,
+            "fingerprint": judge.fingerprint,
             "steps": steps,
             "calls": judge.cache.misses,
             "cache_hits": judge.cache.hits,

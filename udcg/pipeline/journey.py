@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,7 @@ from udcg.io.formats.collection import unique_records
 from udcg.io.formats.topics import ANSWERS
 from udcg.io.joins.run_contexts import build_run_contexts
 from udcg.io.joins.utility_sources import get_source
+from udcg.io.manifests import file_sha256
 from udcg.labels.annotate import (
     AnnotationReport,
     annotate,
@@ -64,6 +67,28 @@ class Labelled:
     path: Path
     report: AnnotationReport
     resumed: int
+
+
+def input_record(source: Any) -> dict[str, str] | None:
+    """What a report records of one input: its ``path`` as given and the ``sha256`` of its
+    (uncompressed) bytes (:func:`udcg.io.manifests.file_sha256`; standard input and a pipe
+    hashed from the bytes already read, :func:`udcg.io.files.read_once`); None for no file
+    (an input not given, or a dataset's part).
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "topics.tsv").write_text("q1\\tWho wrote Emma?\\n")
+        ...     record = input_record(Path(folder) / "topics.tsv")
+        >>> record["path"].endswith("topics.tsv"), record["sha256"][:12]
+        (True, '5fbbbaf533e1')
+        >>> input_record(None) is None
+        True
+    """
+    if not isinstance(source, str | PathLike):
+        return None
+    return {"path": os.fspath(source), "sha256": file_sha256(source)}
 
 
 def system_names(runs: Sequence[PathType]) -> list[str]:
