@@ -98,6 +98,8 @@ _COLLECTION = ["--collection", "c.tsv", "--qrels", "q.trec", "--judge", "precomp
         ("report", ["/dev/stdin", "b.trec", "--topics", "-", *_COLLECTION, "-o", "out"],
          "RUN and --topics both"),
         ("qcare", ["rankings", "-", "/dev/stdin"], "INPUT 1 and INPUT 2 both"),
+        ("batch", ["import", "r.jsonl", "-", "--calls", "/dev/stdin", "--judge",
+                   "openai:m@http://127.0.0.1:9/v1"], "RESULTS and --calls both"),
         ("qcare", ["label", "/dev/stdin", "-o", "out.jsonl", "--judge", "precomputed:-",
                    "--judge-key", "j"],
          "INPUT and --judge both"),
@@ -121,7 +123,7 @@ def test_standard_input_named_for_two_inputs_is_refused_first(
     main = importlib.import_module(f"udcg.cli.{command}").main
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"udcg {command}: error: {named}"), err
+    assert err.startswith(f"udcg {command}") and f": error: {named}" in err, err
     assert err.count("\n") == 1 and "standard input" in err
     assert list(tmp_path.iterdir()) == []
 

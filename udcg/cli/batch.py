@@ -41,7 +41,15 @@ from dataclasses import replace
 from typing import Any
 
 from udcg.cli.annotate import add_step_arguments
-from udcg.cli.common import add_deprecated, add_list_option, add_out, info_stream, parse, run_cli
+from udcg.cli.common import (
+    add_deprecated,
+    add_list_option,
+    add_out,
+    info_stream,
+    parse,
+    refuse_stdin_twice,
+    run_cli,
+)
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, read_contexts, write_contexts
@@ -287,6 +295,8 @@ def _record_settings(judge: OpenAIJudge, cache: JudgeCache, calls: Iterable[Call
 
 
 def _import(args: argparse.Namespace) -> int:
+    given = {"RESULTS": args.results, "--calls": args.calls, "--contexts": args.contexts}
+    refuse_stdin_twice(given)
     if (args.contexts is None) != (args.out is None):
         raise UDCGInputError("--contexts and -o/--out go together", field="out")
     if args.out is None:
