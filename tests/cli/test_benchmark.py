@@ -458,7 +458,9 @@ def test_allow_mismatch_names_known_fields() -> None:
         "judge",
         "prompt",
     ]
-    with pytest.raises(UDCGInputError, match="must be one of k, utility, judge, fingerprint, prompt, mode"):
+    with pytest.raises(
+        UDCGInputError, match="must be one of k, utility, judge, fingerprint, prompt, mode"
+    ):
         EvaluateSettings(allow_mismatch=["judges"])
     with pytest.raises(UDCGInputError, match="must be a list of fields"):
         EvaluateSettings(allow_mismatch="judge")

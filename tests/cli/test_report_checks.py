@@ -368,3 +368,21 @@ def test_plot_labels_are_distinct_and_fit(names: list[str]) -> None:
         [],
         [n for n in names if len(n) <= 16],  # numbered only when no split tells them apart
     )
+
+
+def test_weights_fitted_on_another_judge_of_the_key_are_refused_before_labelling(
+    tmp_path: Path,
+) -> None:
+    """The card's judge fingerprint against the judge that labels (same key ``probs``)."""
+    other = "precomputed:" + "0" * 64
+    data, weights, common = _setup(tmp_path, {"judge_fingerprint": other})
+    refused = _run(*_runs(data), *common, "--weights", str(weights))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    line = refused.stderr.splitlines()[-1]  # after the contexts (the judge opens after them)
+    assert line.startswith(f"udcg report: error: {weights}: field 'fingerprint': the weights ")
+    assert f"were fitted with judge fingerprint '{other}', not 'precomputed:" in line
+    assert not (tmp_path / "out" / "labels").exists()
+    done = _run(*_runs(data), *common, "--weights", str(weights), "--allow-mismatch", "fingerprint")
+    assert done.returncode == 0, done.stderr
+    (note,) = json.loads((tmp_path / "out" / "report.json").read_text())["forecast"]["overrides"]
+    assert note.startswith("field 'fingerprint'") and note.endswith("(allowed on purpose)")

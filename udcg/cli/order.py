@@ -40,6 +40,7 @@ from udcg.cli.common import (
     add_out,
     info_stream,
     parse,
+    refuse_stdin_twice,
     run_cli,
     utility_field,
     weights_inputs,
@@ -321,6 +322,7 @@ def _refuse_overwriting(args: argparse.Namespace) -> None:
 
     inputs = {"IN": args.input, "--run": args.run, "--qrels": args.qrels}
     inputs["--utilities"] = args.utilities
+    refuse_stdin_twice(inputs)
     refuse_same_file(args.out, {**inputs, **weights_inputs(args.weights)})
 
 

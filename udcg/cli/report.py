@@ -30,11 +30,13 @@ the cache answers every call.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -222,16 +224,23 @@ def _checked_weights(args: argparse.Namespace, k: int) -> tuple[UDCGTheta, list[
             field="k",
         )
     labels_abstention = get_source(args.utility).step == "abstain"
-    try:
+    with _naming(args.weights):
         return checked_theta(
             model, [k], judge_key(args.judge, args.judge_key), args.utility,
             args.allow_mismatch, mode=journey.ABSTENTION_MODE if labels_abstention else None,
             option="--allow-mismatch {field}",
         )  # fmt: skip
-    except UDCGInputError as error:  # the card's field: name the weights
+
+
+@contextlib.contextmanager
+def _naming(weights: str) -> Iterator[None]:
+    """A refusal of a field of the weights' card names the weights."""
+    try:
+        yield
+    except UDCGInputError as error:
         if error.path is not None:
             raise
-        raise UDCGInputError(error.reason, path=args.weights, field=error.field) from None
+        raise UDCGInputError(error.reason, path=weights, field=error.field) from None
 
 
 def _say(text: str) -> None:
@@ -300,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"{len(runs)} systems' top-{k} contexts -> {out / 'contexts'}")
             steps = journey.steps_for(contexts, args.utility)
             judge = open_cli_judge(args)
+            if weights is not None:  # before any judge call
+                weights[1].extend(_fingerprint_notes(args, weights[0], judge.fingerprint))
             labelled = journey.label_contexts(contexts, judge, steps, out / "labels", args.chunk)
             calls, hits = judge.cache.misses, judge.cache.hits
             _say(
@@ -322,6 +333,19 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"report.md, report.json, report.html -> {out} in {report['seconds']:.1f} s")
 
     return run_cli("udcg report", work)
+
+
+def _fingerprint_notes(args: argparse.Namespace, model: UDCGTheta, fingerprint: str) -> list[str]:
+    """The ``--weights`` checked against the fingerprint of the judge that labels (the card
+    records the one whose utilities they were fitted on); the notes it allows on purpose."""
+    from udcg.io.weights.files import check_compatible
+
+    applied, option = {"fingerprint": fingerprint}, "--allow-mismatch {field}"
+    with _naming(args.weights):
+        notes = check_compatible(model.card_, applied, args.allow_mismatch, option)
+    for note in notes:
+        _say(f"UDCG-theta: {note}")
+    return notes
 
 
 def _sources(

@@ -24,13 +24,13 @@ from udcg.cli.common import (
     add_theta_weights,
     add_utility,
     parse,
+    reads_stdin,
     refuse_stdin_twice,
     run_cli,
     utility_field,
 )
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
-from udcg.io.files import STDIO
 from udcg.trec.engine import Evaluation, evaluate_table
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ def add_coverage(parser: argparse.ArgumentParser) -> None:
 def coverage_file(path: str | None) -> str | None:
     """``--coverage`` as evaluate takes it; standard input is refused (the file is read twice:
     its first line says its format)."""
-    if path == STDIO:
-        raise UDCGInputError("--coverage cannot be - (standard input): give a file")
+    if path is not None and reads_stdin(path):
+        raise UDCGInputError(f"--coverage cannot be {path} (standard input): give a file")
     return path
 
 
