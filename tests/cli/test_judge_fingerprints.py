@@ -211,3 +211,122 @@ def test_the_library_records_and_checks_the_fingerprint(tmp_path: Path) -> None:
         udcg.score_contexts(other, weights=model)
     frame = udcg.score_contexts(other, weights=model, allow_mismatch=["fingerprint"])
     assert frame["UDCG-theta"].notna().all()
+
+
+def test_evaluate_checks_the_manifest_of_annotated_given_contexts(
+    annotated: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """Given contexts that hold every value open no judge: their file's manifest says who
+    made the values."""
+    from udcg.pipeline.datasets import contexts_jsonl
+
+    out, spec, _ = annotated
+    made = values_made_by(out, "llama3", "abstain")
+    theirs = _weights(tmp_path / "theirs", 2, "llama3", "precomputed:" + "0" * 64)
+    ours = _weights(tmp_path / "ours", 2, "llama3", made)
+    dataset = contexts_jsonl(out)
+    assert dataset.judges == {"llama3": {"abstain": made}}
+    for weights, refused in ((theirs, True), (ours, False)):
+        settings = EvaluateSettings(
+            k=2, n_bootstrap=20, cache_dir=tmp_path / "stages", judge=spec,
+            theta_weights=str(weights),
+        )  # fmt: skip
+        if refused:
+            with pytest.raises(UDCGInputError, match="judge fingerprint 'precomputed:000"):
+                run_benchmark(dataset, None, settings, tmp_path / "r1")
+        else:
+            run_benchmark(dataset, None, settings, tmp_path / "r2")
+
+
+def test_order_carries_who_made_the_values_to_its_output(
+    annotated: tuple[Path, str, str], tmp_path: Path, capsys
+) -> None:
+    out, _, _ = annotated
+    made = values_made_by(out, "llama3", "abstain")
+    ours = _weights(tmp_path / "ours", 2, "llama3", made)
+    theirs = _weights(tmp_path / "theirs", 2, "llama3", "precomputed:" + "0" * 64)
+    ordered = tmp_path / "ordered.jsonl"
+    assert order_main([str(out), "-o", str(ordered), "--weights", str(ours)]) == 0
+    assert values_made_by(ordered, "llama3", "abstain") == made
+    manifest = json.loads(manifest_path(ordered).read_text())
+    assert manifest["input_sha256"] == file_sha256(out)
+    assert (
+        manifest["ordered_by"]["weights_sha256"]
+        == UDCGTheta.from_pretrained(ours).card_["weights_sha256"]
+    )
+    capsys.readouterr()
+    assert score_main([str(ordered), "--judge", "llama3", "--weights", str(theirs)]) == 2
+    assert "judge fingerprint 'precomputed:000" in capsys.readouterr().err
+
+
+def test_weights_of_another_key_allowed_on_purpose_are_not_refused_for_the_fingerprint(
+    annotated: tuple[Path, str, str], tmp_path: Path, capsys
+) -> None:
+    out, spec, _ = annotated
+    other = _weights(tmp_path / "gpt", 2, "gpt", "openai:{}")
+    args = [str(out), "--judge", spec, "--weights", str(other)]
+    assert score_main(args) == 2
+    assert "field 'judge'" in capsys.readouterr().err
+    assert score_main([*args, "--allow-mismatch", "judge"]) == 0
+    err = capsys.readouterr().err
+    assert "field 'judge'" in err and "fingerprint" not in err
+
+
+def test_the_recorded_fingerprint_is_printed_escaped(tmp_path: Path, capsys) -> None:
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate_contexts(4, 3, per_query=1))
+    _stamp(data, {"sim": {"abstain": "fp\nall\t9.9\x1b[2J"}})
+    assert score_main([str(data), "--judge", "sim"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("4 contexts, judge sim (values made by fp\\nall\\t9.9\\x1b[2J)")
+
+
+def test_compare_names_its_own_option_and_warns_once(tmp_path: Path, capsys) -> None:
+    from udcg.cli.compare import main as compare_main
+
+    data = tmp_path / "c.jsonl"
+    contexts = simulate_contexts(12, 3, per_query=1, seed=4)
+    write_contexts(data, contexts)
+    _stamp(data, {"sim": {"abstain": "fp-b"}})
+    weights = _weights(tmp_path / "w", 3, "sim", "fp-a")
+    qrels = tmp_path / "q.trec"
+    qrels.write_text(
+        "".join(f"{c.qid} 0 {p.doc_id} {int(p.relevant)}\n" for c in contexts for p in c.passages)
+    )
+    runs = []
+    for name, order in (("s1", 1), ("s2", -1)):
+        runs.append(tmp_path / f"{name}.trec")
+        runs[-1].write_text(
+            "".join(
+                f"{c.qid} Q0 {p.doc_id} {i + 1} {10 - i} {name}\n"
+                for c in contexts
+                for i, p in enumerate(c.passages[::order])
+            )
+        )
+    args = ["-m", "UDCGtheta@3", str(qrels), *map(str, runs), "--utilities", str(data)]
+    args += ["--weights", str(weights)]
+    assert compare_main(args) == 2
+    assert "--allow-mismatch fingerprint" in capsys.readouterr().err
+    assert compare_main([*args, "--allow-mismatch", "fingerprint"]) == 0
+    assert capsys.readouterr().err.count("(allowed on purpose)") == 1
+
+
+def test_qcare_label_carries_who_made_the_values_to_its_output(tmp_path: Path, monkeypatch) -> None:
+    from udcg.cli import qcare
+    from udcg.judge import Judge
+
+    class Covers(Judge):
+        name, fingerprint = "covers", "covers-v1"
+
+        def yes_prob(self, prompts):
+            return [0.9] * len(prompts)
+
+    monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: Covers())
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    ctx = Context("q", [Passage("d", text="Paris.")], question="Capital?", subqueries=["Capital?"])
+    write_contexts(inp, [ctx])
+    _stamp(inp, {"llama3": {"abstain": "fp-a"}})
+    assert qcare.main(["label", str(inp), "-o", str(out), "--judge", "x"]) == 0
+    assert values_made_by(out, "llama3", "abstain") == "fp-a"
+    manifest = json.loads(manifest_path(out).read_text())
+    assert (manifest["judge"], manifest["judge_fingerprint"]) == ("covers", "covers-v1")

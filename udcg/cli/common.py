@@ -43,12 +43,17 @@ def one_line(text: str) -> str:
 
 @contextmanager
 def one_line_warnings(prog: str) -> Iterator[None]:
-    """Show every :class:`UDCGWarning` (each time) as ``PROG: warning: ...`` on stderr."""
+    """Show every :class:`UDCGWarning` as ``PROG: warning: ...`` on stderr, each text once
+    (wherever it is raised: the check of one input per system repeats it)."""
     original = warnings.showwarning
+    shown: set[str] = set()
 
     def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         if issubclass(category, UDCGWarning):
-            print(f"{prog}: warning: {one_line(str(message))}", file=sys.stderr)
+            text = f"{prog}: warning: {one_line(str(message))}"
+            if text not in shown:
+                shown.add(text)
+                print(text, file=sys.stderr)
         else:
             original(message, category, *args, **kwargs)
 

@@ -164,6 +164,7 @@ def order_contexts(args: argparse.Namespace) -> None:
     from udcg.io.contexts.jsonl import read_contexts, write_contexts
     from udcg.io.joins.utility_sources import get_source
     from udcg.judge.prompts import prompt_record
+    from udcg.labels.provenance import write_derived_manifest
     from udcg.pipeline.context_scores import file_values_made_by
 
     model = _Model(args.weights, args.k, args.allow_unverified)
@@ -197,6 +198,7 @@ def order_contexts(args: argparse.Namespace) -> None:
     if notes:  # the mismatches allowed on purpose travel with the contexts, as in score --out
         out = [replace(c, extra={**c.extra, "weights_overrides": notes}) for c in out]
     write_contexts(args.out, out)
+    write_derived_manifest(args.out, args.input, {"format": "udcg-order/1", ORDERED_BY: record})
     stream = info_stream(args.out)
     for note in notes:
         print(f"udcg order: {note}", file=sys.stderr)
@@ -317,13 +319,13 @@ def _check_mode(args: argparse.Namespace) -> None:
 
 
 def _refuse_overwriting(args: argparse.Namespace) -> None:
-    """The output may not name an input."""
-    from udcg.io.files import refuse_same_file
+    """The output, or the manifest written beside it, may not name an input."""
+    from udcg.labels.stream import refuse_outputs
 
     inputs = {"IN": args.input, "--run": args.run, "--qrels": args.qrels}
     inputs["--utilities"] = args.utilities
     refuse_stdin_twice(inputs)
-    refuse_same_file(args.out, {**inputs, **weights_inputs(args.weights)})
+    refuse_outputs(args.out, {**inputs, **weights_inputs(args.weights)})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,6 +68,7 @@ from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts, write_contexts
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
+from udcg.labels.provenance import write_derived_manifest
 from udcg.labels.stream import refuse_outputs
 from udcg.qcare.agreement import agreement, annotator_agreement
 from udcg.qcare.conversation import read_mtrag_tasks
@@ -410,6 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     relabel=args.relabel,
                 )
                 write_contexts(args.out, labelled)
+                made = {"format": "udcg-qcare-label/1", "judge": judge.name}
+                made["judge_fingerprint"] = judge.fingerprint
+                write_derived_manifest(args.out, args.input, made)
             out = info_stream(args.out)
             print(format_report(report, judge.name), file=out)
             print(f"cache hits {judge.cache.hits}, misses {judge.cache.misses}", file=out)

@@ -337,9 +337,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _fingerprint_notes(args: argparse.Namespace, model: UDCGTheta, fingerprint: str) -> list[str]:
     """The ``--weights`` checked against the fingerprint of the judge that labels (the card
-    records the one whose utilities they were fitted on); the notes it allows on purpose."""
-    from udcg.io.weights.files import check_compatible
+    records the one whose utilities they were fitted on; not for weights of another judge key,
+    allowed on purpose); the notes it allows on purpose."""
+    from udcg.io.weights.files import card_value, check_compatible
 
+    if card_value(model.card_, "judge") not in (None, judge_key(args.judge, args.judge_key)):
+        return []
     applied, option = {"fingerprint": fingerprint}, "--allow-mismatch {field}"
     with _naming(args.weights):
         notes = check_compatible(model.card_, applied, args.allow_mismatch, option)

@@ -54,6 +54,7 @@ from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import PRECOMPUTED, judge_key
 from udcg.pipeline.context_scores import checked_theta, file_values_made_by, theta_columns
 from udcg.pipeline.metric_table import classic_metrics
+from udcg.validation import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,7 +189,7 @@ def score(args: argparse.Namespace) -> None:
     else:
         overrides = []
     out = info_stream(args.out)
-    made_note = f" (values made by {made})" if made else ""
+    made_note = f" (values made by {printable(made)})" if made else ""
     print(f"{len(contexts)} contexts, judge {judge}{made_note}, utility {args.utility}", file=out)
     groups = [(c.run or "-", len(c.passages)) for c in contexts]
     print(means_table(columns, groups), file=out)

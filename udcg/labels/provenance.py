@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, context_line
-from udcg.io.files import PathType, atomic_write
-from udcg.io.manifests import manifest_path
+from udcg.io.files import STDIO, PathType, atomic_write
+from udcg.io.manifests import file_sha256, manifest_path, recorded_judges
 from udcg.labels.annotate import STEPS, operations
 
 #: Version of the record layout; a record of another format never matches.
@@ -163,6 +164,41 @@ def write_manifest(output: PathType, record: Mapping[str, Any], counts: Mapping[
     """
     with atomic_write(manifest_path(output)) as handle:
         handle.write(json.dumps({**record, **counts}, indent=1) + "\n")
+
+
+def write_derived_manifest(output: PathType, source: PathType, record: Mapping[str, Any]) -> None:
+    """Write the manifest of ``output``, contexts made from the contexts file ``source`` by a
+    command that adds no abstention, answer-likelihood or relevance values of its own
+    (reordered, Q-CARE labels added): ``record`` says what made it, ``source`` and its SHA-256
+    what it was made from, and ``judges`` carries who made the values ``source`` holds
+    (:func:`udcg.io.manifests.recorded_judges`), so the checks downstream keep knowing. Nothing
+    for standard output; standard input is recorded without a SHA-256.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     src, out = Path(folder) / "in.jsonl", Path(folder) / "out.jsonl"
+        ...     _ = src.write_text("{}\n")
+        ...     judges = {"llama3": {"abstain": "fp-1"}}
+        ...     made = {"judges": judges, "output_sha256": file_sha256(src)}
+        ...     _ = manifest_path(src).write_text(json.dumps(made))
+        ...     _ = out.write_text("{}\n")
+        ...     write_derived_manifest(out, src, {"format": "udcg-order/1"})
+        ...     carried = recorded_judges(out)
+        >>> carried
+        {'llama3': {'abstain': 'fp-1'}}
+    """
+    if os.fspath(output) == STDIO:
+        return
+    piped = os.fspath(source) == STDIO
+    counts = {
+        "input": os.fspath(source),
+        "input_sha256": None if piped else file_sha256(source),
+        "output_sha256": file_sha256(output),
+        JUDGES: recorded_judges(source),
+    }
+    write_manifest(output, record, counts)
 
 
 def read_manifest(output: PathType) -> dict[str, Any]:

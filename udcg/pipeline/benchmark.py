@@ -14,6 +14,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context
+from udcg.io.joins.utility_sources import get_source
 from udcg.io.weights.files import check_compatible
 from udcg.judge.prompts import prompt_record
 from udcg.judge.spec import PRECOMPUTED
@@ -51,10 +52,12 @@ def load_theta(
     mode: str | None = None,
     allow_mismatch: Sequence[str] = (),
     allow_unverified: bool = False,
+    fingerprint: str | None = None,
 ) -> tuple[Any, list[str]]:
     """``(weights, notes)``: UDCG-theta weights (a folder or a single file) checked against
     what they are applied to (:func:`udcg.io.weights.files.check_compatible`: k, utility source,
-    judge key, prompt SHA-256, abstention mode; None: not known, not checked; weights for
+    judge key, prompt SHA-256, abstention mode, the fingerprint of the judge that made the
+    utilities; None: not known, not checked; weights for
     another k are refused, always), with a note per
     mismatch allowed on purpose; ``(None, [])`` without a path. Weights whose card records no
     SHA-256 are refused unless ``allow_unverified``."""
@@ -64,7 +67,13 @@ def load_theta(
 
     # another k cannot score this data at all
     model = UDCGTheta.from_pretrained(path, k=k, allow_unverified=allow_unverified)
-    applied = {"utility": utility, "judge": judge, "prompt": prompt, "mode": mode}
+    applied = {
+        "utility": utility,
+        "judge": judge,
+        "fingerprint": fingerprint,
+        "prompt": prompt,
+        "mode": mode,
+    }
     notes = check_compatible(model.card_, applied, allow_mismatch, "allow_mismatch=[{field}]")
     return model, notes
 
@@ -210,6 +219,8 @@ def run_benchmark(
         check_depth(settings.candidates, dataset.corpus)
     # the prompt and mode this pipeline annotates with; a precomputed judge's are unknown
     own_labels = not settings.judge.startswith(PRECOMPUTED)
+    # the values given contexts hold: who made them, as their file's manifest says
+    made = dataset.judges.get(settings.judge_key, {}).get(get_source(settings.utility).step)
     theta, theta_notes = load_theta(
         settings.theta_weights,
         k,
@@ -219,6 +230,7 @@ def run_benchmark(
         "first_token" if own_labels else None,
         settings.allow_mismatch,
         settings.allow_unverified,
+        fingerprint=made if given else None,
     )
     cache = StageCache(settings.cache_dir)
     dataset_sha256 = dataset.fingerprint()

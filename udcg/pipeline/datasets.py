@@ -16,6 +16,7 @@ from pathlib import Path
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts
 from udcg.io.files import PathType, open_text
+from udcg.io.manifests import recorded_judges
 from udcg.labels.answers import normalize
 from udcg.retrieval import Query
 from udcg.validation import positive_int
@@ -31,6 +32,9 @@ class Dataset:
     corpus: list[Passage]
     contexts: list[Context] | None = None
     notes: list[str] = field(default_factory=list)
+    #: who made the values the given contexts hold, as their file's manifest records it:
+    #: judge key -> annotate step -> fingerprint (:func:`udcg.io.manifests.recorded_judges`)
+    judges: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
         """SHA-256 of everything a stage reads from the dataset, in order: each query (id,
@@ -145,7 +149,8 @@ def nq_open(path: PathType, limit: int | None = 200) -> Dataset:
 
 def contexts_jsonl(path: PathType) -> Dataset:
     """Retrieved (and possibly annotated) contexts, one JSON line each (DESIGN §3)."""
-    return Dataset("jsonl", [], [], list(read_contexts(path)))
+    contexts = list(read_contexts(path))
+    return Dataset("jsonl", [], [], contexts, judges=recorded_judges(path))
 
 
 def contexts_hf(id_or_path: str, split: str = "train") -> Dataset:

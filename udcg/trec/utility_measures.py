@@ -188,7 +188,7 @@ def _check_source(
         "judge": utilities.judge,
         "fingerprint": utilities.fingerprint,
     }
-    option = "allow_mismatch=['{field}'] or udcg trec --allow-mismatch {field}"
+    option = "allow_mismatch=['{field}'], on the command line --allow-mismatch {field},"
     for w in weights.values():
         for note in check_compatible(w.card, applied, allow_mismatch, option):
             warnings.warn(f"UDCGtheta@{w.k} weights: {note}", UDCGWarning, stacklevel=4)

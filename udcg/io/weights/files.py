@@ -470,6 +470,12 @@ def card_value(card: Mapping[str, Any], name: str) -> Any:
     return value
 
 
+def _other_key(card: Mapping[str, Any], applied: Mapping[str, Any]) -> bool:
+    """Whether the card and the applying side name different judge keys (both known)."""
+    fitted, value = card_value(card, "judge"), applied.get("judge")
+    return fitted is not None and value is not None and fitted != value
+
+
 def check_compatible(
     card: Mapping[str, Any],
     applied: Mapping[str, Any],
@@ -482,7 +488,8 @@ def check_compatible(
     ``fingerprint``: of the judge that made the utilities, ``prompt``: the prompt's SHA-256,
     ``mode``) to the value on the applying side; a field
     that side does not know (absent or None) is not checked, nor one the card does not record
-    (older cards). A difference raises a one-line :class:`UDCGInputError` naming both values,
+    (older cards), nor the fingerprint where the judge keys differ (that difference, allowed,
+    is the one to name). A difference raises a one-line :class:`UDCGInputError` naming both values,
     unless its field is in ``allow_mismatch`` (``option``, with ``{field}``, is how the message
     says to allow it); returns one note per mismatch allowed on purpose, to record in the output.
 
@@ -509,6 +516,8 @@ def check_compatible(
         fitted = card_value(card, name)
         if value is None or fitted is None or fitted == value:
             continue
+        if name == "fingerprint" and _other_key(card, applied):
+            continue  # another judge key, allowed on purpose: its judge is another anyway
         what = MISMATCH_FIELDS[name][1]
         message = f"the weights were fitted with {what} {fitted!r}, not {value!r}"
         if name in allowed:
