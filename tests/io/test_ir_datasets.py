@@ -458,7 +458,7 @@ def _report_json(out: Path) -> dict[str, Any]:
     import json
 
     found = json.loads((out / "report.json").read_text())
-    for key in ("runs", "seconds"):
+    for key in ("runs", "seconds", "inputs"):  # inputs: the dataset id or the files
         found.pop(key)
     found["judge"].pop("cache")
     found["judge"].pop("calls")
