@@ -227,3 +227,21 @@ def test_errors_name_the_argument_and_what_is_missing(ranx_objects) -> None:
         evaluate(qrels, twice, "AP")
     with pytest.raises(UDCGInputError, match=r"field 'run': expected a TREC run file.*got int"):
         evaluate(qrels, 3, "AP")
+
+
+def test_a_run_and_qrels_without_a_shared_query_warn_naming_ids_of_both() -> None:
+    """pandas makes an id column with a missing value float: 1.0 is not the run's 1. The
+    result is empty, as in trec_eval and pytrec_eval, and a warning says why."""
+    import warnings
+
+    from udcg.errors import UDCGWarning
+
+    qrels = pd.DataFrame({"query_id": [1.0, 2.0], "doc_id": ["a", "c"], "relevance": [1, 1]})
+    run = pd.DataFrame({"query_id": [1, 2], "doc_id": ["a", "c"], "score": [2.0, 1.0]})
+    with pytest.warns(UDCGWarning, match=r"share no query id.*run: '1', '2'; qrels: '1.0', '2.0'"):
+        assert evaluate(qrels, run, ["nDCG@10"]) == {}
+    with pytest.warns(UDCGWarning, match=r"\(run: none; qrels: 'q1'\)"):
+        assert evaluate({"q1": {"a": 1}}, iter([]), ["nDCG@10"]) == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UDCGWarning)
+        assert evaluate({"1": {"a": 1}}, run, ["nDCG@10"]) == {"1": {"nDCG@10": 1.0}}

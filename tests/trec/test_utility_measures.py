@@ -269,7 +269,7 @@ def test_another_utility_source_allowed_on_purpose_is_recorded(tmp_path: Path) -
         )
     assert str(err.value) == (
         "field 'utility': the weights were fitted with utility source 'x', not 'abstention' "
-        "(allow_mismatch=['utility'] or udcg trec --allow-mismatch utility to use them anyway)"
+        "(allow_mismatch=['utility'] to use them anyway)"
     )
     with pytest.warns(UDCGWarning, match=r"UDCGtheta@1 weights: field 'utility'.*on purpose"):
         got = evaluate(

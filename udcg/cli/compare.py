@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             utility_field=field,
             weights=_weights(args.weights, args.allow_unverified),
             allow_mismatch=args.allow_mismatch,
+            mismatch_option="--allow-mismatch {field}",
             confidence=args.confidence,
             coverage=coverage_file(args.coverage),
         )

@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             utility_field=field,
             weights=_weights(args.weights, args.allow_unverified),
             allow_mismatch=args.allow_mismatch,
+            mismatch_option="--allow-mismatch {field}",
             coverage=coverage_file(args.coverage),
         )
         write_result(result, args.per_query, args.format)

@@ -448,6 +448,7 @@ def _utility_options(
     utility_field: str | None,
     weights: WeightsLike | Iterable[WeightsLike] | None,
     allow_mismatch: Sequence[str],
+    mismatch_option: str | None,
 ) -> list[dict[str, Any]]:
     """Per system, the keyword arguments of ``evaluate_table`` for the utility measures, with
     every utilities file and every weights file read once: ``utilities`` is one source for all
@@ -480,6 +481,7 @@ def _utility_options(
             "utility_field": utility_field,
             "weights": loaded_weights,
             "allow_mismatch": allow_mismatch,
+            "mismatch_option": mismatch_option,
         }
         for source in sources
     ]
@@ -502,6 +504,7 @@ def compare(
     allow_mismatch: Sequence[str] = (),
     confidence: float = 0.95,
     coverage: CoverageLike | None = None,
+    mismatch_option: str | None = None,
 ) -> ComparisonReport:
     """Evaluate each run of ``runs`` (name -> run file, dict or Run) against ``qrels`` and
     test every pair of systems (or each against ``baseline``) on every measure.
@@ -517,7 +520,7 @@ def compare(
 
     ``qrels`` and the runs may be anything :func:`udcg.trec.engine.evaluate_table` accepts
     (files, dicts, udcg or ranx objects, DataFrames, ir_measures Qrel/ScoredDoc lists).
-    ``utilities``, ``utility_field``, ``weights`` and ``allow_mismatch`` go to
+    ``utilities``, ``utility_field``, ``weights``, ``allow_mismatch`` and ``mismatch_option`` go to
     ``evaluate_table`` for the utility measures (UDCG@k, UDCGtheta@k): ``utilities`` is one
     source (a file, a ``{qid: {doc_id: value}}`` dict, :class:`~udcg.io.joins.utilities.Utilities`)
     for every run, or a list of one source per run in the order of ``runs`` (each run's
@@ -538,7 +541,9 @@ def compare(
     """
     systems = check_options(runs, test, alpha, correction, n_resamples, seed, baseline, confidence)
     parsed = parse_measures(measures)
-    options = _utility_options(parsed, systems, utilities, utility_field, weights, allow_mismatch)
+    options = _utility_options(
+        parsed, systems, utilities, utility_field, weights, allow_mismatch, mismatch_option
+    )
     if coverage is not None and any(m.name in COVERAGE_MEASURES for m in parsed):
         from udcg.trec.coverage_measures import as_coverage
 

@@ -13,6 +13,7 @@ C-nDCG@k) in :mod:`udcg.trec.coverage_measures`, each imported only when one is 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
@@ -23,7 +24,7 @@ import pyarrow as pa
 
 from udcg._lazy import import_pandas
 from udcg._threads import run_concurrently
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.arrow import dictionary_encode, memory_pool, string_ranks, take, to_numpy
 from udcg.io.formats import interop
 from udcg.io.formats.trec import (
@@ -452,6 +453,7 @@ def evaluate_table(
     weights: WeightsLike | Iterable[WeightsLike] | None = None,
     allow_mismatch: Sequence[str] = (),
     coverage: CoverageLike | None = None,
+    mismatch_option: str | None = None,
 ) -> Evaluation:
     """Evaluate ``run`` against ``qrels``; inputs are Run/Qrels, TREC file paths, dicts, ranx
     Run/Qrels, pandas DataFrames or iterables of ir_measures ScoredDoc/Qrel (:func:`as_run`,
@@ -459,7 +461,8 @@ def evaluate_table(
 
     ``utilities``, ``utility_field`` and ``weights`` serve the utility measures (UDCG@k,
     UDCGtheta@k; see :func:`evaluate`) and are not read when none is asked for;
-    ``allow_mismatch`` lists weight-card fields to override on purpose (``utility``).
+    ``allow_mismatch`` lists weight-card fields to override on purpose (``utility``);
+    ``mismatch_option`` is how a refusal says to (default: ``allow_mismatch=['FIELD']``).
     ``coverage`` serves the coverage measures (C-Prec@k, C-nDCG@k; see :func:`evaluate`).
 
     Examples:
@@ -476,7 +479,10 @@ def evaluate_table(
     if any(m.name in UTILITY_MEASURES for m in parsed):
         from udcg.trec import utility_measures
 
-        plan = utility_measures.plan(parsed, utilities, utility_field, weights, allow_mismatch)
+        option = mismatch_option or utility_measures.PYTHON_OPTION
+        plan = utility_measures.plan(
+            parsed, utilities, utility_field, weights, allow_mismatch, option
+        )
     coverage_plan = None
     if any(m.name in COVERAGE_MEASURES for m in parsed):
         from udcg.trec import coverage_measures
@@ -534,6 +540,25 @@ def _ranked_utilities(
     return u
 
 
+def _warn_if_disjoint(in_qrels: np.ndarray, in_run: np.ndarray, qid_names: pa.Array) -> None:
+    """A :class:`UDCGWarning` when the qrels and the run share no query (every measure empty,
+    as in trec_eval), naming a few ids of each: ``1`` and ``1.0`` are two ids."""
+    if (in_qrels & in_run).any():
+        return
+
+    def some(mask: np.ndarray) -> str:
+        names = [repr(qid_names[int(i)].as_py()) for i in np.flatnonzero(mask)[:3]]
+        return ", ".join(names) + (", ..." if mask.sum() > 3 else "") if names else "none"
+
+    warnings.warn(
+        f"the run and the qrels share no query id, so every measure is empty (run: "
+        f"{some(in_run)}; qrels: {some(in_qrels)}); ids are compared as strings: 1 and 1.0 "
+        "are two ids",
+        UDCGWarning,
+        stacklevel=5,  # udcg.evaluate's caller
+    )
+
+
 def _evaluate(
     parsed: list[Measure],
     qrels: Qrels,
@@ -568,6 +593,7 @@ def _evaluate(
     lengths = np.bincount(q_ranked, minlength=n_queries)
     counts = _grade_counts(q_qrels, qrels.relevance, n_queries)
     judged = counts.sum(axis=1) > 0
+    _warn_if_disjoint(np.bincount(q_qrels, minlength=n_queries) > 0, lengths > 0, qid_names)
     # every retrieved-for query is scored; those the qrels do not judge are left out after
     evaluated = np.flatnonzero(lengths > 0)
     u_ranked = None

@@ -175,8 +175,15 @@ def _as_weights(item: Any) -> ThetaWeights:
     return item.to_weights() if hasattr(item, "to_weights") else read_weights(item)
 
 
+#: how a refusal of the weights says to allow a mismatch, in Python
+PYTHON_OPTION = "allow_mismatch=['{field}']"
+
+
 def _check_source(
-    weights: dict[int, ThetaWeights], utilities: Utilities, allow_mismatch: Sequence[str] = ()
+    weights: dict[int, ThetaWeights],
+    utilities: Utilities,
+    allow_mismatch: Sequence[str] = (),
+    option: str = PYTHON_OPTION,
 ) -> None:
     """Weights fitted on one utility source or judge are refused for utilities of another
     (the source is unknown for ready utilities, ``utility_field="utility"``; the judge is known
@@ -188,7 +195,6 @@ def _check_source(
         "judge": utilities.judge,
         "fingerprint": utilities.fingerprint,
     }
-    option = "allow_mismatch=['{field}'], on the command line --allow-mismatch {field},"
     for w in weights.values():
         for note in check_compatible(w.card, applied, allow_mismatch, option):
             warnings.warn(f"UDCGtheta@{w.k} weights: {note}", UDCGWarning, stacklevel=4)
@@ -200,9 +206,11 @@ def plan(
     utility_field: str | None,
     weights: WeightsLike | Iterable[WeightsLike] | None,
     allow_mismatch: Sequence[str] = (),
+    option: str = PYTHON_OPTION,
 ) -> UtilityPlan | None:
     """The checked inputs of the utility measures among ``measures`` (None when there are
-    none); the weights are read before the utilities, both before the run.
+    none); the weights are read before the utilities, both before the run; ``option``: how a
+    refusal of the weights says to allow the mismatch (``{field}`` in it names the field).
 
     Examples:
         >>> from udcg.trec.measures import parse_measures
@@ -221,7 +229,7 @@ def plan(
         raise _needs(wanted[0], "utilities")
     by_k = _weights_by_k(wanted, weights)
     loaded = as_utilities(utilities, utility_field)
-    _check_source(by_k, loaded, allow_mismatch)
+    _check_source(by_k, loaded, allow_mismatch, option)
     return UtilityPlan(loaded, by_k, max(m.cutoff for m in wanted))
 
 
