@@ -281,7 +281,7 @@ def test_the_recorded_fingerprint_is_printed_escaped(tmp_path: Path, capsys) -> 
     assert first.startswith("4 contexts, judge sim (values made by fp\\nall\\t9.9\\x1b[2J)")
 
 
-def test_compare_names_its_own_option_and_warns_once(tmp_path: Path, capsys) -> None:
+def test_compare_names_its_own_option(tmp_path: Path, capsys) -> None:
     from udcg.cli.compare import main as compare_main
 
     data = tmp_path / "c.jsonl"
@@ -309,7 +309,7 @@ def test_compare_names_its_own_option_and_warns_once(tmp_path: Path, capsys) -> 
     err = capsys.readouterr().err
     assert "(--allow-mismatch fingerprint to use them anyway)" in err and "udcg trec" not in err
     assert compare_main([*args, "--allow-mismatch", "fingerprint"]) == 0
-    assert capsys.readouterr().err.count("(allowed on purpose)") == 1
+    assert "judge fingerprint 'fp-a', not 'fp-b' (allowed on purpose)" in capsys.readouterr().err
 
 
 def test_qcare_label_carries_who_made_the_values_to_its_output(tmp_path: Path, monkeypatch) -> None:
@@ -331,3 +331,65 @@ def test_qcare_label_carries_who_made_the_values_to_its_output(tmp_path: Path, m
     assert values_made_by(out, "llama3", "abstain") == "fp-a"
     manifest = json.loads(manifest_path(out).read_text())
     assert (manifest["judge"], manifest["judge_fingerprint"]) == ("covers", "covers-v1")
+
+
+def test_abstention_values_of_two_modes_are_two_makers(tmp_path: Path, monkeypatch, capsys) -> None:
+    """One local judge, two abstention modes: the values differ, and so does who made them
+    (the mode joins the fingerprint unless it is the default first_token)."""
+    from udcg.judge import Judge
+
+    class Modal(Judge):
+        name, fingerprint = "modal", "modal-v1"
+
+        def abstain_prob(self, questions, passages, mode="first_token", *, on_result=None):
+            return np.full(len(questions), 0.2 if mode == "first_token" else 0.6)
+
+    monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: Modal())
+    write_contexts(tmp_path / "in.jsonl", _contexts())
+    made = {}
+    for mode in ("first_token", "sequence"):
+        out = tmp_path / f"{mode}.jsonl"
+        args = [str(tmp_path / "in.jsonl"), "-o", str(out), "--judge", "x", "--mode", mode]
+        assert annotate_main([*args, "--steps", "abstain", "--judge-key", "modal"]) == 0
+        made[mode] = values_made_by(out, "modal", "abstain")
+    assert made == {"first_token": "modal-v1", "sequence": "modal-v1|mode=sequence"}
+    weights = _weights(tmp_path / "w", 2, "modal", made["sequence"])
+    capsys.readouterr()
+    first = tmp_path / "first_token.jsonl"
+    assert score_main([str(first), "--judge", "modal", "--weights", str(weights)]) == 2
+    assert "judge fingerprint 'modal-v1|mode=sequence', not 'modal-v1'" in capsys.readouterr().err
+    second = tmp_path / "sequence.jsonl"
+    assert score_main([str(second), "--judge", "modal", "--weights", str(weights)]) == 0
+
+
+def test_evaluate_refuses_another_precomputed_file_for_annotated_given_contexts(
+    annotated: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    from udcg.pipeline.datasets import contexts_jsonl
+
+    out, spec, other = annotated
+    dataset = contexts_jsonl(out)
+    settings = EvaluateSettings(k=2, n_bootstrap=20, cache_dir=tmp_path / "s", judge=other)
+    with pytest.raises(UDCGInputError, match="field 'judge': the values of judge 'llama3' were"):
+        run_benchmark(dataset, None, settings, tmp_path / "r1")
+    same = EvaluateSettings(k=2, n_bootstrap=20, cache_dir=tmp_path / "s", judge=spec)
+    run_benchmark(dataset, None, same, tmp_path / "r2")
+
+
+def test_special_outputs_are_written_in_place_or_refused(
+    annotated: tuple[Path, str, str], tmp_path: Path, capsys
+) -> None:
+    """``-o /dev/null`` is written in place, never renamed over (and gets no manifest); a
+    command that writes beside its output refuses it."""
+    import os
+    import stat
+
+    out, _, _ = annotated
+    ours = _weights(tmp_path / "ours", 2, "llama3", values_made_by(out, "llama3", "abstain"))
+    assert order_main([str(out), "-o", os.devnull, "--weights", str(ours)]) == 0
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    assert not Path(os.devnull + ".manifest.json").exists()
+    assert (
+        annotate_main([str(out), "-o", os.devnull, "--judge", "llama3", "--steps", "abstain"]) == 2
+    )
+    assert "/dev/null: is not a regular file" in capsys.readouterr().err

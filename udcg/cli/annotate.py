@@ -328,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             {op: judge.key_settings(op) for op in operations(args.steps, args.relevance)},
         )
         relabel = args.relabel_relevance
-        judges = made_by(judges, judge.name, judge.fingerprint, args.steps, args.relevance, relabel)
+        judges = made_by(
+            judges, judge.name, judge.fingerprint, args.steps, args.relevance, relabel, args.mode
+        )
         signals = [
             ContextSignal(source.name, judge.name)
             for source in SOURCES.values()

@@ -43,17 +43,12 @@ def one_line(text: str) -> str:
 
 @contextmanager
 def one_line_warnings(prog: str) -> Iterator[None]:
-    """Show every :class:`UDCGWarning` as ``PROG: warning: ...`` on stderr, each text once
-    (wherever it is raised: the check of one input per system repeats it)."""
+    """Show every :class:`UDCGWarning` (each time) as ``PROG: warning: ...`` on stderr."""
     original = warnings.showwarning
-    shown: set[str] = set()
 
     def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         if issubclass(category, UDCGWarning):
-            text = f"{prog}: warning: {one_line(str(message))}"
-            if text not in shown:
-                shown.add(text)
-                print(text, file=sys.stderr)
+            print(f"{prog}: warning: {one_line(str(message))}", file=sys.stderr)
         else:
             original(message, category, *args, **kwargs)
 
@@ -121,18 +116,25 @@ def info_stream(*outputs: str | None) -> TextIO:
 
 
 #: The names of standard input: ``-`` and the device files that read it.
-STDIN_NAMES = frozenset({STDIO, "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+STDIN_NAMES = frozenset(
+    {STDIO, "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "/proc/thread-self/fd/0"}
+)
 
 
 def reads_stdin(path: PathType) -> bool:
     """Whether ``path`` reads standard input (:data:`STDIN_NAMES`, however spelled).
 
     Examples:
-        >>> reads_stdin("-"), reads_stdin("/dev//stdin"), reads_stdin("stdin.tsv")
+        >>> reads_stdin("-"), reads_stdin("//dev//stdin"), reads_stdin("stdin.tsv")
         (True, True, False)
+        >>> reads_stdin("./-")  # a file named -
+        False
     """
     text = os.fspath(path)
-    return text == STDIO or os.path.normpath(text) in STDIN_NAMES
+    if text == STDIO:
+        return True
+    name = os.path.normpath(text)  # keeps a leading //: POSIX leaves its meaning open
+    return name.startswith("/") and "/" + name.lstrip("/") in STDIN_NAMES
 
 
 def refuse_stdin_twice(inputs: Mapping[str, PathType | Sequence[PathType] | None]) -> None:

@@ -320,12 +320,14 @@ def _check_mode(args: argparse.Namespace) -> None:
 
 def _refuse_overwriting(args: argparse.Namespace) -> None:
     """The output, or the manifest written beside it, may not name an input."""
-    from udcg.labels.stream import refuse_outputs
+    from udcg.io.files import refuse_same_file
+    from udcg.io.manifests import manifest_path
 
     inputs = {"IN": args.input, "--run": args.run, "--qrels": args.qrels}
     inputs["--utilities"] = args.utilities
     refuse_stdin_twice(inputs)
-    refuse_outputs(args.out, {**inputs, **weights_inputs(args.weights)})
+    for path in (args.out, manifest_path(args.out)):
+        refuse_same_file(path, {**inputs, **weights_inputs(args.weights)})
 
 
 def main(argv: list[str] | None = None) -> int:

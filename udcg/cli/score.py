@@ -45,14 +45,18 @@ from udcg.cli.common import (
     weights_inputs,
 )
 from udcg.cli.weights import add_allow_unverified
-from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import read_contexts, relevance_matrix
 from udcg.io.contexts.model import by_key
 from udcg.io.files import atomic_write, refuse_same_file
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
-from udcg.judge.spec import PRECOMPUTED, judge_key
-from udcg.pipeline.context_scores import checked_theta, file_values_made_by, theta_columns
+from udcg.judge.spec import judge_key
+from udcg.pipeline.context_scores import (
+    checked_theta,
+    file_values_made_by,
+    made_by_spec,
+    theta_columns,
+)
 from udcg.pipeline.metric_table import classic_metrics
 from udcg.validation import printable
 
@@ -119,27 +123,6 @@ def means_table(columns: dict[str, np.ndarray], groups: list[tuple[str, int]]) -
             means.append(f"{defined.mean():.4f}" if len(defined) else "n/a")
         rows.append((str(label[0]), str(label[1]), str(int(mask.sum())), *means))
     return "\n".join("\t".join(row) for row in rows)
-
-
-def made_by_spec(spec: str, key: str, made: str | None, contexts: str) -> None:
-    """Refuse a ``precomputed:FILE`` judge spec when ``contexts``' manifest records that
-    another judge (fingerprint ``made``) made the values under its ``key``: the file's digest
-    is its fingerprint. Other specs add options to theirs and are not checked here.
-
-    Examples:
-        >>> made_by_spec("smollm2-135m", "smollm2-135m", "local:abc", "c.jsonl")
-    """
-    if made is None or not spec.startswith(PRECOMPUTED):
-        return
-    from udcg.judge.precomputed import PrecomputedJudge
-
-    fingerprint = PrecomputedJudge(spec.removeprefix(PRECOMPUTED), name=key).fingerprint
-    if fingerprint != made:
-        raise UDCGInputError(
-            f"the values of judge {key!r} were made by the judge with fingerprint {made}, not "
-            f"by {spec} ({fingerprint}): score the contexts that judge annotated",
-            path=contexts,
-        )
 
 
 def score(args: argparse.Namespace) -> None:

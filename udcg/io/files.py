@@ -304,21 +304,16 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         yield sys.stdout.buffer if "b" in mode else sys.stdout
         return
     path = Path(path)
+    if is_special(path):  # /dev/null, a FIFO: written in place, never replaced by a file
+        with open(path, "wb") as raw, _encoded(raw, path, mode) as out:
+            yield out
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _new_file(path.parent, f".{path.name}.", ".tmp")
     try:
         with os.fdopen(fd, "wb") as raw:
-            stream: IO = (
-                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.suffix == ".gz" else raw
-            )
-            with stream if stream is not raw else contextlib.nullcontext(raw):
-                if "b" in mode:
-                    yield stream
-                else:
-                    text = io.TextIOWrapper(stream, encoding="utf-8", newline="\n")
-                    yield text
-                    text.flush()
-                    text.detach()
+            with _encoded(raw, path, mode) as out:
+                yield out
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp, path)
@@ -326,6 +321,35 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def is_special(path: PathType) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a directory (a device such as
+    ``/dev/null``, a FIFO, ``/dev/stdout``): written in place, never renamed over or hashed.
+
+    Examples:
+        >>> is_special("/dev/null"), is_special("no/such/file"), is_special(".")
+        (True, False, False)
+    """
+    try:
+        kind = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(kind) or stat.S_ISDIR(kind))
+
+
+@contextlib.contextmanager
+def _encoded(raw: IO[bytes], path: Path, mode: str) -> Iterator[IO]:
+    """``raw`` compressed when ``path`` ends in ``.gz``, as text unless ``mode`` has ``b``."""
+    stream: IO = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.suffix == ".gz" else raw
+    with stream if stream is not raw else contextlib.nullcontext(raw):
+        if "b" in mode:
+            yield stream
+        else:
+            text = io.TextIOWrapper(stream, encoding="utf-8", newline="\n")
+            yield text
+            text.flush()
+            text.detach()
 
 
 @contextlib.contextmanager

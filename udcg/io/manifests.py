@@ -83,7 +83,8 @@ def recorded_judges(output: PathType) -> dict[str, dict[str, str]]:
         key, fingerprint, steps = (manifest.get(f) for f in ("judge", "judge_fingerprint", "steps"))
         if isinstance(key, str) and isinstance(fingerprint, str) and isinstance(steps, list):
             relevance, relabel = manifest.get("relevance"), manifest.get("relabel_relevance")
-            judges = made_by({}, key, fingerprint, steps, relevance, relabel is True)
+            mode = manifest.get("mode")
+            judges = made_by({}, key, fingerprint, steps, relevance, relabel is True, mode)
     if not isinstance(judges, dict):
         return {}
     return {
@@ -104,6 +105,17 @@ def values_made_by(output: PathType, key: str, step: str) -> str | None:
     return recorded_judges(output).get(key, {}).get(step)
 
 
+def with_mode(fingerprint: str, mode: str | None) -> str:
+    """Who made abstention values: the judge's fingerprint, and the abstention mode unless it
+    is the default ``first_token`` (so records from before the mode was recorded still agree).
+
+    Examples:
+        >>> with_mode("fp", "first_token"), with_mode("fp", "sequence")
+        ('fp', 'fp|mode=sequence')
+    """
+    return fingerprint if mode in (None, "first_token") else f"{fingerprint}|mode={mode}"
+
+
 def made_by(
     judges: Mapping[str, Mapping[str, str]],
     name: str,
@@ -111,11 +123,13 @@ def made_by(
     steps: Sequence[str],
     relevance: str | None,
     relabel_relevance: bool,
+    mode: str | None = "first_token",
 ) -> dict[str, dict[str, str]]:
     """Who made the values of each judge key once the judge ``name`` with ``fingerprint`` has
     run ``steps`` on a file whose values ``judges`` made (:func:`recorded_judges`): the steps
-    it runs are its own, except string relevance (no LLM's labels: the earlier entry stays,
-    and a string relabel, which drops every LLM's labels, removes them all).
+    it runs are its own, the abstention step's with its ``mode`` (:func:`with_mode`), except
+    string relevance (no LLM's labels: the earlier entry stays, and a string relabel, which
+    drops every LLM's labels, removes them all).
 
     Examples:
         >>> earlier = {"vals": {"abstain": "fp-a", "relevance": "fp-a"},
@@ -130,5 +144,6 @@ def made_by(
         for made in out.values():
             made.pop("relevance", None)
     own = [s for s in steps if s != "relevance" or relevance != "string"]
-    out.setdefault(name, {}).update({s: fingerprint for s in own})
+    made = {s: with_mode(fingerprint, mode) if s == "abstain" else fingerprint for s in own}
+    out.setdefault(name, {}).update(made)
     return out

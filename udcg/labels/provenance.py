@@ -30,7 +30,7 @@ from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, context_line
-from udcg.io.files import STDIO, PathType, atomic_write
+from udcg.io.files import STDIO, PathType, atomic_write, is_special
 from udcg.io.manifests import file_sha256, manifest_path, recorded_judges
 from udcg.labels.annotate import STEPS, operations
 
@@ -172,7 +172,8 @@ def write_derived_manifest(output: PathType, source: PathType, record: Mapping[s
     (reordered, Q-CARE labels added): ``record`` says what made it, ``source`` and its SHA-256
     what it was made from, and ``judges`` carries who made the values ``source`` holds
     (:func:`udcg.io.manifests.recorded_judges`), so the checks downstream keep knowing. Nothing
-    for standard output; standard input is recorded without a SHA-256.
+    for standard output or a device (``/dev/null``); an input that is not a regular file
+    (standard input, a pipe, ``<(...)``: read once, already) is recorded without a SHA-256.
 
     Examples:
         >>> import tempfile
@@ -189,9 +190,9 @@ def write_derived_manifest(output: PathType, source: PathType, record: Mapping[s
         >>> carried
         {'llama3': {'abstain': 'fp-1'}}
     """
-    if os.fspath(output) == STDIO:
+    if os.fspath(output) == STDIO or is_special(output):
         return
-    piped = os.fspath(source) == STDIO
+    piped = os.fspath(source) == STDIO or not os.path.isfile(source)
     counts = {
         "input": os.fspath(source),
         "input_sha256": None if piped else file_sha256(source),

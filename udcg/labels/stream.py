@@ -39,6 +39,7 @@ from udcg.io.files import (
     PathType,
     atomic_write,
     exclusive_writer,
+    is_special,
     refuse_directory,
     refuse_same_file,
 )
@@ -98,9 +99,11 @@ def partial_manifest_path(partial: Path) -> Path:
 
 
 def refuse_outputs(output: PathType, inputs: Mapping[str, PathType | None]) -> None:
-    """Refuse an ``output`` that is a directory, or that (or a file a command writes beside it:
-    ``OUT.lock``, ``OUT.partial``, ``OUT.partial.manifest``, ``OUT.manifest.json``) names one
-    of ``inputs`` (option or argument name -> path): the run would replace or delete it.
+    """Refuse an ``output`` that is a directory or a device (``/dev/null``, a FIFO: the finished
+    file is renamed over it, and locks and manifests go beside it), or that (or a file a command
+    writes beside it: ``OUT.lock``, ``OUT.partial``, ``OUT.partial.manifest``,
+    ``OUT.manifest.json``) names one of ``inputs`` (option or argument name -> path): the run
+    would replace or delete it.
 
     Examples:
         >>> refuse_outputs("out.jsonl", {"--cache": "out.jsonl.lock"})
@@ -110,6 +113,12 @@ def refuse_outputs(output: PathType, inputs: Mapping[str, PathType | None]) -> N
     """
     if os.fspath(output) == STDIO:
         return
+    if is_special(output):
+        raise UDCGInputError(
+            "is not a regular file: the output is written beside it and renamed into place "
+            "(- writes to standard output)",
+            path=output,
+        )
     partial = partial_path(output)
     lock = f"{os.fspath(output)}.lock"
     for path in (output, partial, partial_manifest_path(partial), manifest_path(output), lock):

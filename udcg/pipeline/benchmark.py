@@ -21,6 +21,7 @@ from udcg.judge.spec import PRECOMPUTED
 from udcg.labels.signal_check import SignalCheck, check_contexts
 from udcg.pipeline import correlate, report
 from udcg.pipeline.calibration_report import calibration_report
+from udcg.pipeline.context_scores import made_by_spec
 from udcg.pipeline.datasets import Dataset
 from udcg.pipeline.order_study import compare_orders, run_order_study
 from udcg.pipeline.scoring import score_table
@@ -221,6 +222,8 @@ def run_benchmark(
     own_labels = not settings.judge.startswith(PRECOMPUTED)
     # the values given contexts hold: who made them, as their file's manifest says
     made = dataset.judges.get(settings.judge_key, {}).get(get_source(settings.utility).step)
+    if given:
+        made_by_spec(settings.judge, settings.judge_key, made, None)
     theta, theta_notes = load_theta(
         settings.theta_weights,
         k,

@@ -14,9 +14,11 @@ from udcg import metrics
 from udcg._lazy import import_pandas
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevance_matrix
+from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.io.manifests import values_made_by
+from udcg.io.manifests import values_made_by, with_mode
 from udcg.io.weights.files import check_compatible
+from udcg.judge.spec import PRECOMPUTED
 from udcg.labels.erag import erag_labels
 from udcg.metrics.udcg import DEFAULT_GAMMA
 from udcg.pipeline.metric_table import ERAG_METRICS, classic_metrics, erag_metrics
@@ -100,6 +102,29 @@ def file_values_made_by(
     if not isinstance(contexts, (str, os.PathLike)):
         return None
     return values_made_by(contexts, judge, get_source(utility).step)
+
+
+def made_by_spec(spec: str, key: str, made: str | None, contexts: PathType | None) -> None:
+    """Refuse a ``precomputed:FILE`` judge spec when the manifest of the ``contexts`` file
+    records that another judge (fingerprint ``made``) made the values under its ``key``: the
+    file's digest is its fingerprint (in any abstention mode: the file's values have none).
+    Other specs add options to theirs and are not checked here.
+
+    Examples:
+        >>> made_by_spec("smollm2-135m", "smollm2-135m", "local:abc", "c.jsonl")
+    """
+    if made is None or not spec.startswith(PRECOMPUTED):
+        return
+    from udcg.judge.precomputed import PrecomputedJudge
+
+    fingerprint = PrecomputedJudge(spec.removeprefix(PRECOMPUTED), name=key).fingerprint
+    if made not in {with_mode(fingerprint, mode) for mode in ("first_token", "sequence")}:
+        raise UDCGInputError(
+            f"the values of judge {key!r} were made by the judge with fingerprint {made}, not "
+            f"by {spec} ({fingerprint}): use the contexts that judge annotated",
+            path=contexts,
+            field=None if contexts is not None else "judge",
+        )
 
 
 def checked_theta(
