@@ -393,3 +393,65 @@ def test_special_outputs_are_written_in_place_or_refused(
         annotate_main([str(out), "-o", os.devnull, "--judge", "llama3", "--steps", "abstain"]) == 2
     )
     assert "/dev/null: is not a regular file" in capsys.readouterr().err
+
+
+def test_a_precomputed_file_takes_no_abstention_mode(tmp_path: Path) -> None:
+    """Its values are what the file holds: both modes give one maker."""
+    probs = _probabilities(tmp_path / "a" / "llama3.jsonl", 0.2)
+    write_contexts(tmp_path / "in.jsonl", _contexts())
+    made = set()
+    for mode in ("first_token", "sequence"):
+        out = tmp_path / f"{mode}.jsonl"
+        args = [str(tmp_path / "in.jsonl"), "-o", str(out), "--judge", f"precomputed:{probs}"]
+        assert annotate_main([*args, "--steps", "abstain", "--mode", mode]) == 0
+        made.add(values_made_by(out, "llama3", "abstain"))
+    assert len(made) == 1 and "|mode=" not in made.pop()
+
+
+def test_a_manifest_of_a_sequence_run_without_the_mode_in_judges_is_read_with_it(
+    tmp_path: Path,
+) -> None:
+    """Development versions of 0.3 recorded the run's own abstention without its mode."""
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate_contexts(4, 3, per_query=1))
+    record = {
+        "judge": "sim", "judge_fingerprint": "fp", "steps": ["abstain"], "mode": "sequence",
+        "judges": {"sim": {"abstain": "fp"}, "other": {"abstain": "fp-o"}},
+        "output_sha256": file_sha256(data),
+    }  # fmt: skip
+    manifest_path(data).write_text(json.dumps(record))
+    assert values_made_by(data, "sim", "abstain") == "fp|mode=sequence"
+    assert values_made_by(data, "other", "abstain") == "fp-o"
+
+
+def test_stream_outputs_are_written_in_place_and_directories_refused_first(
+    annotated: tuple[Path, str, str], tmp_path: Path, capsys
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from udcg.judge.cache import JudgeCache
+
+    out, _, _ = annotated
+    redirected = tmp_path / "redirected.jsonl"
+    with redirected.open("w") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-m", "udcg", "score", str(out), "--judge", "llama3", "--out",
+             "/dev/fd/1"],
+            stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in redirected.read_text().splitlines() if line[:1] == "{"]
+    assert len(rows) == 6
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert score_main([str(out), "--judge", "llama3", "--out", str(folder)]) == 2
+    assert f"{folder}: is a directory" in capsys.readouterr().err
+    ours = _weights(tmp_path / "ours", 2, "llama3", values_made_by(out, "llama3", "abstain"))
+    assert order_main([str(out), "-o", str(folder), "--weights", str(ours)]) == 2
+    assert f"{folder}: is a directory" in capsys.readouterr().err
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(UDCGInputError, match="not a usable judge cache: it is a device or a pipe"):
+        JudgeCache(tmp_path / "fifo")

@@ -304,10 +304,12 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         yield sys.stdout.buffer if "b" in mode else sys.stdout
         return
     path = Path(path)
-    if is_special(path):  # /dev/null, a FIFO: written in place, never replaced by a file
-        with open(path, "wb") as raw, _encoded(raw, path, mode) as out:
+    if is_special(path):  # /dev/null, /dev/stdout, a FIFO: written in place, never replaced
+        sys.stdout.flush()  # what was printed before comes first where stdout is this stream
+        with open(path, "ab") as raw, _encoded(raw, path, mode) as out:
             yield out
         return
+    refuse_directory(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _new_file(path.parent, f".{path.name}.", ".tmp")
     try:
@@ -324,13 +326,19 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
 
 
 def is_special(path: PathType) -> bool:
-    """Whether ``path`` exists and is neither a regular file nor a directory (a device such as
-    ``/dev/null``, a FIFO, ``/dev/stdout``): written in place, never renamed over or hashed.
+    """Whether ``path`` is written in place, never renamed over or hashed: a name under
+    ``/dev`` or ``/proc`` (``/dev/null``, ``/dev/stdout``, ``/dev/fd/1``, whatever file the
+    stream goes to), or anything existing that is neither a regular file nor a directory (a
+    FIFO).
 
     Examples:
-        >>> is_special("/dev/null"), is_special("no/such/file"), is_special(".")
-        (True, False, False)
+        >>> is_special("/dev/null"), is_special("/dev/stdout"), is_special("no/such/file")
+        (True, True, False)
+        >>> is_special(".")
+        False
     """
+    if os.path.abspath(path).startswith(("/dev/", "/proc/")):
+        return True
     try:
         kind = os.stat(path).st_mode
     except OSError:

@@ -79,19 +79,23 @@ def recorded_judges(output: PathType) -> dict[str, dict[str, str]]:
     if not isinstance(manifest, dict) or manifest.get("output_sha256") != file_sha256(output):
         return {}
     judges = manifest.get("judges")
-    if judges is None:  # the run that wrote it, alone
-        key, fingerprint, steps = (manifest.get(f) for f in ("judge", "judge_fingerprint", "steps"))
-        if isinstance(key, str) and isinstance(fingerprint, str) and isinstance(steps, list):
-            relevance, relabel = manifest.get("relevance"), manifest.get("relabel_relevance")
-            mode = manifest.get("mode")
-            judges = made_by({}, key, fingerprint, steps, relevance, relabel is True, mode)
+    key, fingerprint, steps = (manifest.get(f) for f in ("judge", "judge_fingerprint", "steps"))
+    own = isinstance(key, str) and isinstance(fingerprint, str) and isinstance(steps, list)
+    if judges is None and own:  # the run that wrote it, alone
+        relevance, relabel = manifest.get("relevance"), manifest.get("relabel_relevance")
+        mode = manifest.get("mode")
+        judges = made_by({}, key, fingerprint, steps, relevance, relabel is True, mode)
     if not isinstance(judges, dict):
         return {}
-    return {
-        key: {s: f for s, f in made.items() if isinstance(s, str) and isinstance(f, str)}
-        for key, made in judges.items()
-        if isinstance(key, str) and isinstance(made, dict)
+    found = {
+        k: {s: f for s, f in made.items() if isinstance(s, str) and isinstance(f, str)}
+        for k, made in judges.items()
+        if isinstance(k, str) and isinstance(made, dict)
     }
+    if own and "abstain" in steps and found.get(key, {}).get("abstain") == fingerprint:
+        # its own run's abstention, recorded before the mode was (0.3 development versions)
+        found[key]["abstain"] = with_mode(fingerprint, manifest.get("mode"))
+    return found
 
 
 def values_made_by(output: PathType, key: str, step: str) -> str | None:
@@ -105,15 +109,24 @@ def values_made_by(output: PathType, key: str, step: str) -> str | None:
     return recorded_judges(output).get(key, {}).get(step)
 
 
+#: the fingerprint prefix of a precomputed file, whose values take no abstention mode
+PRECOMPUTED_FINGERPRINT = "precomputed:"
+
+
 def with_mode(fingerprint: str, mode: str | None) -> str:
     """Who made abstention values: the judge's fingerprint, and the abstention mode unless it
-    is the default ``first_token`` (so records from before the mode was recorded still agree).
+    is the default ``first_token`` (so records from before the mode was recorded still agree)
+    or the judge is a precomputed file (its values are what the file holds, in any mode).
 
     Examples:
         >>> with_mode("fp", "first_token"), with_mode("fp", "sequence")
         ('fp', 'fp|mode=sequence')
+        >>> with_mode("precomputed:ab12", "sequence")
+        'precomputed:ab12'
     """
-    return fingerprint if mode in (None, "first_token") else f"{fingerprint}|mode={mode}"
+    if mode in (None, "first_token") or fingerprint.startswith(PRECOMPUTED_FINGERPRINT):
+        return fingerprint
+    return f"{fingerprint}|mode={mode}"
 
 
 def made_by(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError
+from udcg.io.files import is_special
 from udcg.judge.structured import JSONResult
 
 CACHE_FILENAME = "judge.sqlite"
@@ -257,6 +258,11 @@ class JudgeCache:
         self._pid = -1
         if self.path.is_dir():
             raise UDCGInputError("is a directory, expected a judge cache file", path=self.path)
+        if is_special(self.path):  # before SQLite leaves a -journal beside a device
+            raise UDCGInputError(
+                "not a usable judge cache: it is a device or a pipe; give the cache file itself",
+                path=self.path,
+            )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -180,11 +180,11 @@ def write_derived_manifest(output: PathType, source: PathType, record: Mapping[s
         >>> from pathlib import Path
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     src, out = Path(folder) / "in.jsonl", Path(folder) / "out.jsonl"
-        ...     _ = src.write_text("{}\n")
+        ...     _ = src.write_text("{}\\n")
         ...     judges = {"llama3": {"abstain": "fp-1"}}
         ...     made = {"judges": judges, "output_sha256": file_sha256(src)}
         ...     _ = manifest_path(src).write_text(json.dumps(made))
-        ...     _ = out.write_text("{}\n")
+        ...     _ = out.write_text("{}\\n")
         ...     write_derived_manifest(out, src, {"format": "udcg-order/1"})
         ...     carried = recorded_judges(out)
         >>> carried

@@ -16,7 +16,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevance_matrix
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.io.manifests import values_made_by, with_mode
+from udcg.io.manifests import values_made_by
 from udcg.io.weights.files import check_compatible
 from udcg.judge.spec import PRECOMPUTED
 from udcg.labels.erag import erag_labels
@@ -107,7 +107,8 @@ def file_values_made_by(
 def made_by_spec(spec: str, key: str, made: str | None, contexts: PathType | None) -> None:
     """Refuse a ``precomputed:FILE`` judge spec when the manifest of the ``contexts`` file
     records that another judge (fingerprint ``made``) made the values under its ``key``: the
-    file's digest is its fingerprint (in any abstention mode: the file's values have none).
+    file's digest is its fingerprint (in any abstention mode: the file's values have none,
+    :func:`udcg.io.manifests.with_mode`).
     Other specs add options to theirs and are not checked here.
 
     Examples:
@@ -118,7 +119,7 @@ def made_by_spec(spec: str, key: str, made: str | None, contexts: PathType | Non
     from udcg.judge.precomputed import PrecomputedJudge
 
     fingerprint = PrecomputedJudge(spec.removeprefix(PRECOMPUTED), name=key).fingerprint
-    if made not in {with_mode(fingerprint, mode) for mode in ("first_token", "sequence")}:
+    if made != fingerprint:
         raise UDCGInputError(
             f"the values of judge {key!r} were made by the judge with fingerprint {made}, not "
             f"by {spec} ({fingerprint}): use the contexts that judge annotated",
