@@ -455,3 +455,34 @@ def test_stream_outputs_are_written_in_place_and_directories_refused_first(
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(UDCGInputError, match="not a usable judge cache: it is a device or a pipe"):
         JudgeCache(tmp_path / "fifo")
+
+
+def test_names_of_standard_output_are_standard_output(
+    annotated: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """``-o /dev/stdout`` (or a link to it) is ``-o -``: the rows go to standard output, in
+    order, the messages to standard error; a regular file under /dev is any regular file."""
+    import os
+    import subprocess
+    import sys
+
+    from udcg.io.files import is_special, stream_name
+
+    out, _, _ = annotated
+    ours = _weights(tmp_path / "ours", 2, "llama3", values_made_by(out, "llama3", "abstain"))
+    (tmp_path / "link.jsonl").symlink_to("/dev/stdout")
+    for target in ("/dev/stdout", "//dev/stdout", str(tmp_path / "link.jsonl")):
+        redirected = tmp_path / "redirected.jsonl"
+        with redirected.open("w") as stdout:
+            done = subprocess.run(
+                [sys.executable, "-m", "udcg", "order", str(out), "-o", target, "--weights",
+                 str(ours)],
+                stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120,
+                env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        rows = [json.loads(line) for line in redirected.read_text().splitlines()]
+        assert len(rows) == 6 and "reordered by theta" in done.stderr
+        assert (tmp_path / "link.jsonl").is_symlink()
+    assert stream_name(tmp_path / "link.jsonl") == 1
+    assert not is_special("/dev/shm/udcg-not-there.jsonl")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
-from udcg.io.files import STDIO, PathType
+from udcg.io.files import STDIO, PathType, stream_name
 from udcg.validation import printable
 
 #: Exit status after a broken pipe on standard output (128 + SIGPIPE).
@@ -115,14 +115,10 @@ def info_stream(*outputs: str | None) -> TextIO:
     return sys.stderr if STDIO in outputs else sys.stdout
 
 
-#: The names of standard input: ``-`` and the device files that read it.
-STDIN_NAMES = frozenset(
-    {STDIO, "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "/proc/thread-self/fd/0"}
-)
-
-
 def reads_stdin(path: PathType) -> bool:
-    """Whether ``path`` reads standard input (:data:`STDIN_NAMES`, however spelled).
+    """Whether ``path`` reads standard input: ``-``, or a name of file descriptor 0
+    (``/dev/stdin``, ``/dev/fd/0``, ``/proc/self/fd/0``, however spelled, or a link to one:
+    :func:`udcg.io.files.stream_name`).
 
     Examples:
         >>> reads_stdin("-"), reads_stdin("//dev//stdin"), reads_stdin("stdin.tsv")
@@ -130,11 +126,19 @@ def reads_stdin(path: PathType) -> bool:
         >>> reads_stdin("./-")  # a file named -
         False
     """
-    text = os.fspath(path)
-    if text == STDIO:
-        return True
-    name = os.path.normpath(text)  # keeps a leading //: POSIX leaves its meaning open
-    return name.startswith("/") and "/" + name.lstrip("/") in STDIN_NAMES
+    return os.fspath(path) == STDIO or stream_name(path) == 0
+
+
+def output_path(text: str) -> str:
+    """``-o/--out`` as given, with a name of standard output (``/dev/stdout``, ``/dev/fd/1``,
+    a link to one) read as ``-``: the output goes where ``-`` sends it, and the messages to
+    standard error.
+
+    Examples:
+        >>> output_path("/dev/stdout"), output_path("out.jsonl")
+        ('-', 'out.jsonl')
+    """
+    return STDIO if stream_name(text) == 1 else text
 
 
 def refuse_stdin_twice(inputs: Mapping[str, PathType | Sequence[PathType] | None]) -> None:
@@ -352,6 +356,7 @@ def add_out(
 ) -> argparse.Action:
     """``-o/--out PATH``, the output; ``old_positional``: the output was a positional OUT
     (after the other positionals), still taken with a note."""
+    kwargs.setdefault("type", output_path)
     if not old_positional:
         return parser.add_argument("-o", "--out", required=required, help=help, **kwargs)
     action = parser.add_argument(
@@ -429,7 +434,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) ->
     if old_out is not None:
         if args.out is not None:
             parser.error("the output is given twice: as OUT and as -o/--out")
-        args.out = old_out
+        args.out = output_path(old_out)
         notes.append(OLD_OUT_NOTE)
     if required and args.out is None:
         parser.error("the following arguments are required: -o/--out")

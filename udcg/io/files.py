@@ -8,6 +8,7 @@ import functools
 import gzip
 import io
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -300,7 +301,7 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         >>> content
         b'a\\nb\\n'
     """
-    if os.fspath(path) == STDIO:
+    if os.fspath(path) == STDIO or stream_name(path) == 1:
         yield sys.stdout.buffer if "b" in mode else sys.stdout
         return
     path = Path(path)
@@ -325,19 +326,50 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         raise
 
 
+#: the names of a process's open streams: ``/dev/stdout`` (1), ``/dev/fd/N``, ``/proc/self/fd/N``
+_STREAM_NAMES = re.compile(
+    r"/dev/(?:(?P<std>stdin|stdout|stderr)|fd/(?P<fd>\d+))"
+    r"|/proc/(?:self|thread-self)/fd/(?P<proc>\d+)"
+)
+_STD = {"stdin": 0, "stdout": 1, "stderr": 2}
+
+
+def stream_name(path: PathType) -> int | None:
+    """The file descriptor ``path`` names when it is the name of one of this process's open
+    streams (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``, ``//dev/stdin``, or a link
+    to one), else None.
+
+    Examples:
+        >>> stream_name("/dev/stdout"), stream_name("//dev/fd/0"), stream_name("/proc/self/fd/2")
+        (1, 0, 2)
+        >>> stream_name("out.jsonl") is None, stream_name("/dev/shm/out.jsonl") is None
+        (True, True)
+    """
+    name = os.path.abspath(path)
+    for _ in range(40):  # a chain of links, as the kernel follows it
+        name = "/" + os.path.normpath(name).lstrip("/")
+        found = _STREAM_NAMES.fullmatch(name)
+        if found:
+            std = found.group("std")
+            return _STD[std] if std else int(found.group("fd") or found.group("proc"))
+        if not os.path.islink(name):
+            return None
+        name = os.path.join(os.path.dirname(name), os.readlink(name))
+    return None
+
+
 def is_special(path: PathType) -> bool:
-    """Whether ``path`` is written in place, never renamed over or hashed: a name under
-    ``/dev`` or ``/proc`` (``/dev/null``, ``/dev/stdout``, ``/dev/fd/1``, whatever file the
-    stream goes to), or anything existing that is neither a regular file nor a directory (a
-    FIFO).
+    """Whether ``path`` is written in place, never renamed over or hashed: the name of an open
+    stream (:func:`stream_name`, whatever file it goes to), or anything existing that is
+    neither a regular file nor a directory (``/dev/null``, a FIFO).
 
     Examples:
         >>> is_special("/dev/null"), is_special("/dev/stdout"), is_special("no/such/file")
         (True, True, False)
-        >>> is_special(".")
-        False
+        >>> is_special("."), is_special("/dev/shm/out.jsonl")  # a regular file, or none yet
+        (False, False)
     """
-    if os.path.abspath(path).startswith(("/dev/", "/proc/")):
+    if stream_name(path) is not None:
         return True
     try:
         kind = os.stat(path).st_mode
@@ -377,7 +409,7 @@ def verified_write(path: PathType) -> Iterator[IO[str]]:
         ...     _ = out.write("checked\\n")
         checked
     """
-    if os.fspath(path) != STDIO:
+    if os.fspath(path) != STDIO and stream_name(path) != 1:
         with atomic_write(path) as out:
             yield out
         return
