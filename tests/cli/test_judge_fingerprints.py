@@ -486,3 +486,52 @@ def test_names_of_standard_output_are_standard_output(
         assert (tmp_path / "link.jsonl").is_symlink()
     assert stream_name(tmp_path / "link.jsonl") == 1
     assert not is_special("/dev/shm/udcg-not-there.jsonl")
+
+
+def test_stream_names_are_found_as_the_kernel_resolves_them(tmp_path: Path, monkeypatch) -> None:
+    """Through folder links and ``..`` (``shm/../stdout`` with ``shm -> /dev/shm``), a link to
+    the folder of descriptors, ``/proc/PID/fd``; link loops end."""
+    import os
+
+    from udcg.io.files import stream_name
+
+    monkeypatch.chdir(tmp_path)
+    os.symlink("/dev/shm", "shm")
+    os.symlink("/proc/self/fd", "fds")
+    os.symlink("loop-b", "loop-a")
+    os.symlink("loop-a", "loop-b")
+    assert stream_name("shm/../stdout") == 1
+    assert stream_name("fds/0") == 0
+    assert stream_name(f"/proc/{os.getpid()}/fd/2") == 2
+    assert stream_name("loop-a") is None and stream_name("shm/out.jsonl") is None
+
+
+def test_outputs_naming_standard_input_or_a_closed_stdout_are_one_line(
+    annotated: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    out, _, _ = annotated
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cli = [sys.executable, "-m", "udcg"]
+    score = [*cli, "score", str(out), "--judge", "llama3", "--out"]
+    with out.open() as stdin:
+        done = subprocess.run(
+            [*score, "/dev/stdin"], stdin=stdin, capture_output=True, text=True, env=env
+        )
+    assert done.returncode == 2 and "/dev/stdin is standard input, not an output" in done.stderr
+    closed = subprocess.run(
+        [*score, "/dev/fd/1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert closed.returncode == 2, closed.stderr
+    assert "standard output is closed" in closed.stderr and "Traceback" not in closed.stderr
+    os.symlink("loop-b", tmp_path / "loop-a")
+    os.symlink("loop-a", tmp_path / "loop-b")
+    looped = subprocess.run(
+        [*score, str(tmp_path / "loop-a")], capture_output=True, text=True, env=env
+    )
+    assert looped.returncode == 2 and "cannot be resolved" in looped.stderr
+    assert "Traceback" not in looped.stderr

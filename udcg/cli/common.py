@@ -138,7 +138,10 @@ def output_path(text: str) -> str:
         >>> output_path("/dev/stdout"), output_path("out.jsonl")
         ('-', 'out.jsonl')
     """
-    return STDIO if stream_name(text) == 1 else text
+    stream = stream_name(text)
+    if stream == 0:
+        raise argparse.ArgumentTypeError(f"{text} is standard input, not an output")
+    return STDIO if stream == 1 else text
 
 
 def refuse_stdin_twice(inputs: Mapping[str, PathType | Sequence[PathType] | None]) -> None:

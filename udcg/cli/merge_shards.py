@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from udcg.cli.common import OLD_OUT_NOTE, info_stream, parse, run_cli
+from udcg.cli.common import OLD_OUT_NOTE, info_stream, output_path, parse, run_cli
 from udcg.labels.shards import merge_shards
 
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-o",
         "--out",
+        type=output_path,
         help="merged contexts JSONL (.gz compresses; - is stdout); without it, the first "
         "file after IN (the old positional OUT, deprecated)",
     )
@@ -43,7 +44,7 @@ def _old_out(args: argparse.Namespace) -> None:
         return
     if len(args.shards) < 2:
         build_parser().error("the following arguments are required: -o/--out")
-    args.out, args.shards = args.shards[0], args.shards[1:]
+    args.out, args.shards = output_path(args.shards[0]), args.shards[1:]
     print(f"udcg merge-shards: note: {OLD_OUT_NOTE}", file=sys.stderr)
 
 

@@ -301,7 +301,12 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         >>> content
         b'a\\nb\\n'
     """
-    if os.fspath(path) == STDIO or stream_name(path) == 1:
+    stream = STDIO if os.fspath(path) == STDIO else stream_name(path)
+    if stream == 0:
+        raise UDCGInputError("is standard input, not an output", path=path)
+    if stream in (STDIO, 1):
+        if sys.stdout is None:
+            raise UDCGInputError("standard output is closed: give an output file", path=path)
         yield sys.stdout.buffer if "b" in mode else sys.stdout
         return
     path = Path(path)
@@ -326,18 +331,14 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         raise
 
 
-#: the names of a process's open streams: ``/dev/stdout`` (1), ``/dev/fd/N``, ``/proc/self/fd/N``
-_STREAM_NAMES = re.compile(
-    r"/dev/(?:(?P<std>stdin|stdout|stderr)|fd/(?P<fd>\d+))"
-    r"|/proc/(?:self|thread-self)/fd/(?P<proc>\d+)"
-)
-_STD = {"stdin": 0, "stdout": 1, "stderr": 2}
+#: a name of an open file descriptor, as the kernel resolves it (``/proc/PID/fd/N``)
+_FD_NAME = re.compile(r"/proc/(\d+)(?:/task/\d+)?/fd/(0|[1-9]\d*)")
 
 
 def stream_name(path: PathType) -> int | None:
     """The file descriptor ``path`` names when it is the name of one of this process's open
-    streams (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``, ``//dev/stdin``, or a link
-    to one), else None.
+    streams (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``, ``//dev/stdin``, or a link to
+    one, through any folder links and ``..``, as the kernel resolves it), else None.
 
     Examples:
         >>> stream_name("/dev/stdout"), stream_name("//dev/fd/0"), stream_name("/proc/self/fd/2")
@@ -345,16 +346,18 @@ def stream_name(path: PathType) -> int | None:
         >>> stream_name("out.jsonl") is None, stream_name("/dev/shm/out.jsonl") is None
         (True, True)
     """
-    name = os.path.abspath(path)
+    name = os.path.join(os.getcwd(), os.fspath(path))  # no lexical ..: a folder may be a link
     for _ in range(40):  # a chain of links, as the kernel follows it
-        name = "/" + os.path.normpath(name).lstrip("/")
-        found = _STREAM_NAMES.fullmatch(name)
-        if found:
-            std = found.group("std")
-            return _STD[std] if std else int(found.group("fd") or found.group("proc"))
-        if not os.path.islink(name):
+        folder, last = os.path.split(name)
+        name = os.path.join(os.path.realpath(folder), last)
+        found = _FD_NAME.fullmatch(name)
+        if found and int(found.group(1)) == os.getpid():
+            return int(found.group(2))
+        try:
+            target = os.readlink(name)
+        except OSError:  # not a link, or one this process may not read
             return None
-        name = os.path.join(os.path.dirname(name), os.readlink(name))
+        name = os.path.join(os.path.dirname(name), target)
     return None
 
 
@@ -453,11 +456,14 @@ def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> No
         if given is None or os.fspath(given) == STDIO:
             continue
         source = Path(given)
-        same = (
-            os.path.samefile(out, source)
-            if out.exists() and source.exists()
-            else out.resolve() == source.resolve()
-        )
+        try:
+            same = (
+                os.path.samefile(out, source)
+                if out.exists() and source.exists()
+                else out.resolve() == source.resolve()
+            )
+        except (OSError, RuntimeError) as exc:  # a link loop, on either side
+            raise UDCGInputError(f"cannot be resolved ({exc})", path=out) from None
         if same:
             raise UDCGInputError(
                 f"the output names the input {name} ({os.fspath(given)}): writing it would "
