@@ -535,3 +535,19 @@ def test_outputs_naming_standard_input_or_a_closed_stdout_are_one_line(
     )
     assert looped.returncode == 2 and "cannot be resolved" in looped.stderr
     assert "Traceback" not in looped.stderr
+
+
+def test_evaluate_takes_weights_of_another_key_allowed_without_a_fingerprint_refusal(
+    tmp_path: Path,
+) -> None:
+    spec = f"precomputed:{_probabilities(tmp_path / 'a' / 'llama3.jsonl', 0.2)}"
+    weights = _weights(tmp_path / "w", 2, "gpt", "openai:{}")
+    dataset = Dataset("given", [], [], contexts=_contexts())
+    options = {"k": 2, "n_bootstrap": 20, "judge": spec, "theta_weights": str(weights)}
+    refused = EvaluateSettings(cache_dir=tmp_path / "s1", **options)
+    with pytest.raises(UDCGInputError, match="field 'judge'"):
+        run_benchmark(dataset, None, refused, tmp_path / "r1")
+    allowed = EvaluateSettings(cache_dir=tmp_path / "s2", allow_mismatch=["judge"], **options)
+    report, _ = run_benchmark(dataset, None, allowed, tmp_path / "r2")
+    (note,) = report["setup"]["theta_weights_overrides"]
+    assert note.startswith("field 'judge'")

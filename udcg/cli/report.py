@@ -339,13 +339,11 @@ def _fingerprint_notes(args: argparse.Namespace, model: UDCGTheta, fingerprint: 
     """The ``--weights`` checked against the fingerprint of the judge that labels (the card
     records the one whose utilities they were fitted on; not for weights of another judge key,
     allowed on purpose); the notes it allows on purpose."""
-    from udcg.io.weights.files import card_value, check_compatible
+    from udcg.io.weights.files import check_fingerprint
 
-    if card_value(model.card_, "judge") not in (None, judge_key(args.judge, args.judge_key)):
-        return []
-    applied, option = {"fingerprint": fingerprint}, "--allow-mismatch {field}"
+    key = judge_key(args.judge, args.judge_key)
     with _naming(args.weights):
-        notes = check_compatible(model.card_, applied, args.allow_mismatch, option)
+        notes = check_fingerprint(model.card_, key, fingerprint, args.allow_mismatch)
     for note in notes:
         _say(f"UDCG-theta: {note}")
     return notes

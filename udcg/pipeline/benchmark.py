@@ -15,7 +15,7 @@ import numpy as np
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context
 from udcg.io.joins.utility_sources import get_source
-from udcg.io.weights.files import check_compatible
+from udcg.io.weights.files import check_compatible, check_fingerprint
 from udcg.judge.prompts import prompt_record
 from udcg.judge.spec import PRECOMPUTED
 from udcg.labels.signal_check import SignalCheck, check_contexts
@@ -242,10 +242,14 @@ def run_benchmark(
         """The judge, and the weights checked against its fingerprint (the card's)."""
         opened = connect_judge(settings)
         if theta is not None:
-            applied = {"fingerprint": opened.fingerprint}
-            option = "allow_mismatch=[{field}]"
             theta_notes.extend(
-                check_compatible(theta.card_, applied, settings.allow_mismatch, option)
+                check_fingerprint(
+                    theta.card_,
+                    settings.judge_key,
+                    opened.fingerprint,
+                    settings.allow_mismatch,
+                    "allow_mismatch=[{field}]",
+                )
             )
         return opened
 

@@ -54,6 +54,7 @@ __all__ = [
     "card_path",
     "card_value",
     "check_compatible",
+    "check_fingerprint",
     "read_weights",
     "weights_files",
     "write_pretrained",
@@ -474,6 +475,28 @@ def _other_key(card: Mapping[str, Any], applied: Mapping[str, Any]) -> bool:
     """Whether the card and the applying side name different judge keys (both known)."""
     fitted, value = card_value(card, "judge"), applied.get("judge")
     return fitted is not None and value is not None and fitted != value
+
+
+def check_fingerprint(
+    card: Mapping[str, Any],
+    key: str,
+    fingerprint: str,
+    allow_mismatch: Any = (),
+    option: str = "--allow-mismatch {field}",
+) -> list[str]:
+    """:func:`check_compatible` of the card's judge fingerprint against ``fingerprint``, that
+    of the judge of ``key`` opened after the card's other fields were checked; nothing for
+    weights of another key (that mismatch, refused or allowed, was the judge's).
+
+    Examples:
+        >>> check_fingerprint({"judge_model": "a", "judge_fingerprint": "fp-1"}, "b", "fp-2")
+        []
+        >>> len(check_fingerprint({"judge_fingerprint": "fp-1"}, "a", "fp-2", ["fingerprint"]))
+        1
+    """
+    if _other_key(card, {"judge": key}):
+        return []
+    return check_compatible(card, {"fingerprint": fingerprint}, allow_mismatch, option)
 
 
 def check_compatible(
