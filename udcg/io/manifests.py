@@ -47,12 +47,13 @@ def manifest_path(output: PathType) -> Path:
     return Path(f"{os.fspath(output)}{MANIFEST}")
 
 
-def recorded_judges(output: PathType) -> dict[str, dict[str, str]]:
+def recorded_judges(output: PathType, sha256: str | None = None) -> dict[str, dict[str, str]]:
     """Judge key -> annotate step -> fingerprint of the judge whose values of that step
     ``output`` holds under that key, as the manifest beside it records them: its ``judges``
     (every key the file holds values of, carried from run to run), or, in a manifest without
-    it, what the run that wrote it made (:func:`made_by`). Empty without a readable manifest of this
-    content (its ``output_sha256`` is ``output``'s: not edited since).
+    it, what the run that wrote it made (:func:`made_by`). Empty without a readable manifest of
+    this content (its ``output_sha256`` is ``output``'s: not edited since); ``sha256``:
+    ``output``'s, when the caller has it already (the file is not hashed again).
 
     Examples:
         >>> import tempfile
@@ -76,7 +77,9 @@ def recorded_judges(output: PathType) -> dict[str, dict[str, str]]:
         manifest = json.loads(manifest_path(output).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    if not isinstance(manifest, dict) or manifest.get("output_sha256") != file_sha256(output):
+    if sha256 is None:
+        sha256 = file_sha256(output)
+    if not isinstance(manifest, dict) or manifest.get("output_sha256") != sha256:
         return {}
     judges = manifest.get("judges")
     key, fingerprint, steps = (manifest.get(f) for f in ("judge", "judge_fingerprint", "steps"))

@@ -193,11 +193,12 @@ def write_derived_manifest(output: PathType, source: PathType, record: Mapping[s
     if os.fspath(output) == STDIO or is_special(output):
         return
     piped = os.fspath(source) == STDIO or not os.path.isfile(source)
+    sha256 = None if piped else file_sha256(source)
     counts = {
         "input": os.fspath(source),
-        "input_sha256": None if piped else file_sha256(source),
+        "input_sha256": sha256,
         "output_sha256": file_sha256(output),
-        JUDGES: recorded_judges(source),
+        JUDGES: {} if sha256 is None else recorded_judges(source, sha256),
     }
     write_manifest(output, record, counts)
 
