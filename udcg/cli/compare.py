@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 from udcg.cli.common import (
-    add_allow_mismatch,
     add_judge_key,
     add_list_option,
     add_theta_weights,
@@ -33,6 +32,7 @@ from udcg.cli.trec import (
     add_coverage,
     add_measures_argument,
     add_utility_source,
+    add_weights_mismatch,
     coverage_file,
 )
 from udcg.cli.weights import add_allow_unverified
@@ -110,13 +110,7 @@ def _add_utility_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_utility_source(parser)
     add_theta_weights(parser)
-    add_allow_mismatch(
-        parser,
-        ["utility", "judge", "fingerprint"],
-        "use weights fitted on another utility source, judge key or judge (fingerprint) on "
-        "purpose (a warning records it; an annotated contexts file names its judge and its "
-        "manifest the fingerprint, a TSV neither; prompt and mode are not checked)",
-    )
+    add_weights_mismatch(parser)
     add_allow_unverified(parser)
     add_coverage(parser)
 

@@ -51,6 +51,18 @@ def add_measures_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_weights_mismatch(parser: argparse.ArgumentParser) -> None:
+    """``--allow-mismatch`` as ``udcg trec`` and ``udcg compare`` take it: the fields a utilities
+    file can tell (:func:`udcg.trec.utility_measures.plan` checks them)."""
+    add_allow_mismatch(
+        parser,
+        ["utility", "judge", "fingerprint"],
+        "use weights fitted on another utility source, judge key or judge (fingerprint) on "
+        "purpose (a warning records it; an annotated contexts file names its judge and its "
+        "manifest the fingerprint, a TSV neither; prompt and mode are not checked)",
+    )
+
+
 def add_coverage(parser: argparse.ArgumentParser) -> None:
     """``--coverage FILE`` of the coverage measures, as ``udcg trec`` and ``compare`` take it."""
     parser.add_argument(
@@ -109,13 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_utility_source(parser)
     add_theta_weights(parser)
-    add_allow_mismatch(
-        parser,
-        ["utility", "judge", "fingerprint"],
-        "use weights fitted on another utility source, judge key or judge (fingerprint) on "
-        "purpose (a warning records it; an annotated contexts file names its judge and its "
-        "manifest the fingerprint, a TSV neither; prompt and mode are not checked)",
-    )
+    add_weights_mismatch(parser)
     add_allow_unverified(parser)
     add_coverage(parser)
     parser.add_argument("-q", "--per-query", action="store_true", help="also print each query")
