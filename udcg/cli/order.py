@@ -327,8 +327,9 @@ def _refuse_overwriting(args: argparse.Namespace) -> None:
     inputs["--utilities"] = args.utilities
     refuse_stdin_twice(inputs)
     refuse_directory(args.out)
+    read = {**inputs, **weights_inputs(args.weights)}
     for path in (args.out, manifest_path(args.out)):
-        refuse_same_file(path, {**inputs, **weights_inputs(args.weights)})
+        refuse_same_file(path, read)
 
 
 def main(argv: list[str] | None = None) -> int:
