@@ -551,3 +551,33 @@ def test_evaluate_takes_weights_of_another_key_allowed_without_a_fingerprint_ref
     report, _ = run_benchmark(dataset, None, allowed, tmp_path / "r2")
     (note,) = report["setup"]["theta_weights_overrides"]
     assert note.startswith("field 'judge'")
+
+
+def test_evaluate_refuses_to_mix_kept_values_with_those_of_another_judge(tmp_path: Path) -> None:
+    """Given contexts whose manifest says judge A labelled relevance under the key, labelled
+    with judge B for the utility they lack: the report would read A's labels beside B's values."""
+    rows = [
+        {"question": q, "passage": t, "abstain_prob": 0.3, "answer_prob": 0.6}
+        for q, _, passage in QUESTIONS
+        for t in (passage, DISTRACTOR)
+    ]
+    other = tmp_path / "b" / "llama3.jsonl"
+    other.parent.mkdir()
+    other.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    given = tmp_path / "given.jsonl"
+    write_contexts(given, _contexts())
+    from udcg.pipeline.datasets import contexts_jsonl
+
+    def run(judges: dict[str, dict[str, str]], allow: list[str], out: str) -> dict:
+        _stamp(given, judges)
+        settings = EvaluateSettings(
+            k=2, n_bootstrap=20, cache_dir=tmp_path / "s", judge=f"precomputed:{other}",
+            utility="answer_likelihood", allow_mismatch=allow,
+        )  # fmt: skip
+        return run_benchmark(contexts_jsonl(given), None, settings, tmp_path / out)[0]
+
+    with pytest.raises(UDCGInputError, match="given contexts' relevance under judge 'llama3'"):
+        run({"llama3": {"relevance": "fp-a"}}, [], "r1")
+    report = run({"llama3": {"relevance": "fp-a"}}, ["fingerprint"], "r2")
+    assert any("fp-a" in note and "allowed on purpose" in note for note in report["notes"])
+    run({"llama3": {"abstain": "fp-a"}}, [], "r3")  # abstention values are not read here

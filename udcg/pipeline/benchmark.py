@@ -21,7 +21,7 @@ from udcg.judge.spec import PRECOMPUTED
 from udcg.labels.signal_check import SignalCheck, check_contexts
 from udcg.pipeline import correlate, report
 from udcg.pipeline.calibration_report import calibration_report
-from udcg.pipeline.context_scores import made_by_spec
+from udcg.pipeline.context_scores import made_by_spec, refuse_kept_values
 from udcg.pipeline.datasets import Dataset
 from udcg.pipeline.order_study import compare_orders, run_order_study
 from udcg.pipeline.scoring import score_table
@@ -274,8 +274,20 @@ def run_benchmark(
             nonlocal judge
             if judge is None:
                 judge = connected()
+            if given:
+                read = {get_source(settings.utility).step, "relevance", "outcomes", "erag"}
+                made_here = dataset.judges.get(label_key, {})
+                notes = refuse_kept_values(
+                    {s: f for s, f in made_here.items() if s in read},
+                    steps,
+                    judge.fingerprint,
+                    label_key,
+                    settings.allow_mismatch,
+                )
+                mix_notes.extend(n for n in notes if n not in mix_notes)
             return annotate_stage(cache, contexts, judge, steps, settings)
 
+        mix_notes: list[str] = []
         ordered = None
         if settings.order != "retriever":
             ordered = run_order_study(contexts, settings, annotate, theta)
@@ -353,6 +365,7 @@ def run_benchmark(
                 *table.notes,
                 *(ordered.notes if ordered is not None else []),
                 *(f"UDCG-theta weights: {note}" for note in theta_notes),
+                *mix_notes,
                 *(
                     []
                     if signal is None or not signal.fires

@@ -128,6 +128,48 @@ def made_by_spec(spec: str, key: str, made: str | None, contexts: PathType | Non
         )
 
 
+def refuse_kept_values(
+    made: dict[str, str],
+    steps: Sequence[str],
+    fingerprint: str,
+    key: str,
+    allow_mismatch: Sequence[str] = (),
+) -> list[str]:
+    """Refuse to label ``steps`` of given contexts with the judge of ``key`` and
+    ``fingerprint`` (first-token abstention) when their manifest records (``made``: step ->
+    fingerprint, :func:`udcg.io.manifests.recorded_judges`) that another judge of the key made
+    values of a step this run keeps (``made`` holds the steps the report reads): one report
+    would mix two judges' values. With
+    ``fingerprint`` in ``allow_mismatch``, one note per kept step instead.
+
+    Examples:
+        >>> refuse_kept_values({"abstain": "fp-a"}, ["abstain"], "fp-b", "m")  # all redone
+        []
+        >>> refuse_kept_values({"outcomes": "fp-a"}, ["abstain"], "fp-b", "m")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'judge': the given contexts' outcomes under judge ...
+    """
+    kept = {s: made_by for s, made_by in made.items() if s not in steps and made_by != fingerprint}
+    notes = []
+    for step, made_by in sorted(kept.items()):
+        message = (
+            f"the given contexts' {step} under judge {key!r} were made by the judge with"
+            f" fingerprint {made_by} (their manifest), and this run labels"
+            f" {', '.join(steps) or 'Q-CARE coverage'}"
+            f" with {fingerprint}: the report would mix two judges' values"
+        )
+        if "fingerprint" in allow_mismatch:
+            notes.append(f"{message} (allowed on purpose)")
+            continue
+        raise UDCGInputError(
+            f"{message}; use the judge that made them, annotate the contexts again with it, or"
+            " allow_mismatch=[fingerprint] to mix them anyway",
+            field="judge",
+        )
+    return notes
+
+
 def checked_theta(
     weights: UDCGTheta | str | os.PathLike[str],
     sizes: Iterable[int],
