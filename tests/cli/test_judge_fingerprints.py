@@ -581,3 +581,63 @@ def test_evaluate_refuses_to_mix_kept_values_with_those_of_another_judge(tmp_pat
     report = run({"llama3": {"relevance": "fp-a"}}, ["fingerprint"], "r2")
     assert any("fp-a" in note and "allowed on purpose" in note for note in report["notes"])
     run({"llama3": {"abstain": "fp-a"}}, [], "r3")  # abstention values are not read here
+
+
+def test_weights_record_and_check_who_labelled_the_relevance(tmp_path: Path, capsys) -> None:
+    """UDCG-theta splits the utilities by relevance: weights fitted where one judge's LLM
+    labelled it are refused where another's did, in the library, ``score``, ``order`` and
+    ``weights calibrate``; relevance no LLM labelled is not checked."""
+    import udcg
+
+    train, other, given = (tmp_path / f"{n}.jsonl" for n in ("train", "other", "given"))
+    write_contexts(train, simulate_contexts(40, 3, per_query=1, seed=1))
+    for path in (other, given):
+        write_contexts(path, simulate_contexts(12, 3, per_query=1, seed=2))
+    _stamp(train, {"sim": {"abstain": "fp-a", "relevance": "fp-r1"}})
+    _stamp(other, {"sim": {"abstain": "fp-a", "relevance": "fp-r2"}})
+    _stamp(given, {"sim": {"abstain": "fp-a"}})
+    model = udcg.fit_theta(train, 3, val_fraction=0.0)
+    assert model.card_["relevance_fingerprint"] == "fp-r1"
+    message = "field 'relevance': the weights were fitted with LLM relevance labels' judge"
+    with pytest.raises(UDCGInputError, match=message + " fingerprint 'fp-r1', not 'fp-r2'"):
+        udcg.score_contexts(other, weights=model)
+    frame = udcg.score_contexts(other, weights=model, allow_mismatch=["relevance"])
+    assert frame["UDCG-theta"].notna().all()
+    assert udcg.score_contexts(given, weights=model)["UDCG-theta"].notna().all()
+    folder = model.save_pretrained(tmp_path / "w")
+    assert weights_main(["show", str(folder)]) == 0
+    assert "relevance by:    fp-r1" in capsys.readouterr().out
+    commands = [
+        (score_main, [str(other), "--judge", "sim", "--weights", str(folder)]),
+        (order_main, [str(other), "--weights", str(folder), "-o", str(tmp_path / "o.jsonl")]),
+        (weights_main, ["calibrate", str(folder), str(other), "-o", str(tmp_path / "cal")]),
+    ]
+    for main, args in commands:
+        assert main(args) == 2
+        assert message in capsys.readouterr().err
+        assert main([*args, "--allow-mismatch", "relevance"]) == 0
+        written = tmp_path / "o.jsonl"
+        told = capsys.readouterr().err + (written.read_text() if written.exists() else "")
+        assert "LLM relevance labels' judge fingerprint 'fp-r1'" in told
+
+
+def test_evaluate_checks_who_labelled_the_relevance_of_given_contexts(
+    annotated: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    from udcg.pipeline.datasets import contexts_jsonl
+
+    out, spec, _ = annotated
+    made = values_made_by(out, "llama3", "abstain")
+    _stamp(out, {"llama3": {"abstain": made, "relevance": "fp-r2"}})
+    model = UDCGTheta(k=2)
+    model.alpha_, model.beta_, model.intercept_ = np.ones(2), -np.ones(2), 0.0
+    card = {"judge_model": "llama3", "judge_fingerprint": made, "relevance_fingerprint": "fp-r1"}
+    weights = model.save_pretrained(tmp_path / "w", card=card)
+    settings = EvaluateSettings(
+        k=2, n_bootstrap=20, cache_dir=tmp_path / "s", judge=spec, theta_weights=str(weights)
+    )
+    with pytest.raises(UDCGInputError, match=r"field 'relevance': .* 'fp-r1', not 'fp-r2'"):
+        run_benchmark(contexts_jsonl(out), None, settings, tmp_path / "r1")
+    allowed = EvaluateSettings(**{**vars(settings), "allow_mismatch": ["relevance"]})
+    report, _ = run_benchmark(contexts_jsonl(out), None, allowed, tmp_path / "r2")
+    assert any("fp-r1" in note for note in report["setup"]["theta_weights_overrides"])

@@ -138,7 +138,8 @@ def test_train_py_end_to_end(tmp_path: Path) -> None:
     data = tmp_path / "contexts.jsonl"
     write_contexts(data, simulate(60, 5) + simulate(10, 3, seed=1))
     # the manifest an annotate run writes: who made the values the weights are fitted on
-    record = {"judges": {"sim": {"abstain": "fp-sim"}}, "output_sha256": file_sha256(data)}
+    made = {"sim": {"abstain": "fp-sim", "relevance": "fp-rel"}}
+    record = {"judges": made, "output_sha256": file_sha256(data)}
     manifest_path(data).write_text(json.dumps(record))
     out = tmp_path / "out"
     done = _run_train(
@@ -165,6 +166,7 @@ def test_train_py_end_to_end(tmp_path: Path) -> None:
     assert folder.card_["judge_fingerprint"] == "fp-sim"
     card = json.loads((out / "udcg_theta_k5.json").read_text())
     assert card["judge_fingerprint"] == "fp-sim"
+    assert folder.card_["relevance_fingerprint"] == card["relevance_fingerprint"] == "fp-rel"
 
 
 def test_train_py_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:

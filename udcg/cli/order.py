@@ -165,7 +165,7 @@ def order_contexts(args: argparse.Namespace) -> None:
     from udcg.io.joins.utility_sources import get_source
     from udcg.judge.prompts import prompt_record
     from udcg.labels.provenance import write_derived_manifest
-    from udcg.pipeline.context_scores import file_values_made_by
+    from udcg.pipeline.context_scores import file_labels_made_by, file_values_made_by
 
     model = _Model(args.weights, args.k, args.allow_unverified)
     utility = args.utility or DEFAULT_SOURCE
@@ -173,7 +173,8 @@ def order_contexts(args: argparse.Namespace) -> None:
     if not judge:
         raise UDCGInputError("the weights' card names no judge: pass --judge-key NAME")
     made = file_values_made_by(args.input, judge, utility)
-    applied = {"utility": utility, "judge": judge, "fingerprint": made}
+    relevance = file_labels_made_by(args.input, judge)
+    applied = {"utility": utility, "judge": judge, "fingerprint": made, "relevance": relevance}
     notes = check_compatible(
         model.theta.card_, {**applied, "prompt": prompt_record()["sha256"]}, args.allow_mismatch
     )

@@ -53,6 +53,7 @@ from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
 from udcg.pipeline.context_scores import (
     checked_theta,
+    file_labels_made_by,
     file_values_made_by,
     made_by_spec,
     theta_columns,
@@ -156,6 +157,7 @@ def score(args: argparse.Namespace) -> None:
             args.allow_mismatch,
             mode=args.mode,
             fingerprint=made,
+            relevance=file_labels_made_by(args.contexts, judge),
             allow_unverified=args.allow_unverified,
             option="--allow-mismatch {field}",
         )

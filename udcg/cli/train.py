@@ -31,7 +31,7 @@ from udcg.cli.hydra_config import (
     train_settings,
 )
 from udcg.errors import UDCGInputError
-from udcg.pipeline.context_scores import file_values_made_by
+from udcg.pipeline.context_scores import file_labels_made_by, file_values_made_by
 from udcg.pipeline.metric_table import format_table
 from udcg.pipeline.settings import TrainSettings
 from udcg.pipeline.tracking import flat_params, mlflow_uri_kept
@@ -112,13 +112,17 @@ def run_params(cfg: DictConfig) -> dict[str, str]:
     return flat_params(plain(cfg))
 
 
-def _data_fingerprint(data: DictConfig, settings: TrainSettings) -> str | None:
-    """The fingerprint of the judge that made the utilities of a contexts file
-    (``data=jsonl``), as its manifest records it; None for other data or without a record."""
+def _data_makers(data: DictConfig, settings: TrainSettings) -> dict[str, str | None]:
+    """The fingerprints of the judges that made the utilities and the LLM relevance labels of
+    a contexts file (``data=jsonl``), as its manifest records them; None for other data or
+    without a record."""
     path = data.get("path")
     if not isinstance(path, str):
-        return None
-    return file_values_made_by(path, settings.judge_key, settings.utility)
+        return {"judge_fingerprint": None, "relevance_fingerprint": None}
+    return {
+        "judge_fingerprint": file_values_made_by(path, settings.judge_key, settings.utility),
+        "relevance_fingerprint": file_labels_made_by(path, settings.judge_key),
+    }
 
 
 def run_train(cfg: DictConfig) -> TrainReport:
@@ -141,7 +145,7 @@ def run_train(cfg: DictConfig) -> TrainReport:
             trainer=trainer,
             logger=loggers or None,
             callbacks=callbacks,
-            judge_fingerprint=_data_fingerprint(cfg.data, settings),
+            **_data_makers(cfg.data, settings),
         )
         artifacts = [
             p for p in (report.weights_path, report.plot_path, report.model_dir) if p is not None

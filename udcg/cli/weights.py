@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_judge_key(calibrate, "judge of the utilities and outcomes (default: the card's)")
     add_utility(calibrate, "the utility source (default: the card's)")
     add_allow_unverified(calibrate)
-    add_allow_mismatch(calibrate, ["utility", "judge", "fingerprint", "prompt"])
+    add_allow_mismatch(calibrate, ["utility", "judge", "fingerprint", "relevance", "prompt"])
     return parser
 
 
@@ -109,6 +109,7 @@ def card_text(
         f"k:               {card.get('k')}",
         f"judge:           {_value(card.get('judge_model'))}",
         f"fingerprint:     {_value(card.get('judge_fingerprint'))}",
+        f"relevance by:    {_value(card.get('relevance_fingerprint'))}",
         f"utility source:  {_value(card.get('utility', 'abstention'))}",
         f"abstention mode: {_value(card.get('abstention_mode'))}",
         f"prompt SHA-256:  {_value(prompt.get('sha256') if isinstance(prompt, Mapping) else None)}",
@@ -179,7 +180,7 @@ def calibrate(args: argparse.Namespace) -> None:
     from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
     from udcg.io.weights.files import card_value, check_compatible
     from udcg.judge.prompts import prompt_record
-    from udcg.pipeline.context_scores import file_values_made_by
+    from udcg.pipeline.context_scores import file_labels_made_by, file_values_made_by
     from udcg.theta import UDCGTheta
     from udcg.theta.calibration import brier_score, expected_calibration_error
 
@@ -192,7 +193,13 @@ def calibrate(args: argparse.Namespace) -> None:
     utility = args.utility or card_value(model.card_, "utility") or DEFAULT_SOURCE
     prompt = prompt_record()["sha256"]
     made = file_values_made_by(args.contexts, judge, utility)
-    applied = {"utility": utility, "judge": judge, "fingerprint": made, "prompt": prompt}
+    applied = {
+        "utility": utility,
+        "judge": judge,
+        "fingerprint": made,
+        "relevance": file_labels_made_by(args.contexts, judge),
+        "prompt": prompt,
+    }
     notes = check_compatible(model.card_, applied, args.allow_mismatch)
     contexts = [c for c in read_contexts(args.contexts) if len(c.passages) == k]
     if not contexts:

@@ -54,11 +54,12 @@ def load_theta(
     allow_mismatch: Sequence[str] = (),
     allow_unverified: bool = False,
     fingerprint: str | None = None,
+    relevance: str | None = None,
 ) -> tuple[Any, list[str]]:
     """``(weights, notes)``: UDCG-theta weights (a folder or a single file) checked against
     what they are applied to (:func:`udcg.io.weights.files.check_compatible`: k, utility source,
-    judge key, prompt SHA-256, abstention mode, the fingerprint of the judge that made the
-    utilities; None: not known, not checked; weights for
+    judge key, prompt SHA-256, abstention mode, the fingerprints of the judges that made the
+    utilities and the LLM relevance labels; None: not known, not checked; weights for
     another k are refused, always), with a note per
     mismatch allowed on purpose; ``(None, [])`` without a path. Weights whose card records no
     SHA-256 are refused unless ``allow_unverified``."""
@@ -72,6 +73,7 @@ def load_theta(
         "utility": utility,
         "judge": judge,
         "fingerprint": fingerprint,
+        "relevance": relevance,
         "prompt": prompt,
         "mode": mode,
     }
@@ -221,7 +223,10 @@ def run_benchmark(
     # the prompt and mode this pipeline annotates with; a precomputed judge's are unknown
     own_labels = not settings.judge.startswith(PRECOMPUTED)
     # the values given contexts hold: who made them, as their file's manifest says
-    made = dataset.judges.get(settings.judge_key, {}).get(get_source(settings.utility).step)
+    made_here = dataset.judges.get(settings.judge_key, {})
+    made = made_here.get(get_source(settings.utility).step)
+    # relevance=llm labels every passage again, with the judge this run opens
+    relabels = settings.relevance == "llm"
     if given:
         made_by_spec(settings.judge, settings.judge_key, made, None)
     theta, theta_notes = load_theta(
@@ -234,6 +239,7 @@ def run_benchmark(
         settings.allow_mismatch,
         settings.allow_unverified,
         fingerprint=made if given else None,
+        relevance=made_here.get("relevance") if given and not relabels else None,
     )
     cache = StageCache(settings.cache_dir)
     dataset_sha256 = dataset.fingerprint()
@@ -249,6 +255,7 @@ def run_benchmark(
                     opened.fingerprint,
                     settings.allow_mismatch,
                     "allow_mismatch=[{field}]",
+                    relevance=opened.fingerprint if relabels else None,
                 )
             )
         return opened
@@ -276,7 +283,6 @@ def run_benchmark(
                 judge = connected()
             if given:
                 read = {get_source(settings.utility).step, "relevance", "outcomes", "erag"}
-                made_here = dataset.judges.get(label_key, {})
                 notes = refuse_kept_values(
                     {s: f for s, f in made_here.items() if s in read},
                     steps,

@@ -104,6 +104,21 @@ def file_values_made_by(
     return values_made_by(contexts, judge, get_source(utility).step)
 
 
+def file_labels_made_by(
+    contexts: Iterable[Context] | str | os.PathLike[str], judge: str
+) -> str | None:
+    """The fingerprint of the judge whose LLM labelled the relevance of a contexts file under
+    ``judge``, as its manifest records it; None for contexts in memory, relevance not labelled
+    by an LLM (given, or from the answers) or a file without that record.
+
+    >>> file_labels_made_by([], "sim") is None
+    True
+    """
+    if not isinstance(contexts, (str, os.PathLike)):
+        return None
+    return values_made_by(contexts, judge, "relevance")
+
+
 def made_by_spec(spec: str, key: str, made: str | None, contexts: PathType | None) -> None:
     """Refuse a ``precomputed:FILE`` judge spec when the manifest of the ``contexts`` file
     records that another judge (fingerprint ``made``) made the values under its ``key``: the
@@ -179,14 +194,16 @@ def checked_theta(
     *,
     mode: str | None = None,
     fingerprint: str | None = None,
+    relevance: str | None = None,
     allow_unverified: bool = False,
     option: str = "allow_mismatch=['{field}']",
 ) -> tuple[UDCGTheta, list[str]]:
     """``(model, notes)``: weights (a fitted model, a weights folder or file:
     :meth:`udcg.theta.UDCGTheta.from_pretrained`) checked against what they score
     (:func:`udcg.io.weights.files.check_compatible`: k against the list ``sizes``, the utility
-    source, the judge key, the abstention prompt's SHA-256, the abstention ``mode`` and the
-    ``fingerprint`` of the judge that made the utilities when given);
+    source, the judge key, the abstention prompt's SHA-256, the abstention ``mode``, the
+    ``fingerprint`` of the judge that made the utilities and that of the judge whose LLM
+    labelled the ``relevance``, when given);
     a note per mismatch allowed by ``allow_mismatch`` (``option`` says how to allow one)."""
     from udcg.judge.prompts import prompt_record
     from udcg.theta import UDCGTheta
@@ -203,6 +220,7 @@ def checked_theta(
         "utility": utility,
         "judge": judge,
         "fingerprint": fingerprint,
+        "relevance": relevance,
         "prompt": prompt_record()["sha256"],
         "mode": mode,
     }
@@ -295,9 +313,14 @@ def score_contexts(
     }
     notes: list[str] = []
     if weights is not None:
-        made = file_values_made_by(given, judge, utility)
         model, notes = checked_theta(
-            weights, columns["k"], judge, utility, allow_mismatch, fingerprint=made
+            weights,
+            columns["k"],
+            judge,
+            utility,
+            allow_mismatch,
+            fingerprint=file_values_made_by(given, judge, utility),
+            relevance=file_labels_made_by(given, judge),
         )
         columns.update(theta_columns(model, relevant, util))
     columns.update(classic_metrics(relevant))

@@ -25,7 +25,12 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.pipeline.context_scores import as_contexts, file_values_made_by, stored_judge_key
+from udcg.pipeline.context_scores import (
+    as_contexts,
+    file_labels_made_by,
+    file_values_made_by,
+    stored_judge_key,
+)
 from udcg.pipeline.fit_size import warn_if_few_contexts
 from udcg.pipeline.metric_table import MetricRow, classic_metrics, finite_or_none, metric_rows
 from udcg.pipeline.plots import plot_weights
@@ -144,6 +149,7 @@ class TrainReport:
     seed: int = 0  # of the split by query and the fit
     test_fraction: float = 0.3  # share of queries held out
     judge_fingerprint: str | None = None  # of the judge that made the utilities (None: unknown)
+    relevance_fingerprint: str | None = None  # of the judge whose LLM labelled the relevance
 
     def card(self, utility: str) -> dict[str, Any]:
         """The JSON card entries written next to the weights."""
@@ -151,6 +157,7 @@ class TrainReport:
         return {
             "judge_model": self.judge,
             "judge_fingerprint": self.judge_fingerprint,
+            "relevance_fingerprint": self.relevance_fingerprint,
             "correlation": self.correlation,
             "training_data_description": (
                 f"{self.n_train} training contexts ({self.n_train_queries} queries) of exactly "
@@ -187,12 +194,14 @@ def train(
     logger: Any = None,
     callbacks: Sequence[Any] = (),
     judge_fingerprint: str | None = None,
+    relevance_fingerprint: str | None = None,
 ) -> TrainReport:
     """Select, split by query, fit ``model`` and tune gamma, compare on held-out, fit the
     recalibration ``settings.calibration`` on the held-out queries (stored with the weights:
     :meth:`UDCGTheta.calibrate`), export. ``judge_fingerprint``: of the judge that made the
     utilities (the contexts file's manifest records it: :func:`udcg.io.manifests.values_made_by`),
-    recorded in the card so the weights are refused for another judge's values of the key.
+    recorded in the card so the weights are refused for another judge's values of the key;
+    ``relevance_fingerprint`` likewise, of the judge whose LLM labelled the relevance.
 
     ``settings`` default to :class:`TrainSettings` for the model's k. ``trainer``, ``logger``
     and ``callbacks`` go to :meth:`UDCGTheta.fit` (the Lightning Trainer, loggers, callbacks);
@@ -277,6 +286,7 @@ def train(
             seed=settings.seed,
             test_fraction=settings.test_fraction,
             judge_fingerprint=judge_fingerprint,
+            relevance_fingerprint=relevance_fingerprint,
         )
         if export_dir is not None:
             export_dir = Path(export_dir)
@@ -372,5 +382,10 @@ def fit_theta(
         )
     model = UDCGTheta(k, **options).fit(data.relevant, data.utility, data.correct, groups=data.qids)
     # what save() and the checks read
-    model.card_ = {"judge_model": judge, "judge_fingerprint": made, "utility": utility}
+    model.card_ = {
+        "judge_model": judge,
+        "judge_fingerprint": made,
+        "relevance_fingerprint": file_labels_made_by(given, judge),
+        "utility": utility,
+    }
     return model

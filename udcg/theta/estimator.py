@@ -104,6 +104,7 @@ def pretrained_config(card: Mapping[str, Any] | None = None) -> dict[str, Any]:
         "udcg_version": __version__,
         "judge_model": None,
         "judge_fingerprint": None,  # of the judge whose utilities the weights were fitted on
+        "relevance_fingerprint": None,  # of the judge whose LLM labelled the relevance
         "utility": None,
         "abstention_mode": None,
         "prompt": prompt_record(),

@@ -447,6 +447,7 @@ MISMATCH_FIELDS: dict[str, tuple[str, str]] = {
     "utility": ("utility", "utility source"),
     "judge": ("judge_model", "judge"),
     "fingerprint": ("judge_fingerprint", "judge fingerprint"),
+    "relevance": ("relevance_fingerprint", "LLM relevance labels' judge fingerprint"),
     "prompt": ("prompt", "prompt SHA-256"),
     "mode": ("abstention_mode", "abstention mode"),
 }
@@ -483,9 +484,11 @@ def check_fingerprint(
     fingerprint: str,
     allow_mismatch: Any = (),
     option: str = "--allow-mismatch {field}",
+    relevance: str | None = None,
 ) -> list[str]:
     """:func:`check_compatible` of the card's judge fingerprint against ``fingerprint``, that
-    of the judge of ``key`` opened after the card's other fields were checked; nothing for
+    of the judge of ``key`` opened after the card's other fields were checked (and of its
+    relevance labels' against ``relevance``, when that judge's LLM labels them); nothing for
     weights of another key (that mismatch, refused or allowed, was the judge's).
 
     Examples:
@@ -496,7 +499,8 @@ def check_fingerprint(
     """
     if _other_key(card, {"judge": key}):
         return []
-    return check_compatible(card, {"fingerprint": fingerprint}, allow_mismatch, option)
+    applied = {"fingerprint": fingerprint, "relevance": relevance}
+    return check_compatible(card, applied, allow_mismatch, option)
 
 
 def check_compatible(
@@ -508,10 +512,12 @@ def check_compatible(
     """Refuse weights whose card differs from what they are applied to.
 
     ``applied`` maps fields of :data:`MISMATCH_FIELDS` (``k``, ``utility``, ``judge``,
-    ``fingerprint``: of the judge that made the utilities, ``prompt``: the prompt's SHA-256,
-    ``mode``) to the value on the applying side; a field
+    ``fingerprint``: of the judge that made the utilities, ``relevance``: of the judge whose
+    LLM labelled the relevance, ``prompt``: the prompt's SHA-256, ``mode``) to the value on the
+    applying side; a field
     that side does not know (absent or None) is not checked, nor one the card does not record
-    (older cards), nor the fingerprint where the judge keys differ (that difference, allowed,
+    (older cards, relevance not labelled by an LLM), nor the fingerprints where the judge keys
+    differ (that difference, allowed,
     is the one to name). A difference raises a one-line :class:`UDCGInputError` naming both values,
     unless its field is in ``allow_mismatch`` (``option``, with ``{field}``, is how the message
     says to allow it); returns one note per mismatch allowed on purpose, to record in the output.
@@ -539,7 +545,7 @@ def check_compatible(
         fitted = card_value(card, name)
         if value is None or fitted is None or fitted == value:
             continue
-        if name == "fingerprint" and _other_key(card, applied):
+        if name in ("fingerprint", "relevance") and _other_key(card, applied):
             continue  # another judge key, allowed on purpose: its judge is another anyway
         what = MISMATCH_FIELDS[name][1]
         message = f"the weights were fitted with {what} {fitted!r}, not {value!r}"
