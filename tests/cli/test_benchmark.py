@@ -459,7 +459,8 @@ def test_allow_mismatch_names_known_fields() -> None:
         "prompt",
     ]
     with pytest.raises(
-        UDCGInputError, match="must be one of k, utility, judge, fingerprint, relevance, prompt, mode"
+        UDCGInputError,
+        match="must be one of k, utility, judge, fingerprint, relevance, prompt, mode",
     ):
         EvaluateSettings(allow_mismatch=["judges"])
     with pytest.raises(UDCGInputError, match="must be a list of fields"):

@@ -67,6 +67,7 @@ from udcg.cli.common import (
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, read_contexts, write_contexts
+from udcg.io.contexts.model import distinct_contexts
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
 from udcg.labels.provenance import write_derived_manifest
 from udcg.labels.stream import refuse_outputs
@@ -440,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "score":
             if args.out:
                 refuse_same_file(args.out, {"INPUT": args.input})
-            contexts = list(read_contexts(args.input))
+            contexts = distinct_contexts(read_contexts(args.input))
             _warn_mixed_sources(contexts, args.input)
             scores = qcare_scores(
                 contexts,
@@ -596,7 +597,8 @@ def _rankings(args: argparse.Namespace) -> None:
     contexts = []
     for path in args.inputs:
         name = _file_run(path)
-        contexts += [c if c.run else replace(c, run=name) for c in read_contexts(path)]
+        read = distinct_contexts(read_contexts(path))
+        contexts += [c if c.run else replace(c, run=name) for c in read]
     types = read_query_types(args.types) if args.types else args.type_field
     rows, dropped = ranking_agreement(
         contexts,

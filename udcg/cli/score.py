@@ -46,7 +46,7 @@ from udcg.cli.common import (
 )
 from udcg.cli.weights import add_allow_unverified
 from udcg.io.contexts.jsonl import read_contexts, relevance_matrix
-from udcg.io.contexts.model import by_key
+from udcg.io.contexts.model import distinct_contexts
 from udcg.io.files import atomic_write, refuse_directory, refuse_same_file
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
@@ -134,14 +134,7 @@ def score(args: argparse.Namespace) -> None:
     judge = judge_key(args.judge, args.judge_key)
     made = file_values_made_by(args.contexts, judge, args.utility)
     made_by_spec(args.judge, judge, made, args.contexts)
-    contexts = list(
-        by_key(
-            read_contexts(args.contexts),
-            lambda c: (c.qid, c.run, tuple((p.doc_id, p.text) for p in c.passages)),
-            "the same qid, run and passages",
-            "it would count twice in the means",
-        ).values()
-    )
+    contexts = distinct_contexts(read_contexts(args.contexts))
     relevant = relevance_matrix(contexts, unit=True)
     utility = get_source(args.utility).utilities(contexts, judge)
     columns: dict[str, np.ndarray] = {

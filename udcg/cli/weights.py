@@ -177,6 +177,7 @@ def calibrate(args: argparse.Namespace) -> None:
 
     from udcg.io.contexts.arrays import correctness, relevance_matrix
     from udcg.io.contexts.jsonl import read_contexts
+    from udcg.io.contexts.model import distinct_contexts
     from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
     from udcg.io.weights.files import card_value, check_compatible
     from udcg.judge.prompts import prompt_record
@@ -201,7 +202,7 @@ def calibrate(args: argparse.Namespace) -> None:
         "prompt": prompt,
     }
     notes = check_compatible(model.card_, applied, args.allow_mismatch)
-    contexts = [c for c in read_contexts(args.contexts) if len(c.passages) == k]
+    contexts = [c for c in distinct_contexts(read_contexts(args.contexts)) if len(c.passages) == k]
     if not contexts:
         raise UDCGInputError(f"no context has k={k} passages", path=args.contexts)
     rel = np.stack(relevance_matrix(contexts))

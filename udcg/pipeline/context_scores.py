@@ -14,6 +14,7 @@ from udcg import metrics
 from udcg._lazy import import_pandas
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevance_matrix
+from udcg.io.contexts.model import distinct_contexts
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.manifests import values_made_by
@@ -30,16 +31,21 @@ if TYPE_CHECKING:
     from udcg.theta import UDCGTheta
 
 
-def as_contexts(contexts: Iterable[Context] | str | os.PathLike[str]) -> list[Context]:
-    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read; none at all is
-    an error (:func:`udcg.io.contexts.jsonl.no_contexts`).
+def as_contexts(
+    contexts: Iterable[Context] | str | os.PathLike[str], distinct: bool = True
+) -> list[Context]:
+    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read, refusing a context
+    it holds twice when ``distinct`` (a mean or a fit would count it twice:
+    :func:`udcg.io.contexts.model.distinct_contexts`); none at all is an error
+    (:func:`udcg.io.contexts.jsonl.no_contexts`).
 
     >>> from udcg.demo_data.demo import OUTPUT
     >>> len(as_contexts(OUTPUT))
     1020
     """
     if isinstance(contexts, (str, os.PathLike)):
-        return list(read_contexts(contexts))
+        read = read_contexts(contexts)
+        return distinct_contexts(read) if distinct else list(read)
     listed = list(contexts)
     if not listed:
         raise no_contexts(contexts)

@@ -67,7 +67,7 @@ def label(
 
         judge = CachedJudge(judge, cache)
     return annotate_contexts(
-        as_contexts(contexts),
+        as_contexts(contexts, distinct=False),  # labelled as given, repeats included
         judge,
         [s for s in steps if s != "qcare"],
         relevance,

@@ -184,6 +184,29 @@ def by_key(
     return out
 
 
+def distinct_contexts(contexts: Iterable[Context]) -> list[Context]:
+    """``contexts`` in order, refusing a second context with the qid, run and passages (doc id
+    and text) of one before it (:func:`by_key`): a mean over them would count it twice.
+
+    Examples:
+        >>> one = Context("q1", [Passage("d1", text="A")])
+        >>> len(distinct_contexts([one, Context("q1", [Passage("d2", text="A")])]))
+        2
+        >>> distinct_contexts([one, one])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'qid': a second context with the same qid, run and ...
+    """
+    return list(
+        by_key(
+            contexts,
+            lambda c: (c.qid, c.run, tuple((p.doc_id, p.text) for p in c.passages)),
+            "the same qid, run and passages",
+            "it would count twice in the means",
+        ).values()
+    )
+
+
 def _merge_extra(out: dict[str, Any], extra: Mapping[str, Any], what: str) -> None:
     for key, value in extra.items():
         if key in out or key in (CONTEXT_KEYS if what == "context" else PASSAGE_KEYS):
