@@ -641,3 +641,21 @@ def test_evaluate_checks_who_labelled_the_relevance_of_given_contexts(
     allowed = EvaluateSettings(**{**vars(settings), "allow_mismatch": ["relevance"]})
     report, _ = run_benchmark(contexts_jsonl(out), None, allowed, tmp_path / "r2")
     assert any("fp-r1" in note for note in report["setup"]["theta_weights_overrides"])
+
+
+def test_train_py_refuses_another_precomputed_file_of_the_key(
+    annotated: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    out, _, other = annotated
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "train.py", "data=jsonl", f"data.path={out}", f"judge={other}", "k=2",
+         f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=repo, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip()
+    assert "\n" not in err and f"{out}: " in err and "the values of judge 'llama3' were made" in err

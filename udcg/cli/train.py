@@ -31,7 +31,11 @@ from udcg.cli.hydra_config import (
     train_settings,
 )
 from udcg.errors import UDCGInputError
-from udcg.pipeline.context_scores import file_labels_made_by, file_values_made_by
+from udcg.pipeline.context_scores import (
+    file_labels_made_by,
+    file_values_made_by,
+    made_by_spec,
+)
 from udcg.pipeline.metric_table import format_table
 from udcg.pipeline.settings import TrainSettings
 from udcg.pipeline.tracking import flat_params, mlflow_uri_kept
@@ -115,12 +119,15 @@ def run_params(cfg: DictConfig) -> dict[str, str]:
 def _data_makers(data: DictConfig, settings: TrainSettings) -> dict[str, str | None]:
     """The fingerprints of the judges that made the utilities and the LLM relevance labels of
     a contexts file (``data=jsonl``), as its manifest records them; None for other data or
-    without a record."""
+    without a record. A ``precomputed:FILE`` judge whose file did not make the utilities is
+    refused (:func:`udcg.pipeline.context_scores.made_by_spec`)."""
     path = data.get("path")
     if not isinstance(path, str):
         return {"judge_fingerprint": None, "relevance_fingerprint": None}
+    made = file_values_made_by(path, settings.judge_key, settings.utility)
+    made_by_spec(settings.judge, settings.judge_key, made, path)
     return {
-        "judge_fingerprint": file_values_made_by(path, settings.judge_key, settings.utility),
+        "judge_fingerprint": made,
         "relevance_fingerprint": file_labels_made_by(path, settings.judge_key),
     }
 
