@@ -7,6 +7,7 @@ pipeline."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -659,3 +660,43 @@ def test_train_py_refuses_another_precomputed_file_of_the_key(
     assert done.returncode == 2, done.stderr
     err = done.stderr.strip()
     assert "\n" not in err and f"{out}: " in err and "the values of judge 'llama3' were made" in err
+
+
+def _covered(path: Path, judges: list[str]) -> Path:
+    """Contexts whose Q-CARE coverage labels judge ``judges[i % len]`` made."""
+    rows = []
+    for i, ctx in enumerate(_contexts()):
+        record = {"judge": judges[i % len(judges)], "fingerprint": "f", "checks": ["logprobs"]}
+        row = ctx.to_json() | {"subqueries": ["s1"], "qcare_labels": record}
+        for j, passage in enumerate(row["passages"]):
+            passage["covers"] = [j == i % 2]
+        rows.append(row)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_coverage_of_several_labellers_is_named_wherever_it_is_read(
+    annotated: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """``trec --coverage`` and ``udcg.evaluate(coverage=)`` warn as ``qcare score`` does when
+    the labels come from several judges; ``evaluate.py qcare=true`` names who made them."""
+    import udcg
+    from udcg.errors import UDCGWarning
+    from udcg.pipeline.datasets import contexts_jsonl
+
+    mixed = _covered(tmp_path / "mixed.jsonl", ["J1", "J2"])
+    run = {f"q{i}": {f"d{i}-0": 2.0, f"d{i}-1": 1.0} for i in range(6)}
+    qrels = {f"q{i}": {f"d{i}-{i % 2}": 1} for i in range(6)}
+    with pytest.warns(UDCGWarning, match=r"several sources \(judge J1 \(logprobs\): 3 contexts"):
+        udcg.evaluate(qrels, run, ["C-Prec@2"], coverage=str(mixed))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one = _covered(tmp_path / "one.jsonl", ["J1"])
+        udcg.evaluate(qrels, run, ["C-Prec@2"], coverage=str(one))
+    _, spec, _ = annotated
+    given = _covered(tmp_path / "given.jsonl", ["J1"])
+    settings = EvaluateSettings(
+        k=2, n_bootstrap=20, cache_dir=tmp_path / "s", judge=spec, qcare=True
+    )
+    report, _ = run_benchmark(contexts_jsonl(given), None, settings, tmp_path / "r")
+    assert "Q-CARE coverage labels: judge J1 (logprobs): 6 contexts" in report["notes"]

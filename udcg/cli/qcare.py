@@ -66,8 +66,9 @@ from udcg.cli.common import (
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
-from udcg.io.contexts.jsonl import Context, read_contexts, write_contexts
+from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.contexts.model import distinct_contexts
+from udcg.io.contexts.sources import warn_mixed_sources
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
 from udcg.labels.provenance import write_derived_manifest
 from udcg.labels.stream import refuse_outputs
@@ -81,7 +82,6 @@ from udcg.qcare.labels.label import (
     QCareReport,
     check_inputs,
     label_contexts,
-    label_sources,
 )
 from udcg.qcare.published import (
     PublishedMatch,
@@ -442,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.out:
                 refuse_same_file(args.out, {"INPUT": args.input})
             contexts = distinct_contexts(read_contexts(args.input))
-            _warn_mixed_sources(contexts, args.input)
+            warn_mixed_sources(contexts, args.input)
             scores = qcare_scores(
                 contexts,
                 args.answers_from,
@@ -457,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             judged = list(read_contexts(args.judge_labels))
             human = list(read_contexts(args.human_labels))  # read once: HUMAN may be a pipe
-            _warn_mixed_sources(judged, args.judge_labels)
+            warn_mixed_sources(judged, args.judge_labels)
             rows, filled = agreement(
                 judged,
                 human,
@@ -481,19 +481,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _annotators(human, args)
 
     return run_cli("udcg qcare", work)
-
-
-def _warn_mixed_sources(contexts: Sequence[Context], path: str) -> None:
-    """One warning when the labels of ``contexts`` come from several judges, several Yes/No
-    routes, or judges and hands (:func:`udcg.qcare.labels.label.label_sources`)."""
-    sources = label_sources(contexts)
-    if len(sources) > 1:
-        listed = "; ".join(f"{source}: {n} contexts" for source, n in sorted(sources.items()))
-        warnings.warn(
-            f"{path}: the labels come from several sources ({listed}), so its means mix them",
-            UDCGWarning,
-            stacklevel=1,
-        )
 
 
 def _import(args: argparse.Namespace) -> None:

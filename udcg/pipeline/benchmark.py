@@ -14,6 +14,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context
+from udcg.io.contexts.sources import listed_sources, warn_mixed_sources
 from udcg.io.joins.utility_sources import get_source
 from udcg.io.weights.files import check_compatible, check_fingerprint
 from udcg.judge.prompts import prompt_record
@@ -308,6 +309,9 @@ def run_benchmark(
         )
         if steps or (settings.qcare and needs_coverage(contexts)):
             contexts = annotate(contexts, steps)
+        if settings.qcare:  # who labelled the coverage: this run's judge, or the given file's
+            warn_mixed_sources(contexts, name)
+            mix_notes.append(f"Q-CARE coverage labels: {listed_sources(contexts)}")
         signal = signal_check(contexts, label_key, settings.utility)
         next_stage(bar, "evaluate", "score")
         table = score_table(

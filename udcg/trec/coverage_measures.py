@@ -54,7 +54,7 @@ import pyarrow as pa
 
 from udcg.errors import UDCGInputError
 from udcg.io.arrow import dictionary_encode, to_numpy
-from udcg.io.contexts.jsonl import read_contexts
+from udcg.io.contexts.jsonl import Context, read_contexts
 from udcg.io.files import PathType, numbered_lines
 from udcg.io.formats.trec import read_columns
 from udcg.metrics.coverage import c_ndcg, c_precision, coverage
@@ -203,8 +203,12 @@ def _first_object(path: PathType) -> dict[str, Any] | None:
 
 def _from_contexts(path: PathType) -> Coverage:
     """The gains of the passages of contexts labelled by ``udcg qcare label`` (the reader
-    checks each ``covers`` row has one label per sub-query)."""
+    checks each ``covers`` row has one label per sub-query); a warning when the labels come
+    from several sources (:func:`udcg.qcare.labels.label.warn_mixed_sources`)."""
+    from udcg.io.contexts.sources import RECORD, warn_mixed_sources
+
     gains = _Gains(path)
+    sources = []  # the labelled contexts, reduced to the record of who labelled them
     for ctx in read_contexts(path):
         if ctx.subqueries is None:
             continue
@@ -212,11 +216,13 @@ def _from_contexts(path: PathType) -> Coverage:
         rows = [list(p.covers) for p in labelled]
         if not rows:
             continue
+        sources.append(Context(ctx.qid, extra={RECORD: ctx.extra.get(RECORD)}))
         line = ctx.location()["line"]
         found = _row_gains(rows, f"query {ctx.qid!r}", path, line)
         for passage, pair in zip(labelled, found, strict=True):
             if pair is not None:
                 gains.add(ctx.qid, passage.doc_id, pair, line)
+    warn_mixed_sources(sources, path)
     return gains.coverage()
 
 

@@ -186,7 +186,7 @@ def test_the_record_keeps_the_route_of_labels_an_own_later_run_keeps(tag_judge) 
 
 def test_label_sources_name_records_of_any_json_shape() -> None:
     from udcg.io.contexts.model import Context
-    from udcg.qcare.labels.label import RECORD, label_sources
+    from udcg.io.contexts.sources import RECORD, label_sources
 
     records = [{"judge": ["j"], "fingerprint": {"a": 1}, "checks": "text"}, {"judge": "j"}]
     sources = label_sources([Context(f"q{i}", extra={RECORD: r}) for i, r in enumerate(records)])

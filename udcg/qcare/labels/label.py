@@ -30,6 +30,7 @@ from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import ANSWER_LABELS, Context
+from udcg.io.contexts.sources import RECORD
 from udcg.judge.base import Judge
 from udcg.qcare.conversation import history_of
 from udcg.qcare.labels import prompts as qp
@@ -40,8 +41,6 @@ from udcg.validation import nonnegative_int
 #: Chunks the reference pipeline judges per query.
 REFERENCE_TOP_K = 10
 CHECKS = ("coverage", "claim_relevance", "claims_cover", "claim_support")
-#: The context key of the labelling record.
-RECORD = "qcare_labels"
 #: Outcome fields ``label_contexts`` writes for ``answers_from``; those indexed by sub-query.
 OUTCOME_LABELS = ("claims", *(f"{n}{t}" for n in ANSWER_LABELS for t in ("", "_prob")))
 PER_SUBQUERY = tuple(n for n in OUTCOME_LABELS if n.startswith(("subquery", "claim_rel")))
@@ -330,40 +329,6 @@ def label_contexts(
         for c, (_, record, _, _) in zip(out, prepared, strict=True)
     ]
     return out, report
-
-
-def label_sources(contexts: Sequence[Context]) -> Counter[str]:
-    """How many contexts each source of Q-CARE labels wrote: ``judge KEY (ROUTES)`` from the
-    ``qcare_labels`` record (``judge KEY [FINGERPRINT] (ROUTES)`` where records of one key hold
-    several fingerprints: one model on two servers), ``no record`` for labels given by hand or
-    elsewhere.
-
-    Examples:
-        >>> from udcg.io.contexts.model import Context
-        >>> record = {"judge": "a", "fingerprint": "fa", "checks": ["text"]}
-        >>> dict(label_sources([Context("q1", extra={RECORD: record}), Context("q2")]))
-        {'judge a (text)': 1, 'no record': 1}
-        >>> other = {**record, "fingerprint": "fb"}
-        >>> dict(label_sources([Context("q1", extra={RECORD: r}) for r in (record, other)]))
-        {'judge a [fa] (text)': 1, 'judge a [fb] (text)': 1}
-    """
-    records = [ctx.extra.get(RECORD) for ctx in contexts]
-    fingerprints: dict[str, set[str]] = {}
-    for record in records:
-        if isinstance(record, dict):
-            key, fingerprint = str(record.get("judge")), str(record.get("fingerprint"))
-            fingerprints.setdefault(key, set()).add(fingerprint)
-    out: Counter[str] = Counter()
-    for record in records:
-        if not isinstance(record, dict):
-            out["no record"] += 1
-            continue
-        key = str(record.get("judge"))
-        checks = record.get("checks")
-        routes = ", ".join(map(str, checks)) if isinstance(checks, list) and checks else ""
-        which = f" [{record.get('fingerprint')}]" if len(fingerprints[key]) > 1 else ""
-        out[f"judge {key}{which} ({routes or 'routes not recorded'})"] += 1
-    return out
 
 
 def _label_answers(
