@@ -102,6 +102,14 @@ def test_sharded_runs_merge_to_the_unsharded_bytes(tmp_path: Path, capsys) -> No
     with pytest.raises(UDCGInputError, match="more contexts than its shard") as err:
         merge_shards(src, renamed, merged)
     assert err.value.line == len(lines) + 1 and not merged.exists()
+    # the input's manifest changed between the shard runs: shards record other makers
+    renamed[1].write_bytes(b"".join(lines))
+    other = json.loads(manifest_path(renamed[1]).read_text())
+    other["judges"] = {**other["judges"], "earlier": {"abstain": "fp-x"}}
+    manifest_path(renamed[1]).write_text(json.dumps(other))
+    with pytest.raises(UDCGInputError, match="records other makers of the input's values") as err:
+        merge_shards(src, renamed, merged)
+    assert err.value.path == str(renamed[1]) and not merged.exists()
 
 
 def test_order_shards_keeps_other_names_as_given() -> None:

@@ -144,7 +144,9 @@ def _ids(path: PathType, sha: Any) -> Iterator[tuple[int, str, tuple[object, obj
 
 def _shard_records(ordered: Sequence[PathType], manifests: Sequence[dict]) -> dict[str, Any]:
     """The record the shards share, as an unsharded run's (``shard`` null); refuses shards
-    numbered other than 1..N in order, or produced by another judge, steps or options."""
+    numbered other than 1..N in order, produced by another judge, steps or options, or whose
+    manifests record other makers of the input's values (``judges``: the input's manifest
+    changed between the shard runs)."""
     total = len(ordered)
     first = record_of(manifests[0])
     for index, (path, manifest) in enumerate(zip(ordered, manifests, strict=True), start=1):
@@ -153,6 +155,14 @@ def _shard_records(ordered: Sequence[PathType], manifests: Sequence[dict]) -> di
             raise UDCGInputError(
                 f"was annotated as shard {record.get('shard')} where shard {index}/{total} "
                 f"belongs: give all {total} shard files of this input, in order 1..N",
+                path=path,
+            )
+        if manifest.get(JUDGES) != manifests[0].get(JUDGES):
+            raise UDCGInputError(
+                f"records other makers of the input's values ({JUDGES}:"
+                f" {json.dumps(manifest.get(JUDGES))}) than {os.fspath(ordered[0])}"
+                f" ({json.dumps(manifests[0].get(JUDGES))}): the input's manifest changed between"
+                " the shard runs; annotate the shards again",
                 path=path,
             )
         difference = first_difference(first, record, skip=("shard",))
@@ -244,8 +254,7 @@ def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType)
             "input_sha256": whole.hexdigest(),
             "output_sha256": merged.hexdigest(),
         }
-        judges = [m.get(JUDGES) for m in manifests]  # one input: the same in every shard
-        if judges[0] is not None and all(j == judges[0] for j in judges):
-            counts[JUDGES] = judges[0]
+        if manifests[0].get(JUDGES) is not None:  # one input: the same in every shard
+            counts[JUDGES] = manifests[0][JUDGES]
         write_manifest(output, record, counts)
     return whole.count
