@@ -345,8 +345,17 @@ def stream_name(path: PathType) -> int | None:
         (1, 0, 2)
         >>> stream_name("out.jsonl") is None, stream_name("/dev/shm/out.jsonl") is None
         (True, True)
+        >>> stream_name("-") is None  # ``-`` is read by its callers, not resolved
+        True
     """
-    name = os.path.join(os.getcwd(), os.fspath(path))  # no lexical ..: a folder may be a link
+    name = os.fspath(path)
+    if name == STDIO:  # standard input or output by convention, not a name of the file system
+        return None
+    if not os.path.isabs(name):  # no lexical ..: a folder may be a link
+        try:
+            name = os.path.join(os.getcwd(), name)
+        except OSError:  # the working folder was deleted: a relative name names nothing
+            return None
     for _ in range(40):  # a chain of links, as the kernel follows it
         folder, last = os.path.split(name)
         name = os.path.join(os.path.realpath(folder), last)

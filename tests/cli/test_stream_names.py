@@ -1,0 +1,50 @@
+"""Standard streams as the shell hands them over: closed (``<&-``, ``>&-``, ``2>&-``), a
+file that is also an input, several names of one stream, and a deleted working folder. Each
+case runs the command in a child process whose descriptors are set up by a shell."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = f"{sys.executable} -m udcg"
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    """A folder with topics.tsv, coll.tsv, run.txt and qrels.txt: enough for ``contexts``."""
+    (tmp_path / "topics.tsv").write_text("q1\tcapital of australia\nq2\tcapital of france\n")
+    (tmp_path / "coll.tsv").write_text("d1\tCanberra is it\nd2\tParis is it\nd3\tnothing\n")
+    (tmp_path / "run.txt").write_text("q1 Q0 d1 1 2.0 r\nq1 Q0 d3 2 1.0 r\nq2 Q0 d2 1 2.0 r\n")
+    (tmp_path / "qrels.txt").write_text("q1 0 d1 1\nq2 0 d2 1\n")
+    return tmp_path
+
+
+def _sh(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` run by bash in ``cwd``, ``$U`` the command line of udcg."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "U": CLI}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+CONTEXTS = "$U contexts run.txt --topics topics.tsv --collection coll.tsv -k 2"
+
+
+def test_a_deleted_working_folder_does_not_stop_absolute_names_and_standard_output(
+    inputs: Path,
+) -> None:
+    absolute = f"$U contexts {inputs}/run.txt --topics {inputs}/topics.tsv " \
+        f"--collection {inputs}/coll.tsv -k 2 -o -"  # fmt: skip
+    done = _sh(
+        f"mkdir gone && cd gone && rmdir ../gone && {absolute} > ../out.jsonl 2> ../err"
+        f" && $U trec {inputs}/qrels.txt {inputs}/run.txt > ../trec.txt",
+        inputs,
+    )
+    assert done.returncode == 0, (done.stderr, (inputs / "err").read_text())
+    assert len((inputs / "out.jsonl").read_text().splitlines()) == 2
+    assert "num_q" in (inputs / "trec.txt").read_text()
