@@ -171,11 +171,12 @@ def progress(
     stream: TextIO | None = None,
 ) -> Any:
     """A progress display of ``total`` items (None: unknown) named ``desc`` on ``stream``
-    (default stderr), as :func:`progress_mode` says: a context manager with ``update(n)``,
-    ``set_description(desc)`` and ``close()``. ``leave=False``: a bar is cleared when done and
-    lines mode writes no final line (for the inner loops of a longer run)."""
+    (default stderr; none when stderr is closed), as :func:`progress_mode` says: a context
+    manager with ``update(n)``, ``set_description(desc)`` and ``close()``. ``leave=False``: a
+    bar is cleared when done and lines mode writes no final line (for the inner loops of a
+    longer run)."""
     stream = sys.stderr if stream is None else stream
-    mode = progress_mode(stream)
+    mode = "off" if stream is None else progress_mode(stream)  # stderr closed (2>&-)
     if mode == "off":
         return _Silent()
     if mode == "lines":

@@ -48,3 +48,10 @@ def test_a_deleted_working_folder_does_not_stop_absolute_names_and_standard_outp
     assert done.returncode == 0, (done.stderr, (inputs / "err").read_text())
     assert len((inputs / "out.jsonl").read_text().splitlines()) == 2
     assert "num_q" in (inputs / "trec.txt").read_text()
+
+
+def test_a_closed_standard_error_drops_progress_and_messages(inputs: Path) -> None:
+    done = _sh(f"UDCG_PROGRESS=lines {CONTEXTS} -o out.jsonl 2>&- && {CONTEXTS} -o - 2>&-", inputs)
+    assert done.returncode == 0 and done.stderr == ""
+    assert len((inputs / "out.jsonl").read_text().splitlines()) == 2
+    assert done.stdout == (inputs / "out.jsonl").read_text()  # no summary among the data

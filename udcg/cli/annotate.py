@@ -46,6 +46,7 @@ from udcg.cli.common import (
     add_out,
     info_stream,
     judge_inputs,
+    messages,
     parse,
     refuse_stdin_twice,
     run_cli,
@@ -383,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             grades = ", ".join(f"{g} {n}" for g, n in sorted(whole.erag_grades.items()))
             print(f"eRAG grades: {grades}", file=out)
         for what, n in whole.failures.items():
-            print(f"failures: {n} {what}", file=sys.stderr)
+            print(f"failures: {n} {what}", file=messages())
         warning = bounds_warning(report, earlier)
         if warning:
             warnings.warn(warning, UDCGWarning, stacklevel=1)

@@ -46,6 +46,7 @@ from udcg.cli.common import (
     add_list_option,
     add_out,
     info_stream,
+    messages,
     parse,
     refuse_stdin_twice,
     run_cli,
@@ -327,11 +328,11 @@ def _import_locked(args: argparse.Namespace) -> int:
         _record_settings(judge, cache, calls.values())
         path = cache.path
     for message in batch.errors[:SHOWN_ERRORS]:
-        print(f"udcg batch import: error: {message}", file=sys.stderr)
+        print(f"udcg batch import: error: {message}", file=messages())
     if len(batch.errors) > SHOWN_ERRORS:
         print(
             f"udcg batch import: error: ... and {len(batch.errors) - SHOWN_ERRORS} more lines",
-            file=sys.stderr,
+            file=messages(),
         )
     out = info_stream(args.out)
     results = batch.results.values()

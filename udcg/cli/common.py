@@ -9,6 +9,7 @@ reports for a tool killed by a broken pipe).
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import traceback
@@ -48,7 +49,7 @@ def one_line_warnings(prog: str) -> Iterator[None]:
 
     def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         if issubclass(category, UDCGWarning):
-            print(f"{prog}: warning: {one_line(str(message))}", file=sys.stderr)
+            print(f"{prog}: warning: {one_line(str(message))}", file=messages())
         else:
             original(message, category, *args, **kwargs)
 
@@ -56,6 +57,25 @@ def one_line_warnings(prog: str) -> Iterator[None]:
         warnings.simplefilter("always", UDCGWarning)
         warnings.showwarning = show
         yield
+
+
+class _Dropped(io.StringIO):
+    """Where messages go when standard error is closed: written, then forgotten."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def messages() -> TextIO:
+    """Standard error, where a command's notes and errors go; when it is closed (``2>&-``),
+    a sink that drops them (``print(file=None)`` would send them to standard output, among
+    the data).
+
+    Examples:
+        >>> messages() is sys.stderr
+        True
+    """
+    return _Dropped() if sys.stderr is None else sys.stderr
 
 
 def _quiet_stdout() -> None:
@@ -100,7 +120,7 @@ def run_command(prog: str, main: Callable[[], int | None], catch_all: bool = Fal
     with one_line_warnings(prog):
         outcome = _attempt(main, catch_all)
     if outcome.error is not None:
-        print(f"{prog}: {outcome.error}", file=sys.stderr)
+        print(f"{prog}: {outcome.error}", file=messages())
     return outcome
 
 
@@ -111,8 +131,10 @@ def run_cli(prog: str, main: Callable[[], int | None]) -> int:
 
 def info_stream(*outputs: str | None) -> TextIO:
     """Where a command prints its summary: stderr when one of ``outputs`` is ``-`` (the data
-    goes to stdout), else stdout."""
-    return sys.stderr if STDIO in outputs else sys.stdout
+    goes to stdout), else stdout; a closed one drops what is printed (:func:`messages`)."""
+    if STDIO in outputs:
+        return messages()
+    return sys.stdout if sys.stdout is not None else _Dropped()
 
 
 def reads_stdin(path: PathType) -> bool:
@@ -442,7 +464,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) ->
     if required and args.out is None:
         parser.error("the following arguments are required: -o/--out")
     for text in notes:
-        print(f"{parser.prog}: note: {text}", file=sys.stderr)
+        print(f"{parser.prog}: note: {text}", file=messages())
     return args
 
 

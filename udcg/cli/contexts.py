@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from udcg.cli.common import add_out, parse, refuse_stdin_twice, run_cli
+from udcg.cli.common import add_out, messages, parse, refuse_stdin_twice, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import write_contexts
 from udcg.io.contexts.model import Context
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         with progress(None, "contexts", unit="ctx") as bar:
             _write(args.out, tally.count(contexts, args.k, bar))
         seconds = time.perf_counter() - start
-        print(tally.summary(args.k, qrels is not None, args.out, seconds), file=sys.stderr)
+        print(tally.summary(args.k, qrels is not None, args.out, seconds), file=messages())
 
     return run_cli("udcg contexts", work)
 

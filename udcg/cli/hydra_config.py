@@ -37,7 +37,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from udcg.cli.common import Outcome, run_command
+from udcg.cli.common import Outcome, messages, run_command
 from udcg.cli.extras import missing_module_error
 from udcg.errors import UDCGInputError
 from udcg.pipeline.settings import EvaluateSettings, Settings, TrainSettings
@@ -297,7 +297,7 @@ class SweepFailures(Callback):
         prog = prog_name(config.hydra.job.name)
         lines = [f"{prog}: {len(self.failed)} of {self.members} sweep members failed:"]
         lines += [f"  {name}: {outcome.error or 'failed'}" for name, outcome in self.failed]
-        print("\n".join(lines), file=sys.stderr)
+        print("\n".join(lines), file=messages())
         sys.exit(max(outcome.status for _, outcome in self.failed))
 
 

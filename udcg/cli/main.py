@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import importlib
+import io
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
 from udcg._threads import one_blas_thread
 from udcg.cli.extras import missing_extras, missing_module_error, needs
@@ -64,6 +66,12 @@ def _usage() -> str:
     )
 
 
+def _messages() -> TextIO:
+    """Standard error, or a sink when it is closed (udcg.cli.common.messages, without its
+    imports: numpy must not be loaded before the thread setting)."""
+    return sys.stderr if sys.stderr is not None else io.StringIO()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the command's module; returns the exit status (2 for a usage mistake or a
     missing extra). Run as the console script (``argv`` None), it makes the process settings
@@ -80,19 +88,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args[0] in RENAMED:
         old, args[0] = args[0], RENAMED[args[0]]
-        print(f"udcg: note: udcg {old} is deprecated: use udcg {args[0]}", file=sys.stderr)
+        print(f"udcg: note: udcg {old} is deprecated: use udcg {args[0]}", file=_messages())
     command = COMMANDS.get(args[0])
     if command is None:
         print(
             f"udcg: error: unknown command {args[0]!r} (choose from {', '.join(COMMANDS)})",
-            file=sys.stderr,
+            file=_messages(),
         )
         return 2
     target, _, extras = command
     prog = f"udcg {args[0]}"
     missing = missing_extras(extras)
     if missing:
-        print(f"{prog}: error: {needs(missing)}", file=sys.stderr)
+        print(f"{prog}: error: {needs(missing)}", file=_messages())
         return 2
     module, _, function = target.partition(":")
     if process and args[0] in _ONE_BLAS_THREAD:
@@ -106,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = missing_module_error(exc, prefer=extras or _JUDGE_FIRST)
         if message is None:
             raise
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {message}", file=_messages())
         return 2
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from udcg.cli.common import OLD_OUT_NOTE, info_stream, output_path, parse, run_cli
+from udcg.cli.common import OLD_OUT_NOTE, info_stream, messages, output_path, parse, run_cli
 from udcg.labels.shards import merge_shards
 
 
@@ -45,7 +45,7 @@ def _old_out(args: argparse.Namespace) -> None:
     if len(args.shards) < 2:
         build_parser().error("the following arguments are required: -o/--out")
     args.out, args.shards = output_path(args.shards[0]), args.shards[1:]
-    print(f"udcg merge-shards: note: {OLD_OUT_NOTE}", file=sys.stderr)
+    print(f"udcg merge-shards: note: {OLD_OUT_NOTE}", file=messages())
 
 
 def main(argv: list[str] | None = None) -> int:

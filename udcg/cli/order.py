@@ -39,6 +39,7 @@ from udcg.cli.common import (
     add_judge_key,
     add_out,
     info_stream,
+    messages,
     parse,
     refuse_stdin_twice,
     run_cli,
@@ -202,7 +203,7 @@ def order_contexts(args: argparse.Namespace) -> None:
     write_derived_manifest(args.out, args.input, {"format": "udcg-order/1", ORDERED_BY: record})
     stream = info_stream(args.out)
     for note in notes:
-        print(f"udcg order: {note}", file=sys.stderr)
+        print(f"udcg order: {note}", file=messages())
     print(_summary("contexts", args.ordering, model, before, after, changed), file=stream)
 
 
@@ -296,7 +297,7 @@ def order_run(args: argparse.Namespace) -> None:
                 for rank, doc in enumerate(new, start=1)
             )
     for note in notes:
-        print(f"udcg order: {note}", file=sys.stderr)
+        print(f"udcg order: {note}", file=messages())
     print(
         _summary("queries", args.ordering, model, before, after, changed),
         file=info_stream(args.out),

@@ -47,6 +47,7 @@ from udcg.cli.common import (
     add_out,
     add_utility,
     judge_inputs,
+    messages,
     parse,
     refuse_stdin_twice,
     run_cli,
@@ -244,7 +245,7 @@ def _naming(weights: str) -> Iterator[None]:
 
 
 def _say(text: str) -> None:
-    print(f"udcg report: {text}", file=sys.stderr, flush=True)
+    print(f"udcg report: {text}", file=messages(), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

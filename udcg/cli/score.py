@@ -40,6 +40,7 @@ from udcg.cli.common import (
     add_out,
     add_utility,
     info_stream,
+    messages,
     parse,
     run_cli,
     weights_inputs,
@@ -155,7 +156,7 @@ def score(args: argparse.Namespace) -> None:
             option="--allow-mismatch {field}",
         )
         for note in overrides:
-            print(f"UDCG-theta: {note}", file=sys.stderr)
+            print(f"UDCG-theta: {note}", file=messages())
         columns.update(theta_columns(model, relevant, utility))
         k = len(model.alpha_)
         others = sum(len(c.passages) != k for c in contexts)
@@ -163,7 +164,7 @@ def score(args: argparse.Namespace) -> None:
             print(
                 f"UDCG-theta: {others} of {len(contexts)} contexts do not have k={k} passages "
                 "and are left empty (null)",
-                file=sys.stderr,
+                file=messages(),
             )
     else:
         overrides = []

@@ -29,6 +29,7 @@ from udcg.cli.common import (
     add_judge_key,
     add_out,
     add_utility,
+    messages,
     parse,
     run_cli,
 )
@@ -213,7 +214,7 @@ def calibrate(args: argparse.Namespace) -> None:
     tuned = model.predict_proba(rel, u, calibrated=True)
     model.save_pretrained(args.out, card={"weights_overrides": notes} if notes else None)
     for note in notes:
-        print(f"udcg weights: {note}", file=sys.stderr)
+        print(f"udcg weights: {note}", file=messages())
     print(f"calibration: {model.calibration_.describe()}")
     for name, measure in (("ECE", expected_calibration_error), ("Brier", brier_score)):
         before, after = measure(raw, correct), measure(tuned, correct)
