@@ -55,3 +55,9 @@ def test_a_closed_standard_error_drops_progress_and_messages(inputs: Path) -> No
     assert done.returncode == 0 and done.stderr == ""
     assert len((inputs / "out.jsonl").read_text().splitlines()) == 2
     assert done.stdout == (inputs / "out.jsonl").read_text()  # no summary among the data
+
+
+def test_a_closed_standard_output_is_no_failure_when_the_output_is_a_file(inputs: Path) -> None:
+    done = _sh(f"{CONTEXTS} -o out.jsonl >&-", inputs)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert len((inputs / "out.jsonl").read_text().splitlines()) == 2

@@ -90,7 +90,8 @@ def _quiet_stdout() -> None:
 def _attempt(main: Callable[[], int | None], catch_all: bool) -> Outcome:
     try:
         status = main() or 0
-        sys.stdout.flush()  # a closed pipe is reported here, not at interpreter exit
+        if sys.stdout is not None:  # closed (>&-): nothing was written there to flush
+            sys.stdout.flush()  # a closed pipe is reported here, not at interpreter exit
         return Outcome(status)
     except UDCGInputError as exc:
         return Outcome(2, f"error: {one_line(str(exc))}")

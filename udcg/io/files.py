@@ -311,7 +311,8 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         return
     path = Path(path)
     if is_special(path):  # /dev/null, /dev/stdout, a FIFO: written in place, never replaced
-        sys.stdout.flush()  # what was printed before comes first where stdout is this stream
+        if sys.stdout is not None:  # what was printed before comes first where stdout is this
+            sys.stdout.flush()
         with open(path, "ab") as raw, _encoded(raw, path, mode) as out:
             yield out
         return
