@@ -61,3 +61,13 @@ def test_a_closed_standard_output_is_no_failure_when_the_output_is_a_file(inputs
     done = _sh(f"{CONTEXTS} -o out.jsonl >&-", inputs)
     assert done.returncode == 0 and "Traceback" not in done.stderr
     assert len((inputs / "out.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_closed_standard_input_given_as_an_input_is_one_line(inputs: Path) -> None:
+    for command in (
+        "$U contexts - --topics topics.tsv --collection coll.tsv -k 2 -o out.jsonl",
+        "$U trec qrels.txt -",
+    ):
+        done = _sh(f"{command} <&-", inputs)
+        assert done.returncode == 2, done.stderr
+        assert "-: standard input is closed" in done.stderr and "Traceback" not in done.stderr

@@ -143,7 +143,7 @@ def read_once(path: PathType) -> PathType:
 def open_binary(path: PathType) -> IO[bytes]:
     """Open ``path`` for binary reading, decompressing gzip (by magic bytes, not by name).
     The file is opened once and its first bytes peeked, so pipes work too; ``-`` reads
-    standard input, an :class:`InputBytes` its content.
+    standard input (an error when it is closed), an :class:`InputBytes` its content.
 
     Examples:
         >>> import tempfile
@@ -158,6 +158,8 @@ def open_binary(path: PathType) -> IO[bytes]:
         b'a\\nb\\n'
     """
     if os.fspath(path) == STDIO:
+        if sys.stdin is None:  # closed (<&-)
+            raise UDCGInputError("standard input is closed", path=path)
         raw = io.BufferedReader(io.BytesIO(_stdin_bytes(sys.stdin.buffer)))
     elif isinstance(path, InputBytes):
         raw = io.BufferedReader(io.BytesIO(path.data))
