@@ -71,3 +71,20 @@ def test_a_closed_standard_input_given_as_an_input_is_one_line(inputs: Path) -> 
         done = _sh(f"{command} <&-", inputs)
         assert done.returncode == 2, done.stderr
         assert "-: standard input is closed" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("name", ["out/", "out/.", "/dev/stdin/", "/dev/fd/0/", "/dev/stdout/"])
+def test_an_output_named_as_a_folder_is_refused_before_work(inputs: Path, name: str) -> None:
+    before = sorted(p.name for p in inputs.iterdir())
+    done = _sh(f"{CONTEXTS} -o {name} < run.txt > stdout", inputs)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{name} names a folder" in done.stderr
+    assert sorted(p.name for p in inputs.iterdir()) == sorted([*before, "stdout"])
+    assert (inputs / "stdout").read_text() == ""
+    assert (inputs / "run.txt").read_text().count("\n") == 3
+
+
+def test_a_folder_output_may_end_in_a_slash() -> None:
+    from udcg.cli.common import output_folder
+
+    assert output_folder("report/") == "report/" and output_folder("/dev/fd/1") == "-"

@@ -157,9 +157,47 @@ def output_path(text: str) -> str:
     a link to one) read as ``-``: the output goes where ``-`` sends it, and the messages to
     standard error.
 
+    A name ending in ``/``, ``/.`` or ``/..`` names a folder, never a file: the kernel
+    refuses to open one that is not a folder, and :class:`pathlib.Path` would drop the slash;
+    it is refused here, before any work.
+
     Examples:
         >>> output_path("/dev/stdout"), output_path("out.jsonl")
         ('-', 'out.jsonl')
+        >>> output_path("out/")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: out/ names a folder (its last part is /, . or ..), not an ...
+    """
+    refuse_folder_name(text)
+    return output_folder(text)
+
+
+def refuse_folder_name(text: str) -> None:
+    """Refuse an output file named as a folder: ending in ``/``, ``/.`` or ``/..`` (or ``.``,
+    ``..``), which :class:`pathlib.Path` would silently drop and the kernel would refuse.
+
+    Examples:
+        >>> refuse_folder_name("out.jsonl")
+        >>> refuse_folder_name("/dev/stdin/.")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: /dev/stdin/. names a folder (its last part is /, . or ..), ...
+    """
+    if text.endswith("/") or os.path.basename(text) in (".", ".."):
+        raise argparse.ArgumentTypeError(
+            f"{text} names a folder (its last part is /, . or ..), not an output file"
+        )
+
+
+def output_folder(text: str) -> str:
+    """An output folder (``-o DIR``) as given, a name of standard output read as ``-`` and one
+    of standard input refused, as :func:`output_path` does for a file; a trailing slash is
+    allowed.
+
+    Examples:
+        >>> output_folder("report/")
+        'report/'
     """
     stream = stream_name(text)
     if stream == 0:
@@ -378,11 +416,17 @@ def add_deprecated(
 
 
 def add_out(
-    parser: Any, help: str, required: bool = False, old_positional: bool = False, **kwargs: Any
+    parser: Any,
+    help: str,
+    required: bool = False,
+    old_positional: bool = False,
+    folder: bool = False,
+    **kwargs: Any,
 ) -> argparse.Action:
     """``-o/--out PATH``, the output; ``old_positional``: the output was a positional OUT
-    (after the other positionals), still taken with a note."""
-    kwargs.setdefault("type", output_path)
+    (after the other positionals), still taken with a note; ``folder``: the output is a
+    folder (:func:`output_folder`), else a file (:func:`output_path`)."""
+    kwargs.setdefault("type", output_folder if folder else output_path)
     if not old_positional:
         return parser.add_argument("-o", "--out", required=required, help=help, **kwargs)
     action = parser.add_argument(
@@ -460,7 +504,10 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) ->
     if old_out is not None:
         if args.out is not None:
             parser.error("the output is given twice: as OUT and as -o/--out")
-        args.out = output_path(old_out)
+        try:
+            args.out = output_path(old_out)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(str(exc))
         notes.append(OLD_OUT_NOTE)
     if required and args.out is None:
         parser.error("the following arguments are required: -o/--out")

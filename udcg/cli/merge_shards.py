@@ -44,7 +44,10 @@ def _old_out(args: argparse.Namespace) -> None:
         return
     if len(args.shards) < 2:
         build_parser().error("the following arguments are required: -o/--out")
-    args.out, args.shards = output_path(args.shards[0]), args.shards[1:]
+    try:
+        args.out, args.shards = output_path(args.shards[0]), args.shards[1:]
+    except argparse.ArgumentTypeError as exc:
+        build_parser().error(str(exc))
     print(f"udcg merge-shards: note: {OLD_OUT_NOTE}", file=messages())
 
 

@@ -60,6 +60,7 @@ from udcg.cli.common import (
     add_out,
     info_stream,
     judge_inputs,
+    output_path,
     parse,
     refuse_stdin_twice,
     run_cli,
@@ -216,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     release.add_argument(
         "--table",
+        type=output_path,
         metavar="PATH",
         help="also write the release's aggregate table (metric_table_all.csv's layout) of "
         "the generator metrics per model and dataset",
@@ -292,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     published.add_argument(
         "--table",
+        type=output_path,
         metavar="PATH",
         help="write metric_table_all.csv's layout from the published values",
     )

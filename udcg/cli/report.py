@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--answers", help="reference answers: qid<TAB>answer..., or JSONL {qid, answers}"
     )
-    add_out(parser, "folder the report and its files go to", required=True)
+    add_out(parser, "folder the report and its files go to", required=True, folder=True)
     add_measures(parser, journey.DEFAULT_MEASURES, "measures, as udcg trec -m takes them")
     parser.add_argument(
         "-k",

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     calibrate.add_argument("path", metavar="DIR_OR_FILE", help="the weights to calibrate")
     calibrate.add_argument("contexts", help="annotated contexts JSONL with outcomes (- stdin)")
-    add_out(calibrate, "the calibrated weights folder", required=True)
+    add_out(calibrate, "the calibrated weights folder", required=True, folder=True)
     calibrate.add_argument(
         "--method",
         choices=["temperature", "platt"],

@@ -303,7 +303,11 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         >>> content
         b'a\\nb\\n'
     """
-    stream = STDIO if os.fspath(path) == STDIO else stream_name(path)
+    name = os.fspath(path)
+    if name.endswith("/") or os.path.basename(name) in (".", ".."):  # Path() drops a slash
+        raise UDCGInputError("names a folder (its last part is /, . or ..), not an output file",
+                             path=name)  # fmt: skip
+    stream = STDIO if name == STDIO else stream_name(path)
     if stream == 0:
         raise UDCGInputError("is standard input, not an output", path=path)
     if stream in (STDIO, 1):
