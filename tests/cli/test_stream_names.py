@@ -88,3 +88,11 @@ def test_a_folder_output_may_end_in_a_slash() -> None:
     from udcg.cli.common import output_folder
 
     assert output_folder("report/") == "report/" and output_folder("/dev/fd/1") == "-"
+
+
+def test_two_outputs_on_standard_output_are_refused_before_work(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text("[]")
+    for table in ("-", "/dev/stdout", "/dev/fd/1"):
+        done = _sh(f"$U qcare import results.json -o - --table {table}", tmp_path)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert "--out and --table both write standard output" in done.stderr

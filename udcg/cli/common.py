@@ -235,6 +235,30 @@ def refuse_stdin_twice(inputs: Mapping[str, PathType | Sequence[PathType] | None
     raise UDCGInputError(f"{first} and {second} both read standard input; only one input can")
 
 
+def refuse_stdout_twice(outputs: Mapping[str, PathType | None]) -> None:
+    """Refuse standard output (``-``, or a name of file descriptor 1) named for two of
+    ``outputs`` (option name -> path or None): the two would be mixed in one stream. Called
+    before any work.
+
+    Examples:
+        >>> refuse_stdout_twice({"--out": "-", "--table": "table.csv"})
+        >>> refuse_stdout_twice({"--out": "-", "--table": "/dev/stdout"})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: --out and --table both write standard output; ...
+    """
+    found = [
+        name
+        for name, path in outputs.items()
+        if path is not None and (os.fspath(path) == STDIO or stream_name(path) == 1)
+    ]
+    if len(found) >= 2:
+        raise UDCGInputError(
+            f"{found[0]} and {found[1]} both write standard output; their contents would be "
+            "mixed in one stream: give one of them a file"
+        )
+
+
 def weights_inputs(weights: str | None) -> dict[str, str | None]:
     """What ``--weights`` reads (the folder or file as given, its tensors and its card), named
     for :func:`udcg.io.files.refuse_same_file`; nothing without weights."""

@@ -63,6 +63,7 @@ from udcg.cli.common import (
     output_path,
     parse,
     refuse_stdin_twice,
+    refuse_stdout_twice,
     run_cli,
 )
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
@@ -490,6 +491,7 @@ def _import(args: argparse.Namespace) -> None:
     """``udcg qcare import``: a pipeline results file or human annotation CSVs."""
     inputs = {f"INPUT {i + 1}": p for i, p in enumerate(args.inputs)}
     refuse_stdin_twice({**inputs, "--benchmark": args.benchmark})
+    refuse_stdout_twice({"--out": args.out, "--table": args.table})
     refuse_same_file(args.out, {**inputs, "--benchmark": args.benchmark})
     if args.table:
         refuse_same_file(args.table, {**inputs, "--out": args.out, "--benchmark": args.benchmark})
