@@ -96,3 +96,15 @@ def test_two_outputs_on_standard_output_are_refused_before_work(tmp_path: Path) 
         done = _sh(f"$U qcare import results.json -o - --table {table}", tmp_path)
         assert done.returncode == 2 and done.stdout == "", done.stderr
         assert "--out and --table both write standard output" in done.stderr
+
+
+def test_standard_output_that_is_an_input_file_is_refused(inputs: Path) -> None:
+    before = (inputs / "run.txt").read_text()
+    for redirect in (">> run.txt", "1<> run.txt"):
+        for out in ("-", "/dev/stdout"):
+            done = _sh(f"{CONTEXTS} -o {out} {redirect}", inputs)
+            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            assert "standard output is the input RUN" in done.stderr
+            assert (inputs / "run.txt").read_text() == before
+    done = _sh(f"{CONTEXTS} -o - >> other.jsonl", inputs)  # another regular file: written
+    assert done.returncode == 0 and len((inputs / "other.jsonl").read_text().splitlines()) == 2

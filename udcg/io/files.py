@@ -455,17 +455,19 @@ def refuse_directory(path: PathType) -> None:
 
 def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> None:
     """Refuse an ``output`` path that names one of ``inputs`` (option or argument name -> path):
-    writing it would replace the input being read. ``-`` and missing inputs are skipped; an
-    output that does not exist yet cannot name an existing input.
+    writing it would replace the input being read. ``-`` is standard output: refused when it
+    is a regular file that is one of the inputs (``-o - >> IN``, ``1<>IN``). ``-`` and missing
+    inputs are skipped; an output that does not exist yet cannot name an existing input.
 
     Examples:
-        >>> refuse_same_file("-", {"IN": "contexts.jsonl"})  # standard output: never an input
+        >>> refuse_same_file("-", {"IN": "no/such/contexts.jsonl"})
         >>> refuse_same_file("out/contexts.jsonl", {"IN": "out/../out/contexts.jsonl"})
         Traceback (most recent call last):
         ...
         udcg.errors.UDCGInputError: out/contexts.jsonl: the output names the input IN ...
     """
     if os.fspath(output) == STDIO:
+        _refuse_stdout_input(inputs)
         return
     out = Path(output)
     for name, given in inputs.items():
@@ -485,6 +487,29 @@ def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> No
                 f"the output names the input {name} ({os.fspath(given)}): writing it would "
                 "replace what is being read; choose another output path",
                 path=out,
+            )
+
+
+def _refuse_stdout_input(inputs: dict[str, PathType | None]) -> None:
+    """Refuse standard output when it is a regular file that is one of ``inputs``."""
+    try:
+        here = os.fstat(1)
+    except OSError:  # closed
+        return
+    if not stat.S_ISREG(here.st_mode):
+        return
+    for name, given in inputs.items():
+        if given is None or os.fspath(given) == STDIO or isinstance(given, InputBytes):
+            continue
+        try:
+            there = os.stat(given)
+        except OSError:
+            continue
+        if (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino):
+            raise UDCGInputError(
+                f"standard output is the input {name} ({os.fspath(given)}): writing it would "
+                "change what is being read; choose another output path",
+                path=STDIO,
             )
 
 

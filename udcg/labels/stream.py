@@ -112,6 +112,7 @@ def refuse_outputs(output: PathType, inputs: Mapping[str, PathType | None]) -> N
         udcg.errors.UDCGInputError: out.jsonl.lock: the output names the input --cache ...
     """
     if os.fspath(output) == STDIO:
+        refuse_same_file(output, inputs)  # standard output may be an input's file (>> IN)
         return
     if is_special(output):
         raise UDCGInputError(
