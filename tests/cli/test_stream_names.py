@@ -108,3 +108,14 @@ def test_standard_output_that_is_an_input_file_is_refused(inputs: Path) -> None:
             assert (inputs / "run.txt").read_text() == before
     done = _sh(f"{CONTEXTS} -o - >> other.jsonl", inputs)  # another regular file: written
     assert done.returncode == 0 and len((inputs / "other.jsonl").read_text().splitlines()) == 2
+
+
+def test_an_open_descriptor_as_output_is_written_through_itself(inputs: Path) -> None:
+    want = _sh(f"{CONTEXTS} -o -", inputs).stdout.splitlines()
+    assert len(want) == 2
+    for out, redirect in (("/dev/stderr", "2> log"), ("/dev/fd/3", "2> log 3>&2")):
+        done = _sh(f"UDCG_PROGRESS=lines {CONTEXTS} -o {out} {redirect}", inputs)
+        assert done.returncode == 0, done.stderr
+        log = (inputs / "log").read_text().splitlines()
+        assert all(line in log for line in want), log  # the summary after them, not over them
+        assert log[-1].startswith("udcg contexts: 2 queries")

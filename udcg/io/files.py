@@ -317,9 +317,10 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         return
     path = Path(path)
     if is_special(path):  # /dev/null, /dev/stdout, a FIFO: written in place, never replaced
-        if sys.stdout is not None:  # what was printed before comes first where stdout is this
-            sys.stdout.flush()
-        with open(path, "ab") as raw, _encoded(raw, path, mode) as out:
+        for printed in (sys.stdout, sys.stderr):  # what was printed comes first where it is
+            if printed is not None:  # this stream
+                printed.flush()
+        with _open_in_place(path, stream) as raw, _encoded(raw, path, mode) as out:
             yield out
         return
     refuse_directory(path)
@@ -336,6 +337,18 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _open_in_place(path: Path, stream: int | None) -> IO[bytes]:
+    """``path`` opened for writing in place: through a duplicate of descriptor ``stream`` when
+    it names one of this process's open descriptors (``/dev/stderr``, ``/dev/fd/3``), so the
+    data and what the process writes there later share one offset; else opened to append."""
+    if stream is not None:
+        try:
+            return os.fdopen(os.dup(stream), "wb")
+        except OSError:  # not open here: the name is opened as any other
+            pass
+    return open(path, "ab")
 
 
 #: a name of an open file descriptor, as the kernel resolves it (``/proc/PID/fd/N``)
