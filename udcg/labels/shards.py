@@ -157,14 +157,6 @@ def _shard_records(ordered: Sequence[PathType], manifests: Sequence[dict]) -> di
                 f"belongs: give all {total} shard files of this input, in order 1..N",
                 path=path,
             )
-        if manifest.get(JUDGES) != manifests[0].get(JUDGES):
-            raise UDCGInputError(
-                f"records other makers of the input's values ({JUDGES}:"
-                f" {json.dumps(manifest.get(JUDGES))}) than {os.fspath(ordered[0])}"
-                f" ({json.dumps(manifests[0].get(JUDGES))}): the input's manifest changed between"
-                " the shard runs; annotate the shards again",
-                path=path,
-            )
         difference = first_difference(first, record, skip=("shard",))
         if difference is not None:
             name, theirs, this = difference
@@ -172,6 +164,14 @@ def _shard_records(ordered: Sequence[PathType], manifests: Sequence[dict]) -> di
                 f"was annotated with {name} {json.dumps(this)}, {os.fspath(ordered[0])} with "
                 f"{name} {json.dumps(theirs)}: every shard must come from the same judge, steps "
                 "and options",
+                path=path,
+            )
+        if manifest.get(JUDGES) != manifests[0].get(JUDGES):
+            raise UDCGInputError(
+                f"records other makers of the input's values ({JUDGES}:"
+                f" {json.dumps(manifest.get(JUDGES))}) than {os.fspath(ordered[0])}"
+                f" ({json.dumps(manifests[0].get(JUDGES))}): the input's manifest changed between"
+                " the shard runs; annotate the shards again",
                 path=path,
             )
     return {**first, "shard": None}

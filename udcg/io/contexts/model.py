@@ -171,8 +171,9 @@ def by_key(
     """
     out: dict[Hashable, Context] = {}
     for ctx in contexts:
-        first = out.setdefault(key(ctx), ctx)
-        if first is not ctx:
+        name = key(ctx)
+        first = out.get(name)
+        if first is not None:  # a second context with the key (or the same one again)
             line = first.location()["line"]
             at = f", first at line {line}" if line is not None else ""
             raise UDCGInputError(
@@ -181,6 +182,7 @@ def by_key(
                 field="qid",
                 **ctx.location(),
             )
+        out[name] = ctx
     return out
 
 
