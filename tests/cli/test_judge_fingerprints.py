@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -700,3 +701,42 @@ def test_coverage_of_several_labellers_is_named_wherever_it_is_read(
     )
     report, _ = run_benchmark(contexts_jsonl(given), None, settings, tmp_path / "r")
     assert "Q-CARE coverage labels: judge J1 (logprobs): 6 contexts" in report["notes"]
+
+
+def test_string_relevance_filling_one_label_keeps_the_others_so_is_refused(
+    tmp_path: Path,
+) -> None:
+    """relevance=string labels only the passages without a label: the kept labels of another
+    judge of the key stay in the report, so one missing label is no way past the refusal."""
+    from udcg.pipeline.datasets import contexts_jsonl
+
+    spec = f"precomputed:{_probabilities(tmp_path / 'b' / 'llama3.jsonl', 0.3)}"
+    contexts = _contexts()
+    contexts[0].passages[1] = replace(contexts[0].passages[1], relevant=None)
+    given = tmp_path / "given.jsonl"
+    write_contexts(given, contexts)
+    _stamp(given, {"llama3": {"relevance": "fp-a"}})
+    settings = EvaluateSettings(k=2, n_bootstrap=20, cache_dir=tmp_path / "s", judge=spec)
+    with pytest.raises(UDCGInputError, match="given contexts' relevance under judge 'llama3'"):
+        run_benchmark(contexts_jsonl(given), None, settings, tmp_path / "r")
+
+
+def test_the_relevance_labeller_is_read_under_any_key_and_a_relabel_replaces_it(
+    tmp_path: Path,
+) -> None:
+    """A passage has one ``relevant`` label whichever key's LLM made it; a relabel by another
+    key replaces every label, so the record of the earlier labeller goes."""
+    from udcg.io.manifests import made_by
+    from udcg.pipeline.context_scores import file_labels_made_by
+
+    path = tmp_path / "c.jsonl"
+    write_contexts(path, _contexts())
+    _stamp(path, {"sim": {"abstain": "fp-a"}, "big": {"relevance": "fp-r"}})
+    assert file_labels_made_by(path) == "fp-r"
+    earlier = {"small": {"relevance": "fp-1", "abstain": "fp-1"}}
+    relabelled = made_by(earlier, "big", "fp-2", ["relevance"], "llm", True)
+    assert relabelled == {"small": {"abstain": "fp-1"}, "big": {"relevance": "fp-2"}}
+    kept = made_by(earlier, "big", "fp-2", ["relevance"], "llm", False)  # fills missing ones
+    assert kept == {"small": {"relevance": "fp-1", "abstain": "fp-1"}, "big": {"relevance": "fp-2"}}
+    _stamp(path, kept)
+    assert file_labels_made_by(path) == "fp-1 + fp-2"

@@ -64,3 +64,29 @@ def test_the_library_and_calibrate_refuse_a_context_held_twice(tmp_path: Path, c
     folder = model.save_pretrained(tmp_path / "w", card={"judge_model": "sim"})
     assert weights_main(["calibrate", str(folder), str(twice), "-o", str(tmp_path / "c")]) == 2
     assert REPEATED in capsys.readouterr().err
+
+
+def test_contexts_in_memory_and_the_pipelines_refuse_a_context_held_twice(tmp_path: Path) -> None:
+    """The documented flow ``udcg.label`` then ``score_contexts`` or ``fit_theta`` holds its
+    contexts in memory; ``train.py`` and ``evaluate.py`` read a file through their own loaders."""
+    import subprocess
+    import sys
+
+    from udcg.pipeline.datasets import contexts_jsonl
+
+    contexts = simulate_contexts(30, 3, per_query=1, seed=3)
+    twice = [*contexts, contexts[4]]
+    for call in (udcg.score_contexts, lambda c: udcg.fit_theta(c, 3, val_fraction=0.0)):
+        with pytest.raises(UDCGInputError, match=REPEATED):
+            call(twice)
+    path = tmp_path / "twice.jsonl"
+    write_contexts(path, twice)
+    with pytest.raises(UDCGInputError, match=REPEATED):
+        contexts_jsonl(path)
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "train.py", "data=jsonl", f"data.path={path}", "judge=sim", "k=3",
+         f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=repo, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2 and REPEATED in done.stderr, done.stderr

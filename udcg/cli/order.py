@@ -174,7 +174,7 @@ def order_contexts(args: argparse.Namespace) -> None:
     if not judge:
         raise UDCGInputError("the weights' card names no judge: pass --judge-key NAME")
     made = file_values_made_by(args.input, judge, utility)
-    relevance = file_labels_made_by(args.input, judge)
+    relevance = file_labels_made_by(args.input)
     applied = {"utility": utility, "judge": judge, "fingerprint": made, "relevance": relevance}
     notes = check_compatible(
         model.theta.card_, {**applied, "prompt": prompt_record()["sha256"]}, args.allow_mismatch

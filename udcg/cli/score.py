@@ -151,7 +151,7 @@ def score(args: argparse.Namespace) -> None:
             args.allow_mismatch,
             mode=args.mode,
             fingerprint=made,
-            relevance=file_labels_made_by(args.contexts, judge),
+            relevance=file_labels_made_by(args.contexts),
             allow_unverified=args.allow_unverified,
             option="--allow-mismatch {field}",
         )

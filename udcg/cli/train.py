@@ -128,7 +128,7 @@ def _data_makers(data: DictConfig, settings: TrainSettings) -> dict[str, str | N
     made_by_spec(settings.judge, settings.judge_key, made, path)
     return {
         "judge_fingerprint": made,
-        "relevance_fingerprint": file_labels_made_by(path, settings.judge_key),
+        "relevance_fingerprint": file_labels_made_by(path),
     }
 
 

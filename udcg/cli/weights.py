@@ -199,7 +199,7 @@ def calibrate(args: argparse.Namespace) -> None:
         "utility": utility,
         "judge": judge,
         "fingerprint": made,
-        "relevance": file_labels_made_by(args.contexts, judge),
+        "relevance": file_labels_made_by(args.contexts),
         "prompt": prompt,
     }
     notes = check_compatible(model.card_, applied, args.allow_mismatch)

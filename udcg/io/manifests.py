@@ -112,6 +112,21 @@ def values_made_by(output: PathType, key: str, step: str) -> str | None:
     return recorded_judges(output).get(key, {}).get(step)
 
 
+def relevance_made_by(judges: Mapping[str, Mapping[str, str]]) -> str | None:
+    """Who LLM-labelled the relevance of a file whose values ``judges`` made
+    (:func:`recorded_judges`), under any judge key: a passage has one ``relevant`` label,
+    whichever key's LLM made it. Several makers are joined with `` + ``; None: no LLM did.
+
+    Examples:
+        >>> relevance_made_by({"sim": {"abstain": "fp-a"}, "big": {"relevance": "fp-b"}})
+        'fp-b'
+        >>> relevance_made_by({"sim": {"abstain": "fp-a"}}) is None
+        True
+    """
+    made = sorted({m["relevance"] for m in judges.values() if "relevance" in m})
+    return " + ".join(made) or None
+
+
 #: the fingerprint prefix of a precomputed file, whose values take no abstention mode
 PRECOMPUTED_FINGERPRINT = "precomputed:"
 
@@ -144,8 +159,9 @@ def made_by(
     """Who made the values of each judge key once the judge ``name`` with ``fingerprint`` has
     run ``steps`` on a file whose values ``judges`` made (:func:`recorded_judges`): the steps
     it runs are its own, the abstention step's with its ``mode`` (:func:`with_mode`), except
-    string relevance (no LLM's labels: the earlier entry stays, and a string relabel, which
-    drops every LLM's labels, removes them all).
+    string relevance (no LLM's labels: the earlier entry stays). A relabel of the relevance
+    (``relabel_relevance``, string or LLM) replaces every passage's label, whichever key's LLM
+    made it: it drops every key's ``relevance`` entry first.
 
     Examples:
         >>> earlier = {"vals": {"abstain": "fp-a", "relevance": "fp-a"},
@@ -156,7 +172,7 @@ def made_by(
         {'vals': {'abstain': 'fp-a'}, 'other': {'abstain': 'fp-c'}}
     """
     out = {key: dict(made) for key, made in judges.items()}
-    if "relevance" in steps and relevance == "string" and relabel_relevance:
+    if "relevance" in steps and relabel_relevance:  # every passage's label is this run's
         for made in out.values():
             made.pop("relevance", None)
     own = [s for s in steps if s != "relevance" or relevance != "string"]

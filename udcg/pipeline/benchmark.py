@@ -16,6 +16,7 @@ from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context
 from udcg.io.contexts.sources import listed_sources, warn_mixed_sources
 from udcg.io.joins.utility_sources import get_source
+from udcg.io.manifests import relevance_made_by
 from udcg.io.weights.files import check_compatible, check_fingerprint
 from udcg.judge.prompts import prompt_record
 from udcg.judge.spec import PRECOMPUTED
@@ -240,7 +241,7 @@ def run_benchmark(
         settings.allow_mismatch,
         settings.allow_unverified,
         fingerprint=made if given else None,
-        relevance=made_here.get("relevance") if given and not relabels else None,
+        relevance=relevance_made_by(dataset.judges) if given and not relabels else None,
     )
     cache = StageCache(settings.cache_dir)
     dataset_sha256 = dataset.fingerprint()
@@ -290,6 +291,7 @@ def run_benchmark(
                     judge.fingerprint,
                     label_key,
                     settings.allow_mismatch,
+                    [s for s in steps if s != "relevance" or relabels],
                 )
                 mix_notes.extend(n for n in notes if n not in mix_notes)
             return annotate_stage(cache, contexts, judge, steps, settings)

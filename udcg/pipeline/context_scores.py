@@ -17,7 +17,7 @@ from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevanc
 from udcg.io.contexts.model import distinct_contexts
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.io.manifests import values_made_by
+from udcg.io.manifests import recorded_judges, relevance_made_by, values_made_by
 from udcg.io.weights.files import check_compatible
 from udcg.judge.spec import PRECOMPUTED
 from udcg.labels.erag import erag_labels
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 def as_contexts(
     contexts: Iterable[Context] | str | os.PathLike[str], distinct: bool = True
 ) -> list[Context]:
-    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read, refusing a context
-    it holds twice when ``distinct`` (a mean or a fit would count it twice:
+    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read; a context held
+    twice is refused when ``distinct`` (a mean or a fit would count it twice:
     :func:`udcg.io.contexts.model.distinct_contexts`); none at all is an error
     (:func:`udcg.io.contexts.jsonl.no_contexts`).
 
@@ -43,11 +43,9 @@ def as_contexts(
     >>> len(as_contexts(OUTPUT))
     1020
     """
-    if isinstance(contexts, (str, os.PathLike)):
-        read = read_contexts(contexts)
-        return distinct_contexts(read) if distinct else list(read)
-    listed = list(contexts)
-    if not listed:
+    read = read_contexts(contexts) if isinstance(contexts, (str, os.PathLike)) else contexts
+    listed = distinct_contexts(read) if distinct else list(read)
+    if not listed and not isinstance(contexts, (str, os.PathLike)):
         raise no_contexts(contexts)
     return listed
 
@@ -110,19 +108,18 @@ def file_values_made_by(
     return values_made_by(contexts, judge, get_source(utility).step)
 
 
-def file_labels_made_by(
-    contexts: Iterable[Context] | str | os.PathLike[str], judge: str
-) -> str | None:
-    """The fingerprint of the judge whose LLM labelled the relevance of a contexts file under
-    ``judge``, as its manifest records it; None for contexts in memory, relevance not labelled
-    by an LLM (given, or from the answers) or a file without that record.
+def file_labels_made_by(contexts: Iterable[Context] | str | os.PathLike[str]) -> str | None:
+    """The fingerprint of the judge whose LLM labelled the relevance of a contexts file, as its
+    manifest records it under any judge key (a passage has one ``relevant`` label, whichever
+    key's LLM made it; several makers are joined with `` + ``); None for contexts in memory,
+    relevance not labelled by an LLM (given, or from the answers) or a file without that record.
 
-    >>> file_labels_made_by([], "sim") is None
+    >>> file_labels_made_by([]) is None
     True
     """
     if not isinstance(contexts, (str, os.PathLike)):
         return None
-    return values_made_by(contexts, judge, "relevance")
+    return relevance_made_by(recorded_judges(contexts))
 
 
 def made_by_spec(spec: str, key: str, made: str | None, contexts: PathType | None) -> None:
@@ -155,12 +152,14 @@ def refuse_kept_values(
     fingerprint: str,
     key: str,
     allow_mismatch: Sequence[str] = (),
+    redone: Sequence[str] | None = None,
 ) -> list[str]:
     """Refuse to label ``steps`` of given contexts with the judge of ``key`` and
     ``fingerprint`` (first-token abstention) when their manifest records (``made``: step ->
     fingerprint, :func:`udcg.io.manifests.recorded_judges`) that another judge of the key made
-    values of a step this run keeps (``made`` holds the steps the report reads): one report
-    would mix two judges' values. With
+    values of a step this run keeps (``made`` holds the steps the report reads; ``redone``: the
+    steps whose every value this run replaces, default ``steps``; string relevance only fills
+    missing labels): one report would mix two judges' values. With
     ``fingerprint`` in ``allow_mismatch``, one note per kept step instead.
 
     Examples:
@@ -171,12 +170,13 @@ def refuse_kept_values(
         ...
         udcg.errors.UDCGInputError: field 'judge': the given contexts' outcomes under judge ...
     """
-    kept = {s: made_by for s, made_by in made.items() if s not in steps and made_by != fingerprint}
+    replaced = steps if redone is None else redone
+    kept = {s: by for s, by in made.items() if s not in replaced and by != fingerprint}
     notes = []
-    for step, made_by in sorted(kept.items()):
+    for step, by in sorted(kept.items()):
         message = (
             f"the given contexts' {step} under judge {key!r} were made by the judge with"
-            f" fingerprint {made_by} (their manifest), and this run labels"
+            f" fingerprint {by} (their manifest), and this run labels"
             f" {', '.join(steps) or 'Q-CARE coverage'}"
             f" with {fingerprint}: the report would mix two judges' values"
         )
@@ -326,7 +326,7 @@ def score_contexts(
             utility,
             allow_mismatch,
             fingerprint=file_values_made_by(given, judge, utility),
-            relevance=file_labels_made_by(given, judge),
+            relevance=file_labels_made_by(given),
         )
         columns.update(theta_columns(model, relevant, util))
     columns.update(classic_metrics(relevant))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts
+from udcg.io.contexts.model import distinct_contexts
 from udcg.io.files import PathType, open_text
 from udcg.io.manifests import recorded_judges
 from udcg.labels.answers import normalize
@@ -148,8 +149,9 @@ def nq_open(path: PathType, limit: int | None = 200) -> Dataset:
 
 
 def contexts_jsonl(path: PathType) -> Dataset:
-    """Retrieved (and possibly annotated) contexts, one JSON line each (DESIGN §3)."""
-    contexts = list(read_contexts(path))
+    """Retrieved (and possibly annotated) contexts, one JSON line each (DESIGN §3); a context
+    held twice is refused (:func:`udcg.io.contexts.model.distinct_contexts`)."""
+    contexts = distinct_contexts(read_contexts(path))
     return Dataset("jsonl", [], [], contexts, judges=recorded_judges(path))
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from udcg import metrics
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context
+from udcg.io.contexts.model import distinct_contexts
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.pipeline.context_scores import (
@@ -211,7 +212,8 @@ def train(
     k = settings.k
     if model.k != k:
         raise UDCGInputError(f"the model is for k={model.k}, not k={k}", field="model.k")
-    selection = select(contexts, k, settings.judge_key, settings.utility)
+    # a context held twice would count twice in the fit and the held-out correlations
+    selection = select(distinct_contexts(contexts), k, settings.judge_key, settings.utility)
     data = selection.data
     n_queries = len(set(data.qids.tolist()))
     if n_queries < 2 * MIN_QUERIES_PER_SPLIT:
@@ -385,7 +387,7 @@ def fit_theta(
     model.card_ = {
         "judge_model": judge,
         "judge_fingerprint": made,
-        "relevance_fingerprint": file_labels_made_by(given, judge),
+        "relevance_fingerprint": file_labels_made_by(given),
         "utility": utility,
     }
     return model

@@ -516,7 +516,7 @@ def check_compatible(
     LLM labelled the relevance, ``prompt``: the prompt's SHA-256, ``mode``) to the value on the
     applying side; a field
     that side does not know (absent or None) is not checked, nor one the card does not record
-    (older cards, relevance not labelled by an LLM), nor the fingerprints where the judge keys
+    (older cards, relevance not labelled by an LLM), nor the fingerprint where the judge keys
     differ (that difference, allowed,
     is the one to name). A difference raises a one-line :class:`UDCGInputError` naming both values,
     unless its field is in ``allow_mismatch`` (``option``, with ``{field}``, is how the message
@@ -545,7 +545,7 @@ def check_compatible(
         fitted = card_value(card, name)
         if value is None or fitted is None or fitted == value:
             continue
-        if name in ("fingerprint", "relevance") and _other_key(card, applied):
+        if name == "fingerprint" and _other_key(card, applied):
             continue  # another judge key, allowed on purpose: its judge is another anyway
         what = MISMATCH_FIELDS[name][1]
         message = f"the weights were fitted with {what} {fitted!r}, not {value!r}"
