@@ -119,3 +119,56 @@ def test_an_open_descriptor_as_output_is_written_through_itself(inputs: Path) ->
         log = (inputs / "log").read_text().splitlines()
         assert all(line in log for line in want), log  # the summary after them, not over them
         assert log[-1].startswith("udcg contexts: 2 queries")
+
+
+def test_a_closed_standard_output_is_one_line_for_each_command_writing_there(
+    inputs: Path,
+) -> None:
+    """annotate, merge-shards, trec and compare write their data to standard output: closed,
+    the command stops in one line before its work."""
+    assert _sh(f"{CONTEXTS} -o ctx.jsonl", inputs).returncode == 0
+    rows = "".join(
+        f'{{"question": "capital of {c}", "passage": "{t}", "abstain_prob": 0.3}}\n'
+        for c in ("australia", "france")
+        for t in ("Canberra is it", "Paris is it", "nothing")
+    )
+    (inputs / "vals.jsonl").write_text(rows)
+    judge = "--judge precomputed:vals.jsonl --steps abstain"
+    for i in (1, 2):
+        shard = f"$U annotate ctx.jsonl -o p{i}.jsonl {judge} --cache s.sqlite --shard {i}/2"
+        assert _sh(shard, inputs).returncode == 0
+    judge += " --cache c.sqlite"
+    for command in (
+        f"$U annotate ctx.jsonl -o - {judge}",
+        "$U merge-shards ctx.jsonl p1.jsonl p2.jsonl -o -",
+        "$U trec qrels.txt run.txt",
+        "$U compare qrels.txt run.txt run.txt --names a,b",
+    ):
+        done = _sh(f"{command} >&-", inputs)
+        err = done.stderr.strip()
+        assert done.returncode != 0 and "Traceback" not in err, (command, err)
+        assert err.endswith("standard output is closed: give an output file"), (command, err)
+    assert not (inputs / "c.sqlite").exists()  # refused before the judge
+
+
+def test_qcare_tables_on_standard_output_get_no_summary_and_no_other_output(
+    tmp_path: Path,
+) -> None:
+    data = Path(__file__).resolve().parents[1] / "qcare" / "data" / "release"
+    csvs = " ".join(f"'{p}'" for p in sorted(data.glob("[[]*[]]test-close_ended*.csv")))
+    done = _sh(f"$U qcare import {csvs} -o h.jsonl --table -", tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("Group,LLM,Metric"), done.stderr
+    assert "imported" in done.stderr
+    published = sorted(data.glob("*query_level_results.json"))[0]
+    done = _sh(f"$U qcare published '{published}' --table -", tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("Group,LLM,Metric"), done.stderr
+    assert done.stderr.startswith("read ")
+    done = _sh(f"$U qcare import {csvs} -o - --table t.csv > t.csv", tmp_path)
+    assert done.returncode == 2 and "standard output is the input --table" in done.stderr
+
+
+def test_an_hf_dataset_output_may_end_in_a_slash(inputs: Path) -> None:
+    pytest.importorskip("datasets")
+    done = _sh(f"{CONTEXTS} -o hf:ds/", inputs)
+    assert done.returncode == 0, done.stderr
+    assert (inputs / "ds" / "dataset_info.json").is_file()

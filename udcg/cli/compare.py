@@ -37,6 +37,7 @@ from udcg.cli.trec import (
 )
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
+from udcg.io.files import standard_output
 from udcg.io.joins.utilities import read_utility_file
 from udcg.trec.comparison import ComparisonReport, compare
 from udcg.trec.significance import TESTS
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), argv)
 
     def work() -> None:
+        standard_output()  # where the report goes: closed, refused before the work
         refuse_stdin_twice({"QRELS": args.qrels, "RUN": args.runs, "--utilities": args.utilities})
         named = _named_runs(args.runs, args.names)
         utilities, field = _utilities(args)
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             confidence=args.confidence,
             coverage=coverage_file(args.coverage),
         )
-        sys.stdout.write(render(report, args.format, args.digits))
+        standard_output().write(render(report, args.format, args.digits))
 
     return run_cli("udcg compare", work)
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from udcg.cli.common import add_out, messages, parse, refuse_stdin_twice, run_cli
+from udcg.cli.common import add_out, messages, output_path, parse, refuse_stdin_twice, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import write_contexts
 from udcg.io.contexts.model import Context
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         "contexts JSONL (.gz compresses; - = stdout), or hf:DIR for a Hugging Face dataset "
         "saved with save_to_disk",
         required=True,
+        type=_out_name,
     )
     parser.add_argument(
         "--answers",
@@ -158,6 +159,12 @@ def require_files_without_dataset(
 def _out_path(out: str) -> str:
     """The path ``-o`` names: the folder of ``hf:DIR``, else ``out`` itself."""
     return out.removeprefix(HF_PREFIX) if out.startswith(HF_PREFIX) else out
+
+
+def _out_name(text: str) -> str:
+    """``-o``: ``hf:DIR`` names a folder (a trailing slash is fine), anything else a file
+    (:func:`udcg.cli.common.output_path`)."""
+    return text if text.startswith(HF_PREFIX) else output_path(text)
 
 
 def _write(out: str, contexts: Iterable[Context]) -> None:

@@ -492,11 +492,11 @@ def _import(args: argparse.Namespace) -> None:
     inputs = {f"INPUT {i + 1}": p for i, p in enumerate(args.inputs)}
     refuse_stdin_twice({**inputs, "--benchmark": args.benchmark})
     refuse_stdout_twice({"--out": args.out, "--table": args.table})
-    refuse_same_file(args.out, {**inputs, "--benchmark": args.benchmark})
+    refuse_same_file(args.out, {**inputs, "--benchmark": args.benchmark, "--table": args.table})
     if args.table:
         refuse_same_file(args.table, {**inputs, "--out": args.out, "--benchmark": args.benchmark})
     annotations = [p.lower().removesuffix(".gz").endswith(".csv") for p in args.inputs]
-    out = info_stream(args.out)
+    out = info_stream(args.out, args.table)
     if all(annotations):
         if args.benchmark or args.retriever:
             raise UDCGInputError("--benchmark and --retriever read results files, not CSVs")
@@ -536,11 +536,13 @@ def _published(args: argparse.Namespace) -> None:
     refuse_stdin_twice({**inputs, "--check": args.check})
     if args.table:
         refuse_same_file(args.table, {**inputs, "--check": args.check})
+    out = info_stream(args.table)  # the table may be standard output
     records = [r for path in args.inputs for r in read_query_level_results(path)]
     pairs = dict.fromkeys((r.model, r.split) for r in records)
     print(
         f"read {len(records)} published queries of {len(pairs)} model-split pairs from "
-        f"{len(args.inputs)} files"
+        f"{len(args.inputs)} files",
+        file=out,
     )
     if args.table:
         write_release_table(args.table, published_table(records))
@@ -560,7 +562,7 @@ def _published(args: argparse.Namespace) -> None:
             coverage=args.coverage,
             tolerance=args.tolerance,
         )
-        print(format_matches(matches))
+        print(format_matches(matches), file=out)
 
 
 def format_matches(matches: Sequence[PublishedMatch]) -> str:

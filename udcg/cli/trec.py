@@ -31,6 +31,7 @@ from udcg.cli.common import (
 )
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
+from udcg.io.files import standard_output
 from udcg.trec.engine import Evaluation, evaluate_table
 
 if TYPE_CHECKING:
@@ -157,22 +158,23 @@ def _rows(result: Evaluation, per_query: bool) -> list[tuple[str, str, float]]:
 
 def write_result(result: Evaluation, per_query: bool, fmt: str) -> None:
     """Write ``result`` to stdout as trec_eval-like text, JSON or CSV."""
+    out = standard_output()
     if fmt == "json":
         payload: dict = {"mean": result.mean(), "num_queries": len(result.qids)}
         if per_query:
             payload["per_query"] = result.to_dict()
-        json.dump(payload, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        json.dump(payload, out, indent=2)
+        out.write("\n")
         return
     rows = _rows(result, per_query)
     if fmt == "csv":
-        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer = csv.writer(out, lineterminator="\n")
         writer.writerow(["measure", "qid", "value"])
         writer.writerows((m, q, repr(v)) for m, q, v in rows)
         return
     width = max(len(m) for m, _, _ in rows)
-    sys.stdout.writelines(f"{m:<{width}}\t{q}\t{v:.4f}\n" for m, q, v in rows)
-    sys.stdout.write(f"{'num_q':<{width}}\tall\t{len(result.qids)}\n")
+    out.writelines(f"{m:<{width}}\t{q}\t{v:.4f}\n" for m, q, v in rows)
+    out.write(f"{'num_q':<{width}}\tall\t{len(result.qids)}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), argv)
 
     def work() -> None:
+        standard_output()  # where the results go: closed, refused before the work
         refuse_stdin_twice({"QRELS": args.qrels, "RUN": args.run, "--utilities": args.utilities})
         field = utility_field(args.utility)
         utilities = args.utilities

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
-from typing import IO
+from typing import IO, TextIO
 
 from udcg.errors import UDCGInputError
 
@@ -311,9 +311,8 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     if stream == 0:
         raise UDCGInputError("is standard input, not an output", path=path)
     if stream in (STDIO, 1):
-        if sys.stdout is None:
-            raise UDCGInputError("standard output is closed: give an output file", path=path)
-        yield sys.stdout.buffer if "b" in mode else sys.stdout
+        out = standard_output()
+        yield out.buffer if "b" in mode else out
         return
     path = Path(path)
     if is_special(path):  # /dev/null, /dev/stdout, a FIFO: written in place, never replaced
@@ -445,12 +444,26 @@ def verified_write(path: PathType) -> Iterator[IO[str]]:
         with atomic_write(path) as out:
             yield out
         return
+    out = standard_output()  # closed: refused before the work
     with tempfile.TemporaryFile("w+", encoding="utf-8", newline="\n") as held:
         yield held
         held.seek(0)
-        sys.stdout.flush()
-        shutil.copyfileobj(held, sys.stdout, 1 << 16)
-        sys.stdout.flush()
+        out.flush()
+        shutil.copyfileobj(held, out, 1 << 16)
+        out.flush()
+
+
+def standard_output() -> TextIO:
+    """``sys.stdout``, where a command writes its data; closed (``>&-``) it is a one-line
+    error, which a command asks for before its work.
+
+    Examples:
+        >>> standard_output() is sys.stdout
+        True
+    """
+    if sys.stdout is None:
+        raise UDCGInputError("standard output is closed: give an output file", path=STDIO)
+    return sys.stdout
 
 
 def refuse_directory(path: PathType) -> None:

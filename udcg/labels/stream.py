@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from itertools import islice
@@ -42,6 +41,7 @@ from udcg.io.files import (
     is_special,
     refuse_directory,
     refuse_same_file,
+    standard_output,
 )
 from udcg.io.manifests import file_sha256, manifest_path
 from udcg.labels.annotate import AnnotationReport
@@ -112,6 +112,7 @@ def refuse_outputs(output: PathType, inputs: Mapping[str, PathType | None]) -> N
         udcg.errors.UDCGInputError: out.jsonl.lock: the output names the input --cache ...
     """
     if os.fspath(output) == STDIO:
+        standard_output()  # closed (>&-): refused before the work
         refuse_same_file(output, inputs)  # standard output may be an input's file (>> IN)
         return
     if is_special(output):
@@ -316,7 +317,7 @@ def _annotate_stream(
     written, lf = resumed, "\n"
     try:
         with (
-            nullcontext(sys.stdout)
+            nullcontext(standard_output())
             if to_stdout
             else open(partial, "a", encoding="utf-8", newline=lf) as handle,
             nullcontext(None)
