@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
-from udcg.io.files import STDIO, PathType, stream_name
+from udcg.io.files import FOLDER_NAME, STDIO, PathType, names_folder, stream_name
 from udcg.validation import printable
 
 #: Exit status after a broken pipe on standard output (128 + SIGPIPE).
@@ -174,8 +174,8 @@ def output_path(text: str) -> str:
 
 
 def refuse_folder_name(text: str) -> None:
-    """Refuse an output file named as a folder: ending in ``/``, ``/.`` or ``/..`` (or ``.``,
-    ``..``), which :class:`pathlib.Path` would silently drop and the kernel would refuse.
+    """Refuse an output file named as a folder (:func:`udcg.io.files.names_folder`), whose
+    slash :class:`pathlib.Path` would silently drop.
 
     Examples:
         >>> refuse_folder_name("out.jsonl")
@@ -184,10 +184,8 @@ def refuse_folder_name(text: str) -> None:
         ...
         argparse.ArgumentTypeError: /dev/stdin/. names a folder (its last part is /, . or ..), ...
     """
-    if text.endswith("/") or os.path.basename(text) in (".", ".."):
-        raise argparse.ArgumentTypeError(
-            f"{text} names a folder (its last part is /, . or ..), not an output file"
-        )
+    if names_folder(text):
+        raise argparse.ArgumentTypeError(f"{text} {FOLDER_NAME}, not an output file")
 
 
 def output_folder(text: str) -> str:

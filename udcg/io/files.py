@@ -304,9 +304,8 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         b'a\\nb\\n'
     """
     name = os.fspath(path)
-    if name.endswith("/") or os.path.basename(name) in (".", ".."):  # Path() drops a slash
-        raise UDCGInputError("names a folder (its last part is /, . or ..), not an output file",
-                             path=name)  # fmt: skip
+    if names_folder(name):  # Path() would drop the slash
+        raise UDCGInputError(f"{FOLDER_NAME}, not an output file", path=name)
     stream = STDIO if name == STDIO else stream_name(path)
     if stream == 0:
         raise UDCGInputError("is standard input, not an output", path=path)
@@ -336,6 +335,21 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+#: why :func:`names_folder` refuses a name as an output file
+FOLDER_NAME = "names a folder (its last part is /, . or ..)"
+
+
+def names_folder(name: str) -> bool:
+    """Whether ``name`` can only name a folder: it ends in ``/``, ``/.`` or ``/..`` (or is
+    ``.`` or ``..``), which the kernel refuses to open as a file that is not a folder.
+
+    Examples:
+        >>> names_folder("out/"), names_folder("/dev/stdin/."), names_folder("./out.jsonl")
+        (True, True, False)
+    """
+    return name.endswith("/") or os.path.basename(name) in (".", "..")
 
 
 def _open_in_place(path: Path, stream: int | None) -> IO[bytes]:
