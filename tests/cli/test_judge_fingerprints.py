@@ -740,3 +740,27 @@ def test_the_relevance_labeller_is_read_under_any_key_and_a_relabel_replaces_it(
     assert kept == {"small": {"relevance": "fp-1", "abstain": "fp-1"}, "big": {"relevance": "fp-2"}}
     _stamp(path, kept)
     assert file_labels_made_by(path) == "fp-1 + fp-2"
+
+
+def test_weights_of_another_key_still_check_who_labels_the_relevance(
+    annotated: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """Weights fitted under another judge key (allowed with ``judge``) split the utilities by
+    relevance one LLM labelled: ``evaluate.py relevance=llm`` relabelling with another LLM is
+    refused until ``relevance`` is allowed too."""
+    from udcg.pipeline.datasets import contexts_jsonl
+
+    out, _, _ = annotated
+    model = UDCGTheta(k=2)
+    model.alpha_, model.beta_, model.intercept_ = np.ones(2), -np.ones(2), 0.0
+    card = {"judge_model": "llama3", "judge_fingerprint": "fp-o", "relevance_fingerprint": "fp-r1"}
+    weights = model.save_pretrained(tmp_path / "w", card=card)
+    settings = EvaluateSettings(
+        k=2, n_bootstrap=20, cache_dir=tmp_path / "s", judge="smollm2-135m",
+        theta_weights=str(weights), relevance="llm", allow_mismatch=["judge"],
+    )  # fmt: skip
+    with pytest.raises(UDCGInputError, match=r"field 'relevance': .* 'fp-r1', not '"):
+        run_benchmark(contexts_jsonl(out), None, settings, tmp_path / "r1")
+    allowed = replace(settings, allow_mismatch=["judge", "relevance"])
+    report, _ = run_benchmark(contexts_jsonl(out), None, allowed, tmp_path / "r2")
+    assert any("fp-r1" in note for note in report["setup"]["theta_weights_overrides"])

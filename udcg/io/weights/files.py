@@ -488,18 +488,24 @@ def check_fingerprint(
 ) -> list[str]:
     """:func:`check_compatible` of the card's judge fingerprint against ``fingerprint``, that
     of the judge of ``key`` opened after the card's other fields were checked (and of its
-    relevance labels' against ``relevance``, when that judge's LLM labels them); nothing for
-    weights of another key (that mismatch, refused or allowed, was the judge's).
+    relevance labels' against ``relevance``, when that judge's LLM labels them). For weights of
+    another key only the relevance is checked: the judge's mismatch, refused or allowed, was
+    checked before, and one LLM may label relevance for another's utilities.
 
     Examples:
         >>> check_fingerprint({"judge_model": "a", "judge_fingerprint": "fp-1"}, "b", "fp-2")
         []
         >>> len(check_fingerprint({"judge_fingerprint": "fp-1"}, "a", "fp-2", ["fingerprint"]))
         1
+        >>> card = {"judge_model": "a", "relevance_fingerprint": "fp-1"}
+        >>> check_fingerprint(card, "b", "fp-2", relevance="fp-2")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'relevance': the weights were fitted with LLM ...
     """
-    if _other_key(card, {"judge": key}):
-        return []
-    applied = {"fingerprint": fingerprint, "relevance": relevance}
+    applied = {"relevance": relevance}
+    if not _other_key(card, {"judge": key}):
+        applied["fingerprint"] = fingerprint
     return check_compatible(card, applied, allow_mismatch, option)
 
 
