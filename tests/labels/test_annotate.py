@@ -72,6 +72,7 @@ def test_all_steps() -> None:
     assert first.outcomes["rule"] == {
         "answer": "Paris",
         "grader": "span",
+        "max_new_tokens": 32,
         "grade": "CORRECT",
         "correct": True,
     }

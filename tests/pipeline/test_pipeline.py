@@ -123,11 +123,19 @@ def test_missing_steps() -> None:
     ]
     with pytest.raises(UDCGInputError, match="unknown utility source"):
         missing_steps([ctx], "j", "nope", "string")
-    # outcomes graded by another grader are graded again as asked; given ones name no grader
-    graded = Context("q", [done], outcomes={"j": {"correct": True, "grader": "span"}})
-    assert missing_steps([graded], "j", "abstention", "string", grader="llm") == ["outcomes"]
-    assert missing_steps([graded], "j", "abstention", "string", grader="span") == []
-    assert missing_steps([ctx], "j", "abstention", "string", grader="llm") == []
+    # outcomes graded by another grader, or answered with another token budget, are made
+    # again as asked; given ones record neither
+    made = {"correct": True, "grader": "span", "max_new_tokens": 32}
+    graded = Context("q", [done], outcomes={"j": made})
+    for asked, missing in [
+        ({"grader": "llm"}, ["outcomes"]),
+        ({"grader": "span"}, []),
+        ({"grader": "span", "max_new_tokens": 16}, ["outcomes"]),
+        ({"grader": "span", "max_new_tokens": 32}, []),
+    ]:
+        assert missing_steps([graded], "j", "abstention", "string", outcome=asked) == missing
+    asked = {"grader": "llm", "max_new_tokens": 16}
+    assert missing_steps([ctx], "j", "abstention", "string", outcome=asked) == []
 
 
 def test_crossfit_gamma_scores_each_half_with_the_other_halfs_gamma() -> None:

@@ -615,7 +615,11 @@ def annotate(
                 )
             grades = [parse_grade(t) for t in texts]
         for ctx, answer, grade in zip(out, answers, grades, strict=True):
-            outcome: dict[str, Any] = {"answer": answer.strip(), "grader": grader}
+            outcome: dict[str, Any] = {
+                "answer": answer.strip(),
+                "grader": grader,
+                "max_new_tokens": max_new_tokens,
+            }
             if grade is None:
                 report.failures["unparsable grade"] += 1
                 outcome["grade"] = "FAILED"

@@ -307,7 +307,7 @@ def run_benchmark(
             settings.utility,
             settings.relevance,
             settings.erag,
-            settings.grader,
+            settings.outcome,
         )
         if steps or (settings.qcare and needs_coverage(contexts)):
             contexts = annotate(contexts, steps)

@@ -216,7 +216,7 @@ def _labelled(
     """The contexts with the labels the studies need, through the cached annotate stage."""
     key = settings.judge_key
     steps = missing_steps(
-        contexts, key, settings.utility, settings.relevance, erag, settings.grader
+        contexts, key, settings.utility, settings.relevance, erag, settings.outcome
     )
     if not outcomes:
         steps = [s for s in steps if s != "outcomes"]

@@ -163,6 +163,11 @@ class EvaluateSettings(Settings):
             )
 
     @property
+    def outcome(self) -> dict[str, Any]:
+        """What an outcome records of how it was made: its ``grader`` and ``max_new_tokens``."""
+        return {"grader": self.grader, "max_new_tokens": self.max_new_tokens}
+
+    @property
     def candidates(self) -> int:
         """How many of the retriever's passages an ordering chooses from: ``order_candidates``,
         else 2k (k for ``order=retriever``: the retriever's top-k as they come)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,12 +101,13 @@ def missing_steps(
     utility: str,
     relevance: str,
     erag: bool = False,
-    grader: str | None = None,
+    outcome: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The annotate steps whose labels under key ``judge`` (the judge's
     :func:`~udcg.judge.judge_key`) some context still lacks (relevance=llm: always; ``erag``:
-    eRAG's per-passage labels too; with ``grader``, outcomes another grader graded count as
-    missing, so they are graded again as asked; outcomes that name no grader were given)."""
+    eRAG's per-passage labels too). With ``outcome`` (``{"grader": ..., "max_new_tokens":
+    ...}``), outcomes that record another value of one of them count as missing, so they are
+    made again as asked; a field an outcome does not record (given outcomes) is not checked."""
     source = get_source(utility)
     passages = [p for c in contexts for p in c.passages]
     steps = []
@@ -115,8 +116,9 @@ def missing_steps(
     if relevance == "llm" or any(p.relevant is None for p in passages):
         steps.append("relevance")
     outcomes = [c.outcomes.get(judge, {}) for c in contexts]
+    asked = dict(outcome or {})
     if any(
-        o.get("correct") is None or (grader is not None and o.get("grader", grader) != grader)
+        o.get("correct") is None or any(o.get(f, v) != v for f, v in asked.items())
         for o in outcomes
     ):
         steps.append("outcomes")
