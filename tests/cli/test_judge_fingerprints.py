@@ -764,3 +764,30 @@ def test_weights_of_another_key_still_check_who_labels_the_relevance(
     allowed = replace(settings, allow_mismatch=["judge", "relevance"])
     report, _ = run_benchmark(contexts_jsonl(out), None, allowed, tmp_path / "r2")
     assert any("fp-r1" in note for note in report["setup"]["theta_weights_overrides"])
+
+
+def test_weights_record_the_abstention_mode_of_their_training_values(
+    tmp_path: Path, capsys
+) -> None:
+    """The card's ``abstention_mode`` comes from the training file's manifest (the mode travels
+    in the maker's record), so ``score --mode`` of another mode is refused."""
+    import udcg
+
+    train, other = tmp_path / "train.jsonl", tmp_path / "other.jsonl"
+    write_contexts(train, simulate_contexts(40, 3, per_query=1, seed=1))
+    write_contexts(other, simulate_contexts(12, 3, per_query=1, seed=2))
+    _stamp(train, {"sim": {"abstain": "fp-a|mode=sequence"}})
+    model = udcg.fit_theta(train, 3, val_fraction=0.0)
+    assert model.card_["abstention_mode"] == "sequence"
+    folder = model.save_pretrained(tmp_path / "w")
+    assert weights_main(["show", str(folder)]) == 0
+    assert "abstention mode: sequence" in capsys.readouterr().out
+    args = [str(other), "--judge", "sim", "--weights", str(folder), "--mode", "first_token"]
+    assert score_main(args) == 2
+    assert "field 'mode': the weights were fitted with abstention mode 'sequence'" in (
+        capsys.readouterr().err
+    )
+    from udcg.pipeline.training import abstention_mode  # train.py's card too
+
+    assert abstention_mode("fp-a|mode=sequence", "abstention") == "sequence"
+    assert abstention_mode("fp-a", "answer_likelihood") is None

@@ -260,6 +260,7 @@ def test_fit_theta_records_its_source_and_judge_through_every_save(tmp_path: Pat
         "judge_model": "smollm2-135m",
         "judge_fingerprint": None,  # contexts in memory: who made their values is not known
         "relevance_fingerprint": None,
+        "abstention_mode": None,
         "utility": "answer_likelihood",
     }
     with pytest.raises(UDCGInputError, match="utility source 'answer_likelihood'"):

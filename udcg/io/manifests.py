@@ -147,6 +147,20 @@ def with_mode(fingerprint: str, mode: str | None) -> str:
     return f"{fingerprint}|mode={mode}"
 
 
+def mode_of(made: str | None) -> str | None:
+    """The abstention mode of values made by ``made`` (:func:`with_mode`'s record); None:
+    unknown, or a precomputed file's values (they have none).
+
+    Examples:
+        >>> mode_of("fp"), mode_of("fp|mode=sequence"), mode_of("precomputed:ab12")
+        ('first_token', 'sequence', None)
+    """
+    if made is None or made.startswith(PRECOMPUTED_FINGERPRINT):
+        return None
+    _, marked, mode = made.rpartition("|mode=")
+    return mode if marked else "first_token"
+
+
 def made_by(
     judges: Mapping[str, Mapping[str, str]],
     name: str,

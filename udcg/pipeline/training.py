@@ -26,6 +26,7 @@ from udcg.io.contexts.jsonl import Context
 from udcg.io.contexts.model import distinct_contexts
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
+from udcg.io.manifests import mode_of
 from udcg.pipeline.context_scores import (
     as_contexts,
     file_labels_made_by,
@@ -159,6 +160,7 @@ class TrainReport:
             "judge_model": self.judge,
             "judge_fingerprint": self.judge_fingerprint,
             "relevance_fingerprint": self.relevance_fingerprint,
+            "abstention_mode": abstention_mode(self.judge_fingerprint, utility),
             "correlation": self.correlation,
             "training_data_description": (
                 f"{self.n_train} training contexts ({self.n_train_queries} queries) of exactly "
@@ -388,6 +390,14 @@ def fit_theta(
         "judge_model": judge,
         "judge_fingerprint": made,
         "relevance_fingerprint": file_labels_made_by(given),
+        "abstention_mode": abstention_mode(made, utility),
         "utility": utility,
     }
     return model
+
+
+def abstention_mode(made: str | None, utility: str) -> str | None:
+    """The card's ``abstention_mode``: that of the abstention utilities the judge with
+    fingerprint ``made`` made (:func:`udcg.io.manifests.mode_of`); None for another utility
+    source or an unknown maker."""
+    return mode_of(made) if get_source(utility).step == "abstain" else None
