@@ -184,6 +184,8 @@ def made_by(
         {'abstain': 'fp-a', 'relevance': 'fp-a', 'answer_likelihood': 'fp-b'}
         >>> made_by(earlier, "vals", "fp-b", ["relevance"], "string", True)
         {'vals': {'abstain': 'fp-a'}, 'other': {'abstain': 'fp-c'}}
+        >>> made_by({}, "new", "fp-b", ["relevance"], "string", False)  # no values of its own
+        {}
     """
     out = {key: dict(made) for key, made in judges.items()}
     if "relevance" in steps and relabel_relevance:  # every passage's label is this run's
@@ -191,5 +193,6 @@ def made_by(
             made.pop("relevance", None)
     own = [s for s in steps if s != "relevance" or relevance != "string"]
     made = {s: with_mode(fingerprint, mode) if s == "abstain" else fingerprint for s in own}
-    out.setdefault(name, {}).update(made)
+    if made:
+        out.setdefault(name, {}).update(made)
     return out
