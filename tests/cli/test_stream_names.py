@@ -172,3 +172,10 @@ def test_an_hf_dataset_output_may_end_in_a_slash(inputs: Path) -> None:
     done = _sh(f"{CONTEXTS} -o hf:ds/", inputs)
     assert done.returncode == 0, done.stderr
     assert (inputs / "ds" / "dataset_info.json").is_file()
+
+
+def test_an_hf_dataset_is_written_with_standard_error_closed(inputs: Path) -> None:
+    pytest.importorskip("datasets")
+    done = _sh(f"{CONTEXTS} -o hf:ds 2>&-", inputs)
+    assert done.returncode == 0 and done.stdout == "", done.stdout
+    assert (inputs / "ds" / "dataset_info.json").is_file()

@@ -122,6 +122,24 @@ def test_local_copies_of_a_hub_dataset_load(tmp_path: Path) -> None:
     assert "\n" not in str(info.value)
 
 
+def test_a_closed_standard_error_saves_and_loads_without_progress_bars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``sys.stderr`` None (``2>&-``) datasets' bars (tqdm) would fail writing there: the
+    calls run without them, and the bars' setting is as it was after each."""
+    contexts = _generated()
+    (tmp_path / "files").mkdir()
+    hf.contexts_to_dataset(contexts).to_parquet(tmp_path / "files" / "train.parquet")
+    before = datasets.utils.are_progress_bars_disabled()
+    monkeypatch.setattr(sys, "stderr", None)
+    assert hf.save_contexts_dataset(contexts, tmp_path / "saved") == len(contexts)
+    assert datasets.utils.are_progress_bars_disabled() == before
+    assert hf.load_contexts_dataset(tmp_path / "saved") == contexts
+    fresh = str(tmp_path / "cache")  # no cached copy: the split is generated, with its bar
+    assert hf.load_contexts_dataset(tmp_path / "files", cache_dir=fresh) == contexts
+    assert datasets.utils.are_progress_bars_disabled() == before
+
+
 def test_a_json_copy_with_inferred_types_loads(tmp_path: Path) -> None:
     """JSON written by json.dumps (``Dataset.to_json`` rounds floats to 10 digits), read back
     with the types ``datasets`` infers (all-null columns become the null type)."""

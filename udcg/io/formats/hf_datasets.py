@@ -28,7 +28,10 @@ hf:DIR`` writes one with ``save_to_disk``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +120,30 @@ def _datasets() -> Any:
             "Hugging Face datasets needs the 'datasets' extra: pip install 'udcg[datasets]'"
         ) from exc
     return datasets
+
+
+#: one call at a time turns datasets' progress bars off (see :func:`_bars_off_without_stderr`)
+_BARS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _bars_off_without_stderr(hf: Any) -> Iterator[None]:
+    """``datasets``' progress bars off while the block runs with standard error closed
+    (``2>&-``: ``sys.stderr`` is None, and tqdm fails writing its bar there), their setting put
+    back after; with standard error open, nothing changes. The lock keeps concurrent calls
+    from putting back each other's setting."""
+    if sys.stderr is not None:
+        yield
+        return
+    with _BARS_LOCK:
+        if hf.utils.are_progress_bars_disabled():
+            yield
+            return
+        hf.utils.disable_progress_bars()
+        try:
+            yield
+        finally:
+            hf.utils.enable_progress_bars()
 
 
 def _extra_json(extra: dict[str, Any]) -> str | None:
@@ -315,7 +342,8 @@ def load_contexts_dataset(
     hf = _datasets()
     folder = Path(id_or_path)
     if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
-        ds = hf.load_from_disk(str(folder), **kwargs)
+        with _bars_off_without_stderr(hf):
+            ds = hf.load_from_disk(str(folder), **kwargs)
         if isinstance(ds, hf.DatasetDict):
             if split not in ds:
                 raise UDCGInputError(f"no split {split!r} (splits: {', '.join(ds)})", path=folder)
@@ -328,7 +356,8 @@ def load_contexts_dataset(
             )
         return contexts_from_dataset(ds)
     try:
-        ds = hf.load_dataset(str(id_or_path), split=split, **kwargs)
+        with _bars_off_without_stderr(hf):
+            ds = hf.load_dataset(str(id_or_path), split=split, **kwargs)
     except (
         FileNotFoundError,
         ConnectionError,
@@ -367,7 +396,8 @@ def read_hf_contexts(spec: str) -> list[Context]:
 
 def save_contexts_dataset(contexts: Iterable[Context], folder: str | Path) -> int:
     """Write ``contexts`` as a dataset in :data:`SCHEMA`'s columns to ``folder`` with
-    ``save_to_disk``; returns the number of contexts.
+    ``save_to_disk``; returns the number of contexts. With standard error closed, without
+    ``datasets``' progress bar.
 
     Examples:
         >>> import tempfile
@@ -379,7 +409,8 @@ def save_contexts_dataset(contexts: Iterable[Context], folder: str | Path) -> in
     """
     ds = contexts_to_dataset(contexts)
     try:
-        ds.save_to_disk(str(folder))
+        with _bars_off_without_stderr(_datasets()):
+            ds.save_to_disk(str(folder))
     except OSError as exc:
         reason = exc.strerror or str(exc).splitlines()[0]
         raise UDCGInputError(f"cannot write the dataset: {reason}", path=str(folder)) from None
