@@ -73,6 +73,19 @@ def test_every_command_is_walked() -> None:
 
 
 @pytest.mark.parametrize("prog", list(PARSERS))
+def test_a_usage_mistake_with_standard_error_closed_prints_nothing(
+    prog: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """argparse prints the usage on standard output when ``sys.stderr`` is None (``2>&-``):
+    every command's parser drops it instead, and exits 2."""
+    monkeypatch.setattr(sys, "stderr", None)
+    with pytest.raises(SystemExit) as info:
+        PARSERS[prog].parse_args(["--no-such-option"])
+    assert info.value.code == 2
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("prog", list(PARSERS))
 def test_the_description_is_a_complete_sentence(prog: str) -> None:
     text = PARSERS[prog].description
     assert text, f"{prog}: no description"

@@ -57,6 +57,17 @@ def test_a_closed_standard_error_drops_progress_and_messages(inputs: Path) -> No
     assert done.stdout == (inputs / "out.jsonl").read_text()  # no summary among the data
 
 
+def test_a_usage_mistake_with_standard_error_closed_leaves_standard_output_empty(
+    inputs: Path,
+) -> None:
+    """argparse's usage text, and the dispatcher's without a command, are dropped, never
+    written among the data."""
+    for command in (f"{CONTEXTS} -o out/", "$U trec --bogus qrels.txt run.txt", "$U batch", "$U"):
+        done = _sh(f"{command} 2>&- > data.jsonl", inputs)
+        assert done.returncode == 2, command
+        assert (inputs / "data.jsonl").read_text() == "", command
+
+
 def test_a_closed_standard_output_is_no_failure_when_the_output_is_a_file(inputs: Path) -> None:
     done = _sh(f"{CONTEXTS} -o out.jsonl >&-", inputs)
     assert done.returncode == 0 and "Traceback" not in done.stderr

@@ -42,6 +42,7 @@ from itertools import islice
 from pathlib import Path
 
 from udcg.cli.common import (
+    CommandParser,
     add_list_option,
     add_out,
     info_stream,
@@ -126,7 +127,7 @@ def add_step_arguments(parser: argparse.ArgumentParser, steps: Sequence[str]) ->
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg annotate``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg annotate",
         description="Add judge labels to a contexts file (utilities, relevance, answers and "
         "grades), chunk by chunk, resumable.",

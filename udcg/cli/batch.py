@@ -42,6 +42,7 @@ from typing import Any
 
 from udcg.cli.annotate import add_step_arguments
 from udcg.cli.common import (
+    CommandParser,
     add_deprecated,
     add_list_option,
     add_out,
@@ -93,7 +94,7 @@ def _add_annotation_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg batch`` and its actions."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg batch",
         description="Run the judge calls of udcg annotate as an offline batch job (OpenAI "
         "Batch API, vllm run-batch): export the requests, import the results.",

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from udcg.cli.common import parse, run_cli
+from udcg.cli.common import CommandParser, parse, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.files import refuse_same_file
 from udcg.judge.cache import JudgeCache, cache_files
@@ -37,7 +37,7 @@ from udcg.judge.cache import JudgeCache, cache_files
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg cache`` and its actions."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg cache",
         description="Keep judge caches: merge the caches of several machines into one, count "
         "what a cache holds, checkpoint it, drop entries.",

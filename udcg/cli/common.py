@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
 from udcg.io.files import FOLDER_NAME, STDIO, PathType, names_folder, stream_name
@@ -76,6 +76,17 @@ def messages() -> TextIO:
         True
     """
     return _Dropped() if sys.stderr is None else sys.stderr
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every command: argparse's, with a usage mistake's usage and message on
+    :func:`messages`. With standard error closed, argparse prints the usage on standard
+    output, among the data; here it is dropped. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and ``PROG: error: MESSAGE`` on standard error; exit status 2."""
+        self.print_usage(messages())
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _quiet_stdout() -> None:

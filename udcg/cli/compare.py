@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from udcg.cli.common import (
+    CommandParser,
     add_judge_key,
     add_list_option,
     add_theta_weights,
@@ -45,7 +46,7 @@ from udcg.trec.significance import TESTS
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg compare``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg compare",
         description="Compare TREC runs on the same qrels with paired significance tests.",
     )

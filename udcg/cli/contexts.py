@@ -22,7 +22,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from udcg.cli.common import add_out, messages, output_path, parse, refuse_stdin_twice, run_cli
+from udcg.cli.common import (
+    CommandParser,
+    add_out,
+    messages,
+    output_path,
+    parse,
+    refuse_stdin_twice,
+    run_cli,
+)
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import write_contexts
 from udcg.io.contexts.model import Context
@@ -36,7 +44,7 @@ _INPUTS = ("topics", "collection", "answers", "qrels")
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg contexts``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg contexts",
         description="Join a TREC run with topics and a passage collection into contexts JSONL "
         "(each query's top-k passages in trec_eval order), ready for the judge.",

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from udcg.cli.common import add_out, info_stream, judge_inputs, parse, run_cli
+from udcg.cli.common import CommandParser, add_out, info_stream, judge_inputs, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.demo_data.demo import OUTPUT, SOURCE, STEPS, build_contexts, load_source
 from udcg.labels.annotate import annotate, check_provided
@@ -19,7 +19,7 @@ from udcg.labels.stream import annotate_stream, refuse_outputs
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg demo``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg demo",
         description="Rebuild the embedded demo set and annotate it with the judge (about 20 "
         "minutes on 2 CPU cores).",

@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     process = argv is None
     args = list(sys.argv[1:] if process else argv)
     if not args or args[0] in ("-h", "--help"):
-        print(_usage(), file=sys.stdout if args else sys.stderr)
+        print(_usage(), file=sys.stdout if args else _messages())
         return 0 if args else 2
     if args[0] == "--version":
         from udcg import __version__

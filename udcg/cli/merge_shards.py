@@ -11,13 +11,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from udcg.cli.common import OLD_OUT_NOTE, info_stream, messages, output_path, parse, run_cli
+from udcg.cli.common import (
+    OLD_OUT_NOTE,
+    CommandParser,
+    info_stream,
+    messages,
+    output_path,
+    parse,
+    run_cli,
+)
 from udcg.labels.shards import merge_shards
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg merge-shards``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg merge-shards",
         description="Join the outputs of udcg annotate --shard I/N back into the order of the "
         "unsharded input, byte for byte what one unsharded run writes.",

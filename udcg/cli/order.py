@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from udcg.cli.common import (
+    CommandParser,
     add_allow_mismatch,
     add_judge_key,
     add_out,
@@ -60,7 +61,7 @@ ORDERED_BY = "ordered_by"
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg order``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg order",
         description="Choose and order each context's passages, or each query's documents of a "
         "TREC run, by UDCG-theta or a heuristic ordering.",

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from udcg.cli.common import parse, run_cli
+from udcg.cli.common import CommandParser, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
 from udcg.judge.spec import OPENAI
@@ -33,7 +33,7 @@ PROG = "udcg probe"
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg probe``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=PROG,
         description="Ask an OpenAI-compatible judge server what it offers each annotate step "
         "(log-probs, top log-probs limit, abstention token, echo, tokenizer, JSON output).",

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from udcg.cli.common import (
+    CommandParser,
     add_list_option,
     add_measures,
     add_out,
@@ -113,7 +114,7 @@ def _positive(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg qcare`` and its actions."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg qcare",
         description="Label contexts for Q-CARE with a judge, score them, measure judge-human "
         "agreement and the agreement of retriever rankings across query types, and read the "

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from udcg.cli.common import (
+    CommandParser,
     add_allow_mismatch,
     add_measures,
     add_out,
@@ -81,7 +82,7 @@ _MISMATCH = [field for field in MISMATCH_FIELDS if field != "k"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg report``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg report",
         description="Compare several systems' TREC runs in one command: contexts, judge labels, "
         "measures and significance, written as report.md, report.json and report.html.",

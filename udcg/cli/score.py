@@ -35,6 +35,7 @@ import numpy as np
 
 from udcg import metrics
 from udcg.cli.common import (
+    CommandParser,
     add_allow_mismatch,
     add_judge_key,
     add_out,
@@ -65,7 +66,7 @@ from udcg.validation import printable
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg score``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg score",
         description="Score each annotated context with UDCG, UDCG-theta (with fitted weights) "
         "and nDCG, MAP, MRR and Precision, and print the means.",

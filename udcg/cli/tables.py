@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from udcg.cli.common import parse, run_cli
+from udcg.cli.common import CommandParser, parse, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.files import atomic_write, exclusive_writer
 from udcg.pipeline.datasets import NQ_OPEN_SOURCE
@@ -29,7 +29,7 @@ DEFAULT_DATA = "../shared/data/nq-open-oracle.jsonl.gz"
 
 def build_parser(prog: str = "udcg tables") -> argparse.ArgumentParser:
     """The arguments of ``udcg tables``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=prog,
         description="UDCG's Table 1 (weak vs hard distractors) and Table 2 (top k of the top "
         "N by relevance, utility or eRAG) on NQ-open with a judge.",

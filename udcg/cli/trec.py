@@ -18,6 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from udcg.cli.common import (
+    CommandParser,
     add_allow_mismatch,
     add_judge_key,
     add_measures,
@@ -96,7 +97,7 @@ def add_utility_source(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg trec``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg trec",
         description="Evaluate a TREC run against qrels with trec_eval semantics.",
     )

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from udcg.cli.common import (
+    CommandParser,
     add_allow_mismatch,
     add_judge_key,
     add_out,
@@ -48,7 +49,7 @@ def add_allow_unverified(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``udcg weights`` and its actions."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="udcg weights",
         description="Show the checked card of UDCG-theta weights, or calibrate their "
         "probabilities on held-out annotated contexts.",
