@@ -132,6 +132,29 @@ def test_an_open_descriptor_as_output_is_written_through_itself(inputs: Path) ->
         assert log[-1].startswith("udcg contexts: 2 queries")
 
 
+def test_an_output_through_a_descriptor_open_for_reading_only_is_refused_before_work(
+    inputs: Path,
+) -> None:
+    """``-o /dev/fd/3 3< FILE`` (and standard output open for reading only) would fail at the
+    first write, after the work: refused in one line (after the usage) before it, exit 2."""
+    (inputs / "held.txt").write_text("kept\n")
+    for command in (
+        f"{CONTEXTS} -o /dev/fd/3 3< held.txt",
+        f"{CONTEXTS} -o /proc/self/fd/3 3< held.txt",
+        f"{CONTEXTS} -o /dev/stdout 1< held.txt",
+        f"{CONTEXTS} -o - 1< held.txt",
+        "$U trec qrels.txt run.txt 1< held.txt",
+    ):
+        done = _sh(f"UDCG_PROGRESS=lines {command}", inputs)
+        lines = done.stderr.splitlines()
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (command, lines)
+        assert lines[-1].endswith("is open for reading only, not an output"), (command, lines)
+        assert not any(line.startswith("contexts:") for line in lines), lines  # no progress
+        assert (inputs / "held.txt").read_text() == "kept\n"
+    done = _sh(f"{CONTEXTS} -o /dev/fd/3 3<> rw.jsonl", inputs)  # read and write: written
+    assert done.returncode == 0 and len((inputs / "rw.jsonl").read_text().splitlines()) == 2
+
+
 def test_a_closed_standard_output_is_one_line_for_each_command_writing_there(
     inputs: Path,
 ) -> None:

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
-from udcg.io.files import FOLDER_NAME, STDIO, PathType, names_folder, stream_name
+from udcg.io.files import (
+    FOLDER_NAME,
+    STDIO,
+    PathType,
+    names_folder,
+    refuse_read_only,
+    stream_name,
+)
 from udcg.validation import printable
 
 #: Exit status after a broken pipe on standard output (128 + SIGPIPE).
@@ -201,8 +208,8 @@ def refuse_folder_name(text: str) -> None:
 
 def output_folder(text: str) -> str:
     """An output folder (``-o DIR``) as given, a name of standard output read as ``-`` and one
-    of standard input refused, as :func:`output_path` does for a file; a trailing slash is
-    allowed.
+    of standard input, or of a descriptor open for reading only, refused, as
+    :func:`output_path` does for a file; a trailing slash is allowed.
 
     Examples:
         >>> output_folder("report/")
@@ -211,6 +218,10 @@ def output_folder(text: str) -> str:
     stream = stream_name(text)
     if stream == 0:
         raise argparse.ArgumentTypeError(f"{text} is standard input, not an output")
+    try:
+        refuse_read_only(text, stream)
+    except UDCGInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return STDIO if stream == 1 else text
 
 

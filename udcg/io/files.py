@@ -355,13 +355,42 @@ def names_folder(name: str) -> bool:
 def _open_in_place(path: Path, stream: int | None) -> IO[bytes]:
     """``path`` opened for writing in place: through a duplicate of descriptor ``stream`` when
     it names one of this process's open descriptors (``/dev/stderr``, ``/dev/fd/3``), so the
-    data and what the process writes there later share one offset; else opened to append."""
+    data and what the process writes there later share one offset; else opened to append.
+    A descriptor open for reading only is refused (:func:`refuse_read_only`)."""
+    refuse_read_only(path, stream)
     if stream is not None:
         try:
             return os.fdopen(os.dup(stream), "wb")
         except OSError:  # not open here: the name is opened as any other
             pass
     return open(path, "ab")
+
+
+def refuse_read_only(path: PathType, stream: int | None) -> None:
+    """Refuse an output written through descriptor ``stream`` (``-`` or a name of one of this
+    process's open descriptors, :func:`stream_name`) that is open for reading only
+    (``3< FILE``, ``1< FILE``): its first write would fail, after the work. A descriptor that
+    is not open, or None, is not refused here.
+
+    Examples:
+        >>> refuse_read_only("out.jsonl", None)
+        >>> with open(os.devnull, "rb") as handle:  # opened for reading only
+        ...     refuse_read_only("/dev/fd/3", handle.fileno())
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: /dev/fd/3: descriptor ... is open for reading only, not ...
+    """
+    if stream is None:
+        return
+    try:
+        import fcntl
+
+        flags = fcntl.fcntl(stream, fcntl.F_GETFL)
+    except (ImportError, OSError):  # no fcntl here, or not open: nothing to tell yet
+        return
+    if flags & os.O_ACCMODE == os.O_RDONLY:
+        what = "standard output" if stream == 1 else f"descriptor {stream}"
+        raise UDCGInputError(f"{what} is open for reading only, not an output", path=path)
 
 
 #: a name of an open file descriptor, as the kernel resolves it (``/proc/PID/fd/N``)
@@ -468,8 +497,8 @@ def verified_write(path: PathType) -> Iterator[IO[str]]:
 
 
 def standard_output() -> TextIO:
-    """``sys.stdout``, where a command writes its data; closed (``>&-``) it is a one-line
-    error, which a command asks for before its work.
+    """``sys.stdout``, where a command writes its data; closed (``>&-``) or open for reading
+    only (``1< FILE``) it is a one-line error, which a command asks for before its work.
 
     Examples:
         >>> standard_output() is sys.stdout
@@ -477,6 +506,11 @@ def standard_output() -> TextIO:
     """
     if sys.stdout is None:
         raise UDCGInputError("standard output is closed: give an output file", path=STDIO)
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test's captured stream)
+        descriptor = None
+    refuse_read_only(STDIO, descriptor)
     return sys.stdout
 
 
