@@ -213,3 +213,31 @@ def test_an_hf_dataset_is_written_with_standard_error_closed(inputs: Path) -> No
     done = _sh(f"{CONTEXTS} -o hf:ds 2>&-", inputs)
     assert done.returncode == 0 and done.stdout == "", done.stdout
     assert (inputs / "ds" / "dataset_info.json").is_file()
+
+
+def test_an_output_that_is_a_link_is_written_through_it(inputs: Path) -> None:
+    """``-o LINK`` writes the link's target, as ``>`` would, and the link stays a link, for the
+    atomic writers (contexts) and the resumable ones (annotate); a link to an input is still
+    refused as that input."""
+    (inputs / "kept").mkdir()
+    (inputs / "kept" / "ctx.jsonl").write_text("old\n")
+    (inputs / "ctx.jsonl").symlink_to("kept/ctx.jsonl")
+    done = _sh(f"{CONTEXTS} -o ctx.jsonl", inputs)
+    assert done.returncode == 0, done.stderr
+    assert (inputs / "ctx.jsonl").is_symlink()
+    assert len((inputs / "kept" / "ctx.jsonl").read_text().splitlines()) == 2
+    rows = "".join(
+        f'{{"question": "capital of {c}", "passage": "{t}", "abstain_prob": 0.3}}\n'
+        for c in ("australia", "france")
+        for t in ("Canberra is it", "Paris is it", "nothing")
+    )
+    (inputs / "vals.jsonl").write_text(rows)
+    (inputs / "labelled.jsonl").symlink_to("kept/labelled.jsonl")  # dangling: > creates it
+    judge = "--judge precomputed:vals.jsonl --steps abstain"
+    done = _sh(f"$U annotate ctx.jsonl -o labelled.jsonl {judge}", inputs)
+    assert done.returncode == 0, done.stderr
+    assert (inputs / "labelled.jsonl").is_symlink()
+    assert len((inputs / "kept" / "labelled.jsonl").read_text().splitlines()) == 2
+    (inputs / "run-link.txt").symlink_to("run.txt")
+    done = _sh(f"{CONTEXTS} -o run-link.txt", inputs)
+    assert done.returncode == 2 and "the output names the input RUN" in done.stderr

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from udcg.errors import UDCGInputError
 from udcg.io.files import atomic_write
 from udcg.io.formats.trec import read_trec_run
 
@@ -63,3 +64,36 @@ def test_atomic_write_gives_the_usual_permissions_under_the_umask(tmp_path, umas
     finally:
         os.umask(before)
     assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o666 & ~umask
+
+
+def test_atomic_write_writes_through_a_link_and_keeps_it(tmp_path: Path) -> None:
+    """As ``>``, ``sort -o`` and ``cp`` do: the link's target gets the content (through a
+    chain of links, relative to each link's folder; a dangling link's target is created), the
+    link stays a link, and no temporary file is left in either folder."""
+    (tmp_path / "data").mkdir()
+    real = tmp_path / "data" / "real.txt"
+    real.write_text("old\n")
+    (tmp_path / "data" / "hop.txt").symlink_to("real.txt")
+    link = tmp_path / "out.txt"
+    link.symlink_to("data/hop.txt")
+    with atomic_write(link) as out:
+        out.write("new\n")
+    assert link.is_symlink() and os.readlink(link) == "data/hop.txt"
+    assert (tmp_path / "data" / "hop.txt").is_symlink() and real.read_text() == "new\n"
+    dangling = tmp_path / "later.txt"
+    dangling.symlink_to("data/later-target.txt")
+    with atomic_write(dangling) as out:
+        out.write("made\n")
+    assert dangling.is_symlink()
+    assert (tmp_path / "data" / "later-target.txt").read_text() == "made\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "later.txt", "out.txt"]
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
+        "hop.txt",
+        "later-target.txt",
+        "real.txt",
+    ]
+    loop = tmp_path / "loop.txt"
+    loop.symlink_to("loop.txt")
+    with pytest.raises(UDCGInputError, match=r"loop\.txt: too many levels of symbolic links"):
+        with atomic_write(loop) as out:
+            out.write("never\n")

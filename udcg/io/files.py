@@ -278,7 +278,9 @@ def _new_file(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
 
 @contextlib.contextmanager
 def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
-    """Write to a temporary file beside ``path`` and rename it into place on success.
+    """Write to a temporary file beside ``path`` and rename it into place on success. A
+    symbolic link is written through, as ``>`` writes it: the file at the end of its chain of
+    links is replaced (created, for a dangling link), and the link stays.
 
     After a crash or an exception the target is untouched: either the old content or the
     complete new content, never half a file. A ``.gz`` suffix compresses the output. ``-``
@@ -322,19 +324,43 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
             yield out
         return
     refuse_directory(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _new_file(path.parent, f".{path.name}.", ".tmp")
+    target = write_target(path)  # a link stays a link: its target is replaced
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _new_file(target.parent, f".{target.name}.", ".tmp")
     try:
         with os.fdopen(fd, "wb") as raw:
             with _encoded(raw, path, mode) as out:
                 yield out
             raw.flush()
             os.fsync(raw.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_target(path: Path) -> Path:
+    """The file a write to ``path`` replaces: ``path`` itself, or for a symbolic link the name
+    at the end of its chain of links (each relative to its link's folder), existing or not.
+    A loop of links is a one-line error.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     link = Path(folder) / "out.jsonl"
+        ...     link.symlink_to("data/real.jsonl")  # dangling: written as > creates it
+        ...     write_target(link) == Path(folder) / "data" / "real.jsonl"
+        True
+    """
+    target = path
+    for _ in range(40):  # the kernel's limit on a chain of links
+        try:
+            link = os.readlink(target)
+        except OSError:  # not a link, or nothing there yet
+            return target
+        target = target.parent / link  # an absolute link replaces the folder
+    raise UDCGInputError("too many levels of symbolic links", path=path)
 
 
 #: why :func:`names_folder` refuses a name as an output file

@@ -229,7 +229,8 @@ def _finish(
     partial: Path, output: Path, record: Mapping[str, Any], judges: Mapping[str, Any] | None
 ) -> None:
     """Write ``OUT.manifest.json`` (with ``judges`` when given), then move the complete
-    ``partial`` into place as ``output`` (compressing for ``.gz``) and remove its manifest."""
+    ``partial`` into place as ``output`` (compressing for ``.gz``; a link stays, its target
+    replaced) and remove its manifest."""
     manifest = partial_manifest_path(partial)
     digest = InputDigest()
     with manifest.open(encoding="utf-8") as lines:
@@ -242,7 +243,9 @@ def _finish(
         "output_sha256": file_sha256(partial),
     } | ({JUDGES: dict(judges)} if judges is not None else {})
     write_manifest(output, record, counts)
-    if output.suffix == ".gz":  # written as write_contexts writes it: the same bytes
+    # .gz: compressed as write_contexts writes it, the same bytes; a link: copied into place
+    # beside its target (atomic_write), which may be on another file system than the partial
+    if output.suffix == ".gz" or output.is_symlink():
         with atomic_write(output) as out, partial.open(encoding="utf-8", newline="") as handle:
             shutil.copyfileobj(handle, out, 1 << 16)
         partial.unlink()
