@@ -386,3 +386,21 @@ def test_weights_fitted_on_another_judge_of_the_key_are_refused_before_labelling
     assert done.returncode == 0, done.stderr
     (note,) = json.loads((tmp_path / "out" / "report.json").read_text())["forecast"]["overrides"]
     assert note.startswith("field 'fingerprint'") and note.endswith("(allowed on purpose)")
+
+
+def test_a_folder_holding_another_reports_systems_is_refused(tmp_path: Path) -> None:
+    """A report of a and b into the folder of an earlier report of a, b and c would leave c's
+    contexts and labels beside it, as if they were this report's: refused before any work,
+    naming them; the files of the systems compared (a killed run's temporary ones too) are
+    not in the way."""
+    data, _, common = _setup(tmp_path)
+    assert _run(*_runs(data), *common).returncode == 0
+    stale = tmp_path / "out" / "contexts" / "c.jsonl"
+    before = stale.read_bytes()
+    (tmp_path / "out" / "labels" / ".a.jsonl.x1y2.tmp").write_text("")
+    line = _refused(*_runs(data)[:2], *common)
+    assert f"field '--out': {stale} and 2 other file(s) are not of the systems" in line
+    assert "(a, b)" in line and stale.read_bytes() == before
+    for path in (tmp_path / "out").glob("*/c.jsonl*"):
+        path.unlink()
+    assert _run(*_runs(data)[:2], *common).returncode == 0

@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         written = [out / f"{folder}/{n}.jsonl" for folder in ("contexts", "labels") for n in runs]
         for path in [*(out / n for n in ("report.md", "report.json", "report.html")), *written]:
             refuse_outputs(path, inputs)  # and the files beside it: manifests, locks
+        _refuse_other_systems(out, list(runs))
         # every input is read more than once (per run, then to compare): a pipe is read once
         runs = {n: _once(r) for n, r in runs.items()}
         topics, collection, qrels = _once(topics), _once(collection), _once(qrels)
@@ -335,6 +336,33 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"report.md, report.json, report.html -> {out} in {report['seconds']:.1f} s")
 
     return run_cli("udcg report", work)
+
+
+def _refuse_other_systems(out: Path, names: list[str]) -> None:
+    """Refuse an ``out`` whose ``contexts/`` or ``labels/`` hold files of systems this report
+    does not compare (an earlier report of more systems): the folder would mix two reports.
+    Files beside a system's (its manifest, a resumable run's ``.partial``, a hidden temporary
+    file ``.NAME.jsonl.*``) are its own."""
+    ours = {f"{n}.jsonl" for n in names}
+
+    def of_ours(name: str) -> bool:
+        name = name.removeprefix(".")
+        return name in ours or any(name.startswith(f"{n}.") for n in ours)
+
+    others = sorted(
+        path
+        for folder in ("contexts", "labels")
+        if (out / folder).is_dir()
+        for path in (out / folder).iterdir()
+        if not of_ours(path.name)
+    )
+    if others:
+        more = f" and {len(others) - 1} other file(s)" if len(others) > 1 else ""
+        raise UDCGInputError(
+            f"{others[0]}{more} are not of the systems this report compares"
+            f" ({', '.join(names)}): an earlier report's; remove them or choose another folder",
+            field="--out",
+        )
 
 
 def _fingerprint_notes(args: argparse.Namespace, model: UDCGTheta, fingerprint: str) -> list[str]:
