@@ -88,6 +88,39 @@ def test_dense_is_cosine_of_the_embedded_encoder() -> None:
     assert ranking.indices[0] in QUERY.relevant
 
 
+class _Encoder:
+    """Records whether the retriever asked for sentence-transformers' progress bar."""
+
+    def __init__(self) -> None:
+        self.bars: list[bool] = []
+
+    def encode(self, texts: list[str], show_progress_bar: bool, **_: object) -> np.ndarray:
+        self.bars.append(show_progress_bar)
+        return np.ones((len(texts), 2))
+
+
+class _Terminal:
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("stderr", "setting", "bar"),
+    [(_Terminal(), "", True), (_Terminal(), "off", False), (None, "", False)],
+)
+def test_dense_encoding_shows_a_bar_as_udcg_progress_says(
+    monkeypatch: pytest.MonkeyPatch, stderr: object, setting: str, bar: bool
+) -> None:
+    """The encoder's bar follows ``UDCG_PROGRESS`` like every progress display (off: none),
+    and a closed standard error (``sys.stderr`` None) has none."""
+    monkeypatch.setenv("UDCG_PROGRESS", setting)
+    monkeypatch.setattr("sys.stderr", stderr)
+    retriever, encoder = DenseRetriever(batch_size=2), _Encoder()
+    retriever._encoder = encoder
+    retriever.scores([QUERY], CORPUS)
+    assert encoder.bars == [bar, False]  # the passages (more than a batch), the one query
+
+
 def test_rrf_hand_computed() -> None:
     a = Ranking(np.array([2, 0, 1]), np.zeros(3))
     b = Ranking(np.array([0, 3]), np.zeros(2))

