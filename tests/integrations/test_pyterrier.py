@@ -28,7 +28,7 @@ from udcg.integrations import ir_measures as im  # noqa: E402
 from udcg.integrations.pyterrier import UDCG, JudgeUtilities, Retrieve, UDCGtheta  # noqa: E402
 from udcg.io.contexts.model import Passage  # noqa: E402
 from udcg.judge.base import Judge  # noqa: E402
-from udcg.retrieval.base import Query, Retriever  # noqa: E402
+from udcg.retrieval.base import Query, Ranking, Retriever  # noqa: E402
 from udcg.retrieval.bm25 import BM25Retriever  # noqa: E402
 from udcg.retrieval.controls import GoldAt, OracleFirst, RandomRetriever, Reversed  # noqa: E402
 from udcg.retrieval.distractors import Distractors  # noqa: E402
@@ -384,6 +384,24 @@ def test_bm25_keeps_its_own_scores(setup) -> None:
     for (qid, rows), ranking, kept in zip(groups, rankings, decreasing, strict=True):
         want = ranking.scores if kept else np.arange(k, 0, -1)
         assert rows["score"].tolist() == want.tolist(), qid
+
+
+class _NearlyTied:
+    """The corpus's last passages first, scores one float32 apart by less than its precision."""
+
+    def retrieve(self, queries: Sequence[Query], corpus: Sequence[Passage], k: int) -> list:
+        order = np.arange(len(corpus))[::-1][:k]
+        return [Ranking(order, 1.0 - 1e-12 * np.arange(k)) for _ in queries]
+
+
+def test_scores_one_float32_apart_are_replaced(setup) -> None:
+    """trec_eval (so ir_measures and udcg) ranks by scores rounded to float32: scores equal
+    there would tie and go by docno, so they are replaced and the order is kept."""
+    corpus, topics, *_ = setup
+    frame = Retrieve(_NearlyTied(), corpus, k=3)(topics)
+    rows = frame[frame["qid"] == topics["qid"].iloc[0]]
+    assert rows["score"].tolist() == [3.0, 2.0, 1.0]
+    assert rows["docno"].tolist() == corpus["docno"].iloc[::-1][:3].tolist()
 
 
 def test_experiment_with_int_query_ids(setup) -> None:

@@ -264,16 +264,21 @@ class JudgeUtilities(pt.Transformer):
 
 
 def _ordered_scores(scores: np.ndarray) -> list[float]:
-    """``scores`` when finite and strictly decreasing, else ``n, n - 1, ..., 1``: scores that
-    rank a ranking's n passages in its order.
+    """``scores`` when finite and strictly decreasing, also as float32 (trec_eval, so
+    pytrec_eval and ir_measures, and udcg rank by scores rounded to float32: closer ones tie
+    and go by docno), else ``n, n - 1, ..., 1``: scores that rank a ranking's n passages in
+    its order.
 
     Examples:
         >>> _ordered_scores(np.array([2.5, 1.0])), _ordered_scores(np.array([np.nan, 1.0]))
         ([2.5, 1.0], [2.0, 1.0])
         >>> _ordered_scores(np.array([0.3, 1.0, 1.0]))
         [3.0, 2.0, 1.0]
+        >>> _ordered_scores(np.array([1.0, 1.0 - 1e-12]))  # one float32
+        [2.0, 1.0]
     """
-    if np.isfinite(scores).all() and (np.diff(scores) < 0).all():
+    rounded = scores.astype(np.float32)
+    if np.isfinite(rounded).all() and (np.diff(rounded) < 0).all():
         return scores.astype(float).tolist()
     return np.arange(len(scores), 0, -1, dtype=float).tolist()
 
