@@ -791,3 +791,26 @@ def test_weights_record_the_abstention_mode_of_their_training_values(
 
     assert abstention_mode("fp-a|mode=sequence", "abstention") == "sequence"
     assert abstention_mode("fp-a", "answer_likelihood") is None
+
+
+def test_evaluate_scores_given_values_in_the_mode_their_manifest_records(
+    tmp_path: Path,
+) -> None:
+    """Weights fitted on ``annotate --mode sequence`` values (the card records the mode) score
+    given contexts of those values in ``evaluate.py``: the given values' mode is the one their
+    manifest records, not the first-token mode the run would label with."""
+    import udcg
+    from udcg.pipeline.datasets import contexts_jsonl
+
+    key, made = "smollm2-135m", "fp-s|mode=sequence"
+    path = tmp_path / "seq.jsonl"
+    write_contexts(path, simulate_contexts(30, 2, per_query=2, seed=3, judge=key))
+    _stamp(path, {key: {"abstain": made}})
+    model = udcg.fit_theta(path, 2, judge_key=key, val_fraction=0.0)
+    assert model.card_["abstention_mode"] == "sequence"
+    weights = model.save_pretrained(tmp_path / "w")
+    settings = EvaluateSettings(
+        k=2, n_bootstrap=20, cache_dir=tmp_path / "s", judge=key, theta_weights=str(weights)
+    )
+    report, _ = run_benchmark(contexts_jsonl(path), None, settings, tmp_path / "r")
+    assert not report["setup"]["theta_weights_overrides"]

@@ -16,7 +16,7 @@ from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context
 from udcg.io.contexts.sources import listed_sources, warn_mixed_sources
 from udcg.io.joins.utility_sources import get_source
-from udcg.io.manifests import relevance_made_by
+from udcg.io.manifests import mode_of, relevance_made_by
 from udcg.io.weights.files import check_compatible, check_fingerprint
 from udcg.judge.prompts import prompt_record
 from udcg.judge.spec import PRECOMPUTED
@@ -231,13 +231,15 @@ def run_benchmark(
     relabels = settings.relevance == "llm"
     if given:
         made_by_spec(settings.judge, settings.judge_key, made, None)
+    # given values are scored in the mode their manifest records; this run labels first-token
+    mode = (mode_of(made) if given and made else "first_token") if own_labels else None
     theta, theta_notes = load_theta(
         settings.theta_weights,
         k,
         settings.utility,
         settings.judge_key,
         prompt_record()["sha256"] if own_labels else None,
-        "first_token" if own_labels else None,
+        mode,
         settings.allow_mismatch,
         settings.allow_unverified,
         fingerprint=made if given else None,
