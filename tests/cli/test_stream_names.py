@@ -155,6 +155,38 @@ def test_an_output_through_a_descriptor_open_for_reading_only_is_refused_before_
     assert done.returncode == 0 and len((inputs / "rw.jsonl").read_text().splitlines()) == 2
 
 
+def test_standard_output_open_for_reading_only_drops_a_summary_and_refuses_results(
+    inputs: Path,
+) -> None:
+    """With standard output open for reading only (``1< FILE``), a command writing its data to
+    a file drops its summary there, as with standard output closed, and succeeds; ``score``
+    and ``qcare score`` without ``-o`` (their results go there) are refused before the work,
+    and ``udcg --version`` / ``--help`` end in one line, not a traceback."""
+    (inputs / "held.txt").write_text("kept\n")
+    assert _sh(f"{CONTEXTS} --qrels qrels.txt -o ctx.jsonl", inputs).returncode == 0
+    rows = "".join(
+        f'{{"question": "capital of {c}", "passage": "{t}", "abstain_prob": 0.3}}\n'
+        for c in ("australia", "france")
+        for t in ("Canberra is it", "Paris is it", "nothing")
+    )
+    (inputs / "vals.jsonl").write_text(rows)
+    annotate = "$U annotate ctx.jsonl --judge precomputed:vals.jsonl --steps abstain"
+    done = _sh(f"{annotate} -o a.jsonl --cache c.sqlite 1< held.txt", inputs)
+    assert done.returncode == 0 and (inputs / "a.jsonl").is_file(), done.stderr
+    done = _sh("$U score a.jsonl --judge vals -o s.jsonl 1< held.txt", inputs)
+    assert done.returncode == 0 and (inputs / "s.jsonl").is_file(), done.stderr
+    for command in ("$U score a.jsonl --judge vals", "$U qcare score a.jsonl"):
+        done = _sh(f"UDCG_PROGRESS=lines {command} 1< held.txt", inputs)
+        lines = done.stderr.splitlines()
+        assert done.returncode == 2 and len(lines) == 1, (command, lines)
+        assert lines[0].endswith("standard output is open for reading only, not an output")
+    for command in ("$U --version", "$U --help"):
+        done = _sh(f"{command} 1< held.txt", inputs)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr == "udcg: error: standard output: Bad file descriptor\n"
+    assert (inputs / "held.txt").read_text() == "kept\n"
+
+
 def test_a_closed_standard_output_is_one_line_for_each_command_writing_there(
     inputs: Path,
 ) -> None:

@@ -24,7 +24,9 @@ from udcg.io.files import (
     FOLDER_NAME,
     STDIO,
     PathType,
+    descriptor_of,
     names_folder,
+    read_only,
     refuse_read_only,
     stream_name,
 )
@@ -150,10 +152,13 @@ def run_cli(prog: str, main: Callable[[], int | None]) -> int:
 
 def info_stream(*outputs: str | None) -> TextIO:
     """Where a command prints its summary: stderr when one of ``outputs`` is ``-`` (the data
-    goes to stdout), else stdout; a closed one drops what is printed (:func:`messages`)."""
+    goes to stdout), else stdout; a closed one, or stdout open for reading only, drops what is
+    printed (:func:`messages`)."""
     if STDIO in outputs:
         return messages()
-    return sys.stdout if sys.stdout is not None else _Dropped()
+    if sys.stdout is None or read_only(descriptor_of(sys.stdout)):
+        return _Dropped()
+    return sys.stdout
 
 
 def reads_stdin(path: PathType) -> bool:

@@ -72,20 +72,33 @@ def _messages() -> TextIO:
     return sys.stderr if sys.stderr is not None else io.StringIO()
 
 
+def _answer(text: str) -> int:
+    """Print ``text`` (the usage, the version) on standard output: 0, or 2 with one line on
+    standard error when it cannot be written (open for reading only)."""
+    try:
+        if sys.stdout is not None:
+            print(text, file=sys.stdout, flush=True)
+    except OSError as exc:
+        print(f"udcg: error: standard output: {exc.strerror or exc}", file=_messages())
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the command's module; returns the exit status (2 for a usage mistake or a
     missing extra). Run as the console script (``argv`` None), it makes the process settings
     of docs/cli.md ("Process settings"); called with ``argv``, none."""
     process = argv is None
     args = list(sys.argv[1:] if process else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(_usage(), file=sys.stdout if args else _messages())
-        return 0 if args else 2
+    if not args:
+        print(_usage(), file=_messages())
+        return 2
+    if args[0] in ("-h", "--help"):
+        return _answer(_usage())
     if args[0] == "--version":
         from udcg import __version__
 
-        print(f"udcg {__version__}")
-        return 0
+        return _answer(f"udcg {__version__}")
     if args[0] in RENAMED:
         old, args[0] = args[0], RENAMED[args[0]]
         print(f"udcg: note: udcg {old} is deprecated: use udcg {args[0]}", file=_messages())

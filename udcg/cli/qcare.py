@@ -72,7 +72,7 @@ from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.contexts.model import distinct_contexts
 from udcg.io.contexts.sources import warn_mixed_sources
-from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file
+from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file, standard_output
 from udcg.labels.provenance import write_derived_manifest
 from udcg.labels.stream import refuse_outputs
 from udcg.qcare.agreement import agreement, annotator_agreement
@@ -446,6 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "score":
             if args.out:
                 refuse_same_file(args.out, {"INPUT": args.input})
+            else:
+                standard_output()  # the results go there: refused closed or read-only, before work
             contexts = distinct_contexts(read_contexts(args.input))
             warn_mixed_sources(contexts, args.input)
             scores = qcare_scores(

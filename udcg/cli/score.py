@@ -49,7 +49,7 @@ from udcg.cli.common import (
 from udcg.cli.weights import add_allow_unverified
 from udcg.io.contexts.jsonl import read_contexts, relevance_matrix
 from udcg.io.contexts.model import distinct_contexts
-from udcg.io.files import atomic_write, refuse_directory, refuse_same_file
+from udcg.io.files import atomic_write, refuse_directory, refuse_same_file, standard_output
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
@@ -133,6 +133,8 @@ def score(args: argparse.Namespace) -> None:
     if args.out:
         refuse_directory(args.out)
         refuse_same_file(args.out, {"CONTEXTS": args.contexts, **weights_inputs(args.weights)})
+    else:
+        standard_output()  # where the results go: closed or read-only, refused before the work
     judge = judge_key(args.judge, args.judge_key)
     made = file_values_made_by(args.contexts, judge, args.utility)
     made_by_spec(args.judge, judge, made, args.contexts)

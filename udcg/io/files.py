@@ -406,17 +406,29 @@ def refuse_read_only(path: PathType, stream: int | None) -> None:
         ...
         udcg.errors.UDCGInputError: /dev/fd/3: descriptor ... is open for reading only, not ...
     """
+    if read_only(stream):
+        what = "standard output" if stream == 1 else f"descriptor {stream}"
+        raise UDCGInputError(f"{what} is open for reading only, not an output", path=path)
+
+
+def read_only(stream: int | None) -> bool:
+    """Whether descriptor ``stream`` is open for reading only (not open, None, or a system
+    without ``fcntl``: False).
+
+    Examples:
+        >>> with open(os.devnull, "rb") as handle:
+        ...     read_only(handle.fileno()), read_only(None)
+        (True, False)
+    """
     if stream is None:
-        return
+        return False
     try:
         import fcntl
 
         flags = fcntl.fcntl(stream, fcntl.F_GETFL)
     except (ImportError, OSError):  # no fcntl here, or not open: nothing to tell yet
-        return
-    if flags & os.O_ACCMODE == os.O_RDONLY:
-        what = "standard output" if stream == 1 else f"descriptor {stream}"
-        raise UDCGInputError(f"{what} is open for reading only, not an output", path=path)
+        return False
+    return flags & os.O_ACCMODE == os.O_RDONLY
 
 
 #: a name of an open file descriptor, as the kernel resolves it (``/proc/PID/fd/N``)
@@ -532,12 +544,16 @@ def standard_output() -> TextIO:
     """
     if sys.stdout is None:
         raise UDCGInputError("standard output is closed: give an output file", path=STDIO)
-    try:
-        descriptor = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # no descriptor (a test's captured stream)
-        descriptor = None
-    refuse_read_only(STDIO, descriptor)
+    refuse_read_only(STDIO, descriptor_of(sys.stdout))
     return sys.stdout
+
+
+def descriptor_of(stream: TextIO) -> int | None:
+    """The descriptor behind ``stream``; None without one (a test's captured stream)."""
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def refuse_directory(path: PathType) -> None:
