@@ -53,6 +53,12 @@ def test_exclusive_writer_nests_in_its_process_and_refuses_another(tmp_path):
         assert run.stdout.startswith(f"{out}: another process is writing this output")
     assert not Path(f"{out}.lock").exists()
     assert subprocess.run([sys.executable, "-c", other]).returncode == 0
+    link = tmp_path / "link.jsonl"  # another name of the file: the same lock, beside the file
+    link.symlink_to(out.name)
+    with exclusive_writer(link):
+        assert Path(f"{out}.lock").exists() and not Path(f"{link}.lock").exists()
+        run = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True)
+        assert run.returncode == 2, run.stderr
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
@@ -64,6 +70,29 @@ def test_atomic_write_gives_the_usual_permissions_under_the_umask(tmp_path, umas
     finally:
         os.umask(before)
     assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o666 & ~umask
+
+
+def test_a_replaced_file_keeps_its_permissions_through_a_link_too(tmp_path: Path) -> None:
+    """As ``>``, ``cp`` and ``sort -o`` leave them: a private file stays private."""
+    private = tmp_path / "private.jsonl"
+    private.write_text("old\n")
+    private.chmod(0o600)
+    (tmp_path / "link.jsonl").symlink_to(private.name)
+    for name in ("private.jsonl", "link.jsonl"):
+        with atomic_write(tmp_path / name) as out:
+            out.write(f"{name}\n")
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert private.read_text() == "link.jsonl\n"
+
+
+def test_a_link_to_a_name_of_a_folder_is_refused(tmp_path: Path) -> None:
+    """``out.jsonl -> results/`` names a folder: Path() would drop the slash and write a file
+    ``results``; ``>`` refuses it too."""
+    (tmp_path / "out.jsonl").symlink_to("results/")
+    with pytest.raises(UDCGInputError, match=r"is a link to 'results/', which names a folder"):
+        with atomic_write(tmp_path / "out.jsonl") as out:
+            out.write("never\n")
+    assert not (tmp_path / "results").exists()
 
 
 def test_atomic_write_writes_through_a_link_and_keeps_it(tmp_path: Path) -> None:

@@ -280,7 +280,8 @@ def _new_file(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
 def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     """Write to a temporary file beside ``path`` and rename it into place on success. A
     symbolic link is written through, as ``>`` writes it: the file at the end of its chain of
-    links is replaced (created, for a dangling link), and the link stays.
+    links is replaced (created, for a dangling link), and the link stays. A file replaced keeps
+    its permissions.
 
     After a crash or an exception the target is untouched: either the old content or the
     complete new content, never half a file. A ``.gz`` suffix compresses the output. ``-``
@@ -328,6 +329,8 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _new_file(target.parent, f".{target.name}.", ".tmp")
     try:
+        with contextlib.suppress(FileNotFoundError):  # the replaced file's permissions stay
+            os.fchmod(fd, stat.S_IMODE(os.stat(target).st_mode))
         with os.fdopen(fd, "wb") as raw:
             with _encoded(raw, path, mode) as out:
                 yield out
@@ -359,6 +362,8 @@ def write_target(path: Path) -> Path:
             link = os.readlink(target)
         except OSError:  # not a link, or nothing there yet
             return target
+        if names_folder(link):  # Path() would drop the slash: > refuses it too
+            raise UDCGInputError(f"is a link to {link!r}, which {FOLDER_NAME}", path=path)
         target = target.parent / link  # an absolute link replaces the folder
     raise UDCGInputError("too many levels of symbolic links", path=path)
 
@@ -638,7 +643,9 @@ _HELD_LOCK = threading.Lock()
 def exclusive_writer(path: PathType, what: str = "output") -> Iterator[None]:
     """Hold an exclusive lock on ``path`` for as long as one process writes it.
 
-    The lock is ``fcntl.flock`` on ``PATH.lock`` (created beside it): the kernel drops it when
+    The lock is ``fcntl.flock`` on ``PATH.lock`` (created beside it; for a symbolic link, beside
+    the file it writes, :func:`write_target`, so two names of one file share it): the kernel
+    drops it when
     the holder exits, even by SIGKILL, so a killed run never leaves it stuck. A second process
     that asks for the same ``path`` is refused at once with one line. Within the holding
     process the lock nests (a command may take it before loading its judge, the library again
@@ -658,7 +665,8 @@ def exclusive_writer(path: PathType, what: str = "output") -> Iterator[None]:
     if os.fspath(path) == STDIO:
         yield
         return
-    lock_path = Path(f"{os.fspath(path)}.lock").absolute()
+    target = write_target(Path(path))  # through a link: its target's lock, as it is written
+    lock_path = Path(f"{os.fspath(target)}.lock").absolute()
     key = os.fspath(lock_path)
     with _HELD_LOCK:
         if key in _HELD:
