@@ -4,6 +4,7 @@ errors."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -138,6 +139,20 @@ def test_a_closed_standard_error_saves_and_loads_without_progress_bars(
     fresh = str(tmp_path / "cache")  # no cached copy: the split is generated, with its bar
     assert hf.load_contexts_dataset(tmp_path / "files", cache_dir=fresh) == contexts
     assert datasets.utils.are_progress_bars_disabled() == before
+
+
+def test_bars_the_environment_keeps_on_with_standard_error_closed_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HF_DATASETS_DISABLE_PROGRESS_BARS=0`` keeps datasets' bars on (its switch then only
+    warns): with ``sys.stderr`` None the save would fail in tqdm, so it is refused first."""
+    bars = importlib.import_module("datasets.utils.tqdm")  # the module, not its tqdm class
+    monkeypatch.setattr(bars, "HF_DATASETS_DISABLE_PROGRESS_BARS", False)
+    monkeypatch.setattr(sys, "stderr", None)
+    with pytest.warns(UserWarning, match="Cannot disable progress bars"):
+        with pytest.raises(UDCGInputError, match="HF_DATASETS_DISABLE_PROGRESS_BARS=0 keeps"):
+            hf.save_contexts_dataset(_generated(), tmp_path / "saved")
+    assert not (tmp_path / "saved").exists()
 
 
 def test_a_json_copy_with_inferred_types_loads(tmp_path: Path) -> None:

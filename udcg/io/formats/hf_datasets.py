@@ -131,7 +131,8 @@ def _bars_off_without_stderr(hf: Any) -> Iterator[None]:
     """``datasets``' progress bars off while the block runs with standard error closed
     (``2>&-``: ``sys.stderr`` is None, and tqdm fails writing its bar there), their setting put
     back after; with standard error open, nothing changes. The lock keeps concurrent calls
-    from putting back each other's setting."""
+    from putting back each other's setting. Bars the environment keeps on
+    (``HF_DATASETS_DISABLE_PROGRESS_BARS=0``) are a one-line error before the block."""
     if sys.stderr is not None:
         yield
         return
@@ -139,7 +140,13 @@ def _bars_off_without_stderr(hf: Any) -> Iterator[None]:
         if hf.utils.are_progress_bars_disabled():
             yield
             return
-        hf.utils.disable_progress_bars()
+        hf.utils.disable_progress_bars()  # a warning, dropped, where the environment says no
+        if not hf.utils.are_progress_bars_disabled():
+            raise UDCGInputError(
+                "standard error is closed, and HF_DATASETS_DISABLE_PROGRESS_BARS=0 keeps the"
+                " datasets library's progress bars on, which would fail writing there: unset"
+                " it or open standard error"
+            )
         try:
             yield
         finally:
