@@ -554,7 +554,13 @@ def standard_output() -> TextIO:
 
 
 def descriptor_of(stream: TextIO) -> int | None:
-    """The descriptor behind ``stream``; None without one (a test's captured stream)."""
+    """The descriptor behind ``stream``; None without one (a test's captured stream).
+
+    Examples:
+        >>> import io
+        >>> descriptor_of(sys.__stderr__), descriptor_of(io.StringIO())
+        (2, None)
+    """
     try:
         return stream.fileno()
     except (AttributeError, OSError, ValueError):
