@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,13 @@ def test_missing_steps() -> None:
         assert missing_steps([graded], "j", "abstention", "string", outcome=asked) == missing
     asked = {"grader": "llm", "max_new_tokens": 16}
     assert missing_steps([ctx], "j", "abstention", "string", outcome=asked) == []
+    # eRAG labels likewise: answered with another budget, they are made again
+    extra = {"erag": {"j": 1}, "erag_made": {"j": {"grader": "span", "max_new_tokens": 1}}}
+    labelled = Context("q", [replace(done, extra=extra)], outcomes={"j": made})
+    asked = {"grader": "span", "max_new_tokens": 32}
+    assert missing_steps([labelled], "j", "abstention", "string", True, asked) == ["erag"]
+    asked["max_new_tokens"] = 1
+    assert missing_steps([labelled], "j", "abstention", "string", True, asked) == ["outcomes"]
 
 
 def test_crossfit_gamma_scores_each_half_with_the_other_halfs_gamma() -> None:

@@ -630,7 +630,12 @@ def annotate(
 
     if "erag" in steps:
         out, report.erag_answers, report.erag_grades = label_erag(
-            out, judge, answer_grader(judge, grader, batch), max_new_tokens, batch
+            out,
+            judge,
+            answer_grader(judge, grader, batch),
+            max_new_tokens,
+            batch,
+            {"grader": grader, "max_new_tokens": max_new_tokens},
         )
         failed = report.erag_grades.pop("FAILED", 0)
         if failed:

@@ -6,8 +6,9 @@ outcome (:func:`udcg.judge.prompts.answer_messages` with a single document, so t
 passage is the outcome of the one-passage context holding it), and the answer is graded as the
 ``outcomes`` step grades: normalised sub-span match (``span``) or the judge's
 CORRECT / INCORRECT / ABSTAINED (``llm``). ``passages[].erag[JUDGE]`` is 1 when the grade is
-CORRECT, else 0; ``passages[].erag_answer[JUDGE]`` keeps the answer. An unparsable ``llm``
-grade leaves the label unset (counted, never a silent 0).
+CORRECT, else 0; ``passages[].erag_answer[JUDGE]`` keeps the answer, and
+``passages[].erag_made[JUDGE]`` how it was made (``grader``, ``max_new_tokens``). An
+unparsable ``llm`` grade leaves the label unset (counted, never a silent 0).
 
 One generation per distinct (question, passage text), one ``llm`` grade per distinct
 (question, answers, generated answer); every call goes through the judge, so a judge behind
@@ -19,8 +20,9 @@ Precision, MAP, MRR, nDCG, Hits over these labels) is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -34,15 +36,23 @@ from udcg.labels.batches import judge_call
 ERAG = "erag"
 #: Passage key of the answers the labels grade: ``{"JUDGE": "answer text"}``.
 ERAG_ANSWER = "erag_answer"
+#: Passage key of how they were made: ``{"JUDGE": {"grader": ..., "max_new_tokens": ...}}``.
+ERAG_MADE = "erag_made"
 
 #: ``grade(items)``: one grade (CORRECT, INCORRECT, ABSTAINED) or None (unparsable) per
 #: ``(question, acceptable answers, generated answer)`` item.
 Grader = Callable[[Sequence[tuple[str, tuple[str, ...], str]]], list[str | None]]
 
 
-def with_erag(passage: Passage, name: str, label: int | None, answer: str) -> Passage:
+def with_erag(
+    passage: Passage,
+    name: str,
+    label: int | None,
+    answer: str,
+    made: Mapping[str, Any] | None = None,
+) -> Passage:
     """``passage`` with its eRAG answer, and its label when there is one (a missing label
-    removes a stale one), under judge ``name``.
+    removes a stale one), under judge ``name``; ``made``: how (:data:`ERAG_MADE`).
 
     Examples:
         >>> p = with_erag(Passage("d1"), "llama3", 1, "Austen")
@@ -55,9 +65,13 @@ def with_erag(passage: Passage, name: str, label: int | None, answer: str) -> Pa
     if label is not None:
         labels[name] = int(label)
     answers = {**passage.extra.get(ERAG_ANSWER, {}), name: answer}
-    extra = {k: v for k, v in passage.extra.items() if k not in (ERAG, ERAG_ANSWER)}
+    makers = {k: v for k, v in passage.extra.get(ERAG_MADE, {}).items() if k != name}
+    if made:
+        makers[name] = dict(made)
+    extra = {k: v for k, v in passage.extra.items() if k not in (ERAG, ERAG_ANSWER, ERAG_MADE)}
+    extra |= {ERAG: labels} if labels else {}
     return replace(
-        passage, extra=extra | ({ERAG: labels} if labels else {}) | {ERAG_ANSWER: answers}
+        passage, extra=extra | {ERAG_ANSWER: answers} | ({ERAG_MADE: makers} if makers else {})
     )
 
 
@@ -67,11 +81,13 @@ def label_erag(
     grade: Grader,
     max_new_tokens: int = 32,
     batch: int = 64,
+    made: Mapping[str, Any] | None = None,
 ) -> tuple[list[Context], int, Counter]:
     """``(contexts, answers, grades)``: the contexts with every passage's eRAG label and answer
     of ``judge`` (see the module docstring; ``grade`` grades the answers), the number of
     distinct (question, passage) answers generated and the count of each grade (``FAILED``:
-    unparsable). Contexts need ``question``, ``answers`` and passage texts (checked by the
+    unparsable); ``made`` (the grader's name and ``max_new_tokens``) is recorded with each
+    label. Contexts need ``question``, ``answers`` and passage texts (checked by the
     caller, :func:`udcg.labels.annotate.check_inputs`).
 
     Examples:
@@ -117,7 +133,7 @@ def label_erag(
             found = grade_of[(ctx.question or "", tuple(ctx.answers or ()), answer)]
             grades[found or "FAILED"] += 1
             label = None if found is None else int(found == "CORRECT")
-            passages.append(with_erag(p, name, label, answer))
+            passages.append(with_erag(p, name, label, answer, made))
         out.append(replace(ctx, passages=passages))
     return out, len(pairs), grades
 
@@ -157,16 +173,28 @@ def erag_labels(contexts: Sequence[Context], judge: str) -> list[np.ndarray]:
     ]
 
 
-def has_erag(contexts: Sequence[Context], judge: str) -> bool:
-    """Every passage of every context has an eRAG label of ``judge``.
+def has_erag(
+    contexts: Sequence[Context], judge: str, asked: Mapping[str, Any] | None = None
+) -> bool:
+    """Every passage of every context has an eRAG label of ``judge``, made as ``asked`` says
+    (``{"grader": ..., "max_new_tokens": ...}``) where the passage records it (:data:`ERAG_MADE`).
 
     Examples:
         >>> has_erag([Context("q1", [Passage("d1", extra={"erag": {"m": 1}})])], "m")
         True
         >>> has_erag([Context("q1", [Passage("d1")])], "m")
         False
+        >>> made = {"erag": {"m": 1}, "erag_made": {"m": {"max_new_tokens": 1}}}
+        >>> has_erag([Context("q1", [Passage("d1", extra=made)])], "m", {"max_new_tokens": 16})
+        False
     """
-    return all(not np.isnan(row).any() for row in erag_labels(contexts, judge))
+    wanted = dict(asked or {})
+    return all(not np.isnan(row).any() for row in erag_labels(contexts, judge)) and all(
+        p.extra.get(ERAG_MADE, {}).get(judge, {}).get(f, v) == v
+        for c in contexts
+        for p in c.passages
+        for f, v in wanted.items()
+    )
 
 
 def erag_qrels(contexts: Sequence[Context], judge: str) -> dict[str, dict[str, int]]:

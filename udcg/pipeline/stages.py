@@ -122,7 +122,7 @@ def missing_steps(
         for o in outcomes
     ):
         steps.append("outcomes")
-    if erag and not has_erag(contexts, judge):
+    if erag and not has_erag(contexts, judge, outcome):
         steps.append("erag")
     return steps
 
