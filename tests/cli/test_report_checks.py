@@ -397,10 +397,13 @@ def test_a_folder_holding_another_reports_systems_is_refused(tmp_path: Path) -> 
     assert _run(*_runs(data), *common).returncode == 0
     stale = tmp_path / "out" / "contexts" / "c.jsonl"
     before = stale.read_bytes()
-    (tmp_path / "out" / "labels" / ".a.jsonl.x1y2.tmp").write_text("")
+    (tmp_path / "out" / "labels" / ".a.jsonl.0123456789ab.tmp").write_text("")
     line = _refused(*_runs(data)[:2], *common)
     assert f"field '--out': {stale} and 2 other file(s) are not of the systems" in line
     assert "(a, b)" in line and stale.read_bytes() == before
     for path in (tmp_path / "out").glob("*/c.jsonl*"):
         path.unlink()
     assert _run(*_runs(data)[:2], *common).returncode == 0
+    # a system named a.jsonl leaves a.jsonl.jsonl: not a's, though it starts with a's name
+    (tmp_path / "out" / "labels" / "a.jsonl.jsonl").write_text("")
+    assert "a.jsonl.jsonl are not of the systems" in _refused(*_runs(data)[:2], *common)

@@ -5,6 +5,7 @@ case runs the command in a child process whose descriptors are set up by a shell
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -159,9 +160,10 @@ def test_standard_output_open_for_reading_only_drops_a_summary_and_refuses_resul
     inputs: Path,
 ) -> None:
     """With standard output open for reading only (``1< FILE``), a command writing its data to
-    a file drops its summary there, as with standard output closed, and succeeds; ``score``
-    and ``qcare score`` without ``-o`` (their results go there) are refused before the work,
-    and ``udcg --version`` / ``--help`` end in one line, not a traceback."""
+    a file drops its summary there, as with standard output closed, and succeeds; commands
+    whose results go there (``score`` and ``qcare score`` without ``-o``, ``cache stats``,
+    ``weights show``) are refused before the work, closed too, and ``--version`` / ``--help``
+    end in one line, not a traceback or a silent status 0."""
     (inputs / "held.txt").write_text("kept\n")
     assert _sh(f"{CONTEXTS} --qrels qrels.txt -o ctx.jsonl", inputs).returncode == 0
     rows = "".join(
@@ -171,19 +173,34 @@ def test_standard_output_open_for_reading_only_drops_a_summary_and_refuses_resul
     )
     (inputs / "vals.jsonl").write_text(rows)
     annotate = "$U annotate ctx.jsonl --judge precomputed:vals.jsonl --steps abstain"
+    (inputs / "a.jsonl").write_text("")  # private: replaced, it stays so
+    (inputs / "a.jsonl").chmod(0o600)
     done = _sh(f"{annotate} -o a.jsonl --cache c.sqlite 1< held.txt", inputs)
-    assert done.returncode == 0 and (inputs / "a.jsonl").is_file(), done.stderr
-    done = _sh("$U score a.jsonl --judge vals -o s.jsonl 1< held.txt", inputs)
-    assert done.returncode == 0 and (inputs / "s.jsonl").is_file(), done.stderr
-    for command in ("$U score a.jsonl --judge vals", "$U qcare score a.jsonl"):
-        done = _sh(f"UDCG_PROGRESS=lines {command} 1< held.txt", inputs)
-        lines = done.stderr.splitlines()
-        assert done.returncode == 2 and len(lines) == 1, (command, lines)
-        assert lines[0].endswith("standard output is open for reading only, not an output")
-    for command in ("$U --version", "$U --help"):
+    assert done.returncode == 0 and (inputs / "a.jsonl").stat().st_size, done.stderr
+    assert stat.S_IMODE((inputs / "a.jsonl").stat().st_mode) == 0o600
+    for command in (
+        "$U score a.jsonl --judge vals -o s.jsonl",
+        "$U cache merge m.sqlite c.sqlite",
+        "$U cache checkpoint c.sqlite",
+    ):
+        done = _sh(f"{command} 1< held.txt", inputs)
+        assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
+    assert (inputs / "s.jsonl").is_file() and (inputs / "m.sqlite").is_file()
+    for command in (
+        "$U score a.jsonl --judge vals",
+        "$U qcare score a.jsonl",
+        "$U cache stats c.sqlite",
+        "$U weights show no-such-weights",  # refused before the weights are read
+    ):
+        for closing in ("1< held.txt", ">&-"):
+            done = _sh(f"UDCG_PROGRESS=lines {command} {closing}", inputs)
+            lines = done.stderr.splitlines()
+            assert done.returncode == 2 and len(lines) == 1, (command, closing, lines)
+            assert " standard output is " in lines[0], (command, closing, lines)
+    for command in ("$U --version", "$U --help", "$U trec --help"):
         done = _sh(f"{command} 1< held.txt", inputs)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-        assert done.stderr == "udcg: error: standard output: Bad file descriptor\n"
+        assert done.stderr.endswith(": error: standard output: Bad file descriptor\n")
     assert (inputs / "held.txt").read_text() == "kept\n"
 
 

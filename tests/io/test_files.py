@@ -85,6 +85,20 @@ def test_a_replaced_file_keeps_its_permissions_through_a_link_too(tmp_path: Path
     assert private.read_text() == "link.jsonl\n"
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
+def test_a_replaced_file_keeps_its_owner_and_drops_set_id_bits(tmp_path: Path) -> None:
+    """As ``>`` leaves a file: written by root, another user's file stays theirs; a set-user-ID
+    bit is not carried onto the new file."""
+    theirs = tmp_path / "theirs.jsonl"
+    theirs.write_text("old\n")
+    os.chown(theirs, 65534, 65534)
+    theirs.chmod(0o4750)
+    with atomic_write(theirs) as out:
+        out.write("new\n")
+    after = theirs.stat()
+    assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (65534, 65534, 0o750)
+
+
 def test_a_link_to_a_name_of_a_folder_is_refused(tmp_path: Path) -> None:
     """``out.jsonl -> results/`` names a folder: Path() would drop the slash and write a file
     ``results``; ``>`` refuses it too."""

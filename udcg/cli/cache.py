@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from udcg.cli.common import CommandParser, parse, run_cli
+from udcg.cli.common import CommandParser, info_stream, parse, run_cli
 from udcg.errors import UDCGInputError
-from udcg.io.files import refuse_same_file
+from udcg.io.files import refuse_same_file, standard_output
 from udcg.judge.cache import JudgeCache, cache_files
 
 
@@ -103,20 +103,23 @@ def merge(output: str, inputs: list[str]) -> int:
                     f"{counts.first_invalid})"
                 )
             skipped += counts.invalid
-            print(line)
-        print(f"{output}: {len(cache)} entries")
+            print(line, file=info_stream())
+        print(f"{output}: {len(cache)} entries", file=info_stream())
     return 1 if skipped else 0
 
 
 def stats(files: list[str]) -> None:
-    """One line per cache file: entries, oldest and newest write (UTC)."""
+    """One line per cache file: entries, oldest and newest write (UTC), on standard output
+    (closed or open for reading only: refused before the files are read)."""
+    out = standard_output()
     for path in files:
         JudgeCache.check_file(path)
         with JudgeCache(path) as cache:
             info = cache.summary()
         print(
             f"{path}: {info['entries']} entries, written {_when(info['oldest'])} to "
-            f"{_when(info['newest'])} UTC"
+            f"{_when(info['newest'])} UTC",
+            file=out,
         )
 
 
@@ -129,12 +132,13 @@ def checkpoint(files: list[str]) -> int:
             complete = cache.checkpoint()
             entries = len(cache)
         if complete:
-            print(f"{path}: {entries} entries, all in {path}")
+            print(f"{path}: {entries} entries, all in {path}", file=info_stream())
         else:
             status = 1
             print(
                 f"{path}: {entries} entries; another process holds a transaction open, so "
-                f"part of them stay in {path}-wal: run this again when it has stopped"
+                f"part of them stay in {path}-wal: run this again when it has stopped",
+                file=info_stream(),
             )
     return status
 
@@ -144,7 +148,7 @@ def drop(path: str, keys: list[str]) -> None:
     JudgeCache.check_file(path)
     with JudgeCache(path) as cache:
         dropped = cache.drop(keys)
-    print(f"{path}: dropped {dropped} of {len(set(keys))} keys")
+    print(f"{path}: dropped {dropped} of {len(set(keys))} keys", file=info_stream())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,6 +97,17 @@ class CommandParser(argparse.ArgumentParser):
         self.print_usage(messages())
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+    def print_help(self, file: TextIO | None = None) -> None:
+        """``--help``: the help on standard output (closed: on :func:`messages`, as argparse
+        does); one that cannot be written there (open for reading only) is one line and exit
+        status 2, where argparse would end silently with status 0."""
+        out = file or sys.stdout or messages()
+        try:
+            out.write(self.format_help())
+            out.flush()
+        except OSError as exc:
+            self.exit(2, f"{self.prog}: error: standard output: {exc.strerror or exc}\n")
+
 
 def _quiet_stdout() -> None:
     """Point standard output at /dev/null, so the interpreter's last flush does not fail."""

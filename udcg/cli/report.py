@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import re
 import sys
 import time
 import warnings
@@ -47,6 +48,7 @@ from udcg.cli.common import (
     add_measures,
     add_out,
     add_utility,
+    info_stream,
     judge_inputs,
     messages,
     parse,
@@ -332,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 with atomic_write(out / name) as handle:
                     handle.write(text)
-        print(markdown, end="")
+        print(markdown, end="", file=info_stream())
         _say(f"report.md, report.json, report.html -> {out} in {report['seconds']:.1f} s")
 
     return run_cli("udcg report", work)
@@ -341,20 +343,18 @@ def main(argv: list[str] | None = None) -> int:
 def _refuse_other_systems(out: Path, names: list[str]) -> None:
     """Refuse an ``out`` whose ``contexts/`` or ``labels/`` hold files of systems this report
     does not compare (an earlier report of more systems): the folder would mix two reports.
-    Files beside a system's (its manifest, a resumable run's ``.partial``, a hidden temporary
-    file ``.NAME.jsonl.*``) are its own."""
-    ours = {f"{n}.jsonl" for n in names}
-
-    def of_ours(name: str) -> bool:
-        name = name.removeprefix(".")
-        return name in ours or any(name.startswith(f"{n}.") for n in ours)
-
+    Files beside a system's (its manifest, lock, a resumable run's ``.partial`` and its
+    manifest, a hidden temporary file ``.NAME.jsonl.HEX.tmp``) are its own."""
+    own = re.compile(
+        rf"\.?(?:{'|'.join(re.escape(f'{n}.jsonl') for n in names)})"
+        r"(?:\.manifest\.json|\.partial(?:\.manifest)?|\.lock)?(?:\.[0-9a-f]{12}\.tmp)?"
+    )
     others = sorted(
         path
         for folder in ("contexts", "labels")
         if (out / folder).is_dir()
         for path in (out / folder).iterdir()
-        if not of_ours(path.name)
+        if own.fullmatch(path.name) is None
     )
     if others:
         more = f" and {len(others) - 1} other file(s)" if len(others) > 1 else ""

@@ -30,11 +30,13 @@ from udcg.cli.common import (
     add_judge_key,
     add_out,
     add_utility,
+    info_stream,
     messages,
     parse,
     run_cli,
 )
 from udcg.errors import UDCGInputError
+from udcg.io.files import standard_output
 from udcg.validation import printable
 
 
@@ -165,12 +167,15 @@ def card_text(
 
 
 def show(path: str, allow_unverified: bool) -> None:
-    """Read ``path`` with every check and print its card."""
+    """Read ``path`` with every check and print its card on standard output (closed or open
+    for reading only: refused before the weights are read)."""
     from udcg.io.weights.files import read_weights
 
+    out = standard_output()
     weights = read_weights(path, allow_unverified=allow_unverified)
-    print(f"weights: {printable(str(weights.path))}")
-    print(card_text(weights.card, weights.alpha, weights.beta, weights.intercept, weights.verified))
+    print(f"weights: {printable(str(weights.path))}", file=out)
+    card = card_text(weights.card, weights.alpha, weights.beta, weights.intercept, weights.verified)
+    print(card, file=out)
 
 
 def calibrate(args: argparse.Namespace) -> None:
@@ -216,11 +221,12 @@ def calibrate(args: argparse.Namespace) -> None:
     model.save_pretrained(args.out, card={"weights_overrides": notes} if notes else None)
     for note in notes:
         print(f"udcg weights: {note}", file=messages())
-    print(f"calibration: {model.calibration_.describe()}")
+    out = info_stream()
+    print(f"calibration: {model.calibration_.describe()}", file=out)
     for name, measure in (("ECE", expected_calibration_error), ("Brier", brier_score)):
         before, after = measure(raw, correct), measure(tuned, correct)
-        print(f"{name + ':':<7}{before:.4f} -> {after:.4f} (on the fitting contexts)")
-    print(f"weights: {args.out}")
+        print(f"{name + ':':<7}{before:.4f} -> {after:.4f} (on the fitting contexts)", file=out)
+    print(f"weights: {args.out}", file=out)
 
 
 def _check_out(args: argparse.Namespace) -> None:

@@ -263,6 +263,31 @@ def numbered_lines(path: PathType) -> Iterator[tuple[int, str]]:
         raise _unreadable(path, exc, line_no + 1) from None
 
 
+def keep_owner_and_mode(fd: int, replaced: PathType) -> None:
+    """Give the new file open as ``fd`` the owner, group and permissions of the file it will
+    replace (as ``>`` keeps them), when there is one: the owner where the process may set it
+    (root, or its own), the permissions without the set-user/group-ID bits.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     old, new = Path(folder) / "old", Path(folder) / "new"
+        ...     _ = old.write_text(""), new.write_text("")
+        ...     old.chmod(0o600)
+        ...     with open(new, "rb+") as handle:
+        ...         keep_owner_and_mode(handle.fileno(), old)
+        ...     oct(stat.S_IMODE(new.stat().st_mode))
+        '0o600'
+    """
+    try:
+        before = os.stat(replaced)
+    except FileNotFoundError:
+        return
+    with contextlib.suppress(PermissionError):  # another owner, and the process is not root
+        os.fchown(fd, before.st_uid, before.st_gid)
+    os.fchmod(fd, stat.S_IMODE(before.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+
+
 def _new_file(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
     """A file of a fresh name in ``directory``, opened for writing with the usual permissions
     (0o666 less the process's umask, applied by the kernel; the umask is never changed)."""
@@ -329,8 +354,7 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _new_file(target.parent, f".{target.name}.", ".tmp")
     try:
-        with contextlib.suppress(FileNotFoundError):  # the replaced file's permissions stay
-            os.fchmod(fd, stat.S_IMODE(os.stat(target).st_mode))
+        keep_owner_and_mode(fd, target)
         with os.fdopen(fd, "wb") as raw:
             with _encoded(raw, path, mode) as out:
                 yield out
@@ -668,7 +692,7 @@ def exclusive_writer(path: PathType, what: str = "output") -> Iterator[None]:
         >>> held, released
         (True, True)
     """
-    if os.fspath(path) == STDIO:
+    if os.fspath(path) == STDIO or stream_name(path) is not None:  # a descriptor: no file to lock
         yield
         return
     target = write_target(Path(path))  # through a link: its target's lock, as it is written

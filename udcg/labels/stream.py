@@ -39,6 +39,7 @@ from udcg.io.files import (
     atomic_write,
     exclusive_writer,
     is_special,
+    keep_owner_and_mode,
     refuse_directory,
     refuse_same_file,
     standard_output,
@@ -251,6 +252,7 @@ def _finish(
         partial.unlink()
     else:
         with partial.open("rb+") as handle:
+            keep_owner_and_mode(handle.fileno(), output)
             os.fsync(handle.fileno())
         os.replace(partial, output)
     manifest.unlink()
