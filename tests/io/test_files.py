@@ -85,6 +85,21 @@ def test_a_replaced_file_keeps_its_permissions_through_a_link_too(tmp_path: Path
     assert private.read_text() == "link.jsonl\n"
 
 
+def test_a_name_of_a_descriptor_takes_no_lock(tmp_path: Path) -> None:
+    """``/dev/stdout`` on a pipe leads to ``pipe:[N]``, no file to put a lock beside: written
+    through the descriptor, it takes none, as ``-`` takes none."""
+    import subprocess
+    import sys
+
+    code = (
+        "from udcg.io.files import exclusive_writer\n"
+        "with exclusive_writer('/dev/stdout'):\n"
+        "    print('written')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "written\n"), done.stderr
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
 def test_a_replaced_file_keeps_its_owner_and_drops_set_id_bits(tmp_path: Path) -> None:
     """As ``>`` leaves a file: written by root, another user's file stays theirs; a set-user-ID
