@@ -36,6 +36,16 @@ def _sh(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 CONTEXTS = "$U contexts run.txt --topics topics.tsv --collection coll.tsv -k 2"
 
 
+def _judge_values(inputs: Path) -> None:
+    """``vals.jsonl``: a precomputed judge of every (question, passage) of ``inputs``."""
+    rows = "".join(
+        f'{{"question": "capital of {c}", "passage": "{t}", "abstain_prob": 0.3}}\n'
+        for c in ("australia", "france")
+        for t in ("Canberra is it", "Paris is it", "nothing")
+    )
+    (inputs / "vals.jsonl").write_text(rows)
+
+
 def test_a_deleted_working_folder_does_not_stop_absolute_names_and_standard_output(
     inputs: Path,
 ) -> None:
@@ -166,12 +176,7 @@ def test_standard_output_open_for_reading_only_drops_a_summary_and_refuses_resul
     end in one line, not a traceback or a silent status 0."""
     (inputs / "held.txt").write_text("kept\n")
     assert _sh(f"{CONTEXTS} --qrels qrels.txt -o ctx.jsonl", inputs).returncode == 0
-    rows = "".join(
-        f'{{"question": "capital of {c}", "passage": "{t}", "abstain_prob": 0.3}}\n'
-        for c in ("australia", "france")
-        for t in ("Canberra is it", "Paris is it", "nothing")
-    )
-    (inputs / "vals.jsonl").write_text(rows)
+    _judge_values(inputs)
     annotate = "$U annotate ctx.jsonl --judge precomputed:vals.jsonl --steps abstain"
     (inputs / "a.jsonl").write_text("")  # private: replaced, it stays so
     (inputs / "a.jsonl").chmod(0o600)
@@ -210,12 +215,7 @@ def test_a_closed_standard_output_is_one_line_for_each_command_writing_there(
     """annotate, merge-shards, trec and compare write their data to standard output: closed,
     the command stops in one line before its work."""
     assert _sh(f"{CONTEXTS} -o ctx.jsonl", inputs).returncode == 0
-    rows = "".join(
-        f'{{"question": "capital of {c}", "passage": "{t}", "abstain_prob": 0.3}}\n'
-        for c in ("australia", "france")
-        for t in ("Canberra is it", "Paris is it", "nothing")
-    )
-    (inputs / "vals.jsonl").write_text(rows)
+    _judge_values(inputs)
     judge = "--judge precomputed:vals.jsonl --steps abstain"
     for i in (1, 2):
         shard = f"$U annotate ctx.jsonl -o p{i}.jsonl {judge} --cache s.sqlite --shard {i}/2"
@@ -275,12 +275,7 @@ def test_an_output_that_is_a_link_is_written_through_it(inputs: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (inputs / "ctx.jsonl").is_symlink()
     assert len((inputs / "kept" / "ctx.jsonl").read_text().splitlines()) == 2
-    rows = "".join(
-        f'{{"question": "capital of {c}", "passage": "{t}", "abstain_prob": 0.3}}\n'
-        for c in ("australia", "france")
-        for t in ("Canberra is it", "Paris is it", "nothing")
-    )
-    (inputs / "vals.jsonl").write_text(rows)
+    _judge_values(inputs)
     (inputs / "labelled.jsonl").symlink_to("kept/labelled.jsonl")  # dangling: > creates it
     judge = "--judge precomputed:vals.jsonl --steps abstain"
     done = _sh(f"$U annotate ctx.jsonl -o labelled.jsonl {judge}", inputs)
