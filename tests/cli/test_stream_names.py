@@ -194,18 +194,27 @@ def test_standard_output_open_for_reading_only_drops_a_summary_and_refuses_resul
     for command in (
         "$U score a.jsonl --judge vals",
         "$U qcare score a.jsonl",
+        "$U qcare rankings a.jsonl a.jsonl",
+        "$U qcare agreement a.jsonl a.jsonl",
         "$U cache stats c.sqlite",
         "$U weights show no-such-weights",  # refused before the weights are read
+        "$U probe --judge openai:m@http://127.0.0.1:9/v1",  # before asking the server
     ):
         for closing in ("1< held.txt", ">&-"):
             done = _sh(f"UDCG_PROGRESS=lines {command} {closing}", inputs)
             lines = done.stderr.splitlines()
             assert done.returncode == 2 and len(lines) == 1, (command, closing, lines)
             assert " standard output is " in lines[0], (command, closing, lines)
-    for command in ("$U --version", "$U --help", "$U trec --help"):
+    for command in ("$U --version", "$U --help", "$U trec --help", "$U train --help"):
         done = _sh(f"{command} 1< held.txt", inputs)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.endswith(": error: standard output: Bad file descriptor\n")
+    done = _sh("$U cache merge full.sqlite c.sqlite > /dev/full", inputs)  # its summary
+    assert (inputs / "full.sqlite").is_file()
+    assert (done.returncode, done.stderr.splitlines()[-1]) == (
+        2,
+        "udcg cache merge: error: standard output: No space left on device",
+    )
     assert (inputs / "held.txt").read_text() == "kept\n"
 
 

@@ -114,6 +114,54 @@ def test_a_replaced_file_keeps_its_owner_and_drops_set_id_bits(tmp_path: Path) -
     assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (65534, 65534, 0o750)
 
 
+def test_a_replaced_file_keeps_its_group_where_only_the_group_may_be_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not root, a member of the file's group: the owner cannot be set, the group can."""
+    from udcg.io import files
+
+    old = tmp_path / "old.jsonl"
+    old.write_text("")
+    calls = []
+
+    def fchown(fd: int, uid: int, gid: int) -> None:
+        calls.append((uid, gid))
+        if uid != -1:
+            raise PermissionError("not the owner")
+
+    monkeypatch.setattr(files.os, "fchown", fchown)
+    with open(tmp_path / "new.jsonl", "wb") as new:
+        files.keep_owner_and_mode(new.fileno(), old)
+    before = old.stat()
+    assert calls == [(before.st_uid, before.st_gid), (-1, before.st_gid)]
+
+
+def test_a_file_that_may_not_be_replaced_is_refused_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``>`` would be refused: a file the process may not write, and another user's
+    file in a sticky folder it does not own (the rename would fail after the work)."""
+    from udcg.io import files
+
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("old\n")
+    monkeypatch.setattr(files.os, "access", lambda path, mode: False)
+    with pytest.raises(UDCGInputError, match=r"kept\.jsonl: permission denied"):
+        with atomic_write(kept) as out:
+            out.write("new\n")
+    monkeypatch.undo()
+    sticky = tmp_path / "shared"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    theirs = sticky / "theirs.jsonl"
+    theirs.write_text("old\n")
+    stranger = theirs.stat().st_uid + 4242  # neither the file's owner nor the folder's
+    monkeypatch.setattr(files.os, "geteuid", lambda: stranger)
+    with pytest.raises(UDCGInputError, match="another user's file in a folder with the sticky"):
+        files.refuse_unreplaceable(theirs)
+    assert kept.read_text() == theirs.read_text() == "old\n"
+
+
 def test_a_link_to_a_name_of_a_folder_is_refused(tmp_path: Path) -> None:
     """``out.jsonl -> results/`` names a folder: Path() would drop the slash and write a file
     ``results``; ``>`` refuses it too."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -130,6 +131,27 @@ def test_resume_skips_written_contexts_and_drops_a_torn_line(tmp_path: Path) -> 
     # only the pairs of the last 4 contexts were asked for
     asked = {(c.question, p.text) for c in contexts[3:] for p in c.passages}
     assert set(judge.scored) == asked
+
+
+def test_a_private_outputs_partial_files_are_private_from_the_start(tmp_path: Path) -> None:
+    """The labels of a run onto a 600 output are not readable by others on the way: a run
+    that stops after its first chunk leaves ``OUT.partial`` and its manifest 600."""
+    out = tmp_path / "out.jsonl"
+    out.write_text("")
+    out.chmod(0o600)
+    done = []
+
+    def work(part: list[Context]):
+        if done:
+            raise KeyboardInterrupt
+        done.append(part)
+        return _work(CountingJudge())(part)
+
+    with pytest.raises(KeyboardInterrupt):
+        annotate_stream(iter(_contexts()), out, work, 2, record=RECORD)
+    partial = partial_path(out)
+    for path in (partial, partial_manifest_path(partial)):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
 def test_resume_refuses_a_partial_file_of_another_input(tmp_path: Path, capsys) -> None:

@@ -260,12 +260,14 @@ def _export_locked(args: argparse.Namespace, inputs: dict[str, str | None]) -> N
     cache = cached.cache
     print(
         f"wrote {writer.count} requests ({ops}) to {files}; calls: {writer.calls}; "
-        f"cache hits {cache.hits}, misses {cache.misses}"
+        f"cache hits {cache.hits}, misses {cache.misses}",
+        file=info_stream(),
     )
     if waiting:
         print(
             f"the LLM grading of {waiting} answers waits for them: run this batch, "
-            "import its results, then export again"
+            "import its results, then export again",
+            file=info_stream(),
         )
 
 

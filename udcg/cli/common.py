@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
 from udcg.io.files import (
@@ -31,6 +31,8 @@ from udcg.io.files import (
     stream_name,
 )
 from udcg.validation import printable
+
+T = TypeVar("T")
 
 #: Exit status after a broken pipe on standard output (128 + SIGPIPE).
 BROKEN_PIPE = 141
@@ -122,7 +124,7 @@ def _attempt(main: Callable[[], int | None], catch_all: bool) -> Outcome:
     try:
         status = main() or 0
         if sys.stdout is not None:  # closed (>&-): nothing was written there to flush
-            sys.stdout.flush()  # a closed pipe is reported here, not at interpreter exit
+            _named(sys.stdout.flush)  # a closed pipe is reported here, not at interpreter exit
         return Outcome(status)
     except UDCGInputError as exc:
         return Outcome(2, f"error: {one_line(str(exc))}")
@@ -169,7 +171,28 @@ def info_stream(*outputs: str | None) -> TextIO:
         return messages()
     if sys.stdout is None or read_only(descriptor_of(sys.stdout)):
         return _Dropped()
-    return sys.stdout
+    return _Summary()
+
+
+class _Summary(io.TextIOBase):
+    """Standard output for a summary: a write that fails (a full disk, ``> /dev/full``) names
+    the stream, so the error does not read as one of the command's output files."""
+
+    def write(self, text: str) -> int:
+        return _named(lambda: sys.stdout.write(text))
+
+    def flush(self) -> None:
+        _named(sys.stdout.flush)
+
+
+def _named(call: Callable[[], T]) -> T:
+    """``call()``, an OSError of standard output (not a closed pipe) named as its."""
+    try:
+        return call()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, "standard output") from None
 
 
 def reads_stdin(path: PathType) -> bool:

@@ -107,15 +107,31 @@ def run_hydra(job: str, entry: Callable[[], Any], argv: Sequence[str]) -> int:
     """``udcg JOB ARGS``: run ``entry`` (a function decorated with ``@hydra.main``) on the
     Hydra arguments ``argv`` (overrides, ``-m``, ``--help``, ``--cfg job``, ...) as the
     repository's ``JOB.py ARGS`` runs; returns the exit status. Hydra's logging set-up lasts
-    for the run only (:func:`_logging_kept`), so a call in-process leaves logging as it was."""
+    for the run only (:func:`_logging_kept`), so a call in-process leaves logging as it was.
+    Help that cannot be written to standard output (open for reading only, full) is one line
+    on standard error and status 2."""
+    helping = bool(_HELP_FLAGS & set(argv))
     with _as_command(f"udcg {job}", argv), _logging_kept():
         try:
-            entry()
-        except SystemExit as exc:
-            if exc.code is None or isinstance(exc.code, int):
-                return exc.code or 0
-            raise
-    return 0
+            try:
+                entry()
+                code = 0
+            except SystemExit as exc:
+                if exc.code is not None and not isinstance(exc.code, int):
+                    raise
+                code = exc.code or 0
+            if helping and sys.stdout is not None:
+                sys.stdout.flush()  # where a help that cannot be written fails
+        except OSError as exc:
+            if not helping:
+                raise
+            print(f"udcg {job}: error: standard output: {exc.strerror or exc}", file=messages())
+            return 2
+    return code
+
+
+#: Hydra's options that print a help on standard output
+_HELP_FLAGS = frozenset({"--help", "-h", "--hydra-help"})
 
 
 def plain(cfg: Any) -> Any:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from udcg.cli.common import CommandParser, parse, run_cli
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, judge_options
 from udcg.errors import UDCGInputError
+from udcg.io.files import standard_output
 from udcg.judge.spec import OPENAI
 from udcg.validation import printable
 
@@ -90,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(build_parser(), argv)
 
     def run() -> int:
+        out = standard_output()  # where the findings go: refused closed or read-only, first
         if not args.judge.startswith(OPENAI):
             raise UDCGInputError(
                 f"probes a server judge (openai:MODEL@BASE_URL), got {args.judge!r}",
@@ -110,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         with judge:
             report = probe_server(judge, relevance)
-        print(report_json(report) if args.format == "json" else _text(report))
+        print(report_json(report) if args.format == "json" else _text(report), file=out)
         return 0
 
     return run_cli(PROG, run)

@@ -51,6 +51,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -462,6 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.out:
                 _write_scores(args.out, contexts, scores, args)
         else:
+            out = standard_output()  # the results go there: refused closed or read-only, first
             judged = list(read_contexts(args.judge_labels))
             human = list(read_contexts(args.human_labels))  # read once: HUMAN may be a pipe
             warn_mixed_sources(judged, args.judge_labels)
@@ -476,16 +478,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 gain=args.gain,
                 coverage=args.coverage,
             )
-            print(f"{'split':<14}{'metric':<16}{'n':>6}{'pearson':>10}{'spearman':>10}")
+            header = f"{'split':<14}{'metric':<16}{'n':>6}{'pearson':>10}{'spearman':>10}"
+            print(header, file=out)
             for row in rows:
                 print(
                     f"{row.split:<14}{row.metric:<16}{row.n:>6}"
-                    f"{_cell(row.pearson):>10}{_cell(row.spearman):>10}"
+                    f"{_cell(row.pearson):>10}{_cell(row.spearman):>10}",
+                    file=out,
                 )
             if filled:
-                print("filled from the judge: " + ", ".join(f"{k} {v}" for k, v in filled.items()))
+                made = ", ".join(f"{k} {v}" for k, v in filled.items())
+                print(f"filled from the judge: {made}", file=out)
             if args.annotators:
-                _annotators(human, args)
+                _annotators(human, args, out)
 
     return run_cli("udcg qcare", work)
 
@@ -591,6 +596,8 @@ def _rankings(args: argparse.Namespace) -> None:
     refuse_stdin_twice(inputs)
     if args.out:
         refuse_same_file(args.out, inputs)
+    else:
+        standard_output()  # the results go there: refused closed or read-only, before work
     contexts = []
     for path in args.inputs:
         name = _file_run(path)
@@ -637,21 +644,24 @@ def _rankings(args: argparse.Namespace) -> None:
             handle.write(json.dumps(report, indent=2) + "\n")
 
 
-def _annotators(contexts: list, args: argparse.Namespace) -> None:
-    """The ``--annotators`` part of ``agreement``: alpha, then per pair the correlations."""
+def _annotators(contexts: list, args: argparse.Namespace, out: TextIO) -> None:
+    """The ``--annotators`` part of ``agreement``, on ``out``: alpha, then per pair the
+    correlations."""
     result = annotator_agreement(contexts, args.k, args.binary, gain=args.gain)
     if len(result.annotators) < 2:
-        print(f"annotators: {len(result.annotators)} (no pair to compare)")
+        print(f"annotators: {len(result.annotators)} (no pair to compare)", file=out)
         return
     print(
         f"annotators: {', '.join(result.annotators)}; Krippendorff's alpha (coverage, "
-        f"{result.units} pairable labels): {_cell(result.alpha)}"
+        f"{result.units} pairable labels): {_cell(result.alpha)}",
+        file=out,
     )
-    print(f"{'annotators':<28}{'metric':<16}{'n':>6}{'pearson':>10}{'spearman':>10}")
+    print(f"{'annotators':<28}{'metric':<16}{'n':>6}{'pearson':>10}{'spearman':>10}", file=out)
     for row in result.rows:
         print(
             f"{row.split:<28}{row.metric:<16}{row.n:>6}"
-            f"{_cell(row.pearson):>10}{_cell(row.spearman):>10}"
+            f"{_cell(row.pearson):>10}{_cell(row.spearman):>10}",
+            file=out,
         )
 
 

@@ -49,7 +49,7 @@ from udcg.cli.common import (
 from udcg.cli.weights import add_allow_unverified
 from udcg.io.contexts.jsonl import read_contexts, relevance_matrix
 from udcg.io.contexts.model import distinct_contexts
-from udcg.io.files import atomic_write, refuse_directory, refuse_same_file, standard_output
+from udcg.io.files import atomic_write, refuse_same_file, refuse_unreplaceable, standard_output
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
@@ -131,7 +131,7 @@ def means_table(columns: dict[str, np.ndarray], groups: list[tuple[str, int]]) -
 def score(args: argparse.Namespace) -> None:
     """Compute, print and optionally write the scores."""
     if args.out:
-        refuse_directory(args.out)
+        refuse_unreplaceable(args.out)
         refuse_same_file(args.out, {"CONTEXTS": args.contexts, **weights_inputs(args.weights)})
     else:
         standard_output()  # where the results go: closed or read-only, refused before the work

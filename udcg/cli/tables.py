@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from udcg.cli.common import CommandParser, parse, run_cli
+from udcg.cli.common import CommandParser, info_stream, parse, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.files import atomic_write, exclusive_writer
 from udcg.pipeline.datasets import NQ_OPEN_SOURCE
@@ -140,8 +140,8 @@ def _study(args: argparse.Namespace, command: Sequence[str]) -> None:
     table = markdown(result, columns)
     with atomic_write(args.out / f"{args.study}.md") as handle:
         handle.write(f"    {result['command']}\n\n{table}\n")
-    print(table)
-    print(f"{result['n_questions']} questions, {result['seconds']} s")
+    print(table, file=info_stream())
+    print(f"{result['n_questions']} questions, {result['seconds']} s", file=info_stream())
 
 
 def main(

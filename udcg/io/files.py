@@ -266,7 +266,8 @@ def numbered_lines(path: PathType) -> Iterator[tuple[int, str]]:
 def keep_owner_and_mode(fd: int, replaced: PathType) -> None:
     """Give the new file open as ``fd`` the owner, group and permissions of the file it will
     replace (as ``>`` keeps them), when there is one: the owner where the process may set it
-    (root, or its own), the permissions without the set-user/group-ID bits.
+    (root, or its own), else the group where it may (a group it is in), and the permissions
+    without the set-user/group-ID bits.
 
     Examples:
         >>> import tempfile
@@ -283,8 +284,11 @@ def keep_owner_and_mode(fd: int, replaced: PathType) -> None:
         before = os.stat(replaced)
     except FileNotFoundError:
         return
-    with contextlib.suppress(PermissionError):  # another owner, and the process is not root
+    try:
         os.fchown(fd, before.st_uid, before.st_gid)
+    except PermissionError:  # another owner, and the process is not root: the group, if it may
+        with contextlib.suppress(PermissionError):
+            os.fchown(fd, -1, before.st_gid)
     os.fchmod(fd, stat.S_IMODE(before.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
@@ -349,7 +353,7 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
         with _open_in_place(path, stream) as raw, _encoded(raw, path, mode) as out:
             yield out
         return
-    refuse_directory(path)
+    refuse_unreplaceable(path)
     target = write_target(path)  # a link stays a link: its target is replaced
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _new_file(target.parent, f".{target.name}.", ".tmp")
@@ -591,17 +595,37 @@ def descriptor_of(stream: TextIO) -> int | None:
         return None
 
 
-def refuse_directory(path: PathType) -> None:
-    """Refuse an output ``path`` that names an existing directory (``-`` is standard output).
+def refuse_unreplaceable(path: PathType) -> None:
+    """Refuse an output ``path`` (``-`` is standard output) that names an existing directory,
+    or an existing file this process may not replace where ``>`` would refuse it too: one it
+    may not write (read-only, another user's), or, in a folder with the sticky bit (``/tmp``),
+    another user's file in a folder it does not own (the kernel refuses the rename).
 
     Examples:
-        >>> refuse_directory(".")
+        >>> refuse_unreplaceable(".")
         Traceback (most recent call last):
         ...
         udcg.errors.UDCGInputError: .: is a directory, expected an output file path
     """
-    if os.fspath(path) != STDIO and os.path.isdir(path):
+    if os.fspath(path) == STDIO:
+        return
+    if os.path.isdir(path):
         raise UDCGInputError("is a directory, expected an output file path", path=path)
+    target = write_target(Path(path))
+    try:
+        before = os.stat(target)
+    except OSError:  # nothing there yet (or a folder on the way, named when written)
+        return
+    if not stat.S_ISREG(before.st_mode):
+        return
+    if not os.access(target, os.W_OK):
+        raise UDCGInputError("permission denied: the file may not be written", path=path)
+    folder = os.stat(target.parent)
+    if folder.st_mode & stat.S_ISVTX and os.geteuid() not in (0, before.st_uid, folder.st_uid):
+        raise UDCGInputError(
+            "another user's file in a folder with the sticky bit: it cannot be replaced",
+            path=path,
+        )
 
 
 def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> None:

@@ -40,8 +40,8 @@ from udcg.io.files import (
     exclusive_writer,
     is_special,
     keep_owner_and_mode,
-    refuse_directory,
     refuse_same_file,
+    refuse_unreplaceable,
     standard_output,
 )
 from udcg.io.manifests import file_sha256, manifest_path
@@ -125,7 +125,7 @@ def refuse_outputs(output: PathType, inputs: Mapping[str, PathType | None]) -> N
     partial = partial_path(output)
     lock = f"{os.fspath(output)}.lock"
     for path in (output, partial, partial_manifest_path(partial), manifest_path(output), lock):
-        refuse_directory(path)
+        refuse_unreplaceable(path)
         refuse_same_file(path, inputs)
 
 
@@ -319,6 +319,9 @@ def _annotate_stream(
         partial = partial_path(output)
         partial.parent.mkdir(parents=True, exist_ok=True)
         resumed = resume(partial, iterator, record)
+        for path in (partial, partial_manifest_path(partial)):  # as private as OUT, at once
+            with open(path, "ab") as made:
+                keep_owner_and_mode(made.fileno(), Path(output))
     written, lf = resumed, "\n"
     try:
         with (
