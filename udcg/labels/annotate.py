@@ -586,6 +586,7 @@ def annotate(
                     new.append(with_bound(p, name, "relevance_prob", bound))
                 ctx.passages[:] = new
 
+    made = {"grader": grader, "max_new_tokens": max_new_tokens}  # recorded with each answer
     if "outcomes" in steps:
         prompts = [answer_messages(c.question, [p.text for p in c.passages]) for c in out]
         report.answers = len(prompts)
@@ -615,11 +616,7 @@ def annotate(
                 )
             grades = [parse_grade(t) for t in texts]
         for ctx, answer, grade in zip(out, answers, grades, strict=True):
-            outcome: dict[str, Any] = {
-                "answer": answer.strip(),
-                "grader": grader,
-                "max_new_tokens": max_new_tokens,
-            }
+            outcome: dict[str, Any] = {"answer": answer.strip(), **made}
             if grade is None:
                 report.failures["unparsable grade"] += 1
                 outcome["grade"] = "FAILED"
@@ -635,7 +632,7 @@ def annotate(
             answer_grader(judge, grader, batch),
             max_new_tokens,
             batch,
-            {"grader": grader, "max_new_tokens": max_new_tokens},
+            made,
         )
         failed = report.erag_grades.pop("FAILED", 0)
         if failed:

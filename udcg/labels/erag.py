@@ -44,6 +44,20 @@ ERAG_MADE = "erag_made"
 Grader = Callable[[Sequence[tuple[str, tuple[str, ...], str]]], list[str | None]]
 
 
+def made_as(record: Mapping[str, Any], asked: Mapping[str, Any] | None) -> bool:
+    """Whether a record of how an answer was made (an outcome, an :data:`ERAG_MADE` entry)
+    agrees with ``asked`` (``{"grader": ..., "max_new_tokens": ...}``) on every field it
+    records; a field it does not record (given outcomes, older files) is not checked.
+
+    Examples:
+        >>> made_as({"grader": "span", "max_new_tokens": 32}, {"max_new_tokens": 16})
+        False
+        >>> made_as({"correct": True}, {"grader": "llm", "max_new_tokens": 16})
+        True
+    """
+    return all(record.get(field, value) == value for field, value in (asked or {}).items())
+
+
 def with_erag(
     passage: Passage,
     name: str,
@@ -188,12 +202,10 @@ def has_erag(
         >>> has_erag([Context("q1", [Passage("d1", extra=made)])], "m", {"max_new_tokens": 16})
         False
     """
-    wanted = dict(asked or {})
     return all(not np.isnan(row).any() for row in erag_labels(contexts, judge)) and all(
-        p.extra.get(ERAG_MADE, {}).get(judge, {}).get(f, v) == v
+        made_as(p.extra.get(ERAG_MADE, {}).get(judge, {}), asked)
         for c in contexts
         for p in c.passages
-        for f, v in wanted.items()
     )
 
 

@@ -22,7 +22,7 @@ from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contex
 from udcg.io.joins.utility_sources import get_source
 from udcg.judge.base import Judge
 from udcg.labels.annotate import operations
-from udcg.labels.erag import has_erag
+from udcg.labels.erag import has_erag, made_as
 from udcg.pipeline.datasets import Dataset
 from udcg.retrieval import Ranking, Retriever
 from udcg.retrieval.base import ScoringRetriever
@@ -116,11 +116,7 @@ def missing_steps(
     if relevance == "llm" or any(p.relevant is None for p in passages):
         steps.append("relevance")
     outcomes = [c.outcomes.get(judge, {}) for c in contexts]
-    asked = dict(outcome or {})
-    if any(
-        o.get("correct") is None or any(o.get(f, v) != v for f, v in asked.items())
-        for o in outcomes
-    ):
+    if any(o.get("correct") is None or not made_as(o, outcome) for o in outcomes):
         steps.append("outcomes")
     if erag and not has_erag(contexts, judge, outcome):
         steps.append("erag")
