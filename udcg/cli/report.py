@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import itertools
 import json
-import re
 import sys
 import time
 import warnings
@@ -60,12 +59,12 @@ from udcg.cli.contexts import add_dataset, dataset_sources, require_files_withou
 from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open_cli_judge
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import read_contexts
-from udcg.io.files import atomic_write, exclusive_writer, read_once
+from udcg.io.files import atomic_write, exclusive_writer, read_once, temporary_for
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
 from udcg.labels.signal_check import check_contexts
-from udcg.labels.stream import DEFAULT_CHUNK, refuse_outputs
+from udcg.labels.stream import DEFAULT_CHUNK, output_files, refuse_outputs
 from udcg.pipeline import journey
 from udcg.pipeline.context_scores import checked_theta
 from udcg.pipeline.journey_report import to_html, to_markdown
@@ -343,18 +342,16 @@ def main(argv: list[str] | None = None) -> int:
 def _refuse_other_systems(out: Path, names: list[str]) -> None:
     """Refuse an ``out`` whose ``contexts/`` or ``labels/`` hold files of systems this report
     does not compare (an earlier report of more systems): the folder would mix two reports.
-    Files beside a system's (its manifest, lock, a resumable run's ``.partial`` and its
-    manifest, a hidden temporary file ``.NAME.jsonl.HEX.tmp``) are its own."""
-    own = re.compile(
-        rf"\.?(?:{'|'.join(re.escape(f'{n}.jsonl') for n in names)})"
-        r"(?:\.manifest\.json|\.partial(?:\.manifest)?|\.lock)?(?:\.[0-9a-f]{12}\.tmp)?"
-    )
+    Files an annotate run writes beside a system's (:func:`udcg.labels.stream.output_files`),
+    and a killed run's temporary files of them (:func:`udcg.io.files.temporary_for`), are its
+    own."""
+    own = {path.name for n in names for path in output_files(f"{n}.jsonl")}
     others = sorted(
         path
         for folder in ("contexts", "labels")
         if (out / folder).is_dir()
         for path in (out / folder).iterdir()
-        if own.fullmatch(path.name) is None
+        if (temporary_for(path.name) or path.name) not in own
     )
     if others:
         more = f" and {len(others) - 1} other file(s)" if len(others) > 1 else ""

@@ -292,12 +292,31 @@ def keep_owner_and_mode(fd: int, replaced: PathType) -> None:
     os.fchmod(fd, stat.S_IMODE(before.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
+#: bytes of randomness in a temporary file's name (twice as many hex digits)
+_TOKEN_BYTES = 6
+#: the name :func:`atomic_write` gives the temporary file of ``OUT``: ``.OUT.HEX.tmp``
+_TEMPORARY = re.compile(rf"\.(.+)\.[0-9a-f]{{{2 * _TOKEN_BYTES}}}\.tmp")
+
+
+def temporary_for(name: str) -> str | None:
+    """The output name whose temporary file (:func:`atomic_write`, left by a killed run) is
+    called ``name``; None for another name.
+
+    Examples:
+        >>> temporary_for(".a.jsonl.0123456789ab.tmp"), temporary_for("a.jsonl")
+        ('a.jsonl', None)
+    """
+    found = _TEMPORARY.fullmatch(name)
+    return found.group(1) if found else None
+
+
 def _new_file(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
     """A file of a fresh name in ``directory``, opened for writing with the usual permissions
     (0o666 less the process's umask, applied by the kernel; the umask is never changed)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     for _ in range(100):
-        candidate = os.path.join(directory, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        token = secrets.token_hex(_TOKEN_BYTES)
+        candidate = os.path.join(directory, f"{prefix}{token}{suffix}")
         try:
             return os.open(candidate, flags, 0o666), candidate
         except FileExistsError:

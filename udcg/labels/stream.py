@@ -122,11 +122,23 @@ def refuse_outputs(output: PathType, inputs: Mapping[str, PathType | None]) -> N
             "(- writes to standard output)",
             path=output,
         )
-    partial = partial_path(output)
-    lock = f"{os.fspath(output)}.lock"
-    for path in (output, partial, partial_manifest_path(partial), manifest_path(output), lock):
+    for path in output_files(output):
         refuse_unreplaceable(path)
         refuse_same_file(path, inputs)
+
+
+def output_files(output: PathType) -> list[Path]:
+    """The files an annotate run writes for ``output``: ``OUT``, ``OUT.partial``,
+    ``OUT.partial.manifest``, ``OUT.manifest.json`` and the lock ``OUT.lock``.
+
+    Examples:
+        >>> [path.name for path in output_files("out.jsonl")][1:]
+        ['out.jsonl.partial', 'out.jsonl.partial.manifest', 'out.jsonl.manifest.json', \
+'out.jsonl.lock']
+    """
+    partial = partial_path(output)
+    lock = Path(f"{os.fspath(output)}.lock")
+    return [Path(output), partial, partial_manifest_path(partial), manifest_path(output), lock]
 
 
 def _hash_line(ctx: Context) -> str:
