@@ -14,6 +14,7 @@ import pytest
 from udcg.cli.annotate import main
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
+from udcg.io.weights.files import ThetaWeights, write_pretrained, write_weights
 from udcg.judge.base import Judge, judge_values
 from udcg.labels.annotate import annotate
 from udcg.labels.provenance import annotation_record, line_hash, manifest_path, record_of
@@ -152,6 +153,33 @@ def test_a_private_outputs_partial_files_are_private_from_the_start(tmp_path: Pa
     partial = partial_path(out)
     for path in (partial, partial_manifest_path(partial)):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_a_new_manifest_and_card_are_as_private_as_what_they_describe(tmp_path: Path) -> None:
+    """``OUT.manifest.json`` made anew beside a 600 output, and a card beside 600 weights, are
+    600 too; an existing record keeps its own mode, as a file ``>`` replaces keeps it."""
+    out = tmp_path / "out.jsonl"
+    out.write_text("")
+    out.chmod(0o600)
+    annotate_stream(iter(_contexts()), out, _work(CountingJudge()), 2, record=RECORD)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert stat.S_IMODE(manifest_path(out).stat().st_mode) == 0o600
+    manifest_path(out).chmod(0o644)
+    annotate_stream(iter(_contexts()), out, _work(CountingJudge()), 2, record=RECORD)
+    assert stat.S_IMODE(manifest_path(out).stat().st_mode) == 0o644
+    weights = tmp_path / "theta.safetensors"
+    theta = ThetaWeights(alpha=np.array([1.0, 0.5]), beta=np.array([-0.5, -0.25]))
+    weights.write_bytes(b"")
+    weights.chmod(0o600)
+    card = write_weights(weights, theta, {})
+    assert stat.S_IMODE(card.stat().st_mode) == 0o600
+    folder = tmp_path / "k2"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "model.safetensors").chmod(0o600)
+    write_pretrained(folder, theta, {})
+    for name in ("config.json", "README.md"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600, name
 
 
 def test_resume_refuses_a_partial_file_of_another_input(tmp_path: Path, capsys) -> None:

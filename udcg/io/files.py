@@ -325,11 +325,12 @@ def _new_file(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
+def atomic_write(path: PathType, mode: str = "w", like: PathType | None = None) -> Iterator[IO]:
     """Write to a temporary file beside ``path`` and rename it into place on success. A
     symbolic link is written through, as ``>`` writes it: the file at the end of its chain of
     links is replaced (created, for a dangling link), and the link stays. A file replaced keeps
-    its permissions.
+    its permissions; a new file takes those of ``like`` when given and present (a record as
+    private as the file it describes).
 
     After a crash or an exception the target is untouched: either the old content or the
     complete new content, never half a file. A ``.gz`` suffix compresses the output. ``-``
@@ -377,7 +378,7 @@ def atomic_write(path: PathType, mode: str = "w") -> Iterator[IO]:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _new_file(target.parent, f".{target.name}.", ".tmp")
     try:
-        keep_owner_and_mode(fd, target)
+        keep_owner_and_mode(fd, target if like is None or os.path.lexists(target) else like)
         with os.fdopen(fd, "wb") as raw:
             with _encoded(raw, path, mode) as out:
                 yield out

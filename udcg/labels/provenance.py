@@ -148,7 +148,8 @@ class InputDigest:
 
 
 def write_manifest(output: PathType, record: Mapping[str, Any], counts: Mapping[str, Any]) -> None:
-    """Write ``OUT.manifest.json``: ``record`` then ``counts`` (atomically).
+    """Write ``OUT.manifest.json``: ``record`` then ``counts`` (atomically; a new manifest as
+    private as ``OUT``).
 
     Examples:
         >>> import tempfile
@@ -162,7 +163,7 @@ def write_manifest(output: PathType, record: Mapping[str, Any], counts: Mapping[
         >>> manifest["contexts"], record_of(manifest) == record
         (2, True)
     """
-    with atomic_write(manifest_path(output)) as handle:
+    with atomic_write(manifest_path(output), like=output) as handle:
         handle.write(json.dumps({**record, **counts}, indent=1) + "\n")
 
 

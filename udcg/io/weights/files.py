@@ -241,7 +241,7 @@ def write_weights(
     with atomic_write(path, "wb") as handle:
         handle.write(blob)
     target = card_path(path)
-    with atomic_write(target, "w") as handle:
+    with atomic_write(target, "w", like=path) as handle:
         handle.write(text + "\n")
     return target
 
@@ -272,9 +272,9 @@ def write_pretrained(
     directory.mkdir(parents=True, exist_ok=True)
     with atomic_write(directory / WEIGHTS_NAME, "wb") as handle:
         handle.write(blob)
-    with atomic_write(directory / CONFIG_NAME, "w") as handle:
+    with atomic_write(directory / CONFIG_NAME, "w", like=directory / WEIGHTS_NAME) as handle:
         handle.write(text + "\n")
-    with atomic_write(directory / README_NAME, "w") as handle:
+    with atomic_write(directory / README_NAME, "w", like=directory / WEIGHTS_NAME) as handle:
         handle.write(render(full, alpha=weights.alpha, beta=weights.beta))
     return directory
 
