@@ -75,6 +75,27 @@ def test_probe_of_a_vllm_like_server_finds_every_step_exact(capsys):
     assert report["errors"] == {}
 
 
+def test_a_log_prob_of_minus_infinity_is_written_as_null_in_strict_json(capsys):
+    """JSON has no infinity: a probability of 0 (log-prob -inf) is null, not ``-Infinity``."""
+
+    def zero(path, body, headers):
+        if path == "/v1/chat/completions" and "response_format" not in body:
+            top = {"NO": -math.inf, "Yes": -math.inf, "No": 0.0}
+            return 200, {}, _chat_reply("No", _openai_logprobs(top))
+        return _vllm_like(path, body, headers)
+
+    with ScriptedServer(zero) as server:
+        assert main(["--judge", f"openai:m@{server.url}", "--format", "json"]) == 0
+    out = capsys.readouterr().out
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in {out}")
+
+    report = json.loads(out, parse_constant=refuse)
+    assert report["abstain_in_top"] is True and report["abstain_logprob"] is None
+    assert report["smallest_top_logprob"] is None
+
+
 def _chat_only(path: str, body: Any, headers: dict[str, str]) -> tuple[int, dict, Any]:
     """What transformers serve answers: no log-probs, no /completions, no tokenizer, and (here)
     a refusal of response_format."""

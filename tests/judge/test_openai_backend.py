@@ -723,6 +723,54 @@ def test_answer_prob_limitations_are_clear_errors(tmp_path):
             judge.answer_prob(["q"], ["p"], [["Paris"]])
 
 
+def test_a_reply_longer_than_its_token_budget_is_refused() -> None:
+    """A server (or a proxy) that ignores ``max_tokens``: the answer is not one the request
+    could have had, so it is not graded as one."""
+
+    def reply(path, body, headers):
+        used = 201 if body["max_tokens"] < 201 else 5
+        return 200, {}, {**_chat_reply("a long answer"), "usage": {"completion_tokens": used}}
+
+    with ScriptedServer(reply) as server:
+        judge = _fast(server.url)
+        with pytest.raises(JudgeServerError, match=r"201 tokens .* more than the 32"):
+            judge.generate([[{"role": "user", "content": "q"}]], max_new_tokens=32)
+        assert judge.generate([[{"role": "user", "content": "q"}]], 256) == ["a long answer"]
+
+
+def test_a_failed_echo_keeps_its_bound_only_and_a_misrouted_echo_stops(tmp_path):
+    """One echo refused with HTTP 400 (a prompt over the context) keeps that pair's bound;
+    the next pairs are still scored exactly. An echo of another prompt is an error."""
+    _tiny_tokenizer(tmp_path / "tok")
+    served = _abstain_server(echo=True)
+
+    def reply(path, body, headers):
+        if path.endswith("/v1/completions") and "long" in body["prompt"]:
+            return 400, {}, {"error": {"message": "maximum context length is 8 tokens"}}
+        return served(path, body, headers)
+
+    with ScriptedServer(reply) as server:
+        judge = _fast(server.url, abstain_token="NO", template_tokenizer=str(tmp_path / "tok"),
+                      max_concurrency=1, max_retries=0)  # fmt: skip
+        with pytest.warns(UserWarning, match="upper bounds"):
+            values = judge.abstain_prob(["q1"] * 3, ["long", "p2", "p3"])
+        assert values.upper_bound.tolist() == [True, False, False]
+        np.testing.assert_allclose(values[1:], [1e-4, 1e-4], rtol=1e-9)
+        assert judge.stats["exact_failed"] == 1 and not judge.stats["exact_unavailable"]
+    first = {}
+
+    def cached(path, body, headers):  # a gateway keying echoes on something else than prompt
+        if path.endswith("/v1/completions"):
+            body = {**body, "prompt": first.setdefault("prompt", body["prompt"])}
+        return served(path, body, headers)
+
+    with ScriptedServer(cached) as server:
+        judge = _fast(server.url, abstain_token="NO", template_tokenizer=str(tmp_path / "tok"),
+                      max_concurrency=1)  # fmt: skip
+        with pytest.raises(JudgeServerError, match="another prompt than the one sent"):
+            judge.abstain_prob(["q1", "q2"], ["p1", "p2"])
+
+
 def test_answer_likelihood_from_the_command_line(tmp_path, capsys):
     from udcg.cli.annotate import main
     from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts

@@ -55,14 +55,14 @@ def _echo(tokens: list[str], logprobs: list[float]) -> dict:
 def test_an_echo_must_spell_the_scored_text() -> None:
     prompt = "Q: who? A:"
     good = _echo(["Q", ":", " who", "?", " A", ":", " Jane", " Austen"], [0.0] * 6 + [-1.0, -0.5])
-    picked = echoed_continuation(good, len(prompt), " Jane Austen")
+    picked = echoed_continuation(good, prompt, " Jane Austen")
     assert [(t, lp) for t, lp, _ in picked] == [(" Jane", -1.0), (" Austen", -0.5)]
     foreign = _echo(["x" * len(t) for t in good["logprobs"]["tokens"]], [0.0] * 6 + [-1.0, -0.5])
     with pytest.raises(ReplyError, match="do not spell the scored text"):
-        echoed_continuation(foreign, len(prompt), " Jane Austen")
+        echoed_continuation(foreign, prompt, " Jane Austen")
     split = _echo(["Q: who? A:", " caf", "bytes:\\xc3", "bytes:\\xa9"], [0.0, -1.0, -0.5, -0.1])
     split["logprobs"]["text_offset"] = [0, 10, 14, 14]  # the two pieces of one character
-    assert len(echoed_continuation(split, len(prompt), " café")) == 3  # byte pieces aside
+    assert len(echoed_continuation(split, prompt, " café")) == 3  # byte pieces aside
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_an_echo_must_spell_the_whole_scored_text_once(tokens, offsets) -> None:
     echo = _echo(["Q: who? A:", *tokens], [0.0] + [-1.0] * len(tokens))
     echo["logprobs"]["text_offset"] = [0, *offsets]
     with pytest.raises(ReplyError, match="do not spell the scored text"):
-        echoed_continuation(echo, len("Q: who? A:"), " Jane Austen")
+        echoed_continuation(echo, "Q: who? A:", " Jane Austen")
 
 
 def test_llama_cpp_python_echoes_of_split_characters_are_read() -> None:
@@ -91,7 +91,7 @@ def test_llama_cpp_python_echoes_of_split_characters_are_read() -> None:
     tokens = [prompt, " ", "", "о", "ск", "в", "а"]
     echo = _echo(tokens, [0.0, -11.0, -3.5, -2.6, -1.5, -0.04, -1.7])
     echo["logprobs"]["text_offset"] = [0, 29, 30, 31, 32, 34, 35]
-    picked = echoed_continuation(echo, len(prompt), " Москва")
+    picked = echoed_continuation(echo, prompt, " Москва")
     assert [t for t, _, _ in picked] == tokens[1:]
 
 
@@ -99,7 +99,7 @@ def test_echo_offsets_that_go_back_are_refused() -> None:
     echo = _echo(["Q: who? A:", " Jane", "!", " Austen"], [0.0, -1.0, -2.0, -0.5])
     echo["logprobs"]["text_offset"] = [0, 10, 30, 15]
     with pytest.raises(ReplyError, match="goes back"):
-        echoed_continuation(echo, len("Q: who? A:"), " Jane Austen")
+        echoed_continuation(echo, "Q: who? A:", " Jane Austen")
 
 
 def test_the_online_judge_refuses_a_reply_of_another_model() -> None:
@@ -261,8 +261,24 @@ def test_a_filtered_reply_is_no_answer() -> None:
     from udcg.judge.openai_replies import message_text
 
     assert message_text({"message": {"content": ""}, "finish_reason": "stop"}) == ""
-    with pytest.raises(ReplyError, match="content filter"):
-        message_text({"message": {"content": ""}, "finish_reason": "content_filter"})
+    for reason in ("content_filter", "abort", "error", {"type": "abort", "message": "too long"}):
+        with pytest.raises(ReplyError, match="stopped the reply"):
+            message_text({"message": {"content": ""}, "finish_reason": reason})
+
+
+def test_an_echo_of_another_prompt_is_refused_and_special_tokens_may_be_dropped() -> None:
+    """A proxy answering every echo with the first prompt's reply: the answer's tokens are
+    right, the prompt before them is another one."""
+    sent = "<s>user: who wrote Emma?\nassistant:"
+    scores = [0.0] * 7 + [-1.0, -0.5, -0.1]
+    tokens = ["<s>", "user", ":", " who", " wrote", " Emma", "?\nassistant:", " Jane", " Austen"]
+    echo = _echo([*tokens, "<gen>"], scores)
+    assert len(echoed_continuation(echo, sent, " Jane Austen", 1, ["<s>"])) == 2
+    dropped = _echo(["", *tokens[1:], "<gen>"], scores)  # llama-cpp-python: no text for <s>
+    assert len(echoed_continuation(dropped, sent, " Jane Austen", 1, ["<s>"])) == 2
+    other = _echo([*tokens[:5], " Persuasion", *tokens[6:], "<gen>"], scores)
+    with pytest.raises(ReplyError, match="another prompt than the one sent"):
+        echoed_continuation(other, sent, " Jane Austen", 1, ["<s>"])
 
 
 def test_a_piped_precomputed_file_is_refused_on_ray_from_python(tmp_path) -> None:

@@ -30,6 +30,8 @@ from udcg.judge.cache import canonical_json
 from udcg.judge.file_digest import folder_sha256
 from udcg.judge.openai_http import JudgeHTTPClient, JudgeServerError, split_base_url
 from udcg.judge.openai_replies import (
+    MisroutedReplyError,
+    NoEchoError,
     ReplyError,
     echoed_continuation,
     first_choice,
@@ -39,6 +41,7 @@ from udcg.judge.openai_replies import (
     refuses_response_format,
     token_prob,
     unlisted_logprob,
+    within_budget,
     yes_ratio,
 )
 from udcg.judge.openai_requests import (
@@ -58,6 +61,8 @@ __all__ = ["JudgeServerError", "OpenAIJudge"]
 
 R = TypeVar("R")
 T = TypeVar("T")
+#: failed echoes, none of them working, after which a server is taken as unable to echo
+ECHO_TRIES = 3
 
 _LOCK = threading.Lock()  # of the judges' lazy state (a lock attribute would not pickle)
 PROBE_TIMEOUT = 5.0  # seconds :meth:`OpenAIJudge.probe` waits
@@ -194,6 +199,7 @@ class OpenAIJudge(Judge):
         self._server_token_asked = False
         self._structured = structured_output == "auto"  # False once the server refused it
         self._echo = self.scores_continuations  # False once the server could not echo
+        self._echo_failures, self._echo_worked = 0, False
         self._warned: set[str] = set()  # kinds of warning given
 
     @property
@@ -340,6 +346,7 @@ class OpenAIJudge(Judge):
             if reply is None:
                 reply = await self.http.apost(url, body)
             choice = self._read(url, first_choice, reply, self.reply_model)
+            self._read(f"{url}: item {i}", within_budget, reply, max_new_tokens)
             return self._read(f"{url}: item {i}", message_text, choice)
 
         deliver = None if on_result is None else lambda i, text: on_result(i, text, False)
@@ -389,8 +396,8 @@ class OpenAIJudge(Judge):
                 url, echo_body(self.model, prompt + answer, self.extra_body)
             )
             choice = self._read(url, first_choice, reply, self.reply_model)
-            where, args = f"{url}: item {k}", (len(prompt), answer, generated_tokens(reply))
-            picked = self._read(where, echoed_continuation, choice, *args)
+            args = (prompt, answer, generated_tokens(reply), self._specials())
+            picked = self._read(f"{url}: item {k}", echoed_continuation, choice, *args)
             return sum(logprob for _, logprob, _ in picked) / len(picked)
 
         def done(k: int, mean_logprob: float) -> None:
@@ -425,12 +432,19 @@ class OpenAIJudge(Judge):
         """Whether ``abstain_prob`` scores a token outside the top log-probs by echo."""
         return self.exact_bounds == "auto" and self.template_tokenizer is not None
 
+    def _specials(self) -> list[str]:
+        """The added tokens of ``template_tokenizer`` (special tokens, chat markers), which a
+        server may echo as text or drop."""
+        return [added.content for added in self._template.added_tokens_decoder.values()]
+
     async def _token_after(
         self, messages: Messages, token: str, top: Mapping[str, float], item: int
     ) -> float | None:
         """P(``token`` first in the reply to ``messages``) from the echo of the rendered prompt
         plus ``token``; None (keep the bound) when it is not one token, disagrees with the chat
-        reply's ``top`` or the server cannot echo (then never asked again)."""
+        reply's ``top``, or this echo fails (HTTP 400/422, e.g. a prompt over the context, or
+        tokens that do not align). A server that cannot echo (HTTP 404/405/501, no prompt
+        log-probs, or :data:`ECHO_TRIES` failures before any echo worked) is not asked again."""
         prompt = self._render(messages)
         url = self.base_url + COMPLETIONS_PATH
         try:
@@ -438,14 +452,29 @@ class OpenAIJudge(Judge):
                 url, echo_body(self.model, prompt + token, self.extra_body)
             )
             picked = echoed_continuation(
-                first_choice(reply, self.reply_model), len(prompt), token, generated_tokens(reply)
+                first_choice(reply, self.reply_model),
+                prompt,
+                token,
+                generated_tokens(reply),
+                self._specials(),
             )
+        except MisroutedReplyError as exc:
+            raise JudgeServerError(f"{url}: item {item}: {exc}") from None
         except JudgeServerError as exc:
-            if not isinstance(exc, ReplyError) and exc.status not in (400, 404, 422):
+            if not isinstance(exc, ReplyError) and exc.status not in (400, 404, 405, 422, 501):
                 raise
-            self._echo = False
-            self.http.count("exact_unavailable")
+            self._echo_failures += 1
+            if (
+                isinstance(exc, NoEchoError)
+                or exc.status in (404, 405, 501)
+                or (self._echo_failures >= ECHO_TRIES and not self._echo_worked)
+            ):
+                self._echo = False
+                self.http.count("exact_unavailable")
+            else:
+                self.http.count("exact_failed")
             return None
+        self._echo_worked = True
         best = max(top, key=top.__getitem__)
         echoed = picked[0][2].get(best) if len(picked) == 1 else None
         if (

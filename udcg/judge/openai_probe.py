@@ -96,8 +96,13 @@ class ServerReport:
         }
 
     def as_json(self) -> dict[str, Any]:
-        """The findings, ``model_listed`` and :meth:`steps` as one JSON-ready dict."""
-        return {**asdict(self), "model_listed": self.model_listed, "steps": self.steps()}
+        """The findings, ``model_listed`` and :meth:`steps` as one JSON-ready dict; a log-prob
+        of -inf (probability 0: JSON has no infinity) is None."""
+        found = {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v
+            for k, v in asdict(self).items()
+        }
+        return {**found, "model_listed": self.model_listed, "steps": self.steps()}
 
 
 def _models(judge: OpenAIJudge, report: ServerReport) -> None:
@@ -220,4 +225,4 @@ def probe_server(judge: OpenAIJudge, relevance: Messages) -> ServerReport:
 
 def report_json(report: ServerReport) -> str:
     """:meth:`ServerReport.as_json` as indented JSON text."""
-    return json.dumps(report.as_json(), indent=2, ensure_ascii=False)
+    return json.dumps(report.as_json(), indent=2, ensure_ascii=False, allow_nan=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from udcg.errors import LogprobsUnavailable
@@ -25,6 +25,14 @@ class ReplyError(JudgeServerError):
 
 class NoLogprobsError(ReplyError, LogprobsUnavailable):
     """A reply without the log-probs it was asked for."""
+
+
+class NoEchoError(ReplyError):
+    """A reply to an echo request without the prompt's log-probs: the server cannot echo."""
+
+
+class MisroutedReplyError(ReplyError):
+    """A reply that echoes another prompt than the one sent."""
 
 
 def refuses_response_format(error: JudgeServerError) -> bool:
@@ -95,12 +103,19 @@ def first_choice(reply: Any, model: str | None = None) -> dict[str, Any]:
     return choices[0]
 
 
+#: ``finish_reason`` values of a reply that was stopped, not answered (vLLM and SGLang abort)
+STOPPED = frozenset({"content_filter", "abort", "error"})
+
+
 def message_text(choice: Mapping[str, Any]) -> str:
-    """The text of a chat completion choice (``message.content``); a reply the server's content
-    filter stopped (``finish_reason: content_filter``) is an error, not an answer."""
-    if choice.get("finish_reason") == "content_filter":
+    """The text of a chat completion choice (``message.content``); a reply the server stopped
+    (``finish_reason`` ``content_filter``, ``abort`` or ``error``, or an object of such a
+    ``type``) is an error, not an answer."""
+    reason = choice.get("finish_reason")
+    kind = reason.get("type") if isinstance(reason, dict) else reason
+    if kind in STOPPED:
         raise ReplyError(
-            "the server's content filter stopped the reply (finish_reason content_filter):"
+            f"the server stopped the reply (finish_reason {snippet(json.dumps(reason))}):"
             " no answer to grade"
         )
     message = choice.get("message")
@@ -232,20 +247,60 @@ def generated_tokens(reply: Any) -> int | None:
     return count
 
 
+def over_budget(reply: Any, limit: int) -> str | None:
+    """Why ``reply`` cannot answer a request of at most ``limit`` new tokens (its
+    ``usage.completion_tokens`` is larger), or None.
+
+    >>> over_budget({"usage": {"completion_tokens": 40}}, 32)[:44]
+    'the reply generated 40 tokens (usage.complet'
+    >>> over_budget({"usage": {"completion_tokens": 32}}, 32) is None
+    True
+    """
+    used = generated_tokens(reply)
+    if used is None or used <= limit:
+        return None
+    return (
+        f"the reply generated {used} tokens (usage.completion_tokens), more than the {limit}"
+        " the request allowed (max_tokens)"
+    )
+
+
+def within_budget(reply: Any, limit: int) -> None:
+    """Raise :class:`ReplyError` when ``reply`` generated more than ``limit`` tokens
+    (:func:`over_budget`): the server, or a proxy in between, ignored ``max_tokens``."""
+    reason = over_budget(reply, limit)
+    if reason is not None:
+        raise ReplyError(f"{reason}: the server, or a proxy in between, ignored it")
+
+
+def _skeleton(text: str, specials: Iterable[str]) -> str:
+    """``text`` without the ``specials`` (a tokenizer's added tokens, which servers may echo
+    or drop) and without anything but ASCII letters and digits (pieces of split characters,
+    spacing)."""
+    for special in specials:
+        text = text.replace(special, "")
+    return re.sub(r"[^0-9A-Za-z]+", "", text)
+
+
 def echoed_continuation(
-    choice: Mapping[str, Any], prompt_chars: int, text: str, generated: int | None = None
+    choice: Mapping[str, Any],
+    prompt: str,
+    text: str,
+    generated: int | None = None,
+    specials: Iterable[str] = (),
 ) -> list[tuple[str, float, dict[str, float]]]:
-    """(token, log-prob, top alternatives) of the echoed tokens of ``text``, which ends a
-    prompt sent with ``echo`` after ``prompt_chars`` characters. ``text`` starts ``len(text)``
-    characters before the echoed prompt's end when the reply counts its ``generated`` tokens
-    (echoes without special tokens' text, llama-cpp-python), else at ``prompt_chars``. A token
-    spanning the start of ``text``, or one that is not ``text``'s at its offset (byte pieces of a
-    split character aside), is an error."""
+    """(token, log-prob, top alternatives) of the echoed tokens of ``text``, sent with ``echo``
+    after ``prompt``. ``text`` starts ``len(text)`` characters before the echoed prompt's end
+    when the reply counts its ``generated`` tokens (echoes without special tokens' text,
+    llama-cpp-python), else at ``len(prompt)``. A token spanning the start of ``text``, or one
+    that is not ``text``'s at its offset (byte pieces of a split character aside), is an error;
+    echoed tokens before ``text`` that do not spell ``prompt`` (compared without ``specials``,
+    spacing and non-ASCII characters) are :class:`MisroutedReplyError`."""
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict) or not all(
         isinstance(logprobs.get(f), list) for f in ECHO_FIELDS
     ):
-        raise ReplyError(
+        raise NoEchoError(
             f"the reply has no prompt log-probs ('choices[0].logprobs' needs "
             f"{', '.join(ECHO_FIELDS)}); the server does not return log-probs of echoed "
             "prompts (vLLM and llama-cpp-python do; chat-only servers and llama.cpp's "
@@ -267,7 +322,7 @@ def echoed_continuation(
         end = entries[len(echoed)][2] if generated else last_offset + len(last_token)
         start = end - len(text)
     else:
-        echoed, start = entries, prompt_chars
+        echoed, start = entries, len(prompt)
         end = start + len(text)
     tops = logprobs.get("top_logprobs")
     picked: list[tuple[str, float, dict[str, float]]] = []
@@ -297,6 +352,12 @@ def echoed_continuation(
     if not re.fullmatch(_spelling([token for token, _, _ in picked]), text):
         raise ReplyError(
             f"the echoed tokens {[t for t, _, _ in picked]!r} do not spell the scored text {text!r}"
+        )
+    before = "".join(t for t, _, at in echoed if at < start and not t.startswith("bytes:"))
+    if _skeleton(before, specials) != _skeleton(prompt, specials):
+        raise MisroutedReplyError(
+            "the reply echoes another prompt than the one sent: a proxy or cache in between"
+            " that answers another request?"
         )
     return picked
 
