@@ -337,6 +337,15 @@ def test_outputs_that_name_an_input_are_refused(tmp_path: Path, capsys) -> None:
         code, err = _merge(src, output, parts, capsys)
         assert code == 2 and "the output names the input" in err
     assert src.read_bytes() == before
+    # nor the manifest beside an input, read as its record (IN's, a shard's)
+    for output in (manifest_path(src), manifest_path(parts[0])):
+        recorded = output.read_bytes() if output.exists() else None
+        code, err = _merge(src, output, parts, capsys)
+        assert code == 2 and "the output names the input" in err and "'s manifest" in err, err
+        assert (output.read_bytes() if output.exists() else None) == recorded
+    code = annotate_main([str(parts[0]), "-o", str(manifest_path(parts[0])), "--judge",
+                          f"precomputed:{judge}", "--steps", "abstain"])  # fmt: skip
+    assert code == 2 and "the output names the input IN's manifest" in capsys.readouterr().err
     # nor is a cache one of the files written beside OUT (its manifests, its lock)
     cache = tmp_path / "c.sqlite"
     out = tmp_path / "y.jsonl"

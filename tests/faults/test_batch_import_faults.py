@@ -99,6 +99,42 @@ def test_results_that_disagree_with_the_cache_are_refused_whatever_the_order(
     assert _values(tmp_path / "c.sqlite", [a, b]) == stored  # nothing stored, nothing replaced
 
 
+def test_a_conflict_written_after_the_first_read_still_stores_nothing(
+    tmp_path, exported, capsys, monkeypatch
+):
+    """Another writer commits a different value for a key between the import's first read of
+    the cache and its write: the check inside the write transaction refuses it (exit 2),
+    nothing stored, rather than a summary that counts it and exit 0."""
+    from udcg.judge.cache import JudgeCache
+
+    a, b = exported["ids"]["abstain_prob"]
+    with JudgeCache(tmp_path / "c.sqlite") as other:
+        other.put_many({a: 0.25})
+    monkeypatch.setattr(JudgeCache, "get_many", lambda self, keys, count=True: {})  # stale
+    lines = [_line(a, _first_token(-0.5)), _line(b, _first_token(-1.0))]
+    assert _import(tmp_path, exported, "r.jsonl", lines) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"custom_id {a}: another result" in err[0], err
+    assert _values(tmp_path / "c.sqlite", [a, b]) == {a: 0.25}
+
+
+def test_sequence_mode_calls_are_refused(tmp_path, exported, capsys):
+    """A chat reply holds the first token's log-probs: it cannot answer a call of mode
+    sequence, whose value would be stored under the sequence key."""
+    calls = _lines(exported["calls"])
+    changed = []
+    for call in calls:
+        if call["operation"] == "abstain_prob":
+            call["args"]["mode"] = "sequence"
+        changed.append(json.dumps(call))
+    exported["calls"].write_text("".join(line + "\n" for line in changed))
+    a, _ = exported["ids"]["abstain_prob"]
+    assert _import(tmp_path, exported, "r.jsonl", [_line(a, _first_token(-0.5))]) == 2
+    err = capsys.readouterr().err
+    assert "mode must be first_token, not 'sequence'" in err, err
+    assert _values(tmp_path / "c.sqlite", [a]) == {}
+
+
 def test_a_reply_of_another_model_or_longer_than_allowed_is_a_line_error(
     tmp_path, exported, capsys
 ):

@@ -101,6 +101,7 @@ class _TokenJudge(Judge):
         self.token, self.asked = token, 0
 
     def key_settings(self, operation: str) -> dict[str, object]:
+        self.resolving = getattr(self, "resolving", 0) + 1
         if self.token is None:
             raise UDCGInputError("no tokenizer endpoint answered")
         return {"abstain_token": self.token, "unlisted": "min(last,rest)"}
@@ -120,8 +121,10 @@ def test_merge_keeps_the_judges_recorded_key_settings(tmp_path: Path, capsys) ->
     assert capsys.readouterr().out.splitlines()[0] == f"{source}: 2 added, 0 already there"
     assert _rows(out) == _rows(source)
     offline = _TokenJudge(None)
-    assert CachedJudge(offline, out).abstain_prob(["q"], ["p"]).tolist() == [0.25]
-    assert offline.asked == 0
+    rerun = CachedJudge(offline, out)
+    for _ in range(3):  # chunk after chunk: the server that did not answer is not asked again
+        assert rerun.abstain_prob(["q"], ["p"]).tolist() == [0.25]
+    assert offline.asked == 0 and offline.resolving == 1
     settings = {k: v for k, v in _rows(source).items() if isinstance(v, dict)}
     other = _fill(
         tmp_path / "judge-2.sqlite", {k: {**v, "abstain_token": "NO"} for k, v in settings.items()}
@@ -135,7 +138,8 @@ def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
     """The copy recipe done twice: FILE with its -wal and -shm copied while the writer ran,
     later the checkpointed FILE alone copied over it, leaving a stale -wal beside a newer FILE.
     The merge must not write to its input: checkpointing that -wal into it on close replaced
-    the newer entries (49 of 181 left in the report that found it)."""
+    the newer entries (49 of 181 left in the report that found it). Nor may it read the copy
+    through that -wal, which SQLite replays over the newer file: it is refused, naming it."""
     import shutil
 
     source = tmp_path / "run" / "judge.sqlite"
@@ -152,13 +156,28 @@ def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
     shutil.copy(source, copy)  # copy 2: FILE alone, beside copy 1's -wal and -shm
     before = copy.read_bytes()
     merged = JudgeCache(tmp_path / "merged.sqlite")
-    merged.merge_from(copy)
-    merged.close()
+    # SQLite would replay copy 1's -wal over the newer file: 5 entries instead of 60
+    with pytest.raises(UDCGInputError, match=r"judge\.sqlite-wal drops or changes entries"):
+        merged.merge_from(copy)
+    assert len(merged) == 0
     assert copy.read_bytes() == before
     assert Path(f"{copy}-wal").exists()
     for suffix in ("-wal", "-shm"):  # without the stale files the copy holds every entry
         Path(f"{copy}{suffix}").unlink()
-    assert len(JudgeCache(copy)) == 60
+    assert merged.merge_from(copy).added == 60
+    merged.close()
+    # a -wal that belongs to its file (copy 1 alone: entries not yet checkpointed) is merged
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    writer = JudgeCache(fresh / "judge.sqlite")
+    writer.put_many({f"{i:064x}": i / 100 for i in range(3)})
+    assert writer.checkpoint()
+    writer.put_many({f"{i:064x}": i / 100 for i in range(3, 7)})
+    for suffix in ("", "-wal", "-shm"):
+        shutil.copy(f"{fresh / 'judge.sqlite'}{suffix}", f"{tmp_path / 'live.sqlite'}{suffix}")
+    writer.close()
+    assert Path(f"{tmp_path / 'live.sqlite'}-wal").stat().st_size > 0
+    assert JudgeCache(tmp_path / "m2.sqlite").merge_from(tmp_path / "live.sqlite").added == 7
 
 
 def test_a_cache_table_without_its_primary_key_is_refused(tmp_path: Path) -> None:

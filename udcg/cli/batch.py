@@ -34,6 +34,7 @@ error. The judge options must be the ones ``udcg annotate`` gets (same cache fin
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -326,8 +327,10 @@ def _import_locked(args: argparse.Namespace) -> int:
     with JudgeCache(args.cache) as cache:
         keys = {call.custom_id for call in calls.values()}
         held = cache.get_many(keys, count=False)
-        refuse_cache_conflicts(batch.results, held, cache.path)
-        counts = cache.add_new({key: r.stored for key, r in batch.results.items()})
+        counts = cache.add_new(
+            {key: r.stored for key, r in batch.results.items()},
+            functools.partial(refuse_cache_conflicts, batch.results, cache=cache.path),
+        )
         _record_settings(judge, cache, calls.values())
         path = cache.path
     for message in batch.errors[:SHOWN_ERRORS]:
@@ -342,9 +345,7 @@ def _import_locked(args: argparse.Namespace) -> int:
     operations = Counter(r.call.operation for r in results)
     ops = ", ".join(f"{op} {n}" for op, n in sorted(operations.items())) or "none"
     bounds = sum(r.bound for r in results)
-    kept = f"{counts.added} new, {counts.same} already there"
-    if counts.conflicts:  # written by another process since the check
-        kept += f", {counts.conflicts} already there with another value (kept as in the cache)"
+    kept = f"{counts.added} new, {counts.same} already there"  # a conflict stored nothing
     print(
         f"imported {len(batch.results)} results ({ops}; {bounds} bounds) into "
         f"{path} ({kept}); {len(batch.errors)} lines with errors; "

@@ -42,6 +42,8 @@ class _GzipReader(gzip.GzipFile):
 
 #: The path that means standard input to a reader and standard output to a writer.
 STDIO = "-"
+#: Suffix of the manifest beside an output: ``OUT.manifest.json`` (:mod:`udcg.io.manifests`).
+MANIFEST = ".manifest.json"
 
 
 @functools.cache
@@ -649,8 +651,9 @@ def refuse_unreplaceable(path: PathType) -> None:
 
 
 def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> None:
-    """Refuse an ``output`` path that names one of ``inputs`` (option or argument name -> path):
-    writing it would replace the input being read. ``-`` is standard output: refused when it
+    """Refuse an ``output`` path that names one of ``inputs`` (option or argument name -> path)
+    or the manifest beside one (``IN.manifest.json``, read as its record): writing it would
+    replace the input being read. ``-`` is standard output: refused when it
     is a regular file that is one of the inputs (``-o - >> IN``, ``1<>IN``). ``-`` and missing
     inputs are skipped; an output that does not exist yet cannot name an existing input.
 
@@ -660,12 +663,21 @@ def refuse_same_file(output: PathType, inputs: dict[str, PathType | None]) -> No
         Traceback (most recent call last):
         ...
         udcg.errors.UDCGInputError: out/contexts.jsonl: the output names the input IN ...
+        >>> refuse_same_file("in.jsonl.manifest.json", {"IN": "in.jsonl"})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: in.jsonl.manifest.json: the output names the input IN's ...
     """
     if os.fspath(output) == STDIO:
         _refuse_stdout_input(inputs)
         return
     out = Path(output)
-    for name, given in inputs.items():
+    records = {
+        f"{name}'s manifest": f"{os.fspath(given)}{MANIFEST}"
+        for name, given in inputs.items()
+        if given is not None and os.fspath(given) != STDIO
+    }
+    for name, given in {**inputs, **records}.items():
         if given is None or os.fspath(given) == STDIO:
             continue
         source = Path(given)

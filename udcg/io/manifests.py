@@ -9,10 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from udcg.io.files import STDIO, PathType, open_binary
-
-#: Suffix of the manifest beside a finished output.
-MANIFEST = ".manifest.json"
+from udcg.io.files import MANIFEST, STDIO, PathType, open_binary
 
 
 def file_sha256(path: PathType) -> str:

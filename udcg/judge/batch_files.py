@@ -27,8 +27,8 @@ from udcg.judge.openai_replies import (
     ReplyError,
     first_choice,
     first_token_logprobs,
-    generated_tokens,
     message_text,
+    over_budget,
     same_model,
     token_prob,
     yes_ratio,
@@ -48,8 +48,6 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
 OPENAI_MAX_LINES = 50_000
 #: How the name of a calls file ends.
 CALLS_SUFFIX = ".calls.jsonl"
-#: The modes of an ``abstain_prob`` call.
-ABSTAIN_MODES = ("first_token", "sequence")
 
 
 @dataclass(frozen=True)
@@ -190,8 +188,11 @@ def _args_problem(operation: str, args: Mapping[str, Any]) -> str | None:
     if operation == "abstain_prob":
         if not all(isinstance(args[name], str) for name in ("question", "passage")):
             return "question and passage must be strings"
-        if args["mode"] not in ABSTAIN_MODES:
-            return f"mode must be one of {', '.join(ABSTAIN_MODES)}"
+        if args["mode"] != "first_token":
+            return (
+                f"mode must be first_token, not {args['mode']!r}: a chat reply holds the first"
+                " token's log-probs only (mode sequence needs the local backend)"
+            )
     elif not _messages(args["messages"]):
         return "messages must be a list of {'role': str, 'content': str}"
     elif operation == "generate":
@@ -351,13 +352,8 @@ def _foreign_reply(call: Call, body: Mapping[str, Any], model: str | None) -> st
             f" exported for {model!r}: the results of another batch? (replies under another"
             " name need the judge option reply_model=NAME)"
         )
-    used, limit = generated_tokens(body), call.args.get("max_new_tokens")
-    if call.operation == "generate" and used is not None and used > limit:
-        return (
-            f"the reply generated {used} tokens (usage.completion_tokens), more than the {limit}"
-            " the request allowed (max_tokens): the results of another export?"
-        )
-    return None
+    over = over_budget(body, call.args["max_new_tokens"]) if call.operation == "generate" else None
+    return None if over is None else f"{over}: the results of another export?"
 
 
 def _another_value(result: Result, other: Any, where: str, advice: str) -> UDCGInputError:

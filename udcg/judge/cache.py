@@ -332,20 +332,26 @@ class JudgeCache:
     def get_many(self, keys: Iterable[str], count: bool = True) -> dict[str, Any]:
         """The decoded values of the ``keys`` present (a value not JSON is an error naming the
         key); ``count=False`` leaves ``hits`` and ``misses`` alone."""
-        wanted, found = list(dict.fromkeys(keys)), {}
+        wanted = list(dict.fromkeys(keys))
         with self._open() as conn:
-            for key, value in _select(conn, "judge_cache", wanted):
-                if not isinstance(value, str):
-                    kind = type(value).__name__
-                    raise self.bad_entry(key, f"value is SQLite {kind}, not JSON text")
-                try:
-                    found[key] = json.loads(value)
-                except (ValueError, RecursionError):
-                    shown = value if len(value) <= 60 else value[:60] + "..."
-                    raise self.bad_entry(key, f"value {shown!r} is not JSON") from None
+            found = self._decoded(_select(conn, "judge_cache", wanted))
             if count:
                 self.hits += len(found)
                 self.misses += len(wanted) - len(found)
+        return found
+
+    def _decoded(self, rows: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+        """``key -> value`` of stored ``(key, JSON text)`` rows; a value not JSON is an error
+        naming the key."""
+        found = {}
+        for key, value in rows:
+            if not isinstance(value, str):
+                raise self.bad_entry(key, f"value is SQLite {type(value).__name__}, not JSON text")
+            try:
+                found[key] = json.loads(value)
+            except (ValueError, RecursionError):
+                shown = value if len(value) <= 60 else value[:60] + "..."
+                raise self.bad_entry(key, f"value {shown!r} is not JSON") from None
         return found
 
     def get(self, key: str, default: Any = None, count: bool = True) -> Any:
@@ -381,10 +387,18 @@ class JudgeCache:
                 ) from exc
         return rows
 
-    def add_new(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> MergeCounts:
-        """Store, in one transaction, the pairs whose key this cache lacks; others keep theirs."""
+    def add_new(
+        self,
+        items: Mapping[str, Any] | Iterable[tuple[str, Any]],
+        check: Callable[[dict[str, Any]], None] | None = None,
+    ) -> MergeCounts:
+        """Store, in one transaction, the pairs whose key this cache lacks; others keep theirs.
+        ``check`` sees the values held for the keys given, in that transaction (no other
+        writer in between), and stores nothing by raising."""
         rows = self._rows(items)
         with self._open(write=True) as conn:
+            if check is not None:
+                check(self._decoded(_select(conn, "main.judge_cache", [row[0] for row in rows])))
             counts = _add_rows(conn, rows)
             self.writes += counts.added
         return counts
@@ -465,6 +479,8 @@ class JudgeCache:
             # read-only: a merge never writes to its input (not even a checkpoint of its -wal)
             conn.execute("ATTACH DATABASE ? AS source", (f"{source.resolve().as_uri()}?mode=ro",))
             try:
+                with _sqlite_errors(source):
+                    _refuse_stale_wal(conn, source)
                 with _transaction(conn), _sqlite_errors(source):
                     _check_schema(conn, "source", source, allow_empty=False)
                     rows = conn.execute("SELECT key, value, created FROM source.judge_cache")
@@ -477,6 +493,36 @@ class JudgeCache:
                 conn.execute("DETACH DATABASE source")
             self.writes += counts.added
         return counts
+
+
+def _refuse_stale_wal(conn: sqlite3.Connection, source: Path) -> None:
+    """Refuse ``source`` (attached as ``source``) when its ``-wal`` drops or changes an entry
+    that the file alone holds: SQLite replays any ``-wal`` over its file, and one left by an
+    earlier copy takes the file back to that copy (the cache only grows, but for ``cache
+    drop``)."""
+    wal = Path(f"{source}-wal")
+    if not wal.is_file() or wal.stat().st_size == 0:
+        return
+    conn.execute("ATTACH DATABASE ? AS bare", (f"{source.resolve().as_uri()}?immutable=1",))
+    try:
+        query = "SELECT 1 FROM bare.sqlite_master WHERE type = 'table' AND name = 'judge_cache'"
+        if conn.execute(query).fetchone() is None:
+            return
+        lost = conn.execute(
+            "SELECT b.key FROM bare.judge_cache b LEFT JOIN source.judge_cache s ON s.key = b.key"
+            " WHERE s.key IS NULL OR s.value IS NOT b.value LIMIT 1"
+        ).fetchone()
+    finally:
+        conn.execute("DETACH DATABASE bare")
+    if lost is not None:
+        raise UDCGInputError(
+            f"{wal.name} drops or changes entries that {source.name} holds (key {lost[0]}): a"
+            f" -wal older than its file, left by an earlier copy? Delete {wal.name} and"
+            f" {source.name}-shm if {source.name} was copied alone after `udcg cache"
+            " checkpoint`; if they belong together, checkpoint it where it was written and copy"
+            " the file alone",
+            path=source,
+        )
 
 
 def _utf8(data: bytes) -> str | bytes:

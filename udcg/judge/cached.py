@@ -104,6 +104,7 @@ class CachedJudge(Judge):
         self.inner_calls = self.uncached = 0
         self._warned_validators: set[int] = set()
         self._probe_pending = bool(probe)
+        self._recorded: dict[str, dict[str, Any]] = {}  # settings read from the record
         self._settings: Callable[[str], Mapping[str, Any]] = lambda operation: {}
         self.inner = judge  # last: what is set after it may be the wrapped judge's option
 
@@ -177,9 +178,12 @@ class CachedJudge(Judge):
 
     def key_settings(self, operation: str) -> dict[str, Any]:
         """The wrapped judge's run-time settings of ``operation``, recorded in the cache; the
-        record serves when it cannot resolve them (a server that does not answer)."""
+        record serves when it cannot resolve them (a server that does not answer), for the
+        rest of this judge's life (the server is not asked again)."""
         if self.inner is None:
             return dict(self._settings(operation))
+        if operation in self._recorded:
+            return dict(self._recorded[operation])
         record = cache_key(self.fingerprint, "key_settings", operation)
         try:
             settings = self.inner.key_settings(operation)
@@ -187,7 +191,8 @@ class CachedJudge(Judge):
             recorded = self.cache.get(record, count=False)
             if not isinstance(recorded, dict):
                 raise
-            return recorded
+            self._recorded[operation] = recorded
+            return dict(recorded)
         if settings and self.cache.get(record, count=False) != settings:
             self.cache.put_many({record: settings}, count=False)
         return settings
