@@ -787,7 +787,19 @@ def test_weights_record_the_abstention_mode_of_their_training_values(
     assert "field 'mode': the weights were fitted with abstention mode 'sequence'" in (
         capsys.readouterr().err
     )
-    from udcg.pipeline.training import abstention_mode  # train.py's card too
+    # the mode of the values is their manifest's: a --mode saying otherwise is refused, and
+    # calibrate checks it against the card as score does
+    _stamp(other, {"sim": {"abstain": "fp-a"}})
+    for mode in (["--mode", "sequence"], []):  # (the fingerprint, which says it too, allowed)
+        assert score_main([*args[:-2], *mode, "--allow-mismatch", "fingerprint"]) == 2
+        err = capsys.readouterr().err
+        assert "field 'mode'" in err and "'first_token'" in err, err
+    calibrate = ["calibrate", str(folder), str(other), "-o", str(tmp_path / "c")]
+    assert weights_main([*calibrate, "--allow-mismatch", "fingerprint"]) == 2
+    assert "field 'mode': the weights were fitted with abstention mode 'sequence'" in (
+        capsys.readouterr().err
+    )
+    from udcg.pipeline.context_scores import abstention_mode  # train.py's card too
 
     assert abstention_mode("fp-a|mode=sequence", "abstention") == "sequence"
     assert abstention_mode("fp-a", "answer_likelihood") is None

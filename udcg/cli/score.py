@@ -18,7 +18,8 @@ refused at its second line: it would count twice in the means.
 Weights are checked against what they are applied to
 (:func:`udcg.io.weights.files.check_compatible`): their k against the contexts' sizes, the utility
 source, the judge key, the abstention prompt's SHA-256 against this udcg's prompt, and the
-abstention mode against ``--mode`` (not checked without it), and the fingerprint of the judge
+abstention mode of the values (the one their manifest records, which ``--mode`` must equal;
+else ``--mode``; not checked without either), and the fingerprint of the judge
 that made the contexts' values (their manifest records it) against the one the card records. A
 difference is refused unless
 ``--allow-mismatch FIELD`` is given; each allowed difference is printed on stderr and recorded as
@@ -59,6 +60,7 @@ from udcg.pipeline.context_scores import (
     file_values_made_by,
     made_by_spec,
     theta_columns,
+    values_mode,
 )
 from udcg.pipeline.metric_table import classic_metrics
 from udcg.validation import printable
@@ -152,7 +154,7 @@ def score(args: argparse.Namespace) -> None:
             judge,
             args.utility,
             args.allow_mismatch,
-            mode=args.mode,
+            mode=values_mode(args.mode, made, args.utility),
             fingerprint=made,
             relevance=file_labels_made_by(args.contexts),
             allow_unverified=args.allow_unverified,

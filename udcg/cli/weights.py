@@ -188,7 +188,11 @@ def calibrate(args: argparse.Namespace) -> None:
     from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
     from udcg.io.weights.files import card_value, check_compatible
     from udcg.judge.prompts import prompt_record
-    from udcg.pipeline.context_scores import file_labels_made_by, file_values_made_by
+    from udcg.pipeline.context_scores import (
+        abstention_mode,
+        file_labels_made_by,
+        file_values_made_by,
+    )
     from udcg.theta import UDCGTheta
     from udcg.theta.calibration import brier_score, expected_calibration_error
 
@@ -207,6 +211,7 @@ def calibrate(args: argparse.Namespace) -> None:
         "fingerprint": made,
         "relevance": file_labels_made_by(args.contexts),
         "prompt": prompt,
+        "mode": abstention_mode(made, utility),
     }
     notes = check_compatible(model.card_, applied, args.allow_mismatch)
     contexts = [c for c in distinct_contexts(read_contexts(args.contexts)) if len(c.passages) == k]

@@ -17,7 +17,7 @@ from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevanc
 from udcg.io.contexts.model import distinct_contexts
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.io.manifests import recorded_judges, relevance_made_by, values_made_by
+from udcg.io.manifests import mode_of, recorded_judges, relevance_made_by, values_made_by
 from udcg.io.weights.files import check_compatible
 from udcg.judge.spec import PRECOMPUTED
 from udcg.labels.erag import erag_labels
@@ -189,6 +189,43 @@ def refuse_kept_values(
             field="judge",
         )
     return notes
+
+
+def abstention_mode(made: str | None, utility: str) -> str | None:
+    """The abstention mode of the ``utility`` values the judge with fingerprint ``made`` made
+    (:func:`udcg.io.manifests.mode_of`; a card's ``abstention_mode``); None for another utility
+    source or an unknown maker.
+
+    Examples:
+        >>> abstention_mode("fp|mode=sequence", "abstention"), abstention_mode("fp", "abstention")
+        ('sequence', 'first_token')
+    """
+    return mode_of(made) if get_source(utility).step == "abstain" else None
+
+
+def values_mode(given: str | None, made: str | None, utility: str) -> str | None:
+    """The abstention mode of the values scored: the one their manifest records
+    (:func:`abstention_mode`), which a ``given`` mode (``--mode``) must equal; ``given`` when
+    the manifest says nothing.
+
+    Examples:
+        >>> values_mode(None, "fp|mode=sequence", "abstention")
+        'sequence'
+        >>> values_mode("sequence", None, "abstention")
+        'sequence'
+        >>> values_mode("sequence", "fp", "abstention")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'mode': the contexts' abstention values were made ...
+    """
+    recorded = abstention_mode(made, utility)
+    if given is not None and recorded is not None and given != recorded:
+        raise UDCGInputError(
+            f"the contexts' abstention values were made in mode {recorded!r} (their manifest"
+            f" records it), not {given!r}",
+            field="mode",
+        )
+    return given if recorded is None else recorded
 
 
 def checked_theta(

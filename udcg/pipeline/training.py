@@ -26,8 +26,8 @@ from udcg.io.contexts.jsonl import Context
 from udcg.io.contexts.model import distinct_contexts
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
-from udcg.io.manifests import mode_of
 from udcg.pipeline.context_scores import (
+    abstention_mode,
     as_contexts,
     file_labels_made_by,
     file_values_made_by,
@@ -228,12 +228,13 @@ def train(
         )
     train_idx, test_idx = split_by_query(data.qids, settings.test_fraction, settings.seed)
     train_set, test_set = data.subset(train_idx), data.subset(test_idx)
-    if len(set(test_set.qids.tolist())) < MIN_QUERIES_PER_SPLIT:
-        raise UDCGInputError(
-            f"test_fraction={settings.test_fraction} leaves fewer than {MIN_QUERIES_PER_SPLIT} "
-            f"held-out queries out of {n_queries}",
-            field="test_fraction",
-        )
+    for side, held in (("held-out", test_set), ("training", train_set)):
+        if len(set(held.qids.tolist())) < MIN_QUERIES_PER_SPLIT:
+            raise UDCGInputError(
+                f"test_fraction={settings.test_fraction} leaves fewer than"
+                f" {MIN_QUERIES_PER_SPLIT} {side} queries out of {n_queries}",
+                field="test_fraction",
+            )
     warn_if_few_contexts(len(train_set), model)
     with progress(4, "train: fit", unit="stage") as bar:
         model.fit(
@@ -394,10 +395,3 @@ def fit_theta(
         "utility": utility,
     }
     return model
-
-
-def abstention_mode(made: str | None, utility: str) -> str | None:
-    """The card's ``abstention_mode``: that of the abstention utilities the judge with
-    fingerprint ``made`` made (:func:`udcg.io.manifests.mode_of`); None for another utility
-    source or an unknown maker."""
-    return mode_of(made) if get_source(utility).step == "abstain" else None
