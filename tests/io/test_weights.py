@@ -121,6 +121,14 @@ def test_a_card_without_its_digest_is_refused_when_its_version_writes_one(
     for older in ("0.2.0", None):  # written before cards carried a digest: read as before
         _without_card_digest(path, older)
         assert read_weights(path).card["judge"] is None
+    # an entry only a digest-writing udcg writes: the version set back does not hide the edit
+    write_weights(
+        path, _weights(), {"judge": "j", "judge_fingerprint": "fp", "udcg_version": "0.3.0"}
+    )
+    for older in ("0.2.0", None):
+        _without_card_digest(path, older)
+        with pytest.raises(UDCGInputError, match="writes its 'judge_fingerprint' entry"):
+            read_weights(path)
 
 
 def test_the_model_card_escapes_control_characters() -> None:

@@ -122,6 +122,10 @@ def test_train_reports_heldout_correlations_and_exports(tmp_path: Path) -> None:
 def test_too_few_queries_is_a_clear_error() -> None:
     with pytest.raises(UDCGInputError, match="needs at least 4 queries"):
         train(simulate(3, 5), UDCGTheta(5), _settings(5))
+    # a split that leaves one side too small names test_fraction, whichever side it is
+    for fraction, side in ((0.01, "held-out"), (0.99, "training")):
+        with pytest.raises(UDCGInputError, match=f"test_fraction={fraction} .* {side} queries"):
+            train(simulate(20, 5), UDCGTheta(5), _settings(5, test_fraction=fraction))
 
 
 def _run_train(*overrides: str) -> subprocess.CompletedProcess:

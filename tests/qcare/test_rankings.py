@@ -247,6 +247,18 @@ def test_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert report["agreement"] == [row.to_json() for row in expected]
     assert report["runs"] == list(RUNS) and report["resamples"] == 100
     assert f"| C-Prec | {expected[0].rho:.3f} |" in printed
-    # a mistake is one line, exit 2
+    # a mistake is one line, exit 2, naming its option
     assert main(["rankings", paths[0], "--types", str(types)]) == 2
     assert "need at least 2 runs" in capsys.readouterr().err
+    assert main(["rankings", *argv, "--confidence", "2"]) == 2
+    assert "field 'confidence': must be in (0, 1), got 2.0" in capsys.readouterr().err
+    # runs whose labels two judges made: ranked, with the warning qcare score gives
+    for i, path in enumerate(paths):
+        record = {"judge": "a" if i else "b", "fingerprint": "f", "checks": ["text"]}
+        lines = Path(path).read_text().splitlines()
+        labelled = [json.dumps({**json.loads(line), "qcare_labels": record}) for line in lines]
+        Path(path).write_text("\n".join(labelled) + "\n")
+    assert main(["rankings", *argv, "--resamples", "20"]) == 0
+    assert "several sources (judge a (text): 64 contexts; judge b (text): 16" in (
+        capsys.readouterr().err
+    )

@@ -603,6 +603,7 @@ def _rankings(args: argparse.Namespace) -> None:
         name = _file_run(path)
         read = distinct_contexts(read_contexts(path))
         contexts += [c if c.run else replace(c, run=name) for c in read]
+    warn_mixed_sources(contexts, " ".join(map(str, args.inputs)))  # runs ranked across judges
     types = read_query_types(args.types) if args.types else args.type_field
     rows, dropped = ranking_agreement(
         contexts,

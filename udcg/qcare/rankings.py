@@ -173,11 +173,10 @@ def rank_agreement(
             f"need the same runs (at least 2) on both sides, got {a.shape[0]} and {b.shape[0]}",
             field="values_b",
         )
-    if n_resamples < 1 or not 0.0 < confidence < 1.0:
-        raise UDCGInputError(
-            f"n_resamples must be >= 1 and confidence in (0, 1), got {n_resamples}, {confidence}",
-            field="n_resamples",
-        )
+    if n_resamples < 1:
+        raise UDCGInputError(f"must be >= 1, got {n_resamples}", field="n_resamples")
+    if not 0.0 < confidence < 1.0:
+        raise UDCGInputError(f"must be in (0, 1), got {confidence}", field="confidence")
     full_a = _weighted_means(a, np.ones((1, a.shape[1])))
     full_b = _weighted_means(b, np.ones((1, b.shape[1])))
     rho = float(_rowwise_spearman(full_a, full_b)[0])

@@ -92,7 +92,7 @@ _UNVERIFIED = {
         "alpha, beta and the intercept are used as the file holds them, unchecked",
     ),
     "card_sha256": (
-        "though udcg {version} writes one, so nothing checks the card's entries (an edit "
+        "though {writer}, so nothing checks the card's entries (an edit "
         "that turns the judge or utility check off would load unnoticed)",
         "the judge, utility, prompt and calibration entries are used as the card holds "
         "them, unchecked",
@@ -211,10 +211,27 @@ def _writes_card_digest(version: Any) -> bool:
     return match is None or (int(match[1]), int(match[2])) >= CARD_DIGEST_SINCE
 
 
+#: Card entries that udcg writes since it writes ``card_sha256`` (0.3): a card holding one
+#: was written with its digest, whatever ``udcg_version`` it claims.
+_SINCE_CARD_DIGEST = ("judge_fingerprint", "relevance_fingerprint")
+
+
+def _digest_writer(card: Mapping[str, Any]) -> str:
+    """Who writes ``card_sha256`` with this card: its ``udcg_version``, or the entry that only
+    such versions write."""
+    version = card.get("udcg_version")
+    if _writes_card_digest(version):
+        return f"udcg {version} writes one"
+    entry = next(k for k in _SINCE_CARD_DIGEST if k in card)
+    return f"the udcg that writes its {entry!r} entry (0.3 and later) writes one"
+
+
 def _missing_digests(card: Mapping[str, Any]) -> list[str]:
-    """The digests of :data:`_UNVERIFIED` the card lacks though its writer records them."""
+    """The digests of :data:`_UNVERIFIED` the card lacks though its writer records them (a
+    ``udcg_version`` that writes ``card_sha256``, or an entry only such versions write)."""
     missing = [] if card.get("weights_sha256") is not None else ["weights_sha256"]
-    if card.get("card_sha256") is None and _writes_card_digest(card.get("udcg_version")):
+    written = _writes_card_digest(card.get("udcg_version"))
+    if card.get("card_sha256") is None and (written or any(k in card for k in _SINCE_CARD_DIGEST)):
         missing.append("card_sha256")
     return missing
 
@@ -398,7 +415,9 @@ def read_weights(
     digest = card.get("weights_sha256")
     missing = _missing_digests(card)
     if missing and not allow_unverified:
-        why = _UNVERIFIED[missing[0]][0].format(version=card.get("udcg_version"))
+        why = _UNVERIFIED[missing[0]][0]
+        if missing[0] == "card_sha256":
+            why = why.format(writer=_digest_writer(card))
         raise UDCGInputError(
             f"{cpath.name} records no {missing[0]}, {why}; to use them unchecked, allow "
             "unverified weights (--allow-unverified, allow_unverified=True)",
