@@ -125,8 +125,8 @@ def _text(rng: random.Random) -> str:
 
 def _call_args(rng: random.Random, operation: str) -> dict[str, Any]:
     if operation == "abstain_prob":
-        mode = rng.choice(["first_token", "sequence"])
-        return {"question": _text(rng), "passage": _text(rng), "mode": mode}
+        # a batch serves first-token values only (mode sequence is refused, as an edit)
+        return {"question": _text(rng), "passage": _text(rng), "mode": "first_token"}
     messages = [{"role": "user", "content": _text(rng)}]
     if rng.random() < 0.3:
         messages.insert(0, {"role": "system", "content": _text(rng)})
