@@ -3,6 +3,7 @@ summary, and one test per bad configuration."""
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -16,12 +17,13 @@ import numpy as np
 import pytest
 from hydra.errors import MissingConfigException
 from matplotlib.axes import Axes
+from omegaconf import OmegaConf
 from scipy import stats as sps
 from sklearn.metrics import ndcg_score
 
 from udcg import metrics
 from udcg.cli.benchmark import main, run_evaluate
-from udcg.cli.hydra_config import build_retriever, plain
+from udcg.cli.hydra_config import SweepSummary, build_retriever, plain, sweep_id
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.judge.base import Judge
@@ -306,6 +308,41 @@ def test_sweep_summary_over_two_retrievers(
     assert {r["run"] for r in summary["runs"]} == {"bm25", "reversed", "oracle_first"}
     assert {a["metric"] for a in summary["ranking_agreement"]} == set(summary["runs"][0]["means"])
     assert "Kendall tau-b" in path.read_text()
+
+
+def test_a_sweep_holds_its_id_in_memory_and_its_folder_locked(tmp_path: Path) -> None:
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"name": "e"}}})
+    callback = SweepSummary()
+    callback.on_multirun_start(config)
+    held = sweep_id()
+    # no record on disk that another sweep into the folder could replace: only the lock
+    assert held == callback.sweep_id and os.listdir(tmp_path) == [".hydra.lock"]
+    callback.on_multirun_end(config)  # no member wrote a report: no summary
+    assert sweep_id() is None and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("sweep", [True, False], ids=["sweep", "run"])
+def test_a_second_writer_of_a_run_or_sweep_folder_is_refused(tmp_path: Path, sweep: bool) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    where = ["-m", f"hydra.sweep.dir={folder}"] if sweep else [f"hydra.run.dir={folder}"]
+    with open(folder / ".hydra.lock", "a") as lock:  # another process's run or sweep
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(
+            [sys.executable, "evaluate.py", *where, "k=1,3" if sweep else "k=1"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            timeout=120,
+        )
+    assert done.returncode == 2
+    kind = "sweep" if sweep else "run"
+    assert done.stderr.splitlines() == [
+        f"evaluate.py: error: {folder}/.hydra: another process is writing this {kind} folder "
+        f"(lock {folder}/.hydra.lock); wait for it to finish or choose another output path"
+    ]
+    assert os.listdir(folder) == [".hydra.lock"]  # refused before Hydra wrote anything
 
 
 # ------------------------------------------------------------------------ bad configuration

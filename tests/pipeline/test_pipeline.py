@@ -22,7 +22,7 @@ from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
 from udcg.pipeline.report import plot_correlations
 from udcg.pipeline.scoring import crossfit_gamma, crossfit_theta, score_table
 from udcg.pipeline.stages import StageCache, missing_steps, stage_key
-from udcg.pipeline.sweep import markdown, member_names, start_sweep, summarize, write_summary
+from udcg.pipeline.sweep import markdown, member_names, summarize, write_summary
 from udcg.theta import split_by_query, tune_gamma
 
 
@@ -288,23 +288,19 @@ def _write_member(sweep: Path, name: str, report: dict) -> None:
     (sweep / name / "report.json").write_text(json.dumps(report))
 
 
-def test_the_summary_takes_the_members_of_the_last_sweep_into_a_folder_only(
-    tmp_path: Path,
-) -> None:
-    first = start_sweep(tmp_path)
+def test_the_summary_takes_the_members_of_its_own_sweep_only(tmp_path: Path) -> None:
+    first, second = "sweep-1", "sweep-2"
     _write_member(tmp_path, "0-bm25", _member("bm25", first, 4, "retriever=bm25"))
     _write_member(tmp_path, "1-random", _member("random", first, 4, "retriever=random"))
-    second = start_sweep(tmp_path)
-    assert second != first
     # the second sweep reruns bm25 on 3 questions; its random member failed, its old report stays
     _write_member(tmp_path, "0-bm25", _member("bm25", second, 3, "retriever=bm25"))
-    write_summary(tmp_path)
+    write_summary(tmp_path, second)
     summary = json.loads((tmp_path / "sweep_summary.json").read_text())
     assert summary["sweep_id"] == second
     assert [(r["run"], r["n_contexts"]) for r in summary["runs"]] == [("bm25", 3)]
     assert summary["runs"][0]["overrides"] == ["retriever=bm25"]
-    start_sweep(tmp_path)  # a third sweep whose members all failed: no summary, none left over
-    assert write_summary(tmp_path) is None
+    # a third sweep whose members all failed: no summary, none left over
+    assert write_summary(tmp_path, "sweep-3") is None
     assert not (tmp_path / "sweep_summary.json").exists()
     assert not (tmp_path / "sweep_summary.md").exists()
 

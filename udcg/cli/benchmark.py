@@ -14,7 +14,6 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from udcg.cli.common import Outcome
@@ -27,30 +26,22 @@ from udcg.cli.hydra_config import (
     run_hydra,
     run_job,
     sweep_dir,
+    sweep_id,
     tracking_settings,
 )
 from udcg.pipeline.benchmark import GIVEN, run_benchmark
 from udcg.pipeline.metric_table import show_correlation, show_interval
 from udcg.pipeline.report import show_forecast
-from udcg.pipeline.sweep import current_sweep, start_sweep
 from udcg.pipeline.tracking import track_report
 
 
-class SweepStart(Callback):
-    """Hydra callback: give each sweep invocation its own id when it starts
-    (:func:`udcg.pipeline.sweep.start_sweep`); its members record it in their reports, so the
-    summary and the tracker take this invocation's members only."""
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        start_sweep(Path(config.hydra.sweep.dir))
-
-
 def sweep_member(sweep: Path | None) -> dict[str, Any] | None:
-    """A sweep member's record for its report: the id of the sweep invocation it runs in and
-    its overrides; None outside a sweep."""
+    """A sweep member's record for its report: the id of the sweep invocation it runs in (held
+    in memory, :func:`udcg.cli.hydra_config.sweep_id`) and its overrides; None outside a
+    sweep."""
     if sweep is None:
         return None
-    return {"id": current_sweep(sweep), "overrides": list(HydraConfig.get().overrides.task)}
+    return {"id": sweep_id(), "overrides": list(HydraConfig.get().overrides.task)}
 
 
 def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Path]]:

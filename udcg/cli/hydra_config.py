@@ -11,6 +11,10 @@ A single run that fails prints one line and exits (status 2 for a user mistake).
 that fails prints the same line and returns, so the sweep goes on; :class:`SweepFailures` lists
 the failed members when the sweep ends and exits with the highest status among them.
 
+One process at a time writes a run or sweep folder (:class:`OneWriter`, which
+:class:`SweepSummary` is): a second run or sweep into a folder another process is writing is
+refused in one line (status 2) before Hydra writes anything there.
+
 Hydra and OmegaConf are imported here and in the two entry points only; the library takes the
 typed arguments built below.
 """
@@ -21,8 +25,9 @@ import difflib
 import json
 import logging
 import sys
+import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import fields
 from pathlib import Path
@@ -40,6 +45,7 @@ from omegaconf.errors import MissingMandatoryValue
 from udcg.cli.common import Outcome, messages, run_command
 from udcg.cli.extras import missing_module_error
 from udcg.errors import UDCGInputError
+from udcg.io.files import exclusive_writer
 from udcg.pipeline.settings import EvaluateSettings, Settings, TrainSettings
 from udcg.pipeline.sweep import write_summary
 from udcg.pipeline.tracking import TrackingSettings, track_sweep
@@ -53,6 +59,8 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: The name a job's messages start with when it runs as a ``udcg`` command (``udcg train``);
 #: None: the repository's script, ``train.py`` or ``evaluate.py``.
 _COMMAND: ContextVar[str | None] = ContextVar("udcg_hydra_command", default=None)
+#: The id of the sweep invocation running here (:class:`SweepSummary`); None outside one.
+_SWEEP_ID: ContextVar[str | None] = ContextVar("udcg_sweep_id", default=None)
 
 
 def prog_name(job: str) -> str:
@@ -292,11 +300,44 @@ def run_job(job: str, work: Callable[[], int | None]) -> Outcome:
     return outcome
 
 
-class SweepFailures(Callback):
-    """Hydra callback: collect the sweep members that failed; when the sweep ends, list them
-    with their error on stderr and exit with the highest of their statuses."""
+class OneWriter(Callback):
+    """Hydra callback: hold the lock of the run or sweep folder
+    (:func:`udcg.io.files.exclusive_writer` on ``FOLDER/.hydra``: ``FOLDER/.hydra.lock``) from
+    the start of the run or sweep, before Hydra writes there, to its end; a second process
+    into the same folder is refused in one line with status 2."""
 
     def __init__(self) -> None:
+        self.held = ExitStack()
+
+    def hold(self, config: DictConfig, folder: str, what: str) -> None:
+        """Take the lock of ``folder``, or exit with the one-line refusal."""
+        outcome = run_command(
+            prog_name(config.hydra.job.name),
+            lambda: self.held.enter_context(exclusive_writer(Path(folder) / ".hydra", what)),
+        )
+        if outcome.status:
+            sys.exit(outcome.status)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.hold(config, config.hydra.run.dir, "run folder")
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.held.close()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.hold(config, config.hydra.sweep.dir, "sweep folder")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.held.close()
+
+
+class SweepFailures(Callback):
+    """Hydra callback: collect the sweep members that failed; when the sweep ends, list them
+    with their error on stderr and exit with the highest of their statuses (the callbacks after
+    it in the method order end first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self.members = 0
         self.failed: list[tuple[str, Outcome]] = []
 
@@ -308,33 +349,57 @@ class SweepFailures(Callback):
             self.failed.append((f"#{num} {' '.join(job_return.overrides or [])}", outcome))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if not self.failed:
-            return
-        prog = prog_name(config.hydra.job.name)
-        lines = [f"{prog}: {len(self.failed)} of {self.members} sweep members failed:"]
-        lines += [f"  {name}: {outcome.error or 'failed'}" for name, outcome in self.failed]
-        print("\n".join(lines), file=messages())
-        sys.exit(max(outcome.status for _, outcome in self.failed))
+        try:
+            if not self.failed:
+                return
+            prog = prog_name(config.hydra.job.name)
+            lines = [f"{prog}: {len(self.failed)} of {self.members} sweep members failed:"]
+            lines += [f"  {name}: {outcome.error or 'failed'}" for name, outcome in self.failed]
+            print("\n".join(lines), file=messages())
+            sys.exit(max(outcome.status for _, outcome in self.failed))
+        finally:
+            super().on_multirun_end(config, **kwargs)
 
 
-class SweepSummary(SweepFailures):
-    """Hydra callback: write the summary of the members' reports when a sweep ends, then list
-    the failed members (:class:`SweepFailures`)."""
+def sweep_id() -> str | None:
+    """The id of the sweep invocation running in this process (:class:`SweepSummary`), which
+    its members record; None outside a sweep."""
+    return _SWEEP_ID.get()
+
+
+class SweepSummary(SweepFailures, OneWriter):
+    """Hydra callback: hold the run or sweep folder (:class:`OneWriter`), give the sweep
+    invocation its own id when it starts (held here, for its members: :func:`sweep_id`), write
+    the summary of its members' reports when it ends, then list the failed members
+    (:class:`SweepFailures`)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        super().on_multirun_start(config, **kwargs)
+        self.sweep_id = uuid.uuid4().hex
+        self.token = _SWEEP_ID.set(self.sweep_id)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            tracked = self.summarize(config)
+        finally:
+            _SWEEP_ID.reset(self.token)
+            super().on_multirun_end(config, **kwargs)
+        if tracked:
+            sys.exit(tracked)
+
+    def summarize(self, config: DictConfig) -> int:
+        """Write and print the summary of this sweep's members and log it to the tracker; the
+        tracking's exit status."""
         sweep = Path(config.hydra.sweep.dir)
-        path = write_summary(sweep)
-        tracked = None
-        if path is not None:
-            print(path.read_text())
-            print(f"sweep summary: {path}")
-            tracked = run_command(
-                prog_name(config.hydra.job.name),
-                _with_extras(lambda: _track_sweep(config, sweep, path)),
-            )
-        super().on_multirun_end(config, **kwargs)
-        if tracked is not None and tracked.status:
-            sys.exit(tracked.status)
+        path = write_summary(sweep, self.sweep_id)
+        if path is None:
+            return 0
+        print(path.read_text())
+        print(f"sweep summary: {path}")
+        return run_command(
+            prog_name(config.hydra.job.name),
+            _with_extras(lambda: _track_sweep(config, sweep, path)),
+        ).status
 
 
 def _track_sweep(config: DictConfig, sweep: Path, summary_md: Path) -> None:

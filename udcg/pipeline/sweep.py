@@ -6,22 +6,20 @@ A member is named by the setup fields that differ across the sweep (``bm25``, ``
 row per member, never one merged row; members those leave alike are told apart by the overrides
 that differ between them (``distractors, retriever.kind=weak``).
 
-Each sweep invocation gets its own id when it starts (:func:`start_sweep`, the Hydra callback
-:class:`udcg.cli.benchmark.SweepStart`: ``sweep.json`` in the sweep directory); its members
-record it, with their overrides, in ``report.json`` (``sweep``). ``python evaluate.py -m
-retriever=bm25,dense,hybrid`` writes ``sweep_summary.json`` and ``sweep_summary.md`` into the
-sweep directory when the last job ends (the Hydra callback
-:class:`udcg.cli.hydra_config.SweepSummary`); :func:`write_summary` rebuilds them from the
-``report.json`` files of the members of the invocation that last started there, so a sweep
-into a folder that holds an earlier sweep, or a member that failed, leaves the earlier reports
-out.
+Each sweep invocation gets its own id when it starts, held in memory by the process that runs
+it (the Hydra callback :class:`udcg.cli.hydra_config.SweepSummary`, which also holds the sweep
+folder's lock so no other process writes there meanwhile); its members record it, with their
+overrides, in ``report.json`` (``sweep``). ``python evaluate.py -m retriever=bm25,dense,hybrid``
+writes ``sweep_summary.json`` and ``sweep_summary.md`` into the sweep directory when the last
+job ends; :func:`write_summary` rebuilds them from the ``report.json`` files that record that
+id, so a sweep into a folder that holds an earlier sweep, or a member that failed, leaves the
+earlier reports out.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +32,6 @@ from udcg.pipeline.scoring import FITTED_PER_RUN
 
 # setup fields that can tell sweep members apart, in the order they appear in a member's name
 _NAMING_FIELDS = ("run", "order", "k", "utility", "judge", "dataset", "relevance", "grader")
-#: the record of the sweep invocation that last started in a sweep directory
-SWEEP_RECORD = "sweep.json"
-
-
-def start_sweep(sweep_dir: Path) -> str:
-    """Record a new sweep invocation in ``sweep_dir`` (:data:`SWEEP_RECORD`); its id."""
-    sweep_id = uuid.uuid4().hex
-    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
-    with atomic_write(Path(sweep_dir) / SWEEP_RECORD) as handle:
-        json.dump({"sweep_id": sweep_id}, handle)
-    return sweep_id
-
-
-def current_sweep(sweep_dir: Path) -> str | None:
-    """The id of the sweep invocation that last started in ``sweep_dir``; None: no record."""
-    path = Path(sweep_dir) / SWEEP_RECORD
-    return json.loads(path.read_text())["sweep_id"] if path.is_file() else None
 
 
 def overrides(report: dict[str, Any]) -> list[str]:
@@ -253,25 +234,25 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def member_reports(sweep_dir: Path) -> list[dict[str, Any]]:
-    """The ``*/report.json`` under ``sweep_dir`` of the sweep invocation that last started
-    there (their ``sweep.id`` is :func:`current_sweep`); every one without a sweep record."""
-    sweep_id = current_sweep(sweep_dir)
+def member_reports(sweep_dir: Path, sweep_id: str | None = None) -> list[dict[str, Any]]:
+    """The ``*/report.json`` under ``sweep_dir`` whose ``sweep.id`` is ``sweep_id``; None:
+    every one."""
     reports = [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).glob("*/report.json"))]
     if sweep_id is None:
         return reports
     return [r for r in reports if r.get("sweep", {}).get("id") == sweep_id]
 
 
-def write_summary(sweep_dir: Path) -> Path | None:
-    """Summarise the members' reports (:func:`member_reports`) with the sweep id; None when
-    there is none (and an earlier summary in ``sweep_dir`` is removed)."""
-    reports = member_reports(sweep_dir)
+def write_summary(sweep_dir: Path, sweep_id: str | None = None) -> Path | None:
+    """Summarise the reports of sweep ``sweep_id``'s members (:func:`member_reports`; None:
+    every report) with the sweep id; None when there is none (and an earlier summary in
+    ``sweep_dir`` is removed)."""
+    reports = member_reports(sweep_dir, sweep_id)
     if not reports:
         for name in ("sweep_summary.json", "sweep_summary.md"):
             (Path(sweep_dir) / name).unlink(missing_ok=True)
         return None
-    summary = {"sweep_id": current_sweep(sweep_dir), **summarize(reports)}
+    summary = {"sweep_id": sweep_id, **summarize(reports)}
     with atomic_write(Path(sweep_dir) / "sweep_summary.json") as handle:
         json.dump(summary, handle, indent=2)
     path = Path(sweep_dir) / "sweep_summary.md"
