@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -180,6 +182,30 @@ def test_train_py_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert f"{data}:2" in done.stderr
+
+
+def test_train_py_into_a_run_folder_another_process_writes_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".hydra.lock", "a") as lock:  # another train.py into the same folder
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = _run_train("k=5", "seed=1", f"hydra.run.dir={out}")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"train.py: error: {out}/.hydra: another process is writing this run folder "
+        f"(lock {out}/.hydra.lock); wait for it to finish or choose another output path"
+    ]
+    assert os.listdir(out) == [".hydra.lock"]  # no config, log, csv or weights of its own
+
+
+def test_a_second_export_into_one_folder_is_refused_before_the_fit(tmp_path: Path) -> None:
+    model = UDCGTheta(3)
+    with open(tmp_path / "udcg_theta_k3.safetensors.lock", "a") as lock:  # another process's
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(UDCGInputError, match="another process is writing this export"):
+            train(simulate(40, 3), model, _settings(3), export_dir=tmp_path)
+    assert not hasattr(model, "alpha_")  # refused before the fit
+    assert os.listdir(tmp_path) == ["udcg_theta_k3.safetensors.lock"]
 
 
 def test_same_seed_gives_byte_identical_weights(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ A single run that fails prints one line and exits (status 2 for a user mistake).
 that fails prints the same line and returns, so the sweep goes on; :class:`SweepFailures` lists
 the failed members when the sweep ends and exits with the highest status among them.
 
-One process at a time writes a run or sweep folder (:class:`OneWriter`, which
-:class:`SweepSummary` is): a second run or sweep into a folder another process is writing is
+One process at a time writes a run or sweep folder (:class:`OneWriter`, the base of the sweep
+callbacks of both jobs): a second run or sweep into a folder another process is writing is
 refused in one line (status 2) before Hydra writes anything there.
 
 Hydra and OmegaConf are imported here and in the two entry points only; the library takes the
@@ -331,10 +331,10 @@ class OneWriter(Callback):
         self.held.close()
 
 
-class SweepFailures(Callback):
-    """Hydra callback: collect the sweep members that failed; when the sweep ends, list them
-    with their error on stderr and exit with the highest of their statuses (the callbacks after
-    it in the method order end first)."""
+class SweepFailures(OneWriter):
+    """Hydra callback: hold the run or sweep folder (:class:`OneWriter`) and collect the sweep
+    members that failed; when the sweep ends, list them with their error on stderr, release
+    the folder and exit with the highest of their statuses."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -367,11 +367,10 @@ def sweep_id() -> str | None:
     return _SWEEP_ID.get()
 
 
-class SweepSummary(SweepFailures, OneWriter):
-    """Hydra callback: hold the run or sweep folder (:class:`OneWriter`), give the sweep
-    invocation its own id when it starts (held here, for its members: :func:`sweep_id`), write
-    the summary of its members' reports when it ends, then list the failed members
-    (:class:`SweepFailures`)."""
+class SweepSummary(SweepFailures):
+    """Hydra callback: give the sweep invocation its own id when it starts (held here, for its
+    members: :func:`sweep_id`), write the summary of its members' reports when it ends, then
+    list the failed members and release the folder (:class:`SweepFailures`)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         super().on_multirun_start(config, **kwargs)

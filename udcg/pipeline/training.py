@@ -11,6 +11,7 @@ a weights folder ``udcg_theta_k{k}/`` (:meth:`UDCGTheta.save_pretrained`: ``mode
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,7 +25,7 @@ from udcg import metrics
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context
 from udcg.io.contexts.model import distinct_contexts
-from udcg.io.files import PathType
+from udcg.io.files import PathType, exclusive_writer
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.pipeline.context_scores import (
     abstention_mode,
@@ -208,7 +209,31 @@ def train(
 
     ``settings`` default to :class:`TrainSettings` for the model's k. ``trainer``, ``logger``
     and ``callbacks`` go to :meth:`UDCGTheta.fit` (the Lightning Trainer, loggers, callbacks);
-    :func:`log_run` adds the results to the loggers."""
+    :func:`log_run` adds the results to the loggers. With ``export_dir``, one process at a
+    time trains into it for k: the lock of its weights file is taken before any work
+    (:func:`udcg.io.files.exclusive_writer`), and a second one is refused in one line."""
+    k = settings.k if settings is not None else model.k
+    weights = None if export_dir is None else Path(export_dir) / f"udcg_theta_k{k}.safetensors"
+    held = contextlib.nullcontext() if weights is None else exclusive_writer(weights, "export")
+    with held:
+        return _train(
+            contexts, model, settings, export_dir, trainer, logger, callbacks,
+            judge_fingerprint, relevance_fingerprint,
+        )  # fmt: skip
+
+
+def _train(
+    contexts: Iterable[Context],
+    model: UDCGTheta,
+    settings: TrainSettings | None,
+    export_dir: Path | None,
+    trainer: Any,
+    logger: Any,
+    callbacks: Sequence[Any],
+    judge_fingerprint: str | None,
+    relevance_fingerprint: str | None,
+) -> TrainReport:
+    """:func:`train`, the export's lock held."""
     if settings is None:
         settings = TrainSettings(k=model.k)
     k = settings.k
