@@ -225,6 +225,22 @@ def test_crossfit_theta_is_reported_and_plotted(tmp_path: Path, evaluate_config)
     assert tmp_path / "out" / "theta_weights.png" in files
 
 
+def test_a_rerun_into_a_used_folder_leaves_no_plot_of_the_earlier_run(
+    tmp_path: Path, evaluate_config
+) -> None:
+    _annotated(tmp_path / "in.jsonl")
+    crossfit = _given(evaluate_config, tmp_path, "theta_crossfit=true")
+    with pytest.warns(UDCGWarning):  # cross-fitted: theta_weights.png and reliability.png
+        _, first = run_evaluate(crossfit, tmp_path / "out")
+    assert {"theta_weights.png", "reliability.png"} <= {f.name for f in first}
+    (tmp_path / "out" / "notes.txt").write_text("mine")  # not a report's file: kept
+    report, files = run_evaluate(_given(evaluate_config, tmp_path), tmp_path / "out")
+    assert "calibration" not in report
+    on_disk = {p.name for p in (tmp_path / "out").iterdir()}
+    assert on_disk == {f.name for f in files} | {"notes.txt"}
+    assert "theta_weights.png" not in on_disk and "reliability.png" not in on_disk
+
+
 def test_crossfit_warning_is_one_line_on_stderr(
     tmp_path: Path, evaluate_config, capsys: pytest.CaptureFixture[str]
 ) -> None:

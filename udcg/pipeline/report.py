@@ -200,8 +200,21 @@ def calibration_markdown(calibration: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+#: every file a report is made of: a report written into a folder replaces them all
+REPORT_FILES = (
+    "report.json",
+    "report.md",
+    "correlations.png",
+    "gold_position.png",
+    "reliability.png",
+    "theta_weights.png",
+)
+
+
 def write_report(report: dict[str, Any], directory: Path, theta: Any = None) -> list[Path]:
-    """Write report.json, report.md and the PNGs into ``directory``; return their paths."""
+    """Write report.json, report.md and the PNGs into ``directory``; return their paths. The
+    files of :data:`REPORT_FILES` this report does not write (an earlier run's
+    ``theta_weights.png``, ``reliability.png``) are removed, so none describes another run."""
     directory.mkdir(parents=True, exist_ok=True)
     plots = {"correlations.png": plot_correlations, "gold_position.png": plot_gold_position}
     if "calibration" in report:
@@ -215,6 +228,8 @@ def write_report(report: dict[str, Any], directory: Path, theta: Any = None) -> 
             " (cross-fitted, half 1 of the queries)" if fitted_here else ""
         )
         plot_weights(theta, directory / "theta_weights.png", title)
+    for name in set(REPORT_FILES) - {"report.json", "report.md", *report["plots"]}:
+        (directory / name).unlink(missing_ok=True)
     with atomic_write(directory / "report.json") as handle:
         json.dump(report, handle, indent=2)
         handle.write("\n")
