@@ -23,12 +23,12 @@ from sklearn.metrics import ndcg_score
 
 from udcg import metrics
 from udcg.cli.benchmark import main, run_evaluate
-from udcg.cli.hydra_config import SweepSummary, build_retriever, plain, sweep_id
+from udcg.cli.hydra_config import SweepSummary, build_retriever, plain
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
 from udcg.judge.base import Judge
 from udcg.pipeline.stages import stage_key
-from udcg.pipeline.sweep import write_summary
+from udcg.pipeline.sweep import current_sweep, write_summary
 from udcg.retrieval.base import retriever_identity
 
 REPO = Path(__file__).resolve().parents[2]
@@ -326,15 +326,17 @@ def test_sweep_summary_over_two_retrievers(
     assert "Kendall tau-b" in path.read_text()
 
 
-def test_a_sweep_holds_its_id_in_memory_and_its_folder_locked(tmp_path: Path) -> None:
+def test_a_sweep_records_its_id_once_its_folder_is_locked(tmp_path: Path) -> None:
+    """The record members read (also members another launcher runs in other processes) is
+    written under the folder's lock: a second sweep into the folder is refused before it can
+    replace it (the next test)."""
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"name": "e"}}})
     callback = SweepSummary()
     callback.on_multirun_start(config)
-    held = sweep_id()
-    # no record on disk that another sweep into the folder could replace: only the lock
-    assert held == callback.sweep_id and os.listdir(tmp_path) == [".hydra.lock"]
+    assert current_sweep(tmp_path) == callback.sweep_id
+    assert sorted(os.listdir(tmp_path)) == [".hydra.lock", "sweep.json"]
     callback.on_multirun_end(config)  # no member wrote a report: no summary
-    assert sweep_id() is None and os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == ["sweep.json"]
 
 
 @pytest.mark.parametrize("sweep", [True, False], ids=["sweep", "run"])

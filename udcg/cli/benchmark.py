@@ -26,22 +26,21 @@ from udcg.cli.hydra_config import (
     run_hydra,
     run_job,
     sweep_dir,
-    sweep_id,
     tracking_settings,
 )
 from udcg.pipeline.benchmark import GIVEN, run_benchmark
 from udcg.pipeline.metric_table import show_correlation, show_interval
 from udcg.pipeline.report import show_forecast
+from udcg.pipeline.sweep import current_sweep
 from udcg.pipeline.tracking import track_report
 
 
 def sweep_member(sweep: Path | None) -> dict[str, Any] | None:
-    """A sweep member's record for its report: the id of the sweep invocation it runs in (held
-    in memory, :func:`udcg.cli.hydra_config.sweep_id`) and its overrides; None outside a
-    sweep."""
+    """A sweep member's record for its report: the id of the sweep invocation it runs in
+    (:func:`udcg.pipeline.sweep.current_sweep`) and its overrides; None outside a sweep."""
     if sweep is None:
         return None
-    return {"id": sweep_id(), "overrides": list(HydraConfig.get().overrides.task)}
+    return {"id": current_sweep(sweep), "overrides": list(HydraConfig.get().overrides.task)}
 
 
 def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Path]]:

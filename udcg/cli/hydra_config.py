@@ -25,7 +25,6 @@ import difflib
 import json
 import logging
 import sys
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
@@ -47,7 +46,7 @@ from udcg.cli.extras import missing_module_error
 from udcg.errors import UDCGInputError
 from udcg.io.files import exclusive_writer
 from udcg.pipeline.settings import EvaluateSettings, Settings, TrainSettings
-from udcg.pipeline.sweep import write_summary
+from udcg.pipeline.sweep import start_sweep, write_summary
 from udcg.pipeline.tracking import TrackingSettings, track_sweep
 from udcg.retrieval import Retriever
 
@@ -59,8 +58,6 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: The name a job's messages start with when it runs as a ``udcg`` command (``udcg train``);
 #: None: the repository's script, ``train.py`` or ``evaluate.py``.
 _COMMAND: ContextVar[str | None] = ContextVar("udcg_hydra_command", default=None)
-#: The id of the sweep invocation running here (:class:`SweepSummary`); None outside one.
-_SWEEP_ID: ContextVar[str | None] = ContextVar("udcg_sweep_id", default=None)
 
 
 def prog_name(job: str) -> str:
@@ -361,27 +358,20 @@ class SweepFailures(OneWriter):
             super().on_multirun_end(config, **kwargs)
 
 
-def sweep_id() -> str | None:
-    """The id of the sweep invocation running in this process (:class:`SweepSummary`), which
-    its members record; None outside a sweep."""
-    return _SWEEP_ID.get()
-
-
 class SweepSummary(SweepFailures):
-    """Hydra callback: give the sweep invocation its own id when it starts (held here, for its
-    members: :func:`sweep_id`), write the summary of its members' reports when it ends, then
-    list the failed members and release the folder (:class:`SweepFailures`)."""
+    """Hydra callback: once the sweep folder is held (:class:`SweepFailures`), give the sweep
+    invocation its own id (:func:`udcg.pipeline.sweep.start_sweep`: ``sweep.json``, which its
+    members read); write the summary of its members' reports when it ends, then list the failed
+    members and release the folder."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         super().on_multirun_start(config, **kwargs)
-        self.sweep_id = uuid.uuid4().hex
-        self.token = _SWEEP_ID.set(self.sweep_id)
+        self.sweep_id = start_sweep(Path(config.hydra.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             tracked = self.summarize(config)
         finally:
-            _SWEEP_ID.reset(self.token)
             super().on_multirun_end(config, **kwargs)
         if tracked:
             sys.exit(tracked)

@@ -6,9 +6,10 @@ A member is named by the setup fields that differ across the sweep (``bm25``, ``
 row per member, never one merged row; members those leave alike are told apart by the overrides
 that differ between them (``distractors, retriever.kind=weak``).
 
-Each sweep invocation gets its own id when it starts, held in memory by the process that runs
-it (the Hydra callback :class:`udcg.cli.hydra_config.SweepSummary`, which also holds the sweep
-folder's lock so no other process writes there meanwhile); its members record it, with their
+Each sweep invocation gets its own id when it starts (:func:`start_sweep`, from the Hydra
+callback :class:`udcg.cli.hydra_config.SweepSummary`, which first takes the sweep folder's
+lock, so no other sweep replaces the record meanwhile: ``sweep.json`` in the sweep directory,
+which members run by another launcher's processes read too); its members record it, with their
 overrides, in ``report.json`` (``sweep``). ``python evaluate.py -m retriever=bm25,dense,hybrid``
 writes ``sweep_summary.json`` and ``sweep_summary.md`` into the sweep directory when the last
 job ends; :func:`write_summary` rebuilds them from the ``report.json`` files that record that
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,34 @@ from udcg.pipeline.scoring import FITTED_PER_RUN
 
 # setup fields that can tell sweep members apart, in the order they appear in a member's name
 _NAMING_FIELDS = ("run", "order", "k", "utility", "judge", "dataset", "relevance", "grader")
+#: the record of the sweep invocation running in (or last run in) a sweep directory
+SWEEP_RECORD = "sweep.json"
+
+
+def start_sweep(sweep_dir: Path) -> str:
+    """Record a new sweep invocation in ``sweep_dir`` (:data:`SWEEP_RECORD`); its id. The
+    caller holds the folder's lock.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     started = start_sweep(Path(folder))
+        ...     found = current_sweep(Path(folder))
+        >>> found == started
+        True
+    """
+    sweep_id = uuid.uuid4().hex
+    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+    with atomic_write(Path(sweep_dir) / SWEEP_RECORD) as handle:
+        json.dump({"sweep_id": sweep_id}, handle)
+    return sweep_id
+
+
+def current_sweep(sweep_dir: Path) -> str | None:
+    """The id of the sweep invocation :func:`start_sweep` recorded in ``sweep_dir``; None: no
+    record."""
+    path = Path(sweep_dir) / SWEEP_RECORD
+    return json.loads(path.read_text())["sweep_id"] if path.is_file() else None
 
 
 def overrides(report: dict[str, Any]) -> list[str]:
