@@ -157,7 +157,9 @@ def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
     before = copy.read_bytes()
     merged = JudgeCache(tmp_path / "merged.sqlite")
     # SQLite would replay copy 1's -wal over the newer file: 5 entries instead of 60
-    with pytest.raises(UDCGInputError, match=r"judge\.sqlite-wal drops or changes entries"):
+    with pytest.raises(
+        UDCGInputError, match=r"judge\.sqlite-wal, older than judge\.sqlite, would change"
+    ):
         merged.merge_from(copy)
     assert len(merged) == 0
     assert copy.read_bytes() == before
@@ -178,6 +180,38 @@ def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
     writer.close()
     assert Path(f"{tmp_path / 'live.sqlite'}-wal").stat().st_size > 0
     assert JudgeCache(tmp_path / "m2.sqlite").merge_from(tmp_path / "live.sqlite").added == 7
+
+
+def test_a_stale_wal_is_found_through_a_link_and_when_it_adds_and_a_live_one_is_merged(
+    tmp_path: Path,
+) -> None:
+    """A stale -wal beside the file a link names is refused as beside the name; one that would
+    bring back a dropped entry is refused; a writer's -wal holding a drop is its own."""
+    import os
+    import shutil
+
+    source = tmp_path / "run" / "judge.sqlite"
+    source.parent.mkdir()
+    writer = JudgeCache(source)
+    writer.put_many({f"{i:064x}": i / 100 for i in range(5)})
+    copy = tmp_path / "copies" / "judge.sqlite"
+    copy.parent.mkdir()
+    for suffix in ("", "-wal", "-shm"):  # copy 1, while the writer holds it open
+        shutil.copy(f"{source}{suffix}", f"{copy}{suffix}")
+    assert writer.drop([f"{0:064x}"]) == 1  # a drop, then a checkpoint and the file alone
+    assert writer.checkpoint()
+    shutil.copy(source, copy)
+    link = tmp_path / "latest.sqlite"
+    link.symlink_to(copy)
+    for given in (copy, link):
+        with pytest.raises(UDCGInputError, match=r"judge\.sqlite-wal, older than judge\.sqlite"):
+            JudgeCache(tmp_path / "m.sqlite").merge_from(given)
+    # the writer's own -wal, newer than its file, holding a drop not yet checkpointed
+    assert writer.drop([f"{1:064x}"]) == 1
+    assert os.path.getmtime(f"{source}-wal") >= os.path.getmtime(source)
+    merged = JudgeCache(tmp_path / "live.sqlite")
+    assert merged.merge_from(source).added == 3
+    writer.close()
 
 
 def test_a_cache_table_without_its_primary_key_is_refused(tmp_path: Path) -> None:

@@ -496,31 +496,36 @@ class JudgeCache:
 
 
 def _refuse_stale_wal(conn: sqlite3.Connection, source: Path) -> None:
-    """Refuse ``source`` (attached as ``source``) when its ``-wal`` drops or changes an entry
-    that the file alone holds: SQLite replays any ``-wal`` over its file, and one left by an
-    earlier copy takes the file back to that copy (the cache only grows, but for ``cache
-    drop``)."""
+    """Refuse ``source`` (attached as ``source``) when its ``-wal`` is older than the file and
+    would change what the file alone holds (drop, change or add an entry): SQLite replays any
+    ``-wal`` over its file, and one an earlier copy left there takes the file back to that copy.
+    A ``-wal`` newer than its file (a writer's, live or killed) is its own."""
+    source = source.resolve()  # SQLite opens the file a link names, and its -wal beside it
     wal = Path(f"{source}-wal")
     if not wal.is_file() or wal.stat().st_size == 0:
         return
-    conn.execute("ATTACH DATABASE ? AS bare", (f"{source.resolve().as_uri()}?immutable=1",))
+    if wal.stat().st_mtime_ns >= source.stat().st_mtime_ns:
+        return
+    conn.execute("ATTACH DATABASE ? AS bare", (f"{source.as_uri()}?immutable=1",))
     try:
         query = "SELECT 1 FROM bare.sqlite_master WHERE type = 'table' AND name = 'judge_cache'"
-        if conn.execute(query).fetchone() is None:
-            return
-        lost = conn.execute(
+        differs = (
             "SELECT b.key FROM bare.judge_cache b LEFT JOIN source.judge_cache s ON s.key = b.key"
-            " WHERE s.key IS NULL OR s.value IS NOT b.value LIMIT 1"
-        ).fetchone()
+            " WHERE s.key IS NULL OR s.value IS NOT b.value UNION ALL SELECT s.key FROM"
+            " source.judge_cache s LEFT JOIN bare.judge_cache b ON b.key = s.key"
+            " WHERE b.key IS NULL LIMIT 1"
+            if conn.execute(query).fetchone()
+            else "SELECT key FROM source.judge_cache LIMIT 1"  # the file alone holds no table
+        )
+        changed = conn.execute(differs).fetchone()
     finally:
         conn.execute("DETACH DATABASE bare")
-    if lost is not None:
+    if changed is not None:
         raise UDCGInputError(
-            f"{wal.name} drops or changes entries that {source.name} holds (key {lost[0]}): a"
-            f" -wal older than its file, left by an earlier copy? Delete {wal.name} and"
+            f"{wal.name}, older than {source.name}, would change the entries the file holds"
+            f" (key {changed[0]}): a -wal left by an earlier copy? Delete {wal.name} and"
             f" {source.name}-shm if {source.name} was copied alone after `udcg cache"
-            " checkpoint`; if they belong together, checkpoint it where it was written and copy"
-            " the file alone",
+            " checkpoint`, or copy the three files together again",
             path=source,
         )
 
