@@ -794,6 +794,12 @@ def test_weights_record_the_abstention_mode_of_their_training_values(
         assert score_main([*args[:-2], *mode, "--allow-mismatch", "fingerprint"]) == 2
         err = capsys.readouterr().err
         assert "field 'mode'" in err and "'first_token'" in err, err
+    # order and udcg.score_contexts check it too
+    ordered = [str(other), "-o", str(tmp_path / "o.jsonl"), "--weights", str(folder)]
+    assert order_main([*ordered, "--allow-mismatch", "fingerprint"]) == 2
+    assert "field 'mode'" in capsys.readouterr().err
+    with pytest.raises(UDCGInputError, match=r"^field 'mode': .* abstention mode 'sequence'"):
+        udcg.score_contexts(other, weights=folder, allow_mismatch=["fingerprint"])
     calibrate = ["calibrate", str(folder), str(other), "-o", str(tmp_path / "c")]
     assert weights_main([*calibrate, "--allow-mismatch", "fingerprint"]) == 2
     assert "field 'mode': the weights were fitted with abstention mode 'sequence'" in (

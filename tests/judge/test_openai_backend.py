@@ -744,19 +744,27 @@ def test_a_failed_echo_keeps_its_bound_only_and_a_misrouted_echo_stops(tmp_path)
     _tiny_tokenizer(tmp_path / "tok")
     served = _abstain_server(echo=True)
 
-    def reply(path, body, headers):
+    def refused(path, body, headers):
         if path.endswith("/v1/completions") and "long" in body["prompt"]:
             return 400, {}, {"error": {"message": "maximum context length is 8 tokens"}}
         return served(path, body, headers)
 
-    with ScriptedServer(reply) as server:
-        judge = _fast(server.url, abstain_token="NO", template_tokenizer=str(tmp_path / "tok"),
-                      max_concurrency=1, max_retries=0)  # fmt: skip
-        with pytest.warns(UserWarning, match="upper bounds"):
-            values = judge.abstain_prob(["q1"] * 3, ["long", "p2", "p3"])
-        assert values.upper_bound.tolist() == [True, False, False]
-        np.testing.assert_allclose(values[1:], [1e-4, 1e-4], rtol=1e-9)
-        assert judge.stats["exact_failed"] == 1 and not judge.stats["exact_unavailable"]
+    def stopped(path, body, headers):  # SGLang: 200, the reply aborted, no log-probs
+        if path.endswith("/v1/completions") and "long" in body["prompt"]:
+            choice = {"index": 0, "text": "", "logprobs": None,
+                      "finish_reason": {"type": "abort", "message": "too long"}}  # fmt: skip
+            return 200, {}, {"model": "m", "choices": [choice]}
+        return served(path, body, headers)
+
+    for reply in (refused, stopped):
+        with ScriptedServer(reply) as server:
+            judge = _fast(server.url, abstain_token="NO", template_tokenizer=str(tmp_path / "tok"),
+                          max_concurrency=1, max_retries=0)  # fmt: skip
+            with pytest.warns(UserWarning, match="upper bounds"):
+                values = judge.abstain_prob(["q1"] * 3, ["long", "p2", "p3"])
+            assert values.upper_bound.tolist() == [True, False, False]
+            np.testing.assert_allclose(values[1:], [1e-4, 1e-4], rtol=1e-9)
+            assert judge.stats["exact_failed"] == 1 and not judge.stats["exact_unavailable"]
     first = {}
 
     def cached(path, body, headers):  # a gateway keying echoes on something else than prompt

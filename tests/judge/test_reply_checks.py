@@ -276,6 +276,10 @@ def test_an_echo_of_another_prompt_is_refused_and_special_tokens_may_be_dropped(
     assert len(echoed_continuation(echo, sent, " Jane Austen", 1, ["<s>"])) == 2
     dropped = _echo(["", *tokens[1:], "<gen>"], scores)  # llama-cpp-python: no text for <s>
     assert len(echoed_continuation(dropped, sent, " Jane Austen", 1, ["<s>"])) == 2
+    # a tokenizer that normalises (NFC: the e and its combining accent echo as one character)
+    decomposed = sent.replace("Emma", "Emme\u0301")
+    normalised = _echo([*tokens[:5], " Emmé", *tokens[6:], "<gen>"], scores)
+    assert len(echoed_continuation(normalised, decomposed, " Jane Austen", 1, ["<s>"])) == 2
     other = _echo([*tokens[:5], " Persuasion", *tokens[6:], "<gen>"], scores)
     with pytest.raises(ReplyError, match="another prompt than the one sent"):
         echoed_continuation(other, sent, " Jane Austen", 1, ["<s>"])

@@ -167,7 +167,11 @@ def order_contexts(args: argparse.Namespace) -> None:
     from udcg.io.joins.utility_sources import get_source
     from udcg.judge.prompts import prompt_record
     from udcg.labels.provenance import write_derived_manifest
-    from udcg.pipeline.context_scores import file_labels_made_by, file_values_made_by
+    from udcg.pipeline.context_scores import (
+        abstention_mode,
+        file_labels_made_by,
+        file_values_made_by,
+    )
 
     model = _Model(args.weights, args.k, args.allow_unverified)
     utility = args.utility or DEFAULT_SOURCE
@@ -176,7 +180,13 @@ def order_contexts(args: argparse.Namespace) -> None:
         raise UDCGInputError("the weights' card names no judge: pass --judge-key NAME")
     made = file_values_made_by(args.input, judge, utility)
     relevance = file_labels_made_by(args.input)
-    applied = {"utility": utility, "judge": judge, "fingerprint": made, "relevance": relevance}
+    applied = {
+        "utility": utility,
+        "judge": judge,
+        "fingerprint": made,
+        "relevance": relevance,
+        "mode": abstention_mode(made, utility),
+    }
     notes = check_compatible(
         model.theta.card_, {**applied, "prompt": prompt_record()["sha256"]}, args.allow_mismatch
     )
@@ -242,6 +252,7 @@ def order_run(args: argparse.Namespace) -> None:
     from udcg.io.formats.trec import read_trec_qrels
     from udcg.io.joins.trec_contexts import judged_grades
     from udcg.io.joins.utilities import read_utility_file, source_of
+    from udcg.pipeline.context_scores import abstention_mode
 
     model = _Model(args.weights, args.k, args.allow_unverified)
     if args.depth is not None and args.depth < 1:
@@ -254,6 +265,7 @@ def order_run(args: argparse.Namespace) -> None:
             "utility": source and source.name,
             "judge": utilities.judge,
             "fingerprint": utilities.fingerprint,
+            "mode": source and abstention_mode(utilities.fingerprint, source.name),
         },
         args.allow_mismatch,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -107,17 +108,29 @@ def first_choice(reply: Any, model: str | None = None) -> dict[str, Any]:
 STOPPED = frozenset({"content_filter", "abort", "error"})
 
 
-def message_text(choice: Mapping[str, Any]) -> str:
-    """The text of a chat completion choice (``message.content``); a reply the server stopped
+def refuse_stopped(choice: Mapping[str, Any]) -> None:
+    """Raise :class:`ReplyError` for a choice the server stopped instead of answering
     (``finish_reason`` ``content_filter``, ``abort`` or ``error``, or an object of such a
-    ``type``) is an error, not an answer."""
+    ``type``): an error of this request, not a value, nor a sign the server lacks a feature.
+
+    >>> refuse_stopped({"finish_reason": "length"})
+    >>> refuse_stopped({"finish_reason": {"type": "abort"}})
+    Traceback (most recent call last):
+    ...
+    udcg.judge.openai_replies.ReplyError: the server stopped the reply (finish_reason ...
+    """
     reason = choice.get("finish_reason")
     kind = reason.get("type") if isinstance(reason, dict) else reason
-    if kind in STOPPED:
+    if isinstance(kind, str) and kind in STOPPED:
         raise ReplyError(
-            f"the server stopped the reply (finish_reason {snippet(json.dumps(reason))}):"
-            " no answer to grade"
+            f"the server stopped the reply (finish_reason {snippet(json.dumps(reason))})"
         )
+
+
+def message_text(choice: Mapping[str, Any]) -> str:
+    """The text of a chat completion choice (``message.content``); a reply the server stopped
+    (:func:`refuse_stopped`) is an error, not an answer."""
+    refuse_stopped(choice)
     message = choice.get("message")
     text = message.get("content") if isinstance(message, dict) else None
     if not isinstance(text, str):
@@ -130,7 +143,9 @@ def message_text(choice: Mapping[str, Any]) -> str:
 def first_token_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:
     """Token text -> log-prob of the first generated token's top alternatives, the chosen one
     included (largest if listed twice); chat format (``logprobs.content[0].top_logprobs``) or
-    completions format (``logprobs.top_logprobs[0]``, llama-cpp-python)."""
+    completions format (``logprobs.top_logprobs[0]``, llama-cpp-python); a reply the server
+    stopped is :func:`refuse_stopped`'s error."""
+    refuse_stopped(choice)
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict):
         raise NoLogprobsError(
@@ -275,11 +290,16 @@ def within_budget(reply: Any, limit: int) -> None:
 
 def _skeleton(text: str, specials: Iterable[str]) -> str:
     """``text`` without the ``specials`` (a tokenizer's added tokens, which servers may echo
-    or drop) and without anything but ASCII letters and digits (pieces of split characters,
-    spacing)."""
+    or drop), compatibility-decomposed (a server's tokenizer may normalise: ``é`` and ``e`` +
+    U+0301, K and the Kelvin sign, fullwidth digits) and without anything but ASCII letters
+    and digits (accents, pieces of split characters, spacing).
+
+    >>> _skeleton("Cafe\u0301 \u212a<s>", ["<s>"]) == _skeleton("Café K", [])
+    True
+    """
     for special in specials:
         text = text.replace(special, "")
-    return re.sub(r"[^0-9A-Za-z]+", "", text)
+    return re.sub(r"[^0-9A-Za-z]+", "", unicodedata.normalize("NFKD", text))
 
 
 def echoed_continuation(
@@ -295,7 +315,9 @@ def echoed_continuation(
     llama-cpp-python), else at ``len(prompt)``. A token spanning the start of ``text``, or one
     that is not ``text``'s at its offset (byte pieces of a split character aside), is an error;
     echoed tokens before ``text`` that do not spell ``prompt`` (compared without ``specials``,
-    spacing and non-ASCII characters) are :class:`MisroutedReplyError`."""
+    spacing, accents and other non-ASCII characters) are :class:`MisroutedReplyError`; a reply
+    the server stopped is :func:`refuse_stopped`'s error."""
+    refuse_stopped(choice)
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict) or not all(
         isinstance(logprobs.get(f), list) for f in ECHO_FIELDS

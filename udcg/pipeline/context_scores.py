@@ -356,13 +356,15 @@ def score_contexts(
     }
     notes: list[str] = []
     if weights is not None:
+        made = file_values_made_by(given, judge, utility)
         model, notes = checked_theta(
             weights,
             columns["k"],
             judge,
             utility,
             allow_mismatch,
-            fingerprint=file_values_made_by(given, judge, utility),
+            mode=abstention_mode(made, utility),
+            fingerprint=made,
             relevance=file_labels_made_by(given),
         )
         columns.update(theta_columns(model, relevant, util))
