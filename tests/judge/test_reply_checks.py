@@ -280,6 +280,9 @@ def test_an_echo_of_another_prompt_is_refused_and_special_tokens_may_be_dropped(
     decomposed = sent.replace("Emma", "Emme\u0301")
     normalised = _echo([*tokens[:5], " Emmé", *tokens[6:], "<gen>"], scores)
     assert len(echoed_continuation(normalised, decomposed, " Jane Austen", 1, ["<s>"])) == 2
+    # the same tokenizer on an answer sent decomposed: placed by its composed length
+    answer = _echo([*tokens[:7], " Caf", "é", "<gen>"], scores)
+    assert [t for t, _, _ in echoed_continuation(answer, sent, " Cafe\u0301", 1)] == [" Caf", "é"]
     other = _echo([*tokens[:5], " Persuasion", *tokens[6:], "<gen>"], scores)
     with pytest.raises(ReplyError, match="another prompt than the one sent"):
         echoed_continuation(other, sent, " Jane Austen", 1, ["<s>"])

@@ -16,13 +16,14 @@ import os
 import sqlite3
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.files import is_special
 from udcg.judge.structured import JSONResult
 
@@ -480,7 +481,7 @@ class JudgeCache:
             conn.execute("ATTACH DATABASE ? AS source", (f"{source.resolve().as_uri()}?mode=ro",))
             try:
                 with _sqlite_errors(source):
-                    _refuse_stale_wal(conn, source)
+                    _warn_wal_drops(conn, source)
                 with _transaction(conn), _sqlite_errors(source):
                     _check_schema(conn, "source", source, allow_empty=False)
                     rows = conn.execute("SELECT key, value, created FROM source.judge_cache")
@@ -495,38 +496,40 @@ class JudgeCache:
         return counts
 
 
-def _refuse_stale_wal(conn: sqlite3.Connection, source: Path) -> None:
-    """Refuse ``source`` (attached as ``source``) when its ``-wal`` is older than the file and
-    would change what the file alone holds (drop, change or add an entry): SQLite replays any
-    ``-wal`` over its file, and one an earlier copy left there takes the file back to that copy.
-    A ``-wal`` newer than its file (a writer's, live or killed) is its own."""
+def _warn_wal_drops(conn: sqlite3.Connection, source: Path) -> None:
+    """Warn when the ``-wal`` beside ``source`` (attached as ``source``; beside the file a link
+    names) drops or changes entries that the file alone holds. SQLite replays any ``-wal`` over
+    its file, and one an earlier copy left beside a newer file takes the file back to that copy;
+    a writer's ``cache drop`` not yet checkpointed does the same on purpose, hence a warning.
+    A file that cannot be read alone (a checkpoint stopped part-way) is not checked."""
     source = source.resolve()  # SQLite opens the file a link names, and its -wal beside it
     wal = Path(f"{source}-wal")
     if not wal.is_file() or wal.stat().st_size == 0:
         return
-    if wal.stat().st_mtime_ns >= source.stat().st_mtime_ns:
-        return
-    conn.execute("ATTACH DATABASE ? AS bare", (f"{source.as_uri()}?immutable=1",))
+    table = "SELECT 1 FROM bare.sqlite_master WHERE type = 'table' AND name = 'judge_cache'"
+    dropped = (
+        "SELECT COUNT(*), MIN(b.key) FROM bare.judge_cache b LEFT JOIN source.judge_cache s"
+        " ON s.key = b.key WHERE s.key IS NULL OR s.value IS NOT b.value"
+    )
     try:
-        query = "SELECT 1 FROM bare.sqlite_master WHERE type = 'table' AND name = 'judge_cache'"
-        differs = (
-            "SELECT b.key FROM bare.judge_cache b LEFT JOIN source.judge_cache s ON s.key = b.key"
-            " WHERE s.key IS NULL OR s.value IS NOT b.value UNION ALL SELECT s.key FROM"
-            " source.judge_cache s LEFT JOIN bare.judge_cache b ON b.key = s.key"
-            " WHERE b.key IS NULL LIMIT 1"
-            if conn.execute(query).fetchone()
-            else "SELECT key FROM source.judge_cache LIMIT 1"  # the file alone holds no table
-        )
-        changed = conn.execute(differs).fetchone()
+        conn.execute("ATTACH DATABASE ? AS bare", (f"{source.as_uri()}?immutable=1",))
+    except sqlite3.DatabaseError:
+        return
+    try:
+        found = conn.execute(dropped).fetchone() if conn.execute(table).fetchone() else (0, None)
+    except sqlite3.DatabaseError:
+        return
     finally:
         conn.execute("DETACH DATABASE bare")
-    if changed is not None:
-        raise UDCGInputError(
-            f"{wal.name}, older than {source.name}, would change the entries the file holds"
-            f" (key {changed[0]}): a -wal left by an earlier copy? Delete {wal.name} and"
-            f" {source.name}-shm if {source.name} was copied alone after `udcg cache"
-            " checkpoint`, or copy the three files together again",
-            path=source,
+    if found[0]:
+        warnings.warn(
+            f"{source}: {wal.name} drops or changes {found[0]} entries that {source.name} holds"
+            f" alone (first key {found[1]}), and the merge reads it as SQLite does. If"
+            f" {source.name} was copied alone over an earlier copy, that copy's -wal is stale:"
+            f" delete {wal.name} and {source.name}-shm and merge again (a `udcg cache drop` not"
+            " yet checkpointed also drops entries, on purpose)",
+            UDCGWarning,
+            stacklevel=3,
         )
 
 

@@ -309,6 +309,25 @@ def echoed_continuation(
     generated: int | None = None,
     specials: Iterable[str] = (),
 ) -> list[tuple[str, float, dict[str, float]]]:
+    """:func:`_echoed_continuation` of ``prompt`` and ``text`` as sent, or, when those do not
+    align and differ from their NFC form, of that form: a server whose tokenizer normalises to
+    NFC echoes ``é`` for ``e`` + U+0301, one character where two were sent."""
+    try:
+        return _echoed_continuation(choice, prompt, text, generated, specials)
+    except ReplyError:
+        composed = [unicodedata.normalize("NFC", part) for part in (prompt, text)]
+        if composed == [prompt, text]:
+            raise
+        return _echoed_continuation(choice, *composed, generated, specials)
+
+
+def _echoed_continuation(
+    choice: Mapping[str, Any],
+    prompt: str,
+    text: str,
+    generated: int | None,
+    specials: Iterable[str],
+) -> list[tuple[str, float, dict[str, float]]]:
     """(token, log-prob, top alternatives) of the echoed tokens of ``text``, sent with ``echo``
     after ``prompt``. ``text`` starts ``len(text)`` characters before the echoed prompt's end
     when the reply counts its ``generated`` tokens (echoes without special tokens' text,
