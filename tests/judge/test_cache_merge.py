@@ -134,12 +134,9 @@ def test_merge_keeps_the_judges_recorded_key_settings(tmp_path: Path, capsys) ->
     assert _rows(out) == _rows(source)
 
 
-def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
-    """The copy recipe done twice: FILE with its -wal and -shm copied while the writer ran,
-    later the checkpointed FILE alone copied over it, leaving a stale -wal beside a newer FILE.
-    The merge must not write to its input: checkpointing that -wal into it on close replaced
-    the newer entries (49 of 181 left in the report that found it). Reading the copy through
-    that -wal, which SQLite replays over the newer file, is warned of, naming it."""
+def _copied_while_writing(tmp_path: Path) -> tuple[Path, Path, JudgeCache]:
+    """A cache of 5 entries, all in its -wal, its writer still open, and a copy of its three
+    files made then: (the cache, the copy, the writer)."""
     import shutil
 
     source = tmp_path / "run" / "judge.sqlite"
@@ -148,8 +145,20 @@ def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
     writer.put_many({f"{i:064x}": i / 100 for i in range(5)})
     copy = tmp_path / "copies" / "judge.sqlite"
     copy.parent.mkdir()
-    for suffix in ("", "-wal", "-shm"):  # copy 1: while the writer holds it open
+    for suffix in ("", "-wal", "-shm"):
         shutil.copy(f"{source}{suffix}", f"{copy}{suffix}")
+    return source, copy, writer
+
+
+def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
+    """The copy recipe done twice: FILE with its -wal and -shm copied while the writer ran,
+    later the checkpointed FILE alone copied over it, leaving a stale -wal beside a newer FILE.
+    The merge must not write to its input: checkpointing that -wal into it on close replaced
+    the newer entries (49 of 181 left in the report that found it). Reading the copy through
+    that -wal, which SQLite replays over the newer file, is warned of, naming it."""
+    import shutil
+
+    source, copy, writer = _copied_while_writing(tmp_path)
     writer.put_many({f"{i:064x}": i / 100 for i in range(5, 60)})
     assert writer.checkpoint()
     writer.close()
@@ -177,14 +186,7 @@ def test_a_wal_that_drops_entries_is_named_through_a_link_and_a_live_one_is_read
     import shutil
     import warnings
 
-    source = tmp_path / "run" / "judge.sqlite"
-    source.parent.mkdir()
-    writer = JudgeCache(source)
-    writer.put_many({f"{i:064x}": i / 100 for i in range(5)})
-    copy = tmp_path / "copies" / "judge.sqlite"
-    copy.parent.mkdir()
-    for suffix in ("", "-wal", "-shm"):
-        shutil.copy(f"{source}{suffix}", f"{copy}{suffix}")
+    source, copy, writer = _copied_while_writing(tmp_path)
     writer.put_many({f"{i:064x}": i / 100 for i in range(5, 9)})
     assert writer.checkpoint()
     shutil.copy(source, copy)
