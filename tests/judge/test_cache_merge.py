@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from udcg.cli.main import main
-from udcg.errors import UDCGInputError, UDCGWarning
+from udcg.errors import UDCGInputError
 from udcg.judge.base import Judge
 from udcg.judge.cache import JudgeCache
 from udcg.judge.cached import CachedJudge
@@ -155,7 +155,7 @@ def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
     later the checkpointed FILE alone copied over it, leaving a stale -wal beside a newer FILE.
     The merge must not write to its input: checkpointing that -wal into it on close replaced
     the newer entries (49 of 181 left in the report that found it). Reading the copy through
-    that -wal, which SQLite replays over the newer file, is warned of, naming it."""
+    that -wal, which SQLite replays over the newer file, is refused, naming it."""
     import shutil
 
     source, copy, writer = _copied_while_writing(tmp_path)
@@ -165,26 +165,25 @@ def test_merge_writes_nothing_to_its_input(tmp_path: Path) -> None:
     shutil.copy(source, copy)  # copy 2: FILE alone, beside copy 1's -wal and -shm
     before = copy.read_bytes()
     merged = JudgeCache(tmp_path / "merged.sqlite")
-    # SQLite replays copy 1's -wal over the newer file: 5 entries instead of 60, said aloud
-    with pytest.warns(UDCGWarning, match=r"judge\.sqlite-wal drops or changes 55 entries"):
-        assert merged.merge_from(copy).added == 5
-    assert copy.read_bytes() == before
+    # SQLite would replay copy 1's -wal over the newer file: 5 entries instead of 60
+    with pytest.raises(UDCGInputError, match=r"judge\.sqlite-wal drops or changes 55 entries"):
+        merged.merge_from(copy)
+    assert len(merged) == 0 and copy.read_bytes() == before
     assert Path(f"{copy}-wal").exists()
     for suffix in ("-wal", "-shm"):  # without the stale files the copy holds every entry
         Path(f"{copy}{suffix}").unlink()
-    assert merged.merge_from(copy).added == 55
+    assert merged.merge_from(copy).added == 60
     merged.close()
 
 
 def test_a_wal_that_drops_entries_is_named_through_a_link_and_a_live_one_is_read(
-    tmp_path: Path,
+    tmp_path: Path, capsys
 ) -> None:
-    """The -wal beside the file a link names is the one SQLite replays, and the one named; a
-    writer's own -wal is read as it is: one holding a drop (warned of: it drops entries, on
-    purpose), and one a checkpoint stopped part-way behind a reader (the file alone is not
-    readable then)."""
+    """The -wal beside the file a link names is the one SQLite replays, and the one refused; a
+    writer's own -wal is read: one that only adds entries, one a checkpoint stopped part-way
+    behind a reader (the file alone is not readable then), and one holding a drop once
+    checkpointed, as the refusal says."""
     import shutil
-    import warnings
 
     source, copy, writer = _copied_while_writing(tmp_path)
     writer.put_many({f"{i:064x}": i / 100 for i in range(5, 9)})
@@ -192,21 +191,24 @@ def test_a_wal_that_drops_entries_is_named_through_a_link_and_a_live_one_is_read
     shutil.copy(source, copy)
     link = tmp_path / "latest.sqlite"
     link.symlink_to(copy)
-    with pytest.warns(UDCGWarning, match=r"copies/judge\.sqlite: judge\.sqlite-wal drops"):
+    with pytest.raises(UDCGInputError, match=r"copies/judge\.sqlite: judge\.sqlite-wal drops"):
         JudgeCache(tmp_path / "m.sqlite").merge_from(link)
-    assert writer.drop([f"{0:064x}"]) == 1  # not checkpointed: in the writer's -wal
-    with pytest.warns(UDCGWarning, match="drops or changes 1 entries"):
-        assert JudgeCache(tmp_path / "live.sqlite").merge_from(source).added == 8
+    writer.put_many({f"{i:064x}": i / 100 for i in range(9, 12)})  # the writer's own adds
+    assert JudgeCache(tmp_path / "live.sqlite").merge_from(source).added == 12
     reader = sqlite3.connect(source)  # another process reading: the checkpoint stops part-way
     reader.execute("BEGIN")
     reader.execute("SELECT COUNT(*) FROM judge_cache").fetchall()
-    writer.put_many({f"{i:064x}": i / 100 for i in range(9, 12)})
+    writer.put_many({f"{i:064x}": i / 100 for i in range(12, 15)})
     with sqlite3.connect(source) as other:
         other.execute("PRAGMA wal_checkpoint").fetchone()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UDCGWarning)
-        assert JudgeCache(tmp_path / "partial.sqlite").merge_from(source).added == 11
+    assert JudgeCache(tmp_path / "partial.sqlite").merge_from(source).added == 15
     reader.close()
+    assert writer.drop([f"{0:064x}"]) == 1  # not checkpointed: in the writer's -wal
+    assert main(["cache", "merge", str(tmp_path / "d.sqlite"), str(source)]) == 2
+    assert f"run `udcg cache checkpoint {source}` where it was" in capsys.readouterr().err
+    assert main(["cache", "checkpoint", str(source)]) == 0
+    assert main(["cache", "merge", str(tmp_path / "d.sqlite"), str(source)]) == 0
+    assert len(JudgeCache(tmp_path / "d.sqlite")) == 14
     writer.close()
 
 

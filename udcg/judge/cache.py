@@ -16,14 +16,13 @@ import os
 import sqlite3
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from udcg.errors import UDCGInputError, UDCGWarning
+from udcg.errors import UDCGInputError
 from udcg.io.files import is_special
 from udcg.judge.structured import JSONResult
 
@@ -481,7 +480,7 @@ class JudgeCache:
             conn.execute("ATTACH DATABASE ? AS source", (f"{source.resolve().as_uri()}?mode=ro",))
             try:
                 with _sqlite_errors(source):
-                    _warn_wal_drops(conn, source)
+                    _refuse_wal_drops(conn, source)
                 with _transaction(conn), _sqlite_errors(source):
                     _check_schema(conn, "source", source, allow_empty=False)
                     rows = conn.execute("SELECT key, value, created FROM source.judge_cache")
@@ -496,12 +495,13 @@ class JudgeCache:
         return counts
 
 
-def _warn_wal_drops(conn: sqlite3.Connection, source: Path) -> None:
-    """Warn when the ``-wal`` beside ``source`` (attached as ``source``; beside the file a link
-    names) drops or changes entries that the file alone holds. SQLite replays any ``-wal`` over
-    its file, and one an earlier copy left beside a newer file takes the file back to that copy;
-    a writer's ``cache drop`` not yet checkpointed does the same on purpose, hence a warning.
-    A file that cannot be read alone (a checkpoint stopped part-way) is not checked."""
+def _refuse_wal_drops(conn: sqlite3.Connection, source: Path) -> None:
+    """Refuse ``source`` (attached as ``source``) when the ``-wal`` beside it (beside the file a
+    link names) drops or changes entries that the file alone holds: SQLite replays any ``-wal``
+    over its file, and one an earlier copy left beside a newer file takes the file back to that
+    copy. A writer's own ``-wal`` only adds entries, but after a ``cache drop`` or a changed
+    settings record (checkpoint it first). A file that cannot be read alone (a checkpoint
+    stopped part-way) is not checked."""
     source = source.resolve()  # SQLite opens the file a link names, and its -wal beside it
     wal = Path(f"{source}-wal")
     if not wal.is_file() or wal.stat().st_size == 0:
@@ -522,14 +522,13 @@ def _warn_wal_drops(conn: sqlite3.Connection, source: Path) -> None:
     finally:
         conn.execute("DETACH DATABASE bare")
     if found[0]:
-        warnings.warn(
-            f"{source}: {wal.name} drops or changes {found[0]} entries that {source.name} holds"
-            f" alone (first key {found[1]}), and the merge reads it as SQLite does. If"
-            f" {source.name} was copied alone over an earlier copy, that copy's -wal is stale:"
-            f" delete {wal.name} and {source.name}-shm and merge again (a `udcg cache drop` not"
-            " yet checkpointed also drops entries, on purpose)",
-            UDCGWarning,
-            stacklevel=3,
+        raise UDCGInputError(
+            f"{wal.name} drops or changes {found[0]} entries that {source.name} holds alone"
+            f" (first key {found[1]}): a -wal an earlier copy left beside a newer file? Delete"
+            f" {wal.name} and {source.name}-shm and merge again. A writer's own -wal does this"
+            f" after `udcg cache drop` (or new run-time settings): run `udcg cache checkpoint"
+            f" {source}` where it was written, then merge",
+            path=source,
         )
 
 
