@@ -397,9 +397,10 @@ class JudgeCache:
         writer in between), and stores nothing by raising."""
         rows = self._rows(items)
         with self._open(write=True) as conn:
+            present = dict(_select(conn, "main.judge_cache", [row[0] for row in rows]))
             if check is not None:
-                check(self._decoded(_select(conn, "main.judge_cache", [row[0] for row in rows])))
-            counts = _add_rows(conn, rows)
+                check(self._decoded(present.items()))
+            counts = _add_rows(conn, rows, present)
             self.writes += counts.added
         return counts
 
@@ -584,9 +585,15 @@ def _valid_row(key: Any, value: Any, created: Any) -> bool:
         return False
 
 
-def _add_rows(conn: sqlite3.Connection, rows: list[tuple[str, str, float]]) -> MergeCounts:
-    """Insert (in the caller's transaction) the rows whose key ``main.judge_cache`` lacks."""
-    present = dict(_select(conn, "main.judge_cache", [row[0] for row in rows]))
+def _add_rows(
+    conn: sqlite3.Connection,
+    rows: list[tuple[str, str, float]],
+    present: Mapping[str, Any] | None = None,
+) -> MergeCounts:
+    """Insert (in the caller's transaction) the rows whose key ``main.judge_cache`` lacks;
+    ``present``: the stored values of their keys, when the caller has read them already."""
+    if present is None:
+        present = dict(_select(conn, "main.judge_cache", [row[0] for row in rows]))
     same = sum(present[key] == value for key, value, _ in rows if key in present)
     differ = sum(present[key] != value for key, value, _ in rows if key in present)
     before = conn.total_changes

@@ -213,13 +213,27 @@ def train(
     time trains into it for k: the lock of its weights file is taken before any work
     (:func:`udcg.io.files.exclusive_writer`), and a second one is refused in one line."""
     k = settings.k if settings is not None else model.k
-    weights = None if export_dir is None else Path(export_dir) / f"udcg_theta_k{k}.safetensors"
-    held = contextlib.nullcontext() if weights is None else exclusive_writer(weights, "export")
+    held = (
+        contextlib.nullcontext()
+        if export_dir is None
+        else exclusive_writer(_exported(export_dir, k).with_suffix(".safetensors"), "export")
+    )
     with held:
         return _train(
             contexts, model, settings, export_dir, trainer, logger, callbacks,
             judge_fingerprint, relevance_fingerprint,
         )  # fmt: skip
+
+
+def _exported(export_dir: PathType, k: int) -> Path:
+    """Where :func:`train` exports the weights for ``k``: the folder ``udcg_theta_k{k}``, with
+    ``.safetensors`` and ``.png`` files of that name beside it.
+
+    Examples:
+        >>> _exported("out", 5).with_suffix(".safetensors").as_posix()
+        'out/udcg_theta_k5.safetensors'
+    """
+    return Path(export_dir) / f"udcg_theta_k{k}"
 
 
 def _train(
@@ -319,14 +333,13 @@ def _train(
             relevance_fingerprint=relevance_fingerprint,
         )
         if export_dir is not None:
-            export_dir = Path(export_dir)
-            report.weights_path = export_dir / f"udcg_theta_k{k}.safetensors"
+            report.model_dir = _exported(export_dir, k)
+            report.weights_path = report.model_dir.with_suffix(".safetensors")
             model.save(report.weights_path, card=report.card(settings.utility))
-            report.plot_path = export_dir / f"udcg_theta_k{k}.png"
+            report.plot_path = report.model_dir.with_suffix(".png")
             plot_weights(
                 model, report.plot_path, f"UDCG-theta weights, k={k}, judge {settings.judge_key}"
             )
-            report.model_dir = export_dir / f"udcg_theta_k{k}"
             card = {**report.card(settings.utility), "figure": FIGURE_NAME}
             model.save_pretrained(report.model_dir, card=card)
             (report.model_dir / FIGURE_NAME).write_bytes(report.plot_path.read_bytes())
