@@ -134,6 +134,24 @@ def test_merge_keeps_the_judges_recorded_key_settings(tmp_path: Path, capsys) ->
     assert _rows(out) == _rows(source)
 
 
+def test_a_judge_back_mid_run_must_still_have_the_recorded_settings(tmp_path: Path) -> None:
+    """Keys made from the record while the server did not answer are checked before misses go
+    to it: a server back with another abstention token is refused, the same one is asked."""
+    cache = tmp_path / "judge.sqlite"
+    CachedJudge(_TokenJudge("\u0120NO"), cache).abstain_prob(["q"], ["p"])
+    for token, refused in (("NO", True), ("\u0120NO", False)):
+        judge = _TokenJudge(None)
+        rerun = CachedJudge(judge, cache)
+        assert rerun.abstain_prob(["q"], ["p"]).tolist() == [0.25] and judge.asked == 0
+        judge.token = token  # the server is back
+        if refused:
+            with pytest.raises(UDCGInputError, match=r"settings are now .*'abstain_token': 'NO'"):
+                rerun.abstain_prob(["q2"], ["p"])
+            assert judge.asked == 0
+        else:
+            assert rerun.abstain_prob(["q2"], ["p"]).tolist() == [0.25] and judge.asked == 1
+
+
 def _copied_while_writing(tmp_path: Path) -> tuple[Path, Path, JudgeCache]:
     """A cache of 5 entries, all in its -wal, its writer still open, and a copy of its three
     files made then: (the cache, the copy, the writer)."""

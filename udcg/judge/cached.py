@@ -178,8 +178,8 @@ class CachedJudge(Judge):
 
     def key_settings(self, operation: str) -> dict[str, Any]:
         """The wrapped judge's run-time settings of ``operation``, recorded in the cache; the
-        record serves when it cannot resolve them (a server that does not answer), for the
-        rest of this judge's life (the server is not asked again)."""
+        record serves when it cannot resolve them (a server that does not answer) until misses
+        of ``operation`` must go to it, when :meth:`run` checks it against the record."""
         if self.inner is None:
             return dict(self._settings(operation))
         if operation in self._recorded:
@@ -196,6 +196,20 @@ class CachedJudge(Judge):
         if settings and self.cache.get(record, count=False) != settings:
             self.cache.put_many({record: settings}, count=False)
         return settings
+
+    def _confirm_recorded(self, operations: set[str]) -> None:
+        """Before misses of ``operations`` go to a judge whose keys came from the cache's
+        record: its settings now must be the record's, or its values would be stored under keys
+        of other settings (a server back mid-run with another tokenizer)."""
+        for operation in sorted(operations & self._recorded.keys()):
+            recorded = self._recorded.pop(operation)
+            settings = self.inner.key_settings(operation)  # type: ignore[union-attr]
+            if settings != recorded:
+                raise UDCGInputError(
+                    f"judge {self.name!r}: its {operation} settings are now {settings}, but this"
+                    f" run's cache keys were made from the cache's record {recorded} while it did"
+                    " not answer; rerun the command"
+                )
 
     def run(self, requests: Sequence[Request], on_result: OnResult | None = None) -> list[Result]:
         """Cache hits (checked against their operation's form), then the misses run on the
@@ -249,6 +263,7 @@ class CachedJudge(Judge):
         assert self.inner is not None
         if self._probe_pending:
             self.probe()
+        self._confirm_recorded({requests[positions[0]].op for positions in todo.values()})
         pending = list(todo)
         commits = _Commits(self.cache, self.commit_interval, self.commit_size)
 
