@@ -73,6 +73,22 @@ def _stamp(path: Path, judges: dict[str, dict[str, str]]) -> None:
     manifest_path(path).write_text(json.dumps(record))
 
 
+def _trec_files(folder: Path, contexts: list[Context]) -> tuple[Path, Path]:
+    """Qrels and a run of ``contexts`` (their passages ranked in order): (qrels, run)."""
+    qrels, run = folder / "q.trec", folder / "r.trec"
+    qrels.write_text(
+        "".join(f"{c.qid} 0 {p.doc_id} {int(p.relevant)}\n" for c in contexts for p in c.passages)
+    )
+    run.write_text(
+        "".join(
+            f"{c.qid} Q0 {p.doc_id} {i + 1} {3 - i} r\n"
+            for c in contexts
+            for i, p in enumerate(c.passages)
+        )
+    )
+    return qrels, run
+
+
 @pytest.fixture
 def annotated(tmp_path: Path) -> tuple[Path, str, str]:
     """Contexts annotated by ``precomputed:a/llama3.jsonl``; the spec of another file of the
@@ -142,18 +158,7 @@ def test_order_calibrate_and_trec_check_the_fingerprint(tmp_path: Path, capsys) 
         allowed = [*args, *weights_args, "--allow-mismatch", "fingerprint"]
         assert main(allowed) == 0, name
         assert "(allowed on purpose)" in capsys.readouterr().err, name
-    qrels, run = tmp_path / "q.trec", tmp_path / "r.trec"
-    contexts = simulate_contexts(12, 3, per_query=1, seed=4)
-    qrels.write_text(
-        "".join(f"{c.qid} 0 {p.doc_id} {int(p.relevant)}\n" for c in contexts for p in c.passages)
-    )
-    run.write_text(
-        "".join(
-            f"{c.qid} Q0 {p.doc_id} {i + 1} {3 - i} r\n"
-            for c in contexts
-            for i, p in enumerate(c.passages)
-        )
-    )
+    qrels, run = _trec_files(tmp_path, simulate_contexts(12, 3, per_query=1, seed=4))
     trec = ["-m", "UDCGtheta@3", str(qrels), str(run), "--utilities", str(data)]
     assert trec_main([*trec, "--weights", str(weights)]) == 2
     assert "judge fingerprint 'fp-a', not 'fp-b'" in capsys.readouterr().err
@@ -805,6 +810,19 @@ def test_weights_record_the_abstention_mode_of_their_training_values(
     assert "field 'mode': the weights were fitted with abstention mode 'sequence'" in (
         capsys.readouterr().err
     )
+    # udcg trec checks the mode of annotated contexts against a card without a fingerprint
+    qrels, run = _trec_files(tmp_path, simulate_contexts(12, 3, per_query=1, seed=2))
+    unprinted = UDCGTheta(k=3)
+    unprinted.alpha_, unprinted.beta_, unprinted.intercept_ = np.ones(3), -np.ones(3), 0.0
+    card = {"judge_model": "sim", "utility": "abstention", "abstention_mode": "sequence"}
+    bare = unprinted.save_pretrained(tmp_path / "bare", card=card)
+    trec = ["-m", "UDCGtheta@3", str(qrels), str(run), "--utilities", str(other)]
+    assert trec_main([*trec, "--weights", str(bare)]) == 2
+    assert "field 'mode': the weights were fitted with abstention mode 'sequence', not" in (
+        capsys.readouterr().err
+    )
+    assert trec_main([*trec, "--weights", str(bare), "--allow-mismatch", "mode"]) == 0
+    assert "(allowed on purpose)" in capsys.readouterr().err
     from udcg.pipeline.context_scores import abstention_mode  # train.py's card too
 
     assert abstention_mode("fp-a|mode=sequence", "abstention") == "sequence"

@@ -58,10 +58,11 @@ def add_weights_mismatch(parser: argparse.ArgumentParser) -> None:
     file can tell (:func:`udcg.trec.utility_measures.plan` checks them)."""
     add_allow_mismatch(
         parser,
-        ["utility", "judge", "fingerprint"],
-        "use weights fitted on another utility source, judge key or judge (fingerprint) on "
-        "purpose (a warning records it; an annotated contexts file names its judge and its "
-        "manifest the fingerprint, a TSV neither; prompt and mode are not checked)",
+        ["utility", "judge", "fingerprint", "mode"],
+        "use weights fitted on another utility source, judge key, judge (fingerprint) or "
+        "abstention mode on purpose (a warning records it; an annotated contexts file names its "
+        "judge and its manifest the fingerprint and mode, a TSV neither; the prompt is not "
+        "checked)",
     )
 
 

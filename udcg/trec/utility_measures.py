@@ -18,7 +18,8 @@ grade is >= ``rel`` (1 by default; unjudged: not relevant), with utilities ``u``
   ``.safetensors`` file, :mod:`udcg.io.weights.files`) must be for k (never overridable) and fitted
   on the utility source the utilities hold (``allow_mismatch=["utility"]`` overrides it, with
   a :class:`~udcg.errors.UDCGWarning` that says so). A utilities file records neither judge,
-  prompt nor abstention mode: those are not checked here.
+  prompt nor abstention mode; an annotated contexts file's manifest records the judge, its
+  fingerprint and the abstention mode, checked against the card as that field is.
 
 A document ranked within the top k of a scored query without a utility is an error naming the
 query and the document, never a silent value. Queries the qrels do not judge are not scored.
@@ -50,6 +51,7 @@ import pyarrow as pa
 
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.joins.utilities import Utilities, UtilitiesLike, as_utilities, check_field, source_of
+from udcg.io.manifests import mode_of
 from udcg.io.weights.files import ThetaWeights, check_compatible, read_weights
 from udcg.metrics._kernels import row_sums
 from udcg.metrics.udcg import udcg, udcg_terms
@@ -186,14 +188,15 @@ def _check_source(
     option: str = PYTHON_OPTION,
 ) -> None:
     """Weights fitted on one utility source or judge are refused for utilities of another
-    (the source is unknown for ready utilities, ``utility_field="utility"``; the judge is known
-    for an annotated contexts file only), unless ``allow_mismatch`` holds the field: then a
-    :class:`UDCGWarning` records it."""
+    (the source is unknown for ready utilities, ``utility_field="utility"``; the judge and the
+    abstention mode are known for an annotated contexts file only), unless ``allow_mismatch``
+    holds the field: then a :class:`UDCGWarning` records it."""
     source = source_of(utilities.field)
     applied = {
         "utility": None if source is None else source.name,
         "judge": utilities.judge,
         "fingerprint": utilities.fingerprint,
+        "mode": mode_of(utilities.fingerprint) if source and source.step == "abstain" else None,
     }
     for w in weights.values():
         for note in check_compatible(w.card, applied, allow_mismatch, option):
