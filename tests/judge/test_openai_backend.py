@@ -873,6 +873,25 @@ def test_abstention_token_outside_the_top_logprobs_is_scored_exactly_by_echo(
     np.testing.assert_allclose(kept, bounds, rtol=1e-6)
 
 
+def test_echoes_of_text_in_other_scripts_are_scored(llama_server, smollm2_template):
+    """Characters split over tokens echo as pieces; the misroute check compares the others, so
+    the server's own echoes of Cyrillic, CJK and emoji prompts and answers are taken."""
+    judge = OpenAIJudge(
+        "smollm2", llama_server, max_concurrency=1, template_tokenizer=smollm2_template
+    )
+    questions = ["Кто написал «Войну и мир»?", "東京はどこの首都ですか？", "What is phở? 🎉"]
+    passages = [
+        "Лев Толстой написал роман.",
+        "東京は日本の首都です。",
+        "Phở is from Hà Nội, 5 km².",
+    ]
+    got = judge.answer_prob(questions, passages, [["Толстой"], ["日本"], ["Phở 🎉"]])
+    assert np.all((got > 0) & (got < 1))
+    abstained = judge.abstain_prob(questions, passages)  # NO outside the top: echoed
+    assert judge.stats["abstain_exact"] == 3 - abstained.upper_bound.sum() >= 2
+    assert "exact_failed" not in judge.stats  # (a mismatch with the chat's top keeps its bound)
+
+
 def _abstain_server(echo: bool, no_logprob: float = math.log(1e-4)):
     """Chat log-probs without NO (smallest top log-prob log(0.01)); with ``echo``, completions
     that score NO at ``no_logprob`` after a prompt split into words, the chat's top token among

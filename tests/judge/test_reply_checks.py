@@ -286,6 +286,25 @@ def test_an_echo_of_another_prompt_is_refused_and_special_tokens_may_be_dropped(
     other = _echo([*tokens[:5], " Persuasion", *tokens[6:], "<gen>"], scores)
     with pytest.raises(ReplyError, match="another prompt than the one sent"):
         echoed_continuation(other, sent, " Jane Austen", 1, ["<s>"])
+    # in another script: characters split over tokens are not compared, the others are
+    russian = "<s>user: кто написал Эмму?\nassistant:"
+    pieces = [
+        "<s>",
+        "user",
+        ":",
+        " кто",
+        " написал",
+        " Э",
+        "bytes:\\xd0",
+        "\ufffd",
+        "?\nassistant:",
+    ]
+    scored = [0.0] * 9 + [-1.0, -0.5, -0.1]
+    echo = _echo([*pieces, " Jane", " Austen", "<gen>"], scored)
+    assert len(echoed_continuation(echo, russian, " Jane Austen", 1, ["<s>"])) == 2
+    asked = _echo([*pieces[:3], " кто", " читал", *pieces[5:], " Jane", " Austen", "<gen>"], scored)
+    with pytest.raises(ReplyError, match="another prompt than the one sent"):
+        echoed_continuation(asked, russian, " Jane Austen", 1, ["<s>"])
 
 
 def test_a_piped_precomputed_file_is_refused_on_ray_from_python(tmp_path) -> None:

@@ -288,18 +288,44 @@ def within_budget(reply: Any, limit: int) -> None:
         raise ReplyError(f"{reason}: the server, or a proxy in between, ignored it")
 
 
-def _skeleton(text: str, specials: Iterable[str]) -> str:
-    """``text`` without the ``specials`` (a tokenizer's added tokens, which servers may echo
-    or drop), compatibility-decomposed (a server's tokenizer may normalise: ``é`` and ``e`` +
-    U+0301, K and the Kelvin sign, fullwidth digits) and without anything but ASCII letters
-    and digits (accents, pieces of split characters, spacing).
+def _skeleton(text: str) -> str:
+    """The letters and digits of ``text`` compatibility-decomposed (a server's tokenizer may
+    normalise: ``é`` and ``e`` + U+0301, K and the Kelvin sign, fullwidth digits), so without
+    accents, spacing and punctuation.
 
-    >>> _skeleton("Cafe\u0301 \u212a<s>", ["<s>"]) == _skeleton("Café K", [])
+    >>> _skeleton("Cafe\u0301 \u212a") == _skeleton("Café K") == "CafeK"
     True
+    >>> _skeleton("Кто? 東京_")
+    'Кто東京'
+    """
+    return re.sub(r"[\W_]+", "", unicodedata.normalize("NFKD", text))
+
+
+def _echoes(echoed: str, sent: str, specials: Iterable[str] = ()) -> bool:
+    """Whether ``echoed`` can be a server's echo of the prompt ``sent``, both without the
+    ``specials`` (a tokenizer's added tokens, which servers may echo or drop): the same
+    :func:`_skeleton`, where each non-ASCII character of ``sent`` may be missing (split over
+    tokens, it echoes as pieces that cannot be compared).
+
+    >>> [_echoes(echo, "Phở, Hà Nội") for echo in ("Pho, Ha Noi", "Ph, H Ni", "Pho, Ha Nai")]
+    [True, True, False]
+    >>> _echoes("Кто East?", "Кто? 東京"), _echoes("Где?", "Кто?"), _echoes("Кто", "Кто? 東京")
+    (False, False, True)
     """
     for special in specials:
-        text = text.replace(special, "")
-    return re.sub(r"[^0-9A-Za-z]+", "", unicodedata.normalize("NFKD", text))
+        echoed, sent = echoed.replace(special, ""), sent.replace(special, "")
+    echoed = _skeleton(echoed)
+    if echoed == _skeleton(sent):
+        return True
+    at = {0}  # the places in echoed that the start of sent read so far can reach
+    for char in unicodedata.normalize("NFC", sent):
+        part = _skeleton(char)
+        if part:
+            moved = {i + len(part) for i in at if echoed.startswith(part, i)}
+            at = moved if char.isascii() else at | moved
+            if not at:
+                return False
+    return len(echoed) in at
 
 
 def echoed_continuation(
@@ -395,7 +421,7 @@ def _echoed_continuation(
             f"the echoed tokens {[t for t, _, _ in picked]!r} do not spell the scored text {text!r}"
         )
     before = "".join(t for t, _, at in echoed if at < start and not t.startswith("bytes:"))
-    if _skeleton(before, specials) != _skeleton(prompt, specials):
+    if not _echoes(before, prompt, specials):
         raise MisroutedReplyError(
             "the reply echoes another prompt than the one sent: a proxy or cache in between"
             " that answers another request?"
