@@ -347,6 +347,36 @@ def test_other_fingerprint_does_not_share_entries(tmp_path):
     assert other.calls == [("yes", 1)]
 
 
+def test_a_value_another_writer_committed_meanwhile_is_kept_and_a_conflict_warned(tmp_path):
+    """Two runs on one cache, a server whose values vary in the last digits: the first value
+    committed stays (the cache only grows), and the run whose value differs says so."""
+    from udcg.errors import UDCGWarning
+
+    path = tmp_path / "j.sqlite"
+
+    class Varying(Judge):
+        name, fingerprint = "varying", "varying:v1"
+
+        def __init__(self, value: float, meanwhile=None) -> None:
+            self.value, self.meanwhile = value, meanwhile
+
+        def abstain_prob(self, questions, passages, mode="first_token"):
+            if self.meanwhile is not None:
+                self.meanwhile()
+            return np.full(len(questions), self.value)
+
+    def other_run() -> None:
+        with JudgeCache(path) as cache:
+            CachedJudge(Varying(0.25), cache).abstain_prob(["q", "q2"], ["p", "p"])
+
+    with JudgeCache(path) as cache, pytest.warns(UDCGWarning, match="1 of the values this run"):
+        ours = CachedJudge(Varying(0.251, meanwhile=other_run), cache)
+        ours.abstain_prob(["q", "q3"], ["p", "p"])
+    with JudgeCache(path) as cache:
+        rerun = CachedJudge(Varying(0.9), cache).abstain_prob(["q", "q2", "q3"], ["p"] * 3)
+    assert rerun.tolist() == [0.25, 0.25, 0.251]
+
+
 def test_crash_mid_run_resumes_from_committed_chunks(tmp_path):
     texts = [f"t{i}" for i in range(10)]
     crashing = CountingJudge(fail_after=2)  # the third chunk raises

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.judge.base import Judge, OnResult
 from udcg.judge.cache import FORMS, JudgeCache, cache_key
 from udcg.judge.requests import MissingResults, Request, Result
@@ -27,12 +27,15 @@ from udcg.judge.requests import MissingResults, Request, Result
 
 class _Commits(threading.Thread):
     """Buffered cache writes, committed together when ``size`` wait, every ``interval`` seconds
-    (this thread, started at once) and at :meth:`close`."""
+    (this thread, started at once) and at :meth:`close`; a key another process committed
+    meanwhile keeps its value (the cache only grows), counted in ``conflicts`` when it
+    differs."""
 
     def __init__(self, cache: JudgeCache, interval: float, size: int) -> None:
         super().__init__(name="udcg-cache-commit", daemon=True)
         self.cache, self.size, self.interval = cache, size, interval
         self.pending: dict[str, Any] = {}
+        self.conflicts = 0
         self.lock, self.stopped = threading.Lock(), threading.Event()
         self.start()
 
@@ -51,7 +54,7 @@ class _Commits(threading.Thread):
         with self.lock:
             pending, self.pending = self.pending, {}
         if pending:
-            self.cache.put_many(pending)
+            self.conflicts += self.cache.add_new(pending).conflicts
 
     def close(self) -> None:
         self.stopped.set()
@@ -304,4 +307,12 @@ class CachedJudge(Judge):
                     commits.flush()
         finally:
             commits.close()
+        if commits.conflicts:
+            warnings.warn(
+                f"judge {self.name!r}: {commits.conflicts} of the values this run computed"
+                f" differ from those another process stored in {self.cache.path} meanwhile;"
+                " the cache keeps those (a rerun it answers gives them)",
+                UDCGWarning,
+                stacklevel=3,
+            )
         return results  # type: ignore[return-value]
