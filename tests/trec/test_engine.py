@@ -45,9 +45,12 @@ PARITY = {
 
 
 def _random_case(
-    rng: np.random.Generator, n_queries: int, depth: int | None = None
+    rng: np.random.Generator,
+    n_queries: int,
+    depth: int | None = None,
+    grades: tuple[int, ...] = (-1, 0, 0, 1, 2, 3),
 ) -> tuple[dict, dict]:
-    """Random qrels and run; every ranked list is ``depth`` long when given."""
+    """Random qrels of ``grades`` and a run; every ranked list is ``depth`` long when given."""
     qrels: dict[str, dict[str, int]] = {}
     run: dict[str, dict[str, float]] = {}
     for q in range(n_queries):
@@ -58,7 +61,7 @@ def _random_case(
         run[f"q{q}"] = {d: float(rng.integers(0, 4)) for d in pool[:ranked]}
         if rng.random() < 0.9:
             judged = rng.choice(pool + [f"x{i}" for i in range(5)], size=int(rng.integers(1, 20)))
-            qrels[f"q{q}"] = {str(d): int(rng.choice([-1, 0, 0, 1, 2, 3])) for d in judged}
+            qrels[f"q{q}"] = {str(d): int(rng.choice(grades)) for d in judged}
     run = {q: docs for q, docs in run.items() if docs}
     return qrels, run
 
@@ -88,6 +91,26 @@ def test_fixed_depth_runs_match_pytrec_eval(seed: int) -> None:
     # every list equally long: the engine reshapes the ranked rows instead of scattering
     qrels, run = _random_case(np.random.default_rng(seed), n_queries=60, depth=25)
     _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_large_and_sparse_grades_match_pytrec_eval(seed: int) -> None:
+    """Grades far above the levels of a table (10**9 for 60 queries would be 480 GB of
+    counts) are counted by the levels present; thresholds fall between them."""
+    rng = np.random.default_rng(seed)
+    qrels, run = _random_case(rng, n_queries=60, grades=(-1, 0, 1, 3, 65, 1000))
+    _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
+    qrels, run = _random_case(rng, n_queries=60, grades=(-1, 0, 1, 3, 65, 1000, 10**9))
+    # AP and R see grade >= rel only; pytrec_eval takes minutes over a grade of 10**9
+    lowered = {q: {d: min(g, 10**5) for d, g in docs.items()} for q, docs in qrels.items()}
+    for rel, ref_rel in ((2, 2), (65, 65), (66, 66), (10**9, 10**5)):
+        ours = evaluate(qrels, run, [f"AP(rel={rel})", f"R(rel={rel})@5"])
+        ref = pytrec_eval.RelevanceEvaluator(lowered, {"map", "recall_5"}, ref_rel).evaluate(run)
+        for qid, values in ref.items():
+            assert ours[qid][f"AP(rel={rel})"] == pytest.approx(values["map"], abs=1e-9)
+            assert ours[qid][f"R(rel={rel})@5"] == pytest.approx(values["recall_5"], abs=1e-9)
+    ideal = {q: {d: float(g) for d, g in docs.items()} for q, docs in qrels.items()}
+    assert {v["nDCG"] for v in evaluate(qrels, ideal, ["nDCG"]).values()} <= {0.0, 1.0}
 
 
 def test_shipped_example_matches_pytrec_eval(examples: Path) -> None:
@@ -244,6 +267,9 @@ def test_measure_parameters_and_means() -> None:
         ("qrels", "q1 0 d1 1\nq1 0 d2\n", 2, "expected 4 columns"),
         ("qrels", "q1 0 d1 1\nq1 0 d2 0.5\n", 2, "field 'relevance': '0.5' is not an integer"),
         ("qrels", "q1 0 d1 1\nq1 0 d1 0\n", 2, "duplicate document 'd1'"),
+        # Arrow reads hexadecimal integers: 0x10 as 16, 0xffffffffffffffff as -1
+        ("qrels", "q1 0 0x1 1\nq1 0 d2 0x10\n", 2, "field 'relevance': '0x10' is not"),
+        ("qrels", "q1 0 d1 0xffffffffffffffff\r\n", 1, "'0xffffffffffffffff' is not"),
     ],
 )
 def test_bad_files_are_located(

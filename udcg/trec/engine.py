@@ -311,25 +311,40 @@ def _duplicate_error(
     )
 
 
-def _grade_counts(q: np.ndarray, grades: np.ndarray, n_queries: int) -> np.ndarray:
-    """``counts[query, g]``: the query's judged documents of gain ``g`` (grades below 0 count
-    as gain 0), from one bincount of ``query * n_grades + gain``."""
-    n_grades = max(int(grades.max(initial=0)), 0) + 1
-    keys = np.multiply(q, n_grades, dtype=np.int64)
-    keys += grades if grades.min(initial=0) >= 0 else np.maximum(grades, 0)
+DENSE_GRADES = 64  # grades 0..64 are counted in a table of every level, others by level
+
+
+def _grade_counts(
+    q: np.ndarray, grades: np.ndarray, n_queries: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(counts, levels)``: ``counts[query, j]``, the query's judged documents of gain
+    ``levels[j]`` (grades below 0 count as gain 0), from one bincount of ``query * n_levels +
+    j``; ``levels`` ascending from 0, every integer up to the top grade when it is at most
+    :data:`DENSE_GRADES`, else the gains present (a grade of 10**6 needs no million levels)."""
+    gains = grades if grades.min(initial=0) >= 0 else np.maximum(grades, 0)
+    top = int(gains.max(initial=0))
+    if top <= DENSE_GRADES:
+        levels, codes = np.arange(top + 1), gains
+    else:
+        levels, codes = np.unique(np.append(gains, 0), return_inverse=True)
+        codes = codes[:-1]
+    keys = np.multiply(q, len(levels), dtype=np.int64)
+    keys += codes
     per_grade = np.bincount(keys)
     del keys
-    counts = np.zeros((n_queries, n_grades), dtype=np.int64)
+    counts = np.zeros((n_queries, len(levels)), dtype=np.int64)
     counts.flat[: len(per_grade)] = per_grade
-    return counts
+    return counts, levels
 
 
-def _ideal_dcg(counts: np.ndarray, k: int | None) -> np.ndarray:
-    """IDCG@k per query from its grade counts (``_grade_counts``): the judged gains sorted
-    descending, without a sort, summed as the run's DCG is (``_kernels.ideal_dcg_of_counts``)."""
-    at_least = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]  # [:, L - 1]: gains >= L
+def _ideal_dcg(counts: np.ndarray, levels: np.ndarray, k: int | None) -> np.ndarray:
+    """IDCG@k per query from its counts of gains ``levels`` (``_grade_counts``): the judged
+    gains sorted descending, without a sort, summed as the run's DCG is
+    (``_kernels.ideal_dcg_of_counts``)."""
+    at_least = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]  # [:, j - 1]: gains >= levels[j]
     depth = int(at_least[:, 0].max(initial=0)) if at_least.shape[1] else 0
-    return _kernels.ideal_dcg_of_counts(at_least, depth if k is None else min(depth, k))
+    depth = depth if k is None else min(depth, k)
+    return _kernels.ideal_dcg_of_counts(at_least, depth, np.diff(levels))
 
 
 def _length_buckets(lengths: np.ndarray) -> list[np.ndarray]:
@@ -591,7 +606,7 @@ def _evaluate(
     del run_grades  # freed for reuse below
     np.maximum(gains, 0, out=gains)  # linear gain; every binary level is >= 1
     lengths = np.bincount(q_ranked, minlength=n_queries)
-    counts = _grade_counts(q_qrels, qrels.relevance, n_queries)
+    counts, levels = _grade_counts(q_qrels, qrels.relevance, n_queries)
     judged = counts.sum(axis=1) > 0
     _warn_if_disjoint(np.bincount(q_qrels, minlength=n_queries) > 0, lengths > 0, qid_names)
     # every retrieved-for query is scored; those the qrels do not judge are left out after
@@ -626,9 +641,10 @@ def _evaluate(
     }
     # relevant judged documents per query: those of gain >= lvl (>= 1, so clipping is moot)
     n_rel = {
-        lvl: counts[:, lvl:].sum(axis=1) for lvl in {m.rel for m in parsed if m.name in ("AP", "R")}
+        lvl: counts[:, np.searchsorted(levels, lvl) :].sum(axis=1)
+        for lvl in {m.rel for m in parsed if m.name in ("AP", "R")}
     }
-    idcg = {m.cutoff: _ideal_dcg(counts, m.cutoff) for m in parsed if m.name == "nDCG"}
+    idcg = {m.cutoff: _ideal_dcg(counts, levels, m.cutoff) for m in parsed if m.name == "nDCG"}
 
     values = np.empty((n_queries, len(parsed)))
     for bucket in _length_buckets(lengths[evaluated]):

@@ -227,6 +227,17 @@ def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str)
 
 
 _INT64 = re.compile(r"-?[0-9]{1,19}")
+_HEX_LAST = re.compile(rb"[ \t]0[xX][0-9A-Fa-f]+[ \t\r\v\f]*(?:\n|$)")
+
+
+def _hex_grade(data: bytes) -> bool:
+    """Whether a line of ``data`` ends in a hexadecimal number (a grade Arrow would take).
+
+    Examples:
+        >>> _hex_grade(b"q1 0 d1 0x10\\n"), _hex_grade(b"q1 0 0x10 1\\n")
+        (True, False)
+    """
+    return (b"0x" in data or b"0X" in data) and _HEX_LAST.search(data) is not None
 
 
 def _check_value(text: str, field: str, path: PathType | None, line: int | None) -> None:
@@ -305,6 +316,8 @@ def read_columns(path: PathType, names: tuple[str, ...], value_field: str, value
     if table[value_field].null_count:
         scan()
         raise UDCGInputError("missing values", path=path, field=value_field)
+    if value_field == "relevance" and _hex_grade(data if data is not None else read_bytes(path)):
+        scan()  # Arrow reads 0x10 as 16 and 0xffffffffffffffff as -1
     values = to_numpy(table[value_field])
     if value_field == "score" and not np.isfinite(values).all():
         scan()
