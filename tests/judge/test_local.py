@@ -527,11 +527,30 @@ def test_texts_are_checked_before_the_model_loads() -> None:
         (["a", None], "field 'passages[1]': is None (use '' for an empty text)"),
         (["a", 3], "field 'passages[1]': expected a string, got int"),
         ("abc", "field 'passages': expected a sequence of strings, got a single string"),
+        (["a", "caf\ud800"], "field 'passages[1]': holds a lone surrogate (U+D800), which"),
     ]:
         with pytest.raises(UDCGInputError) as err:
             _check_texts(values, "passages")
-        assert str(err.value) == message
-    assert _check_texts(("a", ""), "passages") == ["a", ""]
+        assert str(err.value).startswith(message)
+    assert _check_texts(("a", "", "caf\u00e9 \U0001f600"), "passages")[:2] == ["a", ""]
+    from udcg.judge import open_judge
+
+    with pytest.raises(UDCGInputError, match=r"field 'prompts\[0\]\[0\].content': holds a lone"):
+        open_judge("smollm2-135m", cache=None).generate([[{"role": "user", "content": "\udfff"}]])
+
+
+def test_names_of_one_dtype_are_one_fingerprint_and_float32_is_the_default() -> None:
+    from udcg.judge.local import TransformersJudge
+
+    def fingerprint(**options) -> str:
+        return TransformersJudge("owner/model", device="cpu", **options).fingerprint
+
+    for names in (("float", "float32", "torch.float32", None), ("half", "float16"),
+                  ("double", "float64", "torch.float64")):  # fmt: skip
+        assert len({fingerprint(dtype=name) for name in names}) == 1, names
+    assert fingerprint(dtype="bfloat16") != fingerprint()
+    # CUDA's default is float32 too (bfloat16 values move with the other rows of a batch)
+    assert TransformersJudge("owner/model", device="cuda").fingerprint == fingerprint()
 
 
 def test_a_local_folder_is_fingerprinted_by_the_files_it_loads_a_hub_id_as_given(

@@ -105,7 +105,27 @@ def check_texts(values: Any, what: str) -> list[str]:
             raise UDCGInputError("is None (use '' for an empty text)", field=f"{what}[{i}]")
         if not isinstance(v, str):
             raise UDCGInputError(f"expected a string, got {type(v).__name__}", field=f"{what}[{i}]")
+        _check_encodable(v, f"{what}[{i}]")
     return values
+
+
+def _check_encodable(text: str, field: str) -> None:
+    """Refuse a text holding a lone surrogate (JSON can escape one, UTF-8 cannot encode it).
+
+    >>> _check_encodable("caf\\ud800", "passages[0]")
+    Traceback (most recent call last):
+    ...
+    udcg.errors.UDCGInputError: field 'passages[0]': holds a lone surrogate (U+D800), which ...
+    """
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UDCGInputError(
+            f"holds a lone surrogate (U+{ord(text[exc.start]):04X}), which UTF-8 cannot encode",
+            field=field,
+        ) from None
 
 
 def check_conversations(prompts: Any) -> list[list[dict[str, str]]]:
@@ -136,6 +156,7 @@ def check_conversations(prompts: Any) -> list[list[dict[str, str]]]:
                 raise UDCGInputError(
                     "expected a message {'role': str, 'content': str}", field=f"prompts[{i}][{j}]"
                 )
+            _check_encodable(message["content"], f"prompts[{i}][{j}].content")
         out.append(list(messages))
     return out
 

@@ -38,6 +38,7 @@ WARM_UP_PASSAGE = (
 WARM_UP_QUESTIONS = ("Where does the Danube end?", "How long is the Danube?")
 #: Names of torch's floating-point dtypes that ``dtype`` takes (``torch.`` prefix allowed).
 FLOAT_DTYPES = ("float32", "float", "bfloat16", "float16", "half", "float64", "double")
+_DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64"}
 
 
 def _single_token_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
@@ -79,7 +80,7 @@ class TransformersJudge(Judge):
         device: ``"auto"`` (CUDA when :func:`cuda_expected`, checked at load), ``"cpu"``,
             ``"cuda"``, ``"cuda:1"``...
         dtype: a floating-point ``torch`` dtype or its name (:data:`FLOAT_DTYPES`); default
-            float32 on CPU, bfloat16 on CUDA.
+            float32 (in bfloat16 a value moves with the other rows of its batch, by percents).
         batch_size: most rows per forward pass; default 16 on CPU, 64 on CUDA.
         max_batch_tokens: most padded new tokens per forward pass; default 1024 / 16384.
         max_generate_tokens: the same bound for :meth:`generate` (prompt + new tokens per row);
@@ -129,8 +130,9 @@ class TransformersJudge(Judge):
         if device == "auto":
             device = "cuda" if cuda_expected() else "cpu"
         self._device_name, cuda = device, device.startswith("cuda")
-        dtype = dtype if dtype is not None else "bfloat16" if cuda else "float32"
+        dtype = "float32" if dtype is None else dtype
         self._dtype_name = str(dtype).removeprefix("torch.")
+        self._dtype_name = _DTYPE_ALIASES.get(self._dtype_name, self._dtype_name)
         if self._dtype_name not in FLOAT_DTYPES:
             raise UDCGInputError(
                 f"must be a floating-point torch dtype ({', '.join(FLOAT_DTYPES)}), got {dtype!r}",
