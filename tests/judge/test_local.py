@@ -312,6 +312,20 @@ def test_truncation_keeps_the_head_and_is_counted(judge, nq_pairs):
     assert_close(got, np.array(want))
 
 
+def test_prompts_over_the_models_context_are_refused(judge, monkeypatch):
+    """Values past the model's context (max_position_embeddings) are never made: a prompt
+    longer than it, with the tokens to generate, is an error naming the item."""
+    monkeypatch.setattr(judge.model.config, "max_position_embeddings", 128)
+    passage = "The river flows through many towns and villages. " * 40
+    with pytest.raises(UDCGInputError, match=r"^item 1: a prompt of \d+ tokens is over the"):
+        judge.abstain_prob(["Where?", "Where?"], ["Short.", passage])
+    with pytest.raises(UDCGInputError, match=r"^item 0: .* over the context"):
+        judge.answer_prob(["Where?"], [passage], [["towns"]])
+    with pytest.raises(UDCGInputError, match=r"^item 0: .* and 100 to generate is over"):
+        judge.generate([[{"role": "user", "content": "Hello " * 40}]], max_new_tokens=100)
+    assert judge.abstain_prob(["Where?"], ["Short."]).shape == (1,)
+
+
 @needs_model
 def test_yes_prob_equals_manual_computation(judge):
     prompts = [

