@@ -363,6 +363,22 @@ def test_a_second_writer_of_a_run_or_sweep_folder_is_refused(tmp_path: Path, swe
     assert os.listdir(folder) == [".hydra.lock"]  # refused before Hydra wrote anything
 
 
+def test_an_output_dir_another_process_writes_is_refused(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config
+) -> None:
+    """``output_dir=X`` outside the locked run folder (or a sweep member's folder) takes X's
+    lock: a run another process writes there keeps its files."""
+    folder = tmp_path / "X"
+    folder.mkdir()
+    (folder / "theta_weights.png").write_text("the other run's figure")
+    with open(folder / ".hydra.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(UDCGInputError, match="another process is writing this run folder"):
+            run_evaluate(evaluate_config("k=1", "judge=fake"), folder)
+    assert sorted(os.listdir(folder)) == [".hydra.lock", "theta_weights.png"]
+    assert fake_judge.calls == 0
+
+
 # ------------------------------------------------------------------------ bad configuration
 
 

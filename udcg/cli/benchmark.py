@@ -28,6 +28,7 @@ from udcg.cli.hydra_config import (
     sweep_dir,
     tracking_settings,
 )
+from udcg.io.files import exclusive_writer
 from udcg.pipeline.benchmark import GIVEN, run_benchmark
 from udcg.pipeline.metric_table import show_correlation, show_interval
 from udcg.pipeline.report import show_forecast
@@ -45,22 +46,25 @@ def sweep_member(sweep: Path | None) -> dict[str, Any] | None:
 
 def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     """Check the options of ``cfg`` (udcg/conf/evaluate.yaml), build its dataset and retriever,
-    run the pipeline and log the report to the tracker (``tracking=mlflow``)."""
+    run the pipeline and log the report to the tracker (``tracking=mlflow``), holding the lock
+    of ``output_dir`` (:class:`udcg.cli.hydra_config.OneWriter`'s, already held when it is the
+    run folder; a sweep member's own folder, or another ``output_dir=``)."""
     settings = evaluate_settings(cfg)
     tracking = tracking_settings(cfg)
-    dataset = build(cfg.dataset, "dataset")
-    retriever = None if cfg.retriever.name == GIVEN else build_retriever(cfg.retriever)
-    sweep = sweep_dir()
-    report, files = run_benchmark(
-        dataset,
-        retriever,
-        settings,
-        Path(output_dir),
-        stage_id=(plain(cfg.dataset), plain(cfg.retriever)),
-        config=plain(cfg),
-        sweep=sweep_member(sweep),
-    )
-    run_id = track_report(tracking, report, files, Path(output_dir), sweep)
+    with exclusive_writer(Path(output_dir) / ".hydra", "run folder"):
+        dataset = build(cfg.dataset, "dataset")
+        retriever = None if cfg.retriever.name == GIVEN else build_retriever(cfg.retriever)
+        sweep = sweep_dir()
+        report, files = run_benchmark(
+            dataset,
+            retriever,
+            settings,
+            Path(output_dir),
+            stage_id=(plain(cfg.dataset), plain(cfg.retriever)),
+            config=plain(cfg),
+            sweep=sweep_member(sweep),
+        )
+        run_id = track_report(tracking, report, files, Path(output_dir), sweep)
     if run_id is not None:
         print(f"tracked: MLflow run {run_id}")
     return report, files
