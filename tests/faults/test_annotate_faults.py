@@ -37,6 +37,9 @@ class SlowJudge(Judge):
     fingerprint = os.environ.get("SLOW_FINGERPRINT", "slow-v1")
     delay = float(os.environ.get("SLOW_DELAY", "0"))
 
+    def batch_settings(self):  # a local model's: its values move with the batch
+        return {"batch_size": int(os.environ["SLOW_BATCH"])} if "SLOW_BATCH" in os.environ else {}
+
     def abstain_prob(self, questions, passages, mode="first_token"):
         out = []
         for q, p in zip(questions, passages, strict=True):
@@ -108,9 +111,9 @@ def _run(driver: Path, src: Path, out: Path, *extra: str, **env: str) -> tuple[i
     return run.returncode, stdout, stderr
 
 
-def _killed_midway(driver: Path, src: Path, out: Path) -> subprocess.Popen:
+def _killed_midway(driver: Path, src: Path, out: Path, **env: str) -> subprocess.Popen:
     """A slow run started and, once OUT.partial holds a line, left running."""
-    run = _start(driver, src, out, SLOW_DELAY="0.05")
+    run = _start(driver, src, out, SLOW_DELAY="0.05", **env)
     deadline = time.monotonic() + 60
     partial = partial_path(out)
     while not (partial.exists() and partial.read_bytes().count(b"\n") >= 1):
@@ -180,6 +183,31 @@ def test_resume_refuses_another_judge_other_steps_and_an_edited_input(tmp_path: 
     code, stdout, stderr = _run(driver, src, out)
     assert code == 0 and "resumed after" in stdout, stderr
     assert out.read_bytes() == reference
+
+
+def test_resume_of_a_judge_whose_values_move_with_the_batch_must_batch_alike(
+    tmp_path: Path,
+) -> None:
+    """A local model's values depend on the rows batched together: the chunk and its batch
+    limits are recorded, and a resume with others is refused (its output would match no
+    uninterrupted run)."""
+    driver, src = _driver(tmp_path), tmp_path / "in.jsonl"
+    write_contexts(src, _contexts())
+    out = tmp_path / "out.jsonl"
+    run = _killed_midway(driver, src, out, SLOW_BATCH="8")
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    partial = partial_path(out).read_bytes()
+    for extra, batch, message in [
+        (("--chunk", "1"), "8", 'batching.chunk 2, this run has batching.chunk 1'),
+        ((), "4", 'batching.batch_size 8, this run has batching.batch_size 4'),
+    ]:  # fmt: skip
+        code, _, stderr = _run(driver, src, out, *extra, SLOW_BATCH=batch)
+        assert code == 2 and message in stderr and stderr.count("\n") == 1, stderr
+        assert partial_path(out).read_bytes() == partial
+    code, stdout, stderr = _run(driver, src, out, SLOW_BATCH="8")
+    assert code == 0 and "resumed after" in stdout, stderr
+    assert json.loads(manifest_path(out).read_text())["batching"] == {"chunk": 2, "batch_size": 8}
 
 
 def _probs(path: Path, *inputs: list[Context]) -> Path:

@@ -329,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
             shard,
             {op: judge.key_settings(op) for op in operations(args.steps, args.relevance)},
         )
+        batching = judge.batch_settings()
+        if batching:  # values that move with their batch: a resume or shard must batch alike
+            record["batching"] = {"chunk": args.chunk, **batching}
         relabel = args.relabel_relevance
         judges = made_by(
             judges, judge.name, judge.fingerprint, args.steps, args.relevance, relabel, args.mode

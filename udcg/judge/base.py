@@ -189,6 +189,11 @@ class Judge(ABC):
         request keys); ``{}`` by default."""
         return {}
 
+    def batch_settings(self) -> dict[str, Any]:
+        """Settings that move values with the other items of a batch (a local model's padded
+        batches: summation order), which a resumed run must share; ``{}`` by default."""
+        return {}
+
     def probe(self) -> None:  # noqa: B027 (a hook: in-process backends have nothing to check)
         """Check in seconds that the judge can answer; raises UDCGInputError when not."""
 

@@ -174,6 +174,9 @@ class CachedJudge(Judge):
     def provides(self) -> frozenset[str] | None:  # type: ignore[override]
         return None if self.inner is None else getattr(self.inner, "provides", None)
 
+    def batch_settings(self) -> dict[str, Any]:
+        return {} if self.inner is None else self.inner.batch_settings()
+
     def probe(self) -> None:
         self._probe_pending = False
         if self.inner is not None:

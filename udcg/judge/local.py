@@ -246,6 +246,11 @@ class TransformersJudge(Judge):
         policy = f"dtype={self._dtype_name}|max_passage_tokens={self.max_passage_tokens}"
         return f"{self._weights}|{policy}"
 
+    def batch_settings(self) -> dict[str, Any]:
+        """The limits and sharing that set which rows run together (see :meth:`_score`)."""
+        names = ("batch_size", "max_batch_tokens", "max_generate_tokens", "share_passages")
+        return {name: getattr(self, name) for name in names}
+
     def __repr__(self) -> str:
         return f"TransformersJudge(name={self.name!r}, fingerprint={self.fingerprint!r})"
 
