@@ -567,6 +567,25 @@ def test_names_of_one_dtype_are_one_fingerprint_and_float32_is_the_default() -> 
     assert TransformersJudge("owner/model", device="cuda").fingerprint == fingerprint()
 
 
+def test_max_passage_tokens_is_checked_when_set_later_too(tmp_path) -> None:
+    """``judge.max_passage_tokens = N`` (docs/judge.md) is checked as the option is: 0 would
+    score empty passages, -5 drop the last 5 tokens of every passage."""
+    from udcg.judge.cache import JudgeCache
+    from udcg.judge.cached import CachedJudge
+    from udcg.judge.local import TransformersJudge
+
+    judge = CachedJudge(
+        TransformersJudge("owner/model", device="cpu"), JudgeCache(tmp_path / "c.sqlite")
+    )
+    for value in (0, -5, True, 2.5, "8"):
+        with pytest.raises(UDCGInputError, match="field 'max_passage_tokens': must be >= 1"):
+            judge.max_passage_tokens = value
+        with pytest.raises(UDCGInputError, match="must be >= 1 or None"):
+            TransformersJudge("owner/model", device="cpu", max_passage_tokens=value)
+    judge.max_passage_tokens = 256
+    assert judge.inner.max_passage_tokens == 256 and "max_passage_tokens=256" in judge.fingerprint
+
+
 def test_a_local_folder_is_fingerprinted_by_the_files_it_loads_a_hub_id_as_given(
     tmp_path, monkeypatch
 ):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import numbers
 import os
 import re
 from collections.abc import Sequence
@@ -116,10 +117,6 @@ class TransformersJudge(Judge):
         source_id: str | None = None,
         warm_up: bool = True,
     ) -> None:
-        if max_passage_tokens is not None and max_passage_tokens < 1:
-            raise UDCGInputError(
-                f"must be >= 1 or None, got {max_passage_tokens}", field="max_passage_tokens"
-            )
         self.source, self.gguf_file = str(model_id_or_path), gguf_file
         self.name = name or local_key(self.source)
         self._device_asked = device = str(device)
@@ -232,6 +229,18 @@ class TransformersJudge(Judge):
     marker_ids = _model_part("marker_ids", "Token ids of the abstention marker")
     yes_ids = _model_part("yes_ids", "Single-token ids of the Yes words")
     no_ids = _model_part("no_ids", "Single-token ids of the No words")
+
+    @property
+    def max_passage_tokens(self) -> int | None:
+        """Tokens a passage is cut to for abstention and answer likelihood (None: uncut)."""
+        return self._max_passage_tokens
+
+    @max_passage_tokens.setter
+    def max_passage_tokens(self, value: int | None) -> None:
+        whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        if value is not None and not (whole and value >= 1):
+            raise UDCGInputError(f"must be >= 1 or None, got {value!r}", field="max_passage_tokens")
+        self._max_passage_tokens = None if value is None else int(value)
 
     @property
     def dtype(self) -> Any:
