@@ -116,6 +116,10 @@ def test_two_query_id_columns_must_agree() -> None:
     differ = agree.assign(query_id=["2", "1"], label=[1, 0])
     with pytest.raises(UDCGInputError, match="both 'qid' and 'query_id' columns, and they differ"):
         evaluate(differ, run, "RR")
+    # one name twice (pd.concat(axis=1)): a column of two, refused in one line
+    twice = pd.concat([run, run[["qid"]]], axis=1)
+    with pytest.raises(UDCGInputError, match="^field 'run': the DataFrame has two columns named"):
+        evaluate(agree.assign(label=[1, 0]), twice, "RR")
 
 
 def test_ir_measures_measures_equal_their_names(case) -> None:

@@ -126,6 +126,9 @@ def _one_id_column(frame: Any, columns: list[str], wanted: tuple[str, ...], kind
 
 def _dataframe_columns(frame: Any, kind: Kind) -> tuple[Any, Any, Any]:
     columns = [str(c) for c in frame.columns]
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if twice:
+        raise UDCGInputError(f"the DataFrame has two columns named {twice[0]!r}", field=kind)
     q = _pick(columns, QUERY_COLUMNS, "query id", kind)
     d = _pick(columns, DOC_COLUMNS, "document id", kind)
     _one_id_column(frame, columns, QUERY_COLUMNS, kind)
