@@ -118,7 +118,7 @@ def test_two_query_id_columns_must_agree() -> None:
         evaluate(differ, run, "RR")
     # one name twice (pd.concat(axis=1)): a column of two, refused in one line
     twice = pd.concat([run, run[["qid"]]], axis=1)
-    with pytest.raises(UDCGInputError, match="^field 'run': the DataFrame has two columns named"):
+    with pytest.raises(UDCGInputError, match=r"^field 'run': the DataFrame has two columns named"):
         evaluate(agree.assign(label=[1, 0]), twice, "RR")
 
 
