@@ -305,6 +305,13 @@ def test_an_echo_of_another_prompt_is_refused_and_special_tokens_may_be_dropped(
     asked = _echo([*pieces[:3], " кто", " читал", *pieces[5:], " Jane", " Austen", "<gen>"], scored)
     with pytest.raises(ReplyError, match="another prompt than the one sent"):
         echoed_continuation(asked, russian, " Jane Austen", 1, ["<s>"])
+    # a character whose letters are ASCII (the Kelvin sign: K), split into pieces; and Hangul,
+    # one syllable split, the next one's letters starting with its own
+    for sent, split, kept in (("<s>at 373 \u212a?", "\u212a", ["<s>", "at", " 373 "]),
+                              ("<s>\uac00\uac01?", "\uac00", ["<s>"])):  # fmt: skip
+        tokens = [*kept, "", "bytes:\\xe2", "\ufffd", *sent[sent.index(split) + 1 :]]
+        echo = _echo([*tokens, " Jane", " Austen", "<gen>"], [0.0] * len(tokens) + [-1, -0.5, -0.1])
+        assert len(echoed_continuation(echo, sent, " Jane Austen", 1, ["<s>"])) == 2, sent
 
 
 def test_a_piped_precomputed_file_is_refused_on_ray_from_python(tmp_path) -> None:
