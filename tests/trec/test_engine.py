@@ -98,8 +98,9 @@ def test_large_and_sparse_grades_match_pytrec_eval(seed: int) -> None:
     """Grades far above the levels of a table (10**9 for 60 queries would be 480 GB of
     counts) are counted by the levels present; thresholds fall between them."""
     rng = np.random.default_rng(seed)
-    qrels, run = _random_case(rng, n_queries=60, grades=(-1, 0, 1, 3, 65, 1000))
-    _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
+    for grades in ((-1, 0, 1, 3, 65, 1000), tuple(range(-1, 1000))):  # few levels, or many
+        qrels, run = _random_case(rng, n_queries=60, grades=grades)
+        _assert_parity(evaluate(qrels, run, list(PARITY)), _pytrec(qrels, run))
     qrels, run = _random_case(rng, n_queries=60, grades=(-1, 0, 1, 3, 65, 1000, 10**9))
     # AP and R see grade >= rel only; pytrec_eval takes minutes over a grade of 10**9
     lowered = {q: {d: min(g, 10**5) for d, g in docs.items()} for q, docs in qrels.items()}

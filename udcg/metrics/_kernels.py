@@ -109,21 +109,16 @@ def _grade_counts(gains: np.ndarray, top: float) -> tuple[np.ndarray, int, int] 
     return codes.astype(np.int32), int(top), bits
 
 
-def ideal_dcg_of_counts(
-    at_least: np.ndarray, depth: int, steps: np.ndarray | None = None
-) -> np.ndarray:
+def ideal_dcg_of_counts(at_least: np.ndarray, depth: int) -> np.ndarray:
     """DCG@depth of each row's integer gains sorted decreasing, from ``at_least[:, L - 1]``,
-    the row's count of gains >= level L, the levels 1..top, or those ``steps`` apart (level L
-    is ``steps[:L].sum()``). Summed as :func:`dcg` sums that sorted list (the gain at rank
-    j + 1 is the sum of the steps of the levels with more than j gains at or above them), so a
-    list in that order scores exactly 1.0. Rows are visited longest first, each only while it
-    has gains left."""
+    the row's count of gains >= L (L = 1..top). Summed as :func:`dcg` sums that sorted list
+    (the gain at rank j + 1 is the number of levels L with more than j gains >= L), so a list
+    in that order scores exactly 1.0. Rows are visited longest first, each only while it has
+    gains left."""
     at_least = np.minimum(at_least, depth)
-    if steps is not None and (steps == 1).all():
-        steps = None
     if at_least.shape[1] == 0:
         return np.zeros(len(at_least))
-    if at_least.shape[1] == 1 and steps is None:  # binary gains: the sum of the first n discounts
+    if at_least.shape[1] == 1:  # binary gains: the sum of the first n discounts
         return cumulative_discounts(depth)[at_least[:, 0]]
     order = np.argsort(-at_least[:, 0], kind="stable")
     ranked = at_least[order]
@@ -132,9 +127,7 @@ def ideal_dcg_of_counts(
     sums = np.zeros(len(ranked))
     for j in range(int(longest.max(initial=0))):
         active = int(np.count_nonzero(longest > j))  # a prefix: rows are longest first
-        above = ranked[:active] > j
-        gain = np.count_nonzero(above, axis=1) if steps is None else above @ steps
-        sums[:active] += gain * d[j]
+        sums[:active] += np.count_nonzero(ranked[:active] > j, axis=1) * d[j]
     out = np.empty_like(sums)
     out[order] = sums
     return out

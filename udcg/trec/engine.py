@@ -311,40 +311,45 @@ def _duplicate_error(
     )
 
 
-DENSE_GRADES = 64  # grades 0..64 are counted in a table of every level, others by level
+DENSE_GRADES = 64  # up to this top grade, one table counts every grade of every query
 
 
-def _grade_counts(
-    q: np.ndarray, grades: np.ndarray, n_queries: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(counts, levels)``: ``counts[query, j]``, the query's judged documents of gain
-    ``levels[j]`` (grades below 0 count as gain 0), from one bincount of ``query * n_levels +
-    j``; ``levels`` ascending from 0, every integer up to the top grade when it is at most
-    :data:`DENSE_GRADES`, else the gains present (a grade of 10**6 needs no million levels)."""
-    gains = grades if grades.min(initial=0) >= 0 else np.maximum(grades, 0)
-    top = int(gains.max(initial=0))
-    if top <= DENSE_GRADES:
-        levels, codes = np.arange(top + 1), gains
-    else:
-        levels, codes = np.unique(np.append(gains, 0), return_inverse=True)
-        codes = codes[:-1]
-    keys = np.multiply(q, len(levels), dtype=np.int64)
-    keys += codes
+def _grade_counts(q: np.ndarray, gains: np.ndarray, n_queries: int) -> np.ndarray:
+    """``counts[query, g]``: the query's judged documents of gain ``g`` (0..top, at most
+    :data:`DENSE_GRADES`), from one bincount of ``query * n_grades + gain``."""
+    n_grades = int(gains.max(initial=0)) + 1
+    keys = np.multiply(q, n_grades, dtype=np.int64)
+    keys += gains
     per_grade = np.bincount(keys)
     del keys
-    counts = np.zeros((n_queries, len(levels)), dtype=np.int64)
+    counts = np.zeros((n_queries, n_grades), dtype=np.int64)
     counts.flat[: len(per_grade)] = per_grade
-    return counts, levels
+    return counts
 
 
-def _ideal_dcg(counts: np.ndarray, levels: np.ndarray, k: int | None) -> np.ndarray:
-    """IDCG@k per query from its counts of gains ``levels`` (``_grade_counts``): the judged
-    gains sorted descending, without a sort, summed as the run's DCG is
-    (``_kernels.ideal_dcg_of_counts``)."""
-    at_least = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]  # [:, j - 1]: gains >= levels[j]
+def _ideal_dcg(counts: np.ndarray, k: int | None) -> np.ndarray:
+    """IDCG@k per query from its grade counts (``_grade_counts``): the judged gains sorted
+    descending, without a sort, summed as the run's DCG is (``_kernels.ideal_dcg_of_counts``)."""
+    at_least = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]  # [:, L - 1]: gains >= L
     depth = int(at_least[:, 0].max(initial=0)) if at_least.shape[1] else 0
-    depth = depth if k is None else min(depth, k)
-    return _kernels.ideal_dcg_of_counts(at_least, depth, np.diff(levels))
+    return _kernels.ideal_dcg_of_counts(at_least, depth if k is None else min(depth, k))
+
+
+def _sorted_ideal_dcg(q: np.ndarray, gains: np.ndarray, n_queries: int, k: int | None):
+    """IDCG@k per query from its judged gains sorted descending (for grades above
+    :data:`DENSE_GRADES`: a grade of 10**6 needs no table of a million levels), summed as the
+    run's DCG is (``_kernels.dcg``)."""
+    positive = gains > 0
+    q, gains = q[positive], gains[positive]
+    order = np.lexsort((-gains, q))
+    q, gains = q[order], gains[order]
+    per_query = np.bincount(q, minlength=n_queries)
+    rank = np.arange(len(q)) - (np.cumsum(per_query) - per_query)[q]
+    width = int(per_query.max(initial=0)) if k is None else min(k, int(per_query.max(initial=0)))
+    kept = rank < width
+    table = np.zeros((n_queries, width))
+    table[q[kept], rank[kept]] = gains[kept]
+    return _kernels.dcg(table)
 
 
 def _length_buckets(lengths: np.ndarray) -> list[np.ndarray]:
@@ -606,8 +611,8 @@ def _evaluate(
     del run_grades  # freed for reuse below
     np.maximum(gains, 0, out=gains)  # linear gain; every binary level is >= 1
     lengths = np.bincount(q_ranked, minlength=n_queries)
-    counts, levels = _grade_counts(q_qrels, qrels.relevance, n_queries)
-    judged = counts.sum(axis=1) > 0
+    judged_gains = np.maximum(qrels.relevance, 0)
+    judged = np.bincount(q_qrels, minlength=n_queries) > 0
     _warn_if_disjoint(np.bincount(q_qrels, minlength=n_queries) > 0, lengths > 0, qid_names)
     # every retrieved-for query is scored; those the qrels do not judge are left out after
     evaluated = np.flatnonzero(lengths > 0)
@@ -641,10 +646,15 @@ def _evaluate(
     }
     # relevant judged documents per query: those of gain >= lvl (>= 1, so clipping is moot)
     n_rel = {
-        lvl: counts[:, np.searchsorted(levels, lvl) :].sum(axis=1)
+        lvl: np.bincount(q_qrels[judged_gains >= lvl], minlength=n_queries)
         for lvl in {m.rel for m in parsed if m.name in ("AP", "R")}
     }
-    idcg = {m.cutoff: _ideal_dcg(counts, levels, m.cutoff) for m in parsed if m.name == "nDCG"}
+    cutoffs = {m.cutoff for m in parsed if m.name == "nDCG"}
+    if cutoffs and int(judged_gains.max(initial=0)) <= DENSE_GRADES:
+        counts = _grade_counts(q_qrels, judged_gains, n_queries)
+        idcg = {k: _ideal_dcg(counts, k) for k in cutoffs}
+    else:
+        idcg = {k: _sorted_ideal_dcg(q_qrels, judged_gains, n_queries, k) for k in cutoffs}
 
     values = np.empty((n_queries, len(parsed)))
     for bucket in _length_buckets(lengths[evaluated]):
