@@ -549,8 +549,17 @@ def test_texts_are_checked_before_the_model_loads() -> None:
     assert _check_texts(("a", "", "caf\u00e9 \U0001f600"), "passages")[:2] == ["a", ""]
     from udcg.judge import open_judge
 
+    judge = open_judge("smollm2-135m", cache=None)
     with pytest.raises(UDCGInputError, match=r"field 'prompts\[0\]\[0\].content': holds a lone"):
-        open_judge("smollm2-135m", cache=None).generate([[{"role": "user", "content": "\udfff"}]])
+        judge.generate([[{"role": "user", "content": "\udfff"}]])
+    with pytest.raises(UDCGInputError, match=r"field 'prompts\[0\]\[0\].role': holds a lone"):
+        judge.yes_prob([[{"role": "us\udc00er", "content": "Yes?"}]])
+    with pytest.raises(UDCGInputError, match=r"field 'answers\[0\]\[0\]': holds a lone"):
+        judge.answer_prob(["Where?"], ["Paris."], [["Paris\ud800"]])
+    from udcg.judge.cache import cache_key  # what no operation's check names: one line still
+
+    with pytest.raises(UDCGInputError, match="generate_json request holds a lone surrogate"):
+        cache_key("fp", "generate_json", {"schema": {"\ud800": 1}})
 
 
 def test_names_of_one_dtype_are_one_fingerprint_and_float32_is_the_default() -> None:

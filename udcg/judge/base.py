@@ -156,7 +156,8 @@ def check_conversations(prompts: Any) -> list[list[dict[str, str]]]:
                 raise UDCGInputError(
                     "expected a message {'role': str, 'content': str}", field=f"prompts[{i}][{j}]"
                 )
-            _check_encodable(message["content"], f"prompts[{i}][{j}].content")
+            for part in ("role", "content"):
+                _check_encodable(message[part], f"prompts[{i}][{j}].{part}")
         out.append(list(messages))
     return out
 
@@ -320,6 +321,7 @@ class Judge(ABC):
                     raise UDCGInputError(
                         f"must be a non-empty string, got {answer!r}", field=f"answers[{i}][{j}]"
                     )
+                _check_encodable(answer, f"answers[{i}][{j}]")
         items = [
             {"question": q, "passage": p, "answers": list(a)}
             for q, p, a in zip(questions, passages, answers, strict=True)

@@ -96,7 +96,12 @@ def cache_key(
     """
     identity = {"v": _KEY_VERSION, "judge": fingerprint, "op": operation, "input": payload}
     identity["params"] = dict(params or {})
-    return hashlib.sha256(canonical_json(identity).encode("utf-8")).hexdigest()
+    try:
+        return hashlib.sha256(canonical_json(identity).encode("utf-8")).hexdigest()
+    except UnicodeEncodeError:  # what the operation's own checks do not name (a schema's)
+        raise UDCGInputError(
+            f"the {operation} request holds a lone surrogate, which UTF-8 cannot encode"
+        ) from None
 
 
 def _probability(stored: Any) -> tuple[float, bool]:
