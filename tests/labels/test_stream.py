@@ -305,6 +305,44 @@ def test_cli_warns_of_passages_the_local_judge_cut(tmp_path: Path, capsys) -> No
     )
 
 
+def test_the_report_and_demo_record_the_batching_of_a_local_judge(tmp_path: Path) -> None:
+    """``udcg report`` labels each system's contexts resumably (``label_contexts``) with the
+    record ``udcg demo`` writes too: a judge whose values move with its batch has its chunk and
+    batch limits recorded, and a resume batched otherwise is refused."""
+    from udcg.judge.cached import CachedJudge
+    from udcg.pipeline.journey import label_contexts
+
+    class Local(CountingJudge):
+        def __init__(self, batch_size: int, stop_after: int | None = None) -> None:
+            super().__init__()
+            self.batch_size, self.stop_after = batch_size, stop_after
+
+        def batch_settings(self):
+            return {"batch_size": self.batch_size}
+
+        def abstain_prob(self, questions, passages, mode="first_token"):
+            if self.stop_after is not None and len(self.scored) >= self.stop_after:
+                raise KeyboardInterrupt  # killed after its first chunk
+            return super().abstain_prob(questions, passages, mode)
+
+    src = tmp_path / "a.jsonl"
+    write_contexts(src, _contexts(6))
+
+    def label(batch_size: int, chunk: int, stop_after: int | None = None):
+        judge = CachedJudge(Local(batch_size, stop_after), tmp_path / f"c{batch_size}.sqlite")
+        return label_contexts({"a": src}, judge, ["abstain"], tmp_path / "labels", chunk)
+
+    with pytest.raises(KeyboardInterrupt):
+        label(8, 2, stop_after=1)
+    partial = partial_path(tmp_path / "labels" / "a.jsonl")
+    record = json.loads(partial_manifest_path(partial).read_text().splitlines()[0])
+    assert record["batching"] == {"chunk": 2, "batch_size": 8}
+    for batch_size, chunk, field in ((8, 4, "batching.chunk"), (1, 2, "batching.batch_size")):
+        with pytest.raises(UDCGInputError, match=f"was written with {field}"):
+            label(batch_size, chunk)
+    assert label(8, 2)["a"].resumed == 2
+
+
 class _Uncached:
     """A judge with the ``cache`` counters the command prints."""
 

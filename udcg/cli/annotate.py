@@ -74,7 +74,7 @@ from udcg.labels.annotate import (
     refuse_stale_llm_labels,
     relabels,
 )
-from udcg.labels.provenance import annotation_record
+from udcg.labels.provenance import annotation_record, with_batching
 from udcg.labels.shards import in_shard, parse_shard
 from udcg.labels.signal_check import ContextSignal
 from udcg.labels.stream import (
@@ -329,9 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             shard,
             {op: judge.key_settings(op) for op in operations(args.steps, args.relevance)},
         )
-        batching = judge.batch_settings()
-        if batching:  # values that move with their batch: a resume or shard must batch alike
-            record["batching"] = {"chunk": args.chunk, **batching}
+        record = with_batching(record, judge, args.chunk)
         relabel = args.relabel_relevance
         judges = made_by(
             judges, judge.name, judge.fingerprint, args.steps, args.relevance, relabel, args.mode

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda part: annotate(part, judge, steps=STEPS),
             chunk=len(contexts),
             total=len(contexts),
-            record=default_record(judge, STEPS),
+            record=default_record(judge, STEPS, len(contexts)),
         )
         print(
             f"wrote {report.contexts} contexts to {args.out}: {report.pairs} passage pairs, "

@@ -84,24 +84,43 @@ def annotation_record(
     }
 
 
-def default_record(judge: Any, steps: Sequence[str]) -> dict[str, Any]:
+def default_record(judge: Any, steps: Sequence[str], chunk: int) -> dict[str, Any]:
     """The record of ``annotate(contexts, judge, steps)`` with its defaults (string relevance,
-    span grader, first-token abstention, 32 new tokens, the whole input), as ``udcg demo`` and
-    the one-journey report annotate.
+    span grader, first-token abstention, 32 new tokens, the whole input) in chunks of ``chunk``
+    contexts, as ``udcg demo`` and the one-journey report annotate.
 
     Examples:
         >>> from udcg.judge import Judge
         >>> class Fixed(Judge):
         ...     name, fingerprint = "fixed", "fixed-v1"
-        >>> record = default_record(Fixed(), ["abstain", "outcomes"])
+        >>> record = default_record(Fixed(), ["abstain", "outcomes"], 64)
         >>> record["judge"], record["steps"], record["grader"], record["shard"]
         ('fixed', ['abstain', 'outcomes'], 'span', None)
     """
     settings = {op: judge.key_settings(op) for op in operations(steps, "string")}
-    return annotation_record(
+    record = annotation_record(
         judge.name, judge.fingerprint, steps, "string", False, "span", "first_token", 32, None,
         settings,
     )  # fmt: skip
+    return with_batching(record, judge, chunk)
+
+
+def with_batching(record: dict[str, Any], judge: Any, chunk: int) -> dict[str, Any]:
+    """``record`` with ``batching`` (``chunk`` and ``judge.batch_settings()``) when the judge's
+    values move with the other items of a batch (a local model's), so that a resume or shard
+    batched otherwise is refused; ``record`` itself for other judges.
+
+    Examples:
+        >>> from udcg.judge import Judge
+        >>> class Local(Judge):
+        ...     name, fingerprint = "local", "local-v1"
+        ...     def batch_settings(self):
+        ...         return {"batch_size": 16}
+        >>> with_batching({"judge": "local"}, Local(), 64)
+        {'judge': 'local', 'batching': {'chunk': 64, 'batch_size': 16}}
+    """
+    batching = judge.batch_settings()
+    return {**record, "batching": {"chunk": chunk, **batching}} if batching else record
 
 
 def line_hash(ctx: Context) -> str:

@@ -284,7 +284,7 @@ def label_contexts(
     }
     check_provided(judge, steps, "string")
     step = functools.partial(annotate, judge=judge, steps=steps, mode=ABSTENTION_MODE)
-    record = default_record(judge, steps)
+    record = default_record(judge, steps, chunk)
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, path in contexts.items():
