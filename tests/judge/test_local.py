@@ -314,15 +314,18 @@ def test_truncation_keeps_the_head_and_is_counted(judge, nq_pairs):
 
 def test_prompts_over_the_models_context_are_refused(judge, monkeypatch):
     """Values past the model's context (max_position_embeddings) are never made: a prompt
-    longer than it, with the tokens to generate, is an error naming the item."""
+    longer than it, with the tokens to generate, is an error quoting its question or message
+    (what a user can find, whichever call and position it had)."""
     monkeypatch.setattr(judge.model.config, "max_position_embeddings", 128)
     passage = "The river flows through many towns and villages. " * 40
-    with pytest.raises(UDCGInputError, match=r"^item 1: a prompt of \d+ tokens is over the"):
-        judge.abstain_prob(["Where?", "Where?"], ["Short.", passage])
-    with pytest.raises(UDCGInputError, match=r"^item 0: .* over the context"):
+    over = r" is \d+ tokens, over the context of .* \(128 tokens\); shorten its texts"
+    with pytest.raises(UDCGInputError, match=r"^the prompt of 'Where to\?'" + over):
+        judge.abstain_prob(["Where from?", "Where to?"], ["Short.", passage])
+    with pytest.raises(UDCGInputError, match=r"^the prompt of 'Where\?'" + over):
         judge.answer_prob(["Where?"], [passage], [["towns"]])
-    with pytest.raises(UDCGInputError, match=r"^item 0: .* and 100 to generate is over"):
-        judge.generate([[{"role": "user", "content": "Hello " * 40}]], max_new_tokens=100)
+    with pytest.raises(UDCGInputError, match=r"^the prompt of '\.\.\.lo( Hello)+ Question: Why\?' is "
+                       r"\d+ tokens and 100 to generate, over"):  # fmt: skip
+        judge.generate([[{"role": "user", "content": "Hello " * 40 + "Question: Why?"}]], 100)
     assert judge.abstain_prob(["Where?"], ["Short."]).shape == (1,)
 
 

@@ -42,6 +42,11 @@ FLOAT_DTYPES = ("float32", "float", "bfloat16", "float16", "half", "float64", "d
 _DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64"}
 
 
+def _last_message(messages: Messages) -> str:
+    """The content of the last message of a conversation (what names it in errors)."""
+    return messages[-1]["content"] if messages else ""
+
+
 def _single_token_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
     """The distinct ids of those ``words`` that are one token for ``tokenizer``."""
     encoded = [tokenizer.encode(w, add_special_tokens=False) for w in words]
@@ -312,7 +317,7 @@ class TransformersJudge(Judge):
         with ``passages`` are abstention prompts (they start with the template prefix; those on
         one passage share its cache when ``share_passages``); other rows share their common
         prefix."""
-        self._check_context(rows, 0, kw.pop("items", None))
+        self._check_context(rows, 0, kw.pop("names"))
         limits = (self.batch_size, self.max_batch_tokens)
         prefix = None if passages is None else self._abstain_template_prefix()
         groups = passages if self.share_passages else None
@@ -321,23 +326,22 @@ class TransformersJudge(Judge):
         )
         return values
 
-    def _check_context(
-        self, rows: list[list[int]], new_tokens: int, items: list[int] | None = None
-    ) -> None:
+    def _check_context(self, rows: list[list[int]], new_tokens: int, names: Sequence[str]) -> None:
         """Refuse a row that, with ``new_tokens`` to generate, is longer than the model's
         context (``max_position_embeddings``): its values would be made past it, unwarned.
-        ``items``: the call's item of each row (default: the row's own position)."""
+        ``names[i]``: the question or message of row i, which the refusal quotes (the end of a
+        message: the question, in udcg's prompts)."""
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if not isinstance(limit, int):
             return
-        for i, row in enumerate(rows):
+        for row, name in zip(rows, names, strict=True):
             if len(row) + new_tokens > limit:
                 also = f" and {new_tokens} to generate" if new_tokens else ""
+                quoted = name if len(name) <= 80 else f"...{name[-77:]}"  # its question
                 raise UDCGInputError(
-                    f"item {i if items is None else items[i]}: a prompt of {len(row)} tokens"
-                    f"{also} is over the context of {self.source!r} ({limit} tokens); shorten"
-                    " the texts (max_passage_tokens cuts passages for abstention and answer"
-                    " likelihood)"
+                    f"the prompt of {quoted!r} is {len(row)} tokens{also}, over the context of"
+                    f" {self.source!r} ({limit} tokens); shorten its texts (max_passage_tokens"
+                    " cuts passages for abstention and answer likelihood)"
                 )
 
     def warm_up(self) -> None:
@@ -379,7 +383,7 @@ class TransformersJudge(Judge):
         def reduce(hidden: Any, _rows: list[Any]) -> Any:  # [B, n_out, H] -> [B] log P(marker)
             return self.engine.log_softmax(hidden, target_t.expand(len(hidden), -1)).sum(-1)
 
-        return np.exp(self._score(rows, len(targets), reduce, passages))
+        return np.exp(self._score(rows, len(targets), reduce, passages, names=questions))
 
     def _answer(
         self, questions: Sequence[str], passages: Sequence[str], answers: Sequence[Sequence[str]]
@@ -418,8 +422,8 @@ class TransformersJudge(Judge):
             return sums / valid.sum(1)
 
         passages = [passages[i] for i, _ in flat]
-        items = [i for i, _ in flat]
-        mean_logp = self._score(rows, width, reduce, passages, row_data=padded, items=items)
+        names = [questions[i] for i, _ in flat]
+        mean_logp = self._score(rows, width, reduce, passages, row_data=padded, names=names)
         best = np.zeros(len(questions), dtype=np.float64)
         np.maximum.at(best, [i for i, _ in flat], np.exp(mean_logp))
         return best
@@ -437,14 +441,14 @@ class TransformersJudge(Judge):
             margin = torch.logsumexp(logp[:, yes], -1) - torch.logsumexp(logp[:, no], -1)
             return torch.sigmoid(margin)  # P(yes)/(P(yes)+P(no)) without underflow
 
-        return self._score(rows, 1, reduce, None)
+        return self._score(rows, 1, reduce, None, names=[_last_message(m) for m in prompts])
 
     def _generate(self, prompts: Sequence[Messages], max_new_tokens: int) -> list[str]:
         """Greedy completions, batched with left padding, special tokens removed."""
         import torch
 
         rows = self._encode([self._render(list(m)) for m in prompts])
-        self._check_context(rows, max_new_tokens)
+        self._check_context(rows, max_new_tokens, [_last_message(m) for m in prompts])
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         out: list[str] = [""] * len(rows)
         tok = self.tokenizer
