@@ -285,6 +285,7 @@ def test_cli_warns_once_about_upper_bounds(tmp_path: Path, capsys, monkeypatch) 
 
 
 def test_cli_warns_of_passages_the_local_judge_cut(tmp_path: Path, capsys) -> None:
+    """Counted once per passage, whatever the steps that read it."""
     import importlib.util
 
     from udcg.judge import embedded
@@ -295,8 +296,8 @@ def test_cli_warns_of_passages_the_local_judge_cut(tmp_path: Path, capsys) -> No
     src = tmp_path / "in.jsonl"
     passages = [Passage("d1", long), Passage("d2", "Short.")]
     write_contexts(src, [Context("q1", passages, question="Where does it flow?", answers=["sea"])])
-    args = [str(src), "-o", str(tmp_path / "o.jsonl"), "--steps", "abstain", "--judge",
-            "smollm2-135m", "--judge-option", "max_passage_tokens=8", "--cache",
+    args = [str(src), "-o", str(tmp_path / "o.jsonl"), "--steps", "abstain,answer_likelihood",
+            "--judge", "smollm2-135m", "--judge-option", "max_passage_tokens=8", "--cache",
             str(tmp_path / "c.sqlite")]  # fmt: skip
     assert main(args) == 0
     assert (

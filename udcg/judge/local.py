@@ -152,7 +152,8 @@ class TransformersJudge(Judge):
                 raise UDCGInputError(f"must be >= 1, got {getattr(self, what)}", field=what)
         self.max_passage_tokens = max_passage_tokens
         self.share_passages = bool(share_passages)
-        self.n_truncated = self.loads = 0
+        self.loads = 0
+        self._cut: set[int] = set()  # hashes of the distinct passages cut
         self.last_stats = ForwardStats()
         self._abstain_prefix: tuple[int, ...] | None = None
         self._loaded: dict[str, Any] | None = None
@@ -294,12 +295,18 @@ class TransformersJudge(Judge):
         for i, ids in enumerate(enc):
             if len(ids) > limit:
                 out[i] = self.tokenizer.decode(ids[:limit])
+                self._cut.add(hash(passages[i]))
                 cut += 1
                 log.debug("passage %d truncated from %d to %d tokens", i, len(ids), limit)
         if cut:
-            self.n_truncated += cut
             log.info("%d of %d passages truncated to their first %d tokens", cut, len(out), limit)
         return out
+
+    @property
+    def n_truncated(self) -> int:
+        """Distinct passages cut to ``max_passage_tokens`` so far (once, whatever the steps and
+        questions that read them)."""
+        return len(self._cut)
 
     def _abstain_template_prefix(self) -> tuple[int, ...]:
         """Token ids that every abstention prompt starts with (template up to ``Document:``)."""
@@ -348,9 +355,9 @@ class TransformersJudge(Judge):
         """Score two short abstention pairs on one passage and discard the values: builds the
         prefix's key/value cache and pays the first passes' one-off costs now. Later values do
         not depend on it; ``last_stats`` and ``n_truncated`` are left as they were."""
-        stats, truncated = self.last_stats, self.n_truncated
+        stats, truncated = self.last_stats, set(self._cut)
         self.abstain_prob(list(WARM_UP_QUESTIONS), [WARM_UP_PASSAGE] * len(WARM_UP_QUESTIONS))
-        self.last_stats, self.n_truncated = stats, truncated
+        self.last_stats, self._cut = stats, truncated
 
     def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
         """The values of one call of ``op`` (see :meth:`Judge.compute`)."""
