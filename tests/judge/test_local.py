@@ -323,8 +323,10 @@ def test_prompts_over_the_models_context_are_refused(judge, monkeypatch):
         judge.abstain_prob(["Where from?", "Where to?"], ["Short.", passage])
     with pytest.raises(UDCGInputError, match=r"^the prompt of 'Where\?'" + over):
         judge.answer_prob(["Where?"], [passage], [["towns"]])
-    with pytest.raises(UDCGInputError, match=r"^the prompt of '\.\.\.lo( Hello)+ Question: Why\?' is "
-                       r"\d+ tokens and 100 to generate, over"):  # fmt: skip
+    generated = (
+        r"^the prompt of '\.\.\.lo( Hello)+ Question: Why\?' is \d+ tokens and 100 to generate"
+    )
+    with pytest.raises(UDCGInputError, match=generated):
         judge.generate([[{"role": "user", "content": "Hello " * 40 + "Question: Why?"}]], 100)
     assert judge.abstain_prob(["Where?"], ["Short."]).shape == (1,)
 
