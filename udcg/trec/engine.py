@@ -613,7 +613,7 @@ def _evaluate(
     lengths = np.bincount(q_ranked, minlength=n_queries)
     judged_gains = np.maximum(qrels.relevance, 0)
     judged = np.bincount(q_qrels, minlength=n_queries) > 0
-    _warn_if_disjoint(np.bincount(q_qrels, minlength=n_queries) > 0, lengths > 0, qid_names)
+    _warn_if_disjoint(judged, lengths > 0, qid_names)
     # every retrieved-for query is scored; those the qrels do not judge are left out after
     evaluated = np.flatnonzero(lengths > 0)
     u_ranked = None
