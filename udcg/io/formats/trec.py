@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import mmap
 import os
 import re
 from collections.abc import Mapping
@@ -230,14 +231,25 @@ _INT64 = re.compile(r"-?[0-9]{1,19}")
 _HEX_LAST = re.compile(rb"[ \t]0[xX][0-9A-Fa-f]+[ \t\r\v\f]*(?:\n|$)")
 
 
-def _hex_grade(data: bytes) -> bool:
+def _hex_grade(data: bytes | mmap.mmap) -> bool:
     """Whether a line of ``data`` ends in a hexadecimal number (a grade Arrow would take).
 
     Examples:
         >>> _hex_grade(b"q1 0 d1 0x10\\n"), _hex_grade(b"q1 0 0x10 1\\n")
         (True, False)
     """
-    return (b"0x" in data or b"0X" in data) and _HEX_LAST.search(data) is not None
+    if data.find(b"0x") < 0 and data.find(b"0X") < 0:
+        return False
+    return _HEX_LAST.search(data) is not None
+
+
+def _hex_grade_in(path: PathType, data: bytes | None) -> bool:
+    """:func:`_hex_grade` of ``data``, or, when Arrow read the regular file ``path`` itself, of
+    that file mapped into memory (not read a second time)."""
+    if data is not None:
+        return _hex_grade(data)
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        return _hex_grade(m)
 
 
 def _check_value(text: str, field: str, path: PathType | None, line: int | None) -> None:
@@ -316,7 +328,7 @@ def read_columns(path: PathType, names: tuple[str, ...], value_field: str, value
     if table[value_field].null_count:
         scan()
         raise UDCGInputError("missing values", path=path, field=value_field)
-    if value_field == "relevance" and _hex_grade(data if data is not None else read_bytes(path)):
+    if value_field == "relevance" and _hex_grade_in(path, data):
         scan()  # Arrow reads 0x10 as 16 and 0xffffffffffffffff as -1
     values = to_numpy(table[value_field])
     if value_field == "score" and not np.isfinite(values).all():
