@@ -1,6 +1,7 @@
 """``udcg annotate --engine ray`` as a user runs it (a subprocess that starts its own local Ray
 instance): the output file is byte-identical to the single-process run's; without the ``ray``
-extra, and with a Ray flag but no ``--engine ray``, the command is one line and exit 2."""
+extra (also ``udcg benchmark engine=ray``), and with a Ray flag but no ``--engine ray``, the
+command is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -73,6 +74,21 @@ def test_without_ray_the_command_names_the_extra(tmp_path: Path) -> None:
         "udcg annotate: error: needs the 'ray' extra: pip install 'udcg[ray]'\n",
     )
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_without_ray_the_benchmark_names_the_extra_as_annotate_does(tmp_path: Path) -> None:
+    program = (
+        "import sys; sys.modules['ray'] = None; from udcg.cli.main import main; "
+        f"sys.exit(main(['benchmark', 'engine=ray', 'hydra.run.dir={tmp_path / 'run'}']))"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        "udcg benchmark: error: needs the 'ray' extra: pip install 'udcg[ray]'\n",
+    )
 
 
 def test_a_ray_flag_needs_the_ray_engine(tmp_path: Path, capsys) -> None:

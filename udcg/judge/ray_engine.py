@@ -158,11 +158,12 @@ class JudgeWorker:
 
 
 def _ray() -> Any:
-    """The ray module, or an ImportError naming the extra (as the command line does)."""
+    """The ray module, or a ModuleNotFoundError naming the extra (as the command line does)."""
     try:
         import ray
     except ImportError as exc:
-        raise ImportError("the Ray engine needs Ray: pip install 'udcg[ray]'") from exc
+        message = "the Ray engine needs Ray: pip install 'udcg[ray]'"
+        raise ModuleNotFoundError(message, name="ray") from exc
     return ray
 
 
