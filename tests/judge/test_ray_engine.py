@@ -376,6 +376,30 @@ def test_the_workers_resolved_abstain_token_is_in_the_key_and_must_agree() -> No
             server.close()
 
 
+def test_a_local_model_on_ray_records_its_batching_with_the_piece_size(
+    tmp_path: Path, precomputed
+) -> None:
+    from tests.judge.test_openai_backend import _tiny_chat_model
+
+    _tiny_chat_model(tmp_path)
+    local = load_judge(str(tmp_path), batch_size=3)
+    judge = RayJudge(
+        str(tmp_path), options={"batch_size": 3}, engine=RayOptions(workers=1, piece_size=5)
+    )
+    try:  # the rows that run together: the pieces, then the model's batches
+        assert judge.batch_settings() == {
+            "engine": "ray", "piece_size": 5, **local.batch_settings()
+        }  # fmt: skip
+        assert local.batch_settings()["batch_size"] == 3
+    finally:
+        judge.close()
+    judge = RayJudge(precomputed[0], engine=RayOptions(workers=1))
+    try:  # values that do not move with the batch: nothing recorded, as in one process
+        assert judge.batch_settings() == {} == load_judge(precomputed[0]).batch_settings()
+    finally:
+        judge.close()
+
+
 class PeakServer(ChatServer):
     """A :class:`ChatServer` that counts the chat requests it holds at once (``peak``)."""
 

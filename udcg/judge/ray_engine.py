@@ -152,6 +152,9 @@ class JudgeWorker:
     def key_settings(self, operation: str) -> dict[str, Any]:
         return self.judge.key_settings(operation)
 
+    def batch_settings(self) -> dict[str, Any]:
+        return self.judge.batch_settings()
+
     def run(self, requests: Sequence[Request], start: int) -> tuple[int, list[Result]]:
         """The results of ``requests``, the piece at ``start``."""
         return start, self.judge.run(requests)
@@ -260,27 +263,23 @@ class RayJudge(Judge):
                 field="judge",
             )
         self._key_settings: dict[str, dict[str, Any]] = {}
+        self._batching: dict[str, Any] | None = None
         self._dead: set[int] = set()  # actors past their restarts
 
     def key_settings(self, operation: str) -> dict[str, Any]:
         """The live actors' settings (asked once); actors that differ are an error."""
         if operation not in self._key_settings:
-            ray = _ray()
-            answers = []
-            for ref in [self.actors[i].key_settings.remote(operation) for i in self._live()]:
-                with suppress(ray.exceptions.RayActorError), _own_errors():
-                    answers.append(ray.get(ref))
-            if not answers:
-                raise self._all_died()
-            differ = [a for a in answers if a != answers[0]]
-            if differ:
-                raise UDCGInputError(
-                    f"the Ray workers' judges resolve {operation} differently ({answers[0]} vs "
-                    f"{differ[0]}): the servers of a pool must serve one deployment",
-                    field="judge",
-                )
-            self._key_settings[operation] = answers[0]
+            self._key_settings[operation] = self._agreed(operation, "key_settings", operation)
         return dict(self._key_settings[operation])
+
+    def batch_settings(self) -> dict[str, Any]:
+        """The actors' batching, with the engine and its piece size (which set the rows that
+        run together), when their values move with the batch (a local model's); else ``{}``."""
+        if self._batching is None:
+            inner = self._agreed("batching", "batch_settings")
+            engine = {"engine": "ray", "piece_size": self._piece_size(0, 1)}
+            self._batching = {**engine, **inner} if inner else {}
+        return dict(self._batching)
 
     def __repr__(self) -> str:
         return f"RayJudge(name={self.name!r}, workers={len(self.actors)})"
@@ -292,6 +291,24 @@ class RayJudge(Judge):
     def _live(self) -> list[int]:
         """Indices of the actors not known to be past their restarts."""
         return [i for i in range(len(self.actors)) if i not in self._dead]
+
+    def _agreed(self, what: str, method: str, *args: Any) -> Any:
+        """The live actors' answer to ``method(*args)`` (``what`` they resolve); actors that
+        answer differently are an error (a pool's servers serving other deployments)."""
+        ray, answers = _ray(), []
+        for ref in [getattr(self.actors[i], method).remote(*args) for i in self._live()]:
+            with suppress(ray.exceptions.RayActorError), _own_errors():
+                answers.append(ray.get(ref))
+        if not answers:
+            raise self._all_died()
+        differ = [a for a in answers if a != answers[0]]
+        if differ:
+            raise UDCGInputError(
+                f"the Ray workers' judges resolve {what} differently ({answers[0]} vs "
+                f"{differ[0]}): the servers of a pool must serve one deployment",
+                field="judge",
+            )
+        return answers[0]
 
     def _all_died(self) -> UDCGServiceError:
         return UDCGServiceError(f"every Ray worker of judge {self.name!r} died")
