@@ -224,6 +224,29 @@ def test_a_cached_value_not_of_its_operations_form_is_refused_naming_file_and_ke
     assert inner.asked == 1
 
 
+def test_drop_bounds_deletes_the_upper_bounds_only(tmp_path, capsys) -> None:
+    path = tmp_path / "c.sqlite"
+    with JudgeCache(path):  # the real schema
+        pass
+    rows = {
+        "a": '{"value": 0.25, "upper_bound": true}',  # a bound: asked again
+        "b": '{"value": 0.25, "upper_bound": false}',
+        "c": "0.5",
+        "d": '"text mentioning upper_bound"',  # a generation
+        "e": '{"value": {"upper_bound": true}, "attempts": 1, "raw": []}',  # a JSON result
+    }
+    for key, stored in rows.items():
+        _sql(path, f"INSERT INTO judge_cache VALUES ('{key}', '{stored}', 1.7e9)")
+    assert main(["cache", "drop", str(path), "c", "--bounds"]) == 0
+    said = capsys.readouterr().out
+    assert said == f"{path}: dropped 2 entries (1 keys named and every upper bound)\n"
+    with sqlite3.connect(path) as conn:
+        left = {key for (key,) in conn.execute("SELECT key FROM judge_cache")}
+    assert left == {"b", "d", "e"}
+    assert main(["cache", "drop", str(path)]) == 2  # nothing named: a user mistake
+    assert "name the keys to drop, or give --bounds" in capsys.readouterr().err
+
+
 _WRITER = """
 import sys, time
 from udcg.judge.cache import JudgeCache

@@ -18,7 +18,9 @@ process writing the cache was killed, its last entries live in ``FILE-wal``, and
 to another machine, or copy ``FILE-wal`` with it.
 
 ``drop FILE KEY...`` deletes the named entries (a run refuses an entry it cannot use, naming
-the file and the key; the next run computes a dropped entry again).
+the file and the key; the next run computes a dropped entry again); ``drop FILE --bounds``
+deletes every value stored as an upper bound (e.g. kept while a server could not echo), so
+the next run asks for them again.
 """
 
 from __future__ import annotations
@@ -69,11 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoint.add_argument("files", metavar="FILE", nargs="+", help="judge cache files (SQLite)")
     drop = commands.add_parser(
         "drop",
-        help="delete entries by key",
-        description="Delete the named entries of a cache file; the next run computes them again.",
+        help="delete entries by key, or those stored as upper bounds",
+        description="Delete the named entries of a cache file, and with --bounds every value "
+        "stored as an upper bound; the next run computes them again.",
     )
     drop.add_argument("file", metavar="FILE", help="judge cache file (SQLite)")
-    drop.add_argument("keys", metavar="KEY", nargs="+", help="cache keys to delete")
+    drop.add_argument("keys", metavar="KEY", nargs="*", help="cache keys to delete")
+    drop.add_argument(
+        "--bounds",
+        action="store_true",
+        help="also delete every value stored as an upper bound (asked again by the next run)",
+    )
     return parser
 
 
@@ -143,12 +151,16 @@ def checkpoint(files: list[str]) -> int:
     return status
 
 
-def drop(path: str, keys: list[str]) -> None:
-    """Delete ``keys`` from the cache file ``path``."""
+def drop(path: str, keys: list[str], bounds: bool) -> None:
+    """Delete ``keys``, and with ``bounds`` the upper bounds, from the cache file ``path``."""
+    if not keys and not bounds:
+        raise UDCGInputError("name the keys to drop, or give --bounds")
     JudgeCache.check_file(path)
     with JudgeCache(path) as cache:
-        dropped = cache.drop(keys)
-    print(f"{path}: dropped {dropped} of {len(set(keys))} keys", file=info_stream())
+        dropped = cache.drop(keys, bounds)
+    named = f"{len(set(keys))} keys named" + (" and every upper bound" if bounds else "")
+    what = f"{dropped} entries ({named})" if bounds else f"{dropped} of {len(set(keys))} keys"
+    print(f"{path}: dropped {what}", file=info_stream())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "checkpoint":
             return checkpoint(args.files)
         if args.command == "drop":
-            drop(args.file, args.keys)
+            drop(args.file, args.keys, args.bounds)
             return None
         stats(args.files)
         return None

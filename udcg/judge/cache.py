@@ -121,6 +121,19 @@ def _probability(stored: Any) -> tuple[float, bool]:
     return value, bound
 
 
+def _stored_bound(text: str) -> bool:
+    """Whether a stored value is a probability marked as an upper bound."""
+    try:
+        stored = json.loads(text)
+    except ValueError:
+        return False
+    return (
+        isinstance(stored, dict)
+        and set(stored) == {"value", "upper_bound"}
+        and (stored["upper_bound"] is True)
+    )
+
+
 def _store_probability(value: float, upper_bound: bool) -> float | dict[str, Any] | None:
     number = float(value)
     stored = {"value": number, "upper_bound": True} if upper_bound else number
@@ -409,12 +422,21 @@ class JudgeCache:
             self.writes += counts.added
         return counts
 
-    def drop(self, keys: Iterable[str]) -> int:
-        """Delete the entries of ``keys`` in one transaction; returns how many there were."""
-        wanted = [(key,) for key in dict.fromkeys(keys)]
+    def drop(self, keys: Iterable[str] = (), bounds: bool = False) -> int:
+        """Delete the entries of ``keys``, and with ``bounds`` every entry stored as an upper
+        bound (``{"value": v, "upper_bound": true}``: the next run asks it again, e.g. of a
+        server that now echoes), in one transaction; returns how many there were."""
         with self._open(write=True) as conn:
+            wanted = list(keys)
+            if bounds:
+                found = conn.execute(
+                    "SELECT key, value FROM judge_cache WHERE value LIKE '%upper_bound%'"
+                )
+                wanted += [key for key, value in found if _stored_bound(value)]
             before = conn.total_changes
-            conn.executemany("DELETE FROM judge_cache WHERE key = ?", wanted)
+            conn.executemany(
+                "DELETE FROM judge_cache WHERE key = ?", [(k,) for k in dict.fromkeys(wanted)]
+            )
             return conn.total_changes - before
 
     def checkpoint(self) -> bool:
