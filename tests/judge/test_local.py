@@ -24,6 +24,7 @@ from udcg.judge.prompts import (
     answer_likelihood_messages,
     answer_messages,
 )
+from udcg.judge.requests import RefusedRequest
 
 HAS_MODEL = importlib.util.find_spec(embedded.EMBEDDED_PACKAGE) is not None
 needs_model = pytest.mark.skipif(
@@ -319,16 +320,44 @@ def test_prompts_over_the_models_context_are_refused(judge, monkeypatch):
     monkeypatch.setattr(judge.model.config, "max_position_embeddings", 128)
     passage = "The river flows through many towns and villages. " * 40
     over = r" is \d+ tokens, over the context of .* \(128 tokens\); shorten its texts"
-    with pytest.raises(UDCGInputError, match=r"^the prompt of 'Where to\?'" + over):
+    with pytest.raises(RefusedRequest, match=r"^the prompt of 'Where to\?'" + over) as caught:
         judge.abstain_prob(["Where from?", "Where to?"], ["Short.", passage])
-    with pytest.raises(UDCGInputError, match=r"^the prompt of 'Where\?'" + over):
-        judge.answer_prob(["Where?"], [passage], [["towns"]])
+    assert caught.value.request.inputs == {"question": "Where to?", "passage": passage}
+    with pytest.raises(UDCGInputError, match=r"^the prompt of 'Where\?'" + over) as caught:
+        judge.answer_prob(["Where?", "Where?"], ["Short.", passage], [["a", "b"], ["towns"]])
+    assert caught.value.request.inputs["passage"] == passage  # the request, not its row
     generated = (
         r"^the prompt of '\.\.\.lo( Hello)+ Question: Why\?' is \d+ tokens and 100 to generate"
     )
     with pytest.raises(UDCGInputError, match=generated):
         judge.generate([[{"role": "user", "content": "Hello " * 40 + "Question: Why?"}]], 100)
     assert judge.abstain_prob(["Where?"], ["Short."]).shape == (1,)
+
+
+def test_annotate_names_the_file_and_line_of_a_prompt_over_the_context(
+    judge, monkeypatch, tmp_path
+):
+    """Whichever step, chunk, cache or batch the refused item came in, the error names the
+    context that holds it, by file and line."""
+    from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
+    from udcg.judge.cache import JudgeCache
+    from udcg.judge.cached import CachedJudge
+    from udcg.labels.annotate import annotate
+
+    monkeypatch.setattr(judge.model.config, "max_position_embeddings", 128)
+    long = "The river flows through many towns and villages. " * 40
+    rows = [
+        Context("q1", [Passage("d1", "Short.")], question="Where?", answers=["here"]),
+        Context("q2", [Passage("d2", "Tiny."), Passage("d3", long)], question="What?",
+                answers=["river"]),
+    ]  # fmt: skip
+    write_contexts(tmp_path / "in.jsonl", rows)
+    contexts = list(read_contexts(tmp_path / "in.jsonl"))
+    cached = CachedJudge(judge, JudgeCache(tmp_path / "c.sqlite"))
+    at = rf"^{tmp_path / 'in.jsonl'}:2: context 'q2': the prompt of "
+    for steps in (["abstain"], ["answer_likelihood"], ["outcomes"]):
+        with pytest.raises(UDCGInputError, match=at):
+            annotate(contexts, cached, steps=steps, batch=1)
 
 
 @needs_model

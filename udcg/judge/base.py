@@ -18,7 +18,15 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.judge.prompts import Messages
-from udcg.judge.requests import OPERATIONS, Request, Result, calls, column, make_request
+from udcg.judge.requests import (
+    OPERATIONS,
+    RefusedRequest,
+    Request,
+    Result,
+    calls,
+    column,
+    make_request,
+)
 from udcg.judge.structured import JSONResult, generate_json
 
 AbstainMode = Literal["first_token", "sequence"]
@@ -208,7 +216,11 @@ class Judge(ABC):
             sink = None
             if on_result is not None and self.streams_results:
                 sink = lambda j, value, bound, at=positions: on_result(at[j], value, bound)  # noqa: E731
-            out = self.compute(op, asked, sink)
+            try:
+                out = self.compute(op, asked, sink)
+            except RefusedRequest as refused:
+                refused.request = refused.request or asked[refused.item]
+                raise
             if len(out) != len(asked):
                 raise RuntimeError(
                     f"judge {self.name!r} returned {len(out)} results for {len(asked)} inputs"

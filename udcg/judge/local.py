@@ -23,7 +23,7 @@ from udcg.errors import UDCGInputError
 from udcg.judge.base import Judge, OnResult, check_texts
 from udcg.judge.file_digest import file_sha256, folder_sha256
 from udcg.judge.prompts import ABSTAIN_MARKER, Messages, abstain_messages
-from udcg.judge.requests import Request, column
+from udcg.judge.requests import RefusedRequest, Request, column
 from udcg.judge.scoring_engine import ForwardStats, ScoringEngine, common_prefix_len, plan_batches
 from udcg.judge.spec import local_key
 
@@ -324,7 +324,7 @@ class TransformersJudge(Judge):
         with ``passages`` are abstention prompts (they start with the template prefix; those on
         one passage share its cache when ``share_passages``); other rows share their common
         prefix."""
-        self._check_context(rows, 0, kw.pop("names"))
+        self._check_context(rows, 0, kw.pop("names"), kw.pop("items", None))
         limits = (self.batch_size, self.max_batch_tokens)
         prefix = None if passages is None else self._abstain_template_prefix()
         groups = passages if self.share_passages else None
@@ -333,22 +333,30 @@ class TransformersJudge(Judge):
         )
         return values
 
-    def _check_context(self, rows: list[list[int]], new_tokens: int, names: Sequence[str]) -> None:
-        """Refuse a row that, with ``new_tokens`` to generate, is longer than the model's
-        context (``max_position_embeddings``): its values would be made past it, unwarned.
-        ``names[i]``: the question or message of row i, which the refusal quotes (the end of a
-        message: the question, in udcg's prompts)."""
+    def _check_context(
+        self,
+        rows: list[list[int]],
+        new_tokens: int,
+        names: Sequence[str],
+        items: Sequence[int] | None = None,
+    ) -> None:
+        """Refuse (:class:`~udcg.judge.requests.RefusedRequest`) a row that, with
+        ``new_tokens`` to generate, is longer than the model's context
+        (``max_position_embeddings``): its values would be made past it, unwarned. ``names[i]``:
+        the question or message of row i, which the refusal quotes (the end of a message: the
+        question, in udcg's prompts); ``items[i]`` the request it scores (default: i)."""
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if not isinstance(limit, int):
             return
-        for row, name in zip(rows, names, strict=True):
+        for i, (row, name) in enumerate(zip(rows, names, strict=True)):
             if len(row) + new_tokens > limit:
                 also = f" and {new_tokens} to generate" if new_tokens else ""
                 quoted = name if len(name) <= 80 else f"...{name[-77:]}"  # its question
-                raise UDCGInputError(
+                raise RefusedRequest(
                     f"the prompt of {quoted!r} is {len(row)} tokens{also}, over the context of"
                     f" {self.source!r} ({limit} tokens); shorten its texts (max_passage_tokens"
-                    " cuts passages for abstention and answer likelihood)"
+                    " cuts passages for abstention and answer likelihood)",
+                    i if items is None else items[i],
                 )
 
     def warm_up(self) -> None:
@@ -429,8 +437,10 @@ class TransformersJudge(Judge):
             return sums / valid.sum(1)
 
         passages = [passages[i] for i, _ in flat]
-        names = [questions[i] for i, _ in flat]
-        mean_logp = self._score(rows, width, reduce, passages, row_data=padded, names=names)
+        names, items = [questions[i] for i, _ in flat], [i for i, _ in flat]
+        mean_logp = self._score(
+            rows, width, reduce, passages, row_data=padded, names=names, items=items
+        )
         best = np.zeros(len(questions), dtype=np.float64)
         np.maximum.at(best, [i for i, _ in flat], np.exp(mean_logp))
         return best

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from udcg.errors import UDCGInputError
 from udcg.judge.cache import cache_key
 from udcg.judge.prompts import abstain_messages
 
@@ -79,6 +80,23 @@ class MissingResults(Exception):
         super().__init__(f"{len(requests)} judge results are not in the cache")
         self.requests, self.first = list(requests), first
         self.context: Any = None
+
+
+class RefusedRequest(UDCGInputError):
+    """A request a backend refuses as input (a prompt over its model's context): ``item`` its
+    position in the backend's call, ``request`` the request (set by :meth:`Judge.run`), so that
+    a caller can name the input that holds it.
+
+    >>> RefusedRequest("too long", item=2).item
+    2
+    """
+
+    def __init__(self, message: str, item: int, request: Request | None = None) -> None:
+        super().__init__(message)
+        self.item, self.request = item, request
+
+    def __reduce__(self) -> Any:  # kept through a Ray worker
+        return type(self), (self.reason, self.item, self.request)
 
 
 def validator_id(validate: Any) -> str | None:

@@ -43,7 +43,7 @@ from udcg.errors import UDCGInputError, UDCGServiceError
 from udcg.io.contexts.jsonl import Context, Passage
 from udcg.judge.base import AbstainMode, Judge
 from udcg.judge.prompts import Messages, answer_messages
-from udcg.judge.requests import MissingResults
+from udcg.judge.requests import MissingResults, RefusedRequest, Request
 from udcg.labels.answers import contains_answer, grade_span
 from udcg.labels.batches import judge_call
 from udcg.labels.erag import Grader, label_erag
@@ -359,15 +359,35 @@ def with_bound(passage: Passage, name: str, value_field: str, bound: bool) -> Pa
 
 
 @contextmanager
-def _named(holder: Callable[[int], Context]) -> Iterator[None]:
-    """:class:`~udcg.judge.requests.MissingResults` of a judge call given the context that
-    needs its first missing item: ``holder(i)`` of the item's position in the call."""
+def _named(holder: Callable[[int], Context], items: Sequence[Any]) -> Iterator[None]:
+    """Errors of a judge call over ``items`` given the context they concern (``holder(i)`` of
+    item i): :class:`~udcg.judge.requests.MissingResults` the one that needs its first missing
+    item, and a :class:`~udcg.judge.requests.RefusedRequest` the file and line of the one
+    that holds the refused item."""
     try:
         yield
     except MissingResults as missing:
         if missing.context is None:
             missing.context = holder(missing.first)
         raise
+    except RefusedRequest as refused:
+        wanted = None if refused.request is None else _item_of(refused.request)
+        at = next((i for i, item in enumerate(items) if item == wanted), None)
+        if at is None:
+            raise
+        ctx = holder(at)
+        raise UDCGInputError(f"context {ctx.qid!r}: {refused.reason}", **ctx.location()) from None
+
+
+def _item_of(request: Request) -> Any:
+    """The item of an annotation step that ``request`` judges: ``(question, passage)``,
+    ``(question, answers, passage)`` or the messages."""
+    got = request.inputs
+    if "messages" in got:
+        return got["messages"]
+    if "answers" in got:
+        return got["question"], tuple(got["answers"]), got["passage"]
+    return got["question"], got["passage"]
 
 
 def _holding(
@@ -403,7 +423,7 @@ def _judged(
     contexts' items), counted in ``report``; a value that is not a probability (NaN from a
     damaged model) is a :class:`~udcg.errors.UDCGServiceError` naming the judge and context."""
     holder = _holding(contexts, keys, len(keys[0]) - 1 if keys else 1)
-    with _named(holder):
+    with _named(holder, keys):
         values, bounds = judge_call(judge, keys, work, label, batch)
     report.bounds[value_field] += int(bounds.sum())
     for i, value in enumerate(values):
@@ -590,7 +610,7 @@ def annotate(
     if "outcomes" in steps:
         prompts = [answer_messages(c.question, [p.text for p in c.passages]) for c in out]
         report.answers = len(prompts)
-        with _named(out.__getitem__):
+        with _named(out.__getitem__, prompts):
             answers, _ = judge_call(
                 judge,
                 prompts,
@@ -603,13 +623,13 @@ def annotate(
                 grade_span(a, c.answers) for a, c in zip(answers, out, strict=True)
             ]
         else:
-            with _named(out.__getitem__):
+            graded = [
+                grader_messages(c.question, c.answers, a) for a, c in zip(answers, out, strict=True)
+            ]
+            with _named(out.__getitem__, graded):
                 texts, _ = judge_call(
                     judge,
-                    [
-                        grader_messages(c.question, c.answers, a)
-                        for a, c in zip(answers, out, strict=True)
-                    ],
+                    graded,
                     lambda chunk, **kw: judge.generate(list(chunk), 4, **kw),
                     "grading",
                     batch,
