@@ -369,7 +369,12 @@ def test_a_value_another_writer_committed_meanwhile_is_kept_and_a_conflict_warne
         with JudgeCache(path) as cache:
             CachedJudge(Varying(0.25), cache).abstain_prob(["q", "q2"], ["p", "p"])
 
-    with JudgeCache(path) as cache, pytest.warns(UDCGWarning, match="1 of the values this run"):
+    with (
+        JudgeCache(path) as cache,
+        pytest.warns(
+            UDCGWarning, match="1 of the values this run.* another run \\(process or thread\\)"
+        ),
+    ):
         ours = CachedJudge(Varying(0.251, meanwhile=other_run), cache)
         ours.abstain_prob(["q", "q3"], ["p", "p"])
     with JudgeCache(path) as cache:

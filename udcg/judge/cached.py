@@ -27,7 +27,7 @@ from udcg.judge.requests import MissingResults, Request, Result
 
 class _Commits(threading.Thread):
     """Buffered cache writes, committed together when ``size`` wait, every ``interval`` seconds
-    (this thread, started at once) and at :meth:`close`; a key another process committed
+    (this thread, started at once) and at :meth:`close`; a key another writer committed
     meanwhile keeps its value (the cache only grows), counted in ``conflicts`` when it
     differs."""
 
@@ -313,8 +313,8 @@ class CachedJudge(Judge):
         if commits.conflicts:
             warnings.warn(
                 f"judge {self.name!r}: {commits.conflicts} of the values this run computed"
-                f" differ from those another process stored in {self.cache.path} meanwhile;"
-                " the cache keeps those (a rerun it answers gives them)",
+                f" differ from those another run (process or thread) stored in {self.cache.path}"
+                " meanwhile; the cache keeps those (a rerun it answers gives them)",
                 UDCGWarning,
                 stacklevel=3,
             )
