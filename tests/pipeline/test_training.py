@@ -198,6 +198,26 @@ def test_train_py_into_a_run_folder_another_process_writes_is_refused(tmp_path: 
     assert os.listdir(out) == [".hydra.lock"]  # no config, log, csv or weights of its own
 
 
+def test_train_py_exporting_into_a_folder_another_process_writes_is_refused(
+    tmp_path: Path,
+) -> None:
+    """``export_dir=X`` (or a sweep member's folder, its default) outside the locked run folder
+    takes X's lock: the run another process writes there keeps its files."""
+    folder = tmp_path / "X"
+    folder.mkdir()
+    (folder / "history.csv").write_text("the other run's history")
+    with open(folder / ".hydra.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = _run_train("k=5", f"export_dir={folder}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"train.py: error: {folder}/.hydra: another process is writing this run folder "
+        f"(lock {folder}/.hydra.lock); wait for it to finish or choose another output path"
+    ]
+    assert sorted(os.listdir(folder)) == [".hydra.lock", "history.csv"]
+    assert (folder / "history.csv").read_text() == "the other run's history"
+
+
 def test_a_second_export_into_one_folder_is_refused_before_the_fit(tmp_path: Path) -> None:
     model = UDCGTheta(3)
     with open(tmp_path / "udcg_theta_k3.safetensors.lock", "a") as lock:  # another process's

@@ -31,6 +31,7 @@ from udcg.cli.hydra_config import (
     train_settings,
 )
 from udcg.errors import UDCGInputError
+from udcg.io.files import exclusive_writer
 from udcg.pipeline.context_scores import (
     file_labels_made_by,
     file_values_made_by,
@@ -134,7 +135,14 @@ def _data_makers(data: DictConfig, settings: TrainSettings) -> dict[str, str | N
 
 def run_train(cfg: DictConfig) -> TrainReport:
     """Check the options of ``cfg`` (udcg/conf/train.yaml), build the model, data, Trainer,
-    callbacks and loggers, train, export, write the history and log the run."""
+    callbacks and loggers, train, export, write the history and log the run, holding the lock
+    of ``export_dir`` (:class:`udcg.cli.hydra_config.OneWriter`'s, already held when it is the
+    run folder; a sweep member's own folder, or another ``export_dir=``)."""
+    with exclusive_writer(Path(cfg.export_dir) / ".hydra", "run folder"):
+        return _train_run(cfg)
+
+
+def _train_run(cfg: DictConfig) -> TrainReport:
     settings = train_settings(cfg)
     model = build_model(cfg)
     trainer = build_trainer(cfg)
