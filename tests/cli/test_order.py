@@ -290,3 +290,8 @@ def test_allowed_mismatches_are_recorded_in_the_ordered_contexts(tmp_path: Path)
     for ctx in read_contexts(out):
         (note,) = ctx.extra["weights_overrides"]
         assert "judge 'llama', not 'sim'" in note
+    # ordered again with weights of its judge: no earlier ordering's override stays
+    again = tmp_path / "again.jsonl"
+    own = save_weights(tmp_path / "own", judge_model="sim")
+    assert main([str(out), "-o", str(again), "--weights", str(own)]) == 0
+    assert all("weights_overrides" not in ctx.extra for ctx in read_contexts(again))

@@ -57,6 +57,8 @@ from udcg.theta.ordering import ORDERINGS, order_by
 _TREC_ONLY = ("qrels", "utilities", "depth")
 #: The context key recording what ordered a context (contexts mode).
 ORDERED_BY = "ordered_by"
+#: The mismatches an ordering allowed on purpose (``--allow-mismatch``), per context
+OVERRIDES = "weights_overrides"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,9 +209,10 @@ def order_contexts(args: argparse.Namespace) -> None:
         changed += not same
         passages = [ctx.passages[i] for i in order]
         chosen = ctx if same else replace(ctx, passages=passages, outcomes={})
-        out.append(replace(chosen, extra={**chosen.extra, ORDERED_BY: record}))
-    if notes:  # the mismatches allowed on purpose travel with the contexts, as in score --out
-        out = [replace(c, extra={**c.extra, "weights_overrides": notes}) for c in out]
+        # this ordering's record, and the mismatches it allowed on purpose (as in score --out),
+        # replace an earlier ordering's
+        extra = {k: v for k, v in chosen.extra.items() if k != OVERRIDES} | {ORDERED_BY: record}
+        out.append(replace(chosen, extra=extra | ({OVERRIDES: notes} if notes else {})))
     write_contexts(args.out, out)
     write_derived_manifest(args.out, args.input, {"format": "udcg-order/1", ORDERED_BY: record})
     stream = info_stream(args.out)
