@@ -214,24 +214,54 @@ def calibrate(args: argparse.Namespace) -> None:
         "mode": abstention_mode(made, utility),
     }
     notes = check_compatible(model.card_, applied, args.allow_mismatch)
-    contexts = [c for c in distinct_contexts(read_contexts(args.contexts)) if len(c.passages) == k]
+    given = list(distinct_contexts(read_contexts(args.contexts)))
+    contexts = [c for c in given if len(c.passages) == k]
     if not contexts:
         raise UDCGInputError(f"no context has k={k} passages", path=args.contexts)
-    rel = np.stack(relevance_matrix(contexts))
+    rel = np.stack(relevance_matrix(contexts, unit=True))
     u = np.stack(get_source(utility).utilities(contexts, judge))
     correct = correctness(contexts, judge)
     raw = model.predict_proba(rel, u)
     model.calibrate(rel, u, correct, method=args.method)
     tuned = model.predict_proba(rel, u, calibrated=True)
-    model.save_pretrained(args.out, card={"weights_overrides": notes} if notes else None)
+    model.save_pretrained(args.out, card=_calibrated_card(model.card_, applied, notes, args))
     for note in notes:
         print(f"udcg weights: {note}", file=messages())
+    if len(contexts) < len(given):
+        print(
+            f"udcg weights: {len(given) - len(contexts)} of {len(given)} contexts do not have "
+            f"k={k} passages and are left out",
+            file=messages(),
+        )
     out = info_stream()
     print(f"calibration: {model.calibration_.describe()}", file=out)
     for name, measure in (("ECE", expected_calibration_error), ("Brier", brier_score)):
         before, after = measure(raw, correct), measure(tuned, correct)
         print(f"{name + ':':<7}{before:.4f} -> {after:.4f} (on the fitting contexts)", file=out)
     print(f"weights: {args.out}", file=out)
+
+
+def _calibrated_card(
+    card: dict[str, Any], applied: dict[str, Any], notes: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """The card entries a calibration adds: what the card left unknown (utility source, judge,
+    fingerprints, mode) as the calibration contexts had it, so that the calibrated weights are
+    checked against them wherever they are applied; the digest of those contexts; this run's
+    allowed mismatches, in place of an earlier run's."""
+    from udcg.io.files import is_regular_file
+    from udcg.io.manifests import file_sha256
+    from udcg.io.weights.files import MISMATCH_FIELDS, card_value
+
+    card.pop("weights_overrides", None)
+    known = {
+        MISMATCH_FIELDS[name][0]: value
+        for name, value in applied.items()
+        if name != "prompt" and value is not None and card_value(card, name) is None
+    }
+    digest = file_sha256(args.contexts) if is_regular_file(args.contexts) else None
+    return {**known, "calibration_input_sha256": digest} | (
+        {"weights_overrides": notes} if notes else {}
+    )
 
 
 def _check_out(args: argparse.Namespace) -> None:

@@ -1,0 +1,92 @@
+"""``udcg weights calibrate`` as a user runs it: contexts of another size are counted as left
+out, a bad label is named by file, line and field, and the calibrated card records what the
+calibration was fitted on (the fields the card left unknown, the contexts' digest, this run's
+allowed mismatches only), so that ``udcg score`` checks them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from udcg.cli.main import main
+from udcg.io.contexts.jsonl import write_contexts
+from udcg.io.manifests import file_sha256
+from udcg.theta import UDCGTheta
+from udcg.theta.simulate import simulate_contexts
+
+
+def _weights(folder: Path, **card: str) -> Path:
+    model = UDCGTheta(k=3, bias=True)
+    model.alpha_, model.beta_ = np.array([2.5, -0.5, 1.5]), np.array([-1.0, 0.8, -2.0])
+    model.intercept_ = -0.3
+    model.save_pretrained(folder, card=card)
+    return folder
+
+
+def _card(folder: Path) -> dict:
+    return json.loads((folder / "config.json").read_text())
+
+
+def test_contexts_of_another_size_are_counted_as_left_out(tmp_path: Path, capsys) -> None:
+    data = tmp_path / "c.jsonl"
+    contexts = simulate_contexts(40, 3, per_query=1, seed=1)
+    write_contexts(data, [*contexts, *simulate_contexts(7, 5, per_query=1, seed=2)])
+    weights = _weights(tmp_path / "w", judge_model="sim")
+    assert main(["weights", "calibrate", str(weights), str(data), "-o", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "udcg weights: 7 of 47 contexts do not have k=3 passages and are left out" in err
+    assert _card(tmp_path / "o")["calibration"]["n_contexts"] == 40
+
+
+def test_a_label_outside_0_1_is_named_by_file_line_and_field(tmp_path: Path, capsys) -> None:
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate_contexts(10, 3, per_query=1, seed=1))
+    lines = data.read_text().splitlines()
+    row = json.loads(lines[6])
+    row["passages"][1]["relevant"] = 3
+    lines[6] = json.dumps(row)
+    data.write_text("\n".join(lines) + "\n")
+    weights = _weights(tmp_path / "w", judge_model="sim")
+    assert main(["weights", "calibrate", str(weights), str(data), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"udcg weights: error: {data}:7: field 'passages[1].relevant': grade 3.0" in err
+
+
+def test_the_card_records_what_the_calibration_was_fitted_on(tmp_path: Path, capsys) -> None:
+    abst, likely = tmp_path / "abst.jsonl", tmp_path / "al.jsonl"
+    write_contexts(abst, simulate_contexts(60, 3, per_query=1, seed=1))
+    with abst.open() as given, likely.open("w") as out:  # the same judge's answer likelihoods
+        for line in given:
+            row = json.loads(line)
+            for p in row["passages"]:
+                p["answer_prob"] = {"sim": round(1 - p.pop("abstain_prob")["sim"] ** 0.3, 6)}
+            out.write(json.dumps(row) + "\n")
+    weights = _weights(tmp_path / "w", judge_model="sim", utility=None)
+    calibrated = tmp_path / "wc"
+    argv = ["weights", "calibrate", str(weights), str(likely), "-o", str(calibrated)]
+    assert main([*argv, "--utility", "answer_likelihood"]) == 0
+    card = _card(calibrated)
+    assert card["utility"] == "answer_likelihood"
+    assert card["calibration_input_sha256"] == file_sha256(likely)
+    capsys.readouterr()
+    # the recalibrated column is not made on abstention utilities without a word
+    assert main(["score", str(abst), "--judge", "sim", "--weights", str(calibrated)]) == 2
+    assert "the weights were fitted with utility source 'answer_likelihood', not 'abstention'" in (
+        capsys.readouterr().err
+    )
+
+
+def test_an_earlier_calibrations_allowed_mismatch_does_not_stay(tmp_path: Path, capsys) -> None:
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate_contexts(40, 3, per_query=1, seed=1))
+    other = _weights(tmp_path / "w", judge_model="other")
+    first, second = tmp_path / "first", tmp_path / "second"
+    argv = ["weights", "calibrate", str(other), str(data), "--judge-key", "sim"]
+    assert main([*argv, "-o", str(first), "--allow-mismatch", "judge"]) == 0
+    assert "judge 'other', not 'sim'" in _card(first)["weights_overrides"][0]
+    theirs = tmp_path / "theirs.jsonl"  # the weights' own judge: nothing to allow this time
+    theirs.write_text(data.read_text().replace('"sim"', '"other"'))
+    assert main(["weights", "calibrate", str(first), str(theirs), "-o", str(second)]) == 0
+    assert "weights_overrides" not in _card(second)
