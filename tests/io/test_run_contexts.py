@@ -333,6 +333,11 @@ ERRORS = [
     ),
     ("run", ["q1 Q0 d1 1 1.0 t", "q1 Q0 d1 2 0.5 t"], "{run}:2: field 'doc_id': duplicate"),
     ("run", [], "{run}: empty file"),
+    (  # two systems' runs in one file (cat a.run b.run): ranked as one, under the first tag
+        "run",
+        ["q1 Q0 d1 1 1.0 bm25", "q1 Q0 d2 2 0.5 bm25", "q1 Q0 d3 1 9.0 dense"],
+        r"{run}:3: field 'tag': 'dense' after 'bm25' \(line 1\): a run file holds one system's",
+    ),
 ]
 
 

@@ -102,25 +102,41 @@ def top_k_rows(run: Run, k: int) -> np.ndarray:
 
 
 def run_tag(run: Run) -> str | None:
-    """The tag column of the first line of the file ``run`` was read from (None without one).
+    """The tag column of the file ``run`` was read from (None without one); a line with another
+    tag is an error at that line: one run file holds one system's ranking, and two systems'
+    lines would be ranked together as one.
 
     Examples:
         >>> import tempfile
         >>> from pathlib import Path
         >>> from udcg.io.formats.trec import read_trec_run
-        >>> lines = "q2 Q0 d1 1 3 bm25\\nq1 Q0 d1 1 2 bm25\\nq1 Q0 d2 2 1 bm25\\n"
+        >>> lines = "q2 Q0 d1 1 3 bm25\\nq1 Q0 d1 1 2 bm25\\nq1 Q0 d2 2 1 dense\\n"
         >>> with tempfile.TemporaryDirectory() as folder:
-        ...     _ = (Path(folder) / "bm25.run").write_text(lines)
-        ...     run = read_trec_run(Path(folder) / "bm25.run")
-        ...     run_tag(run)  # read from the file's first line
-        'bm25'
+        ...     _ = (Path(folder) / "both.run").write_text(lines)
+        ...     run_tag(read_trec_run(Path(folder) / "both.run"))
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: ...both.run:3: field 'tag': 'dense' after 'bm25' (line 1): ...
     """
     if run.source is None:
         return None
-    for _, text in numbered_lines(run.source):
-        if fields := text.split():
-            return fields[5] if len(fields) > 5 else None
-    return None
+    first: tuple[int, str | None] | None = None
+    for number, text in numbered_lines(run.source):
+        if not (fields := text.split()):
+            continue
+        tag = fields[5] if len(fields) > 5 else None
+        if first is None:
+            first = number, tag
+        elif tag != first[1]:
+            raise UDCGInputError(
+                f"{tag!r} after {first[1]!r} (line {first[0]}): a run file holds one system's "
+                "ranking, and these lines would be ranked with the others as one; split the "
+                "file by tag",
+                path=run.source,
+                line=number,
+                field="tag",
+            )
+    return None if first is None else first[1]
 
 
 def _check_present(
@@ -195,7 +211,8 @@ def build_run_contexts(
     ids = {row[1] for row in rows}
     documents = collection(ids) if callable(collection) else read_collection(collection, ids)
     _check_present(ranked, rows, documents, 1, f"the collection {collection}")
-    name = run_name if run_name is not None else run_tag(ranked)
+    tag = run_tag(ranked)  # one system per file, whatever the name
+    name = run_name if run_name is not None else tag
     return _contexts(rows, questions, documents, references, judged, name)
 
 
