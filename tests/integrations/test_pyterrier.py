@@ -172,7 +172,10 @@ def test_experiment_udcg_equals_evaluate_with_significance(tmp_path: Path, setup
         "C-nDCG(gain=exponential)@10",
         "nDCG@10",
     ]
-    assert [str(m) for m in measures] == names
+    assert [getattr(m, "udcg_name", str(m)) for m in measures] == names
+    shown = dict(zip([str(m) for m in measures], names, strict=True))  # columns: the sources too
+    assert list(shown)[:2] == names[:2]  # PyTerrier's own utility column is not named
+    assert list(shown)[2] == f"UDCGtheta(weights={weights})@5"
     systems = [bm25 >> utilities, overlap >> utilities]
     table = pt.Experiment(systems, topics, qrels, measures, names=["bm25", "overlap"], baseline=0)
     per_query = pt.Experiment(
@@ -196,28 +199,28 @@ def test_experiment_udcg_equals_evaluate_with_significance(tmp_path: Path, setup
         )
         assert set(values[name]) == set(topics["qid"])  # every query judged and retrieved
         got = per_query[per_query["name"] == name]
-        for measure in names:
-            rows = got[got["measure"] == measure]
+        for column, measure in shown.items():
+            rows = got[got["measure"] == column]
             diff = max(
                 abs(v - values[name][q][measure])
                 for q, v in zip(rows["qid"], rows["value"], strict=True)
             )
             assert len(rows) == len(topics) and diff <= TOL, (name, measure, diff)
             mean = np.mean([values[name][q][measure] for q in values[name]])
-            cell = float(table.loc[table["name"] == name, measure].iloc[0])
+            cell = float(table.loc[table["name"] == name, column].iloc[0])
             assert math.isclose(cell, mean, rel_tol=0, abs_tol=TOL), (name, measure)
     for measure in ("UDCGtheta@5", "C-nDCG@10", "C-nDCG(gain=exponential)@10"):
         assert len({round(v[measure], 6) for v in values["bm25"].values()}) > 3, measure
     # significance against bm25: paired t-test p-values and win/loss counts per measure
-    for measure in names:
+    for column, measure in shown.items():
         a = [values["bm25"][q][measure] for q in sorted(values["bm25"])]
         b = [values["overlap"][q][measure] for q in sorted(values["bm25"])]
         row = table[table["name"] == "overlap"].iloc[0]
         assert math.isclose(
-            row[f"{measure} p-value"], scipy_stats.ttest_rel(b, a).pvalue, abs_tol=1e-9
+            row[f"{column} p-value"], scipy_stats.ttest_rel(b, a).pvalue, abs_tol=1e-9
         )
-        assert row[f"{measure} +"] == sum(y > x for x, y in zip(a, b, strict=True))
-        assert row[f"{measure} -"] == sum(y < x for x, y in zip(a, b, strict=True))
+        assert row[f"{column} +"] == sum(y > x for x, y in zip(a, b, strict=True))
+        assert row[f"{column} -"] == sum(y < x for x, y in zip(a, b, strict=True))
     assert math.isnan(table.loc[table["name"] == "bm25", "UDCG@5 p-value"].iloc[0])
     assert table["UDCG@5"].nunique() == 2  # two different systems
     assert not pt.java.started()  # nothing here started Java
@@ -246,7 +249,8 @@ def test_coverage_from_a_frame_column_and_relevance(tmp_path: Path, setup) -> No
     from_dict = im.CnDCG(coverage=gains) @ 10
     table = pt.Experiment([bm25 >> covered], topics, qrels, [from_column, from_dict], perquery=True)
     by = table.pivot(index="qid", columns="measure", values="value")
-    assert by.shape == (len(topics), 1)  # both measures are named C-nDCG@10
+    assert by.shape == (len(topics), 2)  # two sources, two names: neither column is lost
+    assert by[str(from_column)].tolist() == by[str(from_dict)].tolist()
     run = bm25(topics)
     direct = im.CnDCG(coverage=gains) @ 10
     ref = {

@@ -48,7 +48,8 @@ def _case(seed: int, n_queries: int, max_docs: int) -> tuple[dict, dict, dict]:
 def _per_query(measures: list, qrels: dict, run: dict) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for metric in ir_measures.iter_calc(measures, qrels, run):
-        out.setdefault(metric.query_id, {})[str(metric.measure)] = metric.value
+        name = getattr(metric.measure, "udcg_name", str(metric.measure))
+        out.setdefault(metric.query_id, {})[name] = metric.value
     return out
 
 
@@ -175,7 +176,7 @@ def test_coverage_from_labelled_contexts(tmp_path: Path) -> None:
     graded = {q: {d: sum(c) / 3 for d, c in cs.items()} for q, cs in covers.items()}
     binary = {q: {d: float(any(c)) for d, c in cs.items()} for q, cs in covers.items()}
     measures = [CPrec(coverage=path) @ 5, CnDCG(coverage=path, binary=True) @ 10]
-    assert [str(m) for m in measures] == ["C-Prec@5", "C-nDCG(binary=True)@10"]
+    assert [m.udcg_name for m in measures] == ["C-Prec@5", "C-nDCG(binary=True)@10"]
     got = _per_query(measures, qrels, run)
     prec, ndcg = ("C-Prec@5", graded), ("C-nDCG(binary=True)@10", binary)
     assert _coverage_gap(got, qrels, run, prec, ndcg) <= TOL
@@ -229,7 +230,7 @@ def test_acceptance_udcg_theta_and_c_ndcg(
         CnDCG(coverage=path) @ 10,
         CnDCG(coverage=path, gain="exponential") @ 10,
     ]
-    names = [str(m) for m in measures]
+    names = [m.udcg_name for m in measures]
     got = _per_query(measures, qrels, run)
     want = evaluate(qrels, run, names, utilities=tsv, weights=theta_k5, coverage=path)
     # C-nDCG: udcg.evaluate's equals udcg's Q-CARE scores of the same top 10
@@ -240,12 +241,12 @@ def test_acceptance_udcg_theta_and_c_ndcg(
         assert max(abs(want[q][name] - want_cndcg[q]) for q in want) <= TOL, name
     assert set(want) == {q for q in qrels if q in run} and set(got) == set(qrels)
     assert all(v == 0.0 for q in set(got) - set(want) for v in got[q].values())
-    assert max(_max_diff(got, want, str(m)) for m in measures) <= TOL
+    assert max(_max_diff(got, want, m.udcg_name) for m in measures) <= TOL
     assert len({round(v["UDCGtheta@5"], 6) for v in want.values()}) > 5  # not a constant
     assert len({round(v["C-nDCG@10"], 6) for v in want.values()}) > 3
     aggregate = ir_measures.calc_aggregate(measures, qrels, run)
     for m in measures:
-        mean = sum(want[q][str(m)] if q in want else 0.0 for q in qrels) / len(qrels)
+        mean = sum(want[q][m.udcg_name] if q in want else 0.0 for q in qrels) / len(qrels)
         assert math.isclose(aggregate[m], mean, rel_tol=0, abs_tol=TOL), m
 
 
@@ -273,7 +274,7 @@ def test_values_from_run_frame_columns(tmp_path: Path) -> None:
     ]
     assert from_columns[0].RUN_INPUTS == ("query_id", "doc_id", "score", "p")
     got, want = _per_query(from_columns, qrels, frame), _per_query(from_dicts, qrels, run)
-    assert max(_max_diff(got, want, str(m)) for m in from_dicts) <= TOL
+    assert max(_max_diff(got, want, m.udcg_name) for m in from_dicts) <= TOL
     assert len({round(v["UDCG@5"], 6) for v in want.values()}) > 5
     with pytest.raises(UDCGInputError, match="utility_column='u': the run has no such column"):
         ir_measures.calc_aggregate([UDCG(utility_column="u") @ 5], qrels, frame)
@@ -297,7 +298,7 @@ def test_parse_measure_names() -> None:
     }
     for name, measure in cases.items():
         parsed = parse_measure(name, utilities=u, utility_field="utility")
-        assert parsed == measure and str(parsed) == name
+        assert parsed == measure and parsed.udcg_name == name
         assert parsed.calc_aggregate(qrels, run) == measure.calc_aggregate(qrels, run)
     assert (
         parse_measure("C-nDCG(binary=True)@10", coverage=u) == CnDCG(coverage=u, binary=True) @ 10
@@ -305,9 +306,9 @@ def test_parse_measure_names() -> None:
     assert parse_measure("C-Prec@3", coverage=u) == CPrec(coverage=u) @ 3
     exponential = parse_measure("C-nDCG(binary=True,gain=exponential)@10", coverage=u)
     assert exponential == CnDCG(coverage=u, binary=True, gain="exponential") @ 10
-    assert str(exponential) == "C-nDCG(binary=True,gain=exponential)@10"
+    assert exponential.udcg_name == "C-nDCG(binary=True,gain=exponential)@10"
     assert exponential != CnDCG(coverage=u, binary=True) @ 10
-    assert str(parse_measure("UDCGtheta@5", utilities=u, weights="w")) == "UDCGtheta@5"
+    assert parse_measure("UDCGtheta@5", utilities=u, weights="w").udcg_name == "UDCGtheta@5"
     assert parse_measure("nDCG@10") == ir_measures.nDCG @ 10
     with pytest.raises(UDCGInputError, match="'nDCG@10' is not a udcg measure"):
         parse_measure("nDCG@10", utilities=u)
@@ -343,9 +344,24 @@ def test_missing_sources_are_one_line_errors(tmp_path: Path) -> None:
 def test_names_and_identity() -> None:
     u = {"q1": {"d1": 0.5}}
     assert [str(UDCG), str(CnDCG)] == ["UDCG", "C-nDCG"]
-    assert str(UDCG(utilities=u, gamma=0.5) @ 5) == "UDCG(gamma=0.5)@5"
-    assert str(UDCGtheta(utilities=u, weights="w") @ 5) == "UDCGtheta@5"
-    assert [str(CPrec(coverage=u) @ 3), str(CnDCG(coverage=u) @ 3)] == ["C-Prec@3", "C-nDCG@3"]
+    assert (UDCG(utilities=u, gamma=0.5) @ 5).udcg_name == "UDCG(gamma=0.5)@5"
+    assert (UDCGtheta(utilities=u, weights="w") @ 5).udcg_name == "UDCGtheta@5"
+    coverage = [CPrec(coverage=u) @ 3, CnDCG(coverage=u) @ 3]
+    assert [m.udcg_name for m in coverage] == ["C-Prec@3", "C-nDCG@3"]
+    # the names ir_measures and PyTerrier show (columns, keys) name the sources: two measures
+    # on other sources never share one
+    digest = "dict:dabbcb34"  # of u's content, the same in every process
+    assert str(UDCG(utilities=u, gamma=0.5) @ 5) == f"UDCG(gamma=0.5,utilities={digest})@5"
+    assert str(UDCGtheta(utilities="a.jsonl", judge_key="j", weights="w") @ 5) == (
+        "UDCGtheta(utilities=a.jsonl,judge_key=j,weights=w)@5"
+    )
+    assert [str(m) for m in coverage] == [
+        f"C-Prec(coverage={digest})@3",
+        f"C-nDCG(coverage={digest})@3",
+    ]
+    assert str(UDCG(utility_column="abstain_prob") @ 5) == "UDCG(utility_column=abstain_prob)@5"
+    assert str(UDCG(utility_column="utility") @ 5) == "UDCG@5"  # PyTerrier's own column
+    assert str(UDCG(utilities=u) @ 5) != str(UDCG(utilities={"q1": {"d1": 0.6}}) @ 5)
     assert UDCG(utilities="a.tsv") @ 5 == UDCG(utilities="a.tsv") @ 5
     assert UDCG(utilities="a.tsv") @ 5 != UDCG(utilities="b.tsv") @ 5
     assert UDCG(utilities=u) @ 5 != UDCG(utilities=dict(u)) @ 5

@@ -21,8 +21,10 @@
 Queries the qrels do not judge are not scored; ir_measures gives 0 to judged queries the run
 lacks, as it does for its own measures. Query ids are read as text and each value reported
 under the qrels' own id (an int ``1`` stays ``1``), so ir_measures joins them. A measure's
-name is its udcg name (``UDCG@5``, ``UDCG(gamma=0.5)@5``, ``C-nDCG@10``): the data sources
-are not part of it, but two measures with other sources are still distinct measures.
+name is its udcg name with the data sources given (``UDCG(utilities=u.tsv)@5``; a dict by a
+digest of its content), so two measures with other sources never share a PyTerrier column;
+``udcg_name`` is the name without them (``UDCG(gamma=0.5)@5``), as :func:`udcg.evaluate`
+gives it.
 ``ir_measures.parse_measure`` reads only ir_measures' own registry (adding to it would change
 every user of the process), so names reach these measures through :func:`parse_measure` here,
 with the sources as keywords.
@@ -42,6 +44,10 @@ Examples:
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import pickle
 import re
 from collections.abc import Iterator
 from os import PathLike
@@ -89,6 +95,29 @@ _SOURCES = (
     "coverage",
     "coverage_column",
 )
+
+
+#: the source of PyTerrier's measures (the column ``JudgeUtilities`` adds): left out of names
+_PYTERRIER_COLUMN = ("utility_column", "utility")
+
+
+def _shown(value: Any) -> str:
+    """A data source as a measure's name shows it: a path or column by its text, a list by its
+    items, anything else by its type and a digest of its content (stable across processes).
+
+    Examples:
+        >>> _shown("runs/a.jsonl"), _shown(["judge"]), _shown({"q1": {"d1": 0.5}})
+        ('runs/a.jsonl', 'judge', 'dict:dabbcb34')
+    """
+    if isinstance(value, str | PathLike):
+        return os.fspath(value)
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return "+".join(value)
+    try:
+        data = json.dumps(value, sort_keys=True).encode()
+    except (TypeError, ValueError):  # not JSON (weights, arrays): its pickled bytes
+        data = pickle.dumps(value)
+    return f"{type(value).__name__}:{hashlib.sha256(data).hexdigest()[:8]}"
 
 
 def _ident(value: Any) -> Any:
@@ -153,8 +182,31 @@ class _Measure(_IrMeasure):
         for qid, value in self._values(qrels, run).items():
             yield ir_measures.Metric(ids.get(qid, qid), self, value)
 
-    def __repr__(self) -> str:
+    @property
+    def udcg_name(self) -> str:
+        """The name :func:`udcg.trec.evaluate` and ``udcg trec`` give this measure
+        (``UDCG(gamma=0.5)@5``: no data sources)."""
         return self._udcg_name()
+
+    def __repr__(self) -> str:
+        """:attr:`udcg_name` with the data sources given (``UDCG(utilities=a.jsonl)@5``): two
+        measures on other sources have other names, as PyTerrier's columns need (made once: a
+        digest reads the whole source)."""
+        if "_shown_name" not in self.__dict__:
+            self.__dict__["_shown_name"] = self._with_sources(self._udcg_name())
+        return self.__dict__["_shown_name"]
+
+    def _with_sources(self, name: str) -> str:
+        given = [
+            f"{key}={_shown(self.params[key])}"
+            for key in _SOURCES
+            if key in self.params and (key, self.params[key]) != _PYTERRIER_COLUMN
+        ]
+        if not given:
+            return name
+        head, at, cutoff = name.partition("@")
+        inner = head[:-1] + "," if head.endswith(")") else head + "("
+        return f"{inner}{','.join(given)}){at}{cutoff}"
 
     def _udcg_name(self) -> str:
         cutoff = self.params.get("cutoff")
