@@ -301,6 +301,21 @@ def test_a_query_without_a_text_field_reads_its_default_text(
     assert (topic.qid, topic.text, topic.answers) == ("t1", "capital of Australia", None)
 
 
+def test_a_query_given_twice_with_other_texts_is_an_error(
+    tmp_path: Path, register: Callable[..., str]
+) -> None:
+    (tmp_path / "topics.tsv").write_text("q1\tfirst text\nq2\tother\nq1\tfirst text\n")
+    name = register(queries=TsvQueries(LocalDownload(tmp_path / "topics.tsv")))
+    assert load_ir_dataset(name).topics(["q1"])["q1"].text == "first text"  # the same twice
+    (tmp_path / "topics.tsv").write_text("q1\tfirst text\nq2\tother\nq1\tsecond text\n")
+    name = register(queries=TsvQueries(LocalDownload(tmp_path / "topics.tsv")))
+    assert load_ir_dataset(name).topics(["q2"])["q2"].text == "other"
+    with pytest.raises(
+        UDCGInputError, match=r"gives? query 'q1' twice, as 'first text' and 'second text'$"
+    ):
+        load_ir_dataset(name).topics(["q1"])
+
+
 def test_a_pair_judged_twice_is_an_error(tmp_path: Path, register: Callable[..., str]) -> None:
     (tmp_path / "qrels.txt").write_text("q1 0 d1 1\nq2 0 d1 0\nq1 0 d1 2\n")
     name = register(qrels=TrecQrels(LocalDownload(tmp_path / "qrels.txt"), {}))

@@ -2,7 +2,8 @@
 
 * topics: ``queries_iter()``; the question is the query's ``text`` field (else its
   ``default_text()``, e.g. a TREC topic's title), the reference answers its ``answers`` field
-  when it has one;
+  when it has one; a query id given twice with other texts is an error (as the topic file
+  readers refuse a repeated id);
 * passages: ``docs_store().get_many(ids)``, looked up by id, never a scan of the collection;
   the text is the document's ``text`` field (else ``default_text()``), the title its ``title``
   field when non-empty;
@@ -176,11 +177,14 @@ class IRDataset:
             return _fetching(self.id, lambda: topics(set(qids)))
 
         def topics(wanted: set[str]) -> dict[str, Topic]:
-            out = {}
+            out: dict[str, Topic] = {}
             for query in self.dataset.queries_iter():
                 qid = str(query.query_id)
-                if qid in wanted and qid not in out:
-                    out[qid] = _topic(query)
+                if qid in wanted and out.setdefault(qid, topic := _topic(query)) != topic:
+                    raise UDCGInputError(  # which one the run's query is, nothing says
+                        f"ir_datasets {self.id!r} queries give query {qid!r} twice, as "
+                        f"{out[qid].text!r} and {topic.text!r}"
+                    )
             return out
 
         return Lookup(f"ir_datasets {self.id!r} queries", read)
