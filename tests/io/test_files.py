@@ -203,3 +203,40 @@ def test_atomic_write_writes_through_a_link_and_keeps_it(tmp_path: Path) -> None
     with pytest.raises(UDCGInputError, match=r"loop\.txt: too many levels of symbolic links"):
         with atomic_write(loop) as out:
             out.write("never\n")
+
+
+def _zip(data: bytes) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("run.txt", data)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("name", "pack"),
+    [
+        ("bzip2", lambda data: __import__("bz2").compress(data)),
+        ("xz", lambda data: __import__("lzma").compress(data)),
+        ("zip", _zip),
+    ],
+)
+def test_other_compressions_are_named_not_read_as_text(tmp_path: Path, name, pack) -> None:
+    """gzip is read; another compression is refused as such, not as invalid UTF-8."""
+    from udcg.io.formats.collection import read_collection
+
+    for path, read in (
+        (tmp_path / "run.txt.x", read_trec_run),
+        (tmp_path / "docs.tsv.x", lambda p: read_collection(p, {"d1"})),
+    ):
+        path.write_bytes(pack(RUN if read is read_trec_run else b"d1\ttext\n"))
+        with pytest.raises(UDCGInputError, match=f"^{path}: compressed with {name}, which udcg"):
+            read(path)
+
+
+def test_text_that_starts_like_a_compression_magic_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "run.txt"
+    path.write_bytes(b"BZh Q0 d1 1 2.5 t\nPK Q0 d2 1 1.5 t\n")
+    assert read_trec_run(path).to_dict() == {"BZh": {"d1": 2.5}, "PK": {"d2": 1.5}}

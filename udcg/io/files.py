@@ -170,7 +170,25 @@ def open_binary(path: PathType) -> IO[bytes]:
         raw = open(path, "rb")  # handed to the caller, who closes it
     if raw.peek(2)[:2] == b"\x1f\x8b":
         return _GzipReader(raw)
+    head = raw.peek(10)[:10]
+    for name, magic in _OTHER_COMPRESSIONS.items():
+        if magic.match(head):
+            raw.close()
+            raise UDCGInputError(
+                f"compressed with {name}, which udcg does not read (gzip only): decompress it "
+                "or gzip it first",
+                path=path,
+            )
     return raw
+
+
+#: Compressed formats told by their magic bytes, refused as such (not as invalid UTF-8).
+_OTHER_COMPRESSIONS = {
+    "bzip2": re.compile(rb"BZh[1-9]1AY&SY"),
+    "xz": re.compile(rb"\xfd7zXZ\x00"),
+    "zstd": re.compile(rb"\x28\xb5\x2f\xfd"),
+    "zip": re.compile(rb"PK\x03\x04"),
+}
 
 
 def open_text(path: PathType) -> IO[str]:
