@@ -155,6 +155,22 @@ def test_bars_the_environment_keeps_on_with_standard_error_closed_are_one_line(
     assert not (tmp_path / "saved").exists()
 
 
+def test_a_save_replaces_an_earlier_dataset_and_refuses_other_files(tmp_path: Path) -> None:
+    """No shard of an earlier dataset stays beside the new one (an upload of the folder would
+    carry it); a folder holding other files is refused before anything is written."""
+    contexts, folder = _generated(), tmp_path / "saved"
+    hf.save_contexts_dataset(contexts, folder)
+    (folder / "data-00002-of-00003.arrow").write_bytes(b"an earlier dataset's shard")
+    assert hf.save_contexts_dataset(contexts[:2], folder) == 2
+    assert "data-00002-of-00003.arrow" not in os.listdir(folder)
+    assert hf.load_contexts_dataset(folder) == contexts[:2]
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(UDCGInputError, match=r"holds 'notes.txt', which is not a file of a"):
+        hf.save_contexts_dataset(contexts, folder)
+    assert hf.load_contexts_dataset(folder) == contexts[:2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["saved"]  # no temporary folder left
+
+
 def test_a_json_copy_with_inferred_types_loads(tmp_path: Path) -> None:
     """JSON written by json.dumps (``Dataset.to_json`` rounds floats to 10 digits), read back
     with the types ``datasets`` infers (all-null columns become the null type)."""

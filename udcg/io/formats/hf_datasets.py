@@ -28,7 +28,10 @@ hf:DIR`` writes one with ``save_to_disk``.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -414,11 +417,40 @@ def save_contexts_dataset(contexts: Iterable[Context], folder: str | Path) -> in
         ...     n, load_contexts_dataset(folder) == [ctx]
         (1, True)
     """
+    folder = Path(folder)
+    _check_dataset_folder(folder)
     ds = contexts_to_dataset(contexts)
-    try:
-        with _bars_off_without_stderr(_datasets()):
-            ds.save_to_disk(str(folder))
+    try:  # written beside, then put in place: no shard of an earlier dataset stays
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        new = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            with _bars_off_without_stderr(_datasets()):
+                ds.save_to_disk(str(new))
+            if folder.exists():
+                shutil.rmtree(folder)
+            new.rename(folder)
+        finally:
+            shutil.rmtree(new, ignore_errors=True)
     except OSError as exc:
         reason = exc.strerror or str(exc).splitlines()[0]
         raise UDCGInputError(f"cannot write the dataset: {reason}", path=str(folder)) from None
     return int(ds.num_rows)
+
+
+#: The files ``save_to_disk`` writes in a dataset's folder.
+_DATASET_FILE = re.compile(r"data-\d{5}-of-\d{5}\.arrow|dataset_info\.json|state\.json")
+
+
+def _check_dataset_folder(folder: Path) -> None:
+    """A folder to write a dataset to: new, empty, or an earlier dataset's (all replaced);
+    one holding anything else is refused, as that would stay beside the new dataset."""
+    if folder.exists() and not folder.is_dir():
+        raise UDCGInputError("is not a folder: hf:DIR names the dataset folder", path=folder)
+    if folder.is_dir():
+        other = sorted(p.name for p in folder.iterdir() if not _DATASET_FILE.fullmatch(p.name))
+        if other:
+            raise UDCGInputError(
+                f"holds {other[0]!r}, which is not a file of a saved dataset: choose a new or "
+                "empty folder (or one an earlier dataset was saved to, which is replaced)",
+                path=folder,
+            )
