@@ -164,3 +164,26 @@ def test_udcg_contexts_shows_its_count(
     args = ["--topics", str(tmp_path / "topics"), "--collection", str(tmp_path / "collection")]
     assert contexts_main([str(tmp_path / "run"), *args, "-k", "2", "--out", "-"]) == 0
     assert re.match(r"contexts: 2, \d+\.\d/s\n", capsys.readouterr().err)
+
+
+def test_a_long_collection_read_shows_it_moves(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reading a collection for a few ranked passages moves a line of passages read (every
+    PROGRESS_STEP of them), which is not left once done."""
+    from udcg.io.formats import collection
+
+    now = [0.0]
+
+    def tick() -> float:
+        now[0] += 1.0
+        return now[0]
+
+    clean_env.setattr(progress_module.time, "monotonic", tick)
+    clean_env.setattr(collection, "PROGRESS_STEP", 2)
+    clean_env.setenv("UDCG_PROGRESS_INTERVAL", "0.5")
+    path = tmp_path / "collection.tsv"
+    path.write_text("".join(f"d{i}\tpassage {i}\n" for i in range(6)))
+    assert set(collection.read_collection(path, {"d5"})) == {"d5"}
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == [f"passages read: {n}" for n in (2, 4, 6)]

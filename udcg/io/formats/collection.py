@@ -29,6 +29,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import checks as check
 from udcg.io.contexts.checks import Where
 from udcg.io.files import PathType, numbered_lines
+from udcg.progress import progress
 
 __all__ = ["Document", "Layout", "Record", "read_collection", "records", "unique_records"]
 
@@ -232,15 +233,23 @@ def unique_records(path: PathType, layout: Layout, ids: Collection[str] | None) 
         [] 2 duplicate passage 'd1' (first at line 1)
     """
     first_lines: dict[str, int | None] = {}
-    for record in records(path, layout):
-        if ids is not None and record.id not in ids:
-            continue
-        first = first_lines.setdefault(record.id, record.where.line)
-        if first != record.where.line:
-            raise record.where.error(
-                layout.id_keys[0], f"duplicate {layout.what} {record.id!r} (first at line {first})"
-            )
-        yield record
+    with progress(None, f"{layout.what}s read", unit=layout.what, leave=False) as bar:
+        for count, record in enumerate(records(path, layout), start=1):
+            if count % PROGRESS_STEP == 0:  # a long read (21M passages) shows it moves
+                bar.update(PROGRESS_STEP)
+            if ids is not None and record.id not in ids:
+                continue
+            first = first_lines.setdefault(record.id, record.where.line)
+            if first != record.where.line:
+                raise record.where.error(
+                    layout.id_keys[0],
+                    f"duplicate {layout.what} {record.id!r} (first at line {first})",
+                )
+            yield record
+
+
+#: Records read between two updates of the reading's progress.
+PROGRESS_STEP = 10_000
 
 
 def read_collection(path: PathType, doc_ids: Collection[str] | None = None) -> dict[str, Document]:
