@@ -8,6 +8,7 @@ import gzip
 import json
 import re
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import pytest
@@ -353,3 +354,18 @@ def test_errors_are_located(files, name, lines, pattern):
 def test_k_must_be_a_positive_integer(files, k):
     with pytest.raises(UDCGInputError, match="field 'k': must be a positive integer"):
         build(files, k=k)
+
+
+def test_qrels_of_another_doc_id_scheme_are_warned_of(files, tmp_path):
+    """qrels that judge the run's queries but none of their top-k documents under any query
+    (``1`` for ``d1``) label every passage not relevant: said in one warning."""
+    from udcg.errors import UDCGWarning
+
+    write(files["qrels"], ["q1 0 1 1", "q2 0 6 1"])
+    with pytest.warns(UDCGWarning, match=r"the qrels judge 2 of the run's queries but none of"):
+        contexts = build(files)
+    assert not any(p.relevant for c in contexts for p in c.passages)
+    write(files["qrels"], ["q1 0 d7 1", "q2 0 d1 0"])  # d1 is judged (for q2): no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UDCGWarning)
+        build(files)

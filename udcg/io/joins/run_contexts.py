@@ -24,13 +24,14 @@ too)``); the readers' errors are located in their own files.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Collection, Container, Iterator, Mapping
 from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.arrow import dictionary_encode, take, to_numpy
 from udcg.io.contexts.model import Context, Passage
 from udcg.io.files import PathType, numbered_lines
@@ -208,12 +209,35 @@ def build_run_contexts(
     judged = None
     if qrels is not None:
         judged = judged_grades(qrels if isinstance(qrels, Qrels) else read_trec_qrels(qrels))
+        _warn_if_no_document_judged(rows, judged, k)
     ids = {row[1] for row in rows}
     documents = collection(ids) if callable(collection) else read_collection(collection, ids)
     _check_present(ranked, rows, documents, 1, f"the collection {collection}")
     tag = run_tag(ranked)  # one system per file, whatever the name
     name = run_name if run_name is not None else tag
     return _contexts(rows, questions, documents, references, judged, name)
+
+
+def _warn_if_no_document_judged(
+    rows: list[tuple[str, str, float]], judged: dict[str, dict[str, int]], k: int
+) -> None:
+    """A :class:`UDCGWarning` when the qrels judge queries of the run but no top-k document of
+    these queries is among the documents the qrels judge (for any query): every passage is
+    labelled not relevant, as a doc id scheme the run and the qrels do not share gives
+    (``d17`` and ``17``, ``msmarco_passage_17``)."""
+    ours = [(qid, doc_id) for qid, doc_id, _ in rows if qid in judged]
+    known = {doc_id for grades in judged.values() for doc_id in grades}
+    if ours and known.isdisjoint(doc_id for _, doc_id in ours):
+        qid, doc_id = ours[0]
+        some = ", ".join(map(repr, list(judged[qid])[:3]))
+        warnings.warn(
+            f"the qrels judge {len({q for q, _ in ours})} of the run's queries but none of "
+            f"the documents in their top {k}, so every passage is labelled not relevant: do the"
+            f" run and the qrels use one doc id scheme? (query {qid!r}: run {doc_id!r}, qrels "
+            f"{some})",
+            UDCGWarning,
+            stacklevel=3,
+        )
 
 
 def _contexts(
