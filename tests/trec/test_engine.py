@@ -271,6 +271,8 @@ def test_measure_parameters_and_means() -> None:
         # Arrow reads hexadecimal integers: 0x10 as 16, 0xffffffffffffffff as -1
         ("qrels", "q1 0 0x1 1\nq1 0 d2 0x10\n", 2, "field 'relevance': '0x10' is not"),
         ("qrels", "q1 0 d1 0xffffffffffffffff\r\n", 1, "'0xffffffffffffffff' is not"),
+        ("qrels", "q1 0 d1 1\rq1 0 d2 0x10\rq1 0 d3 1\r", 2, "'0x10' is not"),  # CR ends lines
+        ("run", "q1 Q0 d1 1 1.0 t\rq1 Q0 d2 2 high t\r", 2, "'high' is not a number"),
     ],
 )
 def test_bad_files_are_located(

@@ -204,7 +204,7 @@ def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str)
     """Walk the file line by line and raise UDCGInputError at the first bad line."""
     seen: dict[str, set[str]] = {}
     data = data.removeprefix(_BOM)  # as Arrow drops it
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    for number, raw in enumerate(_LINE_END.split(data), start=1):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -228,7 +228,8 @@ def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str)
 
 
 _INT64 = re.compile(r"-?[0-9]{1,19}")
-_HEX_LAST = re.compile(rb"[ \t]0[xX][0-9A-Fa-f]+[ \t\r\v\f]*(?:\n|$)")
+_LINE_END = re.compile(rb"\r\n|\r|\n")  # as Arrow's reader ends lines
+_HEX_LAST = re.compile(rb"[ \t]0[xX][0-9A-Fa-f]+[ \t\v\f]*(?:\r|\n|$)")  # CR: a line end too
 
 
 def _hex_grade(data: bytes | mmap.mmap) -> bool:
