@@ -240,3 +240,20 @@ def test_text_that_starts_like_a_compression_magic_is_read(tmp_path: Path) -> No
     path = tmp_path / "run.txt"
     path.write_bytes(b"BZh Q0 d1 1 2.5 t\nPK Q0 d2 1 1.5 t\n")
     assert read_trec_run(path).to_dict() == {"BZh": {"d1": 2.5}, "PK": {"d2": 1.5}}
+
+
+def test_exclusive_writer_nests_through_a_linked_folder_and_dotdot(tmp_path: Path) -> None:
+    """One folder under several names (a link to it, ``..``) is one lock: the process that
+    holds it takes it again, as it does under one name."""
+    from udcg.io.files import exclusive_writer
+
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    names = [
+        tmp_path / "real" / "out.jsonl",
+        tmp_path / "link" / "out.jsonl",
+        tmp_path / "real" / "sub" / ".." / "out.jsonl",
+    ]
+    with exclusive_writer(names[0]), exclusive_writer(names[1]), exclusive_writer(names[2]):
+        assert sorted(os.listdir(tmp_path / "real")) == ["out.jsonl.lock", "sub"]
+    assert sorted(os.listdir(tmp_path / "real")) == ["sub"]

@@ -770,7 +770,8 @@ def exclusive_writer(path: PathType, what: str = "output") -> Iterator[None]:
         yield
         return
     target = write_target(Path(path))  # through a link: its target's lock, as it is written
-    lock_path = Path(f"{os.fspath(target)}.lock").absolute()
+    # one key per folder whatever the name (a linked folder, ``..``): a process nests its own
+    lock_path = Path(os.path.realpath(f"{os.fspath(target)}.lock"))
     key = os.fspath(lock_path)
     with _HELD_LOCK:
         if key in _HELD:
