@@ -120,6 +120,9 @@ def test_two_query_id_columns_must_agree() -> None:
     twice = pd.concat([run, run[["qid"]]], axis=1)
     with pytest.raises(UDCGInputError, match=r"^field 'run': the DataFrame has two columns named"):
         evaluate(agree.assign(label=[1, 0]), twice, "RR")
+    # a column udcg does not read may be there twice (PyTerrier's query, merged twice)
+    extra = pd.concat([run.assign(query=["a", "b"]), pd.DataFrame({"query": ["a", "b"]})], axis=1)
+    assert evaluate(agree.assign(label=[1, 0]), extra, "RR") == {"1": {"RR": 1.0}, "2": {"RR": 0.0}}
 
 
 def test_ir_measures_measures_equal_their_names(case) -> None:

@@ -126,7 +126,8 @@ def _one_id_column(frame: Any, columns: list[str], wanted: tuple[str, ...], kind
 
 def _dataframe_columns(frame: Any, kind: Kind) -> tuple[Any, Any, Any]:
     columns = [str(c) for c in frame.columns]
-    twice = sorted({c for c in columns if columns.count(c) > 1})
+    read = {*QUERY_COLUMNS, *DOC_COLUMNS, *VALUE_COLUMNS[kind]}  # others are never read
+    twice = sorted({c for c in columns if c in read and columns.count(c) > 1})
     if twice:
         raise UDCGInputError(f"the DataFrame has two columns named {twice[0]!r}", field=kind)
     q = _pick(columns, QUERY_COLUMNS, "query id", kind)
