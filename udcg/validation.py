@@ -274,3 +274,24 @@ def by_query(**inputs: Any) -> list[Any] | None:
             )
             raise UDCGInputError(f"{what} (every input needs the same qids)", field=name)
     return [[inputs[name][q] for q in keys] for name in names]
+
+
+def encodable(text: str, field: str) -> str:
+    """``text``, refused when it holds a lone surrogate (JSON can escape one, a file name not
+    valid in UTF-8 decodes to some, UTF-8 cannot encode them).
+
+    >>> encodable("caf\\ud800", "passages[0]")
+    Traceback (most recent call last):
+    ...
+    udcg.errors.UDCGInputError: field 'passages[0]': holds a lone surrogate (U+D800), which ...
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UDCGInputError(
+            f"holds a lone surrogate (U+{ord(text[exc.start]):04X}), which UTF-8 cannot encode",
+            field=field,
+        ) from None
+    return text

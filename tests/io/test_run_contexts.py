@@ -319,6 +319,17 @@ ERRORS = [
         "{collection}:2: expected a JSON object, got a list",
     ),
     ("collection", ["\td"], "{collection}:1: field 'doc_id': must be a non-empty string"),
+    (  # JSON escapes a lone surrogate; UTF-8 cannot write it into the contexts
+        "collection",
+        ['{"id": "d1", "text": "a\\ud800"}'],
+        "{collection}:1: field 'text': holds a lone surrogate",
+    ),
+    ("topics", ['{"qid": "q1", "text": "\\udfff?"}'], "{topics}:1: field 'text': holds a lone"),
+    (
+        "answers",
+        ['{"qid": "q1", "answers": ["x\\ud800"]}'],
+        r"{answers}:1: field 'answers\[0\]': holds a lone",
+    ),
     ("collection", ["", "  "], "{collection}: empty file: no passage lines"),
     ("collection", ["id\ttext\ttitle"], "{collection}: empty file: no passage lines"),
     ("topics", [], "{topics}: empty file: no topic lines"),

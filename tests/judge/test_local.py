@@ -594,6 +594,15 @@ def test_texts_are_checked_before_the_model_loads() -> None:
 
     with pytest.raises(UDCGInputError, match="generate_json request holds a lone surrogate"):
         cache_key("fp", "generate_json", {"schema": {"\ud800": 1}})
+    # one in the judge's options (its fingerprint) is named so, not blamed on clean prompts
+    with pytest.raises(UDCGInputError, match=r"^the judge's settings \(an option, its finger"):
+        cache_key('openai:{"extra_body":{"x":"caf\udce9"}}', "yes_prob", [{"content": "Yes?"}])
+    from udcg.judge.spec import judge_key  # a key from a file name not valid in UTF-8
+
+    with pytest.raises(UDCGInputError, match=r"field 'judge': its key 'r\\udce9s' holds a lone"):
+        judge_key("precomputed:r\udce9s.jsonl")
+    with pytest.raises(UDCGInputError, match=r"field 'judge_name': holds a lone surrogate"):
+        judge_key("precomputed:r.jsonl", name="k\udce9")
 
 
 def test_names_of_one_dtype_are_one_fingerprint_and_float32_is_the_default() -> None:

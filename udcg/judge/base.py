@@ -28,6 +28,7 @@ from udcg.judge.requests import (
     make_request,
 )
 from udcg.judge.structured import JSONResult, generate_json
+from udcg.validation import encodable
 
 AbstainMode = Literal["first_token", "sequence"]
 OnResult = Callable[[int, Any, bool], None]  #: ``on_result(i, value, upper_bound)``
@@ -113,27 +114,8 @@ def check_texts(values: Any, what: str) -> list[str]:
             raise UDCGInputError("is None (use '' for an empty text)", field=f"{what}[{i}]")
         if not isinstance(v, str):
             raise UDCGInputError(f"expected a string, got {type(v).__name__}", field=f"{what}[{i}]")
-        _check_encodable(v, f"{what}[{i}]")
+        encodable(v, f"{what}[{i}]")
     return values
-
-
-def _check_encodable(text: str, field: str) -> None:
-    """Refuse a text holding a lone surrogate (JSON can escape one, UTF-8 cannot encode it).
-
-    >>> _check_encodable("caf\\ud800", "passages[0]")
-    Traceback (most recent call last):
-    ...
-    udcg.errors.UDCGInputError: field 'passages[0]': holds a lone surrogate (U+D800), which ...
-    """
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise UDCGInputError(
-            f"holds a lone surrogate (U+{ord(text[exc.start]):04X}), which UTF-8 cannot encode",
-            field=field,
-        ) from None
 
 
 def check_conversations(prompts: Any) -> list[list[dict[str, str]]]:
@@ -165,7 +147,7 @@ def check_conversations(prompts: Any) -> list[list[dict[str, str]]]:
                     "expected a message {'role': str, 'content': str}", field=f"prompts[{i}][{j}]"
                 )
             for part in ("role", "content"):
-                _check_encodable(message[part], f"prompts[{i}][{j}].{part}")
+                encodable(message[part], f"prompts[{i}][{j}].{part}")
         out.append(list(messages))
     return out
 
@@ -333,7 +315,7 @@ class Judge(ABC):
                     raise UDCGInputError(
                         f"must be a non-empty string, got {answer!r}", field=f"answers[{i}][{j}]"
                     )
-                _check_encodable(answer, f"answers[{i}][{j}]")
+                encodable(answer, f"answers[{i}][{j}]")
         items = [
             {"question": q, "passage": p, "answers": list(a)}
             for q, p, a in zip(questions, passages, answers, strict=True)

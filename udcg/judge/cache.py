@@ -99,9 +99,20 @@ def cache_key(
     try:
         return hashlib.sha256(canonical_json(identity).encode("utf-8")).hexdigest()
     except UnicodeEncodeError:  # what the operation's own checks do not name (a schema's)
+        holder = f"the {operation} request"
+        if not _encodes(fingerprint):
+            holder = f"the judge's settings (an option, its fingerprint {fingerprint!a})"
         raise UDCGInputError(
-            f"the {operation} request holds a lone surrogate, which UTF-8 cannot encode"
+            f"{holder} holds a lone surrogate, which UTF-8 cannot encode"
         ) from None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _probability(stored: Any) -> tuple[float, bool]:

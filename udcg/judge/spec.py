@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from udcg.errors import UDCGInputError
-from udcg.validation import show
+from udcg.validation import encodable, show
 
 EMBEDDED = "smollm2-135m"
 OPENAI = "openai:"
@@ -63,11 +63,18 @@ def judge_key(spec: str, name: str | None = None) -> str:
             raise UDCGInputError(
                 f"must be a non-empty string, got {show(name)}", field="judge_name"
             )
-        return name
+        return encodable(name, "judge_name")
     if not isinstance(spec, str) or not spec:
         raise UDCGInputError(f"must be a non-empty judge spec, got {show(spec)}", field="judge")
     if spec.startswith(OPENAI):
-        return split_openai(spec)[0]
-    if spec.startswith(PRECOMPUTED):
-        return precomputed_key(spec.removeprefix(PRECOMPUTED))
-    return local_key(spec)
+        key = split_openai(spec)[0]
+    elif spec.startswith(PRECOMPUTED):
+        key = precomputed_key(spec.removeprefix(PRECOMPUTED))
+    else:
+        key = local_key(spec)
+    try:
+        return encodable(key, "judge")
+    except UDCGInputError as exc:  # a file name not valid in UTF-8
+        raise UDCGInputError(
+            f"its key {key!a} {exc.reason}: name it (--judge-key)", field="judge"
+        ) from None

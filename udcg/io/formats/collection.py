@@ -178,6 +178,8 @@ def _json_record(where: Where, text: str, layout: Layout) -> Record:
         raise UDCGInputError(
             f"expected a JSON object, got {check.kind(obj)}", path=where.path, line=where.line
         )
+    if (field := check.lone_surrogate(text, obj)) is not None:  # UTF-8 cannot write it out
+        raise where.error(field, check.LONE_SURROGATE)
     key, value = layout.one_of(obj, "id", where)
     return Record(where, check.identifier(value, key, where), obj, True)
 
