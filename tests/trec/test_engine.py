@@ -367,3 +367,15 @@ def test_judged_grades_match_a_dict_lookup(n_keys: int, span: int) -> None:
 def test_qrels_dict_grade_that_is_no_int64_is_a_located_input_error(grade) -> None:
     with pytest.raises(UDCGInputError, match=r"query q, document a: .* is not an integer grade"):
         evaluate({"q": {"a": grade, "b": 0}}, {"q": {"a": 1.0, "b": 2.0}}, ["nDCG"])
+
+
+@pytest.mark.parametrize("sep", [b" ", b"\t", b"  "])
+def test_cr_ends_lines_whatever_separates_the_columns(tmp_path: Path, sep: bytes) -> None:
+    """CR, LF and CRLF end lines alike, on the fast path (single spaces) and on the one that
+    normalises tabs and repeated spaces (found by bench/fuzz_readers.py)."""
+    lines = [sep.join(b"q1 Q0 d1 1 2.5 t".split()), sep.join(b"q1 Q0 d2 2 1.5 t".split())]
+    want = {"q1": {"d1": 2.5, "d2": 1.5}}
+    for end in (b"\n", b"\r", b"\r\n"):
+        path = tmp_path / "run.txt"
+        path.write_bytes(end.join(lines) + end)
+        assert read_trec_run(path).to_dict() == want, (sep, end)

@@ -103,8 +103,9 @@ def _to_dict(qids: pa.Array, doc_ids: pa.Array, values: list) -> dict[str, dict]
 
 
 def _single_spaced(data: bytes) -> bytes:
-    """Columns separated by exactly one space, no leading or trailing spaces."""
-    return b"\n".join(b" ".join(line.split()) for line in data.split(b"\n"))
+    """Columns separated by exactly one space, no leading or trailing spaces; lines ended
+    where Arrow ends them (CR, LF or CRLF)."""
+    return b"\n".join(b" ".join(line.split()) for line in _LINE_END.split(data))
 
 
 def _parse_table(data: bytes, names: tuple[str, ...], types: dict[str, pa.DataType]) -> pa.Table:
