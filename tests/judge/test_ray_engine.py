@@ -376,21 +376,27 @@ def test_the_workers_resolved_abstain_token_is_in_the_key_and_must_agree() -> No
             server.close()
 
 
-def test_a_local_model_on_ray_records_its_batching_with_the_piece_size(
+def test_a_local_model_on_ray_records_its_batching_and_counts_cut_passages(
     tmp_path: Path, precomputed
 ) -> None:
     from tests.judge.test_openai_backend import _tiny_chat_model
 
     _tiny_chat_model(tmp_path)
-    local = load_judge(str(tmp_path), batch_size=3)
-    judge = RayJudge(
-        str(tmp_path), options={"batch_size": 3}, engine=RayOptions(workers=1, piece_size=5)
-    )
+    options = {"batch_size": 3, "max_passage_tokens": 2}
+    local = load_judge(str(tmp_path), **options)
+    judge = RayJudge(str(tmp_path), options=options, engine=RayOptions(workers=2, piece_size=2))
     try:  # the rows that run together: the pieces, then the model's batches
         assert judge.batch_settings() == {
-            "engine": "ray", "piece_size": 5, **local.batch_settings()
+            "engine": "ray", "piece_size": 2, **local.batch_settings()
         }  # fmt: skip
         assert local.batch_settings()["batch_size"] == 3
+        # passages cut on either worker are counted once each, as one process counts them
+        passages = ["the answer is a world", "hello", "the question of the world", "a"] * 2
+        questions = [f"question {i} ?" for i in range(len(passages))]
+        local.abstain_prob(questions, passages)
+        judge.abstain_prob(questions, passages)
+        assert judge.max_passage_tokens == 2
+        assert judge.n_truncated == local.n_truncated == 2
     finally:
         judge.close()
     judge = RayJudge(precomputed[0], engine=RayOptions(workers=1))

@@ -7,6 +7,7 @@ hidden states that :class:`~udcg.judge.scoring_engine.ScoringEngine` computes in
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import numbers
@@ -153,7 +154,7 @@ class TransformersJudge(Judge):
         self.max_passage_tokens = max_passage_tokens
         self.share_passages = bool(share_passages)
         self.loads = 0
-        self._cut: set[int] = set()  # hashes of the distinct passages cut
+        self._cut: set[bytes] = set()  # digests of the distinct passages cut
         self.last_stats = ForwardStats()
         self._abstain_prefix: tuple[int, ...] | None = None
         self._loaded: dict[str, Any] | None = None
@@ -295,7 +296,7 @@ class TransformersJudge(Judge):
         for i, ids in enumerate(enc):
             if len(ids) > limit:
                 out[i] = self.tokenizer.decode(ids[:limit])
-                self._cut.add(hash(passages[i]))
+                self._cut.add(hashlib.blake2b(passages[i].encode(), digest_size=16).digest())
                 cut += 1
                 log.debug("passage %d truncated from %d to %d tokens", i, len(ids), limit)
         if cut:
@@ -307,6 +308,12 @@ class TransformersJudge(Judge):
         """Distinct passages cut to ``max_passage_tokens`` so far (once, whatever the steps and
         questions that read them)."""
         return len(self._cut)
+
+    @property
+    def cut_passages(self) -> frozenset[bytes]:
+        """Digests of the passages counted by :attr:`n_truncated` (the same in every process:
+        Ray's workers' are joined)."""
+        return frozenset(self._cut)
 
     def _abstain_template_prefix(self) -> tuple[int, ...]:
         """Token ids that every abstention prompt starts with (template up to ``Document:``)."""

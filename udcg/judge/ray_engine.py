@@ -155,6 +155,12 @@ class JudgeWorker:
     def batch_settings(self) -> dict[str, Any]:
         return self.judge.batch_settings()
 
+    def max_passage_tokens(self) -> int | None:
+        return getattr(self.judge, "max_passage_tokens", None)
+
+    def cut_passages(self) -> frozenset[bytes]:
+        return getattr(self.judge, "cut_passages", frozenset())
+
     def run(self, requests: Sequence[Request], start: int) -> tuple[int, list[Result]]:
         """The results of ``requests``, the piece at ``start``."""
         return start, self.judge.run(requests)
@@ -280,6 +286,21 @@ class RayJudge(Judge):
             engine = {"engine": "ray", "piece_size": self._piece_size(0, 1)}
             self._batching = {**engine, **inner} if inner else {}
         return dict(self._batching)
+
+    @property
+    def max_passage_tokens(self) -> int | None:
+        """The actors' cut of passages (None: none, or a judge without one)."""
+        return self._agreed("max_passage_tokens", "max_passage_tokens")
+
+    @property
+    def n_truncated(self) -> int:
+        """Distinct passages the live actors cut (their digests joined), as one process
+        counts them."""
+        ray, cut = _ray(), set()
+        for ref in [self.actors[i].cut_passages.remote() for i in self._live()]:
+            with suppress(ray.exceptions.RayActorError), _own_errors():
+                cut |= ray.get(ref)
+        return len(cut)
 
     def __repr__(self) -> str:
         return f"RayJudge(name={self.name!r}, workers={len(self.actors)})"
