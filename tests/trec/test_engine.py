@@ -379,3 +379,23 @@ def test_cr_ends_lines_whatever_separates_the_columns(tmp_path: Path, sep: bytes
         path = tmp_path / "run.txt"
         path.write_bytes(end.join(lines) + end)
         assert read_trec_run(path).to_dict() == want, (sep, end)
+
+
+def test_large_grades_take_memory_of_the_judged_documents_not_a_table() -> None:
+    """The ideal DCG above 64 grades: 8,000 queries, one with 8,000 relevant documents, was a
+    queries x 8,000 table (512 MB); now arrays of the judged documents."""
+    import tracemalloc
+
+    from udcg.metrics._kernels import discounts
+    from udcg.trec.engine import _sorted_ideal_dcg
+
+    q = np.concatenate([np.zeros(8_000, dtype=np.int64), np.arange(1, 8_000)])
+    gains = np.full(len(q), 100, dtype=np.int64)
+    tracemalloc.start()
+    try:
+        ideal = _sorted_ideal_dcg(q, gains, 8_000, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20, peak
+    assert ideal[1] == 100.0 and ideal[0] == pytest.approx(100 * discounts(8_000).sum())

@@ -337,19 +337,21 @@ def _ideal_dcg(counts: np.ndarray, k: int | None) -> np.ndarray:
 
 def _sorted_ideal_dcg(q: np.ndarray, gains: np.ndarray, n_queries: int, k: int | None):
     """IDCG@k per query from its judged gains sorted descending (for grades above
-    :data:`DENSE_GRADES`: a grade of 10**6 needs no table of a million levels), summed as the
-    run's DCG is (``_kernels.dcg``)."""
+    :data:`DENSE_GRADES`: a grade of 10**6 needs no table of a million levels), in memory of
+    the judged documents, not queries x the most a query has. Summed as the run's DCG is
+    (``_kernels.dcg``: each query's ``gain * discount`` terms added in rank order from 0, which
+    ``np.bincount`` does visiting them in that order)."""
     positive = gains > 0
     q, gains = q[positive], gains[positive]
     order = np.lexsort((-gains, q))
     q, gains = q[order], gains[order]
     per_query = np.bincount(q, minlength=n_queries)
     rank = np.arange(len(q)) - (np.cumsum(per_query) - per_query)[q]
-    width = int(per_query.max(initial=0)) if k is None else min(k, int(per_query.max(initial=0)))
-    kept = rank < width
-    table = np.zeros((n_queries, width))
-    table[q[kept], rank[kept]] = gains[kept]
-    return _kernels.dcg(table)
+    if k is not None:
+        kept = rank < k
+        q, gains, rank = q[kept], gains[kept], rank[kept]
+    terms = gains * _kernels.discounts(int(rank.max(initial=0)) + 1)[rank]
+    return np.bincount(q, weights=terms, minlength=n_queries)
 
 
 def _length_buckets(lengths: np.ndarray) -> list[np.ndarray]:
