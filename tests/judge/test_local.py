@@ -334,6 +334,22 @@ def test_prompts_over_the_models_context_are_refused(judge, monkeypatch):
     assert judge.abstain_prob(["Where?"], ["Short."]).shape == (1,)
 
 
+def test_a_model_too_short_for_any_prompt_says_so(tmp_path) -> None:
+    """Not the warm-up's question, which is no text of the user's."""
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tests.judge.test_openai_backend import _tiny_model
+    from udcg.judge import load_judge
+
+    model = _tiny_model(tmp_path, LlamaConfig, LlamaForCausalLM)
+    model.config.max_position_embeddings = 8
+    model.save_pretrained(tmp_path)
+    judge = load_judge(str(tmp_path))
+    with pytest.raises(UDCGInputError, match="has a context of 8 tokens, shorter than udcg's"):
+        judge.abstain_prob(["Where?"], ["Here."])
+
+
 def test_annotate_names_the_file_and_line_of_a_prompt_over_the_context(
     judge, monkeypatch, tmp_path
 ):

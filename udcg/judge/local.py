@@ -371,7 +371,14 @@ class TransformersJudge(Judge):
         prefix's key/value cache and pays the first passes' one-off costs now. Later values do
         not depend on it; ``last_stats`` and ``n_truncated`` are left as they were."""
         stats, truncated = self.last_stats, set(self._cut)
-        self.abstain_prob(list(WARM_UP_QUESTIONS), [WARM_UP_PASSAGE] * len(WARM_UP_QUESTIONS))
+        try:
+            self.abstain_prob(list(WARM_UP_QUESTIONS), [WARM_UP_PASSAGE] * len(WARM_UP_QUESTIONS))
+        except RefusedRequest:  # not the user's text: the model's context is that short
+            limit = self.model.config.max_position_embeddings
+            raise UDCGInputError(
+                f"{self.source!r} has a context of {limit} tokens, shorter than udcg's shortest"
+                " abstention prompt (a one-line question and passage): it cannot judge"
+            ) from None
         self.last_stats, self._cut = stats, truncated
 
     def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
