@@ -380,3 +380,29 @@ def test_qrels_of_another_doc_id_scheme_are_warned_of(files, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UDCGWarning)
         build(files)
+
+
+@pytest.mark.parametrize(
+    ("data", "tag"),
+    [
+        (b"q1 Q0 d1 1 2 bm25\nq1 Q0 d2 2 1 bm25\n", "bm25"),
+        (b"q1\tQ0\td1\t1\t2\tbm25\r\nq1 Q0 d2 2 1 bm25\r\n", "bm25"),
+        (b"\xef\xbb\xbfq1 Q0 d1 1 2 bm25\n\nq1 Q0 d2 2 1 bm25", "bm25"),  # BOM, blank, no end
+        (b"q1 Q0 d1 1 2 bm25\rq1 Q0 d2 2 1 bm25\r", "bm25"),  # CR ends lines, as for Arrow
+        (b"q1 Q0 d1 1 2 bm25\nq1 Q0 bm25 2 1 dense\n", None),  # the doc id is no tag
+        (b"q1 Q0 d1 1 2 bm25\rq1 Q0 d2 2 1 dense\r", None),
+    ],
+)
+def test_one_tag_per_run_file_whatever_its_line_ends(tmp_path, data, tag):
+    import gzip
+
+    from udcg.io.formats.trec import read_trec_run
+    from udcg.io.joins.run_contexts import run_tag
+
+    for path, raw in ((tmp_path / "r.run", data), (tmp_path / "r.run.gz", gzip.compress(data))):
+        path.write_bytes(raw)
+        if tag is None:
+            with pytest.raises(UDCGInputError, match=r":2: field 'tag': 'dense' after 'bm25'"):
+                run_tag(read_trec_run(path))
+        else:
+            assert run_tag(read_trec_run(path)) == tag

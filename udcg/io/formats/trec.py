@@ -45,7 +45,7 @@ from udcg.io.files import (
 from udcg.validation import show
 
 _RUN_COLUMNS = ("qid", "Q0", "doc_id", "rank", "score", "tag")
-_BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which Arrow's parser skips
+BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which Arrow's parser skips
 _QRELS_COLUMNS = ("qid", "iteration", "doc_id", "relevance")
 
 
@@ -105,7 +105,7 @@ def _to_dict(qids: pa.Array, doc_ids: pa.Array, values: list) -> dict[str, dict]
 def _single_spaced(data: bytes) -> bytes:
     """Columns separated by exactly one space, no leading or trailing spaces; lines ended
     where Arrow ends them (CR, LF or CRLF)."""
-    return b"\n".join(b" ".join(line.split()) for line in _LINE_END.split(data))
+    return b"\n".join(b" ".join(line.split()) for line in LINE_END.split(data))
 
 
 def _parse_table(data: bytes, names: tuple[str, ...], types: dict[str, pa.DataType]) -> pa.Table:
@@ -204,8 +204,8 @@ def split_columns(
 def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str) -> None:
     """Walk the file line by line and raise UDCGInputError at the first bad line."""
     seen: dict[str, set[str]] = {}
-    data = data.removeprefix(_BOM)  # as Arrow drops it
-    for number, raw in enumerate(_LINE_END.split(data), start=1):
+    data = data.removeprefix(BOM)  # as Arrow drops it
+    for number, raw in enumerate(LINE_END.split(data), start=1):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -229,7 +229,7 @@ def _scan(path: PathType, data: bytes, names: tuple[str, ...], value_field: str)
 
 
 _INT64 = re.compile(r"-?[0-9]{1,19}")
-_LINE_END = re.compile(rb"\r\n|\r|\n")  # as Arrow's reader ends lines
+LINE_END = re.compile(rb"\r\n|\r|\n")  # as Arrow's reader ends lines
 _HEX_LAST = re.compile(rb"[ \t]0[xX][0-9A-Fa-f]+[ \t\v\f]*(?:\r|\n|$)")  # CR: a line end too
 
 
@@ -316,7 +316,7 @@ def read_columns(path: PathType, names: tuple[str, ...], value_field: str, value
     data = None
     if table is None:
         data = read_bytes(path)
-        if not data.removeprefix(_BOM).strip():
+        if not data.removeprefix(BOM).strip():
             raise UDCGInputError("empty file", path=path)
         try:
             table = _parse_table(data, names, types)

@@ -34,10 +34,12 @@ import pyarrow as pa
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.arrow import dictionary_encode, take, to_numpy
 from udcg.io.contexts.model import Context, Passage
-from udcg.io.files import PathType, numbered_lines
+from udcg.io.files import PathType, open_binary
 from udcg.io.formats.collection import Document, read_collection
 from udcg.io.formats.topics import Topic, read_answers, read_topics
 from udcg.io.formats.trec import (
+    BOM,
+    LINE_END,
     Qrels,
     Run,
     locate_duplicate,
@@ -121,11 +123,16 @@ def run_tag(run: Run) -> str | None:
     """
     if run.source is None:
         return None
+    with open_binary(run.source) as handle:
+        data = handle.read().removeprefix(BOM)
+    tagged = _one_tag(data)
+    if tagged is not None:  # every line ends in the first line's tag: counted, not parsed
+        return tagged
     first: tuple[int, str | None] | None = None
-    for number, text in numbered_lines(run.source):
-        if not (fields := text.split()):
+    for number, line in enumerate(LINE_END.split(data), start=1):  # lines as Arrow reads them
+        if not (fields := line.split()):
             continue
-        tag = fields[5] if len(fields) > 5 else None
+        tag = fields[5].decode(errors="replace") if len(fields) > 5 else None
         if first is None:
             first = number, tag
         elif tag != first[1]:
@@ -138,6 +145,31 @@ def run_tag(run: Run) -> str | None:
                 field="tag",
             )
     return None if first is None else first[1]
+
+
+def _one_tag(data: bytes) -> str | None:
+    """The tag of a run file's bytes when each of its lines ends in the first line's tag (a
+    count of ``" TAG\\n"`` and its forms, run files being 6 columns), else None (then read
+    line by line: another tag, blank lines, lines of other forms).
+
+    Examples:
+        >>> _one_tag(b"q1 Q0 d1 1 2 bm25\\nq1 Q0 d2 2 1 bm25\\n")
+        'bm25'
+        >>> _one_tag(b"q Q0 d 1 2 a\\nq Q0 e 2 1 b\\n") is None
+        True
+    """
+    fields = data[: data.find(b"\n") if b"\n" in data else len(data)].split()
+    if len(fields) != 6 or not data.endswith(b"\n"):
+        return None
+    tag = fields[5]
+    ends = sum(data.count(sep + tag + end) for sep in (b" ", b"\t") for end in (b"\n", b"\r\n"))
+    crlf = data.count(b"\r\n")
+    if ends != data.count(b"\n") or data.count(b"\r") != crlf:  # a lone CR ends a line too
+        return None
+    try:
+        return tag.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def _check_present(

@@ -31,6 +31,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts.model import JUDGE_PROB_KEYS, Context, Passage
 from udcg.io.files import PathType, numbered_lines, open_binary
 from udcg.io.formats.trec import (
+    BOM,
     Qrels,
     Run,
     locate_duplicate,
@@ -44,7 +45,6 @@ from udcg.validation import positive_int
 __all__ = ["read_outcomes", "read_trec_contexts", "read_utilities"]
 
 _TRUE, _FALSE = frozenset({"1", "true"}), frozenset({"0", "false"})
-_BOM = "\ufeff".encode()
 
 
 def _rows(path: PathType, names: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
@@ -131,7 +131,7 @@ def run_line(run: Run, qid: str, doc_id: str) -> int | None:
     wanted = [qid.encode(), doc_id.encode()]
     with open_binary(run.source) as handle:
         for number, raw in enumerate(handle, start=1):
-            rows = (raw.removeprefix(_BOM) if number == 1 else raw).split(b"\r")
+            rows = (raw.removeprefix(BOM) if number == 1 else raw).split(b"\r")
             if any(row.split()[0:3:2] == wanted for row in rows):
                 return number
     return None
