@@ -37,7 +37,7 @@ class SlowJudge(Judge):
     fingerprint = os.environ.get("SLOW_FINGERPRINT", "slow-v1")
     delay = float(os.environ.get("SLOW_DELAY", "0"))
 
-    def batch_settings(self):  # a local model's: its values move with the batch
+    def batch_settings(self, operations=None):  # a local model's: values move with the batch
         return {"batch_size": int(os.environ["SLOW_BATCH"])} if "SLOW_BATCH" in os.environ else {}
 
     def abstain_prob(self, questions, passages, mode="first_token"):

@@ -635,6 +635,24 @@ def test_names_of_one_dtype_are_one_fingerprint_and_float32_is_the_default() -> 
     assert TransformersJudge("owner/model", device="cuda").fingerprint == fingerprint()
 
 
+def test_batching_names_the_settings_of_the_operations_a_run_calls() -> None:
+    """A resume must batch alike only what moves its values: abstention rows are not set by
+    the generation limit, generation by passage sharing, and no call (string relevance) by
+    anything."""
+    from udcg.judge.local import TransformersJudge
+
+    judge = TransformersJudge("owner/model", device="cpu", batch_size=4)
+    assert set(judge.batch_settings()) == {
+        "batch_size", "max_batch_tokens", "max_generate_tokens", "share_passages"
+    }  # fmt: skip
+    assert judge.batch_settings(["abstain_prob", "answer_prob"]) == {
+        "batch_size": 4, "max_batch_tokens": judge.max_batch_tokens, "share_passages": True
+    }  # fmt: skip
+    assert set(judge.batch_settings(["yes_prob"])) == {"batch_size", "max_batch_tokens"}
+    assert set(judge.batch_settings(["generate"])) == {"batch_size", "max_generate_tokens"}
+    assert judge.batch_settings([]) == {}
+
+
 def test_max_passage_tokens_is_checked_when_set_later_too(tmp_path) -> None:
     """``judge.max_passage_tokens = N`` (docs/judge.md) is checked as the option is: 0 would
     score empty passages, -5 drop the last 5 tokens of every passage."""

@@ -390,6 +390,11 @@ def test_a_local_model_on_ray_records_its_batching_and_counts_cut_passages(
             "engine": "ray", "piece_size": 2, **local.batch_settings()
         }  # fmt: skip
         assert local.batch_settings()["batch_size"] == 3
+        # of the operations a run calls only (abstention: no generation limit)
+        abstain = local.batch_settings(["abstain_prob"])
+        engine = {"engine": "ray", "piece_size": 2}
+        assert judge.batch_settings(["abstain_prob"]) == {**engine, **abstain}
+        assert "max_generate_tokens" not in abstain and judge.batch_settings([]) == {}
         # passages cut on either worker are counted once each, as one process counts them
         passages = ["the answer is a world", "hello", "the question of the world", "a"] * 2
         questions = [f"question {i} ?" for i in range(len(passages))]

@@ -318,8 +318,8 @@ def test_the_report_and_demo_record_the_batching_of_a_local_judge(tmp_path: Path
             super().__init__()
             self.batch_size, self.stop_after = batch_size, stop_after
 
-        def batch_settings(self):
-            return {"batch_size": self.batch_size}
+        def batch_settings(self, operations=None):
+            return {"batch_size": self.batch_size} if operations else {}
 
         def abstain_prob(self, questions, passages, mode="first_token"):
             if self.stop_after is not None and len(self.scored) >= self.stop_after:

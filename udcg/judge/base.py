@@ -11,7 +11,7 @@ yet reported are never reported.
 from __future__ import annotations
 
 from abc import ABC
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -180,9 +180,10 @@ class Judge(ABC):
         request keys); ``{}`` by default."""
         return {}
 
-    def batch_settings(self) -> dict[str, Any]:
-        """Settings that move values with the other items of a batch (a local model's padded
-        batches: summation order), which a resumed run must share; ``{}`` by default."""
+    def batch_settings(self, operations: Collection[str] | None = None) -> dict[str, Any]:
+        """Settings that move the values of ``operations`` (None: all) with the other items of
+        a batch (a local model's padded batches: summation order), which a resumed run must
+        share; ``{}`` by default."""
         return {}
 
     def probe(self) -> None:  # noqa: B027 (a hook: in-process backends have nothing to check)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from udcg.errors import UDCGInputError, UDCGWarning
@@ -174,8 +174,8 @@ class CachedJudge(Judge):
     def provides(self) -> frozenset[str] | None:  # type: ignore[override]
         return None if self.inner is None else getattr(self.inner, "provides", None)
 
-    def batch_settings(self) -> dict[str, Any]:
-        return {} if self.inner is None else self.inner.batch_settings()
+    def batch_settings(self, operations: Collection[str] | None = None) -> dict[str, Any]:
+        return {} if self.inner is None else self.inner.batch_settings(operations)
 
     def probe(self) -> None:
         self._probe_pending = False

@@ -13,7 +13,7 @@ import logging
 import numbers
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,16 @@ def cuda_expected() -> bool:
 
 def _model_part(key: str, doc: str) -> Any:
     return property(lambda self: self._load()[key], doc=f"{doc} (loads the model on first use).")
+
+
+#: The settings that set which rows of each operation run together.
+_BATCHED_BY = {
+    "abstain_prob": ("batch_size", "max_batch_tokens", "share_passages"),
+    "answer_prob": ("batch_size", "max_batch_tokens", "share_passages"),
+    "yes_prob": ("batch_size", "max_batch_tokens"),
+    "generate": ("batch_size", "max_generate_tokens"),
+    "generate_json": ("batch_size", "max_generate_tokens"),
+}
 
 
 class TransformersJudge(Judge):
@@ -262,10 +272,13 @@ class TransformersJudge(Judge):
         policy = f"dtype={self._dtype_name}|max_passage_tokens={self.max_passage_tokens}"
         return f"{self._weights}|{policy}"
 
-    def batch_settings(self) -> dict[str, Any]:
-        """The limits and sharing that set which rows run together (see :meth:`_score`)."""
+    def batch_settings(self, operations: Collection[str] | None = None) -> dict[str, Any]:
+        """The limits and sharing that set which rows of ``operations`` (None: all) run
+        together (see :meth:`_score`, :meth:`_generate`)."""
+        ops = _BATCHED_BY if operations is None else operations
+        wanted = {name for op in ops for name in _BATCHED_BY.get(op, ())}
         names = ("batch_size", "max_batch_tokens", "max_generate_tokens", "share_passages")
-        return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in names if name in wanted}
 
     def __repr__(self) -> str:
         return f"TransformersJudge(name={self.name!r}, fingerprint={self.fingerprint!r})"

@@ -11,7 +11,7 @@ import logging
 import os
 import weakref
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import cycle, islice
@@ -152,8 +152,8 @@ class JudgeWorker:
     def key_settings(self, operation: str) -> dict[str, Any]:
         return self.judge.key_settings(operation)
 
-    def batch_settings(self) -> dict[str, Any]:
-        return self.judge.batch_settings()
+    def batch_settings(self, operations: list[str] | None) -> dict[str, Any]:
+        return self.judge.batch_settings(operations)
 
     def max_passage_tokens(self) -> int | None:
         return getattr(self.judge, "max_passage_tokens", None)
@@ -269,7 +269,6 @@ class RayJudge(Judge):
                 field="judge",
             )
         self._key_settings: dict[str, dict[str, Any]] = {}
-        self._batching: dict[str, Any] | None = None
         self._dead: set[int] = set()  # actors past their restarts
 
     def key_settings(self, operation: str) -> dict[str, Any]:
@@ -278,14 +277,14 @@ class RayJudge(Judge):
             self._key_settings[operation] = self._agreed(operation, "key_settings", operation)
         return dict(self._key_settings[operation])
 
-    def batch_settings(self) -> dict[str, Any]:
-        """The actors' batching, with the engine and its piece size (which set the rows that
-        run together), when their values move with the batch (a local model's); else ``{}``."""
-        if self._batching is None:
-            inner = self._agreed("batching", "batch_settings")
-            engine = {"engine": "ray", "piece_size": self._piece_size(0, 1)}
-            self._batching = {**engine, **inner} if inner else {}
-        return dict(self._batching)
+    def batch_settings(self, operations: Collection[str] | None = None) -> dict[str, Any]:
+        """The actors' batching of ``operations`` (None: all), with the engine and its piece
+        size (which set the rows that run together), when their values move with the batch (a
+        local model's); else ``{}``."""
+        ops = None if operations is None else sorted(operations)
+        inner = self._agreed("batching", "batch_settings", ops)
+        engine = {"engine": "ray", "piece_size": self._piece_size(0, 1)}
+        return {**engine, **inner} if inner else {}
 
     @property
     def max_passage_tokens(self) -> int | None:

@@ -106,20 +106,24 @@ def default_record(judge: Any, steps: Sequence[str], chunk: int) -> dict[str, An
 
 
 def with_batching(record: dict[str, Any], judge: Any, chunk: int) -> dict[str, Any]:
-    """``record`` with ``batching`` (``chunk`` and ``judge.batch_settings()``) when the judge's
-    values move with the other items of a batch (a local model's), so that a resume or shard
-    batched otherwise is refused; ``record`` itself for other judges.
+    """``record`` with ``batching`` (``chunk`` and ``judge.batch_settings(ops)`` of the
+    operations its steps call) when those values move with the other items of a batch (a local
+    model's), so that a resume or shard batched otherwise is refused; ``record`` itself for
+    other judges, and for steps that call none (string relevance).
 
     Examples:
         >>> from udcg.judge import Judge
         >>> class Local(Judge):
         ...     name, fingerprint = "local", "local-v1"
-        ...     def batch_settings(self):
-        ...         return {"batch_size": 16}
-        >>> with_batching({"judge": "local"}, Local(), 64)
-        {'judge': 'local', 'batching': {'chunk': 64, 'batch_size': 16}}
+        ...     def batch_settings(self, operations=None):
+        ...         return {"batch_size": 16} if operations else {}
+        >>> abstain = {"steps": ["abstain"], "relevance": "string"}
+        >>> with_batching(abstain, Local(), 64)["batching"]
+        {'chunk': 64, 'batch_size': 16}
+        >>> "batching" in with_batching({**abstain, "steps": ["relevance"]}, Local(), 64)
+        False
     """
-    batching = judge.batch_settings()
+    batching = judge.batch_settings(operations(record["steps"], record["relevance"]))
     return {**record, "batching": {"chunk": chunk, **batching}} if batching else record
 
 
