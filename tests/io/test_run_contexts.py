@@ -406,3 +406,11 @@ def test_one_tag_per_run_file_whatever_its_line_ends(tmp_path, data, tag):
                 run_tag(read_trec_run(path))
         else:
             assert run_tag(read_trec_run(path)) == tag
+
+
+def test_a_lone_surrogate_in_a_record_the_run_never_reads_is_no_error(files):
+    """Only what the contexts hold must be written as UTF-8: a collection's unused record is
+    not read."""
+    write(files["collection"], [*(json.dumps({"id": d, "text": t}) for d, (_, t) in DOCS.items()),
+                                '{"id": "d99", "text": "unused \\ud800"}'])  # fmt: skip
+    assert build(files) == build(files)  # read, the bad record left alone

@@ -123,6 +123,11 @@ def test_missing_and_null_labels_are_missing_values_not_zeros(tmp_path: Path) ->
     scores = qcare_scores(contexts, "gen")
     assert scores.values["C-Prec"].mask.tolist() == [True, True]
     assert scores.missing["C-Prec"] == {"no labels": 1, "a check without a usable answer": 1}
+    # a label below rank k is never read: the top k's labels give the values (-k cuts them)
+    cut = list(read_contexts(_write(tmp_path / "k.jsonl", [_line("k", [[T], [F], [None]], ["s"])])))
+    at2 = qcare_scores(cut, k=2)
+    assert (at2.values["C-Prec"].tolist(), at2.values["C-nDCG"].tolist()) == ([0.5], [1.0])
+    assert qcare_scores(cut).values["C-Prec"].mask.tolist() == [True]  # all three: a null
     assert scores.missing["Completeness"] == {"no labels": 1, "a check without a usable answer": 1}
     assert scores.missing["Verifiableness"] == {"no labels": 2}
     with pytest.raises(UDCGInputError, match=r"l.jsonl:2: field 'passages\[0\].covers'"):

@@ -97,10 +97,13 @@ def _fractions(passage: Any) -> Any:
     return [float(h) if s is None and isinstance(h, bool) else s for s, h in pairs]
 
 
-def _coverage_labels(ctx: Context, fractional: bool) -> tuple[list[list[Any]], str | None]:
-    """The context's ``[chunk][sub-query]`` coverage labels and why they cannot be used."""
+def _coverage_labels(
+    ctx: Context, fractional: bool, k: int | None
+) -> tuple[list[list[Any]], str | None]:
+    """The ``[chunk][sub-query]`` coverage labels of the context's first ``k`` chunks (all for
+    None: a label below rank k is never read) and why they cannot be used."""
     key = "covers_prob" if fractional else "covers"
-    rows = [_fractions(p) if fractional else p.covers for p in ctx.passages]
+    rows = [_fractions(p) if fractional else p.covers for p in ctx.passages[:k]]
     if ctx.subqueries is None or None in rows:
         return [], NO_FRACTIONS if fractional else NO_LABELS
     for i, row in enumerate(rows):
@@ -209,7 +212,7 @@ def qcare_scores(
     one_of(coverage, "coverage", COVERAGE_LABELS)
     values: dict[str, np.ma.MaskedArray] = {}
     missing: dict[str, Counter] = {}
-    labelled = [_coverage_labels(c, coverage == "fractional") for c in contexts]
+    labelled = [_coverage_labels(c, coverage == "fractional", k) for c in contexts]
     r = coverage_gains([grid for grid, _ in labelled], binary=binary)
     reasons = [reason for _, reason in labelled]
     retrieval = (("C-Prec", lambda: c_precision(r, k)), ("C-nDCG", lambda: c_ndcg(r, k, gain)))

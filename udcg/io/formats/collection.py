@@ -124,6 +124,8 @@ class Record:
     id: str
     values: dict[str, Any]
     json: bool
+    #: the field of a lone surrogate among the values (refused if the record is read)
+    surrogate: str | None = None
 
     def text(self, layout: Layout) -> str:
         """The record's text, which must be a string."""
@@ -178,10 +180,9 @@ def _json_record(where: Where, text: str, layout: Layout) -> Record:
         raise UDCGInputError(
             f"expected a JSON object, got {check.kind(obj)}", path=where.path, line=where.line
         )
-    if (field := check.lone_surrogate(text, obj)) is not None:  # UTF-8 cannot write it out
-        raise where.error(field, check.LONE_SURROGATE)
     key, value = layout.one_of(obj, "id", where)
-    return Record(where, check.identifier(value, key, where), obj, True)
+    record_id = check.identifier(value, key, where)
+    return Record(where, record_id, obj, True, check.lone_surrogate(text, obj))
 
 
 def _tsv_parser(roles: tuple[str, ...], layout: Layout) -> Parser:
@@ -241,6 +242,8 @@ def unique_records(path: PathType, layout: Layout, ids: Collection[str] | None) 
                 bar.update(PROGRESS_STEP)
             if ids is not None and record.id not in ids:
                 continue
+            if record.surrogate is not None:  # UTF-8 cannot write it into the contexts
+                raise record.where.error(record.surrogate, check.LONE_SURROGATE)
             first = first_lines.setdefault(record.id, record.where.line)
             if first != record.where.line:
                 raise record.where.error(
