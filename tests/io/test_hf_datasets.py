@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -169,6 +170,34 @@ def test_a_save_replaces_an_earlier_dataset_and_refuses_other_files(tmp_path: Pa
         hf.save_contexts_dataset(contexts, folder)
     assert hf.load_contexts_dataset(folder) == contexts[:2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["saved"]  # no temporary folder left
+
+
+def test_a_saved_dataset_keeps_its_link_mode_and_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a link, the target is replaced and the link stays; the folder keeps the replaced
+    one's mode (a new one the umask's, not a temporary folder's 0700); the current folder, or
+    one holding it, is refused before anything is touched."""
+    contexts, real = _generated(), tmp_path / "disk" / "ds"
+    hf.save_contexts_dataset(contexts, real)
+    assert stat.S_IMODE(real.stat().st_mode) == 0o777 & ~_umask()
+    real.chmod(0o750)
+    (tmp_path / "link").symlink_to(real)
+    hf.save_contexts_dataset(contexts[:1], tmp_path / "link")
+    assert (tmp_path / "link").is_symlink() and hf.load_contexts_dataset(real) == contexts[:1]
+    assert stat.S_IMODE(real.stat().st_mode) == 0o750
+    monkeypatch.chdir(real)
+    for name in (".", str(real / "x" / "..")):
+        with pytest.raises(UDCGInputError, match="holds the current folder"):
+            hf.save_contexts_dataset(contexts, name)
+    assert hf.load_contexts_dataset(real) == contexts[:1]
+    assert sorted(os.listdir(real.parent)) == ["ds"]
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (Linux's /proc)."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if "Umask" in x)
+    return int(line.split()[1], 8)
 
 
 def test_a_json_copy_with_inferred_types_loads(tmp_path: Path) -> None:

@@ -28,10 +28,12 @@ hf:DIR`` writes one with ``save_to_disk``.
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 import shutil
+import stat
 import sys
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -43,6 +45,7 @@ import pyarrow as pa
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.checks import ANSWER_LABELS, Where
 from udcg.io.contexts.model import JUDGE_PROB_KEYS, Context, Passage, parse_context
+from udcg.io.files import exclusive_writer
 
 if TYPE_CHECKING:
     import datasets
@@ -417,24 +420,43 @@ def save_contexts_dataset(contexts: Iterable[Context], folder: str | Path) -> in
         ...     n, load_contexts_dataset(folder) == [ctx]
         (1, True)
     """
-    folder = Path(folder)
+    given, folder = folder, Path(os.path.realpath(folder))  # a link's target is replaced
     _check_dataset_folder(folder)
+    if folder == Path.cwd() or folder in Path.cwd().parents:
+        raise UDCGInputError("holds the current folder: name the dataset's own folder", path=given)
     ds = contexts_to_dataset(contexts)
-    try:  # written beside, then put in place: no shard of an earlier dataset stays
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        new = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-        try:
-            with _bars_off_without_stderr(_datasets()):
-                ds.save_to_disk(str(new))
-            if folder.exists():
-                shutil.rmtree(folder)
-            new.rename(folder)
-        finally:
-            shutil.rmtree(new, ignore_errors=True)
+    try:
+        with exclusive_writer(folder, "dataset folder"):
+            _swap_in(ds, folder)
     except OSError as exc:
         reason = exc.strerror or str(exc).splitlines()[0]
-        raise UDCGInputError(f"cannot write the dataset: {reason}", path=str(folder)) from None
+        raise UDCGInputError(f"cannot write the dataset: {reason}", path=str(given)) from None
     return int(ds.num_rows)
+
+
+def _swap_in(ds: Any, folder: Path) -> None:
+    """Save ``ds`` in a new folder beside ``folder`` (the replaced folder's mode, else the
+    umask's), then put it in place; the earlier dataset is moved aside first and deleted last,
+    so no shard of it stays and a failure before the swap leaves it whole."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    new = _beside(folder, "new")
+    try:
+        os.mkdir(new, 0o777)  # the kernel applies the umask
+        if folder.exists():
+            os.chmod(new, stat.S_IMODE(folder.stat().st_mode))
+        with _bars_off_without_stderr(_datasets()):
+            ds.save_to_disk(str(new))
+        old = _beside(folder, "old")
+        if folder.exists():
+            folder.rename(old)
+        new.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
+
+
+def _beside(folder: Path, what: str) -> Path:
+    return folder.parent / f".{folder.name}.{what}-{secrets.token_hex(6)}"
 
 
 #: The files ``save_to_disk`` writes in a dataset's folder.
