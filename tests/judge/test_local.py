@@ -371,9 +371,9 @@ def test_annotate_names_the_file_and_line_of_a_prompt_over_the_context(
     contexts = list(read_contexts(tmp_path / "in.jsonl"))
     cached = CachedJudge(judge, JudgeCache(tmp_path / "c.sqlite"))
     at = rf"^{tmp_path / 'in.jsonl'}:2: context 'q2': the prompt of "
-    for steps in (["abstain"], ["answer_likelihood"], ["outcomes"]):
+    for steps in (["abstain"], ["answer_likelihood"], ["outcomes"], ["relevance"], ["erag"]):
         with pytest.raises(UDCGInputError, match=at):
-            annotate(contexts, cached, steps=steps, batch=1)
+            annotate(contexts, cached, steps=steps, relevance="llm", batch=1)
 
 
 @needs_model

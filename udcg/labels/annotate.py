@@ -359,35 +359,54 @@ def with_bound(passage: Passage, name: str, value_field: str, bound: bool) -> Pa
 
 
 @contextmanager
-def _named(holder: Callable[[int], Context], items: Sequence[Any]) -> Iterator[None]:
-    """Errors of a judge call over ``items`` given the context they concern (``holder(i)`` of
-    item i): :class:`~udcg.judge.requests.MissingResults` the one that needs its first missing
-    item, and a :class:`~udcg.judge.requests.RefusedRequest` the file and line of the one
-    that holds the refused item."""
+def _named(holder: Callable[[int], Context]) -> Iterator[None]:
+    """:class:`~udcg.judge.requests.MissingResults` of a judge call given the context that
+    needs its first missing item: ``holder(i)`` of the item's position in the call."""
     try:
         yield
     except MissingResults as missing:
         if missing.context is None:
             missing.context = holder(missing.first)
         raise
+
+
+@contextmanager
+def _located(contexts: Sequence[Context]) -> Iterator[None]:
+    """A :class:`~udcg.judge.requests.RefusedRequest` of any step (a prompt over a local
+    model's context) as the file, line and query of the context that holds the refused item,
+    whichever chunk, cache or batch it came in."""
+    try:
+        yield
     except RefusedRequest as refused:
-        wanted = None if refused.request is None else _item_of(refused.request)
-        at = next((i for i, item in enumerate(items) if item == wanted), None)
-        if at is None:
+        ctx = None if refused.request is None else _holder(contexts, refused.request)
+        if ctx is None:
             raise
-        ctx = holder(at)
         raise UDCGInputError(f"context {ctx.qid!r}: {refused.reason}", **ctx.location()) from None
 
 
-def _item_of(request: Request) -> Any:
-    """The item of an annotation step that ``request`` judges: ``(question, passage)``,
-    ``(question, answers, passage)`` or the messages."""
+def _holder(contexts: Sequence[Context], request: Request) -> Context | None:
+    """The first context one of whose steps makes ``request``: a pair or triple of its
+    question and a passage, or the messages of its answer, a passage's relevance check or
+    eRAG answer, or its grading (any generated answer)."""
     got = request.inputs
-    if "messages" in got:
-        return got["messages"]
-    if "answers" in got:
-        return got["question"], tuple(got["answers"]), got["passage"]
-    return got["question"], got["passage"]
+
+    def makes(ctx: Context) -> bool:
+        texts = [p.text for p in ctx.passages]
+        if "messages" not in got:
+            return ctx.question == got["question"] and got["passage"] in texts
+        messages = got["messages"]
+        system, user = grader_messages(ctx.question, ctx.answers, "\0")
+        before, _, after = user["content"].partition("\0")
+        content = messages[1]["content"] if len(messages) == 2 else ""
+        graded = messages[:1] == [system] and content.startswith(before) and content.endswith(after)
+        return (
+            graded
+            or messages == answer_messages(ctx.question, texts)
+            or any(messages == answer_messages(ctx.question, [t]) for t in texts)
+            or any(messages == relevance_messages(ctx.question, ctx.answers, t) for t in texts)
+        )
+
+    return next((ctx for ctx in contexts if makes(ctx)), None)
 
 
 def _holding(
@@ -423,7 +442,7 @@ def _judged(
     contexts' items), counted in ``report``; a value that is not a probability (NaN from a
     damaged model) is a :class:`~udcg.errors.UDCGServiceError` naming the judge and context."""
     holder = _holding(contexts, keys, len(keys[0]) - 1 if keys else 1)
-    with _named(holder, keys):
+    with _named(holder):
         values, bounds = judge_call(judge, keys, work, label, batch)
     report.bounds[value_field] += int(bounds.sum())
     for i, value in enumerate(values):
@@ -512,149 +531,156 @@ def annotate(
         replace(ctx, passages=list(ctx.passages), outcomes=dict(ctx.outcomes)) for ctx in contexts
     ]
 
-    if "abstain" in steps:
-        pairs = sorted({(c.question, p.text) for c in out for p in c.passages})
-        report.pairs = len(pairs)
-        lookup = _judged(
-            judge,
-            pairs,
-            lambda chunk, **kw: judge.abstain_prob(
-                [q for q, _ in chunk], [t for _, t in chunk], mode, **kw
-            ),
-            "abstention",
-            batch,
-            report,
-            "abstain_prob",
-            out,
-        )
-        for ctx in out:
-            new = []
-            for p in ctx.passages:
-                prob, bound = lookup[(ctx.question, p.text)]
-                p = replace(p, abstain_prob={**p.abstain_prob, name: prob})
-                new.append(with_bound(p, name, "abstain_prob", bound))
-            ctx.passages[:] = new
-
-    if "answer_likelihood" in steps:
-        triples = sorted({(c.question, tuple(c.answers), p.text) for c in out for p in c.passages})
-        report.answer_pairs = len(triples)
-        lookup = _judged(
-            judge,
-            triples,
-            lambda chunk, **kw: judge.answer_prob(
-                [q for q, _, _ in chunk], [t for _, _, t in chunk], [a for _, a, _ in chunk], **kw
-            ),
-            "answer likelihood",
-            batch,
-            report,
-            "answer_prob",
-            out,
-        )
-        for ctx in out:
-            key = (ctx.question, tuple(ctx.answers))
-            new = []
-            for p in ctx.passages:
-                prob, bound = lookup[(*key, p.text)]
-                p = replace(p, answer_prob={**p.answer_prob, name: prob})
-                new.append(with_bound(p, name, "answer_prob", bound))
-            ctx.passages[:] = new
-
-    if "relevance" in steps:
-        labelled = [p for c in out for p in c.passages]
-        report.relevance_computed = sum(relabels(p, relabel_relevance) for p in labelled)
-        report.relevance_kept = len(labelled) - report.relevance_computed
-        if relevance == "string":
-            for ctx in out:
-                ctx.passages[:] = [
-                    _string_label(p, ctx.answers) if relabels(p, relabel_relevance) else p
-                    for p in ctx.passages
-                ]
-        else:
-            triples = sorted(
-                {
-                    (c.question, tuple(c.answers), p.text)
-                    for c in out
-                    for p in c.passages
-                    if relabels(p, relabel_relevance)
-                }
-            )
-            report.relevance_checks = len(triples)
+    with _located(out):  # a refused request: the context that holds it
+        if "abstain" in steps:
+            pairs = sorted({(c.question, p.text) for c in out for p in c.passages})
+            report.pairs = len(pairs)
             lookup = _judged(
                 judge,
-                triples,
-                lambda chunk, **kw: judge.yes_prob(
-                    [relevance_messages(q, a, t) for q, a, t in chunk], **kw
+                pairs,
+                lambda chunk, **kw: judge.abstain_prob(
+                    [q for q, _ in chunk], [t for _, t in chunk], mode, **kw
                 ),
-                "relevance",
+                "abstention",
                 batch,
                 report,
-                "relevance_prob",
+                "abstain_prob",
                 out,
             )
             for ctx in out:
                 new = []
                 for p in ctx.passages:
-                    if not relabels(p, relabel_relevance):
-                        new.append(p)
-                        continue
-                    prob, bound = lookup[(ctx.question, tuple(ctx.answers), p.text)]
-                    extra = {
-                        **p.extra,
-                        "relevance_prob": {**p.extra.get("relevance_prob", {}), name: prob},
-                    }
-                    p = replace(p, relevant=prob >= 0.5, extra=extra)
-                    new.append(with_bound(p, name, "relevance_prob", bound))
+                    prob, bound = lookup[(ctx.question, p.text)]
+                    p = replace(p, abstain_prob={**p.abstain_prob, name: prob})
+                    new.append(with_bound(p, name, "abstain_prob", bound))
                 ctx.passages[:] = new
 
-    made = {"grader": grader, "max_new_tokens": max_new_tokens}  # recorded with each answer
-    if "outcomes" in steps:
-        prompts = [answer_messages(c.question, [p.text for p in c.passages]) for c in out]
-        report.answers = len(prompts)
-        with _named(out.__getitem__, prompts):
-            answers, _ = judge_call(
-                judge,
-                prompts,
-                lambda chunk, **kw: judge.generate(list(chunk), max_new_tokens, **kw),
-                "answers",
-                batch,
+        if "answer_likelihood" in steps:
+            triples = sorted(
+                {(c.question, tuple(c.answers), p.text) for c in out for p in c.passages}
             )
-        if grader == "span":
-            grades: list[str | None] = [
-                grade_span(a, c.answers) for a, c in zip(answers, out, strict=True)
-            ]
-        else:
-            graded = [
-                grader_messages(c.question, c.answers, a) for a, c in zip(answers, out, strict=True)
-            ]
-            with _named(out.__getitem__, graded):
-                texts, _ = judge_call(
+            report.answer_pairs = len(triples)
+            lookup = _judged(
+                judge,
+                triples,
+                lambda chunk, **kw: judge.answer_prob(
+                    [q for q, _, _ in chunk],
+                    [t for _, _, t in chunk],
+                    [a for _, a, _ in chunk],
+                    **kw,
+                ),
+                "answer likelihood",
+                batch,
+                report,
+                "answer_prob",
+                out,
+            )
+            for ctx in out:
+                key = (ctx.question, tuple(ctx.answers))
+                new = []
+                for p in ctx.passages:
+                    prob, bound = lookup[(*key, p.text)]
+                    p = replace(p, answer_prob={**p.answer_prob, name: prob})
+                    new.append(with_bound(p, name, "answer_prob", bound))
+                ctx.passages[:] = new
+
+        if "relevance" in steps:
+            labelled = [p for c in out for p in c.passages]
+            report.relevance_computed = sum(relabels(p, relabel_relevance) for p in labelled)
+            report.relevance_kept = len(labelled) - report.relevance_computed
+            if relevance == "string":
+                for ctx in out:
+                    ctx.passages[:] = [
+                        _string_label(p, ctx.answers) if relabels(p, relabel_relevance) else p
+                        for p in ctx.passages
+                    ]
+            else:
+                triples = sorted(
+                    {
+                        (c.question, tuple(c.answers), p.text)
+                        for c in out
+                        for p in c.passages
+                        if relabels(p, relabel_relevance)
+                    }
+                )
+                report.relevance_checks = len(triples)
+                lookup = _judged(
                     judge,
-                    graded,
-                    lambda chunk, **kw: judge.generate(list(chunk), 4, **kw),
-                    "grading",
+                    triples,
+                    lambda chunk, **kw: judge.yes_prob(
+                        [relevance_messages(q, a, t) for q, a, t in chunk], **kw
+                    ),
+                    "relevance",
+                    batch,
+                    report,
+                    "relevance_prob",
+                    out,
+                )
+                for ctx in out:
+                    new = []
+                    for p in ctx.passages:
+                        if not relabels(p, relabel_relevance):
+                            new.append(p)
+                            continue
+                        prob, bound = lookup[(ctx.question, tuple(ctx.answers), p.text)]
+                        extra = {
+                            **p.extra,
+                            "relevance_prob": {**p.extra.get("relevance_prob", {}), name: prob},
+                        }
+                        p = replace(p, relevant=prob >= 0.5, extra=extra)
+                        new.append(with_bound(p, name, "relevance_prob", bound))
+                    ctx.passages[:] = new
+
+        made = {"grader": grader, "max_new_tokens": max_new_tokens}  # recorded with each answer
+        if "outcomes" in steps:
+            prompts = [answer_messages(c.question, [p.text for p in c.passages]) for c in out]
+            report.answers = len(prompts)
+            with _named(out.__getitem__):
+                answers, _ = judge_call(
+                    judge,
+                    prompts,
+                    lambda chunk, **kw: judge.generate(list(chunk), max_new_tokens, **kw),
+                    "answers",
                     batch,
                 )
-            grades = [parse_grade(t) for t in texts]
-        for ctx, answer, grade in zip(out, answers, grades, strict=True):
-            outcome: dict[str, Any] = {"answer": answer.strip(), **made}
-            if grade is None:
-                report.failures["unparsable grade"] += 1
-                outcome["grade"] = "FAILED"
+            if grader == "span":
+                grades: list[str | None] = [
+                    grade_span(a, c.answers) for a, c in zip(answers, out, strict=True)
+                ]
             else:
-                report.grades[grade] += 1
-                outcome.update(grade=grade, correct=grade == "CORRECT")
-            ctx.outcomes[name] = outcome
+                graded = [
+                    grader_messages(c.question, c.answers, a)
+                    for a, c in zip(answers, out, strict=True)
+                ]
+                with _named(out.__getitem__):
+                    texts, _ = judge_call(
+                        judge,
+                        graded,
+                        lambda chunk, **kw: judge.generate(list(chunk), 4, **kw),
+                        "grading",
+                        batch,
+                    )
+                grades = [parse_grade(t) for t in texts]
+            for ctx, answer, grade in zip(out, answers, grades, strict=True):
+                outcome: dict[str, Any] = {"answer": answer.strip(), **made}
+                if grade is None:
+                    report.failures["unparsable grade"] += 1
+                    outcome["grade"] = "FAILED"
+                else:
+                    report.grades[grade] += 1
+                    outcome.update(grade=grade, correct=grade == "CORRECT")
+                ctx.outcomes[name] = outcome
 
-    if "erag" in steps:
-        out, report.erag_answers, report.erag_grades = label_erag(
-            out,
-            judge,
-            answer_grader(judge, grader, batch),
-            max_new_tokens,
-            batch,
-            made,
-        )
-        failed = report.erag_grades.pop("FAILED", 0)
-        if failed:
-            report.failures["unparsable eRAG grade"] += failed
+        if "erag" in steps:
+            out, report.erag_answers, report.erag_grades = label_erag(
+                out,
+                judge,
+                answer_grader(judge, grader, batch),
+                max_new_tokens,
+                batch,
+                made,
+            )
+            failed = report.erag_grades.pop("FAILED", 0)
+            if failed:
+                report.failures["unparsable eRAG grade"] += failed
     return out, report
