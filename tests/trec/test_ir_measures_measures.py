@@ -310,6 +310,14 @@ def test_parse_measure_names() -> None:
     assert exponential != CnDCG(coverage=u, binary=True) @ 10
     assert parse_measure("UDCGtheta@5", utilities=u, weights="w").udcg_name == "UDCGtheta@5"
     assert parse_measure("nDCG@10") == ir_measures.nDCG @ 10
+    # the names ir_measures shows (a PyTerrier column) parse back with the same sources
+    for measure in [*cases.values(), UDCG(utilities="a.tsv", judge_key="j", gamma=0.5) @ 5]:
+        given = {k: v for k, v in measure.params.items() if k in ("utilities", "judge_key")}
+        field = measure.params.get("utility_field")
+        back = parse_measure(str(measure), **given, **({"utility_field": field} if field else {}))
+        assert back == measure and str(back) == str(measure)
+    with pytest.raises(UDCGInputError, match=r"names utilities=a.tsv, and b.tsv is given"):
+        parse_measure("UDCG(utilities=a.tsv)@5", utilities="b.tsv")
     with pytest.raises(UDCGInputError, match="'nDCG@10' is not a udcg measure"):
         parse_measure("nDCG@10", utilities=u)
     with pytest.raises(UDCGInputError, match="UDCG needs a cutoff"):

@@ -97,6 +97,27 @@ _SOURCES = (
 )
 
 
+_SOURCE_PARAM = re.compile(rf"(?<=[(,])({'|'.join(_SOURCES)})=([^,)]*)(,|(?=\)))")
+
+
+def _without_sources(name: str, sources: dict[str, Any]) -> str:
+    """``name`` without the sources it shows (a name as ``str(measure)`` gives it), each
+    checked against the source given under its key.
+
+    Examples:
+        >>> _without_sources("UDCG(gamma=0.5,utilities=u.tsv)@5", {"utilities": "u.tsv"})
+        'UDCG(gamma=0.5)@5'
+    """
+    for found in _SOURCE_PARAM.finditer(name):
+        key, shown = found.group(1), found.group(2)
+        if key not in sources or _shown(sources[key]) != shown:
+            given = _shown(sources[key]) if key in sources else "nothing"
+            raise UDCGInputError(
+                f"{name!r} names {key}={shown}, and {given} is given as {key}", field=key
+            )
+    return _SOURCE_PARAM.sub("", name).replace(",)", ")").replace("()", "")
+
+
 #: the source of PyTerrier's measures (the column ``JudgeUtilities`` adds): left out of names
 _PYTERRIER_COLUMN = ("utility_column", "utility")
 
@@ -273,8 +294,9 @@ class _UDCG(_UtilityMeasure):
 
     Examples:
         >>> u = {"q1": {"d1": 0.9, "d2": 0.6}}
-        >>> UDCG(utilities=u, utility_field="utility", gamma=0.5) @ 2
-        UDCG(gamma=0.5)@2
+        >>> m = UDCG(utilities=u, utility_field="utility", gamma=0.5) @ 2
+        >>> m.udcg_name, m  # the name ir_measures and PyTerrier show names its sources
+        ('UDCG(gamma=0.5)@2', UDCG(gamma=0.5,utilities=dict:6e88f645,utility_field=utility)@2)
         >>> m = UDCG(utilities=u, utility_field="utility") @ 2
         >>> round(m.calc_aggregate({"q1": {"d1": 1}}, {"q1": {"d1": 2.0, "d2": 1.0}}), 4)
         0.5866
@@ -366,8 +388,8 @@ class _CnDCG(_CoverageMeasure):
         >>> round(m.calc_aggregate(qrels, run), 4)
         0.8597
         >>> m = CnDCG(coverage={"q1": {"d1": 0.1, "d2": 1.0}}, gain="exponential") @ 2
-        >>> m, round(m.calc_aggregate(qrels, run), 4)
-        (C-nDCG(gain=exponential)@2, 0.6315)
+        >>> m.udcg_name, round(m.calc_aggregate(qrels, run), 4)
+        ('C-nDCG(gain=exponential)@2', 0.6315)
     """
 
     NAME = "C-nDCG"
@@ -412,16 +434,18 @@ def parse_measure(name: str, **sources: Any) -> ir_measures.Measure:
     Examples:
         >>> u = {"q1": {"d1": 0.9, "d2": 0.6}}
         >>> m = parse_measure("UDCG(gamma=0.5)@2", utilities=u, utility_field="utility")
-        >>> m, m == UDCG(utilities=u, utility_field="utility", gamma=0.5) @ 2
-        (UDCG(gamma=0.5)@2, True)
+        >>> m.udcg_name, m == UDCG(utilities=u, utility_field="utility", gamma=0.5) @ 2
+        ('UDCG(gamma=0.5)@2', True)
         >>> parse_measure("C-nDCG(binary=True)@10", coverage_column="coverage")
-        C-nDCG(binary=True)@10
-        >>> parse_measure("C-nDCG(gain=exponential)@10", coverage_column="coverage")
-        C-nDCG(gain=exponential)@10
+        C-nDCG(binary=True,coverage_column=coverage)@10
+        >>> parse_measure("C-nDCG(gain=exponential)@10", coverage_column="coverage").udcg_name
+        'C-nDCG(gain=exponential)@10'
+        >>> str(parse_measure(str(m), utilities=u, utility_field="utility")) == str(m)
+        True
         >>> parse_measure("nDCG@10")
         nDCG@10
     """
-    text = name.strip()
+    text = _without_sources(name.strip(), sources)
     if _UDCG_NAME.match(text):
         parsed = _parse_udcg(text)
         params: dict[str, Any] = {"rel": parsed.rel} if parsed.rel != 1 else {}
