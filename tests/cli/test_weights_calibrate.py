@@ -90,3 +90,21 @@ def test_an_earlier_calibrations_allowed_mismatch_does_not_stay(tmp_path: Path, 
     theirs.write_text(data.read_text().replace('"sim"', '"other"'))
     assert main(["weights", "calibrate", str(first), str(theirs), "-o", str(second)]) == 0
     assert "weights_overrides" not in _card(second)
+
+
+def test_contexts_from_standard_input_have_their_digest_recorded(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate_contexts(40, 3, per_query=1, seed=1))
+    weights = _weights(tmp_path / "w", judge_model="sim")
+    argv = [sys.executable, "-m", "udcg", "weights", "calibrate", str(weights), "-", "-o"]
+    with data.open("rb") as stdin:
+        done = subprocess.run(
+            [*argv, str(tmp_path / "o")], stdin=stdin, capture_output=True, text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert _card(tmp_path / "o")["calibration_input_sha256"] == file_sha256(data)

@@ -185,7 +185,9 @@ def calibrate(args: argparse.Namespace) -> None:
     from udcg.io.contexts.arrays import correctness, relevance_matrix
     from udcg.io.contexts.jsonl import read_contexts
     from udcg.io.contexts.model import distinct_contexts
+    from udcg.io.files import read_once
     from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
+    from udcg.io.manifests import file_sha256
     from udcg.io.weights.files import card_value, check_compatible
     from udcg.judge.prompts import prompt_record
     from udcg.pipeline.context_scores import (
@@ -214,7 +216,8 @@ def calibrate(args: argparse.Namespace) -> None:
         "mode": abstention_mode(made, utility),
     }
     notes = check_compatible(model.card_, applied, args.allow_mismatch)
-    given = list(distinct_contexts(read_contexts(args.contexts)))
+    source = read_once(args.contexts)  # a pipe read once: its digest is recorded too
+    given = list(distinct_contexts(read_contexts(source)))
     contexts = [c for c in given if len(c.passages) == k]
     if not contexts:
         raise UDCGInputError(f"no context has k={k} passages", path=args.contexts)
@@ -224,7 +227,8 @@ def calibrate(args: argparse.Namespace) -> None:
     raw = model.predict_proba(rel, u)
     model.calibrate(rel, u, correct, method=args.method)
     tuned = model.predict_proba(rel, u, calibrated=True)
-    model.save_pretrained(args.out, card=_calibrated_card(model.card_, applied, notes, args))
+    card = _calibrated_card(model.card_, applied, notes, file_sha256(source))
+    model.save_pretrained(args.out, card=card)
     for note in notes:
         print(f"udcg weights: {note}", file=messages())
     if len(contexts) < len(given):
@@ -242,14 +246,12 @@ def calibrate(args: argparse.Namespace) -> None:
 
 
 def _calibrated_card(
-    card: dict[str, Any], applied: dict[str, Any], notes: list[str], args: argparse.Namespace
+    card: dict[str, Any], applied: dict[str, Any], notes: list[str], digest: str
 ) -> dict[str, Any]:
     """The card entries a calibration adds: what the card left unknown (utility source, judge,
     fingerprints, mode) as the calibration contexts had it, so that the calibrated weights are
     checked against them wherever they are applied; the digest of those contexts; this run's
     allowed mismatches, in place of an earlier run's."""
-    from udcg.io.files import is_regular_file
-    from udcg.io.manifests import file_sha256
     from udcg.io.weights.files import MISMATCH_FIELDS, card_value
 
     card.pop("weights_overrides", None)
@@ -258,7 +260,6 @@ def _calibrated_card(
         for name, value in applied.items()
         if name != "prompt" and value is not None and card_value(card, name) is None
     }
-    digest = file_sha256(args.contexts) if is_regular_file(args.contexts) else None
     return {**known, "calibration_input_sha256": digest} | (
         {"weights_overrides": notes} if notes else {}
     )
