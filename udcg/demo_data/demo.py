@@ -19,6 +19,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage
+from udcg.validation import nonnegative_int
 
 SOURCE = Path(__file__).with_name("demo_source.json")
 OUTPUT = Path(__file__).with_name("demo.jsonl.gz")
@@ -109,7 +110,7 @@ def build_contexts(questions: list[dict], seed: int = 0) -> list[Context]:
     random positions; k=10: the question's seven passages and three weak passages of other
     questions, shuffled.
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(nonnegative_int(seed, "seed"))
     contexts: list[Context] = []
     for qi, q in enumerate(questions):
         own = [_passage(p) for p in q["passages"]]

@@ -39,6 +39,7 @@ from udcg.qcare.release import (
     table_rows,
 )
 from udcg.qcare.scores import GENERATOR_METRICS, METRICS, qcare_scores
+from udcg.validation import nonnegative_float
 
 __all__ = [
     "PUBLISHED_METRICS",
@@ -276,6 +277,7 @@ def compare_published(
         ...  if m.metric.startswith("C-")]
         [('C-Prec', 1, 1), ('C-nDCG', 1, 1)]
     """
+    tol = nonnegative_float(tolerance, "tolerance")  # NaN would call every value equal
     by_qid: dict[str, Context] = {}
     for c in contexts:
         if c.qid in by_qid:
@@ -307,7 +309,7 @@ def compare_published(
                 for i, r in enumerate(chosen)
                 if not missing[i]
             ]
-            differing = [qid for d, qid in diffs if d > tolerance]
+            differing = [qid for d, qid in diffs if d > tol]
             matches.append(
                 PublishedMatch(
                     model,

@@ -40,6 +40,7 @@ from udcg.io.files import PathType, check_input, numbered_lines
 from udcg.metrics.ranking import context_average_precision, context_ndcg, precision
 from udcg.qcare.scores import qcare_scores
 from udcg.stats import percentile_interval, resample_counts, scipy_stats
+from udcg.validation import nonnegative_int
 
 __all__ = [
     "MEASURES",
@@ -398,7 +399,11 @@ def ranking_agreement(
     used = [cells[(r, q)] for t in pair for q in kept[t] for r in runs]
     subset = [contexts[i] for i in used]
     # one seed for every measure: each resample draws the same queries for all of them
-    draws_seed = int(np.random.default_rng().integers(2**62)) if seed is None else seed
+    draws_seed = (
+        int(np.random.default_rng().integers(2**62))
+        if seed is None
+        else nonnegative_int(seed, "seed")
+    )
     rows = []
     for measure in measures:
         flat = _metric_values(subset, measure, k, gain, coverage, binary)
