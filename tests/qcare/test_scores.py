@@ -199,6 +199,11 @@ def test_fill_takes_missing_human_labels_from_the_judge(tmp_path: Path) -> None:
     assert merged.outcomes["gen"]["subquery_covered"] == [False]  # the human's label wins
     assert merged.outcomes["gen"]["claim_support"] == [[True, False]]
     assert [p.covers for p in merged.passages] == [[False], [False]]
+    # a human file naming its passages by doc_id only is the same list: labels are filled
+    by_id = dict(human, passages=[{"doc_id": p["doc_id"]} for p in human["passages"]])
+    h = next(read_contexts(_write(tmp_path / "ids.jsonl", [by_id])))
+    merged, filled = fill_labels(h, j, "gen")
+    assert filled["claim_relevance"] == 1 and filled["covers"] == 2
 
 
 def test_cli_score_and_agreement(tmp_path: Path, capsys) -> None:

@@ -52,7 +52,19 @@ class AgreementRow:
 
 
 def _same_passages(a: Context, b: Context) -> bool:
-    return [p.text for p in a.passages] == [p.text for p in b.passages]
+    """One retrieved list: as many passages, none of whose ``doc_id`` or ``text`` differs at
+    its rank where both give one (a human file may name passages by id only)."""
+    return len(a.passages) == len(b.passages) and _difference(a, b) is None
+
+
+def _difference(human: Context, judge: Context) -> tuple[int, str, str, str] | None:
+    """The first ``(rank, field, human's, judge's)`` of two lists of one length that differ."""
+    for i, (mine, theirs) in enumerate(zip(human.passages, judge.passages, strict=True)):
+        for name in ("doc_id", "text"):
+            a, b = getattr(mine, name), getattr(theirs, name)
+            if a is not None and b is not None and a != b:
+                return i, name, a, b
+    return None
 
 
 def _check_same_list(human: Context, judge: Context) -> None:
@@ -66,17 +78,15 @@ def _check_same_list(human: Context, judge: Context) -> None:
             field="passages",
             **human.location(),
         )
-    for i, (mine, theirs) in enumerate(zip(human.passages, judge.passages, strict=True)):
-        for name in ("doc_id", "text"):
-            a, b = getattr(mine, name), getattr(theirs, name)
-            if a is not None and b is not None and a != b:
-                raise UDCGInputError(
-                    f"differs from the judge's context {where} at this rank "
-                    f"({short(a)} against {short(b)}): agreement compares labels of one "
-                    "retrieved list",
-                    field=f"passages[{i}].{name}",
-                    **human.location(),
-                )
+    found = _difference(human, judge)
+    if found is not None:
+        i, name, a, b = found
+        raise UDCGInputError(
+            f"differs from the judge's context {where} at this rank ({short(a)} against "
+            f"{short(b)}): agreement compares labels of one retrieved list",
+            field=f"passages[{i}].{name}",
+            **human.location(),
+        )
 
 
 def _qid_run(ctx: Context) -> tuple[str, str | None]:
