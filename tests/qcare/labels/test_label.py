@@ -239,6 +239,22 @@ def test_a_judge_adds_to_its_own_labels_and_refuses_another_judges(tag_judge) ->
     assert mixed.extra["qcare_labels"]["judge"] == "other"
 
 
+def test_hand_labels_of_an_outcome_this_judge_never_labelled_are_given(tag_judge) -> None:
+    """The judge's record lists the outcomes it labelled: another outcome's labels are the
+    user's, refused as any given labels are, replaced only with --relabel."""
+    ctx = replace(_contexts()[0], subqueries=["capital #fr"])
+    hand = {"answer": "x", "claims": ["x"], "subquery_covered": [True]}
+    (first,), _ = label_contexts([replace(ctx, outcomes={**ctx.outcomes, "human": hand})],
+                                 tag_judge(), answers_from="gen")  # fmt: skip
+    assert first.extra["qcare_labels"]["outcomes"] == ["gen"]
+    assert first.outcomes["human"]["subquery_covered"] == [True]  # kept
+    with pytest.raises(UDCGInputError, match=r"outcomes\.human\.claims.*does not list it"):
+        label_contexts([first], tag_judge(), answers_from="human")
+    label_contexts([first], tag_judge(), answers_from="gen")  # its own labels: recomputed
+    (replaced,), _ = label_contexts([first], tag_judge(), answers_from="human", relabel=True)
+    assert replaced.extra["qcare_labels"]["outcomes"] == ["gen", "human"]
+
+
 def test_labels_per_sub_query_without_the_sub_queries_are_refused(tag_judge) -> None:
     ctx = _contexts()[0]
     stale = replace(ctx, outcomes={**ctx.outcomes, "human": {"subquery_covered": [True]}})

@@ -163,8 +163,16 @@ def _prepare(
         (f"outcomes.{m}.{n}" for m in theirs for n in OUTCOME_LABELS if n in ctx.outcomes[m]),
         None,
     )
-    if written is not None and not own and not relabel:
+    if own:  # its passages' labels are this judge's, an outcome's only if its record lists it
+        listed = answers_from in old.get("outcomes", [])
+        outcome = {} if listed or answers_from is None else ctx.outcomes.get(answers_from, {})
+        written = next(
+            (f"outcomes.{answers_from}.{n}" for n in OUTCOME_LABELS if n in outcome), None
+        )
+    if written is not None and not relabel:
         who = f"judge {old.get('judge')!r}" if old else f"given: no {RECORD} record"
+        if own:
+            who = f"given: the {RECORD} record of judge {judge.name!r} does not list it"
         raise UDCGInputError(
             f"holds labels already ({who}); labelling would replace them with the labels of judge "
             f"{judge.name!r}: pass --relabel (relabel=True) to replace them, or remove them",
