@@ -19,6 +19,7 @@ from tests.judge.test_openai_backend import (
 )
 from tests.local_servers import servers
 from udcg.cli.probe import main
+from udcg.judge.openai_replies import unlisted_logprob
 
 EXACT_STEPS = {
     "abstention first_token": "exact",
@@ -169,3 +170,24 @@ def test_probe_of_transformers_serve(transformers_server, capsys):  # noqa: F811
     assert report["chat_logprobs"] is False and report["generate"] is True
     assert report["steps"]["abstention first_token"] == "no (no log-probs)"
     assert report["steps"]["outcomes"] == "yes" and report["echo_logprobs"] is False
+
+
+def test_the_report_names_a_refused_reply_and_the_bound_annotate_stores() -> None:
+    """A reply refused for another model is not 'no log-probs'; the bound printed is the one
+    the judge stores (min(last listed, 1 - their sum)), not the last listed log-prob."""
+    from udcg.cli.probe import _text
+    from udcg.judge.openai_probe import ServerReport
+
+    base = {"url": "http://h/v1", "model": "other", "top_logprobs_asked": 20}
+    refused = ServerReport(**base, errors={"abstention": 'the reply is of model "m"'})
+    assert refused.steps()["abstention first_token"] == "no (failed check: abstention)"
+    assert "chat log-probs    not read (failed check: abstention)" in _text(refused)
+    none = ServerReport(**base, errors={"abstention": "no log-probs"}, no_logprobs=True)
+    assert none.steps()["abstention first_token"] == "no (no log-probs)"
+    top = {"Yes": math.log(0.6), "No": math.log(0.4)}  # they sum to 1: nothing is left
+    bounded = ServerReport(
+        **base, chat_logprobs=True, abstain_in_top=False, abstain_token="NO",
+        abstain_token_source="given", smallest_top_logprob=min(top.values()),
+        abstain_bound=unlisted_logprob(top),
+    )  # fmt: skip
+    assert "outside the top log-probs (bound: log-prob -inf)" in _text(bounded)

@@ -56,12 +56,14 @@ def _text(report: ServerReport) -> str:
     top = (
         f"{report.top_logprobs_returned} returned of {report.top_logprobs_asked} asked"
         if report.chat_logprobs
+        else "not read (failed check: abstention)"
+        if report.refused
         else "no log-probs"
     )
     if report.abstain_in_top:
         where = f"in the top log-probs (log-prob {report.abstain_logprob:.4g})"
     elif report.abstain_in_top is False:
-        where = f"outside the top log-probs (bound: log-prob {report.smallest_top_logprob:.4g})"
+        where = f"outside the top log-probs (bound: log-prob {report.abstain_bound:.4g})"
         if report.abstain_exact is not None:
             where += f"; exact by echo: {'yes' if report.abstain_exact else 'no'}"
     else:

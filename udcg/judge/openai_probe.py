@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from udcg.errors import LogprobsUnavailable
 from udcg.judge.openai_backend import OpenAIJudge
 from udcg.judge.openai_http import JudgeServerError, reply_json
 from udcg.judge.openai_replies import (
@@ -20,6 +21,7 @@ from udcg.judge.openai_replies import (
     first_token_logprobs,
     message_text,
     refuses_response_format,
+    unlisted_logprob,
     yes_ratio,
 )
 from udcg.judge.openai_requests import (
@@ -59,12 +61,22 @@ class ServerReport:
     abstain_logprob: float | None = None
     abstain_exact: bool | None = None
     smallest_top_logprob: float | None = None
+    #: the bound of a token outside the top log-probs (:func:`unlisted_logprob`), as stored
+    abstain_bound: float | None = None
     relevance: str = "no"
     echo_logprobs: bool = False
     answer_likelihood: str = "no"
     json_output: str = "no"
     generate: bool = False
     errors: dict[str, str] = field(default_factory=dict)
+    #: whether the server gave no log-probs (the abstention check's cause of failure)
+    no_logprobs: bool = False
+
+    @property
+    def refused(self) -> bool:
+        """Whether the abstention check's reply was refused for another cause than missing
+        log-probs (another model's reply, a stopped reply, ...)."""
+        return not self.chat_logprobs and "abstention" in self.errors and not self.no_logprobs
 
     @property
     def model_listed(self) -> bool | None:
@@ -73,8 +85,8 @@ class ServerReport:
 
     def steps(self) -> dict[str, str]:
         """What each annotate step gets: ``exact``, ``upper bound``, ``yes`` or ``no`` (why)."""
-        if not self.chat_logprobs:
-            first = "no (no log-probs)"
+        if not self.chat_logprobs:  # no log-probs, or a reply refused for another reason
+            first = "no (failed check: abstention)" if self.refused else "no (no log-probs)"
         elif self.abstain_in_top:
             first = "exact"
         elif self.abstain_exact:
@@ -134,6 +146,7 @@ def _abstention(judge: OpenAIJudge, report: ServerReport) -> None:
     report.chat_logprobs = True
     report.top_logprobs_returned = len(top)
     report.smallest_top_logprob = min(top.values())
+    report.abstain_bound = unlisted_logprob(top)
     report.abstain_in_top = token in top
     report.abstain_logprob = top.get(token)
 
@@ -220,6 +233,7 @@ def probe_server(judge: OpenAIJudge, relevance: Messages) -> ServerReport:
             check(judge, report)
         except JudgeServerError as exc:
             report.errors[name] = str(exc)
+            report.no_logprobs |= name == "abstention" and isinstance(exc, LogprobsUnavailable)
     return report
 
 
