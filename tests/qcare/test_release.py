@@ -254,3 +254,12 @@ def test_malformed_files(tmp_path: Path, capsys) -> None:
         == 2
     )
     assert "is not in the benchmark file" in capsys.readouterr().err
+    # a qid twice: the same chunks are one record; other chunks leave the run's list unknown
+    testbed = _write(tmp_path / "t.json", [*BENCHMARK, BENCHMARK[0]])
+    assert read_release_results(results, testbed) == read_release_results(
+        results, _write(tmp_path / "one.json", BENCHMARK)
+    )
+    twice = {**BENCHMARK[0], "retrieved_chunk": {"BM25": CHUNKS_A[::-1]}}
+    testbed = _write(tmp_path / "t.json", [*BENCHMARK, twice])
+    with pytest.raises(UDCGInputError, match="qid 'nq_test_1' is given twice, with other"):
+        read_release_results(results, testbed)

@@ -266,9 +266,16 @@ def _benchmark_chunks(path: PathType) -> dict[str, dict[str, list[str]]]:
         if not isinstance(item, dict):
             raise UDCGInputError(f"must be an object, got {kind(item)}", path=path, field=f"[{i}]")
         lists = _object(item.get("retrieved_chunk"), "retrieved_chunk", where)
-        out[str(item.get("qid"))] = {
+        chunks = {
             name: _keys(texts, f"retrieved_chunk.{name}", where) for name, texts in lists.items()
         }
+        qid = str(item.get("qid"))
+        if out.setdefault(qid, chunks) != chunks:  # which list the run read, nothing says
+            raise UDCGInputError(
+                f"qid {qid!r} is given twice, with other retrieved chunks",
+                path=path,
+                field=f"[{i}].qid",
+            )
     return out
 
 
