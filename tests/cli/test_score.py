@@ -220,3 +220,14 @@ def test_weights_with_a_calibration_add_the_recalibrated_column(
     plain = tmp_path / "plain.jsonl"
     assert main([str(data), "--judge", "sim", "--weights", str(fitted), "--out", str(plain)]) == 0
     assert "UDCG-theta (recalibrated)" not in json.loads(plain.read_text().splitlines()[0])
+    # what made the scores is recorded beside them: the contexts, the judge, the options
+    from udcg.io.manifests import file_sha256, manifest_path
+
+    made = json.loads(manifest_path(out).read_text())
+    assert made["input_sha256"] == file_sha256(data)
+    card = json.loads(calibrated.with_suffix(".json").read_text())
+    assert {k: made[k] for k in ("format", "judge", "utility", "weights_sha256")} == {
+        "format": "udcg-score/1", "judge": "sim", "utility": "abstention",
+        "weights_sha256": card["weights_sha256"],
+    }  # fmt: skip
+    assert made["gamma"] == pytest.approx(1 / 3)

@@ -221,7 +221,11 @@ def test_cli_score_and_agreement(tmp_path: Path, capsys) -> None:
         "binary": False,
         "gain": "linear",
         "coverage": "boolean",
-    }  # each row says what produced it
+    }  # each row says what produced it, the manifest which contexts
+    from udcg.io.manifests import file_sha256, manifest_path
+
+    made = json.loads(manifest_path(tmp_path / "s.jsonl").read_text())
+    assert (made["format"], made["input_sha256"]) == ("udcg-qcare-score/1", file_sha256(path))
     assert main(["agreement", str(path), str(path), "--answers-from", "gen"]) == 0
     assert "+1.000" in capsys.readouterr().out
     other = _write(tmp_path / "o.jsonl", [_line("zzz", [[T]], ["s"])])

@@ -693,6 +693,8 @@ def _write_scores(path: str, contexts: list, scores: QCareScores, args: argparse
             for name, values in scores.values.items():
                 row[name] = None if np.ma.getmaskarray(values)[i] else float(values.data[i])
             handle.write(json.dumps(row) + "\n")
+    # what made the scores: the labelled contexts (their digest, who labelled them) and options
+    write_derived_manifest(path, args.input, {"format": "udcg-qcare-score/1", **options})
 
 
 if __name__ == "__main__":

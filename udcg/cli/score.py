@@ -54,6 +54,7 @@ from udcg.io.files import atomic_write, refuse_same_file, refuse_unreplaceable, 
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
+from udcg.labels.provenance import write_derived_manifest
 from udcg.pipeline.context_scores import (
     checked_theta,
     file_labels_made_by,
@@ -187,6 +188,16 @@ def score(args: argparse.Namespace) -> None:
                 if overrides:
                     row["weights_overrides"] = overrides
                 out.write(json.dumps({"qid": ctx.qid, "run": ctx.run, **row}) + "\n")
+        weights = model.card_.get("weights_sha256") if args.weights else None
+        record = {
+            "format": "udcg-score/1",
+            "judge": judge,
+            "judge_fingerprint": made,
+            "utility": args.utility,
+            "gamma": args.gamma,
+            "weights_sha256": weights,
+        }  # with the contexts' digest and who made their values: what made these scores
+        write_derived_manifest(args.out, args.contexts, record)
 
 
 def main(argv: list[str] | None = None) -> int:
