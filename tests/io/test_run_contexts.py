@@ -391,6 +391,7 @@ def test_qrels_of_another_doc_id_scheme_are_warned_of(files, tmp_path):
         (b"q1 Q0 d1 1 2 bm25\rq1 Q0 d2 2 1 bm25\r", "bm25"),  # CR ends lines, as for Arrow
         (b"q1 Q0 d1 1 2 bm25\nq1 Q0 bm25 2 1 dense\n", None),  # the doc id is no tag
         (b"q1 Q0 d1 1 2 bm25\rq1 Q0 d2 2 1 dense\r", None),
+        (b"q1 Q0 d1 1 2 bm25\nq1 Q0 d2 2 1 dense\tbm25\n", None),  # Arrow: one tag column
     ],
 )
 def test_one_tag_per_run_file_whatever_its_line_ends(tmp_path, data, tag):
@@ -406,6 +407,20 @@ def test_one_tag_per_run_file_whatever_its_line_ends(tmp_path, data, tag):
                 run_tag(read_trec_run(path))
         else:
             assert run_tag(read_trec_run(path)) == tag
+
+
+def test_tags_are_compared_as_written_and_name_a_run_in_utf8(tmp_path):
+    from udcg.io.formats.trec import read_trec_run
+    from udcg.io.joins.run_contexts import run_tag
+
+    path = tmp_path / "latin.run"
+    path.write_bytes(b"q1 Q0 d1 1 2 syst\xe8me\nq1 Q0 d2 2 1 syst\xe9me\n")
+    with pytest.raises(UDCGInputError, match=r":2: field 'tag': 'syst\\\\xe9me' after"):
+        run_tag(read_trec_run(path))
+    path.write_bytes(b"q1 Q0 d1 1 2 syst\xe8me\nq1 Q0 d2 2 1 syst\xe8me\n")
+    with pytest.raises(UDCGInputError, match=r":1: field 'tag': .* is not valid UTF-8"):
+        run_tag(read_trec_run(path))
+    assert run_tag(read_trec_run(path), named=True) is None  # --name: the tag names nothing
 
 
 def test_a_lone_surrogate_in_a_record_the_run_never_reads_is_no_error(files):

@@ -104,10 +104,11 @@ def top_k_rows(run: Run, k: int) -> np.ndarray:
     return order[np.arange(len(order)) - first < k]
 
 
-def run_tag(run: Run) -> str | None:
-    """The tag column of the file ``run`` was read from (None without one); a line with another
-    tag is an error at that line: one run file holds one system's ranking, and two systems'
-    lines would be ranked together as one.
+def run_tag(run: Run, named: bool = False) -> str | None:
+    """The tag column of the file ``run`` was read from (None without one, or when the run is
+    ``named`` otherwise); a line with another tag is an error at that line: one run file holds
+    one system's ranking, and two systems' lines would be ranked together as one. A tag that is
+    to name the run must be UTF-8.
 
     Examples:
         >>> import tempfile
@@ -127,24 +128,38 @@ def run_tag(run: Run) -> str | None:
         data = handle.read().removeprefix(BOM)
     tagged = _one_tag(data)
     if tagged is not None:  # every line ends in the first line's tag: counted, not parsed
-        return tagged
-    first: tuple[int, str | None] | None = None
+        return None if named else tagged
+    first: tuple[int, bytes | None] | None = None
     for number, line in enumerate(LINE_END.split(data), start=1):  # lines as Arrow reads them
         if not (fields := line.split()):
             continue
-        tag = fields[5].decode(errors="replace") if len(fields) > 5 else None
+        tag = fields[5] if len(fields) > 5 else None  # bytes: compared as written
         if first is None:
             first = number, tag
         elif tag != first[1]:
             raise UDCGInputError(
-                f"{tag!r} after {first[1]!r} (line {first[0]}): a run file holds one system's "
-                "ranking, and these lines would be ranked with the others as one; split the "
-                "file by tag",
+                f"{_shown_tag(tag)} after {_shown_tag(first[1])} (line {first[0]}): a run file "
+                "holds one system's ranking, and these lines would be ranked with the others "
+                "as one; split the file by tag",
                 path=run.source,
                 line=number,
                 field="tag",
             )
-    return None if first is None else first[1]
+    if first is None or first[1] is None or named:  # named: the tag is not the run's name
+        return None
+    try:
+        return first[1].decode()
+    except UnicodeDecodeError:
+        raise UDCGInputError(
+            f"{_shown_tag(first[1])} is not valid UTF-8: name the run (--name)",
+            path=run.source,
+            line=first[0],
+            field="tag",
+        ) from None
+
+
+def _shown_tag(tag: bytes | None) -> str:
+    return repr(None if tag is None else tag.decode(errors="backslashreplace"))
 
 
 def _one_tag(data: bytes) -> str | None:
@@ -159,10 +174,10 @@ def _one_tag(data: bytes) -> str | None:
         True
     """
     fields = data[: data.find(b"\n") if b"\n" in data else len(data)].split()
-    if len(fields) != 6 or not data.endswith(b"\n"):
+    if len(fields) != 6 or not data.endswith(b"\n") or b"\t" in data:  # tabs: line by line
         return None
     tag = fields[5]
-    ends = sum(data.count(sep + tag + end) for sep in (b" ", b"\t") for end in (b"\n", b"\r\n"))
+    ends = sum(data.count(b" " + tag + end) for end in (b"\n", b"\r\n"))
     crlf = data.count(b"\r\n")
     if ends != data.count(b"\n") or data.count(b"\r") != crlf:  # a lone CR ends a line too
         return None
@@ -245,7 +260,7 @@ def build_run_contexts(
     ids = {row[1] for row in rows}
     documents = collection(ids) if callable(collection) else read_collection(collection, ids)
     _check_present(ranked, rows, documents, 1, f"the collection {collection}")
-    tag = run_tag(ranked)  # one system per file, whatever the name
+    tag = run_tag(ranked, named=run_name is not None)  # one system per file, whatever the name
     name = run_name if run_name is not None else tag
     return _contexts(rows, questions, documents, references, judged, name)
 
