@@ -374,6 +374,15 @@ def test_annotate_names_the_file_and_line_of_a_prompt_over_the_context(
     for steps in (["abstain"], ["answer_likelihood"], ["outcomes"], ["relevance"], ["erag"]):
         with pytest.raises(UDCGInputError, match=at):
             annotate(contexts, cached, steps=steps, relevance="llm", batch=1)
+    # one question and passage, two answers: the context whose answer is too long is named
+    rows = [
+        Context("q1", [Passage("d1", "Short.")], question="Where?", answers=["here"]),
+        Context("q2", [Passage("d1", "Short.")], question="Where?", answers=["far " * 120]),
+    ]
+    write_contexts(tmp_path / "in.jsonl", rows)
+    contexts = list(read_contexts(tmp_path / "in.jsonl"))
+    with pytest.raises(UDCGInputError, match=rf"^{tmp_path / 'in.jsonl'}:2: context 'q2'"):
+        annotate(contexts, cached, steps=["answer_likelihood"], batch=1)
 
 
 @needs_model

@@ -393,7 +393,8 @@ def _holder(contexts: Sequence[Context], request: Request) -> Context | None:
     def makes(ctx: Context) -> bool:
         texts = [p.text for p in ctx.passages]
         if "messages" not in got:
-            return ctx.question == got["question"] and got["passage"] in texts
+            answers = "answers" not in got or tuple(got["answers"]) == tuple(ctx.answers)
+            return ctx.question == got["question"] and got["passage"] in texts and answers
         messages = got["messages"]
         system, user = grader_messages(ctx.question, ctx.answers, "\0")
         before, _, after = user["content"].partition("\0")

@@ -251,8 +251,9 @@ def test_hand_labels_of_an_outcome_this_judge_never_labelled_are_given(tag_judge
     with pytest.raises(UDCGInputError, match=r"outcomes\.human\.claims.*does not list it"):
         label_contexts([first], tag_judge(), answers_from="human")
     label_contexts([first], tag_judge(), answers_from="gen")  # its own labels: recomputed
-    (replaced,), _ = label_contexts([first], tag_judge(), answers_from="human", relabel=True)
+    (replaced,), report = label_contexts([first], tag_judge(), answers_from="human", relabel=True)
     assert replaced.extra["qcare_labels"]["outcomes"] == ["gen", "human"]
+    assert report.replaced == 1  # said, as any replaced given labels are
 
 
 def test_labels_per_sub_query_without_the_sub_queries_are_refused(tag_judge) -> None:

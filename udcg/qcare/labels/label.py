@@ -206,7 +206,7 @@ def _prepare(
         "checks": earlier,  # how the labels kept from this judge's earlier runs were read
     }
     extra = {k: v for k, v in ctx.extra.items() if k != RECORD}
-    replaced = written is not None and not own
+    replaced = written is not None  # for this judge: labels of an outcome it never labelled
     return (
         replace(ctx, subqueries=subqueries, outcomes=outcomes, extra=extra),
         record,
