@@ -70,6 +70,12 @@ class Layout:
     text_keys: tuple[str, ...]
     columns: tuple[tuple[str, ...], ...]
 
+    @property
+    def read_keys(self) -> tuple[str, ...]:
+        """The JSON keys whose values readers use (id, text, a passage's title, a query's
+        answers): the only ones a lone surrogate is refused in."""
+        return (*self.id_keys, *self.text_keys, "title", "answers")
+
     def header(self, fields: list[str]) -> tuple[str, ...] | None:
         """The column roles when ``fields`` (a first line) name the columns, else None."""
         roles = tuple(
@@ -182,7 +188,8 @@ def _json_record(where: Where, text: str, layout: Layout) -> Record:
         )
     key, value = layout.one_of(obj, "id", where)
     record_id = check.identifier(value, key, where)
-    return Record(where, record_id, obj, True, check.lone_surrogate(text, obj))
+    read = {k: obj[k] for k in layout.read_keys if k in obj}
+    return Record(where, record_id, obj, True, check.lone_surrogate(text, read))
 
 
 def _tsv_parser(roles: tuple[str, ...], layout: Layout) -> Parser:
