@@ -316,8 +316,11 @@ def test_parse_measure_names() -> None:
         field = measure.params.get("utility_field")
         back = parse_measure(str(measure), **given, **({"utility_field": field} if field else {}))
         assert back == measure and str(back) == str(measure)
-    with pytest.raises(UDCGInputError, match=r"names utilities=a.tsv, and b.tsv is given"):
+    with pytest.raises(UDCGInputError, match=r"names a utilities other than the one given \(b"):
         parse_measure("UDCG(utilities=a.tsv)@5", utilities="b.tsv")
+    for path in ("utilities (1).tsv", "runs/a,b.tsv"):  # what the name's syntax also uses
+        measure = UDCG(utilities=path, gamma=0.5) @ 5
+        assert parse_measure(str(measure), utilities=path) == measure
     with pytest.raises(UDCGInputError, match="'nDCG@10' is not a udcg measure"):
         parse_measure("nDCG@10", utilities=u)
     with pytest.raises(UDCGInputError, match="UDCG needs a cutoff"):

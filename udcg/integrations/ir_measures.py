@@ -108,14 +108,18 @@ def _without_sources(name: str, sources: dict[str, Any]) -> str:
         >>> _without_sources("UDCG(gamma=0.5,utilities=u.tsv)@5", {"utilities": "u.tsv"})
         'UDCG(gamma=0.5)@5'
     """
-    for found in _SOURCE_PARAM.finditer(name):
-        key, shown = found.group(1), found.group(2)
-        if key not in sources or _shown(sources[key]) != shown:
-            given = _shown(sources[key]) if key in sources else "nothing"
-            raise UDCGInputError(
-                f"{name!r} names {key}={shown}, and {given} is given as {key}", field=key
-            )
-    return _SOURCE_PARAM.sub("", name).replace(",)", ")").replace("()", "")
+    rest = name
+    for key, value in sources.items():  # each given source, as its name shows it exactly
+        shown = re.escape(f"{key}={_shown(value)}")
+        rest = re.sub(rf"(?<=[(,]){shown}(,|(?=\)))", "", rest, count=1)
+    found = _SOURCE_PARAM.search(rest)  # a source named but not given, or given otherwise
+    if found is not None:
+        key = found.group(1)
+        given = _shown(sources[key]) if key in sources else "nothing"
+        raise UDCGInputError(
+            f"{name!r} names a {key} other than the one given ({given})", field=key
+        )
+    return rest.replace(",)", ")").replace("()", "")
 
 
 #: the source of PyTerrier's measures (the column ``JudgeUtilities`` adds): left out of names
