@@ -194,6 +194,21 @@ def test_a_saved_dataset_keeps_its_link_mode_and_the_current_folder(
     assert sorted(os.listdir(real.parent)) == ["ds"]
 
 
+def test_a_save_from_a_removed_folder_and_over_a_killed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An absolute folder is written from a working folder removed meanwhile; a killed run's
+    half-written folder beside it is removed by the next save."""
+    contexts, gone = _generated(), tmp_path / "gone"
+    gone.mkdir()
+    (tmp_path / ".ds.new-0123456789ab").mkdir()  # what a SIGKILL in save_to_disk leaves
+    (tmp_path / ".ds.new-0123456789ab" / "data-00000-of-00001.arrow").write_text("half")
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert hf.save_contexts_dataset(contexts, tmp_path / "ds") == len(contexts)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
 def _umask() -> int:
     """The process's umask, read without setting it (Linux's /proc)."""
     line = next(x for x in Path("/proc/self/status").read_text().splitlines() if "Umask" in x)

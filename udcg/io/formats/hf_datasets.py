@@ -27,6 +27,7 @@ hf:DIR`` writes one with ``save_to_disk``.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -422,7 +423,11 @@ def save_contexts_dataset(contexts: Iterable[Context], folder: str | Path) -> in
     """
     given, folder = folder, Path(os.path.realpath(folder))  # a link's target is replaced
     _check_dataset_folder(folder)
-    if folder == Path.cwd() or folder in Path.cwd().parents:
+    try:
+        here = Path.cwd()
+    except FileNotFoundError:  # a removed folder is in no folder of the disk
+        here = None
+    if here is not None and (folder == here or folder in here.parents):
         raise UDCGInputError("holds the current folder: name the dataset's own folder", path=given)
     ds = contexts_to_dataset(contexts)
     try:
@@ -439,6 +444,8 @@ def _swap_in(ds: Any, folder: Path) -> None:
     umask's), then put it in place; the earlier dataset is moved aside first and deleted last,
     so no shard of it stays and a failure before the swap leaves it whole."""
     folder.parent.mkdir(parents=True, exist_ok=True)
+    for stale in folder.parent.glob(f".{glob.escape(folder.name)}.new-*"):  # a killed run's
+        shutil.rmtree(stale, ignore_errors=True)
     new = _beside(folder, "new")
     try:
         os.mkdir(new, 0o777)  # the kernel applies the umask
@@ -449,7 +456,12 @@ def _swap_in(ds: Any, folder: Path) -> None:
         old = _beside(folder, "old")
         if folder.exists():
             folder.rename(old)
-        new.rename(folder)
+        try:
+            new.rename(folder)
+        except OSError:
+            if old.exists():  # the earlier dataset back in its place
+                old.rename(folder)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(new, ignore_errors=True)
