@@ -230,4 +230,5 @@ def test_weights_with_a_calibration_add_the_recalibrated_column(
         "format": "udcg-score/1", "judge": "sim", "utility": "abstention",
         "weights_sha256": card["weights_sha256"],
     }  # fmt: skip
+    assert made["card_sha256"] == card["card_sha256"]  # the calibration is in the card
     assert made["gamma"] == pytest.approx(1 / 3)

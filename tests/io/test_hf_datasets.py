@@ -203,10 +203,12 @@ def test_a_save_from_a_removed_folder_and_over_a_killed_run(
     gone.mkdir()
     (tmp_path / ".ds.new-0123456789ab").mkdir()  # what a SIGKILL in save_to_disk leaves
     (tmp_path / ".ds.new-0123456789ab" / "data-00000-of-00001.arrow").write_text("half")
+    (tmp_path / ".ds.new-backup").mkdir()  # a user's folder of a like name: not ours
+    (tmp_path / ".ds.new-backup" / "notes.txt").write_text("mine")
     monkeypatch.chdir(gone)
     gone.rmdir()
     assert hf.save_contexts_dataset(contexts, tmp_path / "ds") == len(contexts)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ds.new-backup", "ds"]
 
 
 def _umask() -> int:

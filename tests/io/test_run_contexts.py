@@ -431,6 +431,9 @@ def test_a_lone_surrogate_in_a_record_the_run_never_reads_is_no_error(files):
     assert build(files) == build(files)  # read, the bad record left alone
     # nor a field no reader uses (a url) of a record it reads
     lines = [json.dumps({"id": d, "text": t}) for d, (_, t) in DOCS.items()]
-    lines[0] = lines[0][:-1] + ', "url": "http://x/\\udc80"}'
+    lines[0] = lines[0][:-1] + ', "url": "http://x/\\udc80", "answers": "\\ud800"}'
     write(files["collection"], lines)
+    topics = [json.dumps({"qid": q, "text": t}) for q, t in TOPICS.items()]
+    topics[0] = topics[0][:-1] + ', "title": "\\ud800"}'  # a topic's title: no reader uses it
+    write(files["topics"], topics)
     assert build(files)

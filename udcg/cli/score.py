@@ -188,14 +188,15 @@ def score(args: argparse.Namespace) -> None:
                 if overrides:
                     row["weights_overrides"] = overrides
                 out.write(json.dumps({"qid": ctx.qid, "run": ctx.run, **row}) + "\n")
-        weights = model.card_.get("weights_sha256") if args.weights else None
+        card = model.card_ if args.weights else {}
         record = {
             "format": "udcg-score/1",
             "judge": judge,
             "judge_fingerprint": made,
             "utility": args.utility,
             "gamma": args.gamma,
-            "weights_sha256": weights,
+            "weights_sha256": card.get("weights_sha256"),
+            "card_sha256": card.get("card_sha256"),  # the calibration is in the card
         }  # with the contexts' digest and who made their values: what made these scores
         write_derived_manifest(args.out, args.contexts, record)
 

@@ -69,12 +69,14 @@ class Layout:
     id_keys: tuple[str, ...]
     text_keys: tuple[str, ...]
     columns: tuple[tuple[str, ...], ...]
+    #: the other JSON keys its reader uses (a passage's title, a topic's answers)
+    uses: tuple[str, ...] = ()
 
     @property
     def read_keys(self) -> tuple[str, ...]:
-        """The JSON keys whose values readers use (id, text, a passage's title, a query's
-        answers): the only ones a lone surrogate is refused in."""
-        return (*self.id_keys, *self.text_keys, "title", "answers")
+        """The JSON keys whose values its reader uses (id, text and ``uses``): the only ones a
+        lone surrogate is refused in."""
+        return (*self.id_keys, *self.text_keys, *self.uses)
 
     def header(self, fields: list[str]) -> tuple[str, ...] | None:
         """The column roles when ``fields`` (a first line) name the columns, else None."""
@@ -222,6 +224,7 @@ COLLECTION = Layout(
     ("doc_id", "id", "_id"),
     ("text", "contents"),
     (("id", "text"), ("id", "title", "text")),
+    uses=("title",),
 )
 
 

@@ -445,7 +445,8 @@ def _swap_in(ds: Any, folder: Path) -> None:
     so no shard of it stays and a failure before the swap leaves it whole."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     for stale in folder.parent.glob(f".{glob.escape(folder.name)}.new-*"):  # a killed run's
-        shutil.rmtree(stale, ignore_errors=True)
+        if _BESIDE.fullmatch(stale.name[len(folder.name) + 1 :]) and _only_dataset_files(stale):
+            shutil.rmtree(stale, ignore_errors=True)
     new = _beside(folder, "new")
     try:
         os.mkdir(new, 0o777)  # the kernel applies the umask
@@ -469,6 +470,14 @@ def _swap_in(ds: Any, folder: Path) -> None:
 
 def _beside(folder: Path, what: str) -> Path:
     return folder.parent / f".{folder.name}.{what}-{secrets.token_hex(6)}"
+
+
+#: The end of a name :func:`_beside` makes (after ``.NAME``).
+_BESIDE = re.compile(r"\.new-[0-9a-f]{12}")
+
+
+def _only_dataset_files(folder: Path) -> bool:
+    return folder.is_dir() and all(_DATASET_FILE.fullmatch(p.name) for p in folder.iterdir())
 
 
 #: The files ``save_to_disk`` writes in a dataset's folder.

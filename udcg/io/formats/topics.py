@@ -25,7 +25,9 @@ from udcg.io.formats.collection import Layout, Record, unique_records
 __all__ = ["Topic", "read_answers", "read_topics"]
 
 _QID_KEYS = ("qid", "query_id", "_id", "id")
-TOPICS = Layout("topic", _QID_KEYS, ("text", "query", "question"), (("id", "text"),))
+TOPICS = Layout(
+    "topic", _QID_KEYS, ("text", "query", "question"), (("id", "text"),), uses=("answers",)
+)
 ANSWERS = Layout("query", _QID_KEYS, ("answers",), (("id", "answers*"),))
 
 

@@ -151,7 +151,8 @@ def run_tag(run: Run, named: bool = False) -> str | None:
         return first[1].decode()
     except UnicodeDecodeError:
         raise UDCGInputError(
-            f"{_shown_tag(first[1])} is not valid UTF-8: name the run (--name)",
+            f"{_shown_tag(first[1])} is not valid UTF-8: rewrite the tag column (or name the "
+            "run: udcg contexts --name)",
             path=run.source,
             line=first[0],
             field="tag",
