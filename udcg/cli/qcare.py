@@ -72,7 +72,7 @@ from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.contexts.model import distinct_contexts
-from udcg.io.contexts.sources import warn_mixed_sources
+from udcg.io.contexts.sources import warn_given_outcome, warn_mixed_sources
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file, standard_output
 from udcg.labels.provenance import write_derived_manifest
 from udcg.labels.stream import refuse_outputs
@@ -451,6 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 standard_output()  # the results go there: refused closed or read-only, before work
             contexts = distinct_contexts(read_contexts(args.input))
             warn_mixed_sources(contexts, args.input)
+            if args.answers_from is not None:
+                warn_given_outcome(contexts, args.answers_from, args.input)
             scores = qcare_scores(
                 contexts,
                 args.answers_from,

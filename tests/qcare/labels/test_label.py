@@ -4,6 +4,7 @@ fallbacks, text-mode Yes/No and the cache."""
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import replace
 
 import pytest
@@ -254,6 +255,15 @@ def test_hand_labels_of_an_outcome_this_judge_never_labelled_are_given(tag_judge
     (replaced,), report = label_contexts([first], tag_judge(), answers_from="human", relabel=True)
     assert replaced.extra["qcare_labels"]["outcomes"] == ["gen", "human"]
     assert report.replaced == 1  # said, as any replaced given labels are
+    # scoring the given outcome of a judge-labelled file says whose labels they are
+    from udcg.errors import UDCGWarning
+    from udcg.io.contexts.sources import warn_given_outcome
+
+    with pytest.warns(UDCGWarning, match=r"1 contexts labelled by judge 'tag' hold labels of"):
+        warn_given_outcome([first], "human", "l.jsonl")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_given_outcome([first], "gen", "l.jsonl")  # its own: nothing to say
 
 
 def test_labels_per_sub_query_without_the_sub_queries_are_refused(tag_judge) -> None:

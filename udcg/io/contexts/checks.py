@@ -46,6 +46,8 @@ __all__ = [
 #: the judge's (or a human's) hard checks, each with an optional soft twin ``<name>_prob``.
 #: Axes: ``subquery_covered[s]``, ``claim_relevance[f][s]``, ``claim_support[f][chunk]``.
 ANSWER_LABELS = ("subquery_covered", "claim_relevance", "claim_support")
+#: An outcome's Q-CARE label fields: its claims, each check and its soft twin.
+OUTCOME_LABELS = ("claims", *(f"{n}{t}" for n in ANSWER_LABELS for t in ("", "_prob")))
 #: Speakers of a ``conversation`` turn.
 ROLES = ("user", "assistant")
 #: A JSON escape of a UTF-16 surrogate: the only way a lone one gets into decoded JSON text.

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from udcg.errors import UDCGWarning
+from udcg.io.contexts.checks import OUTCOME_LABELS
 from udcg.io.contexts.model import Context
 
 #: The context key of the labelling record.
@@ -71,6 +72,41 @@ def warn_mixed_sources(contexts: Sequence[Context], path: object) -> None:
         warnings.warn(
             f"{path}: the labels come from several sources ({listed_sources(contexts)}), so its"
             " means mix them",
+            UDCGWarning,
+            stacklevel=2,
+        )
+
+
+def warn_given_outcome(contexts: Sequence[Context], model: str, path: object) -> None:
+    """One :class:`~udcg.errors.UDCGWarning` when contexts labelled by a judge (their
+    ``qcare_labels`` record) hold labels of outcome ``model`` that the record does not list:
+    those are given (by hand, imported), so the generator metrics of ``model`` do not come
+    from the judge that labelled the coverage.
+
+    Examples:
+        >>> record = {"judge": "a", "outcomes": ["gen"]}
+        >>> ctx = Context("q1", outcomes={"human": {"claims": ["c"]}}, extra={RECORD: record})
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_given_outcome([ctx], "human", "l.jsonl")
+        >>> str(caught[0].message)[:60]
+        "l.jsonl: 1 contexts labelled by judge 'a' hold labels of 'hu"
+    """
+    given: Counter[str] = Counter()
+    for ctx in contexts:
+        record = ctx.extra.get(RECORD)
+        outcome = ctx.outcomes.get(model)
+        if isinstance(record, dict) and isinstance(outcome, dict):
+            listed = record.get("outcomes")
+            labelled = any(name in outcome for name in OUTCOME_LABELS)
+            if labelled and (not isinstance(listed, list) or model not in listed):
+                given[str(record.get("judge"))] += 1
+    for judge, n in sorted(given.items()):
+        warnings.warn(
+            f"{path}: {n} contexts labelled by judge {judge!r} hold labels of {model!r} that"
+            " its record does not list (given by hand or imported): their generator metrics"
+            " do not come from that judge",
             UDCGWarning,
             stacklevel=2,
         )

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts.jsonl import ANSWER_LABELS, Context
+from udcg.io.contexts.checks import OUTCOME_LABELS
+from udcg.io.contexts.jsonl import Context
 from udcg.io.contexts.sources import RECORD
 from udcg.judge.base import Judge
 from udcg.qcare.conversation import history_of
@@ -42,7 +43,6 @@ from udcg.validation import nonnegative_int
 REFERENCE_TOP_K = 10
 CHECKS = ("coverage", "claim_relevance", "claims_cover", "claim_support")
 #: Outcome fields ``label_contexts`` writes for ``answers_from``; those indexed by sub-query.
-OUTCOME_LABELS = ("claims", *(f"{n}{t}" for n in ANSWER_LABELS for t in ("", "_prob")))
 PER_SUBQUERY = tuple(n for n in OUTCOME_LABELS if n.startswith(("subquery", "claim_rel")))
 
 
