@@ -33,11 +33,12 @@ The command line is ``udcg annotate`` (:mod:`udcg.cli.annotate`).
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from udcg.errors import UDCGInputError, UDCGServiceError
 from udcg.io.contexts.jsonl import Context, Passage
@@ -47,6 +48,8 @@ from udcg.judge.requests import MissingResults, RefusedRequest, Request
 from udcg.labels.answers import contains_answer, grade_span
 from udcg.labels.batches import judge_call
 from udcg.labels.erag import Grader, label_erag
+
+T = TypeVar("T")
 
 STEPS = ("abstain", "answer_likelihood", "relevance", "outcomes", "erag")
 #: Steps run when none are named (answer likelihoods and eRAG labels are asked for explicitly).
@@ -370,18 +373,23 @@ def _named(holder: Callable[[int], Context]) -> Iterator[None]:
         raise
 
 
-@contextmanager
-def _located(contexts: Sequence[Context]) -> Iterator[None]:
-    """A :class:`~udcg.judge.requests.RefusedRequest` of any step (a prompt over a local
-    model's context) as the file, line and query of the context that holds the refused item,
-    whichever chunk, cache or batch it came in."""
-    try:
-        yield
-    except RefusedRequest as refused:
-        ctx = None if refused.request is None else _holder(contexts, refused.request)
-        if ctx is None:
-            raise
-        raise UDCGInputError(f"context {ctx.qid!r}: {refused.reason}", **ctx.location()) from None
+def _located(annotate: Callable[..., T]) -> Callable[..., T]:
+    """``annotate`` with a :class:`~udcg.judge.requests.RefusedRequest` of any step (a prompt
+    over a local model's context) given as the file, line and query of the context that holds
+    the refused item, whichever chunk, cache or batch it came in."""
+
+    @functools.wraps(annotate)
+    def located(contexts: Sequence[Context], *args: Any, **kwargs: Any) -> T:
+        try:
+            return annotate(contexts, *args, **kwargs)
+        except RefusedRequest as refused:
+            ctx = None if refused.request is None else _holder(contexts, refused.request)
+            if ctx is None:
+                raise
+            where = ctx.location()
+            raise UDCGInputError(f"context {ctx.qid!r}: {refused.reason}", **where) from None
+
+    return located
 
 
 def _holder(contexts: Sequence[Context], request: Request) -> Context | None:
@@ -484,6 +492,7 @@ def answer_grader(judge: Judge, grader: str, batch: int = 64) -> Grader:
     return grade
 
 
+@_located
 def annotate(
     contexts: Sequence[Context],
     judge: Judge,
@@ -532,156 +541,152 @@ def annotate(
         replace(ctx, passages=list(ctx.passages), outcomes=dict(ctx.outcomes)) for ctx in contexts
     ]
 
-    with _located(out):  # a refused request: the context that holds it
-        if "abstain" in steps:
-            pairs = sorted({(c.question, p.text) for c in out for p in c.passages})
-            report.pairs = len(pairs)
-            lookup = _judged(
-                judge,
-                pairs,
-                lambda chunk, **kw: judge.abstain_prob(
-                    [q for q, _ in chunk], [t for _, t in chunk], mode, **kw
-                ),
-                "abstention",
-                batch,
-                report,
-                "abstain_prob",
-                out,
-            )
-            for ctx in out:
-                new = []
-                for p in ctx.passages:
-                    prob, bound = lookup[(ctx.question, p.text)]
-                    p = replace(p, abstain_prob={**p.abstain_prob, name: prob})
-                    new.append(with_bound(p, name, "abstain_prob", bound))
-                ctx.passages[:] = new
+    if "abstain" in steps:
+        pairs = sorted({(c.question, p.text) for c in out for p in c.passages})
+        report.pairs = len(pairs)
+        lookup = _judged(
+            judge,
+            pairs,
+            lambda chunk, **kw: judge.abstain_prob(
+                [q for q, _ in chunk], [t for _, t in chunk], mode, **kw
+            ),
+            "abstention",
+            batch,
+            report,
+            "abstain_prob",
+            out,
+        )
+        for ctx in out:
+            new = []
+            for p in ctx.passages:
+                prob, bound = lookup[(ctx.question, p.text)]
+                p = replace(p, abstain_prob={**p.abstain_prob, name: prob})
+                new.append(with_bound(p, name, "abstain_prob", bound))
+            ctx.passages[:] = new
 
-        if "answer_likelihood" in steps:
+    if "answer_likelihood" in steps:
+        triples = sorted({(c.question, tuple(c.answers), p.text) for c in out for p in c.passages})
+        report.answer_pairs = len(triples)
+        lookup = _judged(
+            judge,
+            triples,
+            lambda chunk, **kw: judge.answer_prob(
+                [q for q, _, _ in chunk],
+                [t for _, _, t in chunk],
+                [a for _, a, _ in chunk],
+                **kw,
+            ),
+            "answer likelihood",
+            batch,
+            report,
+            "answer_prob",
+            out,
+        )
+        for ctx in out:
+            key = (ctx.question, tuple(ctx.answers))
+            new = []
+            for p in ctx.passages:
+                prob, bound = lookup[(*key, p.text)]
+                p = replace(p, answer_prob={**p.answer_prob, name: prob})
+                new.append(with_bound(p, name, "answer_prob", bound))
+            ctx.passages[:] = new
+
+    if "relevance" in steps:
+        labelled = [p for c in out for p in c.passages]
+        report.relevance_computed = sum(relabels(p, relabel_relevance) for p in labelled)
+        report.relevance_kept = len(labelled) - report.relevance_computed
+        if relevance == "string":
+            for ctx in out:
+                ctx.passages[:] = [
+                    _string_label(p, ctx.answers) if relabels(p, relabel_relevance) else p
+                    for p in ctx.passages
+                ]
+        else:
             triples = sorted(
-                {(c.question, tuple(c.answers), p.text) for c in out for p in c.passages}
+                {
+                    (c.question, tuple(c.answers), p.text)
+                    for c in out
+                    for p in c.passages
+                    if relabels(p, relabel_relevance)
+                }
             )
-            report.answer_pairs = len(triples)
+            report.relevance_checks = len(triples)
             lookup = _judged(
                 judge,
                 triples,
-                lambda chunk, **kw: judge.answer_prob(
-                    [q for q, _, _ in chunk],
-                    [t for _, _, t in chunk],
-                    [a for _, a, _ in chunk],
-                    **kw,
+                lambda chunk, **kw: judge.yes_prob(
+                    [relevance_messages(q, a, t) for q, a, t in chunk], **kw
                 ),
-                "answer likelihood",
+                "relevance",
                 batch,
                 report,
-                "answer_prob",
+                "relevance_prob",
                 out,
             )
             for ctx in out:
-                key = (ctx.question, tuple(ctx.answers))
                 new = []
                 for p in ctx.passages:
-                    prob, bound = lookup[(*key, p.text)]
-                    p = replace(p, answer_prob={**p.answer_prob, name: prob})
-                    new.append(with_bound(p, name, "answer_prob", bound))
+                    if not relabels(p, relabel_relevance):
+                        new.append(p)
+                        continue
+                    prob, bound = lookup[(ctx.question, tuple(ctx.answers), p.text)]
+                    extra = {
+                        **p.extra,
+                        "relevance_prob": {**p.extra.get("relevance_prob", {}), name: prob},
+                    }
+                    p = replace(p, relevant=prob >= 0.5, extra=extra)
+                    new.append(with_bound(p, name, "relevance_prob", bound))
                 ctx.passages[:] = new
 
-        if "relevance" in steps:
-            labelled = [p for c in out for p in c.passages]
-            report.relevance_computed = sum(relabels(p, relabel_relevance) for p in labelled)
-            report.relevance_kept = len(labelled) - report.relevance_computed
-            if relevance == "string":
-                for ctx in out:
-                    ctx.passages[:] = [
-                        _string_label(p, ctx.answers) if relabels(p, relabel_relevance) else p
-                        for p in ctx.passages
-                    ]
-            else:
-                triples = sorted(
-                    {
-                        (c.question, tuple(c.answers), p.text)
-                        for c in out
-                        for p in c.passages
-                        if relabels(p, relabel_relevance)
-                    }
-                )
-                report.relevance_checks = len(triples)
-                lookup = _judged(
-                    judge,
-                    triples,
-                    lambda chunk, **kw: judge.yes_prob(
-                        [relevance_messages(q, a, t) for q, a, t in chunk], **kw
-                    ),
-                    "relevance",
-                    batch,
-                    report,
-                    "relevance_prob",
-                    out,
-                )
-                for ctx in out:
-                    new = []
-                    for p in ctx.passages:
-                        if not relabels(p, relabel_relevance):
-                            new.append(p)
-                            continue
-                        prob, bound = lookup[(ctx.question, tuple(ctx.answers), p.text)]
-                        extra = {
-                            **p.extra,
-                            "relevance_prob": {**p.extra.get("relevance_prob", {}), name: prob},
-                        }
-                        p = replace(p, relevant=prob >= 0.5, extra=extra)
-                        new.append(with_bound(p, name, "relevance_prob", bound))
-                    ctx.passages[:] = new
-
-        made = {"grader": grader, "max_new_tokens": max_new_tokens}  # recorded with each answer
-        if "outcomes" in steps:
-            prompts = [answer_messages(c.question, [p.text for p in c.passages]) for c in out]
-            report.answers = len(prompts)
-            with _named(out.__getitem__):
-                answers, _ = judge_call(
-                    judge,
-                    prompts,
-                    lambda chunk, **kw: judge.generate(list(chunk), max_new_tokens, **kw),
-                    "answers",
-                    batch,
-                )
-            if grader == "span":
-                grades: list[str | None] = [
-                    grade_span(a, c.answers) for a, c in zip(answers, out, strict=True)
-                ]
-            else:
-                graded = [
-                    grader_messages(c.question, c.answers, a)
-                    for a, c in zip(answers, out, strict=True)
-                ]
-                with _named(out.__getitem__):
-                    texts, _ = judge_call(
-                        judge,
-                        graded,
-                        lambda chunk, **kw: judge.generate(list(chunk), 4, **kw),
-                        "grading",
-                        batch,
-                    )
-                grades = [parse_grade(t) for t in texts]
-            for ctx, answer, grade in zip(out, answers, grades, strict=True):
-                outcome: dict[str, Any] = {"answer": answer.strip(), **made}
-                if grade is None:
-                    report.failures["unparsable grade"] += 1
-                    outcome["grade"] = "FAILED"
-                else:
-                    report.grades[grade] += 1
-                    outcome.update(grade=grade, correct=grade == "CORRECT")
-                ctx.outcomes[name] = outcome
-
-        if "erag" in steps:
-            out, report.erag_answers, report.erag_grades = label_erag(
-                out,
+    made = {"grader": grader, "max_new_tokens": max_new_tokens}  # recorded with each answer
+    if "outcomes" in steps:
+        prompts = [answer_messages(c.question, [p.text for p in c.passages]) for c in out]
+        report.answers = len(prompts)
+        with _named(out.__getitem__):
+            answers, _ = judge_call(
                 judge,
-                answer_grader(judge, grader, batch),
-                max_new_tokens,
+                prompts,
+                lambda chunk, **kw: judge.generate(list(chunk), max_new_tokens, **kw),
+                "answers",
                 batch,
-                made,
             )
-            failed = report.erag_grades.pop("FAILED", 0)
-            if failed:
-                report.failures["unparsable eRAG grade"] += failed
+        if grader == "span":
+            grades: list[str | None] = [
+                grade_span(a, c.answers) for a, c in zip(answers, out, strict=True)
+            ]
+        else:
+            graded = [
+                grader_messages(c.question, c.answers, a) for a, c in zip(answers, out, strict=True)
+            ]
+            with _named(out.__getitem__):
+                texts, _ = judge_call(
+                    judge,
+                    graded,
+                    lambda chunk, **kw: judge.generate(list(chunk), 4, **kw),
+                    "grading",
+                    batch,
+                )
+            grades = [parse_grade(t) for t in texts]
+        for ctx, answer, grade in zip(out, answers, grades, strict=True):
+            outcome: dict[str, Any] = {"answer": answer.strip(), **made}
+            if grade is None:
+                report.failures["unparsable grade"] += 1
+                outcome["grade"] = "FAILED"
+            else:
+                report.grades[grade] += 1
+                outcome.update(grade=grade, correct=grade == "CORRECT")
+            ctx.outcomes[name] = outcome
+
+    if "erag" in steps:
+        out, report.erag_answers, report.erag_grades = label_erag(
+            out,
+            judge,
+            answer_grader(judge, grader, batch),
+            max_new_tokens,
+            batch,
+            made,
+        )
+        failed = report.erag_grades.pop("FAILED", 0)
+        if failed:
+            report.failures["unparsable eRAG grade"] += failed
     return out, report
