@@ -44,6 +44,7 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -214,14 +215,14 @@ class _Measure(_IrMeasure):
         return self._udcg_name()
 
     def __repr__(self) -> str:
+        return self._shown_name
+
+    @functools.cached_property
+    def _shown_name(self) -> str:
         """:attr:`udcg_name` with the data sources given (``UDCG(utilities=a.jsonl)@5``): two
         measures on other sources have other names, as PyTerrier's columns need (made once: a
         digest reads the whole source)."""
-        if "_shown_name" not in self.__dict__:
-            self.__dict__["_shown_name"] = self._with_sources(self._udcg_name())
-        return self.__dict__["_shown_name"]
-
-    def _with_sources(self, name: str) -> str:
+        name = self._udcg_name()
         given = [
             f"{key}={_shown(self.params[key])}"
             for key in _SOURCES
