@@ -227,6 +227,7 @@ def calibrate(args: argparse.Namespace) -> None:
     raw = model.predict_proba(rel, u)
     model.calibrate(rel, u, correct, method=args.method)
     tuned = model.predict_proba(rel, u, calibrated=True)
+    model.card_.pop("weights_overrides", None)  # an earlier run's: replaced by this run's
     card = _calibrated_card(model.card_, applied, notes, file_sha256(source))
     model.save_pretrained(args.out, card=card)
     for note in notes:
@@ -251,10 +252,9 @@ def _calibrated_card(
     """The card entries a calibration adds: what the card left unknown (utility source, judge,
     fingerprints, mode) as the calibration contexts had it, so that the calibrated weights are
     checked against them wherever they are applied; the digest of those contexts; this run's
-    allowed mismatches, in place of an earlier run's."""
+    allowed mismatches."""
     from udcg.io.weights.files import MISMATCH_FIELDS, card_value
 
-    card.pop("weights_overrides", None)
     known = {
         MISMATCH_FIELDS[name][0]: value
         for name, value in applied.items()
