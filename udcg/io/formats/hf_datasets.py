@@ -445,7 +445,8 @@ def _swap_in(ds: Any, folder: Path) -> None:
     so no shard of it stays and a failure before the swap leaves it whole."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     for stale in folder.parent.glob(f".{glob.escape(folder.name)}.new-*"):  # a killed run's
-        if _BESIDE.fullmatch(stale.name[len(folder.name) + 1 :]) and _only_dataset_files(stale):
+        ours = _BESIDE.fullmatch(stale.name[len(folder.name) + 1 :])
+        if ours and stale.is_dir() and not _other_files(stale):
             shutil.rmtree(stale, ignore_errors=True)
     new = _beside(folder, "new")
     try:
@@ -476,8 +477,9 @@ def _beside(folder: Path, what: str) -> Path:
 _BESIDE = re.compile(r"\.new-[0-9a-f]{12}")
 
 
-def _only_dataset_files(folder: Path) -> bool:
-    return folder.is_dir() and all(_DATASET_FILE.fullmatch(p.name) for p in folder.iterdir())
+def _other_files(folder: Path) -> list[str]:
+    """The names in ``folder`` that are not files of a saved dataset, sorted."""
+    return sorted(p.name for p in folder.iterdir() if not _DATASET_FILE.fullmatch(p.name))
 
 
 #: The files ``save_to_disk`` writes in a dataset's folder.
@@ -490,7 +492,7 @@ def _check_dataset_folder(folder: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise UDCGInputError("is not a folder: hf:DIR names the dataset folder", path=folder)
     if folder.is_dir():
-        other = sorted(p.name for p in folder.iterdir() if not _DATASET_FILE.fullmatch(p.name))
+        other = _other_files(folder)
         if other:
             raise UDCGInputError(
                 f"holds {other[0]!r}, which is not a file of a saved dataset: choose a new or "
