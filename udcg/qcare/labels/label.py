@@ -159,15 +159,16 @@ def _prepare(
     old = ctx.extra.get(RECORD) if isinstance(ctx.extra.get(RECORD), dict) else {}
     own = bool(old) and old.get("fingerprint") == judge.fingerprint
     theirs = [] if own else [m for m in old.get("outcomes", []) if m in ctx.outcomes]
-    written = _written_labels(ctx, answers_from) or next(
-        (f"outcomes.{m}.{n}" for m in theirs for n in OUTCOME_LABELS if n in ctx.outcomes[m]),
-        None,
-    )
     if own:  # its passages' labels are this judge's, an outcome's only if its record lists it
         listed = answers_from in old.get("outcomes", [])
         outcome = {} if listed or answers_from is None else ctx.outcomes.get(answers_from, {})
         written = next(
             (f"outcomes.{answers_from}.{n}" for n in OUTCOME_LABELS if n in outcome), None
+        )
+    else:
+        written = _written_labels(ctx, answers_from) or next(
+            (f"outcomes.{m}.{n}" for m in theirs for n in OUTCOME_LABELS if n in ctx.outcomes[m]),
+            None,
         )
     if written is not None and not relabel:
         who = f"judge {old.get('judge')!r}" if old else f"given: no {RECORD} record"
