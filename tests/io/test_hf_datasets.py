@@ -211,6 +211,39 @@ def test_a_save_from_a_removed_folder_and_over_a_killed_run(
     assert sorted(p.name for p in tmp_path.iterdir()) == [".ds.new-backup", "ds"]
 
 
+class _Killed(BaseException):
+    """What a SIGKILL does to the rest of a save."""
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_a_swap_killed_midway_leaves_a_whole_dataset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
+) -> None:
+    """A run killed at its first rename or its first deletion leaves one of the two datasets
+    whole under the name (no rename at all where the folders' names swap in one step); the
+    next save leaves no folder beside it."""
+    earlier, later = _generated()[:2], _generated()[2:5]
+    folder = tmp_path / "ds"
+    hf.save_contexts_dataset(earlier, folder)
+    if not exchange:
+        monkeypatch.setattr(hf, "_exchange", lambda a, b: False)
+    for what in ("rename", "rmtree"):
+        with monkeypatch.context() as patch:
+            if what == "rename":
+                patch.setattr(Path, "rename", lambda *a: (_ for _ in ()).throw(_Killed()))
+            else:
+                patch.setattr(hf.shutil, "rmtree", lambda *a, **k: (_ for _ in ()).throw(_Killed()))
+            try:
+                hf.save_contexts_dataset(later, folder)
+            except _Killed:
+                pass
+        if exchange or what == "rmtree":
+            assert hf.load_contexts_dataset(folder) in (earlier, later)
+    hf.save_contexts_dataset(later, folder)
+    assert hf.load_contexts_dataset(folder) == later
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
 def _umask() -> int:
     """The process's umask, read without setting it (Linux's /proc)."""
     line = next(x for x in Path("/proc/self/status").read_text().splitlines() if "Umask" in x)

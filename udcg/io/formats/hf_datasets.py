@@ -27,6 +27,8 @@ hf:DIR`` writes one with ``save_to_disk``.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import glob
 import json
 import os
@@ -441,10 +443,10 @@ def save_contexts_dataset(contexts: Iterable[Context], folder: str | Path) -> in
 
 def _swap_in(ds: Any, folder: Path) -> None:
     """Save ``ds`` in a new folder beside ``folder`` (the replaced folder's mode, else the
-    umask's), then put it in place; the earlier dataset is moved aside first and deleted last,
-    so no shard of it stays and a failure before the swap leaves it whole."""
+    umask's), then swap the two and delete the earlier dataset, so no shard of it stays and
+    a failure or a kill at any point leaves one of the two datasets whole in ``folder``."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    for stale in folder.parent.glob(f".{glob.escape(folder.name)}.new-*"):  # a killed run's
+    for stale in folder.parent.glob(f".{glob.escape(folder.name)}.*-*"):  # a killed run's
         ours = _BESIDE.fullmatch(stale.name[len(folder.name) + 1 :])
         if ours and stale.is_dir() and not _other_files(stale):
             shutil.rmtree(stale, ignore_errors=True)
@@ -455,18 +457,41 @@ def _swap_in(ds: Any, folder: Path) -> None:
             os.chmod(new, stat.S_IMODE(folder.stat().st_mode))
         with _bars_off_without_stderr(_datasets()):
             ds.save_to_disk(str(new))
-        old = _beside(folder, "old")
-        if folder.exists():
-            folder.rename(old)
-        try:
-            new.rename(folder)
-        except OSError:
-            if old.exists():  # the earlier dataset back in its place
-                old.rename(folder)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
+        if not (folder.exists() and _exchange(new, folder)):  # `new` holds the earlier one
+            _rename_over(new, folder)
     finally:
         shutil.rmtree(new, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders' names in one step (Linux's ``renameat2`` with ``RENAME_EXCHANGE``),
+    so a run killed at any moment leaves ``b`` whole; False where the system or the file
+    system cannot."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_cwd, exchange = -100, 2
+    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _rename_over(new: Path, folder: Path) -> None:
+    """Put ``new`` in ``folder``'s place in two renames, the earlier dataset moved aside
+    first and deleted last (put back if the second rename fails)."""
+    old = _beside(folder, "old")
+    if folder.exists():
+        folder.rename(old)
+    try:
+        new.rename(folder)
+    except OSError:
+        if old.exists():
+            old.rename(folder)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _beside(folder: Path, what: str) -> Path:
@@ -474,7 +499,7 @@ def _beside(folder: Path, what: str) -> Path:
 
 
 #: The end of a name :func:`_beside` makes (after ``.NAME``).
-_BESIDE = re.compile(r"\.new-[0-9a-f]{12}")
+_BESIDE = re.compile(r"\.(new|old)-[0-9a-f]{12}")
 
 
 def _other_files(folder: Path) -> list[str]:
