@@ -232,3 +232,25 @@ def test_weights_with_a_calibration_add_the_recalibrated_column(
     }  # fmt: skip
     assert made["card_sha256"] == card["card_sha256"]  # the calibration is in the card
     assert made["gamma"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["score", "{data}", "--judge", "smollm2-135m", "--out", "{out}"],
+        ["qcare", "score", "{data}", "--out", "{out}"],
+    ],
+    ids=["score", "qcare score"],
+)
+def test_an_unwritable_manifest_is_refused_before_the_output(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """A folder where ``OUT.manifest.json`` goes is refused before ``OUT`` is written."""
+    import udcg
+    from udcg.cli.main import main as udcg_main
+
+    data, out = tmp_path / "c.jsonl", tmp_path / "s.jsonl"
+    write_contexts(data, list(udcg.demo_contexts())[:5])
+    (tmp_path / "s.jsonl.manifest.json").mkdir()
+    assert udcg_main([a.format(data=data, out=out) for a in argv]) == 2
+    assert not out.exists()

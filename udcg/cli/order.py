@@ -338,16 +338,12 @@ def _check_mode(args: argparse.Namespace) -> None:
 
 def _refuse_overwriting(args: argparse.Namespace) -> None:
     """The output, or the manifest written beside it, may not name an input."""
-    from udcg.io.files import refuse_same_file, refuse_unreplaceable
-    from udcg.io.manifests import manifest_path
+    from udcg.labels.provenance import refuse_derived_outputs
 
     inputs = {"IN": args.input, "--run": args.run, "--qrels": args.qrels}
     inputs["--utilities"] = args.utilities
     refuse_stdin_twice(inputs)
-    refuse_unreplaceable(args.out)
-    read = {**inputs, **weights_inputs(args.weights)}
-    for path in (args.out, manifest_path(args.out)):
-        refuse_same_file(path, read)
+    refuse_derived_outputs(args.out, {**inputs, **weights_inputs(args.weights)})
 
 
 def main(argv: list[str] | None = None) -> int:

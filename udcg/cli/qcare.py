@@ -74,7 +74,7 @@ from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.contexts.model import distinct_contexts
 from udcg.io.contexts.sources import warn_given_outcome, warn_mixed_sources
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file, standard_output
-from udcg.labels.provenance import write_derived_manifest
+from udcg.labels.provenance import refuse_derived_outputs, write_derived_manifest
 from udcg.labels.stream import refuse_outputs
 from udcg.qcare.agreement import agreement, annotator_agreement
 from udcg.qcare.conversation import read_mtrag_tasks
@@ -446,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _published(args)
         elif args.command == "score":
             if args.out:
-                refuse_same_file(args.out, {"INPUT": args.input})
+                refuse_derived_outputs(args.out, {"INPUT": args.input})
             else:
                 standard_output()  # the results go there: refused closed or read-only, before work
             contexts = distinct_contexts(read_contexts(args.input))

@@ -50,11 +50,11 @@ from udcg.cli.common import (
 from udcg.cli.weights import add_allow_unverified
 from udcg.io.contexts.jsonl import read_contexts, relevance_matrix
 from udcg.io.contexts.model import distinct_contexts
-from udcg.io.files import atomic_write, refuse_same_file, refuse_unreplaceable, standard_output
+from udcg.io.files import atomic_write, standard_output
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.weights.files import MISMATCH_FIELDS
 from udcg.judge.spec import judge_key
-from udcg.labels.provenance import write_derived_manifest
+from udcg.labels.provenance import refuse_derived_outputs, write_derived_manifest
 from udcg.pipeline.context_scores import (
     checked_theta,
     file_labels_made_by,
@@ -134,8 +134,8 @@ def means_table(columns: dict[str, np.ndarray], groups: list[tuple[str, int]]) -
 def score(args: argparse.Namespace) -> None:
     """Compute, print and optionally write the scores."""
     if args.out:
-        refuse_unreplaceable(args.out)
-        refuse_same_file(args.out, {"CONTEXTS": args.contexts, **weights_inputs(args.weights)})
+        inputs = {"CONTEXTS": args.contexts, **weights_inputs(args.weights)}
+        refuse_derived_outputs(args.out, inputs)
     else:
         standard_output()  # where the results go: closed or read-only, refused before the work
     judge = judge_key(args.judge, args.judge_key)

@@ -30,7 +30,14 @@ from typing import Any
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, context_line
-from udcg.io.files import STDIO, PathType, atomic_write, is_special
+from udcg.io.files import (
+    STDIO,
+    PathType,
+    atomic_write,
+    is_special,
+    refuse_same_file,
+    refuse_unreplaceable,
+)
 from udcg.io.manifests import file_sha256, manifest_path, recorded_judges
 from udcg.labels.annotate import STEPS, operations
 
@@ -188,6 +195,27 @@ def write_manifest(output: PathType, record: Mapping[str, Any], counts: Mapping[
     """
     with atomic_write(manifest_path(output), like=output) as handle:
         handle.write(json.dumps({**record, **counts}, indent=1) + "\n")
+
+
+def refuse_derived_outputs(output: PathType, inputs: dict[str, PathType | None]) -> None:
+    """Refuse, before any work, an ``output`` or the manifest written beside it that cannot be
+    replaced (a folder, a read-only file) or names one of ``inputs``
+    (:func:`udcg.io.files.refuse_same_file`); ``-`` (standard output) has no manifest.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     (Path(folder) / "s.jsonl.manifest.json").mkdir()
+        ...     refuse_derived_outputs(Path(folder) / "s.jsonl", {})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: ...s.jsonl.manifest.json: is a directory, expected an ...
+    """
+    paths = [output] if os.fspath(output) == STDIO else [output, manifest_path(output)]
+    for path in paths:
+        refuse_unreplaceable(path)
+        refuse_same_file(path, inputs)
 
 
 def write_derived_manifest(output: PathType, source: PathType, record: Mapping[str, Any]) -> None:
