@@ -318,6 +318,8 @@ def test_parse_measure_names() -> None:
         assert back == measure and str(back) == str(measure)
     with pytest.raises(UDCGInputError, match=r"names a utilities other than the one given \(b"):
         parse_measure("UDCG(utilities=a.tsv)@5", utilities="b.tsv")
+    with pytest.raises(UDCGInputError, match=r"names a utilities other than the one given \(a\)"):
+        parse_measure("UDCG(utilities=a,b.tsv)@5", utilities="a")  # a prefix up to a comma
     for path in ("utilities (1).tsv", "runs/a,b.tsv"):  # what the name's syntax also uses
         measure = UDCG(utilities=path, gamma=0.5) @ 5
         assert parse_measure(str(measure), utilities=path) == measure

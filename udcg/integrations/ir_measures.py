@@ -112,7 +112,7 @@ def _without_sources(name: str, sources: dict[str, Any]) -> str:
     rest = name
     for key, value in sources.items():  # each given source, as its name shows it exactly
         shown = re.escape(f"{key}={_shown(value)}")
-        rest = re.sub(rf"(?<=[(,]){shown}(,|(?=\)))", "", rest, count=1)
+        rest = re.sub(rf"(?<=[(,]){shown}(,(?=\w+=)|(?=\)))", "", rest, count=1)
     found = _SOURCE_PARAM.search(rest)  # a source named but not given, or given otherwise
     if found is not None:
         key = found.group(1)
