@@ -371,6 +371,45 @@ def test_evaluate_sweep_goes_on_past_a_failed_member(tmp_path: Path) -> None:
     assert "sweep summary:" in done.stdout
 
 
+@pytest.mark.parametrize("script", ["train.py", "evaluate.py"])
+def test_sweep_members_sharing_an_output_folder_are_refused(tmp_path: Path, script: str) -> None:
+    """``export_dir=`` / ``output_dir=`` the same for every member: the second member would
+    replace the first's weights or report, so it is refused; ``${hydra:job.num}`` in the
+    option gives each its own folder."""
+    data = tmp_path / "in.jsonl"
+    if script == "train.py":
+        write_contexts(data, simulate(40, 3))
+        options, option = ["k=3", "data=jsonl", "judge=sim", "seed=0,1"], "export_dir"
+        kept = "udcg_theta_k3.json"
+    else:
+        _annotated(data)
+        options = ["dataset=jsonl", "retriever=given", "judge=m", "seed=0,1"]
+        options, option, kept = (
+            [*options, f"cache_dir={tmp_path / 'cache'}"],
+            "output_dir",
+            "report.json",
+        )
+    common = ["-m", *options, f"{'data' if script == 'train.py' else 'dataset'}.path={data}"]
+    common += ["n_bootstrap=20"]
+    shared = tmp_path / "shared"
+    done = run(script, *common, f"{option}={shared}", f"hydra.sweep.dir={tmp_path / 's1'}")
+    assert done.returncode == 2
+    refusal = (
+        f"{shared}: field '{option}': member #0 of this sweep wrote here: each member needs its "
+        f"own folder (leave {option} at its default, the member's folder, or put "
+        "${hydra:job.num} in it)"
+    )
+    assert done.stderr.splitlines()[0] == f"{script}: error: {refusal}"
+    assert (shared / kept).is_file()  # member #0's, kept
+    own = f"{option}={tmp_path / 'own'}/${{hydra:job.num}}"
+    done = run(script, *common, own, f"hydra.sweep.dir={tmp_path / 's2'}")
+    assert done.returncode == 0, done.stderr
+    assert all((tmp_path / "own" / num / kept).is_file() for num in ("0", "1"))
+    # a rerun of the same sweep into the shared folder is refused again, not by the old record
+    done = run(script, *common, f"{option}={shared}", f"hydra.sweep.dir={tmp_path / 's1'}")
+    assert done.returncode == 2 and refusal in done.stderr
+
+
 def test_a_sweep_over_given_runs_names_members_by_their_run(tmp_path: Path) -> None:
     """``retriever=given`` members are named by the run their contexts carry (a TREC run's
     file name, or what ``udcg annotate`` kept), not ``given #1``, ``given #2``."""

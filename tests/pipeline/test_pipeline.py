@@ -22,7 +22,7 @@ from udcg.pipeline.datasets import answer_relevance, demo_source, nq_open
 from udcg.pipeline.report import plot_correlations
 from udcg.pipeline.scoring import crossfit_gamma, crossfit_theta, score_table
 from udcg.pipeline.stages import StageCache, missing_steps, stage_key
-from udcg.pipeline.sweep import markdown, member_names, summarize, write_summary
+from udcg.pipeline.sweep import markdown, member_names, qids_sha256, summarize, write_summary
 from udcg.theta import split_by_query, tune_gamma
 
 
@@ -257,6 +257,19 @@ def test_sweep_summary_lists_metrics_fitted_per_run_last_and_marked() -> None:
     ]
     text = markdown(summary)
     assert "| UDCG-gamma * | +1.000 |" in text and "do not compare across runs" in text
+
+
+def test_a_summary_of_runs_over_other_queries_says_so() -> None:
+    """Two runs scored over other query sets (a run leaving judged queries out) are noted."""
+    same = qids_sha256(["q1", "q2"])
+    reports = [
+        _report("a", 0.5, {"nDCG": 0.5}, n_queries=2, qids_sha256=same),
+        _report("b", 1.0, {"nDCG": 1.0}, n_queries=1, qids_sha256=qids_sha256(["q1"])),
+    ]
+    text = markdown(summarize(reports))
+    assert "scored over different queries (queries: a 2, b 1)" in text
+    reports[1]["setup"].update(n_queries=2, qids_sha256=same)
+    assert summarize(reports)["notes"] == []
 
 
 def test_sweep_members_of_one_retriever_stay_apart() -> None:

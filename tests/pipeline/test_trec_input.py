@@ -249,3 +249,13 @@ def test_no_judged_query(tmp_path: Path) -> None:
 def test_bad_options(tmp_path: Path, options: dict, field: str) -> None:
     with pytest.raises(UDCGInputError, match=f"field '{field}'"):
         _load(tmp_path, **options)
+
+
+def test_judged_queries_the_run_leaves_out_are_noted(tmp_path: Path) -> None:
+    """A run that ranks fewer judged queries than another says so: its means are over fewer."""
+    data = _load(tmp_path, qrels=QRELS + "q7 0 y 1\nq8 0 y 1\n")
+    assert [c.qid for c in data.contexts] == ["q1", "q2", "q3", "q4"]
+    assert data.notes[1] == (
+        "2 of 6 judged queries are not in the run and were left out (as trec_eval without -c): "
+        "runs scored here compare only on the same queries"
+    )

@@ -22,13 +22,13 @@ from udcg.cli.hydra_config import (
     build,
     build_retriever,
     evaluate_settings,
+    output_folder,
     plain,
     run_hydra,
     run_job,
     sweep_dir,
     tracking_settings,
 )
-from udcg.io.files import exclusive_writer
 from udcg.pipeline.benchmark import GIVEN, run_benchmark
 from udcg.pipeline.metric_table import show_correlation, show_interval
 from udcg.pipeline.report import show_forecast
@@ -46,12 +46,12 @@ def sweep_member(sweep: Path | None) -> dict[str, Any] | None:
 
 def run_evaluate(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     """Check the options of ``cfg`` (udcg/conf/evaluate.yaml), build its dataset and retriever,
-    run the pipeline and log the report to the tracker (``tracking=mlflow``), holding the lock
-    of ``output_dir`` (:class:`udcg.cli.hydra_config.OneWriter`'s, already held when it is the
-    run folder; a sweep member's own folder, or another ``output_dir=``)."""
+    run the pipeline and log the report to the tracker (``tracking=mlflow``), holding
+    ``output_dir`` (:func:`udcg.cli.hydra_config.output_folder`: its lock, and a folder another
+    member of the same sweep wrote refused)."""
     settings = evaluate_settings(cfg)
     tracking = tracking_settings(cfg)
-    with exclusive_writer(Path(output_dir) / ".hydra", "run folder"):
+    with output_folder(Path(output_dir), "output_dir"):
         dataset = build(cfg.dataset, "dataset")
         retriever = None if cfg.retriever.name == GIVEN else build_retriever(cfg.retriever)
         sweep = sweep_dir()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -44,9 +45,9 @@ from omegaconf.errors import MissingMandatoryValue
 from udcg.cli.common import Outcome, messages, run_command
 from udcg.cli.extras import missing_module_error
 from udcg.errors import UDCGInputError
-from udcg.io.files import exclusive_writer
+from udcg.io.files import atomic_write, exclusive_writer
 from udcg.pipeline.settings import EvaluateSettings, Settings, TrainSettings
-from udcg.pipeline.sweep import start_sweep, write_summary
+from udcg.pipeline.sweep import current_sweep, start_sweep, write_summary
 from udcg.pipeline.tracking import TrackingSettings, track_sweep
 from udcg.retrieval import Retriever
 
@@ -285,6 +286,44 @@ def _with_extras(work: Callable[[], int | None]) -> Callable[[], int | None]:
     return guarded
 
 
+#: The record of the sweep member that writes an output folder other than its own.
+MEMBER_RECORD = ".udcg-member.json"
+
+
+@contextmanager
+def output_folder(folder: Path, option: str) -> Iterator[None]:
+    """Hold the lock of a run's output ``folder`` (``option``: ``export_dir``, ``output_dir``;
+    :class:`OneWriter`'s, already held when it is the run folder). A sweep member writing a
+    folder other than its own records itself there (``MEMBER_RECORD``: the sweep id, its
+    number); a folder an earlier member of the same sweep recorded is refused in one line, as
+    this member would replace that member's files."""
+    with exclusive_writer(folder / ".hydra", "run folder"):
+        if _in_sweep():
+            hydra = HydraConfig.get()
+            if os.path.realpath(folder) != os.path.realpath(hydra.runtime.output_dir):
+                _claim(folder, option, current_sweep(Path(hydra.sweep.dir)), hydra.job.num)
+        yield
+
+
+def _claim(folder: Path, option: str, sweep_id: str | None, member: int) -> None:
+    record = folder / MEMBER_RECORD
+    try:
+        earlier = json.loads(record.read_text())
+    except (OSError, ValueError):  # none yet, or not ours
+        earlier = None
+    if isinstance(earlier, dict) and earlier.get("sweep_id") == sweep_id:
+        if earlier.get("member") != member:
+            raise UDCGInputError(
+                f"member #{earlier.get('member')} of this sweep wrote here: each member needs "
+                f"its own folder (leave {option} at its default, the member's folder, or put "
+                "${hydra:job.num} in it)",
+                path=folder,
+                field=option,
+            )
+    with atomic_write(record) as handle:
+        json.dump({"sweep_id": sweep_id, "member": member}, handle)
+
+
 def run_job(job: str, work: Callable[[], int | None]) -> Outcome:
     """Run one job of Hydra job ``job`` (``train``; :func:`udcg.cli.common.run_command`,
     messages start with :func:`prog_name`). A single run exits with the status of a failure;
@@ -301,7 +340,9 @@ class OneWriter(Callback):
     """Hydra callback: hold the lock of the run or sweep folder
     (:func:`udcg.io.files.exclusive_writer` on ``FOLDER/.hydra``: ``FOLDER/.hydra.lock``) from
     the start of the run or sweep, before Hydra writes there, to its end; a second process
-    into the same folder is refused in one line with status 2."""
+    into the same folder is refused in one line with status 2. A sweep invocation gets its own
+    id once it holds the folder (:func:`udcg.pipeline.sweep.start_sweep`: ``sweep.json``,
+    which its members read)."""
 
     def __init__(self) -> None:
         self.held = ExitStack()
@@ -323,6 +364,7 @@ class OneWriter(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.hold(config, config.hydra.sweep.dir, "sweep folder")
+        self.sweep_id = start_sweep(Path(config.hydra.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.held.close()
@@ -359,14 +401,9 @@ class SweepFailures(OneWriter):
 
 
 class SweepSummary(SweepFailures):
-    """Hydra callback: once the sweep folder is held (:class:`SweepFailures`), give the sweep
-    invocation its own id (:func:`udcg.pipeline.sweep.start_sweep`: ``sweep.json``, which its
-    members read); write the summary of its members' reports when it ends, then list the failed
-    members and release the folder."""
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        super().on_multirun_start(config, **kwargs)
-        self.sweep_id = start_sweep(Path(config.hydra.sweep.dir))
+    """Hydra callback: once the sweep folder is held (:class:`SweepFailures`), write the
+    summary of its members' reports when it ends, then list the failed members and release the
+    folder."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -382,6 +419,12 @@ class SweepSummary(SweepFailures):
         sweep = Path(config.hydra.sweep.dir)
         path = write_summary(sweep, self.sweep_id)
         if path is None:
+            if self.members > len(self.failed):  # reports written outside the sweep folder
+                print(
+                    f"{prog_name(config.hydra.job.name)}: no sweep summary: no member wrote its "
+                    f"report under {sweep} (output_dir= outside the members' folders)",
+                    file=messages(),
+                )
             return 0
         print(path.read_text())
         print(f"sweep summary: {path}")

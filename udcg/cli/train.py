@@ -25,13 +25,13 @@ from udcg.cli.hydra_config import (
     CONF_DIR,
     as_option,
     build,
+    output_folder,
     plain,
     run_hydra,
     run_job,
     train_settings,
 )
 from udcg.errors import UDCGInputError
-from udcg.io.files import exclusive_writer
 from udcg.pipeline.context_scores import (
     file_labels_made_by,
     file_values_made_by,
@@ -135,10 +135,10 @@ def _data_makers(data: DictConfig, settings: TrainSettings) -> dict[str, str | N
 
 def run_train(cfg: DictConfig) -> TrainReport:
     """Check the options of ``cfg`` (udcg/conf/train.yaml), build the model, data, Trainer,
-    callbacks and loggers, train, export, write the history and log the run, holding the lock
-    of ``export_dir`` (:class:`udcg.cli.hydra_config.OneWriter`'s, already held when it is the
-    run folder; a sweep member's own folder, or another ``export_dir=``)."""
-    with exclusive_writer(Path(cfg.export_dir) / ".hydra", "run folder"):
+    callbacks and loggers, train, export, write the history and log the run, holding
+    ``export_dir`` (:func:`udcg.cli.hydra_config.output_folder`: its lock, and a folder another
+    member of the same sweep wrote refused)."""
+    with output_folder(Path(cfg.export_dir), "export_dir"):
         return _train_run(cfg)
 
 

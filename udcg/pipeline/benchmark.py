@@ -36,6 +36,7 @@ from udcg.pipeline.stages import (
     retrieve_contexts,
     stage_key,
 )
+from udcg.pipeline.sweep import qids_sha256
 from udcg.progress import next_stage, progress
 from udcg.retrieval import Retriever, check_depth
 from udcg.retrieval.base import retriever_identity
@@ -355,6 +356,7 @@ def run_benchmark(
                 "theta_weights_overrides": theta_notes,
                 "n_contexts": len(table.correct),
                 "n_queries": len(set(table.qids.tolist())),
+                "qids_sha256": qids_sha256(table.qids.tolist()),
                 "accuracy": float(table.correct.mean()),
                 "cached_stages": cache.hits,
                 "judge_cache": None if judge is None else judge.cache.stats(),

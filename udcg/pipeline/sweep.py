@@ -19,6 +19,7 @@ earlier reports out.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import uuid
@@ -96,6 +97,30 @@ def member_names(reports: list[dict[str, Any]]) -> list[str]:
     return names
 
 
+def qids_sha256(qids: list[str]) -> str:
+    """The SHA-256 of a report's distinct query ids, sorted, one per line: equal for two runs
+    scored over the same queries.
+
+    Examples:
+        >>> qids_sha256(["q2", "q1", "q2"]) == qids_sha256(["q1", "q2"])
+        True
+    """
+    return hashlib.sha256("\n".join(sorted(set(qids))).encode()).hexdigest()
+
+
+def _query_notes(runs: dict[str, dict[str, Any]]) -> list[str]:
+    """A note when the members were scored over different queries (a report without
+    ``qids_sha256`` by its number of queries)."""
+    sets = {r["setup"].get("qids_sha256", r["setup"].get("n_queries")) for r in runs.values()}
+    if len(sets) < 2:
+        return []
+    counts = ", ".join(f"{name} {r['setup'].get('n_queries', '?')}" for name, r in runs.items())
+    return [
+        f"the runs are scored over different queries (queries: {counts}): their accuracy "
+        "and means do not compare; score every run on the same queries"
+    ]
+
+
 def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-run accuracy and metric means; per metric, Kendall tau-b between ranking the runs
     by mean metric and by accuracy (metrics missing from a run are left out)."""
@@ -134,6 +159,7 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
             for name, r in sorted(runs.items(), key=lambda kv: -kv[1]["setup"]["accuracy"])
         ],
         "ranking_agreement": agreement,
+        "notes": _query_notes(runs),
     }
 
 
@@ -239,7 +265,10 @@ def forecast_markdown(rows: list[dict[str, Any]]) -> list[str]:
 def markdown(summary: dict[str, Any]) -> str:
     """Tables: runs by accuracy with metric means; metrics by Kendall tau."""
     metrics = [a["metric"] for a in summary["ranking_agreement"]]
-    lines = ["# Sweep summary", "", "| run | accuracy | " + " | ".join(metrics) + " |"]
+    lines = ["# Sweep summary", ""]
+    lines += [f"**Note:** {note}" for note in summary.get("notes", [])]
+    lines += [""] if summary.get("notes") else []
+    lines += ["| run | accuracy | " + " | ".join(metrics) + " |"]
     lines.append("| --- | ---: |" + " ---: |" * len(metrics))
     for run in summary["runs"]:
         means = " | ".join(f"{run['means'][m]:.3f}" for m in metrics)

@@ -222,9 +222,15 @@ def read_trec_contexts(
     skipped = sum(qid not in grades for qid in seen)
     if not contexts:
         raise UDCGInputError(f"no query of the run {run} has qrels here", path=qrels, field="qrels")
-    notes = (
-        [f"{skipped} of {len(seen)} run queries have no qrels and were skipped (as trec_eval)"]
-        if skipped
-        else []
-    )
+    unranked = sum(qid not in seen for qid in grades)
+    notes = []
+    if skipped:
+        notes.append(
+            f"{skipped} of {len(seen)} run queries have no qrels and were skipped (as trec_eval)"
+        )
+    if unranked:
+        notes.append(
+            f"{unranked} of {len(grades)} judged queries are not in the run and were left out "
+            "(as trec_eval without -c): runs scored here compare only on the same queries"
+        )
     return contexts, notes
