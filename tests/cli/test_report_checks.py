@@ -119,6 +119,17 @@ def test_weights_of_another_k_are_refused_with_the_k_to_give(tmp_path: Path) -> 
     _no_judge_call(tmp_path)
 
 
+def test_weights_of_a_smaller_k_name_the_measures_to_give(tmp_path: Path) -> None:
+    """k=3 weights and the default UDCG@5: both refusals name -m within the top 3, which the
+    report then takes."""
+    data, weights, common = _setup(tmp_path, k=3)
+    line = _refused(*_runs(data), *common, "--weights", str(weights))
+    assert "give -k 3 -m UDCG@3,nDCG@10,AP,RR,P@5, or weights fitted for k 5" in line
+    line = _refused(*_runs(data), *common, "--weights", str(weights), "-k", "3")
+    assert "raise -k, or give measures within the top 3 (-m UDCG@3,nDCG@10,AP,RR,P@5)" in line
+    _no_judge_call(tmp_path)
+
+
 def test_a_run_ranking_fewer_than_k_documents_is_refused_before_labelling(
     tmp_path: Path,
 ) -> None:

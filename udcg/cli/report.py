@@ -36,7 +36,8 @@ import json
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,9 +190,23 @@ def _check_early(args: argparse.Namespace, runs: dict[str, str], baseline: str, 
             )
         if m.name in UTILITY_MEASURES and m.cutoff is not None and m.cutoff > k:
             raise UDCGInputError(
-                f"{m} reads the top {m.cutoff}, and -k {k} labels the top {k}: raise -k",
+                f"{m} reads the top {m.cutoff}, and -k {k} labels the top {k}: raise -k, or "
+                f"give measures within the top {k} (-m {_within(args.measures, k)})",
                 field="measures",
             )
+
+
+def _within(measures: Sequence[str], k: int) -> str:
+    """``-m`` of ``measures`` with each judged measure's cutoff at most ``k``.
+
+    Examples:
+        >>> _within(["UDCG@5", "nDCG@10", "UDCG(gamma=0.5)@2"], 3)
+        'UDCG@3,nDCG@10,UDCG(gamma=0.5)@2'
+    """
+    return ",".join(
+        str(replace(m, cutoff=k) if m.name in UTILITY_MEASURES and (m.cutoff or 0) > k else m)
+        for m in parse_measures(measures)
+    )
 
 
 def _check_judged(runs: dict[str, Any], qrels: Any) -> None:
@@ -222,7 +237,8 @@ def _checked_weights(args: argparse.Namespace, k: int) -> tuple[UDCGTheta, list[
     if fitted != k:
         raise UDCGInputError(
             f"the UDCG-theta weights forecast contexts of exactly {fitted} passages, and -k {k} "
-            f"labels the top {k}: give -k {fitted}, or weights fitted for k {k}",
+            f"labels the top {k}: give -k {fitted}{_deeper(args.measures, fitted)}, or weights "
+            f"fitted for k {k}",
             path=args.weights,
             field="k",
         )
@@ -233,6 +249,12 @@ def _checked_weights(args: argparse.Namespace, k: int) -> tuple[UDCGTheta, list[
             args.allow_mismatch, mode=journey.ABSTENTION_MODE if labels_abstention else None,
             option="--allow-mismatch {field}",
         )  # fmt: skip
+
+
+def _deeper(measures: Sequence[str], k: int) -> str:
+    """`` -m ...`` within the top ``k`` when a judged measure of ``measures`` reads deeper."""
+    within = _within(measures, k)
+    return "" if within == ",".join(map(str, parse_measures(measures))) else f" -m {within}"
 
 
 @contextlib.contextmanager
