@@ -80,6 +80,7 @@ def test_contexts_mode_matches_enumeration(tmp_path: Path, weights: Path) -> Non
             "judge": "sim",
             "utility": "abstention",
             "weights_sha256": UDCGTheta.from_pretrained(weights).card_["weights_sha256"],
+            "card_sha256": UDCGTheta.from_pretrained(weights).card_["card_sha256"],
         }
         after.append(p)
         before.append(

@@ -254,3 +254,29 @@ def test_an_unwritable_manifest_is_refused_before_the_output(
     (tmp_path / "s.jsonl.manifest.json").mkdir()
     assert udcg_main([a.format(data=data, out=out) for a in argv]) == 2
     assert not out.exists()
+
+
+def test_unverified_weights_are_recorded_by_what_was_read(tmp_path: Path, fitted: Path) -> None:
+    """Weights whose card records no digests (``--allow-unverified``) are recorded in the
+    manifest by the SHA-256 of the file and the card's entries as read: other weights, another
+    record."""
+    from udcg.io.manifests import file_sha256, manifest_path
+
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate(6, 3, seed=2))
+    records = []
+    for alpha in (1.0, 2.0):
+        weights = UDCGTheta.load(fitted)
+        weights.alpha_ = np.full(3, alpha)
+        path = tmp_path / f"w{alpha}.safetensors"
+        weights.save(path, card={"utility": "abstention"})
+        card = json.loads(path.with_suffix(".json").read_text())
+        del card["weights_sha256"], card["card_sha256"]
+        path.with_suffix(".json").write_text(json.dumps(card))
+        out = tmp_path / f"s{alpha}.jsonl"
+        argv = [str(data), "--judge", "sim", "--weights", str(path), "--allow-unverified"]
+        assert main([*argv, "--out", str(out)]) == 0
+        made = json.loads(manifest_path(out).read_text())
+        assert made["weights_sha256"] == file_sha256(path)
+        records.append(made["card_sha256"])
+    assert records[0] == records[1]  # the same card entries; the weights differ

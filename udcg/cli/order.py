@@ -8,7 +8,8 @@ are the candidates, and OUT gets the ``min(k, n)`` passages the ordering picks, 
 (the others are dropped: a context is what the generator reads). ``outcomes`` are kept only
 for contexts whose passages did not change (they were measured on the original context).
 Every OUT line records what ordered it: ``ordered_by`` = ``{"ordering", "k", "judge",
-"utility", "weights_sha256"}``.
+"utility", "weights_sha256", "card_sha256"}`` (the SHA-256 of the weights file and of the
+card's entries as read, also for unverified weights).
 ``--judge-key`` is the judge whose values to read (default: the weights card's judge).
 
 TREC mode: each query's ranked documents (the first ``--depth``, default all) are the
@@ -201,7 +202,7 @@ def order_contexts(args: argparse.Namespace) -> None:
         "k": model.k,
         "judge": judge,
         "utility": utility,
-        "weights_sha256": model.theta.card_.get("weights_sha256"),
+        **model.theta.digests(),
     }
     out, changed = [], 0
     for ctx, order in zip(contexts, orders, strict=True):

@@ -456,7 +456,7 @@ def _report(
         model, overrides = weights
         forecast = {
             "weights": args.weights,
-            "weights_sha256": model.card_.get("weights_sha256"),
+            **model.digests(),  # of the weights and the card (its calibration) as read
             "k": len(model.alpha_),
             "overrides": overrides,
             "queries": len(comparison["qids"]),

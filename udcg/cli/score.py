@@ -188,15 +188,14 @@ def score(args: argparse.Namespace) -> None:
                 if overrides:
                     row["weights_overrides"] = overrides
                 out.write(json.dumps({"qid": ctx.qid, "run": ctx.run, **row}) + "\n")
-        card = model.card_ if args.weights else {}
+        digests = model.digests() if args.weights else {"weights_sha256": None, "card_sha256": None}
         record = {
             "format": "udcg-score/1",
             "judge": judge,
             "judge_fingerprint": made,
             "utility": args.utility,
             "gamma": args.gamma,
-            "weights_sha256": card.get("weights_sha256"),
-            "card_sha256": card.get("card_sha256"),  # the calibration is in the card
+            **digests,  # of the weights and the card (the calibration is in the card) as read
         }  # with the contexts' digest and who made their values: what made these scores
         write_derived_manifest(args.out, args.contexts, record)
 

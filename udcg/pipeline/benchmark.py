@@ -43,6 +43,7 @@ from udcg.retrieval.base import retriever_identity
 
 if TYPE_CHECKING:
     from udcg.judge.cached import CachedJudge
+    from udcg.theta import UDCGTheta
 
 GIVEN = "given"
 
@@ -350,9 +351,7 @@ def run_benchmark(
                 "k": k,
                 "judge": label_key,
                 "utility": settings.utility,
-                "theta_weights_sha256": None
-                if theta is None
-                else theta.card_.get("weights_sha256"),
+                **{f"theta_{name}": value for name, value in _digests(theta).items()},
                 "theta_weights_overrides": theta_notes,
                 "n_contexts": len(table.correct),
                 "n_queries": len(set(table.qids.tolist())),
@@ -395,3 +394,8 @@ def run_benchmark(
         files = report.write_report(result, output_dir, theta)
         bar.update(1)
     return result, files
+
+
+def _digests(theta: UDCGTheta | None) -> dict[str, str | None]:
+    """The SHA-256 of the weights file and of the card applied (:meth:`UDCGTheta.digests`)."""
+    return {"weights_sha256": None, "card_sha256": None} if theta is None else theta.digests()

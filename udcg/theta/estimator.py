@@ -44,6 +44,7 @@ from udcg.io.weights.files import (
     PRETRAINED_FILES,
     RESERVED,
     ThetaWeights,
+    card_digest,
     card_path,
     check_compatible,
     read_weights,
@@ -644,6 +645,9 @@ class UDCGTheta:
         (unless ``allow_unverified``: then a warning) raise :class:`UDCGInputError`
         (:func:`udcg.io.weights.files.read_weights`). The card's entries are in ``card_``; its
         ``calibration`` entry in ``calibration_`` (None when it has none, as after :meth:`fit`).
+        ``digests_`` holds the SHA-256 of the weights file and of the card's entries as read,
+        whether the card records them or not (unverified weights): what a record of scores
+        made with them names.
         """
         weights = read_weights(path, k, allow_unverified=allow_unverified)
         model = cls(k=weights.k, bias=weights.bias, l2=weights.l2)
@@ -653,6 +657,10 @@ class UDCGTheta:
         model.bias_ = weights.bias
         model.l2_ = weights.l2
         model.card_ = weights.card
+        model.digests_ = {
+            "weights_sha256": weights.sha256,
+            "card_sha256": card_digest(weights.card),
+        }
         model.calibration_ = None
         if weights.card.get("calibration") is not None:
             try:
@@ -660,6 +668,13 @@ class UDCGTheta:
             except UDCGInputError as exc:
                 raise UDCGInputError(exc.reason, path=weights.path, field=exc.field) from None
         return model
+
+    def digests(self) -> dict[str, str | None]:
+        """The SHA-256 of the weights file and of the card's entries as :meth:`load` read them
+        (``digests_``), else as the card records them (None for weights never written)."""
+        card = getattr(self, "card_", {})
+        recorded = {name: card.get(name) for name in ("weights_sha256", "card_sha256")}
+        return getattr(self, "digests_", recorded)
 
     def save_pretrained(
         self, directory: str | PathLike[str], card: Mapping[str, Any] | None = None

@@ -104,7 +104,8 @@ _UNVERIFIED = {
 class ThetaWeights:
     """Fitted UDCG-theta weights for lists of ``k = len(alpha)`` passages, with their card.
     ``verified``: the weights file was read and matched the SHA-256 its card records
-    (:func:`read_weights`); False for weights built in memory or read unverified.
+    (:func:`read_weights`); False for weights built in memory or read unverified. ``sha256``:
+    the SHA-256 of the weights file as read, verified or not (None in memory).
 
     Examples:
         >>> w = ThetaWeights(alpha=np.array([1.0, 0.5]), beta=np.array([-0.5, -0.25]))
@@ -120,6 +121,7 @@ class ThetaWeights:
     card: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     verified: bool = False
+    sha256: str | None = None
 
     @property
     def k(self) -> int:
@@ -457,6 +459,7 @@ def read_weights(
         card=card,
         path=path,
         verified=digest is not None,
+        sha256=hashlib.sha256(blob).hexdigest(),
     )
 
 
