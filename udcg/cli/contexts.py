@@ -35,7 +35,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import write_contexts
 from udcg.io.contexts.model import Context
 from udcg.io.files import STDIO, refuse_same_file
-from udcg.io.formats.hf_datasets import HF_PREFIX
+from udcg.io.formats.hf_datasets import HF_PREFIX, hf_spec
 from udcg.io.joins.run_contexts import build_run_contexts
 from udcg.progress import progress
 
@@ -170,9 +170,20 @@ def _out_path(out: str) -> str:
 
 
 def _out_name(text: str) -> str:
-    """``-o``: ``hf:DIR`` names a folder (a trailing slash is fine), anything else a file
-    (:func:`udcg.cli.common.output_path`)."""
-    return text if text.startswith(HF_PREFIX) else output_path(text)
+    """``-o``: ``hf:DIR`` names a folder (a trailing slash is fine; ``hf:DIR#SPLIT``, which
+    reads a split, is refused), anything else a file (:func:`udcg.cli.common.output_path`)."""
+    if not text.startswith(HF_PREFIX):
+        return output_path(text)
+    try:
+        folder, split = hf_spec(text)
+    except UDCGInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if split is not None:
+        raise argparse.ArgumentTypeError(
+            f"{text} would be read as the split {split!r} of {folder}, and -o hf:DIR writes "
+            "one dataset: name its folder without #SPLIT"
+        )
+    return text
 
 
 def _write(out: str, contexts: Iterable[Context]) -> None:

@@ -398,16 +398,28 @@ def read_hf_contexts(spec: str) -> list[Context]:
         ...     read_hf_contexts(f"hf:{folder}#dev") == [ctx]
         True
     """
+    name, split = hf_spec(spec)
+    return load_contexts_dataset(name, split or "train")
+
+
+def hf_spec(spec: str) -> tuple[str, str | None]:
+    """``(ID_OR_PATH, SPLIT)`` of ``hf:ID_OR_PATH#SPLIT``, SPLIT None when none is named (a
+    ``#`` followed by nothing or by a ``/`` is part of the name).
+
+    Examples:
+        >>> hf_spec("hf:runs/bm25#dev"), hf_spec("hf:runs/a#b/c")
+        (('runs/bm25', 'dev'), ('runs/a#b/c', None))
+    """
     if not spec.startswith(HF_PREFIX):
         raise UDCGInputError(f"expected {HF_PREFIX}ID or {HF_PREFIX}DIR", path=spec)
     name, hash_, split = spec.removeprefix(HF_PREFIX).rpartition("#")
     if not hash_ or not split or "/" in split:
-        name, split = spec.removeprefix(HF_PREFIX), "train"
+        name, split = spec.removeprefix(HF_PREFIX), None
     if not name:
         raise UDCGInputError(
             f"expected {HF_PREFIX}ID or {HF_PREFIX}DIR after {HF_PREFIX}", path=spec
         )
-    return load_contexts_dataset(name, split)
+    return name, split
 
 
 def save_contexts_dataset(contexts: Iterable[Context], folder: str | Path) -> int:
