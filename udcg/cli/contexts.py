@@ -170,20 +170,9 @@ def _out_path(out: str) -> str:
 
 
 def _out_name(text: str) -> str:
-    """``-o``: ``hf:DIR`` names a folder (a trailing slash is fine; ``hf:DIR#SPLIT``, which
-    reads a split, is refused), anything else a file (:func:`udcg.cli.common.output_path`)."""
-    if not text.startswith(HF_PREFIX):
-        return output_path(text)
-    try:
-        folder, split = hf_spec(text)
-    except UDCGInputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if split is not None:
-        raise argparse.ArgumentTypeError(
-            f"{text} would be read as the split {split!r} of {folder}, and -o hf:DIR writes "
-            "one dataset: name its folder without #SPLIT"
-        )
-    return text
+    """``-o``: ``hf:DIR`` names a folder (a trailing slash is fine), anything else a file
+    (:func:`udcg.cli.common.output_path`)."""
+    return text if text.startswith(HF_PREFIX) else output_path(text)
 
 
 def _write(out: str, contexts: Iterable[Context]) -> None:
@@ -210,6 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.out == HF_PREFIX:
             raise UDCGInputError(
                 f"expected {HF_PREFIX}DIR, a folder to save the dataset to", field="out"
+            )
+        if args.out.startswith(HF_PREFIX) and hf_spec(args.out)[1] is not None:
+            folder, split = hf_spec(args.out)
+            raise UDCGInputError(
+                f"{args.out} would be read as the split {split!r} of {folder}, and -o hf:DIR "
+                "writes one dataset: name its folder without #SPLIT",
+                field="out",
             )
         inputs = {"RUN": args.run, **{f"--{name}": getattr(args, name) for name in _INPUTS}}
         refuse_stdin_twice(inputs)
