@@ -65,16 +65,17 @@ def annotation_record(
 ) -> dict[str, Any]:
     """The record of an annotation run with these settings (steps in :data:`STEPS` order);
     ``key_settings``: operation -> the judge's run-time settings of it, for each operation the
-    run uses (:func:`udcg.labels.annotate.operations`).
+    run uses (:func:`udcg.labels.annotate.operations`), recorded with their keys sorted.
 
     Examples:
         >>> record = annotation_record("llama3", "fp", ["relevance", "abstain"], "string", False,
         ...                            "span", "first_token", 32, shard=(1, 4),
-        ...                            key_settings={"abstain_prob": {"abstain_token": "NO"}})
+        ...                            key_settings={"abstain_prob": {"unlisted": "bound",
+        ...                                                           "abstain_token": "NO"}})
         >>> record["steps"], record["shard"], record["format"]
         (['abstain', 'relevance'], '1/4', 'udcg-annotate/2')
         >>> record["key_settings"]
-        {'abstain_prob': {'abstain_token': 'NO'}}
+        {'abstain_prob': {'abstain_token': 'NO', 'unlisted': 'bound'}}
     """
     return {
         "format": FORMAT,
@@ -87,7 +88,10 @@ def annotation_record(
         "mode": mode,
         "max_new_tokens": max_new_tokens,
         "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
-        "key_settings": {op: dict(settings) for op, settings in key_settings.items()},
+        # in one key order, whether the judge resolved them or the cache's record gave them
+        "key_settings": {
+            op: dict(sorted(settings.items())) for op, settings in key_settings.items()
+        },
     }
 
 
