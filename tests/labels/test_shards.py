@@ -120,3 +120,35 @@ def test_order_shards_keeps_other_names_as_given() -> None:
     ]
     with pytest.raises(UDCGInputError, match="different splits"):
         order_shards(["part-1-of-2.jsonl", "part-2-of-3.jsonl"])
+
+
+def test_shards_made_without_the_inputs_manifest_are_refused(tmp_path: Path, capsys) -> None:
+    """The input's manifest records who made its values; shards annotated from a copy without
+    it record none of them, so their merge would lose that record: refused (the unsharded
+    run records them)."""
+    contexts = _contexts()
+    src, labelled = tmp_path / "in.jsonl", tmp_path / "labelled.jsonl"
+    write_contexts(src, contexts)
+    probs = _probs(tmp_path / "p.jsonl", contexts)
+    common = ["--steps", "abstain", "--cache", str(tmp_path / "c.sqlite")]
+    earlier = [str(src), "-o", str(labelled), "--judge", f"precomputed:{probs}", *common]
+    assert annotate_main([*earlier, "--judge-key", "first"]) == 0  # values made by 'first'
+    kept = manifest_path(labelled).read_bytes()
+    manifest_path(labelled).unlink()  # the copy given to the shard machines lacks it
+    parts = [tmp_path / f"part-{i}-of-2.jsonl" for i in (1, 2)]
+    for i, part in enumerate(parts, start=1):
+        argv = [str(labelled), "-o", str(part), "--judge", f"precomputed:{probs}", *common]
+        assert annotate_main([*argv, "--judge-key", "second", "--shard", f"{i}/2"]) == 0
+    manifest_path(labelled).write_bytes(kept)
+    capsys.readouterr()
+    merged = tmp_path / "merged.jsonl"
+    assert udcg_main(["merge-shards", str(labelled), *map(str, parts), "-o", str(merged)]) == 2
+    err = capsys.readouterr().err
+    assert "records other makers of the input's values" in err and '"first"' in err
+    assert not merged.exists()
+    # given the manifest, the shards merge to what an unsharded run records
+    for i, part in enumerate(parts, start=1):
+        argv = [str(labelled), "-o", str(part), "--judge", f"precomputed:{probs}", *common]
+        assert annotate_main([*argv, "--judge-key", "second", "--shard", f"{i}/2"]) == 0
+    assert udcg_main(["merge-shards", str(labelled), *map(str, parts), "-o", str(merged)]) == 0
+    assert set(json.loads(manifest_path(merged).read_text())["judges"]) == {"first", "second"}

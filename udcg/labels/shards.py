@@ -36,6 +36,7 @@ from udcg.io.files import (
     numbered_lines,
     verified_write,
 )
+from udcg.io.manifests import made_by, recorded_judges
 from udcg.labels.provenance import (
     JUDGES,
     InputDigest,
@@ -199,6 +200,27 @@ def _check_digests(
         )
 
 
+def _check_makers(source: PathType, first: PathType, manifest: dict, record: dict) -> None:
+    """Refuse shards whose ``judges`` (who made each value of the input, then this run's) are
+    not what an unsharded run on ``source`` with its manifest now would record: the shards
+    were annotated without the input's manifest beside it, or it changed since."""
+    if manifest.get(JUDGES) is None:  # written before udcg recorded them
+        return
+    now = made_by(
+        recorded_judges(source), record["judge"], record["judge_fingerprint"], record["steps"],
+        record["relevance"], record["relabel_relevance"], record["mode"],
+    )  # fmt: skip
+    if manifest[JUDGES] != now:
+        raise UDCGInputError(
+            f"records other makers of the input's values ({JUDGES}: "
+            f"{json.dumps(manifest[JUDGES])}) than an unsharded run on {os.fspath(source)} "
+            f"would ({json.dumps(now)}): the shards ran without {manifest_path(source).name} "
+            "beside the input, or it changed since; give every shard machine the input with its "
+            "manifest and annotate the shards again",
+            path=first,
+        )
+
+
 def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType) -> int:
     """Write the shard files back in the order of ``source`` (the unsharded input) to
     ``output`` (atomic; ``.gz`` compresses) with its manifest; returns the number of contexts.
@@ -210,6 +232,7 @@ def merge_shards(source: PathType, shards: Sequence[PathType], output: PathType)
     total = len(ordered)
     manifests = [read_manifest(p) for p in ordered]
     record = _shard_records(ordered, manifests)
+    _check_makers(source, ordered[0], manifests[0], record)
     hashes = [hashlib.sha256() for _ in ordered]
     readers = [_ids(p, sha) for p, sha in zip(ordered, hashes, strict=True)]
     inputs = [InputDigest() for _ in ordered]
