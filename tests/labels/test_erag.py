@@ -188,3 +188,42 @@ def test_cli_summary_counts_erag_answers_and_grades(
     printed = capsys.readouterr().out
     assert "0 answers, 4 eRAG answers; cache hits" in printed
     assert "eRAG grades: ABSTAINED 1, CORRECT 4, INCORRECT 4\n" in printed
+
+
+class _Stopped(Exception):
+    """A run stopped after its first chunk."""
+
+
+def test_cli_summary_after_a_resume_counts_the_resumed_erag_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a resume the eRAG line gives this run's grades and the resumed passages' labels
+    (their grades are not kept): together every passage of the output, no more, no less."""
+    import udcg.cli.annotate as cli
+    from udcg.io.contexts.jsonl import write_contexts
+
+    monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: AnswerJudge())
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_contexts(src, _contexts())
+    argv = [str(src), "-o", str(out), "--steps", "erag", "--judge", "openai:m@http://h/v1"]
+    argv += ["--cache", str(tmp_path / "judge.sqlite"), "--chunk", "1"]
+    calls = []
+
+    def first_chunk_only(contexts, **options):
+        calls.append(1)
+        if len(calls) > 1:
+            raise _Stopped
+        return annotate(contexts, **options)
+
+    monkeypatch.setattr(cli, "annotate", first_chunk_only)
+    with pytest.raises(_Stopped):
+        cli.main(argv)
+    monkeypatch.setattr(cli, "annotate", annotate)
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    # q1 (resumed): Lyon, Paris, Paris; q2, q3 now: the grades the whole run gives, less q1's
+    assert (
+        "eRAG grades: ABSTAINED 1, CORRECT 2, INCORRECT 3 (passages labelled now); resumed "
+        "passages: correct 2, not correct 1\n"
+    ) in printed

@@ -74,6 +74,7 @@ from udcg.labels.annotate import (
     refuse_stale_llm_labels,
     relabels,
 )
+from udcg.labels.erag import ERAG, ERAG_ANSWER
 from udcg.labels.provenance import annotation_record, with_batching
 from udcg.labels.shards import in_shard, parse_shard
 from udcg.labels.signal_check import ContextSignal
@@ -228,6 +229,16 @@ def _relevance_line(report: AnnotationReport) -> str:
     )
 
 
+def _erag_line(whole: AnnotationReport) -> str:
+    """The eRAG grades of the passages labelled now, and the labels of those resumed (their
+    grades are not kept in the output, only whether they were CORRECT)."""
+    now = ", ".join(f"{g} {n}" for g, n in sorted(whole.erag_grades.items())) or "none"
+    if not whole.erag_resumed:
+        return f"eRAG grades: {now}"
+    resumed = ", ".join(f"{g} {n}" for g, n in sorted(whole.erag_resumed.items()))
+    return f"eRAG grades: {now} (passages labelled now); resumed passages: {resumed}"
+
+
 def resumed_report(
     written: Iterable[Context],
     inputs: Iterable[Context],
@@ -236,8 +247,9 @@ def resumed_report(
     relabel_relevance: bool,
 ) -> AnnotationReport:
     """What the contexts ``written`` by an earlier run (annotated from ``inputs``, in order)
-    hold: contexts, the relevance labels kept and computed, answers and grades, and per value
-    field the passages whose value judge ``name`` gave only as an upper bound. Judge calls are
+    hold: contexts, the relevance labels kept and computed, answers and grades, eRAG labels
+    (correct or not) and unparsable eRAG grades, and per value field the passages whose value
+    judge ``name`` gave only as an upper bound. Judge calls are
     not counted (this run made none for them)."""
     report = AnnotationReport()
     for done, given in zip(written, inputs, strict=True):
@@ -256,6 +268,12 @@ def resumed_report(
                 report.failures["unparsable grade"] += 1
         for p in done.passages:
             report.bounds.update(p.extra.get(BOUNDS, {}).get(name, []))
+            if "erag" in steps:
+                label = p.extra.get(ERAG, {}).get(name)
+                if label is not None:
+                    report.erag_resumed["correct" if label == 1 else "not correct"] += 1
+                elif name in p.extra.get(ERAG_ANSWER, {}):
+                    report.failures["unparsable eRAG grade"] += 1
     return report
 
 
@@ -382,9 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         if whole.grades:
             grades = ", ".join(f"{g} {n}" for g, n in sorted(whole.grades.items()))
             print(f"grades: {grades}", file=out)
-        if whole.erag_grades:
-            grades = ", ".join(f"{g} {n}" for g, n in sorted(whole.erag_grades.items()))
-            print(f"eRAG grades: {grades}", file=out)
+        if whole.erag_grades or whole.erag_resumed:
+            print(_erag_line(whole), file=out)
         for what, n in whole.failures.items():
             print(f"failures: {n} {what}", file=messages())
         warning = bounds_warning(report, earlier)

@@ -89,6 +89,9 @@ class AnnotationReport:
     #: distinct (question, passage) answers of the eRAG step and the grades of its passages
     erag_answers: int = 0
     erag_grades: Counter = field(default_factory=Counter)
+    #: eRAG labels read back from a resumed output (``correct``, ``not correct``: the grade
+    #: itself is not kept)
+    erag_resumed: Counter = field(default_factory=Counter)
 
     def add(self, other: AnnotationReport) -> None:
         """Add the counts of ``other`` (another chunk of the same run) to these."""
