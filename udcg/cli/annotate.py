@@ -22,7 +22,9 @@ without resuming and without a manifest (the counts then go to stderr).
 
 The summary counts the whole output: after a resume, ``annotated N contexts (R resumed from
 OUT.partial, M now)``, the judge calls this run made, and the relevance labels, grades and
-upper bounds of all N (those of the R resumed read back from OUT). Over the whole output too,
+upper bounds of all N (those of the R resumed read back from OUT; their eRAG grades are not
+kept, so the eRAG line gives this run's grades and the resumed passages' labels). Over the
+whole output too,
 each utility source annotated is checked (:mod:`udcg.labels.signal_check`): one warning line
 with the numbers and the remedy when it carries almost no information."""
 
