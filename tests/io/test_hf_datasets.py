@@ -507,3 +507,36 @@ def test_udcg_contexts_writes_a_dataset_that_reads_back_exactly(tmp_path: Path) 
     assert _jsonl(tmp_path, "back.jsonl", back) == (tmp_path / "c.jsonl").read_bytes()
     assert datasets.load_from_disk(str(tmp_path / "set")).data.schema == hf.SCHEMA
     assert main([*common, "-o", "hf:"]) == 2
+
+
+def test_a_dataset_input_is_recorded_by_its_files(tmp_path: Path) -> None:
+    """``udcg score --out`` and ``weights calibrate`` of ``hf:DIR`` record the dataset's
+    SHA-256 (another dataset there, another record), as they record a file's."""
+    import numpy as np
+
+    from udcg.cli.main import main as udcg_main
+    from udcg.io.manifests import manifest_path
+    from udcg.theta import UDCGTheta
+    from udcg.theta.simulate import simulate_contexts
+
+    fitting = simulate_contexts(40, 3, seed=3)
+    rel = np.array([[p.relevant for p in c.passages] for c in fitting], dtype=float)
+    u = np.array([[1 - p.abstain_prob["sim"] for p in c.passages] for c in fitting])
+    ok = np.array([c.outcomes["sim"]["correct"] for c in fitting], dtype=float)
+    weights = tmp_path / "w"
+    UDCGTheta(3, val_fraction=0.0).fit(rel, u, ok).save_pretrained(
+        weights, card={"utility": "abstention", "judge_model": "sim"}
+    )
+    data, spec = tmp_path / "ds", f"hf:{tmp_path / 'ds'}"
+    recorded = []
+    for seed in (5, 6):
+        hf.save_contexts_dataset(simulate_contexts(30, 3, seed=seed), data)
+        out = tmp_path / f"s{seed}.jsonl"
+        assert udcg_main(["score", spec, "--judge", "sim", "--out", str(out)]) == 0
+        made = json.loads(manifest_path(out).read_text())
+        assert made["input_sha256"] == hf.dataset_sha256(spec) is not None
+        cal = tmp_path / f"cal{seed}"
+        assert udcg_main(["weights", "calibrate", str(weights), spec, "-o", str(cal)]) == 0
+        card = json.loads((cal / "config.json").read_text())
+        recorded.append((made["input_sha256"], card["calibration_input_sha256"]))
+    assert recorded[0][0] != recorded[1][0] and recorded[0][1] != recorded[1][1]

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from udcg.io.files import MANIFEST, STDIO, PathType, open_binary
+from udcg.io.files import MANIFEST, STDIO, InputBytes, PathType, open_binary
 
 
 def file_sha256(path: PathType) -> str:
@@ -42,6 +42,27 @@ def manifest_path(output: PathType) -> Path:
         'out/contexts.jsonl.gz.manifest.json'
     """
     return Path(f"{os.fspath(output)}{MANIFEST}")
+
+
+def contexts_sha256(source: PathType) -> str | None:
+    """The SHA-256 a record gives a contexts input: a regular file's or a pipe's read once
+    (:func:`file_sha256`; :class:`udcg.io.files.InputBytes`), a local ``hf:DIR`` dataset's
+    (:func:`udcg.io.formats.hf_datasets.dataset_sha256`); None for standard input, a pipe not
+    read once or a Hub id, whose bytes are not kept.
+
+    Examples:
+        >>> contexts_sha256("-"), contexts_sha256("hf:nobody/no-such-set")
+        (None, None)
+    """
+    if isinstance(source, str) and source.startswith("hf:"):
+        from udcg.io.formats.hf_datasets import dataset_sha256
+
+        return dataset_sha256(source)
+    if isinstance(source, InputBytes):
+        return file_sha256(source)
+    if os.fspath(source) == STDIO or not os.path.isfile(source):
+        return None
+    return file_sha256(source)
 
 
 def recorded_judges(output: PathType, sha256: str | None = None) -> dict[str, dict[str, str]]:

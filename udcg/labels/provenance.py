@@ -38,7 +38,7 @@ from udcg.io.files import (
     refuse_same_file,
     refuse_unreplaceable,
 )
-from udcg.io.manifests import file_sha256, manifest_path, recorded_judges
+from udcg.io.manifests import contexts_sha256, file_sha256, manifest_path, recorded_judges
 from udcg.labels.annotate import STEPS, operations
 
 #: Version of the record layout; a record of another format never matches.
@@ -228,8 +228,9 @@ def write_derived_manifest(output: PathType, source: PathType, record: Mapping[s
     (reordered, Q-CARE labels added): ``record`` says what made it, ``source`` and its SHA-256
     what it was made from, and ``judges`` carries who made the values ``source`` holds
     (:func:`udcg.io.manifests.recorded_judges`), so the checks downstream keep knowing. Nothing
-    for standard output or a device (``/dev/null``); an input that is not a regular file
-    (standard input, a pipe, ``<(...)``: read once, already) is recorded without a SHA-256.
+    for standard output or a device (``/dev/null``). ``source``'s SHA-256 is
+    :func:`udcg.io.manifests.contexts_sha256`'s: a local ``hf:DIR`` dataset's files', none for
+    standard input, a pipe, ``<(...)`` (read once, already) or a Hub id.
 
     Examples:
         >>> import tempfile
@@ -248,8 +249,7 @@ def write_derived_manifest(output: PathType, source: PathType, record: Mapping[s
     """
     if os.fspath(output) == STDIO or is_special(output):
         return
-    piped = os.fspath(source) == STDIO or not os.path.isfile(source)
-    sha256 = None if piped else file_sha256(source)
+    sha256 = contexts_sha256(source)
     counts = {
         "input": os.fspath(source),
         "input_sha256": sha256,

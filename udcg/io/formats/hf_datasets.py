@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import glob
+import hashlib
 import json
 import os
 import re
@@ -400,6 +401,33 @@ def read_hf_contexts(spec: str) -> list[Context]:
     """
     name, split = hf_spec(spec)
     return load_contexts_dataset(name, split or "train")
+
+
+def dataset_sha256(spec: str) -> str | None:
+    """The SHA-256 of the dataset ``hf:DIR`` or ``hf:DIR#SPLIT`` names: every file under the
+    local folder (its path in the folder and its bytes, in path order) and the split; None for
+    a Hub id (no local folder).
+
+    Examples:
+        >>> import tempfile
+        >>> ctx = Context("q1", [Passage("d1", "Paris.")])
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = save_contexts_dataset([ctx], folder)
+        ...     first = dataset_sha256(f"hf:{folder}")
+        ...     _ = save_contexts_dataset([ctx, ctx], folder)
+        ...     first != dataset_sha256(f"hf:{folder}"), dataset_sha256("hf:nobody/none")
+        (True, None)
+    """
+    name, split = hf_spec(spec)
+    folder = Path(name)
+    if not folder.is_dir():
+        return None
+    sha = hashlib.sha256(f"split={split or 'train'}\n".encode())
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        sha.update(f"{path.relative_to(folder).as_posix()}\n".encode("utf-8", "surrogateescape"))
+        with path.open("rb") as handle:
+            sha.update(hashlib.file_digest(handle, "sha256").digest())
+    return sha.hexdigest()
 
 
 def hf_spec(spec: str) -> tuple[str, str | None]:
