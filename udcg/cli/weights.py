@@ -186,9 +186,9 @@ def calibrate(args: argparse.Namespace) -> None:
     from udcg.io.contexts.jsonl import read_contexts
     from udcg.io.contexts.model import distinct_contexts
     from udcg.io.files import read_once
-    from udcg.io.formats.hf_datasets import HF_PREFIX
+    from udcg.io.formats.hf_datasets import HF_PREFIX, dataset_sha256
     from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
-    from udcg.io.manifests import contexts_sha256
+    from udcg.io.manifests import file_sha256
     from udcg.io.weights.files import card_value, check_compatible
     from udcg.judge.prompts import prompt_record
     from udcg.pipeline.context_scores import (
@@ -230,7 +230,8 @@ def calibrate(args: argparse.Namespace) -> None:
     model.calibrate(rel, u, correct, method=args.method)
     tuned = model.predict_proba(rel, u, calibrated=True)
     model.card_.pop("weights_overrides", None)  # an earlier run's: replaced by this run's
-    card = _calibrated_card(model.card_, applied, notes, contexts_sha256(source))
+    digest = dataset_sha256(source) if hf else file_sha256(source)
+    card = _calibrated_card(model.card_, applied, notes, digest)
     model.save_pretrained(args.out, card=card)
     for note in notes:
         print(f"udcg weights: {note}", file=messages())

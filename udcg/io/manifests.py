@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from udcg.io.files import MANIFEST, STDIO, InputBytes, PathType, open_binary
+from udcg.io.files import MANIFEST, STDIO, PathType, open_binary
 
 
 def file_sha256(path: PathType) -> str:
@@ -45,10 +45,9 @@ def manifest_path(output: PathType) -> Path:
 
 
 def contexts_sha256(source: PathType) -> str | None:
-    """The SHA-256 a record gives a contexts input: a regular file's or a pipe's read once
-    (:func:`file_sha256`; :class:`udcg.io.files.InputBytes`), a local ``hf:DIR`` dataset's
-    (:func:`udcg.io.formats.hf_datasets.dataset_sha256`); None for standard input, a pipe not
-    read once or a Hub id, whose bytes are not kept.
+    """The SHA-256 a record gives a contexts input: a regular file's (:func:`file_sha256`), a
+    local ``hf:DIR`` dataset's (:func:`udcg.io.formats.hf_datasets.dataset_sha256`); None for
+    standard input, a pipe or a Hub id, whose bytes are not kept.
 
     Examples:
         >>> contexts_sha256("-"), contexts_sha256("hf:nobody/no-such-set")
@@ -58,8 +57,6 @@ def contexts_sha256(source: PathType) -> str | None:
         from udcg.io.formats.hf_datasets import dataset_sha256
 
         return dataset_sha256(source)
-    if isinstance(source, InputBytes):
-        return file_sha256(source)
     if os.fspath(source) == STDIO or not os.path.isfile(source):
         return None
     return file_sha256(source)
