@@ -328,3 +328,35 @@ def test_fractional_coverage_reads_a_null_beside_a_yes_no_label_as_that_label() 
     unknown = Passage("d3", covers=[None, False], extra={"covers_prob": [None, 0.0]})
     missing = qcare_scores([Context("q", [unknown], subqueries=["a", "b"])], coverage="fractional")
     assert missing.values["C-Prec"].mask.tolist() == [True]
+
+
+def test_score_contexts_says_when_an_outcomes_labels_are_not_the_judges(tmp_path: Path) -> None:
+    """The library's Q-CARE columns say what ``qcare score`` says: labels of an outcome the
+    labelling judge's record does not list are given, not that judge's."""
+    import warnings
+
+    import udcg
+    from udcg.errors import UDCGWarning
+
+    record = {"judge": "qwen", "fingerprint": "f", "subqueries": "judge", "outcomes": []}
+    passages = [
+        {"doc_id": "d1", "text": "Paris", "relevant": True, "covers": [True, False],
+         "abstain_prob": {"sim": 0.2}},
+        {"doc_id": "d2", "text": "Seine", "relevant": False, "covers": [False, True],
+         "abstain_prob": {"sim": 0.5}},
+    ]  # fmt: skip
+    outcome = {"answer": "Paris", "correct": True, "claims": ["Paris"],
+               "subquery_covered": [True, False], "claim_relevance": [[True, False]],
+               "claim_support": [[True, False]]}  # fmt: skip
+    path = tmp_path / "l.jsonl"
+    line = {"qid": "q1", "question": "capital and river", "subqueries": ["capital", "river"],
+            "passages": passages, "outcomes": {"sim": outcome}, "qcare_labels": record}  # fmt: skip
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.warns(UDCGWarning, match=r"l\.jsonl: 1 contexts labelled by judge 'qwen' hold"):
+        frame = udcg.score_contexts(path, judge_key="sim")
+    assert frame["Completeness"].tolist() == [0.5]  # 1 of 2 sub-queries covered
+    record["outcomes"] = ["sim"]  # the judge's own labels: nothing to say
+    path.write_text(json.dumps(line) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        udcg.score_contexts(path, judge_key="sim")

@@ -15,6 +15,7 @@ from udcg._lazy import import_pandas
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevance_matrix
 from udcg.io.contexts.model import distinct_contexts
+from udcg.io.contexts.sources import warn_given_outcome, warn_mixed_sources
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.manifests import mode_of, recorded_judges, relevance_made_by, values_made_by
@@ -371,6 +372,10 @@ def score_contexts(
     columns.update(classic_metrics(relevant))
     if qcare or (qcare is None and _has_qcare_labels(contexts)):
         answers = judge if qcare or _has_answer_labels(contexts, judge) else None
+        where = os.fspath(given) if isinstance(given, str | os.PathLike) else "the contexts"
+        warn_mixed_sources(contexts, where)
+        if answers is not None:
+            warn_given_outcome(contexts, answers, where)
         scores = qcare_scores(
             contexts, answers_from=answers, gain=qcare_gain, coverage=qcare_coverage
         )
