@@ -108,3 +108,39 @@ def test_contexts_from_standard_input_have_their_digest_recorded(tmp_path: Path)
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert _card(tmp_path / "o")["calibration_input_sha256"] == file_sha256(data)
+
+
+def test_a_calibration_on_other_utilities_is_checked_where_applied(tmp_path: Path, capsys) -> None:
+    """Abstention weights calibrated on answer likelihoods (a mismatch allowed then) keep the
+    weights' utility in the card and record the calibration's: applying them to abstention
+    utilities is refused unless allowed, and `weights show` says so."""
+    abst, likely = tmp_path / "abst.jsonl", tmp_path / "al.jsonl"
+    write_contexts(abst, simulate_contexts(60, 3, per_query=1, seed=1))
+    with abst.open() as given, likely.open("w") as out:
+        for line in given:
+            row = json.loads(line)
+            for p in row["passages"]:
+                p["answer_prob"] = {"sim": round(1 - p.pop("abstain_prob")["sim"] ** 0.3, 6)}
+            out.write(json.dumps(row) + "\n")
+    weights = _weights(tmp_path / "w", judge_model="sim", utility="abstention")
+    calibrated = tmp_path / "wc"
+    argv = ["weights", "calibrate", str(weights), str(likely), "-o", str(calibrated)]
+    assert main([*argv, "--utility", "answer_likelihood", "--allow-mismatch", "utility"]) == 0
+    card = _card(calibrated)
+    assert card["utility"] == "abstention"
+    assert card["calibration_fitted_on"] == {"utility": "answer_likelihood"}
+    capsys.readouterr()
+    score = ["score", str(abst), "--judge", "sim", "--weights", str(calibrated)]
+    assert main(score) == 2
+    assert (
+        "field 'utility': their calibration was fitted with utility source 'answer_likelihood', "
+        "not 'abstention' (--allow-mismatch utility to use them anyway)"
+    ) in capsys.readouterr().err
+    assert main([*score, "--allow-mismatch", "utility"]) == 0
+    assert main(["weights", "show", str(calibrated)]) == 0
+    shown = capsys.readouterr().out
+    assert "  fitted on:     utility answer_likelihood (other than the weights')" in shown
+    # calibrated again on the weights' own utility: the earlier calibration's record goes
+    again = tmp_path / "again"
+    assert main(["weights", "calibrate", str(calibrated), str(abst), "-o", str(again)]) == 0
+    assert "calibration_fitted_on" not in _card(again) and main([*score[:-1], str(again)]) == 0

@@ -142,6 +142,12 @@ def card_text(
 
         calibration = Calibration.from_dict(card["calibration"]).describe()
         lines.append(f"calibration:     {printable(calibration)}")
+        other = card.get("calibration_fitted_on")
+        if isinstance(other, Mapping) and other:
+            shown = ", ".join(f"{key} {_value(value)}" for key, value in sorted(other.items()))
+            lines.append(f"  fitted on:     {printable(shown)} (other than the weights')")
+    for note in card.get("weights_overrides") or []:
+        lines.append(f"allowed:         {printable(_value(note))}")
     rows = [r for r in card.get("heldout") or [] if isinstance(r, Mapping)]
     if rows:
         method = _value(card.get("correlation") or "spearman")
@@ -189,7 +195,7 @@ def calibrate(args: argparse.Namespace) -> None:
     from udcg.io.formats.hf_datasets import HF_PREFIX, dataset_sha256
     from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
     from udcg.io.manifests import file_sha256
-    from udcg.io.weights.files import card_value, check_compatible
+    from udcg.io.weights.files import CALIBRATED_ON, card_value, check_compatible
     from udcg.judge.prompts import prompt_record
     from udcg.pipeline.context_scores import (
         abstention_mode,
@@ -216,7 +222,9 @@ def calibrate(args: argparse.Namespace) -> None:
         "prompt": prompt,
         "mode": abstention_mode(made, utility),
     }
-    notes = check_compatible(model.card_, applied, args.allow_mismatch)
+    replaced = ("calibration", CALIBRATED_ON, "weights_overrides")  # this run's replace them
+    fitted = {key: value for key, value in model.card_.items() if key not in replaced}
+    notes = check_compatible(fitted, applied, args.allow_mismatch)
     hf = isinstance(args.contexts, str) and args.contexts.startswith(HF_PREFIX)
     source = args.contexts if hf else read_once(args.contexts)  # a pipe: its digest is kept
     given = list(distinct_contexts(read_contexts(source)))
@@ -229,9 +237,9 @@ def calibrate(args: argparse.Namespace) -> None:
     raw = model.predict_proba(rel, u)
     model.calibrate(rel, u, correct, method=args.method)
     tuned = model.predict_proba(rel, u, calibrated=True)
-    model.card_.pop("weights_overrides", None)  # an earlier run's: replaced by this run's
+    model.card_ = fitted  # an earlier calibration's records are replaced by this run's
     digest = dataset_sha256(source) if hf else file_sha256(source)
-    card = _calibrated_card(model.card_, applied, notes, digest)
+    card = _calibrated_card(fitted, applied, notes, digest)
     model.save_pretrained(args.out, card=card)
     for note in notes:
         print(f"udcg weights: {note}", file=messages())
@@ -253,18 +261,23 @@ def _calibrated_card(
     card: dict[str, Any], applied: dict[str, Any], notes: list[str], digest: str
 ) -> dict[str, Any]:
     """The card entries a calibration adds: what the card left unknown (utility source, judge,
-    fingerprints, mode) as the calibration contexts had it, so that the calibrated weights are
-    checked against them wherever they are applied; the digest of those contexts; this run's
-    allowed mismatches."""
-    from udcg.io.weights.files import MISMATCH_FIELDS, card_value
+    fingerprints, mode) as the calibration contexts had it, and where they differed from the
+    card (a mismatch allowed), what they had (``calibration_fitted_on``), so that the calibrated
+    weights are checked against them wherever they are applied; the digest of those contexts;
+    this run's allowed mismatches."""
+    from udcg.io.weights.files import CALIBRATED_ON, MISMATCH_FIELDS, card_value
 
-    known = {
-        MISMATCH_FIELDS[name][0]: value
-        for name, value in applied.items()
-        if name != "prompt" and value is not None and card_value(card, name) is None
+    given = {
+        name: value for name, value in applied.items() if name != "prompt" and value is not None
     }
-    return {**known, "calibration_input_sha256": digest} | (
-        {"weights_overrides": notes} if notes else {}
+    known = {MISMATCH_FIELDS[n][0]: v for n, v in given.items() if card_value(card, n) is None}
+    other = {
+        MISMATCH_FIELDS[n][0]: v for n, v in given.items() if card_value(card, n) not in (None, v)
+    }
+    return (
+        {**known, "calibration_input_sha256": digest}
+        | ({CALIBRATED_ON: other} if other else {})
+        | ({"weights_overrides": notes} if notes else {})
     )
 
 

@@ -566,17 +566,36 @@ def check_compatible(
                 f"unknown field {name!r} (choose from {', '.join(MISMATCH_FIELDS)})",
                 field="allow_mismatch",
             )
-    notes = []
-    for name, value in applied.items():
+    for name in applied:
         if name not in MISMATCH_FIELDS:
             raise UDCGInputError(f"unknown field {name!r}", field="applied")
+    notes = _mismatches(card, applied, allowed, option, "the weights were")
+    calibrated_on = card.get(CALIBRATED_ON)
+    if card.get("calibration") is not None and isinstance(calibrated_on, Mapping):
+        recorded = {k: v for k, v in applied.items() if MISMATCH_FIELDS[k][0] in calibrated_on}
+        notes += _mismatches(calibrated_on, recorded, allowed, option, "their calibration was")
+    return notes
+
+
+#: The card entry of the fields a calibration's contexts had other than the card's (a
+#: mismatch allowed when it was fitted), checked where calibrated weights are applied.
+CALIBRATED_ON = "calibration_fitted_on"
+
+
+def _mismatches(
+    card: Mapping[str, Any], applied: Mapping[str, Any], allowed: list[str], option: str, who: str
+) -> list[str]:
+    """:func:`check_compatible`'s check of ``applied`` against one record (``who`` was fitted
+    with it): a note per mismatch in ``allowed``, else a one-line refusal."""
+    notes = []
+    for name, value in applied.items():
         fitted = card_value(card, name)
         if value is None or fitted is None or fitted == value:
             continue
         if name == "fingerprint" and _other_key(card, applied):
             continue  # another judge key, allowed on purpose: its judge is another anyway
         what = MISMATCH_FIELDS[name][1]
-        message = f"the weights were fitted with {what} {fitted!r}, not {value!r}"
+        message = f"{who} fitted with {what} {fitted!r}, not {value!r}"
         if name in allowed:
             notes.append(f"field {name!r}: {message} (allowed on purpose)")
             continue
