@@ -396,8 +396,8 @@ def test_sweep_members_sharing_an_output_folder_are_refused(tmp_path: Path, scri
     assert done.returncode == 2
     refusal = (
         f"{shared}: field '{option}': member #0 of this sweep wrote here: each member needs its "
-        f"own folder (leave {option} at its default, the member's folder, or put "
-        "${hydra:job.num} in it)"
+        f"own folder (leave {option} and hydra.sweep.subdir at their defaults, or put "
+        "${hydra:job.num} in them)"
     )
     assert done.stderr.splitlines()[0] == f"{script}: error: {refusal}"
     assert (shared / kept).is_file()  # member #0's, kept
@@ -408,6 +408,26 @@ def test_sweep_members_sharing_an_output_folder_are_refused(tmp_path: Path, scri
     # a rerun of the same sweep into the shared folder is refused again, not by the old record
     done = run(script, *common, f"{option}={shared}", f"hydra.sweep.dir={tmp_path / 's1'}")
     assert done.returncode == 2 and refusal in done.stderr
+
+
+def test_sweep_members_sharing_their_own_folder_or_after_a_failure(tmp_path: Path) -> None:
+    """A ``hydra.sweep.subdir`` two members share is refused as a shared ``output_dir`` is; a
+    member that failed before writing claims nothing, so the next one runs."""
+    good = tmp_path / "in.jsonl"
+    _annotated(good)
+    common = ["-m", "dataset=jsonl", "retriever=given", "judge=m", "n_bootstrap=20"]
+    common.append(f"cache_dir={tmp_path / 'cache'}")
+    paths = f"dataset.path={tmp_path / 'missing.jsonl'},{good}"
+    done = run("evaluate.py", *common, paths, f"output_dir={tmp_path / 'shared'}",
+               f"hydra.sweep.dir={tmp_path / 's1'}")  # fmt: skip
+    assert done.returncode == 2  # #0 failed (no such file), #1 ran
+    assert (tmp_path / "shared" / "report.json").is_file()
+    assert "1 of 2 sweep members failed" in done.stderr and "wrote here" not in done.stderr
+    shared_subdir = "hydra.sweep.subdir=${retriever.name}"
+    done = run("evaluate.py", *common, f"dataset.path={good},{good}",
+               f"hydra.sweep.dir={tmp_path / 's2'}", shared_subdir)  # fmt: skip
+    assert done.returncode == 2
+    assert "member #0 of this sweep wrote here" in done.stderr
 
 
 def test_a_sweep_over_given_runs_names_members_by_their_run(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,10 @@ def test_shards_made_without_the_inputs_manifest_are_refused(tmp_path: Path, cap
         assert annotate_main([*argv, "--judge-key", "second", "--shard", f"{i}/2"]) == 0
     assert udcg_main(["merge-shards", str(labelled), *map(str, parts), "-o", str(merged)]) == 0
     assert set(json.loads(manifest_path(merged).read_text())["judges"]) == {"first", "second"}
+    # the input through a pipe carries no manifest to check against: merged as the shards say
+    piped = tmp_path / "piped.jsonl"
+    argv = [sys.executable, "-m", "udcg", "merge-shards", "-", *map(str, parts), "-o", str(piped)]
+    with labelled.open("rb") as stdin:
+        done = subprocess.run(argv, stdin=stdin, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert piped.read_bytes() == merged.read_bytes()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -293,35 +292,34 @@ MEMBER_RECORD = ".udcg-member.json"
 @contextmanager
 def output_folder(folder: Path, option: str) -> Iterator[None]:
     """Hold the lock of a run's output ``folder`` (``option``: ``export_dir``, ``output_dir``;
-    :class:`OneWriter`'s, already held when it is the run folder). A sweep member writing a
-    folder other than its own records itself there (``MEMBER_RECORD``: the sweep id, its
-    number); a folder an earlier member of the same sweep recorded is refused in one line, as
-    this member would replace that member's files."""
+    :class:`OneWriter`'s, already held when it is the run folder). In a sweep, a folder an
+    earlier member of the same sweep wrote is refused in one line, as this member would replace
+    that member's files (a shared ``export_dir=``, or a ``hydra.sweep.subdir`` that two members
+    share); a member that ends well records itself there (``MEMBER_RECORD``: the sweep id, its
+    number), one that fails does not."""
     with exclusive_writer(folder / ".hydra", "run folder"):
-        if _in_sweep():
-            hydra = HydraConfig.get()
-            if os.path.realpath(folder) != os.path.realpath(hydra.runtime.output_dir):
-                _claim(folder, option, current_sweep(Path(hydra.sweep.dir)), hydra.job.num)
+        if not _in_sweep():
+            yield
+            return
+        hydra = HydraConfig.get()
+        mine = {"sweep_id": current_sweep(Path(hydra.sweep.dir)), "member": hydra.job.num}
+        record = folder / MEMBER_RECORD
+        try:
+            earlier = json.loads(record.read_text())
+        except (OSError, ValueError):  # none yet, or not ours
+            earlier = None
+        if isinstance(earlier, dict) and earlier.get("sweep_id") == mine["sweep_id"]:
+            if earlier.get("member") != mine["member"]:
+                raise UDCGInputError(
+                    f"member #{earlier.get('member')} of this sweep wrote here: each member "
+                    f"needs its own folder (leave {option} and hydra.sweep.subdir at their "
+                    "defaults, or put ${hydra:job.num} in them)",
+                    path=folder,
+                    field=option,
+                )
         yield
-
-
-def _claim(folder: Path, option: str, sweep_id: str | None, member: int) -> None:
-    record = folder / MEMBER_RECORD
-    try:
-        earlier = json.loads(record.read_text())
-    except (OSError, ValueError):  # none yet, or not ours
-        earlier = None
-    if isinstance(earlier, dict) and earlier.get("sweep_id") == sweep_id:
-        if earlier.get("member") != member:
-            raise UDCGInputError(
-                f"member #{earlier.get('member')} of this sweep wrote here: each member needs "
-                f"its own folder (leave {option} at its default, the member's folder, or put "
-                "${hydra:job.num} in it)",
-                path=folder,
-                field=option,
-            )
-    with atomic_write(record) as handle:
-        json.dump({"sweep_id": sweep_id, "member": member}, handle)
+        with atomic_write(record) as handle:
+            json.dump(mine, handle)
 
 
 def run_job(job: str, work: Callable[[], int | None]) -> Outcome:

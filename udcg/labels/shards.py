@@ -33,6 +33,7 @@ from udcg.io.files import (
     STDIO,
     PathType,
     exclusive_writer,
+    is_regular_file,
     numbered_lines,
     verified_write,
 )
@@ -204,8 +205,8 @@ def _check_makers(source: PathType, first: PathType, manifest: dict, record: dic
     """Refuse shards whose ``judges`` (who made each value of the input, then this run's) are
     not what an unsharded run on ``source`` with its manifest now would record: the shards
     were annotated without the input's manifest beside it, or it changed since."""
-    if manifest.get(JUDGES) is None:  # written before udcg recorded them
-        return
+    if manifest.get(JUDGES) is None or not is_regular_file(source):  # before udcg recorded
+        return  # them, or an input read from a pipe, whose manifest cannot be found
     now = made_by(
         recorded_judges(source), record["judge"], record["judge_fingerprint"], record["steps"],
         record["relevance"], record["relabel_relevance"], record["mode"],

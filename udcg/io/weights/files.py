@@ -195,7 +195,8 @@ def card_digest(card: Mapping[str, Any]) -> str:
         False
     """
     free = {k: v for k, v in card.items() if k not in RESERVED}
-    text = json.dumps(free, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    # NaN as JSON's extension writes it: udcg writes none, an older or hand-made card may
+    text = json.dumps(free, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
