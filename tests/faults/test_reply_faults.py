@@ -104,6 +104,41 @@ def test_probe_masks_a_key_the_server_quotes(monkeypatch, capsys) -> None:
     assert "SECRET" not in out + err
 
 
+def test_a_key_quoted_as_json_escapes_it_is_masked(monkeypatch) -> None:
+    """A server that writes ``/`` as ``\\/`` (PHP, some Java encoders) quotes the key in a form
+    other than the one sent: masked too."""
+    key = "sk-SECRET/KEY/12345"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    escaped = key.replace("/", "\\/")
+
+    def chat(body, headers):
+        return 401, {}, ('{"e": "' + escaped + '"}').encode()
+
+    with ScriptedServer(_serve(chat)) as server:
+        with pytest.raises(JudgeServerError) as error:
+            _fast(server.url).generate([[{"role": "user", "content": "x"}]])
+    assert "SECRET" not in str(error.value) and "***" in str(error.value)
+
+
+def test_probe_masks_a_key_quoted_in_a_reply_it_takes(monkeypatch, capsys) -> None:
+    """A key quoted in the text or the top tokens of a 200 reply (not an HTTP error)."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+
+    def chat(body, headers):
+        said = headers["authorization"]
+        top = [{"token": said, "logprob": -0.1, "bytes": None}]
+        first = {"token": said, "logprob": -0.1, "bytes": None, "top_logprobs": top}
+        message = {"role": "assistant", "content": said}
+        choice = {"index": 0, "message": message, "logprobs": {"content": [first]}}
+        return 200, {}, {"id": "x", "model": "m", "choices": [{**choice, "finish_reason": "stop"}]}
+
+    with ScriptedServer(_serve(chat)) as server:
+        for form in ("text", "json"):
+            probe_main(["--judge", f"openai:m@{server.url}", "--format", form])
+            out, err = capsys.readouterr()
+            assert "SECRET" not in out + err, form
+
+
 # -- JSON nested deeper than Python decodes ----------------------------------------------------
 
 DEEP = b"[" * 5000 + b"]" * 5000

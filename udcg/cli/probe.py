@@ -103,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UDCGInputError("asks the server directly; --engine and --cache do not apply")
         check_judge_arguments(args)
         from udcg.judge import load_judge
+        from udcg.judge.openai_http import masked
         from udcg.judge.openai_probe import probe_server, report_json
         from udcg.labels.annotate import relevance_messages
 
@@ -114,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         with judge:
             report = probe_server(judge, relevance)
-        print(report_json(report) if args.format == "json" else _text(report), file=out)
+        shown = report_json(report) if args.format == "json" else _text(report)
+        print(masked(shown), file=out)  # a server may quote the key anywhere it answers
         return 0
 
     return run_cli(PROG, run)

@@ -61,11 +61,15 @@ class JudgeServerError(UDCGServiceError):
 
 def masked(text: str) -> str:
     """``text`` with every API key a client has sent (the value of its ``api_key_env``, when
-    4 characters or more) replaced by ``***``."""
+    4 characters or more) replaced by ``***``, also as JSON or Python quote it (``\\/`` for
+    ``/``, escaped quotes and backslashes)."""
     for name in tuple(_KEY_VARIABLES):
         key = os.environ.get(name)
         if key and len(key) >= 4:
-            text = text.replace(key, "***")
+            quoted = json.dumps(key)[1:-1]
+            forms = {key, quoted, quoted.replace("/", "\\/"), repr(key)[1:-1]}
+            for form in sorted(forms, key=len, reverse=True):
+                text = text.replace(form, "***")
     return text
 
 
