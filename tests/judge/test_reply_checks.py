@@ -66,6 +66,23 @@ def test_an_echo_must_spell_the_scored_text() -> None:
 
 
 @pytest.mark.parametrize(
+    ("logprob", "alternative", "message"),
+    [
+        (10**400, -1.0, r"invalid log-prob 1(0{19})\.\.\."),
+        (-1.0, math.nan, r"invalid log-prob nan of ' Paris'"),
+        (-1.0, 10**400, r"invalid log-prob 1(0{19})\.\.\. of ' Paris'"),
+    ],
+)
+def test_an_echoed_log_prob_must_be_a_log_prob(logprob, alternative, message) -> None:
+    """A number too large for a float, or a NaN among the alternatives, is a reply error (the
+    bound is kept), never a traceback or an alternative compared as if it agreed."""
+    echo = _echo(["Q: who? A:", " Jane"], [0.0, logprob])
+    echo["logprobs"]["top_logprobs"] = [None, {" Paris": alternative}]
+    with pytest.raises(ReplyError, match=message):
+        echoed_continuation(echo, "Q: who? A:", " Jane")
+
+
+@pytest.mark.parametrize(
     "tokens, offsets",
     [
         ([" Jane"], [10]),  # the answer's last token left out

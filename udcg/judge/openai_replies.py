@@ -51,6 +51,19 @@ def _logprob(value: float, what: str) -> float:
     return min(value, 0.0)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _number_logprob(value: int | float, what: str) -> float:
+    """A JSON number of a reply as a log-prob (:func:`_logprob`); an integer too large for a
+    float is an error too."""
+    try:
+        return _logprob(float(value), what)
+    except OverflowError:
+        raise ReplyError(f"invalid log-prob {str(value)[:20]}...{what}") from None
+
+
 def logsumexp(values: list[float]) -> float:
     """log(sum(exp(values))) without overflow; ``values`` must not be empty."""
     top = max(values)
@@ -435,16 +448,16 @@ def _echoed_continuation(
                     f"{text!r}; its tokens cannot be scored apart"
                 )
             continue
-        if isinstance(logprob, bool) or not isinstance(logprob, int | float):
+        if not _is_number(logprob):
             raise ReplyError(f"malformed log-prob {logprob!r}")
         first = offset if first is None else first
         top = tops[index] if isinstance(tops, list) and index < len(tops) else None
         alternatives = {
-            str(t): float(lp)
+            str(t): _number_logprob(lp, f" of {t!r}")
             for t, lp in (top.items() if isinstance(top, dict) else ())
-            if isinstance(lp, int | float) and not isinstance(lp, bool)
+            if _is_number(lp)
         }
-        picked.append((token, _logprob(float(logprob), ""), alternatives))
+        picked.append((token, _number_logprob(logprob, ""), alternatives))
     if first != start:
         raise ReplyError(f"no echoed token starts at the start of {text!r}")
     if not re.fullmatch(_spelling([token for token, _, _ in picked]), text):
