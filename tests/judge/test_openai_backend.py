@@ -778,6 +778,20 @@ def test_a_failed_echo_keeps_its_bound_only_and_a_misrouted_echo_stops(tmp_path)
         with pytest.raises(JudgeServerError, match="another prompt than the one sent"):
             judge.abstain_prob(["q1", "q2"], ["p1", "p2"])
 
+    def renamed(path, body, headers):  # another model's echo: refused, not a failed echo
+        status, head, reply = served(path, body, headers)
+        return (
+            status,
+            head,
+            {**reply, "model": "other"} if path.endswith("/v1/completions") else reply,
+        )
+
+    with ScriptedServer(renamed) as server:
+        judge = _fast(server.url, abstain_token="NO", template_tokenizer=str(tmp_path / "tok"),
+                      max_concurrency=1)  # fmt: skip
+        with pytest.raises(JudgeServerError, match='the reply is of model "other"'):
+            judge.abstain_prob(["q1", "q2"], ["p1", "p2"])
+
 
 def test_answer_likelihood_from_the_command_line(tmp_path, capsys):
     from udcg.cli.annotate import main

@@ -444,7 +444,9 @@ class OpenAIJudge(Judge):
         plus ``token``; None (keep the bound) when it is not one token, disagrees with the chat
         reply's ``top``, or this echo fails (HTTP 400/422, e.g. a prompt over the context, or
         tokens that do not align). A server that cannot echo (HTTP 404/405/501, no prompt
-        log-probs, or :data:`ECHO_TRIES` failures before any echo worked) is not asked again."""
+        log-probs, or :data:`ECHO_TRIES` failures before any echo worked) is not asked again; a
+        reply to another request (another model's, other choices, another prompt) is an
+        error."""
         prompt = self._render(messages)
         url = self.base_url + COMPLETIONS_PATH
         try:

@@ -33,7 +33,8 @@ class NoEchoError(ReplyError):
 
 
 class MisroutedReplyError(ReplyError):
-    """A reply that echoes another prompt than the one sent."""
+    """A reply to another request than the one sent: of another model, with other choices, or
+    echoing another prompt."""
 
 
 def refuses_response_format(error: JudgeServerError) -> bool:
@@ -106,14 +107,16 @@ def first_choice(reply: Any, model: str | None = None) -> dict[str, Any]:
     if model is not None and "model" in reply:
         if not same_model(reply["model"], model):
             named = snippet(json.dumps(reply["model"]))
-            raise ReplyError(
+            raise MisroutedReplyError(
                 f"the reply is of model {named}, not of the judge's {model!r} (a server that"
                 " answers under another name, such as an Azure deployment, needs the judge"
                 " option reply_model=NAME)"
             )
     if len(choices) > 1 or choices[0].get("index", 0) != 0:
         found = [c.get("index") if isinstance(c, dict) else c for c in choices]
-        raise ReplyError(f"the reply has choices {snippet(repr(found))}, not the one asked for")
+        raise MisroutedReplyError(
+            f"the reply has choices {snippet(repr(found))}, not the one asked for"
+        )
     return choices[0]
 
 
