@@ -706,6 +706,23 @@ def test_answer_prob_from_echoed_prompt_logprobs(tmp_path):
         judge.answer_prob(qs[:2], ps[:2], [["x"], []])
 
 
+def test_an_unusable_template_tokenizer_is_one_line(tmp_path):
+    """A folder holding no tokenizer, or a tokenizer without a chat template, is named as the
+    ``template_tokenizer`` at its first use, never a transformers traceback."""
+    tokenizer = _tiny_tokenizer(tmp_path / "with-template")
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(tmp_path / "plain")
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "model.gguf").write_bytes(b"GGUF")
+    cases = {"plain": "has no chat template", "none": "cannot load the tokenizer"}
+    with ScriptedServer(_echo_server(WORDS)) as server:
+        for folder, message in cases.items():
+            judge = _fast(server.url, template_tokenizer=str(tmp_path / folder))
+            with pytest.raises(UDCGInputError, match=message) as info:
+                judge.answer_prob(["when"], ["In 1901."], [["1901"]])
+            assert info.value.field == "template_tokenizer" and "\n" not in str(info.value)
+
+
 def test_answer_prob_limitations_are_clear_errors(tmp_path):
     _tiny_tokenizer(tmp_path)
     with ScriptedServer(_echo_server(WORDS)) as server:

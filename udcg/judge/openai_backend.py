@@ -422,7 +422,21 @@ class OpenAIJudge(Judge):
             if self._template is None:
                 from transformers import AutoTokenizer
 
-                self._template = AutoTokenizer.from_pretrained(self.template_tokenizer)
+                try:
+                    tokenizer = AutoTokenizer.from_pretrained(self.template_tokenizer)
+                except (OSError, ValueError) as exc:
+                    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    raise UDCGInputError(
+                        f"cannot load the tokenizer {self.template_tokenizer!r}: {reason}",
+                        field="template_tokenizer",
+                    ) from None
+                if not getattr(tokenizer, "chat_template", None):
+                    raise UDCGInputError(
+                        f"the tokenizer {self.template_tokenizer!r} has no chat template: give "
+                        "the served model's own",
+                        field="template_tokenizer",
+                    )
+                self._template = tokenizer
         return self._template.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True
         )
