@@ -37,6 +37,7 @@ from udcg.judge.cache import JudgeCache
 from udcg.judge.cached import CachedJudge
 from udcg.judge.openai_backend import JudgeServerError, OpenAIJudge
 from udcg.judge.prompts import abstain_messages
+from udcg.judge.requests import RefusedRequest
 
 
 def _user(text: str) -> list[dict[str, str]]:
@@ -466,10 +467,33 @@ def test_malformed_replies_are_clear_errors_not_retried(payload, message):
 
 
 def test_client_errors_are_not_retried():
-    with ScriptedServer(lambda *_: (400, {}, {"error": "context length exceeded"})) as server:
-        with pytest.raises(JudgeServerError, match=r"HTTP 400: .*context length exceeded"):
+    with ScriptedServer(lambda *_: (400, {}, {"error": "unknown parameter 'x'"})) as server:
+        with pytest.raises(JudgeServerError, match=r"HTTP 400: .*unknown parameter"):
             _fast(server.url).generate([_user("x")])
         assert server.chat_requests() == 1
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "This model's maximum context length is 512 tokens. However, you requested 1220 tokens",
+        "context_length_exceeded",
+        "the request exceeds the available context size, try increasing it",
+        "Input validation error: `inputs` must have less than 1024 tokens. Given: 1500",
+    ],
+)
+def test_a_prompt_over_the_servers_context_is_a_refused_request(said):
+    """vLLM's, OpenAI's, llama.cpp's and TGI's words for it: the request is refused as input,
+    with its position, so that ``annotate`` names the context that holds it."""
+
+    def reply(path, body, headers):
+        long = "long" in json.dumps(body)
+        return (400, {}, {"error": said}) if long else (200, {}, _chat_reply("Paris"))
+
+    with ScriptedServer(reply) as server:
+        with pytest.raises(RefusedRequest) as info:
+            _fast(server.url, max_concurrency=1).generate([_user("x"), _user("long")])
+    assert info.value.item == 1 and said[:20] in str(info.value)
 
 
 def test_missing_logprobs_say_the_server_ignores_them():

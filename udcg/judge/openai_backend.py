@@ -407,7 +407,7 @@ class OpenAIJudge(Judge):
             if left[i] == 0 and on_result is not None:
                 on_result(i, float(best[i]), False)
 
-        self.http.map(one, flat, done)
+        self.http.map(one, flat, done, owner=lambda k: flat[k][0])
         return best
 
     def _render(self, messages: Messages) -> str:

@@ -34,12 +34,17 @@ import openai
 
 from udcg.errors import UDCGInputError, UDCGServiceError, UDCGWarning
 from udcg.io.contexts.checks import LONE_SURROGATE, lone_surrogate
+from udcg.judge.requests import RefusedRequest
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _ERRNO = re.compile(r"^\[Errno -?\d+\]")
 _SNIPPET = 300
+#: What servers say of a prompt over the model's context (vLLM, SGLang, llama.cpp, OpenAI, TGI).
+_OVER_CONTEXT = re.compile(
+    r"context|too long|longer than|exceed|less than \d+ tokens|must be <= \d+", re.IGNORECASE
+)
 _POLL = 0.5  # seconds the calling thread waits for an event before checking again
 _BATCH = 0.01  # seconds it lets events gather before handling them together
 _STATS_LOCK = threading.Lock()  # of every client's ``stats`` (a lock attribute would not pickle)
@@ -333,12 +338,15 @@ class JudgeHTTPClient:
         function: Callable[[int, T], Awaitable[R]],
         items: Sequence[T],
         on_result: Callable[[int, R], None] | None = None,
+        owner: Callable[[int], int] | None = None,
     ) -> list[R]:
         """``await function(i, item)`` for every item, in input order, up to ``max_concurrency``
         in flight (as one ends, the next starts), on an event loop in a helper thread;
         ``on_result(i, result)`` in the calling thread as each is done, in order, and retry
         notices as warnings there (once per attempt number). The first failure cancels the
-        rest and is raised."""
+        rest and is raised; a server's refusal of a prompt over its context (HTTP 400, 413 or
+        422 saying so) as :class:`~udcg.judge.requests.RefusedRequest` of the request that holds
+        item i (``owner(i)``, default i)."""
         if not items:
             return []
         results: list[Any] = [None] * len(items)
@@ -362,6 +370,11 @@ class JudgeHTTPClient:
                     _CLIENT.set(client)  # in this task's own context
                     try:
                         results[i] = await function(i, item)
+                    except JudgeServerError as exc:
+                        if exc.status in (400, 413, 422) and _OVER_CONTEXT.search(exc.reply):
+                            at = i if owner is None else owner(i)
+                            raise RefusedRequest(str(exc), item=at) from None
+                        raise
                     finally:
                         idle.append(client)
                 events.put(("done", i))
