@@ -294,3 +294,20 @@ def test_an_output_that_is_a_link_is_written_through_it(inputs: Path) -> None:
     (inputs / "run-link.txt").symlink_to("run.txt")
     done = _sh(f"{CONTEXTS} -o run-link.txt", inputs)
     assert done.returncode == 2 and "the output names the input RUN" in done.stderr
+
+
+def test_a_command_run_again_in_one_process_reads_its_own_standard_input(inputs: Path) -> None:
+    """Standard input read by one in-process command is not served to the next one after the
+    caller points descriptor 0 at another file."""
+    (inputs / "run2.txt").write_text("q1 Q0 d3 1 2.0 r\nq1 Q0 d1 2 1.0 r\nq2 Q0 d2 1 2.0 r\n")
+    script = (
+        "import os, sys\n"
+        "from udcg.cli.main import main\n"
+        "for name in ('run.txt', 'run2.txt'):\n"
+        "    fd = os.open(name, os.O_RDONLY); os.dup2(fd, 0); os.close(fd)\n"
+        "    main(['trec', 'qrels.txt', '-', '-m', 'RR'])\n"
+    )
+    done = _sh(f'{sys.executable} -c "{script}"', inputs)
+    assert done.returncode == 0, done.stderr
+    mean = [line for line in done.stdout.splitlines() if line.startswith("RR\tall")]
+    assert mean == ["RR\tall\t1.0000", "RR\tall\t0.7500"], done.stdout

@@ -25,6 +25,7 @@ from udcg.io.files import (
     STDIO,
     PathType,
     descriptor_of,
+    forget_stdin,
     names_folder,
     read_only,
     refuse_read_only,
@@ -151,8 +152,11 @@ def run_command(prog: str, main: Callable[[], int | None], catch_all: bool = Fal
     """Run ``main`` with one-line warnings; report a user mistake (UDCGInputError, an
     unreadable file) as one line on stderr without a traceback. ``catch_all`` also turns any
     other exception into a failed outcome (status 1), its traceback printed."""
-    with one_line_warnings(prog):
-        outcome = _attempt(main, catch_all)
+    try:
+        with one_line_warnings(prog):
+            outcome = _attempt(main, catch_all)
+    finally:
+        forget_stdin()  # the next command in this process reads its own
     if outcome.error is not None:
         print(f"{prog}: {outcome.error}", file=messages())
     return outcome

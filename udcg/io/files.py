@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import gzip
 import io
 import os
@@ -46,10 +45,31 @@ STDIO = "-"
 MANIFEST = ".manifest.json"
 
 
-@functools.cache
+#: Standard input as read, by the file it was (device, inode): :func:`_stdin_bytes`.
+_STDIN: dict[tuple[int, int], bytes] = {}
+_STDIN_LOCK = threading.Lock()
+
+
 def _stdin_bytes(stream: IO[bytes]) -> bytes:
-    """All of standard input, read once: a reader may open ``-`` more than once."""
-    return stream.read()
+    """All of standard input, read once: a reader may open ``-`` more than once. Kept while
+    standard input is the same file, until :func:`forget_stdin` (a command's end), so a
+    command run again in one process reads its own input."""
+    try:
+        status = os.fstat(stream.fileno())
+        key = (status.st_dev, status.st_ino)
+    except (OSError, ValueError, io.UnsupportedOperation):  # no descriptor: by the object
+        key = (-1, id(stream))
+    with _STDIN_LOCK:
+        if key not in _STDIN:
+            _STDIN.clear()
+            _STDIN[key] = stream.read()
+        return _STDIN[key]
+
+
+def forget_stdin() -> None:
+    """Drop standard input as read (:func:`_stdin_bytes`): the next read of ``-`` reads it."""
+    with _STDIN_LOCK:
+        _STDIN.clear()
 
 
 def check_input(path: PathType) -> None:
