@@ -61,6 +61,36 @@ def test_exclusive_writer_nests_in_its_process_and_refuses_another(tmp_path):
         assert run.returncode == 2, run.stderr
 
 
+def test_exclusive_writer_refuses_another_thread_of_its_process(tmp_path: Path) -> None:
+    """Two threads of one process (a service running two commands) on one output: the second
+    is refused, as a second process is, and the first keeps its lock to its end."""
+    import threading
+
+    from udcg.errors import UDCGInputError
+    from udcg.io.files import exclusive_writer
+
+    out, got = tmp_path / "out.jsonl", []
+
+    def other() -> None:
+        try:
+            with exclusive_writer(out):
+                got.append("taken")
+        except UDCGInputError as exc:
+            got.append(str(exc))
+
+    with exclusive_writer(out):
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert Path(f"{out}.lock").exists()
+    assert got == [
+        f"{out}: another run in this process (another thread) is writing this output (lock "
+        f"{os.path.realpath(out)}.lock); wait for it to finish or choose another output path"
+    ]
+    other()  # once released, another thread takes it
+    assert got[-1] == "taken"
+
+
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
 def test_atomic_write_gives_the_usual_permissions_under_the_umask(tmp_path, umask: int) -> None:
     before = os.umask(umask)

@@ -758,8 +758,8 @@ def _refuse_stdout_input(inputs: dict[str, PathType | None]) -> None:
             )
 
 
-#: Lock files this process holds (absolute path -> how many holders nest inside it).
-_HELD: dict[str, int] = {}
+#: Lock files this process holds (absolute path -> [holders nested, the holding thread]).
+_HELD: dict[str, list[int]] = {}
 _HELD_LOCK = threading.Lock()
 
 
@@ -793,22 +793,27 @@ def exclusive_writer(path: PathType, what: str = "output") -> Iterator[None]:
     # one key per folder whatever the name (a linked folder, ``..``): a process nests its own
     lock_path = Path(os.path.realpath(f"{os.fspath(target)}.lock"))
     key = os.fspath(lock_path)
+    me = threading.get_ident()
     with _HELD_LOCK:
-        if key in _HELD:
-            _HELD[key] += 1
-            nested = True
-        else:
-            nested = False
-    if nested:
+        held = _HELD.get(key)
+        if held is not None and held[1] != me:
+            raise UDCGInputError(
+                f"another run in this process (another thread) is writing this {what} (lock "
+                f"{lock_path}); wait for it to finish or choose another output path",
+                path=path,
+            )
+        if held is not None:
+            held[0] += 1
+    if held is not None:
         try:
             yield
         finally:
             with _HELD_LOCK:
-                _HELD[key] -= 1
+                held[0] -= 1
         return
     fd = _lock_file(lock_path, path, what)
     with _HELD_LOCK:
-        _HELD[key] = 1
+        _HELD[key] = [1, me]
     try:
         yield
     finally:
