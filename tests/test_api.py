@@ -212,6 +212,46 @@ def test_label_adds_qcare_labels_through_the_cache(tag_judge, tmp_path: Path) ->
         udcg.label(contexts, tag_judge(), ["qcar"])
 
 
+def test_label_leaves_no_file_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``udcg.label`` with a spec opens the judge, its cache and a precomputed index, and
+    closes them before it returns (a caller with the garbage collector off would run out of
+    descriptors); an annotate run in-process likewise."""
+    import gc
+    import os
+
+    import udcg
+    from udcg.cli.main import main
+
+    monkeypatch.setenv("UDCG_CACHE_DIR", str(tmp_path / "cache"))
+    contexts = list(udcg.demo_contexts())[:5]
+    probs = tmp_path / "p.jsonl"
+    rows = [{"question": c.question, "passage": p.text, "abstain_prob": 0.3}
+            for c in contexts for p in c.passages]  # fmt: skip
+    probs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    def held() -> list[str]:
+        names = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                names.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:  # the descriptor listdir read with, closed since
+                pass
+        return [name for name in names if name.startswith(str(tmp_path))]
+
+    udcg.write_contexts(tmp_path / "in.jsonl", contexts)
+    gc.disable()
+    try:
+        udcg.label(contexts, f"precomputed:{probs}", ["abstain"])
+        assert held() == []
+        argv = [str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl")]
+        assert (
+            main(["annotate", *argv, "--judge", f"precomputed:{probs}", "--steps", "abstain"]) == 0
+        )
+        assert held() == []
+    finally:
+        gc.enable()
+
+
 def _qcare_contexts(**extra_probs: float) -> list:
     import udcg
 

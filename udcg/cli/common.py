@@ -16,6 +16,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO, TypeVar
 
@@ -148,14 +149,31 @@ def _attempt(main: Callable[[], int | None], catch_all: bool) -> Outcome:
         return Outcome(1, f"failed: {type(exc).__name__}: {one_line(str(exc))}")
 
 
+#: What the running command opened and closes when it ends (:func:`close_at_end`).
+_OPENED: ContextVar[list[Any]] = ContextVar("udcg_opened")
+
+
+def close_at_end(thing: T) -> T:
+    """``thing`` (a judge: its cache, its files), closed when the running command ends (run
+    in-process, a command leaves nothing open); outside a command, as given."""
+    opened = _OPENED.get(None)
+    if opened is not None:
+        opened.append(thing)
+    return thing
+
+
 def run_command(prog: str, main: Callable[[], int | None], catch_all: bool = False) -> Outcome:
     """Run ``main`` with one-line warnings; report a user mistake (UDCGInputError, an
     unreadable file) as one line on stderr without a traceback. ``catch_all`` also turns any
     other exception into a failed outcome (status 1), its traceback printed."""
+    opened = _OPENED.set([])
     try:
         with one_line_warnings(prog):
             outcome = _attempt(main, catch_all)
     finally:
+        for thing in reversed(_OPENED.get()):
+            thing.close()
+        _OPENED.reset(opened)
         forget_stdin()  # the next command in this process reads its own
     if outcome.error is not None:
         print(f"{prog}: {outcome.error}", file=messages())

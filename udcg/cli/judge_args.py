@@ -24,7 +24,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from udcg.cli.common import add_judge_key, add_list_option
+from udcg.cli.common import add_judge_key, add_list_option, close_at_end
 from udcg.cli.extras import missing_extras, needs
 from udcg.errors import UDCGInputError
 from udcg.io.files import STDIO, is_regular_file
@@ -204,4 +204,5 @@ def _check_piped_judge(args: argparse.Namespace) -> None:
 def open_cli_judge(args: argparse.Namespace) -> CachedJudge:
     """The judge of ``args`` as :func:`udcg.judge.open_judge` opens it (probed, cached; on
     Ray actors with ``--engine ray``)."""
-    return open_judge(args.judge, args.judge_key, judge_options(args), args.cache, engine(args))
+    opened = open_judge(args.judge, args.judge_key, judge_options(args), args.cache, engine(args))
+    return close_at_end(opened)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 
@@ -185,6 +185,16 @@ class Judge(ABC):
         a batch (a local model's padded batches: summation order), which a resumed run must
         share; ``{}`` by default."""
         return {}
+
+    def close(self) -> None:  # noqa: B027 (a hook: most backends hold nothing open)
+        """Release the files and connections the judge holds open; it stays usable (they are
+        opened again when needed). Also at the end of ``with judge:``."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def probe(self) -> None:  # noqa: B027 (a hook: in-process backends have nothing to check)
         """Check in seconds that the judge can answer; raises UDCGInputError when not."""

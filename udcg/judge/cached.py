@@ -177,6 +177,11 @@ class CachedJudge(Judge):
     def batch_settings(self, operations: Collection[str] | None = None) -> dict[str, Any]:
         return {} if self.inner is None else self.inner.batch_settings(operations)
 
+    def close(self) -> None:
+        self.cache.close()
+        if self.inner is not None:
+            self.inner.close()
+
     def probe(self) -> None:
         self._probe_pending = False
         if self.inner is not None:

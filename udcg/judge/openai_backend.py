@@ -230,15 +230,6 @@ class OpenAIJudge(Judge):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_template": None}
 
-    def close(self) -> None:
-        """Nothing to release: every call closes its own connections."""
-
-    def __enter__(self) -> OpenAIJudge:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _warn_once(self, kind: str, message: str, category: type[Warning], stacklevel: int) -> None:
         """``message`` as a warning, the first time of its ``kind`` for this judge."""
         with _LOCK:

@@ -123,6 +123,10 @@ class PrecomputedJudge(Judge):
             raise fail(f"needs {names}", "abstain_prob")
         return found
 
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+
     def compute(self, op: str, requests: list[Request], on_result: OnResult | None) -> Any:
         """The stored value of each pair; a missing pair or another operation is an error."""
         if op not in VALUES:
@@ -159,8 +163,14 @@ class PrecomputedIndex:
         if not self.path.exists():
             self._build(self.path, values, source)
         self._lock = threading.Lock()
-        uri = f"{self.path.resolve().as_uri()}?mode=ro"
-        self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        self._conn: sqlite3.Connection | None = None
+
+    def close(self) -> None:
+        """Close the index file (reopened by the next :meth:`get`)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     @staticmethod
     def _build(path: Path, values: Iterable[Value], source: Path) -> None:
@@ -202,6 +212,9 @@ class PrecomputedIndex:
         keys = [_prompt_key(prompt) for prompt in prompts]
         found: dict[bytes, float | None] = {}
         with self._lock:
+            if self._conn is None:
+                uri = f"{self.path.resolve().as_uri()}?mode=ro"
+                self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
             for start in range(0, len(keys), SELECT_BATCH):
                 batch = keys[start : start + SELECT_BATCH]
                 sql = f"SELECT key, {what} FROM probs WHERE key IN ({','.join('?' * len(batch))})"

@@ -58,6 +58,7 @@ def label(
         raise UDCGInputError(
             f"unknown step {unknown[0]!r}; known: {', '.join(STEPS)}", field="steps"
         )
+    given = judge
     if isinstance(judge, str):
         from udcg.judge import load_judge, open_judge
 
@@ -66,12 +67,16 @@ def label(
         from udcg.judge.cached import CachedJudge
 
         judge = CachedJudge(judge, cache)
-    return annotate_contexts(
-        as_contexts(contexts, distinct=False),  # labelled as given, repeats included
-        judge,
-        [s for s in steps if s != "qcare"],
-        relevance,
-        grader,
-        max_new_tokens,
-        "qcare" in steps,
-    )
+    try:
+        return annotate_contexts(
+            as_contexts(contexts, distinct=False),  # labelled as given, repeats included
+            judge,
+            [s for s in steps if s != "qcare"],
+            relevance,
+            grader,
+            max_new_tokens,
+            "qcare" in steps,
+        )
+    finally:
+        if judge is not given:  # what this call opened (the cache, the judge of a spec) closes
+            judge.close()
