@@ -420,3 +420,21 @@ def test_a_fit_leaves_torchs_global_generator_as_it_was(optimizer: str) -> None:
     torch.manual_seed(0)
     UDCGTheta(3, optimizer=optimizer, max_epochs=3).fit(rel, u, correct)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_fit_leaves_the_callers_grad_mode_and_ignores_it() -> None:
+    """Under the caller's ``no_grad()`` or ``inference_mode()`` the fit gives the same weights,
+    and grad mode is as the caller left it."""
+    rel, u, correct = simulate_arrays(200, 3, seed=1)
+    free = UDCGTheta(3, max_epochs=50).fit(rel, u, correct)
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            fitted = UDCGTheta(3, max_epochs=50).fit(rel, u, correct)
+            assert not torch.is_grad_enabled()
+        np.testing.assert_array_equal(fitted.alpha_, free.alpha_)
+    torch.set_grad_enabled(False)
+    try:
+        UDCGTheta(3, max_epochs=5).fit(rel, u, correct)
+        assert not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)

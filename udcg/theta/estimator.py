@@ -496,33 +496,36 @@ class UDCGTheta:
         def tensor(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
 
-        has_val = val_idx.size > 0
-        data = UDCGThetaDataModule(
-            tensor(x[train_idx]),
-            tensor(y_train),
-            tensor(x[val_idx]) if has_val else None,
-            tensor(y[val_idx]) if has_val else None,
-            steps_per_epoch=ADAM_STEPS_PER_EPOCH if self.optimizer == "adam" else 1,
-        )
-        module = UDCGThetaModule(
-            k=k,
-            bias=params["bias"],
-            l2=params["l2"],
-            optimizer=self.optimizer,
-            lr=params["lr"],
-            tol=params["tol"],
-        )
-        outcome = fit_with_trainer(
-            module,
-            data,
-            max_epochs=params["max_epochs"],
-            patience=params["patience"],
-            accelerator=self.accelerator,
-            verbose=bool(self.verbose),
-            trainer=trainer,
-            logger=logger,
-            callbacks=callbacks,
-        )
+        # a caller's no_grad() or inference_mode() does not reach the fit (grad mode is back
+        # as it was after)
+        with torch.inference_mode(False), torch.enable_grad():
+            has_val = val_idx.size > 0
+            data = UDCGThetaDataModule(
+                tensor(x[train_idx]),
+                tensor(y_train),
+                tensor(x[val_idx]) if has_val else None,
+                tensor(y[val_idx]) if has_val else None,
+                steps_per_epoch=ADAM_STEPS_PER_EPOCH if self.optimizer == "adam" else 1,
+            )
+            module = UDCGThetaModule(
+                k=k,
+                bias=params["bias"],
+                l2=params["l2"],
+                optimizer=self.optimizer,
+                lr=params["lr"],
+                tol=params["tol"],
+            )
+            outcome = fit_with_trainer(
+                module,
+                data,
+                max_epochs=params["max_epochs"],
+                patience=params["patience"],
+                accelerator=self.accelerator,
+                verbose=bool(self.verbose),
+                trainer=trainer,
+                logger=logger,
+                callbacks=callbacks,
+            )
         weight = outcome.weight.numpy()
         self.alpha_ = weight[:k].copy()
         self.beta_ = weight[k:].copy()

@@ -284,7 +284,9 @@ def _quiet(verbose: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _restore_torch_flags() -> Iterator[None]:
-    """``Trainer(deterministic=True)`` changes process-wide torch flags; put them back."""
+    """``Trainer(deterministic=True)`` changes process-wide torch flags, and a fit turns grad
+    mode on; put them back."""
+    grad = torch.is_grad_enabled()
     det = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     cudnn_det = torch.backends.cudnn.deterministic
@@ -293,6 +295,7 @@ def _restore_torch_flags() -> Iterator[None]:
     try:
         yield
     finally:
+        torch.set_grad_enabled(grad)
         torch.use_deterministic_algorithms(det, warn_only=warn_only)
         torch.backends.cudnn.deterministic = cudnn_det
         torch.backends.cudnn.benchmark = cudnn_bench
