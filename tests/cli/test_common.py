@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import warnings
@@ -164,3 +165,24 @@ def test_an_unsupported_operation_or_a_failing_server_is_one_line(
     )
     assert run_cli("udcg annotate", server) == 1
     assert capsys.readouterr().err == "udcg annotate: failed: http://127.0.0.1:9/v1: HTTP 500\n"
+
+
+def test_a_broken_output_fifo_leaves_standard_output_alone(tmp_path: Path) -> None:
+    """``main([..., "-o", FIFO])`` whose reader stops early ends with 141, and the caller's
+    standard output still takes what it prints after (only a broken standard output is
+    pointed at /dev/null)."""
+    import udcg
+
+    udcg.write_contexts(tmp_path / "ctx.jsonl", udcg.demo_contexts())
+    os.mkfifo(tmp_path / "out.fifo")
+    script = (
+        "from udcg.cli.main import main\n"
+        "rc = main(['score', 'ctx.jsonl', '--judge', 'smollm2-135m', '-o', 'out.fifo'])\n"
+        "print('after', rc)\n"
+    )
+    reader = subprocess.Popen(["head", "-c", "100", "out.fifo"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    reader.wait(timeout=60)
+    assert done.stdout.endswith("after 141\n"), done.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import select
 import sys
 import traceback
 import warnings
@@ -114,11 +115,19 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def _quiet_stdout() -> None:
-    """Point standard output at /dev/null, so the interpreter's last flush does not fail."""
+    """Point standard output at /dev/null when it is the pipe that broke (its reader gone:
+    ``poll`` says so), so the interpreter's last flush does not fail; another output's broken
+    pipe (a FIFO given as ``-o``) leaves it alone."""
     try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if not any(events & select.POLLERR for _, events in poller.poll(0)):
+            return
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # no file descriptor (a test's captured stream)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no file descriptor (a captured stream)
         pass
 
 
