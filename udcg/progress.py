@@ -176,7 +176,8 @@ def progress(
     bar is cleared when done and lines mode writes no final line (for the inner loops of a
     longer run)."""
     stream = sys.stderr if stream is None else stream
-    mode = "off" if stream is None else progress_mode(stream)  # stderr closed (2>&-)
+    closed = stream is None or getattr(stream, "closed", False)  # stderr closed (2>&-)
+    mode = "off" if closed else progress_mode(stream)
     if mode == "off":
         return _Silent()
     if mode == "lines":

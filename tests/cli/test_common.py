@@ -186,3 +186,29 @@ def test_a_broken_output_fifo_leaves_standard_output_alone(tmp_path: Path) -> No
                           text=True, timeout=120)  # fmt: skip
     reader.wait(timeout=60)
     assert done.stdout.endswith("after 141\n"), done.stderr
+
+
+def test_closed_stream_objects_and_a_text_stdin_in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A caller's closed ``sys.stderr`` drops the messages and a closed ``sys.stdout`` is one
+    line, as when the shell closes them; a ``StringIO`` standard input is read as UTF-8."""
+    import io
+
+    from udcg.cli.main import main
+
+    assert main(["trec", str(QRELS), str(RUN), "-m", "AP"]) == 0
+    expected = capsys.readouterr().out
+    closed = io.StringIO()
+    closed.close()
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "stderr", closed)
+        assert main(["trec", str(QRELS), str(RUN), "-m", "AP"]) == 0
+    assert capsys.readouterr().out == expected
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "stdout", closed)
+        assert main(["trec", str(QRELS), str(RUN), "-m", "AP"]) == 2
+    assert "standard output is closed" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.StringIO(RUN.read_text()))
+    assert main(["trec", str(QRELS), "-", "-m", "AP"]) == 0
+    assert capsys.readouterr().out == expected.replace(str(RUN), "-")

@@ -28,6 +28,7 @@ from udcg.io.files import (
     PathType,
     descriptor_of,
     forget_stdin,
+    live,
     names_folder,
     read_only,
     refuse_read_only,
@@ -89,7 +90,7 @@ def messages() -> TextIO:
         >>> messages() is sys.stderr
         True
     """
-    return _Dropped() if sys.stderr is None else sys.stderr
+    return _Dropped() if live(sys.stderr) is None else sys.stderr
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -134,7 +135,7 @@ def _quiet_stdout() -> None:
 def _attempt(main: Callable[[], int | None], catch_all: bool) -> Outcome:
     try:
         status = main() or 0
-        if sys.stdout is not None:  # closed (>&-): nothing was written there to flush
+        if live(sys.stdout) is not None:  # closed (>&-): nothing was written there to flush
             _named(sys.stdout.flush)  # a closed pipe is reported here, not at interpreter exit
         return Outcome(status)
     except UDCGInputError as exc:
@@ -200,7 +201,7 @@ def info_stream(*outputs: str | None) -> TextIO:
     printed (:func:`messages`)."""
     if STDIO in outputs:
         return messages()
-    if sys.stdout is None or read_only(descriptor_of(sys.stdout)):
+    if live(sys.stdout) is None or read_only(descriptor_of(sys.stdout)):
         return _Dropped()
     return _Summary()
 

@@ -69,14 +69,15 @@ def _usage() -> str:
 def _messages() -> TextIO:
     """Standard error, or a sink when it is closed (udcg.cli.common.messages, without its
     imports: numpy must not be loaded before the thread setting)."""
-    return sys.stderr if sys.stderr is not None else io.StringIO()
+    closed = sys.stderr is None or sys.stderr.closed
+    return io.StringIO() if closed else sys.stderr
 
 
 def _answer(text: str) -> int:
     """Print ``text`` (the usage, the version) on standard output: 0, or 2 with one line on
     standard error when it cannot be written (open for reading only)."""
     try:
-        if sys.stdout is not None:
+        if sys.stdout is not None and not sys.stdout.closed:
             print(text, file=sys.stdout, flush=True)
     except OSError as exc:
         print(f"udcg: error: standard output: {exc.strerror or exc}", file=_messages())

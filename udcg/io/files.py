@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, Any, TextIO
 
 from udcg.errors import UDCGInputError
 
@@ -50,10 +50,11 @@ _STDIN: dict[tuple[int, int], bytes] = {}
 _STDIN_LOCK = threading.Lock()
 
 
-def _stdin_bytes(stream: IO[bytes]) -> bytes:
+def _stdin_bytes(stream: Any) -> bytes:
     """All of standard input, read once: a reader may open ``-`` more than once. Kept while
     standard input is the same file, until :func:`forget_stdin` (a command's end), so a
-    command run again in one process reads its own input."""
+    command run again in one process reads its own input. A text stream without bytes
+    beneath (``io.StringIO``) is read as UTF-8."""
     try:
         status = os.fstat(stream.fileno())
         key = (status.st_dev, status.st_ino)
@@ -62,7 +63,8 @@ def _stdin_bytes(stream: IO[bytes]) -> bytes:
     with _STDIN_LOCK:
         if key not in _STDIN:
             _STDIN.clear()
-            _STDIN[key] = stream.read()
+            raw = getattr(stream, "buffer", None)
+            _STDIN[key] = raw.read() if raw is not None else stream.read().encode("utf-8")
         return _STDIN[key]
 
 
@@ -70,6 +72,17 @@ def forget_stdin() -> None:
     """Drop standard input as read (:func:`_stdin_bytes`): the next read of ``-`` reads it."""
     with _STDIN_LOCK:
         _STDIN.clear()
+
+
+def live(stream: Any) -> Any:
+    """``stream``, or None when it is closed: ``None`` (the shell closed it, ``>&-``) or an
+    object closed since (``sys.stdout.close()`` by the caller).
+
+    Examples:
+        >>> live(sys.__stderr__) is sys.__stderr__, live(None), live(io.StringIO()) is not None
+        (True, None, True)
+    """
+    return None if stream is None or getattr(stream, "closed", False) else stream
 
 
 def check_input(path: PathType) -> None:
@@ -180,9 +193,9 @@ def open_binary(path: PathType) -> IO[bytes]:
         b'a\\nb\\n'
     """
     if os.fspath(path) == STDIO:
-        if sys.stdin is None:  # closed (<&-)
+        if live(sys.stdin) is None:  # closed (<&-)
             raise UDCGInputError("standard input is closed", path=path)
-        raw = io.BufferedReader(io.BytesIO(_stdin_bytes(sys.stdin.buffer)))
+        raw = io.BufferedReader(io.BytesIO(_stdin_bytes(sys.stdin)))
     elif isinstance(path, InputBytes):
         raw = io.BufferedReader(io.BytesIO(path.data))
     else:
@@ -635,7 +648,7 @@ def standard_output() -> TextIO:
         >>> standard_output() is sys.stdout
         True
     """
-    if sys.stdout is None:
+    if live(sys.stdout) is None:
         raise UDCGInputError("standard output is closed: give an output file", path=STDIO)
     refuse_read_only(STDIO, descriptor_of(sys.stdout))
     return sys.stdout

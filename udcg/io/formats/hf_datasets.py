@@ -49,7 +49,7 @@ import pyarrow as pa
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.checks import ANSWER_LABELS, Where
 from udcg.io.contexts.model import JUDGE_PROB_KEYS, Context, Passage, parse_context
-from udcg.io.files import exclusive_writer
+from udcg.io.files import exclusive_writer, live
 
 if TYPE_CHECKING:
     import datasets
@@ -143,7 +143,7 @@ def _bars_off_without_stderr(hf: Any) -> Iterator[None]:
     back after; with standard error open, nothing changes. The lock keeps concurrent calls
     from putting back each other's setting. Bars the environment keeps on
     (``HF_DATASETS_DISABLE_PROGRESS_BARS=0``) are a one-line error before the block."""
-    if sys.stderr is not None:
+    if live(sys.stderr) is not None:
         yield
         return
     with _BARS_LOCK:
