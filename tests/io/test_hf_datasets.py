@@ -540,3 +540,6 @@ def test_a_dataset_input_is_recorded_by_its_files(tmp_path: Path) -> None:
         card = json.loads((cal / "config.json").read_text())
         recorded.append((made["input_sha256"], card["calibration_input_sha256"]))
     assert recorded[0][0] != recorded[1][0] and recorded[0][1] != recorded[1][1]
+    (data / ".git").mkdir()  # a clone's hidden files are not the dataset's
+    (data / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert hf.dataset_sha256(spec) == recorded[1][0]

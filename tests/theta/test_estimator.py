@@ -438,3 +438,18 @@ def test_fit_leaves_the_callers_grad_mode_and_ignores_it() -> None:
         assert not torch.is_grad_enabled()
     finally:
         torch.set_grad_enabled(True)
+
+
+def test_digests_name_the_file_read_until_the_weights_change(tmp_path) -> None:
+    """``digests()`` of loaded weights names their file and card; a new calibration leaves the
+    card's digest unknown, and a new fit both."""
+    rel, u, correct = simulate_arrays(200, 3, seed=1)
+    path = tmp_path / "w.safetensors"
+    UDCGTheta(3, max_epochs=20).fit(rel, u, correct).save(path, card={"utility": "abstention"})
+    card = json.loads(card_path(path).read_text())
+    loaded = UDCGTheta.load(path)
+    assert loaded.digests() == {k: card[k] for k in ("weights_sha256", "card_sha256")}
+    loaded.calibrate(rel, u, correct)
+    assert loaded.digests() == {"weights_sha256": card["weights_sha256"], "card_sha256": None}
+    loaded.fit(rel, u, correct)
+    assert loaded.digests() == {"weights_sha256": None, "card_sha256": None}

@@ -539,6 +539,7 @@ class UDCGTheta:
         self.l2_ = params["l2"]
         self.card_ = {}
         self.calibration_ = None
+        self.__dict__.pop("digests_", None)  # a loaded file's: not these weights
         if warn_unconverged and not (outcome.converged or outcome.early_stopped):
             warnings.warn(
                 f"UDCG-theta training stopped at max_epochs={params['max_epochs']} before "
@@ -591,6 +592,8 @@ class UDCGTheta:
         logits = self.decision_function(relevant, utility)
         fit = fit_temperature if method == "temperature" else fit_platt
         self.calibration_ = fit(logits, correct)
+        if hasattr(self, "digests_"):  # the card read holds another calibration now
+            self.digests_ = {**self.digests_, "card_sha256": None}
         return self
 
     def best_order(self, relevant: Any, utility: Any) -> tuple[np.ndarray, float]:

@@ -405,8 +405,8 @@ def read_hf_contexts(spec: str) -> list[Context]:
 
 def dataset_sha256(spec: str) -> str | None:
     """The SHA-256 of the dataset ``hf:DIR`` or ``hf:DIR#SPLIT`` names: every file under the
-    local folder (its path in the folder and its bytes, in path order) and the split; None for
-    a Hub id (no local folder).
+    local folder but hidden ones (its path in the folder and its bytes, in path order) and the
+    split; None for a Hub id (no local folder).
 
     Examples:
         >>> import tempfile
@@ -423,8 +423,10 @@ def dataset_sha256(spec: str) -> str | None:
     if not folder.is_dir():
         return None
     sha = hashlib.sha256(f"split={split or 'train'}\n".encode())
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        sha.update(f"{path.relative_to(folder).as_posix()}\n".encode("utf-8", "surrogateescape"))
+    files = (p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
+    for name in sorted(p for p in files if not any(part.startswith(".") for part in p.parts)):
+        path = folder / name  # hidden ones aside: a clone's .git, udcg's own locks
+        sha.update(f"{name.as_posix()}\n".encode("utf-8", "surrogateescape"))
         with path.open("rb") as handle:
             sha.update(hashlib.file_digest(handle, "sha256").digest())
     return sha.hexdigest()
