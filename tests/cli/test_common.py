@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -212,3 +213,37 @@ def test_closed_stream_objects_and_a_text_stdin_in_process(
     monkeypatch.setattr(sys, "stdin", io.StringIO(RUN.read_text()))
     assert main(["trec", str(QRELS), "-", "-m", "AP"]) == 0
     assert capsys.readouterr().out == expected.replace(str(RUN), "-")
+
+
+def test_commands_in_two_threads_put_the_warnings_state_back(capsys) -> None:
+    """The first of two overlapping in-process commands to start ends first: the warnings
+    filters and ``showwarning`` are the caller's again once both end, and each thread's
+    warning carries its own command's name."""
+    import threading
+
+    before = (warnings.showwarning, list(warnings.filters))
+    started, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        started.set()
+        release.wait(10)
+        warnings.warn("from the first", UDCGWarning, stacklevel=1)
+
+    def second() -> None:
+        started.wait(10)
+        warnings.warn("from the second", UDCGWarning, stacklevel=1)
+        release.set()
+        time.sleep(0.2)  # ends after the first
+
+    threads = [
+        threading.Thread(target=run_cli, args=("udcg one", first)),
+        threading.Thread(target=run_cli, args=("udcg two", second)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (warnings.showwarning, list(warnings.filters)) == before
+    err = capsys.readouterr().err
+    assert "udcg one: warning: from the first\n" in err
+    assert "udcg two: warning: from the second\n" in err

@@ -9,10 +9,12 @@ reports for a tool killed by a broken pipe).
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import select
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -57,21 +59,48 @@ def one_line(text: str) -> str:
     return " ".join(printable(part.strip()) for part in text.splitlines() if part.strip())
 
 
+#: The command a thread runs, whose name its warnings carry (:func:`one_line_warnings`).
+_WARNING_PROG: ContextVar[str | None] = ContextVar("udcg_warning_prog", default=None)
+_WARNINGS_LOCK = threading.Lock()
+#: The warnings state saved by the first running command, put back by the last.
+_WARNINGS_SAVED: list[Any] = []
+
+
 @contextmanager
 def one_line_warnings(prog: str) -> Iterator[None]:
-    """Show every :class:`UDCGWarning` (each time) as ``PROG: warning: ...`` on stderr."""
-    original = warnings.showwarning
-
-    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-        if issubclass(category, UDCGWarning):
-            print(f"{prog}: warning: {one_line(str(message))}", file=messages())
-        else:
-            original(message, category, *args, **kwargs)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", UDCGWarning)
-        warnings.showwarning = show
+    """Show every :class:`UDCGWarning` (each time) as ``PROG: warning: ...`` on stderr. The
+    warnings module's state is the process's: the first of the commands running at once in
+    one process (threads) sets it, the last puts it back, and each thread's warnings carry its
+    own command's name."""
+    token = _WARNING_PROG.set(prog)
+    with _WARNINGS_LOCK:
+        if not _WARNINGS_SAVED:
+            saved = warnings.catch_warnings()
+            saved.__enter__()
+            original = warnings.showwarning
+            _WARNINGS_SAVED[:] = [saved, original, 0]
+            warnings.simplefilter("always", UDCGWarning)
+            warnings.showwarning = functools.partial(_show, original)
+        _WARNINGS_SAVED[2] += 1
+    try:
         yield
+    finally:
+        with _WARNINGS_LOCK:
+            _WARNINGS_SAVED[2] -= 1
+            if not _WARNINGS_SAVED[2]:
+                _WARNINGS_SAVED[0].__exit__(None, None, None)
+                _WARNINGS_SAVED.clear()
+        _WARNING_PROG.reset(token)
+
+
+def _show(original: Any, message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    """A :class:`UDCGWarning` of a thread running a command on one line; anything else as
+    ``original`` shows it."""
+    prog = _WARNING_PROG.get()
+    if prog is not None and issubclass(category, UDCGWarning):
+        print(f"{prog}: warning: {one_line(str(message))}", file=messages())
+    else:
+        original(message, category, *args, **kwargs)
 
 
 class _Dropped(io.StringIO):
