@@ -453,3 +453,20 @@ def test_a_sweep_over_given_runs_names_members_by_their_run(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     summary = json.loads((sweep / "sweep_summary.json").read_text())
     assert [r["run"] for r in summary["runs"]] == ["bm25-v2", "splade", "given"]
+
+
+def test_a_hydra_command_inside_the_callers_hydra_context(capsys) -> None:
+    """``main(["benchmark", ...])`` called inside the caller's own ``initialize``/``compose``
+    runs, and the caller's Hydra state is as it was after."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from udcg.cli.hydra_config import CONF_DIR
+    from udcg.cli.main import main
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        mine = GlobalHydra.instance().hydra
+        assert main(["benchmark", "--help"]) == 0
+        assert GlobalHydra.instance().hydra is mine
+        assert compose("evaluate").k == compose("evaluate").k  # still usable
+    assert "Benchmark retrieval metrics" in capsys.readouterr().out

@@ -108,6 +108,21 @@ def _logging_kept() -> Iterator[None]:
             handler.close()
 
 
+@contextmanager
+def _hydra_kept() -> Iterator[None]:
+    """Hydra's process-wide state (the initialized Hydra, the job's config) cleared for the
+    run and put back after: a caller inside its own ``initialize``/``compose`` keeps it."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    hydra, config = GlobalHydra.instance().hydra, HydraConfig.instance().cfg
+    GlobalHydra.instance().clear()
+    try:
+        yield
+    finally:
+        GlobalHydra.instance().hydra = hydra
+        HydraConfig.instance().cfg = config
+
+
 def run_hydra(job: str, entry: Callable[[], Any], argv: Sequence[str]) -> int:
     """``udcg JOB ARGS``: run ``entry`` (a function decorated with ``@hydra.main``) on the
     Hydra arguments ``argv`` (overrides, ``-m``, ``--help``, ``--cfg job``, ...) as the
@@ -116,7 +131,7 @@ def run_hydra(job: str, entry: Callable[[], Any], argv: Sequence[str]) -> int:
     Help that cannot be written to standard output (open for reading only, full) is one line
     on standard error and status 2."""
     helping = bool(_HELP_FLAGS & set(argv))
-    with _as_command(f"udcg {job}", argv), _logging_kept():
+    with _as_command(f"udcg {job}", argv), _logging_kept(), _hydra_kept():
         try:
             try:
                 entry()
