@@ -69,7 +69,13 @@ def _stdin_bytes(stream: Any) -> bytes:
 
 
 def forget_stdin() -> None:
-    """Drop standard input as read (:func:`_stdin_bytes`): the next read of ``-`` reads it."""
+    """Drop standard input as read (:func:`_stdin_bytes`): the next read of ``-`` reads it.
+
+    Examples:
+        >>> forget_stdin()  # a command's end: nothing kept
+        >>> _STDIN
+        {}
+    """
     with _STDIN_LOCK:
         _STDIN.clear()
 
