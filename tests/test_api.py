@@ -205,9 +205,11 @@ def test_label_adds_qcare_labels_through_the_cache(tag_judge, tmp_path: Path) ->
     assert expected[0].passages[0].covers == [True, False]
     cache = tmp_path / "judge.sqlite"
     assert udcg.label(contexts, tag_judge(), ["qcare"], cache=cache) == expected
-    again = tag_judge()
+    again, closed = tag_judge(), []
+    again.close = lambda: closed.append(1)  # the caller's judge: label closes only its cache
     assert udcg.label(contexts, again, ["qcare"], cache=cache) == expected
     assert sum(again.calls.values()) == 0  # every call answered by the cache
+    assert closed == []
     with pytest.raises(udcg.UDCGInputError, match="unknown step 'qcar'"):
         udcg.label(contexts, tag_judge(), ["qcar"])
 

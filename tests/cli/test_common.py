@@ -190,7 +190,7 @@ def test_a_broken_output_fifo_leaves_standard_output_alone(tmp_path: Path) -> No
 
 
 def test_closed_stream_objects_and_a_text_stdin_in_process(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """A caller's closed ``sys.stderr`` drops the messages and a closed ``sys.stdout`` is one
     line, as when the shell closes them; a ``StringIO`` standard input is read as UTF-8."""
@@ -210,9 +210,24 @@ def test_closed_stream_objects_and_a_text_stdin_in_process(
         patch.setattr(sys, "stdout", closed)
         assert main(["trec", str(QRELS), str(RUN), "-m", "AP"]) == 2
     assert "standard output is closed" in capsys.readouterr().err
+    with monkeypatch.context() as patch:  # a closed stdout, data to a device: flushed around
+        patch.setattr(sys, "stdout", closed)
+        import udcg
+
+        contexts = tmp_path / "c.jsonl"
+        udcg.write_contexts(contexts, list(udcg.demo_contexts())[:3])
+        argv = ["score", str(contexts), "--judge", "smollm2-135m", "-o", os.devnull]
+        assert main(argv) == 0
     monkeypatch.setattr(sys, "stdin", io.StringIO(RUN.read_text()))
     assert main(["trec", str(QRELS), "-", "-m", "AP"]) == 0
     assert capsys.readouterr().out == expected.replace(str(RUN), "-")
+    # read by the library, outside a command, each new standard input is read anew
+    from udcg.io.formats.trec import read_trec_qrels
+
+    for text in ("q1 0 d1 1\n", "q2 0 d2 1\n", "q3 0 d3 1\n"):
+        sys.stdin = None  # the last one freed first: the next may take its id
+        sys.stdin = io.TextIOWrapper(io.BytesIO(text.encode()))
+        assert read_trec_qrels("-").qids.to_pylist() == [text[:2]]
 
 
 def test_commands_in_two_threads_put_the_warnings_state_back(capsys) -> None:

@@ -1,7 +1,7 @@
 """``udcg weights calibrate`` as a user runs it: contexts of another size are counted as left
 out, a bad label is named by file, line and field, and the calibrated card records what the
-calibration was fitted on (the fields the card left unknown, the contexts' digest, this run's
-allowed mismatches only), so that ``udcg score`` checks them."""
+calibration was fitted on (where its contexts differ from the card, the contexts' digest, this
+run's allowed mismatches only), so that ``udcg score`` checks them."""
 
 from __future__ import annotations
 
@@ -68,14 +68,24 @@ def test_the_card_records_what_the_calibration_was_fitted_on(tmp_path: Path, cap
     argv = ["weights", "calibrate", str(weights), str(likely), "-o", str(calibrated)]
     assert main([*argv, "--utility", "answer_likelihood"]) == 0
     card = _card(calibrated)
-    assert card["utility"] == "answer_likelihood"
+    assert card["utility"] is None  # the weights' own entry, as fitted
+    assert card["calibration_fitted_on"]["utility"] == "answer_likelihood"
     assert card["calibration_input_sha256"] == file_sha256(likely)
     capsys.readouterr()
     # the recalibrated column is not made on abstention utilities without a word
     assert main(["score", str(abst), "--judge", "sim", "--weights", str(calibrated)]) == 2
-    assert "the weights were fitted with utility source 'answer_likelihood', not 'abstention'" in (
-        capsys.readouterr().err
-    )
+    said = "their calibration was fitted with utility source 'answer_likelihood', not 'abstention'"
+    assert said in capsys.readouterr().err
+    # calibrated again on abstention utilities: the earlier calibration's record goes with it
+    again = tmp_path / "again"
+    argv = ["weights", "calibrate", str(calibrated), str(abst), "-o", str(again)]
+    assert main([*argv, "--utility", "abstention"]) == 0
+    assert _card(again)["calibration_fitted_on"]["utility"] == "abstention"
+    assert main(["score", str(abst), "--judge", "sim", "--weights", str(again)]) == 0
+    # order never applies the calibration: what it was fitted on is not its business
+    ordered = tmp_path / "ordered.jsonl"
+    assert main(["order", str(likely), "--weights", str(calibrated), "-o", str(ordered),
+                 "--utility", "answer_likelihood"]) == 0  # fmt: skip
 
 
 def test_an_earlier_calibrations_allowed_mismatch_does_not_stay(tmp_path: Path, capsys) -> None:

@@ -242,3 +242,13 @@ def test_qcare_label_fails_when_the_server_fails_the_log_prob_checks(tmp_path, c
     assert status == 1 and not out.exists()
     line = [line for line in err.splitlines() if ": failed: " in line]
     assert len(line) == 1 and line[0].endswith('HTTP 500: {"error": "CUDA out of memory"}')
+
+
+def test_probe_reports_a_prompt_over_the_servers_context_as_a_failed_check(capsys) -> None:
+    """A server refusing the probe's prompts as over its context: each check fails, listed,
+    the probe still answers (status 0)."""
+    said = {"message": "This model's maximum context length is 16 tokens. However, you ..."}
+    with ScriptedServer(_serve(lambda body, headers: (400, {}, said))) as server:
+        assert probe_main(["--judge", f"openai:m@{server.url}", "--max-retries", "0"]) == 0
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("failed")]
+    assert failed and all("maximum context length" in line for line in failed)

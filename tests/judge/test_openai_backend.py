@@ -736,9 +736,12 @@ def test_an_unusable_template_tokenizer_is_one_line(tmp_path):
     tokenizer = _tiny_tokenizer(tmp_path / "with-template")
     tokenizer.chat_template = None
     tokenizer.save_pretrained(tmp_path / "plain")
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }"  # does not render
+    tokenizer.save_pretrained(tmp_path / "broken")
     (tmp_path / "none").mkdir()
     (tmp_path / "none" / "model.gguf").write_bytes(b"GGUF")
-    cases = {"plain": "has no chat template", "none": "cannot load the tokenizer"}
+    cases = {"plain": "it has no chat template", "none": "cannot use the tokenizer",
+             "broken": "cannot use the tokenizer .*broken"}  # fmt: skip
     with ScriptedServer(_echo_server(WORDS)) as server:
         for folder, message in cases.items():
             judge = _fast(server.url, template_tokenizer=str(tmp_path / folder))

@@ -159,3 +159,21 @@ def test_backend_returning_wrong_count_is_an_error():
 
     with pytest.raises(RuntimeError, match="0 replies for 1 prompts"):
         generate_json(Short({}), [ask("x")])
+
+
+def test_a_refused_retry_names_its_item_in_the_whole_call() -> None:
+    """A retry asks again for the failed items only; a refusal of one of them (its
+    conversation grown over the model's context) names its position in the whole call."""
+    from udcg.judge.requests import RefusedRequest
+
+    class Refusing(Judge):
+        name, fingerprint = "refusing", "refusing-v1"
+
+        def generate(self, prompts: Sequence[Messages], max_new_tokens: int = 64) -> list[str]:
+            if len(prompts) == 3:
+                return ['{"a": 1}', "not JSON", '{"a": 3}']
+            raise RefusedRequest("over the context", item=0)  # the retry of item 1 only
+
+    with pytest.raises(RefusedRequest) as info:
+        generate_json(Refusing(), [[{"role": "user", "content": str(i)}] for i in range(3)])
+    assert info.value.item == 1

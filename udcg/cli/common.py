@@ -213,15 +213,19 @@ def run_command(prog: str, main: Callable[[], int | None], catch_all: bool = Fal
         for thing in reversed(_OPENED.get()):
             thing.close()
         _OPENED.reset(opened)
-        forget_stdin()  # the next command in this process reads its own
     if outcome.error is not None:
         print(f"{prog}: {outcome.error}", file=messages())
     return outcome
 
 
 def run_cli(prog: str, main: Callable[[], int | None]) -> int:
-    """:func:`run_command` for an argparse command; returns the exit status."""
-    return run_command(prog, main).status
+    """:func:`run_command` for an argparse command; returns the exit status. Standard input
+    read is dropped at its end (:func:`udcg.io.files.forget_stdin`), so the next command in
+    this process reads its own (a Hydra sweep's members share theirs: they are one command)."""
+    try:
+        return run_command(prog, main).status
+    finally:
+        forget_stdin()
 
 
 def info_stream(*outputs: str | None) -> TextIO:

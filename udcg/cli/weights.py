@@ -260,22 +260,20 @@ def calibrate(args: argparse.Namespace) -> None:
 def _calibrated_card(
     card: dict[str, Any], applied: dict[str, Any], notes: list[str], digest: str
 ) -> dict[str, Any]:
-    """The card entries a calibration adds: what the card left unknown (utility source, judge,
-    fingerprints, mode) as the calibration contexts had it, and where they differed from the
-    card (a mismatch allowed), what they had (``calibration_fitted_on``), so that the calibrated
-    weights are checked against them wherever they are applied; the digest of those contexts;
-    this run's allowed mismatches."""
+    """The card entries a calibration adds: what its contexts had (utility source, judge,
+    fingerprints, mode) where the card records something else or nothing
+    (``calibration_fitted_on``), checked wherever the calibrated weights are applied; the
+    digest of those contexts; this run's allowed mismatches. The weights' own entries stay as
+    they were fitted."""
     from udcg.io.weights.files import CALIBRATED_ON, MISMATCH_FIELDS, card_value
 
-    given = {
-        name: value for name, value in applied.items() if name != "prompt" and value is not None
-    }
-    known = {MISMATCH_FIELDS[n][0]: v for n, v in given.items() if card_value(card, n) is None}
     other = {
-        MISMATCH_FIELDS[n][0]: v for n, v in given.items() if card_value(card, n) not in (None, v)
+        MISMATCH_FIELDS[name][0]: value
+        for name, value in applied.items()
+        if name != "prompt" and value is not None and card_value(card, name) != value
     }
     return (
-        {**known, "calibration_input_sha256": digest}
+        {"calibration_input_sha256": digest}
         | ({CALIBRATED_ON: other} if other else {})
         | ({"weights_overrides": notes} if notes else {})
     )

@@ -46,7 +46,7 @@ MANIFEST = ".manifest.json"
 
 
 #: Standard input as read, by the file it was (device, inode): :func:`_stdin_bytes`.
-_STDIN: dict[tuple[int, int], bytes] = {}
+_STDIN: dict[tuple[Any, ...], bytes] = {}
 _STDIN_LOCK = threading.Lock()
 
 
@@ -57,9 +57,9 @@ def _stdin_bytes(stream: Any) -> bytes:
     beneath (``io.StringIO``) is read as UTF-8."""
     try:
         status = os.fstat(stream.fileno())
-        key = (status.st_dev, status.st_ino)
-    except (OSError, ValueError, io.UnsupportedOperation):  # no descriptor: by the object
-        key = (-1, id(stream))
+        key: tuple[Any, ...] = (status.st_dev, status.st_ino)
+    except (OSError, ValueError, io.UnsupportedOperation):  # no descriptor: by the object,
+        key = (stream,)  # held here, so that no other stream takes its id
     with _STDIN_LOCK:
         if key not in _STDIN:
             _STDIN.clear()
@@ -427,7 +427,7 @@ def atomic_write(path: PathType, mode: str = "w", like: PathType | None = None) 
     path = Path(path)
     if is_special(path):  # /dev/null, /dev/stdout, a FIFO: written in place, never replaced
         for printed in (sys.stdout, sys.stderr):  # what was printed comes first where it is
-            if printed is not None:  # this stream
+            if live(printed) is not None:  # this stream
                 printed.flush()
         with _open_in_place(path, stream) as raw, _encoded(raw, path, mode) as out:
             yield out

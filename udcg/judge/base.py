@@ -188,7 +188,8 @@ class Judge(ABC):
 
     def close(self) -> None:  # noqa: B027 (a hook: most backends hold nothing open)
         """Release the files and connections the judge holds open; it stays usable (they are
-        opened again when needed). Also at the end of ``with judge:``."""
+        opened again when needed), but for a :class:`~udcg.judge.ray_engine.RayJudge`, whose
+        actors end. Also at the end of ``with judge:``."""
 
     def __enter__(self) -> Self:
         return self

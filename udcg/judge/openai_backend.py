@@ -285,7 +285,7 @@ class OpenAIJudge(Judge):
             return value, bound
 
         deliver = None if on_result is None else lambda i, r: on_result(i, r[0], r[1])
-        results = self.http.map(counted, items, deliver)
+        results = self.http.map(counted, items, deliver, owner=_itself)
         values = judge_values([v for v, _ in results], [b for _, b in results])
         if values.upper_bound.any():
             self._warn_once(kind, BOUND_WARNINGS[kind], UDCGWarning, stacklevel=2)
@@ -341,7 +341,7 @@ class OpenAIJudge(Judge):
             return self._read(f"{url}: item {i}", message_text, choice)
 
         deliver = None if on_result is None else lambda i, text: on_result(i, text, False)
-        return self.http.map(one, list(prompts), deliver)
+        return self.http.map(one, list(prompts), deliver, owner=_itself)
 
     async def _yes(self, i: int, messages: Messages) -> tuple[float, bool]:
         top = await self._first_token_logprobs(messages)
@@ -413,20 +413,19 @@ class OpenAIJudge(Judge):
             if self._template is None:
                 from transformers import AutoTokenizer
 
-                try:
+                try:  # transformers, tokenizers and jinja raise what they raise
                     tokenizer = AutoTokenizer.from_pretrained(self.template_tokenizer)
-                except (OSError, ValueError) as exc:
+                    if not getattr(tokenizer, "chat_template", None):
+                        raise ValueError("it has no chat template: give the served model's own")
+                    tokenizer.apply_chat_template(
+                        abstain_messages("Q?", "P."), tokenize=False, add_generation_prompt=True
+                    )
+                except Exception as exc:  # each named in the one line
                     reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                     raise UDCGInputError(
-                        f"cannot load the tokenizer {self.template_tokenizer!r}: {reason}",
+                        f"cannot use the tokenizer {self.template_tokenizer!r}: {reason}",
                         field="template_tokenizer",
                     ) from None
-                if not getattr(tokenizer, "chat_template", None):
-                    raise UDCGInputError(
-                        f"the tokenizer {self.template_tokenizer!r} has no chat template: give "
-                        "the served model's own",
-                        field="template_tokenizer",
-                    )
                 self._template = tokenizer
         return self._template.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True
@@ -578,3 +577,8 @@ def _first_token_text(http: JudgeHTTPClient, root: str, model: str) -> str | Non
             if isinstance(reply, dict) and isinstance(reply.get(field), str) and reply[field]:
                 return reply[field]
     return None
+
+
+def _itself(i: int) -> int:
+    """The request of item i when each item is one request."""
+    return i

@@ -344,9 +344,9 @@ class JudgeHTTPClient:
         in flight (as one ends, the next starts), on an event loop in a helper thread;
         ``on_result(i, result)`` in the calling thread as each is done, in order, and retry
         notices as warnings there (once per attempt number). The first failure cancels the
-        rest and is raised; a server's refusal of a prompt over its context (HTTP 400, 413 or
-        422 saying so) as :class:`~udcg.judge.requests.RefusedRequest` of the request that holds
-        item i (``owner(i)``, default i)."""
+        rest and is raised; with ``owner`` (item i -> the position of the request that holds
+        it), a server's refusal of a prompt over its context (HTTP 400, 413 or 422 saying so) as
+        :class:`~udcg.judge.requests.RefusedRequest` of that request."""
         if not items:
             return []
         results: list[Any] = [None] * len(items)
@@ -371,9 +371,9 @@ class JudgeHTTPClient:
                     try:
                         results[i] = await function(i, item)
                     except JudgeServerError as exc:
-                        if exc.status in (400, 413, 422) and _OVER_CONTEXT.search(exc.reply):
-                            at = i if owner is None else owner(i)
-                            raise RefusedRequest(str(exc), item=at) from None
+                        refused = exc.status in (400, 413, 422) and owner is not None
+                        if refused and _OVER_CONTEXT.search(exc.reply):
+                            raise RefusedRequest(str(exc), item=owner(i)) from None
                         raise
                     finally:
                         idle.append(client)

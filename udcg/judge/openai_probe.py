@@ -33,6 +33,7 @@ from udcg.judge.openai_requests import (
     json_response_format,
 )
 from udcg.judge.prompts import Messages, abstain_messages
+from udcg.judge.requests import RefusedRequest
 
 ABSTAIN_EXAMPLE = ("Who wrote the novel Middlemarch?", "The Eiffel Tower is in Paris.")
 ANSWER_EXAMPLE = ("What is the capital of France?", "Paris is the capital of France.", "Paris")
@@ -231,7 +232,7 @@ def probe_server(judge: OpenAIJudge, relevance: Messages) -> ServerReport:
     for name, check in zip(names, checks, strict=True):
         try:
             check(judge, report)
-        except JudgeServerError as exc:
+        except (JudgeServerError, RefusedRequest) as exc:  # a prompt over the context: refused
             report.errors[name] = str(exc)
             report.no_logprobs |= name == "abstention" and isinstance(exc, LogprobsUnavailable)
     return report

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from udcg.errors import UDCGInputError
 from udcg.io.contexts.checks import LONE_SURROGATE, lone_surrogate
 from udcg.judge.prompts import Messages
 
@@ -140,7 +141,12 @@ def generate_json(
     for attempt in range(1, retries + 2):
         if not pending:
             break
-        replies = judge.generate([conversations[i] for i in pending], max_new_tokens)
+        try:
+            replies = judge.generate([conversations[i] for i in pending], max_new_tokens)
+        except UDCGInputError as refused:  # RefusedRequest (requests.py imports this module):
+            if isinstance(getattr(refused, "item", None), int):  # its item in the whole call
+                refused.item = pending[refused.item]  # type: ignore[attr-defined]
+            raise
         if len(replies) != len(pending):
             raise RuntimeError(
                 f"{type(judge).__name__}.generate returned {len(replies)} replies "

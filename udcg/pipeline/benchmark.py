@@ -81,7 +81,8 @@ def load_theta(
         "prompt": prompt,
         "mode": mode,
     }
-    notes = check_compatible(model.card_, applied, allow_mismatch, "allow_mismatch=[{field}]")
+    option = "allow_mismatch=[{field}]"
+    notes = check_compatible(model.card_, applied, allow_mismatch, option, calibrated=True)
     return model, notes
 
 

@@ -269,7 +269,7 @@ def checked_theta(
         "mode": mode,
     }
     card = {"k": k, **getattr(model, "card_", {})}
-    return model, check_compatible(card, applied, allow_mismatch, option)
+    return model, check_compatible(card, applied, allow_mismatch, option, calibrated=True)
 
 
 def _has_qcare_labels(contexts: Sequence[Context]) -> bool:

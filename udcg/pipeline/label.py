@@ -58,15 +58,17 @@ def label(
         raise UDCGInputError(
             f"unknown step {unknown[0]!r}; known: {', '.join(STEPS)}", field="steps"
         )
-    given = judge
+    close = None  # what this call opened: the judge of a spec, or the cache it put around one
     if isinstance(judge, str):
         from udcg.judge import load_judge, open_judge
 
         judge = load_judge(judge) if cache is False else open_judge(judge, cache=cache)
+        close = judge.close
     elif cache not in (None, False):
         from udcg.judge.cached import CachedJudge
 
         judge = CachedJudge(judge, cache)
+        close = judge.cache.close
     try:
         return annotate_contexts(
             as_contexts(contexts, distinct=False),  # labelled as given, repeats included
@@ -78,5 +80,5 @@ def label(
             "qcare" in steps,
         )
     finally:
-        if judge is not given:  # what this call opened (the cache, the judge of a spec) closes
-            judge.close()
+        if close is not None:
+            close()

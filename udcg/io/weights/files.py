@@ -537,6 +537,7 @@ def check_compatible(
     applied: Mapping[str, Any],
     allow_mismatch: Any = (),
     option: str = "--allow-mismatch {field}",
+    calibrated: bool = False,
 ) -> list[str]:
     """Refuse weights whose card differs from what they are applied to.
 
@@ -550,6 +551,8 @@ def check_compatible(
     is the one to name). A difference raises a one-line :class:`UDCGInputError` naming both values,
     unless its field is in ``allow_mismatch`` (``option``, with ``{field}``, is how the message
     says to allow it); returns one note per mismatch allowed on purpose, to record in the output.
+    ``calibrated``: the card's calibration is applied too, so what it was fitted on where that
+    differs from the card (``calibration_fitted_on``) is checked the same way.
 
     Examples:
         >>> check_compatible({"k": 5}, {"k": 3})
@@ -572,7 +575,7 @@ def check_compatible(
             raise UDCGInputError(f"unknown field {name!r}", field="applied")
     notes = _mismatches(card, applied, allowed, option, "the weights were")
     calibrated_on = card.get(CALIBRATED_ON)
-    if card.get("calibration") is not None and isinstance(calibrated_on, Mapping):
+    if calibrated and card.get("calibration") is not None and isinstance(calibrated_on, Mapping):
         recorded = {k: v for k, v in applied.items() if MISMATCH_FIELDS[k][0] in calibrated_on}
         notes += _mismatches(calibrated_on, recorded, allowed, option, "their calibration was")
     return notes
