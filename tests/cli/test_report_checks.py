@@ -126,7 +126,7 @@ def test_weights_of_a_smaller_k_name_the_measures_to_give(tmp_path: Path) -> Non
     line = _refused(*_runs(data), *common, "--weights", str(weights))
     assert "give -k 3 -m UDCG@3,nDCG@10,AP,RR,P@5, or weights fitted for k 5" in line
     line = _refused(*_runs(data), *common, "--weights", str(weights), "-k", "3")
-    assert "raise -k, or give measures within the top 3 (-m UDCG@3,nDCG@10,AP,RR,P@5)" in line
+    assert "labels the top 3: give measures within the top 3 (-m UDCG@3,nDCG@10,AP,RR,P@5)" in line
     _no_judge_call(tmp_path)
 
 

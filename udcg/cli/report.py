@@ -189,9 +189,10 @@ def _check_early(args: argparse.Namespace, runs: dict[str, str], baseline: str, 
                 field="measures",
             )
         if m.name in UTILITY_MEASURES and m.cutoff is not None and m.cutoff > k:
+            deeper = "" if args.weights else "raise -k, or "  # -k is the weights' k
             raise UDCGInputError(
-                f"{m} reads the top {m.cutoff}, and -k {k} labels the top {k}: raise -k, or "
-                f"give measures within the top {k} (-m {_within(args.measures, k)})",
+                f"{m} reads the top {m.cutoff}, and -k {k} labels the top {k}: {deeper}give "
+                f"measures within the top {k} (-m {_within(args.measures, k)})",
                 field="measures",
             )
 
