@@ -338,6 +338,7 @@ def test_score_contexts_says_when_an_outcomes_labels_are_not_the_judges(tmp_path
     import udcg
     from udcg.errors import UDCGWarning
 
+    pytest.importorskip("pandas", reason="score_contexts needs pandas")
     record = {"judge": "qwen", "fingerprint": "f", "subqueries": "judge", "outcomes": []}
     passages = [
         {"doc_id": "d1", "text": "Paris", "relevant": True, "covers": [True, False],
