@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UDCGInputError(
                 f"expected {HF_PREFIX}DIR, a folder to save the dataset to", field="out"
             )
-        if args.out.startswith(HF_PREFIX) and hf_spec(args.out)[1] is not None:
-            folder, split = hf_spec(args.out)
+        folder, split = hf_spec(args.out) if args.out.startswith(HF_PREFIX) else (None, None)
+        if split is not None:
             raise UDCGInputError(
                 f"{args.out} would be read as the split {split!r} of {folder}, and -o hf:DIR "
                 "writes one dataset: name its folder without #SPLIT",
