@@ -241,6 +241,16 @@ def test_a_rerun_into_a_used_folder_leaves_no_plot_of_the_earlier_run(
     assert "theta_weights.png" not in on_disk and "reliability.png" not in on_disk
 
 
+def test_the_judge_a_run_opens_is_closed_when_it_ends(
+    tmp_path: Path, fake_judge: WordJudge, evaluate_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process, a run closes the judge it opened (and the judge cache in front of it)."""
+    closed: list[str] = []
+    monkeypatch.setattr(fake_judge, "close", lambda: closed.append("judge"), raising=False)
+    assert main(evaluate_config("dataset.limit=4", "k=2", "judge=fake")).status == 0
+    assert closed == ["judge"]
+
+
 def test_crossfit_warning_is_one_line_on_stderr(
     tmp_path: Path, evaluate_config, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -58,6 +58,26 @@ def test_tables_writes_every_condition_and_reruns_from_the_caches(
     assert again["conditions"] == first["conditions"]
 
 
+def test_tables_closes_the_judge_it_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from udcg.pipeline import benchmark
+
+    closed: list[str] = []
+
+    def connect(settings):
+        judge = connect_judge(settings)
+        close = judge.close
+        judge.close = lambda: (closed.append(judge.name), close())
+        return judge
+
+    connect_judge = benchmark.connect_judge
+    monkeypatch.setattr(benchmark, "connect_judge", connect)
+    data = _nq_open(tmp_path / "nq.jsonl", 2)
+    argv = ["distractors", "--data", str(data), "--limit", "2", "-k", "1", "--no-erag"]
+    argv += ["-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "stages")]
+    assert main([*argv, "--n-bootstrap", "10"]) == 0
+    assert closed == ["smollm2-135m"]
+
+
 def test_tables_names_a_missing_data_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

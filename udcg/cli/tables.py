@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from udcg.cli.common import CommandParser, info_stream, parse, run_cli
+from udcg.cli.common import CommandParser, close_at_end, info_stream, parse, run_cli
 from udcg.errors import UDCGInputError
 from udcg.io.files import atomic_write, exclusive_writer
 from udcg.pipeline.datasets import NQ_OPEN_SOURCE
@@ -110,7 +110,7 @@ def _study(args: argparse.Namespace, command: Sequence[str]) -> None:
         cache_dir=args.cache_dir,
     )
     dataset = nq_open(args.data, limit=args.limit)
-    judge = connect_judge(settings)
+    judge = close_at_end(connect_judge(settings))
     cache = StageCache(args.cache_dir)
     if args.study == "distractors":
         conditions = distractor_study(

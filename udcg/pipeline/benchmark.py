@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import warnings
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -206,8 +207,24 @@ def run_benchmark(
     (:func:`~udcg.retrieval.base.retriever_identity`) and the dataset's content
     (:meth:`Dataset.fingerprint`, recorded in the report as ``setup.dataset_sha256``) key the
     cached retrieval stage; ``config`` is recorded in the
-    report as given, and so is ``sweep`` (a sweep member's sweep id and overrides).
+    report as given, and so is ``sweep`` (a sweep member's sweep id and overrides). The judge
+    it opens is closed when it returns.
     """
+    with ExitStack() as stack:
+        return _benchmark(dataset, retriever, settings, output_dir, stage_id, config, sweep, stack)
+
+
+def _benchmark(
+    dataset: Dataset,
+    retriever: tuple[str, Retriever] | None,
+    settings: EvaluateSettings,
+    output_dir: Path,
+    stage_id: Sequence[Any],
+    config: dict[str, Any] | None,
+    sweep: dict[str, Any] | None,
+    stack: ExitStack,
+) -> tuple[dict[str, Any], list[Path]]:
+    """:func:`run_benchmark`'s work; the judge it opens is closed by ``stack``."""
     k = settings.k
     given = retriever is None
     if given != (dataset.contexts is not None):
@@ -253,7 +270,7 @@ def run_benchmark(
 
     def connected() -> CachedJudge:
         """The judge, and the weights checked against its fingerprint (the card's)."""
-        opened = connect_judge(settings)
+        opened = stack.enter_context(connect_judge(settings))
         if theta is not None:
             theta_notes.extend(
                 check_fingerprint(
