@@ -418,3 +418,22 @@ def test_a_folder_holding_another_reports_systems_is_refused(tmp_path: Path) -> 
     # a system named a.jsonl leaves a.jsonl.jsonl: not a's, though it starts with a's name
     (tmp_path / "out" / "labels" / "a.jsonl.jsonl").write_text("")
     assert "a.jsonl.jsonl are not of the systems" in _refused(*_runs(data)[:2], *common)
+
+
+def test_a_failed_rerun_leaves_no_earlier_report_beside_its_contexts(tmp_path: Path) -> None:
+    """A rerun into an earlier report's folder that fails after writing its contexts (here its
+    judge has no value for most pairs) leaves no report: the earlier one would be read as the
+    report of the contexts beside it."""
+    data, _, common = _setup(tmp_path)
+    assert _run(*_runs(data), *common).returncode == 0
+    probs = data / "probs.jsonl"
+    partial = data / "partial.jsonl"
+    partial.write_text("".join(probs.read_text().splitlines(keepends=True)[:3]))
+    rerun = [a.replace(str(probs), str(partial)) for a in common]
+    rerun[rerun.index(str(tmp_path / "judge.sqlite"))] = str(tmp_path / "other.sqlite")
+    data.joinpath("b.trec").write_text(data.joinpath("c.trec").read_text())
+    failed = _run(*_runs(data), *rerun)
+    assert failed.returncode == 2 and "partial.jsonl" in failed.stderr, failed.stderr
+    out = tmp_path / "out"
+    assert (out / "contexts" / "b.jsonl").exists()
+    assert not [p.name for p in out.glob("report.*") if not p.name.endswith(".lock")]

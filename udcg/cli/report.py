@@ -80,6 +80,8 @@ if TYPE_CHECKING:
 #: The weights' fields ``--allow-mismatch`` may override: not k (parsed, to be refused in one
 #: line): the forecast needs contexts of exactly the weights' k passages.
 _MISMATCH = [field for field in MISMATCH_FIELDS if field != "k"]
+#: What a report writes in its folder, beside ``contexts/`` and ``labels/``.
+REPORT_FILES = ("report.md", "report.json", "report.html")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             **judge_inputs(args),
         }
         written = [out / f"{folder}/{n}.jsonl" for folder in ("contexts", "labels") for n in runs]
-        for path in [*(out / n for n in ("report.md", "report.json", "report.html")), *written]:
+        for path in [*(out / n for n in REPORT_FILES), *written]:
             refuse_outputs(path, inputs)  # and the files beside it: manifests, locks
         _refuse_other_systems(out, list(runs))
         # every input is read more than once (per run, then to compare): a pipe is read once
@@ -329,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                 weights = _checked_weights(args, k)
                 for note in weights[1]:
                     _say(f"UDCG-theta: {note}")
+            for name in REPORT_FILES:  # an earlier report is not of the contexts written now
+                (out / name).unlink(missing_ok=True)
             contexts = journey.build_contexts(
                 runs, topics, collection, k, out / "contexts",
                 qrels=qrels, answers=answers, full=weights is not None, utility=args.utility,
@@ -349,15 +353,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             report["seconds"] = round(time.perf_counter() - start, 3)
             markdown = to_markdown(report)
-            for name, text in (
-                ("report.json", json.dumps(report, indent=2) + "\n"),
-                ("report.md", markdown),
-                ("report.html", to_html(report)),
-            ):
+            texts = (markdown, json.dumps(report, indent=2) + "\n", to_html(report))
+            for name, text in zip(REPORT_FILES, texts, strict=True):
                 with atomic_write(out / name) as handle:
                     handle.write(text)
         print(markdown, end="", file=info_stream())
-        _say(f"report.md, report.json, report.html -> {out} in {report['seconds']:.1f} s")
+        _say(f"{', '.join(REPORT_FILES)} -> {out} in {report['seconds']:.1f} s")
 
     return run_cli("udcg report", work)
 
