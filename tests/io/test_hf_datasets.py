@@ -284,6 +284,23 @@ def test_a_hand_made_dataset_needs_only_qid_and_passages() -> None:
     ]
 
 
+def test_fields_outside_the_schema_are_kept_as_the_jsonl_reader_keeps_them(
+    tmp_path: Path,
+) -> None:
+    """A folder of contexts JSONL read through ``datasets`` (which makes every key a column or
+    struct field, null where a row lacks it) gives the contexts the JSONL reader gives."""
+    from udcg.io.contexts.jsonl import read_contexts
+
+    lines = [
+        {"qid": "q1", "topic": "books", "passages": [{"doc_id": "d1", "title": "Emma"}]},
+        {"qid": "q2", "passages": [{"doc_id": "d2"}, {"doc_id": "d3", "title": "Paris"}]},
+    ]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    expected = list(read_contexts(tmp_path / "c.jsonl"))
+    assert expected[0].extra == {"topic": "books"}
+    assert hf.load_contexts_dataset(str(tmp_path)) == expected
+
+
 def _one_row(**columns: object) -> datasets.Dataset:
     return datasets.Dataset.from_dict({k: [v] for k, v in columns.items()})
 
@@ -318,6 +335,25 @@ def _one_row(**columns: object) -> datasets.Dataset:
         (
             lambda: _one_row(qid="q", passages="d1,d2"),
             "dataset row 0: field 'passages': must be a list",
+        ),
+        (
+            lambda: _one_row(qid="q", passages=[{"doc_id": "d", "grade": -1.0}]),
+            "dataset row 0: field 'passages[0].grade': must be true, false or a finite number",
+        ),
+        (
+            lambda: _one_row(
+                qid="q",
+                passages=[{"abstain_prob": [{"judge": "j", "prob": p} for p in (0.2, 0.9)]}],
+            ),
+            "dataset row 0: field 'passages[0].abstain_prob': judge 'j' is given twice",
+        ),
+        (
+            lambda: _one_row(qid="q", passages=[{"doc_id": "d", "extra": '{"doc_id": "e"}'}]),
+            "dataset row 0: field 'passages[0].extra': holds 'doc_id', which has its own column",
+        ),
+        (
+            lambda: _one_row(qid="q", run="r", passages=[], extra='{"run": "s"}'),
+            "dataset row 0: field 'extra': holds 'run', which has its own column",
         ),
     ],
 )

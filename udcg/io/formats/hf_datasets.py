@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from udcg.errors import UDCGInputError
-from udcg.io.contexts.checks import ANSWER_LABELS, Where
+from udcg.io.contexts.checks import ANSWER_LABELS, Where, relevance
 from udcg.io.contexts.model import JUDGE_PROB_KEYS, Context, Passage, parse_context
 from udcg.io.files import exclusive_writer, live
 
@@ -258,6 +258,19 @@ def _struct_rows(value: Any) -> Any:
     return [dict(zip(value, items, strict=True)) for items in zip(*value.values(), strict=True)]
 
 
+def _with_extra(out: dict[str, Any], row: dict[str, Any], name: str, where: Where) -> Any:
+    """``out`` (the schema's fields of ``row``), the other fields ``row`` holds (a data file's
+    keys; null where a row lacks a key others have) and its ``extra`` JSON, which may not
+    name a field ``out`` holds."""
+    read = {*out, "extra", "grade"}
+    out |= {k: v for k, v in row.items() if k not in read and v is not None}
+    extra = _json_object(row.get("extra"), f"{name}extra", where)
+    for key in extra:
+        if out.get(key) is not None:
+            raise where.error(f"{name}extra", f"holds {key!r}, which has its own column")
+    return {**out, **extra}
+
+
 def _passage_json(row: Any, name: str, where: Where) -> Any:
     if not isinstance(row, dict):
         return row  # parse_context names what it is
@@ -265,11 +278,11 @@ def _passage_json(row: Any, name: str, where: Where) -> Any:
     if row.get("grade") is not None:
         if out["relevant"] is not None:
             raise where.error(f"{name}.grade", "'relevant' and 'grade' are both set")
-        out["relevant"] = row["grade"]
+        out["relevant"] = relevance(row["grade"], f"{name}.grade", where)
     for key in JUDGE_PROB_KEYS:
         out[key] = _judge_map(row.get(key), f"{name}.{key}", where)
     out["covers"] = row.get("covers")
-    return {**out, **_json_object(row.get("extra"), f"{name}.extra", where)}
+    return _with_extra(out, row, f"{name}.", where)
 
 
 def _judge_map(items: Any, name: str, where: Where) -> Any:
@@ -280,7 +293,11 @@ def _judge_map(items: Any, name: str, where: Where) -> Any:
         isinstance(i, dict) and isinstance(i.get("judge"), str) for i in items
     ):
         raise where.error(name, 'must be a list of {"judge": name, "prob": p} structs')
-    return {i["judge"]: i.get("prob") for i in items}
+    out = {i["judge"]: i.get("prob") for i in items}
+    if len(out) < len(items):
+        twice = next(j for j in out if sum(i["judge"] == j for i in items) > 1)
+        raise where.error(name, f"judge {twice!r} is given twice")
+    return out
 
 
 def _outcomes_json(items: Any, where: Where) -> Any:
@@ -309,7 +326,7 @@ def _context_json(row: dict[str, Any], where: Where) -> dict[str, Any]:
         passages = [_passage_json(p, f"passages[{i}]", where) for i, p in enumerate(passages)]
     out["passages"] = passages
     out["outcomes"] = _outcomes_json(row.get("outcomes"), where)
-    return {**out, **_json_object(row.get("extra"), "extra", where)}
+    return _with_extra(out, row, "", where)
 
 
 def contexts_from_dataset(ds: datasets.Dataset) -> list[Context]:
