@@ -472,16 +472,16 @@ def test_a_hydra_command_inside_the_callers_hydra_context(capsys) -> None:
     assert "Benchmark retrieval metrics" in capsys.readouterr().out
 
 
-def test_a_sweep_reads_standard_input_once_for_every_member(tmp_path: Path) -> None:
-    """``cat ctx.jsonl | train.py -m ... data.path=-``: the sweep is one command, so each
-    member fits on the same piped contexts."""
+@pytest.mark.parametrize("path", ["-", "/dev/stdin"])
+def test_a_sweep_reads_standard_input_once_for_every_member(tmp_path: Path, path: str) -> None:
+    """``cat ctx.jsonl | train.py -m ... data.path=-`` (or ``/dev/stdin``): the sweep reads
+    the pipe once, so each member fits on the same piped contexts."""
     data = tmp_path / "contexts.jsonl"
     write_contexts(data, simulate(40, 3))
     argv = [sys.executable, "train.py", "-m", "k=3", "model.l2=0,0.5", "data=jsonl",
-            "data.path=-", "judge=sim", "n_bootstrap=20"]  # fmt: skip
+            f"data.path={path}", "judge=sim", "n_bootstrap=20"]  # fmt: skip
     argv.append(f"hydra.sweep.dir={tmp_path / 's'}")
-    with data.open("rb") as stdin:
-        done = subprocess.run(argv, cwd=REPO, stdin=stdin, capture_output=True, text=True,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = subprocess.run(argv, cwd=REPO, input=data.read_bytes(), capture_output=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
     assert len(list((tmp_path / "s").glob("*/udcg_theta_k3.safetensors"))) == 2

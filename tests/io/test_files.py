@@ -287,3 +287,51 @@ def test_exclusive_writer_nests_through_a_linked_folder_and_dotdot(tmp_path: Pat
     with exclusive_writer(names[0]), exclusive_writer(names[1]), exclusive_writer(names[2]):
         assert sorted(os.listdir(tmp_path / "real")) == ["out.jsonl.lock", "sub"]
     assert sorted(os.listdir(tmp_path / "real")) == ["sub"]
+
+
+def test_inputs_read_once_keep_a_commands_standard_input_from_another_threads_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that ends in another thread leaves this command's standard input as read;
+    outside a command, a new standard input object on a file rewritten at its inode (or a new
+    file that took the inode) is read anew."""
+    import sys
+
+    from udcg.cli.common import run_command
+    from udcg.io.files import inputs_read_once, open_binary
+
+    data = tmp_path / "in.txt"
+    data.write_bytes(b"first\n")
+    monkeypatch.setattr(sys, "stdin", data.open())
+    with inputs_read_once():
+        with open_binary("-") as handle:
+            assert handle.read() == b"first\n"
+        other = threading.Thread(target=run_command, args=("t", lambda: None))
+        other.start()
+        other.join()
+        with open_binary("-") as handle:
+            assert handle.read() == b"first\n"
+    for text in (b"second\n", b"third\n"):
+        data.unlink()
+        data.write_bytes(text)
+        sys.stdin.close()
+        monkeypatch.setattr(sys, "stdin", data.open())
+        with open_binary("-") as handle:
+            assert handle.read() == text
+    sys.stdin.close()
+
+
+def test_a_pipe_opened_again_in_one_command_gives_the_same_bytes(tmp_path: Path) -> None:
+    """``<(...)`` read by a sweep's members (each opens the name again): one read."""
+    from udcg.io.files import inputs_read_once, read_bytes, read_once
+
+    read, write = os.pipe()
+    os.write(write, b"q1 Q0 d1 1 2.0 r\n")
+    os.close(write)
+    name = f"/proc/self/fd/{read}"
+    try:
+        with inputs_read_once():
+            first, again = read_bytes(read_once(name)), read_bytes(read_once(name))
+    finally:
+        os.close(read)
+    assert first == again == b"q1 Q0 d1 1 2.0 r\n"

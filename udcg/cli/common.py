@@ -29,7 +29,7 @@ from udcg.io.files import (
     STDIO,
     PathType,
     descriptor_of,
-    forget_stdin,
+    inputs_read_once,
     live,
     names_folder,
     read_only,
@@ -202,12 +202,14 @@ def close_at_end(thing: T) -> T:
 
 
 def run_command(prog: str, main: Callable[[], int | None], catch_all: bool = False) -> Outcome:
-    """Run ``main`` with one-line warnings; report a user mistake (UDCGInputError, an
-    unreadable file) as one line on stderr without a traceback. ``catch_all`` also turns any
-    other exception into a failed outcome (status 1), its traceback printed."""
+    """Run ``main`` with one-line warnings, its inputs read once
+    (:func:`udcg.io.files.inputs_read_once`) and what it opened closed at its end; report a
+    user mistake (UDCGInputError, an unreadable file) as one line on stderr without a
+    traceback. ``catch_all`` also turns any other exception into a failed outcome (status 1),
+    its traceback printed."""
     opened = _OPENED.set([])
     try:
-        with one_line_warnings(prog):
+        with one_line_warnings(prog), inputs_read_once():
             outcome = _attempt(main, catch_all)
     finally:
         for thing in reversed(_OPENED.get()):
@@ -219,13 +221,8 @@ def run_command(prog: str, main: Callable[[], int | None], catch_all: bool = Fal
 
 
 def run_cli(prog: str, main: Callable[[], int | None]) -> int:
-    """:func:`run_command` for an argparse command; returns the exit status. Standard input
-    read is dropped at its end (:func:`udcg.io.files.forget_stdin`), so the next command in
-    this process reads its own (a Hydra sweep's members share theirs: they are one command)."""
-    try:
-        return run_command(prog, main).status
-    finally:
-        forget_stdin()
+    """:func:`run_command` for an argparse command; returns the exit status."""
+    return run_command(prog, main).status
 
 
 def info_stream(*outputs: str | None) -> TextIO:

@@ -15,7 +15,8 @@ import sys
 import tempfile
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from os import PathLike
 from pathlib import Path
 from typing import IO, Any, TextIO
@@ -45,39 +46,66 @@ STDIO = "-"
 MANIFEST = ".manifest.json"
 
 
-#: Standard input as read, by the file it was (device, inode): :func:`_stdin_bytes`.
-_STDIN: dict[tuple[Any, ...], bytes] = {}
-_STDIN_LOCK = threading.Lock()
+#: Inputs read once within the running command or sweep (:func:`inputs_read_once`), by what
+#: they were; None outside one.
+_READ: ContextVar[dict[tuple[Any, ...], bytes] | None] = ContextVar("udcg_read", default=None)
+#: Outside a command: standard input's last read (:func:`_stdin_bytes`).
+_LOOSE: dict[tuple[Any, ...], bytes] = {}
+_READ_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def inputs_read_once() -> Iterator[None]:
+    """Within the block (a command, a whole sweep: an inner block joins the outer one),
+    standard input and pipes are read once and their content kept: every reader of ``-``,
+    ``/dev/stdin`` or ``<(...)`` in it gets the same bytes. What a block read is dropped at
+    its end, and another thread's block keeps its own.
+
+    Examples:
+        >>> with inputs_read_once():  # a command run in-process
+        ...     kept = _READ.get()
+        >>> kept, _READ.get()
+        ({}, None)
+    """
+    if _READ.get() is not None:
+        yield
+        return
+    token = _READ.set({})
+    try:
+        yield
+    finally:
+        _READ.reset(token)
+
+
+def _kept(key: tuple[Any, ...], read: Callable[[], bytes], loose: bool) -> bytes:
+    """``read()``, once per ``key`` within :func:`inputs_read_once`; outside it, once while
+    ``key`` is the last one read with ``loose``, else each time."""
+    kept = _READ.get()
+    if kept is None and not loose:
+        return read()
+    with _READ_LOCK:
+        if kept is None:
+            kept = _LOOSE
+            if key not in kept:
+                kept.clear()
+        if key not in kept:
+            kept[key] = read()
+        return kept[key]
 
 
 def _stdin_bytes(stream: Any) -> bytes:
-    """All of standard input, read once: a reader may open ``-`` more than once. Kept while
-    standard input is the same file, until :func:`forget_stdin` (a command's end), so a
-    command run again in one process reads its own input. A text stream without bytes
-    beneath (``io.StringIO``) is read as UTF-8."""
+    """All of standard input, read once: a reader may open ``-`` more than once. Kept for the
+    running command (:func:`inputs_read_once`), or outside one while ``stream`` is the same
+    object on the same file, so another standard input is read anew. A text stream without
+    bytes beneath (``io.StringIO``) is read as UTF-8."""
     try:
         status = os.fstat(stream.fileno())
-        key: tuple[Any, ...] = (status.st_dev, status.st_ino)
-    except (OSError, ValueError, io.UnsupportedOperation):  # no descriptor: by the object,
-        key = (stream,)  # held here, so that no other stream takes its id
-    with _STDIN_LOCK:
-        if key not in _STDIN:
-            _STDIN.clear()
-            raw = getattr(stream, "buffer", None)
-            _STDIN[key] = raw.read() if raw is not None else stream.read().encode("utf-8")
-        return _STDIN[key]
-
-
-def forget_stdin() -> None:
-    """Drop standard input as read (:func:`_stdin_bytes`): the next read of ``-`` reads it.
-
-    Examples:
-        >>> forget_stdin()  # a command's end: nothing kept
-        >>> _STDIN
-        {}
-    """
-    with _STDIN_LOCK:
-        _STDIN.clear()
+        file: tuple[Any, ...] = (status.st_dev, status.st_ino)
+    except (OSError, ValueError, io.UnsupportedOperation):  # no descriptor: the object alone
+        file = ()
+    raw = getattr(stream, "buffer", None)
+    read = raw.read if raw is not None else lambda: stream.read().encode("utf-8")
+    return _kept((STDIO, stream, *file), read, loose=True)  # the object held: its id not reused
 
 
 def live(stream: Any) -> Any:
@@ -157,8 +185,9 @@ class InputBytes(PathLike[str]):
 
 def read_once(path: PathType) -> PathType:
     """``path`` ready for readers that read it more than once: a regular file or ``-`` as
-    given; any other input (a pipe, ``<(...)``, ``/dev/stdin``) read whole, once, into an
-    :class:`InputBytes`. A missing path or a directory is an error.
+    given; any other input (a pipe, ``<(...)``, ``/dev/stdin``) read whole, once (once for a
+    command or a sweep: :func:`inputs_read_once`), into an :class:`InputBytes`. A missing path
+    or a directory is an error.
 
     Examples:
         >>> import tempfile
@@ -176,7 +205,9 @@ def read_once(path: PathType) -> PathType:
         return path
     try:
         with open(path, "rb") as handle:
-            return InputBytes(path, handle.read())
+            status = os.fstat(handle.fileno())  # a pipe a sweep's members open again: read once
+            data = _kept((status.st_dev, status.st_ino), handle.read, loose=False)
+            return InputBytes(path, data)
     except OSError as exc:
         raise _unreadable(path, exc) from None
 
