@@ -116,7 +116,32 @@ def test_weights_of_another_k_are_refused_with_the_k_to_give(tmp_path: Path) -> 
     line = _refused(*_runs(data), *common, "-k", "6", "--weights", str(weights))
     assert f"{weights}: field 'k': the UDCG-theta weights forecast contexts of exactly 5" in line
     assert "give -k 5" in line and "--allow-mismatch" not in line
+    # a measure deeper than -k: the weights' k is the remedy, not a shallower measure
+    line = _refused(*_runs(data), *common, "-k", "3", "-m", "UDCG@5", "--weights", str(weights))
+    assert "exactly 5 passages, and -k 3 labels the top 3: give -k 5, or weights" in line
     _no_judge_call(tmp_path)
+
+
+def test_a_calibration_fitted_with_another_judge_fingerprint_is_refused(tmp_path: Path) -> None:
+    """Weights whose calibration was fitted on values of another judge fingerprint (allowed
+    when calibrating) are refused where the report applies the calibration, and recorded when
+    allowed again."""
+    from udcg.theta import UDCGTheta
+    from udcg.theta.calibration import Calibration
+
+    data, weights, common = _setup(tmp_path)
+    model = UDCGTheta.from_pretrained(weights)
+    model.calibration_ = Calibration("platt", {"a": 0.8, "b": 0.3}, 40)
+    card = {"judge_model": "probs", "calibration_fitted_on": {"judge_fingerprint": "fp-other"}}
+    calibrated = model.save_pretrained(tmp_path / "calibrated", card=card)
+    done = _run(*_runs(data), *common, "--weights", str(calibrated))
+    assert done.returncode == 2
+    assert "calibration was fitted with judge fingerprint 'fp-other'" in done.stderr
+    assert not (tmp_path / "out" / "labels").exists()  # before any judge call
+    argv = [*_runs(data), *common, "--weights", str(calibrated), "--allow-mismatch", "fingerprint"]
+    assert _run(*argv).returncode == 0
+    overrides = json.loads((tmp_path / "out" / "report.json").read_text())["forecast"]["overrides"]
+    assert any("fp-other" in note for note in overrides), overrides
 
 
 def test_weights_of_a_smaller_k_name_the_measures_to_give(tmp_path: Path) -> None:

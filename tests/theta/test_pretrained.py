@@ -247,6 +247,12 @@ def test_check_compatible_in_python(trained) -> None:
     )
     with pytest.raises(UDCGInputError, match="unknown field 'judges'"):
         model.check_compatible(["judges"], judge="other")
+    # a calibration fitted on other data: checked when the calibration is applied
+    on = {"calibration_fitted_on": {"utility": "answer_likelihood"}}
+    model.card_ = {**model.card_, "calibration": {"method": "platt"}, **on}
+    assert model.check_compatible(utility="abstention") == []
+    with pytest.raises(UDCGInputError, match="calibration was fitted with utility"):
+        model.check_compatible(utility="abstention", calibrated=True)
 
 
 def test_fit_theta_records_its_source_and_judge_through_every_save(tmp_path: Path) -> None:

@@ -169,10 +169,13 @@ def _once(source: Any) -> Any:
     return read_once(source) if isinstance(source, str | PathLike) else source
 
 
-def _check_early(args: argparse.Namespace, runs: dict[str, str], baseline: str, k: int) -> None:
-    """What can be checked before any file is read or the judge asked: ``--allow-mismatch k``
-    (never possible), the test's options and measures the report can compute (UDCG cutoffs
-    within the k passages labelled)."""
+def _check_early(
+    args: argparse.Namespace, runs: dict[str, str], baseline: str, k: int
+) -> UDCGTheta | None:
+    """What can be checked before any input is read or the judge asked: ``--allow-mismatch k``
+    (never possible), the test's options, the ``--weights`` k (:func:`_weights_of_k`: returns
+    the model) and measures the report can compute (UDCG cutoffs within the k passages
+    labelled)."""
     from udcg.trec.comparison import check_options
 
     if "k" in args.allow_mismatch:
@@ -182,6 +185,7 @@ def _check_early(args: argparse.Namespace, runs: dict[str, str], baseline: str, 
             field="--allow-mismatch",
         )
     check_options(runs, args.test, args.alpha, None, args.n_resamples, args.seed, baseline, 0.95)
+    model = _weights_of_k(args, k) if args.weights else None
     for m in parse_measures(args.measures):
         if m.name in COVERAGE_MEASURES or m.name == "UDCGtheta":
             raise UDCGInputError(
@@ -197,6 +201,7 @@ def _check_early(args: argparse.Namespace, runs: dict[str, str], baseline: str, 
                 f"measures within the top {k} (-m {_within(args.measures, k)})",
                 field="measures",
             )
+    return model
 
 
 def _within(measures: Sequence[str], k: int) -> str:
@@ -229,10 +234,9 @@ def _check_judged(runs: dict[str, Any], qrels: Any) -> None:
             )
 
 
-def _checked_weights(args: argparse.Namespace, k: int) -> tuple[UDCGTheta, list[str]]:
-    """The ``--weights`` model and its notes: its k must be ``-k`` (the forecast takes contexts
-    of exactly its k); judge, utility source, prompt and abstention mode as ``udcg score``
-    checks them (:func:`udcg.pipeline.context_scores.checked_theta`)."""
+def _weights_of_k(args: argparse.Namespace, k: int) -> UDCGTheta:
+    """The ``--weights`` model; its k must be ``-k`` (the forecast takes contexts of exactly
+    its k)."""
     from udcg.theta import UDCGTheta
 
     model = UDCGTheta.from_pretrained(args.weights)
@@ -245,6 +249,15 @@ def _checked_weights(args: argparse.Namespace, k: int) -> tuple[UDCGTheta, list[
             path=args.weights,
             field="k",
         )
+    return model
+
+
+def _checked_weights(
+    args: argparse.Namespace, model: UDCGTheta, k: int
+) -> tuple[UDCGTheta, list[str]]:
+    """``model`` (the ``--weights``, of k ``-k``) and its notes: judge, utility source, prompt
+    and abstention mode as ``udcg score`` checks them
+    (:func:`udcg.pipeline.context_scores.checked_theta`)."""
     labels_abstention = get_source(args.utility).step == "abstain"
     with _naming(args.weights):
         return checked_theta(
@@ -300,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         if qrels is None and args.answers is None:
             raise UDCGInputError("needs --qrels or --answers (or both): relevance comes from them")
         k = _k(args)
-        _check_early(args, runs, baseline, k)
+        theta = _check_early(args, runs, baseline, k)
         if args.out == "-":
             raise UDCGInputError("-o is the folder the report's files go to, not standard output")
         out = Path(args.out)
@@ -327,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         with exclusive_writer(out / "report.json", "report"):
             weights = None
-            if args.weights:  # checked before any file is written
-                weights = _checked_weights(args, k)
+            if theta is not None:  # checked before any file is written
+                weights = _checked_weights(args, theta, k)
                 for note in weights[1]:
                     _say(f"UDCG-theta: {note}")
             for name in REPORT_FILES:  # an earlier report is not of the contexts written now
@@ -394,7 +407,9 @@ def _fingerprint_notes(args: argparse.Namespace, model: UDCGTheta, fingerprint: 
 
     key = judge_key(args.judge, args.judge_key)
     with _naming(args.weights):
-        notes = check_fingerprint(model.card_, key, fingerprint, args.allow_mismatch)
+        notes = check_fingerprint(
+            model.card_, key, fingerprint, args.allow_mismatch, calibrated=True
+        )
     for note in notes:
         _say(f"UDCG-theta: {note}")
     return notes

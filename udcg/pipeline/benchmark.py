@@ -280,6 +280,7 @@ def _benchmark(
                     settings.allow_mismatch,
                     "allow_mismatch=[{field}]",
                     relevance=opened.fingerprint if relabels else None,
+                    calibrated=True,
                 )
             )
         return opened

@@ -715,18 +715,22 @@ class UDCGTheta:
         extra = {} if calibration is None else {"calibration": calibration.to_dict()}
         return {**carried, **dict(card or {}), **extra}
 
-    def check_compatible(self, allow_mismatch: Any = (), **applied: Any) -> list[str]:
+    def check_compatible(
+        self, allow_mismatch: Any = (), *, calibrated: bool = False, **applied: Any
+    ) -> list[str]:
         """Refuse these weights for data they were not fitted for: ``applied`` gives what the
         data has (``k``, ``utility``, ``judge``, ``fingerprint``: of the judge that made the
         utilities, ``prompt``: the prompt's SHA-256, ``mode``;
         None or absent: not checked); a difference from the card raises a one-line
         :class:`UDCGInputError` naming both values unless its field is in ``allow_mismatch``.
-        Returns a note per mismatch allowed on purpose
-        (:func:`udcg.io.weights.files.check_compatible`).
+        ``calibrated``: the data will be scored with ``predict_proba(calibrated=True)``, so
+        what the calibration was fitted on is checked too. Returns a note per mismatch allowed
+        on purpose (:func:`udcg.io.weights.files.check_compatible`).
         """
         self._check_fitted()
         card = {"k": len(self.alpha_), **getattr(self, "card_", {})}
-        return check_compatible(card, applied, allow_mismatch, "allow_mismatch=['{field}']")
+        option = "allow_mismatch=['{field}']"
+        return check_compatible(card, applied, allow_mismatch, option, calibrated)
 
     @classmethod
     def from_pretrained(

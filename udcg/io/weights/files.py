@@ -508,12 +508,14 @@ def check_fingerprint(
     allow_mismatch: Any = (),
     option: str = "--allow-mismatch {field}",
     relevance: str | None = None,
+    calibrated: bool = False,
 ) -> list[str]:
     """:func:`check_compatible` of the card's judge fingerprint against ``fingerprint``, that
     of the judge of ``key`` opened after the card's other fields were checked (and of its
     relevance labels' against ``relevance``, when that judge's LLM labels them). For weights of
     another key only the relevance is checked: the judge's mismatch, refused or allowed, was
-    checked before, and one LLM may label relevance for another's utilities.
+    checked before, and one LLM may label relevance for another's utilities. ``calibrated``:
+    the card's calibration is applied too (:func:`check_compatible`).
 
     Examples:
         >>> check_fingerprint({"judge_model": "a", "judge_fingerprint": "fp-1"}, "b", "fp-2")
@@ -529,7 +531,7 @@ def check_fingerprint(
     applied = {"relevance": relevance}
     if not _other_key(card, {"judge": key}):
         applied["fingerprint"] = fingerprint
-    return check_compatible(card, applied, allow_mismatch, option)
+    return check_compatible(card, applied, allow_mismatch, option, calibrated)
 
 
 def check_compatible(
