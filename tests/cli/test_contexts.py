@@ -120,4 +120,7 @@ def test_an_hf_output_naming_a_split_is_refused(files, tmp_path, capsys):
         f"udcg contexts: error: field 'out': hf:{out}#dev would be read as the split 'dev' of "
         f"{out}, and -o hf:DIR writes one dataset: name its folder without #SPLIT\n"
     )
+    for spelled in ("#dev/", "#dev//", "#dev/."):  # the folder DS#dev all the same
+        assert main([*args(files, "--k", "2"), "--out", f"hf:{out}{spelled}"]) == 2
+        assert "would be read as the split 'dev'" in capsys.readouterr().err
     assert list(tmp_path.glob("DS*")) == []

@@ -16,6 +16,7 @@ as OUT writes standard output; ``hf:DIR`` as OUT writes a Hugging Face dataset
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -200,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UDCGInputError(
                 f"expected {HF_PREFIX}DIR, a folder to save the dataset to", field="out"
             )
-        folder, split = hf_spec(args.out) if args.out.startswith(HF_PREFIX) else (None, None)
+        folder, split = None, None
+        if args.out.startswith(HF_PREFIX):  # as its folder is read back: no trailing / or /.
+            folder, split = hf_spec(HF_PREFIX + os.path.normpath(args.out[len(HF_PREFIX) :]))
         if split is not None:
             raise UDCGInputError(
                 f"{args.out} would be read as the split {split!r} of {folder}, and -o hf:DIR "
