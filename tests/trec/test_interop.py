@@ -252,3 +252,17 @@ def test_a_run_and_qrels_without_a_shared_query_warn_naming_ids_of_both() -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("error", UDCGWarning)
         assert evaluate({"1": {"a": 1}}, run, ["nDCG@10"]) == {"1": {"nDCG@10": 1.0}}
+
+
+def test_a_query_a_run_dict_ranks_nothing_for_is_left_out_with_a_warning() -> None:
+    """pytrec_eval scores ``{"q2": {}}`` 0 for every measure; trec_eval cannot read such a
+    query from a file, and we leave it out as trec_eval does: a warning says so, naming it."""
+    import pytrec_eval
+
+    from udcg.errors import UDCGWarning
+
+    qrels, run = {"q1": {"a": 1}, "q2": {"x": 1}}, {"q1": {"a": 1.0}, "q2": {}}
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(run)
+    assert theirs["q2"] == {"recip_rank": 0.0}
+    with pytest.warns(UDCGWarning, match=r"run: query 'q2' ranks no document: left out of"):
+        assert evaluate(qrels, run, ["RR"]) == {"q1": {"RR": 1.0}}

@@ -14,6 +14,7 @@ import math
 import mmap
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.arrow import (
     decoded,
     encoded,
@@ -446,6 +447,15 @@ def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
         {'q1': {'d1': 1.5}}
     """
     qids, doc_ids, values = columns_from_dict(data, "score", "run")
+    empty = [str(qid) for qid, docs in data.items() if not docs]
+    if empty:
+        more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+        warnings.warn(
+            f"run: query {empty[0]!r}{more} ranks no document: left out of every mean, as "
+            "trec_eval leaves out a query its run file lacks (pytrec_eval scores it 0)",
+            UDCGWarning,
+            stacklevel=2,
+        )
     scores = np.asarray(values, dtype=np.float64)
     if not np.isfinite(scores).all():
         i = int(np.argmin(np.isfinite(scores)))
