@@ -361,3 +361,18 @@ def test_score_contexts_says_when_an_outcomes_labels_are_not_the_judges(tmp_path
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         udcg.score_contexts(path, judge_key="sim")
+
+
+def test_a_claim_relevance_width_mismatch_names_the_context(tmp_path: Path, capsys) -> None:
+    # adv38 1: without `subqueries` the reader cannot check the widths; scoring names the
+    # context's line and qid, not its position in the batch
+    ok = _line("1", [[T]], None, claims=["x"], subquery_covered=[T], claim_relevance=[[T]])
+    bad = _line(
+        "2", [[T]], None, claims=["x"], subquery_covered=[T, F, T], claim_relevance=[[T, F]]
+    )
+    path = _write(tmp_path / "l.jsonl", [ok, bad])
+    message = r"l.jsonl:2: field 'outcomes.gen.claim_relevance\[0\]': has 2 .* 3 .*qid '2'"
+    with pytest.raises(UDCGInputError, match=message):
+        qcare_scores(list(read_contexts(path)), "gen")
+    assert main(["score", str(path), "--answers-from", "gen"]) == 2
+    assert "l.jsonl:2: field 'outcomes.gen.claim_relevance[0]'" in capsys.readouterr().err

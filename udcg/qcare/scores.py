@@ -144,7 +144,23 @@ def _answer_labels(
             value = [row[:k] for row in value]
         grids[name], has_null = _grid(value, depth)
         reasons[name] = UNUSABLE if has_null else None
+    if reasons["subquery_covered"] != NO_LABELS:
+        _check_widths(ctx, model, grids)
     return grids, reasons
+
+
+def _check_widths(ctx: Context, model: str, grids: dict[str, Any]) -> None:
+    """Refuse, at the context, a ``claim_relevance`` row whose number of sub-query columns is
+    not that of ``subquery_covered``."""
+    n_sub = len(grids["subquery_covered"])
+    for f, row in enumerate(grids["claim_relevance"]):
+        if len(row) != n_sub:
+            raise UDCGInputError(
+                f"has {len(row)} sub-query columns but subquery_covered has {n_sub} "
+                f"sub-queries (qid {ctx.qid!r})",
+                field=f"outcomes.{model}.claim_relevance[{f}]",
+                **ctx.location(),
+            )
 
 
 def _check_model(contexts: Sequence[Context], model: str) -> None:
