@@ -374,6 +374,12 @@ def format_report(report: QCareReport, judge: str) -> str:
             f"--relabel: replaced the labels of {report.replaced} contexts"
             + (f"; dropped another judge's labels of {dropped}" if dropped else "")
         )
+    if report.stale:
+        stale = ", ".join(f"outcomes.{m} {n}" for m, n in sorted(report.stale.items()))
+        lines.append(
+            f"dropped this judge's labels of {stale}: computed on another question or other "
+            "passages (label them again with --answers-from)"
+        )
     fallbacks = {k: v for k, v in report.fallbacks.items() if k != "generation prompts"}
     lines.append(
         "fallbacks and special cases: "

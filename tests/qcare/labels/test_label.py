@@ -214,7 +214,9 @@ def test_given_labels_are_refused_unless_relabel(tag_judge) -> None:
         label_contexts([given], tag_judge())
     (out,), report = label_contexts([given], tag_judge(), relabel=True)
     assert [p.covers for p in out.passages] == [[True], [True]] and report.replaced == 1
-    assert out.extra["qcare_labels"] == {
+    record = out.extra["qcare_labels"]
+    assert record.pop("inputs").keys() == {"question", "passages"}
+    assert record == {
         "judge": "tag",
         "fingerprint": "tag-v1",
         "subqueries": "given",
@@ -271,3 +273,45 @@ def test_labels_per_sub_query_without_the_sub_queries_are_refused(tag_judge) -> 
     stale = replace(ctx, outcomes={**ctx.outcomes, "human": {"subquery_covered": [True]}})
     with pytest.raises(UDCGInputError, match=r"outcomes\.human\.subquery_covered"):
         label_contexts([stale], tag_judge(), answers_from="gen")
+
+
+def test_same_key_another_fingerprint_is_refused_naming_both(tag_judge) -> None:
+    """adv38 3: one judge key served with two fingerprints: the refusal says which."""
+    first, _ = label_contexts(_contexts()[:1], tag_judge())
+    moved = tag_judge()
+    moved.fingerprint = "tag-v2"
+    with pytest.raises(UDCGInputError, match=r"judge 'tag' with fingerprint 'tag-v1'.*'tag-v2'"):
+        label_contexts(first, moved)
+
+
+def test_a_changed_question_is_decomposed_again(tag_judge) -> None:
+    """adv38 2: the judge's sub-queries of an edited question are not kept; a file labelled
+    before the record held its inputs keeps them, as it did."""
+    ctx = replace(_contexts()[0], question="capital #fr")
+    (first,), _ = label_contexts([ctx], tag_judge(), answers_from="gen")
+    assert first.subqueries == ["capital #fr"]
+    edited = replace(first, question=QUESTION)
+    (again,), report = label_contexts([edited], tag_judge())
+    assert again.subqueries == ["capital #fr", "river #rv"]
+    assert [p.covers for p in again.passages] == [[True, False], [True, True], [False, False]]
+    # gen's labels were of the old sub-queries: dropped, said, no longer in the record
+    assert "claim_relevance" not in again.outcomes["gen"] and report.stale == {"gen": 1}
+    assert again.extra["qcare_labels"]["outcomes"] == []
+    fresh, _ = label_contexts([replace(ctx, question=QUESTION)], tag_judge())
+    assert again.extra["qcare_labels"]["inputs"] == fresh[0].extra["qcare_labels"]["inputs"]
+    record = {k: v for k, v in first.extra["qcare_labels"].items() if k != "inputs"}
+    (before,), _ = label_contexts([replace(edited, extra={"qcare_labels": record})], tag_judge())
+    assert before.subqueries == ["capital #fr"]
+
+
+def test_reordered_passages_drop_this_judges_kept_outcome_labels(tag_judge) -> None:
+    """adv38 5: claim_support of an outcome this run does not label is indexed by chunk: a
+    coverage rerun on reordered passages drops it rather than keep the old order."""
+    (first,), _ = label_contexts(_contexts()[:1], tag_judge(), answers_from="gen")
+    reordered = replace(first, passages=first.passages[::-1])
+    (again,), report = label_contexts([reordered], tag_judge())
+    assert not set(again.outcomes["gen"]) & {"claims", "claim_support", "claim_support_prob"}
+    assert report.stale == {"gen": 1} and again.extra["qcare_labels"]["outcomes"] == []
+    assert again.outcomes["gen"]["answer"] == first.outcomes["gen"]["answer"]
+    (same,), report = label_contexts([first], tag_judge())  # unchanged inputs: kept
+    assert same.outcomes["gen"] == first.outcomes["gen"] and not report.stale

@@ -11,8 +11,9 @@ What is written (see :mod:`udcg.io.contexts.jsonl`):
   turns, once per distinct (question, history);
 * ``qcare_labels``, the record of who labelled the context: ``judge`` (its key),
   ``fingerprint``, ``subqueries`` (``"given"`` or ``"judge"``), ``outcomes`` (the models
-  whose answers it labelled) and ``checks`` (how its Yes/No labels were read: ``logprobs``,
-  ``text`` or both);
+  whose answers it labelled), ``checks`` (how its Yes/No labels were read: ``logprobs``,
+  ``text`` or both) and ``inputs`` (short digests of the question and of the passages'
+  texts in order, so that a later run sees when they changed);
 * ``passages[].covers[s]`` (hard) and ``passages[].covers_prob[s]`` (soft, null for text
   labels and for values the server only bounded);
 * with ``answers_from=MODEL``, in ``outcomes[MODEL]``: ``claims`` of its ``answer``,
@@ -23,16 +24,18 @@ What is written (see :mod:`udcg.io.contexts.jsonl`):
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.checks import OUTCOME_LABELS
 from udcg.io.contexts.jsonl import Context
 from udcg.io.contexts.sources import RECORD
 from udcg.judge.base import Judge
+from udcg.judge.cache import canonical_json
 from udcg.qcare.conversation import history_of
 from udcg.qcare.labels import prompts as qp
 from udcg.qcare.labels.checks import CheckMode, YesNoChecker
@@ -73,6 +76,7 @@ class QCareReport:
     reference_calls: int = 0
     replaced: int = 0
     dropped: Counter = field(default_factory=Counter)
+    stale: Counter = field(default_factory=Counter)
 
     @property
     def judge_calls(self) -> int:
@@ -145,17 +149,41 @@ def _written_labels(ctx: Context, answers_from: str | None) -> str | None:
     return next((f"outcomes.{answers_from}.{n}" for n in OUTCOME_LABELS if n in outcome), None)
 
 
-def _prepare(
-    ctx: Context, judge: Judge, answers_from: str | None, relabel: bool
-) -> tuple[Context, dict[str, Any], bool, list[str]]:
+class _Prepared(NamedTuple):
+    """A context made ready to label: see :func:`_prepare`."""
+
+    context: Context
+    record: dict[str, Any]
+    replaced: bool
+    dropped: list[str]
+    stale: list[str]
+
+
+def _inputs(ctx: Context) -> dict[str, str]:
+    """Short digests of what a context's labels are computed from: its query (question and
+    earlier turns) and its passages' texts in order."""
+    parts = {
+        "question": [ctx.question, history_of(ctx)],
+        "passages": [p.text for p in ctx.passages],
+    }
+    return {
+        name: hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
+        for name, value in parts.items()
+    }
+
+
+def _prepare(ctx: Context, judge: Judge, answers_from: str | None, relabel: bool) -> _Prepared:
     """The context to label, its new record, whether labels not this judge's are replaced,
-    and the models whose judge labels were dropped.
+    the models whose labels by another judge were dropped and those whose labels by this
+    judge were dropped as stale.
 
     Labels written by this judge (same fingerprint in the record) are recomputed; labels of
     another judge or without a record are refused unless ``relabel``, which replaces them
     (sub-queries the other judge decomposed are decomposed again, its labels of other
-    outcomes are dropped). Labels per sub-query that would outlive their sub-queries are
-    refused."""
+    outcomes are dropped). When the question or the passages differ from those the record's
+    ``inputs`` name, this judge's sub-queries are decomposed again (question) and its labels
+    of other outcomes are dropped (a record without ``inputs`` is taken as matching). Labels
+    per sub-query that would outlive their sub-queries are refused."""
     old = ctx.extra.get(RECORD) if isinstance(ctx.extra.get(RECORD), dict) else {}
     own = bool(old) and old.get("fingerprint") == judge.fingerprint
     theirs = [] if own else [m for m in old.get("outcomes", []) if m in ctx.outcomes]
@@ -172,31 +200,41 @@ def _prepare(
         )
     if written is not None and not relabel:
         who = f"judge {old.get('judge')!r}" if old else f"given: no {RECORD} record"
+        by = f"judge {judge.name!r}"
         if own:
             who = f"given: the {RECORD} record of judge {judge.name!r} does not list it"
+        elif old.get("judge") == judge.name:  # one key, two fingerprints: say which
+            who += f" with fingerprint {old.get('fingerprint')!r}"
+            by += f" with fingerprint {judge.fingerprint!r}"
         raise UDCGInputError(
-            f"holds labels already ({who}); labelling would replace them with the labels of judge "
-            f"{judge.name!r}: pass --relabel (relabel=True) to replace them, or remove them",
+            f"holds labels already ({who}); labelling would replace them with the labels of "
+            f"{by}: pass --relabel (relabel=True) to replace them, or remove them",
             field=written,
             **ctx.location(),
         )
+    inputs = _inputs(ctx)
+    recorded = old.get("inputs") if own and isinstance(old.get("inputs"), dict) else {}
+    changed = {name for name, digest in inputs.items() if recorded.get(name, digest) != digest}
     from_judge = old.get("subqueries") == "judge"
-    subqueries = ctx.subqueries if own or not from_judge else None
+    subqueries = ctx.subqueries if (own and "question" not in changed) or not from_judge else None
+    models = set(old.get("outcomes", [])) if own else set()
+    stale = sorted(models - {answers_from}) if changed else []
+    models -= set(stale)
     outcomes = dict(ctx.outcomes)
     dropped = [m for m in theirs if m != answers_from]
-    for model in dropped:
-        outcomes[model] = {k: v for k, v in outcomes[model].items() if k not in OUTCOME_LABELS}
+    for model in [*dropped, *stale]:
+        outcome = outcomes.get(model, {})
+        outcomes[model] = {k: v for k, v in outcome.items() if k not in OUTCOME_LABELS}
     if subqueries is None:
         for model, outcome in outcomes.items():
-            stale = next((n for n in PER_SUBQUERY if n in outcome), None)
-            if model != answers_from and stale is not None:
+            per_subquery = next((n for n in PER_SUBQUERY if n in outcome), None)
+            if model != answers_from and per_subquery is not None:
                 raise UDCGInputError(
                     "labels per sub-query, but the judge is to decompose the sub-queries: "
                     "give `subqueries` with these labels or remove them",
-                    field=f"outcomes.{model}.{stale}",
+                    field=f"outcomes.{model}.{per_subquery}",
                     **ctx.location(),
                 )
-    models = set(old.get("outcomes", [])) if own else set()
     kept = models - {answers_from}  # this judge's labels of other outcomes, kept as they are
     earlier = old.get("checks") if kept and isinstance(old.get("checks"), list) else []
     record = {
@@ -205,15 +243,12 @@ def _prepare(
         "subqueries": "judge" if subqueries is None or from_judge else "given",
         "outcomes": sorted(models | ({answers_from} if answers_from else set())),
         "checks": earlier,  # how the labels kept from this judge's earlier runs were read
+        "inputs": inputs,
     }
     extra = {k: v for k, v in ctx.extra.items() if k != RECORD}
     replaced = written is not None  # for this judge: labels of an outcome it never labelled
-    return (
-        replace(ctx, subqueries=subqueries, outcomes=outcomes, extra=extra),
-        record,
-        replaced,
-        dropped,
-    )
+    context = replace(ctx, subqueries=subqueries, outcomes=outcomes, extra=extra)
+    return _Prepared(context, record, replaced, dropped, [m for m in stale if m in ctx.outcomes])
 
 
 def _run_checks(
@@ -279,10 +314,11 @@ def label_contexts(
     check_inputs(contexts, answers_from)
     report = QCareReport(contexts=len(contexts))
     prepared = [_prepare(c, judge, answers_from, relabel) for c in contexts]
-    for _, _, replaced, dropped in prepared:
-        report.replaced += replaced
-        report.dropped.update(dropped)
-    contexts = [c for c, _, _, _ in prepared]
+    for ready in prepared:
+        report.replaced += ready.replaced
+        report.dropped.update(ready.dropped)
+        report.stale.update(ready.stale)
+    contexts = [ready.context for ready in prepared]
     retries = nonnegative_int(retries, "retries")
     checker = YesNoChecker(judge, checks, retries=retries, batch=batch)
 
@@ -333,9 +369,13 @@ def label_contexts(
     routes = [r for r in ("logprobs", "text") if checker.counts[r]]
     out = [
         replace(
-            c, extra={**c.extra, RECORD: {**record, "checks": sorted({*record["checks"], *routes})}}
+            c,
+            extra={
+                **c.extra,
+                RECORD: {**r.record, "checks": sorted({*r.record["checks"], *routes})},
+            },
         )
-        for c, (_, record, _, _) in zip(out, prepared, strict=True)
+        for c, r in zip(out, prepared, strict=True)
     ]
     return out, report
 
