@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from udcg import stats
 from udcg.cli.benchmark import run_evaluate
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
+from udcg.qcare import qcare_scores
 
 DOCS = ["capital #a", "river #b", "capital #a river #b", "nothing", "river #b again", "none"]
 
@@ -67,3 +70,43 @@ def test_evaluate_with_qcare_labels_coverage_through_the_judge(
         c_ndcg = np.where(ideal[:, 0] > 0, (g @ discounts) / (ideal @ discounts), 0.0)
     assert report["means"]["C-nDCG"] == pytest.approx(c_ndcg.mean())
     assert report["config"]["qcare_gain"] == gain
+
+
+def test_a_null_coverage_label_is_missing_not_an_error(
+    tmp_path: Path, tag_judge, monkeypatch, evaluate_config
+) -> None:
+    """adv38 4: a check without a usable answer makes that context's C-Prec and C-nDCG
+    missing, counted in a note, as `udcg qcare score` does; the other metrics keep it."""
+    monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: tag_judge())
+    monkeypatch.setattr("udcg.pipeline.benchmark.check_hub_judge", lambda spec: None)
+    subqueries = ["capital #a", "river #b"]
+    contexts = [
+        replace(
+            c,
+            subqueries=subqueries,
+            passages=[
+                replace(p, covers=[s.split()[1] in p.text for s in subqueries]) for p in c.passages
+            ],
+        )
+        for c in _contexts()
+    ]
+    first = contexts[0].passages[0]
+    contexts[0].passages[0] = replace(first, covers=[None, True])
+    write_contexts(tmp_path / "in.jsonl", contexts)
+    cfg = evaluate_config(
+        "dataset=jsonl", f"dataset.path={tmp_path / 'in.jsonl'}", "retriever=given", "judge=tag",
+        "qcare=true",
+    )  # fmt: skip
+    report, _ = run_evaluate(cfg, tmp_path / "out")
+    expected = qcare_scores(contexts[1:]).means()
+    assert report["means"]["C-Prec"] == pytest.approx(expected["C-Prec"])
+    assert report["means"]["C-nDCG"] == pytest.approx(expected["C-nDCG"])
+    assert report["setup"]["n_contexts"] == len(contexts)
+    assert any(
+        "C-Prec and C-nDCG missing for 1 of 8 contexts (a check without a usable answer 1)" in n
+        for n in report["notes"]
+    )
+    rows = {row["metric"]: row for row in report["correlations"]}
+    correct = [c.outcomes["tag"]["correct"] for c in contexts[1:]]
+    values = qcare_scores(contexts[1:]).values["C-Prec"].data  # the correlation of the others
+    assert rows["C-Prec"]["spearman"] == pytest.approx(stats.correlation(values, correct))

@@ -26,6 +26,7 @@ from udcg.pipeline import correlate, report
 from udcg.pipeline.calibration_report import calibration_report
 from udcg.pipeline.context_scores import made_by_spec, refuse_kept_values
 from udcg.pipeline.datasets import Dataset
+from udcg.pipeline.metric_table import defined
 from udcg.pipeline.order_study import compare_orders, run_order_study
 from udcg.pipeline.scoring import score_table
 from udcg.pipeline.settings import EvaluateSettings
@@ -382,7 +383,7 @@ def _benchmark(
             "config": config if config is not None else _settings_json(settings),
             **({} if sweep is None else {"sweep": sweep}),
             "signal": None if signal is None else signal.as_dict(),
-            "means": {m: float(np.mean(v)) for m, v in table.scores.items()},
+            "means": {m: float(np.mean(defined(v)[0])) for m, v in table.scores.items()},
             "tuned_gammas": table.gammas,
             "crossfit_theta_weights": [
                 {"alpha": m.alpha_.tolist(), "beta": m.beta_.tolist()} for m in table.theta_models

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from udcg import stats
-from udcg.pipeline.metric_table import finite_or_none, is_relevant, metric_rows
+from udcg.pipeline.metric_table import defined, finite_or_none, is_relevant, metric_rows
 
 
 def correlations(
@@ -38,15 +38,16 @@ def paired_tests(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """For every pair of metrics, the paired bootstrap test of "A correlates better than B",
-    A being the one with the higher point estimate; pairs with an undefined side are left out."""
-    point = {name: stats.correlation(v, correct, method) for name, v in scores.items()}
-    defined = [n for n in scores if math.isfinite(point[n])]
+    A being the one with the higher point estimate, over the contexts where both are defined;
+    pairs with an undefined side are left out."""
+    point = {name: stats.correlation(*defined(v, correct), method) for name, v in scores.items()}
+    usable = [n for n in scores if math.isfinite(point[n])]
     out = []
-    for x, y in itertools.combinations(defined, 2):
+    for x, y in itertools.combinations(usable, 2):
         a, b = (x, y) if point[x] >= point[y] else (y, x)
-        res = stats.paired_bootstrap_test(
-            scores[a], scores[b], correct, groups, method, n_resamples, seed
-        )
+        both = scores[a] + scores[b]  # NaN where either is missing
+        _, va, vb, c, g = defined(both, scores[a], scores[b], correct, groups)
+        res = stats.paired_bootstrap_test(va, vb, c, g, method, n_resamples, seed)
         out.append(
             {
                 "a": a,

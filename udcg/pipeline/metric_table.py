@@ -114,6 +114,20 @@ def show_interval(low: float | None, high: float | None) -> str:
     return f"[{low:+.3f}, {high:+.3f}]"
 
 
+def defined(values: Any, *aligned: Any) -> tuple[np.ndarray, ...]:
+    """``values`` and each of the ``aligned`` arrays kept where ``values`` is not NaN (a
+    metric missing for some contexts).
+
+    Examples:
+        >>> kept = defined([0.5, float("nan"), 1.0], [True, False, True])
+        >>> [a.tolist() for a in kept]
+        [[0.5, 1.0], [True, True]]
+    """
+    values = np.asarray(values, dtype=np.float64)
+    keep = ~np.isnan(values)
+    return (values[keep], *(np.asarray(a)[keep] for a in aligned))
+
+
 def metric_rows(
     scores: dict[str, np.ndarray],
     correct: np.ndarray,
@@ -122,19 +136,21 @@ def metric_rows(
     n_resamples: int = 1000,
     seed: int = 0,
 ) -> list[MetricRow]:
-    """Correlation of each metric with correctness, with a query-bootstrap 95% CI."""
+    """Correlation of each metric with correctness, with a query-bootstrap 95% CI, over the
+    contexts where the metric is defined (not NaN)."""
     rows = []
-    for name, values in scores.items():
+    for name, all_values in scores.items():
+        values, correct_, groups_ = defined(all_values, correct, groups)
         result = stats.bootstrap_correlation(
-            values, correct, groups, method=method, n_resamples=n_resamples, seed=seed
+            values, correct_, groups_, method=method, n_resamples=n_resamples, seed=seed
         )
         rows.append(
             MetricRow(
                 name,
                 result,
-                stats.correlation(values, correct, "kendall"),
-                stats.correlation(values, correct, "pearson"),
-                undefined_reason(np.asarray(values), np.asarray(correct)),
+                stats.correlation(values, correct_, "kendall"),
+                stats.correlation(values, correct_, "pearson"),
+                undefined_reason(values, correct_),
             )
         )
     return rows

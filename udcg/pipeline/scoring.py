@@ -10,17 +10,12 @@ import numpy as np
 
 from udcg import metrics
 from udcg.errors import UDCGInputError
-from udcg.io.contexts.jsonl import (
-    Context,
-    correctness,
-    coverage_matrices,
-    relevance_matrix,
-)
+from udcg.io.contexts.jsonl import Context, correctness, relevance_matrix
 from udcg.io.joins.utility_sources import get_source
 from udcg.labels.erag import erag_labels
 from udcg.pipeline.fit_size import warn_if_few_contexts
 from udcg.pipeline.metric_table import classic_metrics, erag_metrics
-from udcg.qcare.coverage import c_ndcg, c_precision, coverage
+from udcg.qcare.scores import RETRIEVAL_METRICS, qcare_scores
 from udcg.theta import UDCGTheta, UDCGThetaConvergenceWarning, split_by_query, tune_gamma
 
 # metrics fitted on the outcomes of the run they score (each half on the other half): fine
@@ -123,6 +118,27 @@ def _erag_scores(
     return erag_metrics(labels)
 
 
+def _coverage_scores(
+    contexts: Sequence[Context], k: int, gain: str, notes: list[str]
+) -> dict[str, np.ndarray]:
+    """C-Prec and C-nDCG as ``udcg qcare score`` computes them, NaN where a context's labels
+    cannot be used (a check without a usable answer), counted in a note; none when no context
+    has usable labels."""
+    found = qcare_scores(contexts, k=k, gain=gain)
+    missing = found.missing["C-Prec"]
+    n = sum(missing.values())
+    if n:
+        reasons = ", ".join(f"{why} {count}" for why, count in sorted(missing.items()))
+        if n == len(contexts):
+            notes.append(f"C-Prec and C-nDCG skipped: no context has usable labels ({reasons})")
+            return {}
+        notes.append(
+            f"C-Prec and C-nDCG missing for {n} of {len(contexts)} contexts ({reasons}): their "
+            "means and correlations are over the others"
+        )
+    return {name: found.values[name].filled(np.nan) for name in RETRIEVAL_METRICS}
+
+
 def score_table(
     contexts: Sequence[Context],
     k: int,
@@ -185,9 +201,7 @@ def score_table(
     if all(
         c.subqueries is not None and all(p.covers is not None for p in c.passages) for c in kept
     ):
-        gains = np.stack(coverage(coverage_matrices(kept)))
-        scores["C-Prec"] = c_precision(gains, k)
-        scores["C-nDCG"] = c_ndcg(gains, k, qcare_gain)
+        scores.update(_coverage_scores(kept, k, qcare_gain, notes))
     else:
         notes.append("C-Prec and C-nDCG skipped: no coverage labels (set qcare=true)")
     scores.update(classic_metrics(relevant, hits=True))
