@@ -376,3 +376,24 @@ def test_a_claim_relevance_width_mismatch_names_the_context(tmp_path: Path, caps
         qcare_scores(list(read_contexts(path)), "gen")
     assert main(["score", str(path), "--answers-from", "gen"]) == 2
     assert "l.jsonl:2: field 'outcomes.gen.claim_relevance[0]'" in capsys.readouterr().err
+
+
+def test_score_contexts_qcare_true_without_outcomes_gives_the_coverage_columns(
+    tmp_path: Path,
+) -> None:
+    """adv38 6: qcare=True on coverage labels without outcomes: C-Prec and C-nDCG as
+    qcare=None gives them, the generator's columns NaN (no answers_from error)."""
+    import udcg
+
+    pytest.importorskip("pandas", reason="score_contexts needs pandas")
+    passages = [
+        {"doc_id": "d1", "relevant": True, "abstain_prob": {"m": 0.2}, "covers": [T, F]},
+        {"doc_id": "d2", "relevant": False, "abstain_prob": {"m": 0.6}, "covers": [T, T]},
+    ]
+    path = _write(
+        tmp_path / "c.jsonl", [{"qid": "q1", "subqueries": ["a", "b"], "passages": passages}]
+    )
+    frame = udcg.score_contexts(path, qcare=True)
+    assert frame["C-Prec"].tolist() == [0.75]
+    assert frame["C-nDCG"].tolist() == udcg.score_contexts(path)["C-nDCG"].tolist()
+    assert frame[["Completeness", "Conciseness", "Verifiableness"]].isna().all().all()

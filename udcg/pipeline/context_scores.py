@@ -24,7 +24,7 @@ from udcg.judge.spec import PRECOMPUTED
 from udcg.labels.erag import erag_labels
 from udcg.metrics.udcg import DEFAULT_GAMMA
 from udcg.pipeline.metric_table import ERAG_METRICS, classic_metrics, erag_metrics
-from udcg.qcare.scores import qcare_scores
+from udcg.qcare.scores import GENERATOR_METRICS, qcare_scores
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -330,10 +330,11 @@ def score_contexts(
     (``abstention`` or ``answer_likelihood``); ``weights``: a fitted :class:`udcg.UDCGTheta`,
     a weights folder or file, checked against the contexts (``allow_mismatch`` lets named
     fields differ, with a note); ``qcare``: None adds Q-CARE's columns when some context has
-    its labels, True always, False never; ``qcare_gain`` and ``qcare_coverage`` are
-    :func:`udcg.qcare.qcare_scores`'s ``gain`` and ``coverage``; ``erag``: None adds eRAG's
-    columns when some passage has an eRAG label of the judge, True always, False never. Notes
-    land in ``frame.attrs["notes"]``. Needs pandas (the ``pandas`` extra).
+    its labels, True always (the generator's NaN when the judge has no outcomes), False never;
+    ``qcare_gain`` and ``qcare_coverage`` are :func:`udcg.qcare.qcare_scores`'s ``gain`` and
+    ``coverage``; ``erag``: None adds eRAG's columns when some passage has an eRAG label of the
+    judge, True always, False never. Notes land in ``frame.attrs["notes"]``. Needs pandas (the
+    ``pandas`` extra).
 
     >>> import udcg
     >>> frame = udcg.score_contexts(udcg.demo_contexts())
@@ -371,7 +372,8 @@ def score_contexts(
         columns.update(theta_columns(model, relevant, util))
     columns.update(classic_metrics(relevant))
     if qcare or (qcare is None and _has_qcare_labels(contexts)):
-        answers = judge if qcare or _has_answer_labels(contexts, judge) else None
+        outcomes = any(judge in c.outcomes for c in contexts)
+        answers = judge if (qcare and outcomes) or _has_answer_labels(contexts, judge) else None
         where = os.fspath(given) if isinstance(given, str | os.PathLike) else "the contexts"
         warn_mixed_sources(contexts, where)
         if answers is not None:
@@ -380,6 +382,8 @@ def score_contexts(
             contexts, answers_from=answers, gain=qcare_gain, coverage=qcare_coverage
         )
         columns.update({name: v.filled(np.nan) for name, v in scores.values.items()})
+        if qcare and answers is None:  # every column: the judge has no outcomes to score
+            columns.update({n: np.full(len(contexts), np.nan) for n in GENERATOR_METRICS})
     if erag or (erag is None and _has_erag_labels(contexts, judge)):
         columns.update(erag_columns(contexts, judge))
     frame = pd.DataFrame(columns)
