@@ -214,6 +214,32 @@ def test_label_adds_qcare_labels_through_the_cache(tag_judge, tmp_path: Path) ->
         udcg.label(contexts, tag_judge(), ["qcar"])
 
 
+def test_label_qcare_is_qcare_label(tag_judge) -> None:
+    """adv38 7, 8: step qcare labels the claims of the judge's answers, recomputes the judge's
+    own labels and refuses another judge's (as `udcg qcare label`), unless relabel."""
+    import udcg
+    from udcg.qcare import label_contexts
+
+    passages = [udcg.Passage(doc_id="p1", text="Paris is the capital #fr")]
+    answer = {"tag": {"answer": "Paris #fr; the Seine #rv", "correct": True}}
+    contexts = [udcg.Context("q1", passages, question="capital #fr", outcomes=answer)]
+    expected, _ = label_contexts(contexts, tag_judge(), answers_from="tag")
+    (labelled,) = udcg.label(contexts, tag_judge(), ["qcare"], cache=False)
+    assert labelled == expected[0] and labelled.outcomes["tag"]["claims"] == [
+        "Paris #fr",
+        "the Seine #rv",
+    ]
+    assert udcg.label([labelled], tag_judge(), ["qcare"], cache=False) == [labelled]
+
+    class Other(tag_judge):
+        name, fingerprint = "other", "other-v1"
+
+    with pytest.raises(udcg.UDCGInputError, match=r"passages\[0\]\.covers.*judge 'tag'"):
+        udcg.label([labelled], Other(), ["qcare"], cache=False)
+    (replaced,) = udcg.label([labelled], Other(), ["qcare"], cache=False, relabel=True)
+    assert replaced.extra["qcare_labels"]["judge"] == "other"
+
+
 def test_label_leaves_no_file_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``udcg.label`` with a spec opens the judge, its cache and a precomputed index, and
     closes them before it returns (a caller with the garbage collector off would run out of

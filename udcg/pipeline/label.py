@@ -32,6 +32,7 @@ def label(
     relevance: str = "string",
     grader: str = "span",
     max_new_tokens: int = 32,
+    relabel: bool = False,
 ) -> list[Context]:
     """New contexts with the labels of ``steps`` added (:data:`STEPS`; the inputs are not
     modified). ``contexts``: contexts or a contexts JSONL file; ``judge``: a judge
@@ -39,7 +40,10 @@ def label(
     rerun asks the judge nothing twice; None: for a spec, the one every command shares
     (:func:`udcg.judge.cache.default_cache_path`), for a judge object none; False: none.
     ``relevance`` (``string`` | ``llm``) and ``grader`` (``span`` | ``llm``) are
-    :func:`udcg.labels.annotate.annotate`'s.
+    :func:`udcg.labels.annotate.annotate`'s. Step ``qcare`` is ``udcg qcare label``
+    (:func:`udcg.qcare.label_contexts`), with ``--answers-from`` the judge when the contexts
+    carry its answers (``outcomes[judge].answer``): its own labels are recomputed, Q-CARE labels
+    of another judge or given by hand are refused unless ``relabel``, which replaces them.
 
     >>> import json, tempfile
     >>> from pathlib import Path
@@ -70,15 +74,23 @@ def label(
         judge = CachedJudge(judge, cache)
         close = judge.cache.close
     try:
-        return annotate_contexts(
+        out = annotate_contexts(
             as_contexts(contexts, distinct=False),  # labelled as given, repeats included
             judge,
             [s for s in steps if s != "qcare"],
             relevance,
             grader,
             max_new_tokens,
-            "qcare" in steps,
+            qcare=False,
         )
+        if "qcare" in steps:
+            from udcg.qcare import label_contexts
+
+            answers = any("answer" in c.outcomes.get(judge.name, {}) for c in out)
+            out, _ = label_contexts(
+                out, judge, answers_from=judge.name if answers else None, relabel=relabel
+            )
+        return out
     finally:
         if close is not None:
             close()
