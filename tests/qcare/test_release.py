@@ -185,6 +185,20 @@ def test_cli_import_then_score(files, tmp_path: Path, capsys) -> None:
     assert [r["Verifiableness"] for r in rows] == [0.5, 1.0]
 
 
+def test_a_retriever_the_record_does_not_name_is_refused(files, tmp_path: Path, capsys) -> None:
+    """adv38 9: coverage judged on ANCE's chunks is not paired with BM25's texts."""
+    _, retrieval, testbed = files
+    (ctx,) = read_release_results(retrieval, testbed, retriever="ANCE")  # as recorded: fine
+    assert ctx.run == "ANCE" and ctx.passages[0].text == "b-1"
+    with pytest.raises(UDCGInputError, match=r"judged on 'ANCE' chunks, not on the 'BM25'") as err:
+        read_release_results(retrieval, testbed, retriever="BM25")
+    assert (err.value.path, err.value.field) == (str(retrieval), "[0].retriever")
+    argv = ["import", str(retrieval), "--benchmark", str(testbed), "--retriever", "BM25"]
+    assert main([*argv, "-o", str(tmp_path / "o.jsonl")]) == 2
+    assert "field '[0].retriever'" in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 def _broken(tmp_path: Path, change) -> Path:
     record = json.loads(json.dumps(RECORD_A))
     change(record)

@@ -174,7 +174,15 @@ def _record(
         prefix = "relevance_check."
     else:  # evaluate_retriever.py: the coverage alone, at the top level
         checks, prefix = {"query_chunk_coverage": obj["query_chunk_coverage"]}, ""
-    run = retriever or obj.get("retriever") or DEFAULT_RETRIEVER
+    recorded = obj.get("retriever")
+    if retriever is not None and recorded is not None and recorded != retriever:
+        raise where.error(
+            "retriever",
+            f"the record's coverage was judged on {recorded!r} chunks, not on the "
+            f"{retriever!r} chunks --retriever (retriever=) names: leave it out, or import "
+            f"results judged on {retriever!r} chunks",
+        )
+    run = retriever or recorded or DEFAULT_RETRIEVER
     if not isinstance(run, str):
         raise where.error("retriever", f"must be a string, got {kind(run)}")
     texts: list[str | None] = [None] * k
@@ -293,7 +301,8 @@ def read_release_results(
     ``benchmark``: the benchmark file the run read (``data/testbed/*.json``), for the chunk
     texts of ``retrieved_chunk[retriever]`` (without it, passages have no text);
     ``retriever``: the run name and the benchmark's chunk list (default: the record's
-    ``retriever``, else ``BM25``, evaluate.py's default); ``k``: chunks judged per query;
+    ``retriever``, else ``BM25``, evaluate.py's default; a record naming another retriever is
+    refused: its coverage was judged on that one's chunks); ``k``: chunks judged per query;
     ``model``: the outcome key (default: each record's ``target_model``).
 
     Examples:
