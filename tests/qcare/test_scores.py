@@ -312,6 +312,15 @@ def test_annotators_read_a_piped_human_file_once(tmp_path: Path) -> None:
     assert b"C-Prec" in result.stdout and b"empty file" not in result.stderr
 
 
+def test_agreement_refuses_standard_input_for_both_files(capsys) -> None:
+    """adv38 10: `cat l.jsonl | udcg qcare agreement - -` compared the file with itself."""
+    for judge, human in (("-", "-"), ("-", "/dev/stdin")):
+        assert main(["agreement", judge, human]) == 2
+        err = capsys.readouterr().err
+        assert "judge_labels and human_labels both read standard input" in err
+        assert len(err.strip().splitlines()) == 1
+
+
 def test_fractional_coverage_reads_a_null_beside_a_yes_no_label_as_that_label() -> None:
     """Text-route labels and values the server only bounded have a ``null`` soft value beside
     their yes/no label: fractional coverage reads it as 0 or 1 (hand-computed C-Prec: r =

@@ -471,6 +471,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.out:
                 _write_scores(args.out, contexts, scores, args)
         else:
+            refuse_stdin_twice(
+                {"judge_labels": args.judge_labels, "human_labels": args.human_labels}
+            )
             out = standard_output()  # the results go there: refused closed or read-only, first
             judged = list(read_contexts(args.judge_labels))
             human = list(read_contexts(args.human_labels))  # read once: HUMAN may be a pipe
