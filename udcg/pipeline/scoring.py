@@ -122,19 +122,19 @@ def _coverage_scores(
     contexts: Sequence[Context], k: int, gain: str, notes: list[str]
 ) -> dict[str, np.ndarray]:
     """C-Prec and C-nDCG as ``udcg qcare score`` computes them, NaN where a context's labels
-    cannot be used (a check without a usable answer), counted in a note; none when no context
-    has usable labels."""
+    cannot be used (a check without a usable answer), counted in a note; none when fewer than
+    two contexts have usable labels (no correlation)."""
     found = qcare_scores(contexts, k=k, gain=gain)
     missing = found.missing["C-Prec"]
     n = sum(missing.values())
     if n:
         reasons = ", ".join(f"{why} {count}" for why, count in sorted(missing.items()))
-        if n == len(contexts):
-            notes.append(f"C-Prec and C-nDCG skipped: no context has usable labels ({reasons})")
+        missing_for = f"missing for {n} of {len(contexts)} contexts ({reasons})"
+        if len(contexts) - n < 2:
+            notes.append(f"C-Prec and C-nDCG skipped: {missing_for}")
             return {}
         notes.append(
-            f"C-Prec and C-nDCG missing for {n} of {len(contexts)} contexts ({reasons}): their "
-            "means and correlations are over the others"
+            f"C-Prec and C-nDCG {missing_for}: their means and correlations are over the others"
         )
     return {name: found.values[name].filled(np.nan) for name in RETRIEVAL_METRICS}
 
