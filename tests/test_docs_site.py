@@ -40,6 +40,19 @@ def test_every_readme_link_resolves() -> None:
     assert missing == []
 
 
+def _train_output(markdown: str) -> str:
+    """The ``text`` block that follows ``python train.py k=5`` ... ``prints`` in ``markdown``."""
+    found = re.search(r"`python train\.py k=5` takes.*?```text\n(.*?)```", markdown, re.S)
+    assert found, "no train.py k=5 output block"
+    return found.group(1)
+
+
+def test_the_getting_started_page_shows_the_readmes_train_output() -> None:
+    """One run's numbers on both pages: the README's block (from the README's first command)."""
+    page = (REPO / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert _train_output(page) == _train_output(README.read_text(encoding="utf-8"))
+
+
 def test_the_link_finder_sees_a_missing_target() -> None:
     text = "[a](docs/index.md) [b](https://x.org/c.md) [c](#here) ![d](docs/nowhere.png)"
     targets = _local_targets(text)
