@@ -86,7 +86,10 @@ def _train(out: Path, data: Path, *overrides: str) -> int:
 def test_train_with_mlflow_logs_the_run_it_wrote(tmp_path: Path, contexts_file: Path) -> None:
     env_before = os.environ.get("MLFLOW_TRACKING_URI")
     out = tmp_path / "run"
-    assert _train(out, contexts_file, "logger=mlflow") == 0
+    data = tmp_path / ("d" * 120) / ("e" * 120) / "contexts.jsonl"  # a path over 250 characters
+    data.parent.mkdir(parents=True)
+    data.write_bytes(contexts_file.read_bytes())
+    assert _train(out, data, "logger=mlflow") == 0
     assert os.environ.get("MLFLOW_TRACKING_URI") == env_before  # Lightning's setting undone
     client, run = _only_run(f"sqlite:///{out / 'mlflow.db'}", "udcg-train")
     assert run.info.status == "FINISHED" and run.info.run_name == "k5"
@@ -102,6 +105,7 @@ def test_train_with_mlflow_logs_the_run_it_wrote(tmp_path: Path, contexts_file: 
     assert run.data.params["trainer.max_epochs"] == "null"  # resolved from ${trainer.max_epochs}
     assert run.data.params["model.max_epochs"] == "null"
     assert run.data.params["export_dir"] == str(out)
+    assert run.data.params["data.path"] == str(data)  # whole: Lightning's logger cuts at 250
 
     # per-epoch losses: the rows of history.csv, float for float, epoch = step
     with open(out / "history.csv", newline="") as handle:

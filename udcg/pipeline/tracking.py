@@ -34,13 +34,14 @@ import json
 import math
 import os
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from udcg.errors import UDCGInputError
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.validation import nonempty_str, one_of
 
 #: ``tracking=none`` logs nothing; ``tracking=mlflow`` logs to MLflow
@@ -59,6 +60,31 @@ ROW_LABELS = ("metric", "run", "position", "name", "source")
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_\-. /]+")
 #: MLflow's limit on a parameter value
 MAX_PARAM_CHARS = 6000
+
+
+def log_params(client: Any, run_id: str, params: Mapping[str, str]) -> None:
+    """Log ``params`` (flat names to strings) to MLflow run ``run_id`` whole, 100 per batch;
+    a value over MLflow's limit (:data:`MAX_PARAM_CHARS`) is cut there, with a warning naming
+    it (Lightning's ``MLFlowLogger`` cuts at 250 characters without a word).
+
+    >>> log_params(None, "run", {})  # nothing to log: MLflow is not asked
+    """
+    if not params:
+        return
+    from mlflow.entities import Param
+
+    cut = [(k, len(v)) for k, v in params.items() if len(v) > MAX_PARAM_CHARS]
+    if cut:
+        more = f" (and {len(cut) - 1} more)" if len(cut) > 1 else ""
+        warnings.warn(
+            f"MLflow keeps {MAX_PARAM_CHARS} characters of a parameter: {cut[0][0]!r} "
+            f"({cut[0][1]} characters){more} is logged cut",
+            UDCGWarning,
+            stacklevel=2,
+        )
+    items = [Param(k, v[:MAX_PARAM_CHARS]) for k, v in params.items()]
+    for start in range(0, len(items), 100):  # MLflow takes 100 params per batch
+        client.log_batch(run_id, params=items[start : start + 100])
 
 
 def local_store(directory: str | os.PathLike[str]) -> tuple[str, str]:
@@ -230,16 +256,14 @@ class MLflowRuns:
     ) -> str:
         """A finished run with ``params``, ``metrics`` (step 0), ``artifacts`` (files) and
         ``tags``; its run id. A failure on the way leaves the run marked FAILED."""
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric
 
         run = self.client.create_run(
             self.experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()}
         )
         run_id = run.info.run_id
         try:
-            items = [Param(k, v[:MAX_PARAM_CHARS]) for k, v in params.items()]
-            for start in range(0, len(items), 100):  # MLflow takes 100 params per batch
-                self.client.log_batch(run_id, params=items[start : start + 100])
+            log_params(self.client, run_id, params)
             stamp = run.info.start_time
             values = [Metric(k, v, stamp, 0) for k, v in metrics.items()]
             for start in range(0, len(values), 1000):  # and 1000 metrics

@@ -38,7 +38,7 @@ from udcg.pipeline.fit_size import warn_if_few_contexts
 from udcg.pipeline.metric_table import MetricRow, classic_metrics, finite_or_none, metric_rows
 from udcg.pipeline.plots import plot_weights
 from udcg.pipeline.settings import TrainSettings
-from udcg.pipeline.tracking import flat_metrics
+from udcg.pipeline.tracking import flat_metrics, log_params
 from udcg.progress import next_stage, progress
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
 
@@ -371,8 +371,9 @@ def log_run(
     artifacts: Sequence[Path] = (),
 ) -> None:
     """Add a finished training run to its Lightning ``loggers``: ``params`` (flat names to
-    strings) as hyperparameters, :func:`run_metrics` as metrics; an ``MLFlowLogger`` also gets
-    the ``artifacts`` (files and folders). Each logger is finalized ("success") again.
+    strings) as hyperparameters (to MLflow whole: :func:`udcg.pipeline.tracking.log_params`),
+    :func:`run_metrics` as metrics; an ``MLFlowLogger`` also gets the ``artifacts`` (files and
+    folders). Each logger is finalized ("success") again.
 
     >>> log_run([], None, {})  # no logger: nothing to do
     """
@@ -381,10 +382,12 @@ def log_run(
     from lightning.pytorch.loggers import MLFlowLogger
 
     for logger in loggers:
-        logger.log_hyperparams(dict(params))
+        if not isinstance(logger, MLFlowLogger):
+            logger.log_hyperparams(dict(params))
         logger.log_metrics(run_metrics(report, utility))
         if isinstance(logger, MLFlowLogger):
             client, run_id = logger.experiment, logger.run_id
+            log_params(client, run_id, params)
             for path in artifacts:
                 if Path(path).is_dir():
                     client.log_artifacts(run_id, str(path), artifact_path=Path(path).name)
