@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import stat
 import threading
@@ -335,3 +336,30 @@ def test_a_pipe_opened_again_in_one_command_gives_the_same_bytes(tmp_path: Path)
     finally:
         os.close(read)
     assert first == again == b"q1 Q0 d1 1 2.0 r\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_named_again_in_one_command_is_not_opened_again(tmp_path: Path) -> None:
+    """A FIFO's writer is gone after the first read: opening it again would wait for ever."""
+    from udcg.io.files import inputs_read_once, read_bytes, read_once
+
+    fifo = tmp_path / "run.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(b"q1 Q0 d1 1 2.0 r\n",))
+    writer.start()
+    with inputs_read_once():
+        first = read_bytes(read_once(fifo))
+        writer.join()
+        done: list[bytes] = []
+        reread = contextvars.copy_context().run  # this command's, in a thread that may hang
+        again = threading.Thread(
+            target=reread, args=(lambda: done.append(read_bytes(read_once(fifo))),)
+        )
+        again.start()
+        again.join(timeout=10)
+    hung = again.is_alive()
+    if hung:  # free the reader before failing
+        with open(fifo, "wb"):
+            pass
+        again.join()
+    assert not hung and done == [first] == [b"q1 Q0 d1 1 2.0 r\n"]

@@ -203,11 +203,14 @@ def read_once(path: PathType) -> PathType:
     check_input(path)
     if os.fspath(path) == STDIO or isinstance(path, InputBytes) or is_regular_file(path):
         return path
-    try:
+
+    def read() -> bytes:
         with open(path, "rb") as handle:
-            status = os.fstat(handle.fileno())  # a pipe a sweep's members open again: read once
-            data = _kept((status.st_dev, status.st_ino), handle.read, loose=False)
-            return InputBytes(path, data)
+            return handle.read()
+
+    try:  # a pipe a sweep's members name again: read once, known by what stat (not open) sees
+        status = os.stat(path)
+        return InputBytes(path, _kept((status.st_dev, status.st_ino), read, loose=False))
     except OSError as exc:
         raise _unreadable(path, exc) from None
 
