@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -38,6 +39,17 @@ def one_blas_thread() -> None:
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
+def _in_this_context(work: Callable[..., Any]) -> Callable[..., Any]:
+    """``work`` run in a copy of the calling thread's context (each call its own copy), so a
+    worker sees what the running command set: the inputs it read, its warnings."""
+
+    def run(*args: Any) -> Any:
+        return context.copy().run(work, *args)
+
+    context = contextvars.copy_context()
+    return run
+
+
 def map_concurrently(work: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
     """``[work(item) for item in items]`` on up to ``worker_count()`` threads; the first
     exception raised by a call propagates."""
@@ -48,7 +60,7 @@ def map_concurrently(work: Callable[[Any], Any], items: Iterable[Any]) -> list[A
     from concurrent.futures import ThreadPoolExecutor  # only where threads run
 
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(work, items))
+        return list(pool.map(_in_this_context(work), items))
 
 
 def run_concurrently(*calls: Callable[[], Any]) -> list[Any]:
@@ -62,6 +74,6 @@ def run_concurrently(*calls: Callable[[], Any]) -> list[Any]:
     from concurrent.futures import ThreadPoolExecutor  # only where threads run
 
     with ThreadPoolExecutor(workers) as pool:
-        others = [pool.submit(call) for call in calls[1:]]
+        others = [pool.submit(_in_this_context(call)) for call in calls[1:]]
         first = calls[0]()
         return [first, *(future.result() for future in others)]

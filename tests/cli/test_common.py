@@ -262,3 +262,29 @@ def test_commands_in_two_threads_put_the_warnings_state_back(capsys) -> None:
     err = capsys.readouterr().err
     assert "udcg one: warning: from the first\n" in err
     assert "udcg two: warning: from the second\n" in err
+
+
+def test_a_rerun_on_the_same_standard_input_rewritten_reads_it_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trec`` parses RUN on a worker thread: the worker reads standard input within the
+    command, so a second command on the same stream, rewritten in place and rewound, scores
+    the new run (as a file of the new run does)."""
+    from udcg.cli.main import main
+
+    monkeypatch.setenv("UDCG_NUM_THREADS", "2")
+    other = tmp_path / "other.trec"  # the ranking turned over: scores negated
+    rows = [line.split() for line in RUN.read_text().splitlines()]
+    other.write_text("".join(f"{q} Q0 {d} {r} {-float(s)} t\n" for q, _, d, r, s, _ in rows))
+    assert main(["trec", str(QRELS), str(other), "-m", "AP"]) == 0
+    expected = capsys.readouterr().out.replace(str(other), "-")
+    stdin = tmp_path / "stdin.trec"
+    stdin.write_text(RUN.read_text())
+    with stdin.open() as stream:
+        monkeypatch.setattr(sys, "stdin", stream)
+        assert main(["trec", str(QRELS), "-", "-m", "AP"]) == 0
+        first = capsys.readouterr().out
+        stdin.write_text(other.read_text())
+        stream.seek(0)
+        assert main(["trec", str(QRELS), "-", "-m", "AP"]) == 0
+        assert capsys.readouterr().out == expected != first

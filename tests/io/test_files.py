@@ -323,19 +323,30 @@ def test_inputs_read_once_keep_a_commands_standard_input_from_another_threads_en
 
 
 def test_a_pipe_opened_again_in_one_command_gives_the_same_bytes(tmp_path: Path) -> None:
-    """``<(...)`` read by a sweep's members (each opens the name again): one read."""
+    """``<(...)`` read by a sweep's members (each opens the name again, through any reader):
+    one read; outside a command a pipe is streamed, read once."""
+    from udcg.demo_data.demo import SOURCE, load_source
     from udcg.io.files import inputs_read_once, read_bytes, read_once
 
-    read, write = os.pipe()
-    os.write(write, b"q1 Q0 d1 1 2.0 r\n")
-    os.close(write)
-    name = f"/proc/self/fd/{read}"
+    def pipe(data: bytes) -> tuple[int, str]:
+        read, write = os.pipe()
+        threading.Thread(target=lambda: (os.write(write, data), os.close(write))).start()
+        return read, f"/proc/self/fd/{read}"
+
+    line = b"q1 Q0 d1 1 2.0 r\n"
+    read, name = pipe(line)
     try:
         with inputs_read_once():
-            first, again = read_bytes(read_once(name)), read_bytes(read_once(name))
+            assert read_bytes(read_once(name)) == read_bytes(name) == read_bytes(read_once(name))
+        assert read_bytes(name) == b""  # outside: read anew, and the pipe is drained
     finally:
         os.close(read)
-    assert first == again == b"q1 Q0 d1 1 2.0 r\n"
+    read, name = pipe(SOURCE.read_bytes())  # a demo source: a JSON file of 100 KB and more
+    try:
+        with inputs_read_once():
+            assert load_source(name) == load_source(name) == load_source(SOURCE)
+    finally:
+        os.close(read)
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
@@ -352,9 +363,7 @@ def test_a_named_pipe_named_again_in_one_command_is_not_opened_again(tmp_path: P
         writer.join()
         done: list[bytes] = []
         reread = contextvars.copy_context().run  # this command's, in a thread that may hang
-        again = threading.Thread(
-            target=reread, args=(lambda: done.append(read_bytes(read_once(fifo))),)
-        )
+        again = threading.Thread(target=reread, args=(lambda: done.append(read_bytes(fifo)),))
         again.start()
         again.join(timeout=10)
     hung = again.is_alive()

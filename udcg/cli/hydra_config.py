@@ -24,7 +24,6 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -45,13 +44,7 @@ from omegaconf.errors import MissingMandatoryValue
 from udcg.cli.common import Outcome, messages, run_command
 from udcg.cli.extras import missing_module_error
 from udcg.errors import UDCGInputError
-from udcg.io.files import (
-    atomic_write,
-    exclusive_writer,
-    inputs_read_once,
-    is_regular_file,
-    read_once,
-)
+from udcg.io.files import atomic_write, exclusive_writer, inputs_read_once
 from udcg.pipeline.settings import EvaluateSettings, Settings, TrainSettings
 from udcg.pipeline.sweep import current_sweep, start_sweep, write_summary
 from udcg.pipeline.tracking import TrackingSettings, track_sweep
@@ -191,9 +184,7 @@ def as_option(exc: UDCGInputError, cfg: DictConfig, group: str) -> UDCGInputErro
 def build(cfg: Any, option: str, drop: tuple[str, ...] = ()) -> Any:
     """``instantiate(cfg)`` without the keys in ``drop``; a missing value or a failing
     constructor is a UDCGInputError naming the option (``option`` is the config group the user
-    sets), a UDCGInputError from inside names the option behind its field. A ``path`` naming a
-    pipe (``/dev/stdin``, ``<(...)``) is read once for the command or sweep
-    (:func:`udcg.io.files.read_once`): every sweep member gets its content."""
+    sets), a UDCGInputError from inside names the option behind its field."""
     cfg = as_node(cfg)
     try:
         spec = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
@@ -201,11 +192,8 @@ def build(cfg: Any, option: str, drop: tuple[str, ...] = ()) -> Any:
         raise UDCGInputError(
             f"set {exc.full_key}=... (no value given)", field=str(exc.full_key)
         ) from None
-    path = spec.get("path")
-    piped = isinstance(path, str) and os.path.exists(path) and not os.path.isdir(path)
-    given = {"path": read_once(path)} if piped and not is_regular_file(path) else {}
     try:
-        return instantiate({k: v for k, v in spec.items() if k not in drop}, **given)
+        return instantiate({k: v for k, v in spec.items() if k not in drop})
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, UDCGInputError):

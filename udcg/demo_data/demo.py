@@ -19,6 +19,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage
+from udcg.io.files import read_bytes
 from udcg.validation import nonnegative_int
 
 SOURCE = Path(__file__).with_name("demo_source.json")
@@ -38,7 +39,7 @@ MIN_OTHERS = 5
 def load_source(path: Path) -> list[dict]:
     """The questions of the source file, checked (:func:`check_source`)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_bytes(path).decode("utf-8"))
     except FileNotFoundError:
         raise UDCGInputError("no such file", path=path) from None
     except (ValueError, RecursionError) as exc:

@@ -204,15 +204,28 @@ def read_once(path: PathType) -> PathType:
     if os.fspath(path) == STDIO or isinstance(path, InputBytes) or is_regular_file(path):
         return path
 
-    def read() -> bytes:
-        with open(path, "rb") as handle:
-            return handle.read()
-
-    try:  # a pipe a sweep's members name again: read once, known by what stat (not open) sees
-        status = os.stat(path)
-        return InputBytes(path, _kept((status.st_dev, status.st_ino), read, loose=False))
+    try:
+        data = _kept_pipe(path)
+        return InputBytes(path, _read_whole(path) if data is None else data)
     except OSError as exc:
         raise _unreadable(path, exc) from None
+
+
+def _read_whole(path: PathType) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _kept_pipe(path: PathType) -> bytes | None:
+    """The content of ``path`` when it names a pipe (``<(...)``, ``/dev/stdin`` piped, a FIFO)
+    and a command or sweep is running (:func:`inputs_read_once`): read whole once, known by
+    what ``stat`` sees (opening a FIFO whose writer is gone would wait for ever); else None."""
+    if _READ.get() is None:
+        return None
+    status = os.stat(path)
+    if not stat.S_ISFIFO(status.st_mode):
+        return None
+    return _kept((status.st_dev, status.st_ino), lambda: _read_whole(path), loose=False)
 
 
 def open_binary(path: PathType) -> IO[bytes]:
@@ -240,7 +253,8 @@ def open_binary(path: PathType) -> IO[bytes]:
         raw = io.BufferedReader(io.BytesIO(path.data))
     else:
         check_input(path)
-        raw = open(path, "rb")  # handed to the caller, who closes it
+        piped = _kept_pipe(path)  # in a command: a pipe its readers (a sweep's members) share
+        raw = open(path, "rb") if piped is None else io.BufferedReader(io.BytesIO(piped))
     if raw.peek(2)[:2] == b"\x1f\x8b":
         return _GzipReader(raw)
     head = raw.peek(10)[:10]
