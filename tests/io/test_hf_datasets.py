@@ -294,10 +294,12 @@ def test_fields_outside_the_schema_are_kept_as_the_jsonl_reader_keeps_them(
     lines = [
         {"qid": "q1", "topic": "books", "passages": [{"doc_id": "d1", "title": "Emma"}]},
         {"qid": "q2", "passages": [{"doc_id": "d2"}, {"doc_id": "d3", "title": "Paris"}]},
+        {"qid": "q3", "grade": "A", "passages": [], "outcomes": {"m": {"correct": True, "ms": 3}}},
     ]
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     expected = list(read_contexts(tmp_path / "c.jsonl"))
-    assert expected[0].extra == {"topic": "books"}
+    assert expected[0].extra == {"topic": "books"} and expected[2].extra == {"grade": "A"}
+    assert expected[2].outcomes == {"m": {"correct": True, "ms": 3}}
     assert hf.load_contexts_dataset(str(tmp_path)) == expected
 
 
@@ -354,6 +356,12 @@ def _one_row(**columns: object) -> datasets.Dataset:
         (
             lambda: _one_row(qid="q", run="r", passages=[], extra='{"run": "s"}'),
             "dataset row 0: field 'extra': holds 'run', which has its own column",
+        ),
+        (
+            lambda: _one_row(
+                qid="q", passages=[], outcomes=[{"model": "m", "correct": c} for c in (1, 0)]
+            ),
+            "dataset row 0: field 'outcomes[1].model': 'm' is given twice",
         ),
     ],
 )

@@ -258,12 +258,20 @@ def _struct_rows(value: Any) -> Any:
     return [dict(zip(value, items, strict=True)) for items in zip(*value.values(), strict=True)]
 
 
-def _with_extra(out: dict[str, Any], row: dict[str, Any], name: str, where: Where) -> Any:
-    """``out`` (the schema's fields of ``row``), the other fields ``row`` holds (a data file's
-    keys; null where a row lacks a key others have) and its ``extra`` JSON, which may not
-    name a field ``out`` holds."""
-    read = {*out, "extra", "grade"}
-    out |= {k: v for k, v in row.items() if k not in read and v is not None}
+def _unknown(row: dict[str, Any], read: Iterable[str]) -> dict[str, Any]:
+    """The fields of ``row`` outside ``read`` (a data file's keys the schema lacks), but those
+    null (a row lacking a key other rows have)."""
+    known = {*read, "extra"}
+    return {k: v for k, v in row.items() if k not in known and v is not None}
+
+
+def _with_extra(
+    out: dict[str, Any], row: dict[str, Any], name: str, where: Where, read: Iterable[str] = ()
+) -> Any:
+    """``out`` (the schema's fields of ``row``; ``read``: others it took in), the other fields
+    ``row`` holds (:func:`_unknown`) and its ``extra`` JSON, which may not name a field
+    ``out`` holds."""
+    out |= _unknown(row, [*out, *read])
     extra = _json_object(row.get("extra"), f"{name}extra", where)
     for key in extra:
         if out.get(key) is not None:
@@ -282,7 +290,7 @@ def _passage_json(row: Any, name: str, where: Where) -> Any:
     for key in JUDGE_PROB_KEYS:
         out[key] = _judge_map(row.get(key), f"{name}.{key}", where)
     out["covers"] = row.get("covers")
-    return _with_extra(out, row, f"{name}.", where)
+    return _with_extra(out, row, f"{name}.", where, read=["grade"])
 
 
 def _judge_map(items: Any, name: str, where: Where) -> Any:
@@ -301,17 +309,25 @@ def _judge_map(items: Any, name: str, where: Where) -> Any:
 
 
 def _outcomes_json(items: Any, where: Where) -> Any:
+    """The outcomes map of a list of structs with a ``model`` field (the schema's), or of a
+    struct of structs keyed by model (a contexts JSONL's map as ``datasets`` reads it, null
+    for a model a row lacks)."""
     items = _struct_rows(items)
     if items is None:
         return None
+    if isinstance(items, dict) and all(v is None or isinstance(v, dict) for v in items.values()):
+        items = [{**v, "model": m} for m, v in items.items() if v is not None]
     if not isinstance(items, list) or not all(
         isinstance(i, dict) and isinstance(i.get("model"), str) for i in items
     ):
         raise where.error("outcomes", 'must be a list of structs with a string "model"')
-    out = {}
+    out: dict[str, Any] = {}
     for i, row in enumerate(items):
+        if row["model"] in out:
+            raise where.error(f"outcomes[{i}].model", f"{row['model']!r} is given twice")
         extra = _json_object(row.get("extra"), f"outcomes[{i}].extra", where)
         typed = {k: row.get(k) for k in _OUTCOME_TYPES}
+        typed |= _unknown(row, [*typed, "model", "keys"])
         keys = row.get("keys")
         if keys is None:
             keys = [k for k, v in typed.items() if v is not None] + list(extra)
