@@ -11,6 +11,7 @@ import pytest
 
 from udcg.cli.main import main as udcg_main
 from udcg.cli.weights import main
+from udcg.io.weights.files import card_digest
 from udcg.judge.prompts import prompt_record
 from udcg.theta import UDCGTheta
 
@@ -66,9 +67,10 @@ def test_show_fails_on_tampered_weights(tmp_path: Path, model: UDCGTheta, capsys
 
 
 def _drop_hash(folder: Path) -> None:
-    """Remove ``weights_sha256`` from the folder's config.json."""
+    """Remove ``weights_sha256`` from the folder's config.json (its own digest made again)."""
     config = json.loads((folder / "config.json").read_text())
     del config["weights_sha256"]
+    config["card_sha256"] = card_digest(config)
     (folder / "config.json").write_text(json.dumps(config))
 
 

@@ -12,7 +12,13 @@ import pytest
 
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.weights.card import render
-from udcg.io.weights.files import ThetaWeights, card_path, read_weights, write_weights
+from udcg.io.weights.files import (
+    ThetaWeights,
+    card_digest,
+    card_path,
+    read_weights,
+    write_weights,
+)
 from udcg.theta import UDCGTheta
 
 
@@ -52,8 +58,8 @@ def test_checks(tmp_path: Path) -> None:
         read_weights(path, k=5)
     with pytest.raises(UDCGInputError, match="reserved"):
         write_weights(path, _weights(), {"k": 2})
-    card = json.loads(card_path(path).read_text())
-    card_path(path).write_text(json.dumps({**card, "bias": False}))
+    card = {**json.loads(card_path(path).read_text()), "bias": False}
+    card_path(path).write_text(json.dumps({**card, "card_sha256": card_digest(card)}))
     with pytest.raises(UDCGInputError, match=r"bias=false but the intercept is 0\.75"):
         read_weights(path)
     path.write_bytes(path.read_bytes()[:-1])
@@ -66,7 +72,8 @@ def test_a_card_without_a_hash_is_refused_unless_allowed(tmp_path: Path) -> None
     write_weights(path, _weights())
     assert read_weights(path).verified is True
     card = json.loads(card_path(path).read_text())
-    del card["weights_sha256"]
+    del card["weights_sha256"], card["card_sha256"]
+    card["format_version"] = 1  # written before cards carried a digest
     card_path(path).write_text(json.dumps(card))
     with pytest.raises(UDCGInputError, match=r"w\.json records no weights_sha256") as info:
         read_weights(path)
@@ -76,7 +83,6 @@ def test_a_card_without_a_hash_is_refused_unless_allowed(tmp_path: Path) -> None
     assert loaded.verified is False
     np.testing.assert_array_equal(loaded.alpha, _weights().alpha)
     # an older card may hold NaN (json.dump writes it): loaded unverified, digested as read
-    del card["card_sha256"]
     card_path(path).write_text(json.dumps({**card, "heldout": [{"kendall": math.nan}]}))
     with pytest.warns(UDCGWarning, match="unverified weights"):
         assert UDCGTheta.load(path, allow_unverified=True).digests()["card_sha256"]
@@ -109,7 +115,8 @@ def _without_card_digest(path: Path, version: str | None) -> None:
     """Drop ``card_sha256`` from the card of ``path`` and record ``version`` as its writer."""
     card = json.loads(card_path(path).read_text())
     card.pop("card_sha256", None)
-    card_path(path).write_text(json.dumps({**card, "udcg_version": version, "judge": None}))
+    older = {"udcg_version": version, "judge": None, "format_version": 1}
+    card_path(path).write_text(json.dumps({**card, **older}))
 
 
 def test_a_card_without_its_digest_is_refused_when_its_version_writes_one(
@@ -135,6 +142,54 @@ def test_a_card_without_its_digest_is_refused_when_its_version_writes_one(
         _without_card_digest(path, older)
         with pytest.raises(UDCGInputError, match="writes its 'judge_fingerprint' entry"):
             read_weights(path)
+
+
+def _edit_card(path: Path, **entries: object) -> None:
+    """Set ``entries`` in the card of ``path``, as an editor would (its digest left as is)."""
+    card = json.loads(card_path(path).read_text())
+    card_path(path).write_text(json.dumps({**card, **entries}))
+
+
+@pytest.mark.parametrize("entry", [{"l2": 7.5}, {"bias": False}, {"tensors": {}}])
+def test_the_card_digest_covers_the_entries_that_describe_the_tensors(
+    tmp_path: Path, entry: dict
+) -> None:
+    path = tmp_path / "w.safetensors"
+    write_weights(path, _weights(), {"judge": "j"})
+    _edit_card(path, **entry)
+    with pytest.raises(UDCGInputError, match=r"w\.json: the card's entries were changed"):
+        read_weights(path)
+
+
+def test_tensors_of_other_weights_with_their_sha256_pasted_are_refused(tmp_path: Path) -> None:
+    path, other = tmp_path / "w.safetensors", tmp_path / "other.safetensors"
+    write_weights(path, _weights(), {"judge": "j"})
+    write_weights(other, ThetaWeights(-_weights().alpha, _weights().beta), {"judge": "other"})
+    path.write_bytes(other.read_bytes())
+    _edit_card(path, weights_sha256=json.loads(card_path(other).read_text())["weights_sha256"])
+    with pytest.raises(UDCGInputError, match="card_sha256 differs"):
+        read_weights(path)
+    with pytest.raises(UDCGInputError, match="card_sha256 differs"):
+        UDCGTheta.from_pretrained(path)
+
+
+def test_a_format_1_card_is_checked_by_the_rule_it_was_written_with(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    write_weights(path, _weights(), {"judge": "j", "udcg_version": "0.3.0"})
+    card = {**json.loads(card_path(path).read_text()), "format_version": 1}
+    card_path(path).write_text(json.dumps({**card, "card_sha256": card_digest(card)}))
+    loaded = UDCGTheta.load(path)  # its digest covers the free entries only
+    assert loaded.digests()["card_sha256"] == card_digest(card) == loaded.card_["card_sha256"]
+    _edit_card(path, judge="other")
+    with pytest.raises(UDCGInputError, match="card_sha256 differs"):
+        read_weights(path)
+    # a card of format 2 without its digest: every such card is written with one
+    write_weights(path, _weights(), {"judge": "j"})
+    card = json.loads(card_path(path).read_text())
+    del card["card_sha256"]
+    card_path(path).write_text(json.dumps(card))
+    with pytest.raises(UDCGInputError, match="every card of format_version 2"):
+        read_weights(path)
 
 
 def test_the_model_card_escapes_control_characters() -> None:

@@ -15,6 +15,7 @@ from sklearn.linear_model import LogisticRegression
 from torch.nn import functional as F
 
 from udcg.errors import UDCGInputError
+from udcg.io.weights.files import card_digest
 from udcg.metrics.udcg import udcg_terms
 from udcg.theta import UDCGTheta, UDCGThetaConvergenceWarning, card_path, split_by_query
 from udcg.theta.lightning import bce_with_logits
@@ -250,7 +251,7 @@ def test_save_load_round_trip(fitted, small, tmp_path):
     assert card_file == tmp_path / "models" / "theta-k5.json" == card_path(path)
     card = json.loads(card_file.read_text())
     assert card["k"] == 5 and card["bias"] is True and card["l2"] == 0.0
-    assert card["format_version"] == 1 and card["judge"] == "smollm2-135m"
+    assert card["format_version"] == 2 and card["judge"] == "smollm2-135m"
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temp files
     loaded = UDCGTheta.load(path, k=5)
     np.testing.assert_array_equal(loaded.alpha_, fitted.alpha_)
@@ -288,14 +289,15 @@ def test_load_rejects_corrupted_or_mismatched_files(fitted, tmp_path):
 
     card = json.loads(good_card)
     del card["weights_sha256"]  # no checksum: refused, and the parser objects when allowed
-    card_path(path).write_text(json.dumps(card))
+    card_path(path).write_text(json.dumps({**card, "card_sha256": card_digest(card)}))
     with pytest.raises(UDCGInputError, match="records no weights_sha256"):
         UDCGTheta.load(path)
     with pytest.raises(UDCGInputError, match="not a valid safetensors file"):
         UDCGTheta.load(path, allow_unverified=True)
 
     path.write_bytes(good_blob)
-    card_path(path).write_text(json.dumps({**json.loads(good_card), "k": 3}))
+    card = {**json.loads(good_card), "k": 3}
+    card_path(path).write_text(json.dumps({**card, "card_sha256": card_digest(card)}))
     with pytest.raises(UDCGInputError, match=r"shape \[5\] but the card says k=3"):
         UDCGTheta.load(path)
 

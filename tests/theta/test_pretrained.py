@@ -108,6 +108,7 @@ def test_save_pretrained_overrides_and_old_exports_load(tmp_path: Path) -> None:
     write_weights(tmp_path / "old.safetensors", weights, {"judge_model": "j"})
     card = json.loads((tmp_path / "old.json").read_text())
     del card["card_sha256"]
+    card["format_version"] = 1
     (tmp_path / "old.json").write_text(json.dumps(card))
     old = UDCGTheta.from_pretrained(tmp_path / "old.safetensors")
     assert old.card_["judge_model"] == "j" and "prompt" not in old.card_

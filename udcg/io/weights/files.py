@@ -7,10 +7,11 @@ weights of::
 
 The card ``<stem>.json`` records ``format``, ``format_version``, ``k``, ``bias``, ``l2``, the
 tensors' shapes and the SHA-256 of the weights file, plus free entries (judge, utility source,
-gamma, training-data fingerprint, held-out correlations...). Reading checks one against the
-other; a card that records no SHA-256 of the weights, or none of its own entries though the
-udcg version it names writes one (0.3 on), is refused unless unverified weights are allowed
-on purpose (``allow_unverified=True``, the commands' ``--allow-unverified``), and then a
+gamma, training-data fingerprint, held-out correlations...), and ``card_sha256``, the digest of
+every other entry (:func:`card_digest`), which binds the card to its tensors. Reading checks one
+against the other; a card that records no SHA-256 of the weights, or none of its own entries
+though the udcg version it names writes one (0.3 on), is refused unless unverified weights are
+allowed on purpose (``allow_unverified=True``, the commands' ``--allow-unverified``), and then a
 :class:`~udcg.errors.UDCGWarning` says they are used unchecked. Non-finite weights are never
 written.
 
@@ -47,6 +48,7 @@ __all__ = [
     "MISMATCH_FIELDS",
     "PRETRAINED_FILES",
     "README_NAME",
+    "READ_VERSIONS",
     "RESERVED",
     "WEIGHTS_NAME",
     "ThetaWeights",
@@ -69,7 +71,10 @@ README_NAME = "README.md"
 PRETRAINED_FILES = (WEIGHTS_NAME, CONFIG_NAME, README_NAME)
 
 FORMAT = "udcg-theta"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: the card formats read: 1 (before 0.3, and 0.3 cards whose digest covers the free entries
+#: only) and :data:`FORMAT_VERSION`
+READ_VERSIONS = (1, FORMAT_VERSION)
 #: card keys written by :func:`write_weights`; the free entries may not override them
 RESERVED = (
     "format",
@@ -176,8 +181,8 @@ def _encode(
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
     }
     try:
-        meta["card_sha256"] = card_digest(json.loads(json.dumps(extra, allow_nan=False)))
-        full = {**meta, **extra}
+        full = json.loads(json.dumps({**meta, **extra}, allow_nan=False))
+        full["card_sha256"] = card_digest(full)
         text = json.dumps(full, indent=2, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise UDCGInputError(f"card is not JSON-serialisable ({exc})", field="card") from None
@@ -185,16 +190,20 @@ def _encode(
 
 
 def card_digest(card: Mapping[str, Any]) -> str:
-    """SHA-256 of the card's free entries (every key but :data:`RESERVED`), as canonical
-    JSON: what the judge, utility, prompt and calibration checks read.
+    """SHA-256 of the card's entries as canonical JSON: every entry but ``card_sha256``, so
+    ``bias``, ``l2`` and ``weights_sha256`` (the tensors the card describes) too; for a card of
+    ``format_version`` 1 its free entries only (every key but :data:`RESERVED`), the rule it
+    was written with.
 
     Examples:
-        >>> card_digest({"k": 3, "judge_model": "j"}) == card_digest({"judge_model": "j"})
-        True
-        >>> card_digest({"judge_model": "j"}) == card_digest({"judge_model": "other"})
+        >>> card_digest({"l2": 0.0, "judge_model": "j"}) == card_digest({"judge_model": "j"})
         False
+        >>> old = {"format_version": 1, "l2": 0.0, "judge_model": "j"}
+        >>> card_digest(old) == card_digest({**old, "l2": 7.5})
+        True
     """
-    free = {k: v for k, v in card.items() if k not in RESERVED}
+    left_out = RESERVED if card.get("format_version") == 1 else ("card_sha256",)
+    free = {k: v for k, v in card.items() if k not in left_out}
     # NaN as JSON's extension writes it: udcg writes none, an older or hand-made card may
     text = json.dumps(free, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
@@ -220,20 +229,23 @@ _SINCE_CARD_DIGEST = ("judge_fingerprint", "relevance_fingerprint")
 
 
 def _digest_writer(card: Mapping[str, Any]) -> str:
-    """Who writes ``card_sha256`` with this card: its ``udcg_version``, or the entry that only
-    such versions write."""
+    """Who writes ``card_sha256`` with this card: its ``udcg_version``, its ``format_version``
+    (after 1), or the entry that only such versions write."""
     version = card.get("udcg_version")
     if _writes_card_digest(version):
         return f"udcg {version} writes one"
+    if card.get("format_version") != 1:
+        return f"udcg writes one in every card of format_version {card.get('format_version')}"
     entry = next(k for k in _SINCE_CARD_DIGEST if k in card)
     return f"the udcg that writes its {entry!r} entry (0.3 and later) writes one"
 
 
 def _missing_digests(card: Mapping[str, Any]) -> list[str]:
     """The digests of :data:`_UNVERIFIED` the card lacks though its writer records them (a
-    ``udcg_version`` that writes ``card_sha256``, or an entry only such versions write)."""
+    ``udcg_version`` that writes ``card_sha256``, a ``format_version`` after 1, or an entry
+    only such versions write)."""
     missing = [] if card.get("weights_sha256") is not None else ["weights_sha256"]
-    written = _writes_card_digest(card.get("udcg_version"))
+    written = _writes_card_digest(card.get("udcg_version")) or card.get("format_version") != 1
     if card.get("card_sha256") is None and (written or any(k in card for k in _SINCE_CARD_DIGEST)):
         missing.append("card_sha256")
     return missing
@@ -323,10 +335,10 @@ def _read_card(cpath: Path) -> tuple[dict[str, Any], int, bool, float]:
         raise UDCGInputError("model card must be a JSON object", path=cpath)
     if card.get("format") != FORMAT:
         raise UDCGInputError(f"not a UDCG-theta card (format {card.get('format')!r})", path=cpath)
-    if card.get("format_version") != FORMAT_VERSION:
+    if card.get("format_version") not in READ_VERSIONS:
         raise UDCGInputError(
             f"unsupported format_version {card.get('format_version')!r} "
-            f"(this version reads {FORMAT_VERSION})",
+            f"(this version reads {' and '.join(map(str, READ_VERSIONS))})",
             path=cpath,
         )
     try:
@@ -435,8 +447,8 @@ def read_weights(
     if card.get("card_sha256") not in (None, card_digest(card)):
         raise UDCGInputError(
             "the card's entries were changed after udcg wrote them (card_sha256 differs): "
-            "the judge, utility, prompt and calibration checks would read the edit; write "
-            "cards with udcg (save, weights calibrate)",
+            "the weights, judge, utility, prompt and calibration checks would read the edit; "
+            "write cards with udcg (save, weights calibrate)",
             path=cpath,
         )
     tensors = _read_tensors(path, blob, card_k)
