@@ -234,6 +234,25 @@ def test_udcg_theta_calibrate_and_card_round_trip(tmp_path, method):
     assert UDCGTheta.load(tmp_path / "single.safetensors").calibration_ == model.calibration_
 
 
+def test_a_new_calibration_drops_the_records_of_the_one_it_replaces(tmp_path):
+    model, rel, u, correct = fitted_model()
+    records = {
+        "calibration_fitted_on": {"judge_model": "other"},
+        "calibration_input_sha256": "ab" * 32,
+        "weights_overrides": ["field 'judge': ... (allowed on purpose)"],
+    }
+    model.calibrate(rel, u, correct)
+    folder = model.save_pretrained(tmp_path / "w", card={"judge_model": "j", **records})
+    loaded = UDCGTheta.from_pretrained(folder)
+    assert loaded.card_["calibration_fitted_on"] == {"judge_model": "other"}
+    loaded.calibrate(rel, u, correct, method="platt")
+    assert not set(records) & set(loaded.card_)
+    again = json.loads((loaded.save_pretrained(tmp_path / "again") / "config.json").read_text())
+    assert not set(records) & set(again) and again["calibration"]["method"] == "platt"
+    assert again["judge_model"] == "j"
+    assert loaded.check_compatible(calibrated=True, judge="j") == []
+
+
 def test_cards_without_calibration_still_load(tmp_path):
     model, rel, u, _ = fitted_model()
     model.save(tmp_path / "plain.safetensors")

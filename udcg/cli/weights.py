@@ -195,7 +195,7 @@ def calibrate(args: argparse.Namespace) -> None:
     from udcg.io.formats.hf_datasets import HF_PREFIX, dataset_sha256
     from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
     from udcg.io.manifests import file_sha256
-    from udcg.io.weights.files import CALIBRATED_ON, card_value, check_compatible
+    from udcg.io.weights.files import CALIBRATION_ENTRIES, card_value, check_compatible
     from udcg.judge.prompts import prompt_record
     from udcg.pipeline.context_scores import (
         abstention_mode,
@@ -222,8 +222,7 @@ def calibrate(args: argparse.Namespace) -> None:
         "prompt": prompt,
         "mode": abstention_mode(made, utility),
     }
-    replaced = ("calibration", CALIBRATED_ON, "weights_overrides")  # this run's replace them
-    fitted = {key: value for key, value in model.card_.items() if key not in replaced}
+    fitted = {k: v for k, v in model.card_.items() if k not in CALIBRATION_ENTRIES}  # replaced
     notes = check_compatible(fitted, applied, args.allow_mismatch)
     hf = isinstance(args.contexts, str) and args.contexts.startswith(HF_PREFIX)
     source = args.contexts if hf else read_once(args.contexts)  # a pipe: its digest is kept
@@ -235,9 +234,8 @@ def calibrate(args: argparse.Namespace) -> None:
     u = np.stack(get_source(utility).utilities(contexts, judge))
     correct = correctness(contexts, judge)
     raw = model.predict_proba(rel, u)
-    model.calibrate(rel, u, correct, method=args.method)
+    model.calibrate(rel, u, correct, method=args.method)  # drops the earlier one's records
     tuned = model.predict_proba(rel, u, calibrated=True)
-    model.card_ = fitted  # an earlier calibration's records are replaced by this run's
     digest = dataset_sha256(source) if hf else file_sha256(source)
     card = _calibrated_card(fitted, applied, notes, digest)
     model.save_pretrained(args.out, card=card)

@@ -39,6 +39,7 @@ from scipy.special import expit
 
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.weights.files import (
+    CALIBRATION_ENTRIES,
     FORMAT,
     FORMAT_VERSION,
     PRETRAINED_FILES,
@@ -584,7 +585,9 @@ class UDCGTheta:
         (held out from training): ``"temperature"`` ``p = sigmoid(logit / T)`` or ``"platt"``
         ``p = sigmoid(a * logit + b)`` (:mod:`udcg.theta.calibration`). Sets ``calibration_``,
         used by ``predict_proba(..., calibrated=True)`` and saved in the card (``calibration``:
-        method, parameters, number of contexts)."""
+        method, parameters, number of contexts). The records of an earlier calibration in
+        ``card_`` (what its contexts had, their digest, its allowed mismatches) are dropped:
+        they describe the one replaced."""
         if method not in METHODS:
             raise UDCGInputError(
                 f"unknown method {method!r}; expected one of {', '.join(METHODS)}", field="method"
@@ -592,6 +595,8 @@ class UDCGTheta:
         logits = self.decision_function(relevant, utility)
         fit = fit_temperature if method == "temperature" else fit_platt
         self.calibration_ = fit(logits, correct)
+        card = getattr(self, "card_", {})
+        self.card_ = {key: value for key, value in card.items() if key not in CALIBRATION_ENTRIES}
         if hasattr(self, "digests_"):  # the card read holds another calibration now
             self.digests_ = {**self.digests_, "card_sha256": None}
         return self

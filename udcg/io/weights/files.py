@@ -41,6 +41,8 @@ from udcg.io.files import atomic_write
 from udcg.validation import positive_int, show
 
 __all__ = [
+    "CALIBRATED_ON",
+    "CALIBRATION_ENTRIES",
     "CARD_DIGEST_SINCE",
     "CONFIG_NAME",
     "FORMAT",
@@ -598,6 +600,14 @@ def check_compatible(
 #: The card entry of the fields a calibration's contexts had other than the card's (a
 #: mismatch allowed when it was fitted), checked where calibrated weights are applied.
 CALIBRATED_ON = "calibration_fitted_on"
+#: The card entries of one calibration: itself and what its run recorded (what its contexts
+#: had, their digest, the mismatches it allowed); a new calibration replaces them all.
+CALIBRATION_ENTRIES = (
+    "calibration",
+    CALIBRATED_ON,
+    "calibration_input_sha256",
+    "weights_overrides",
+)
 
 
 def _mismatches(
