@@ -280,3 +280,24 @@ def test_unverified_weights_are_recorded_by_what_was_read(tmp_path: Path, fitted
         assert made["weights_sha256"] == file_sha256(path)
         records.append(made["card_sha256"])
     assert records[0] == records[1]  # the same card entries; the weights differ
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["score", "c.jsonl", "--judge", "sim"],
+        ["order", "c.jsonl", "-o", "o.jsonl"],
+        ["report", "c.jsonl", "--judge", "sim", "-o", "r"],
+    ],
+)
+def test_weights_given_twice_are_refused_not_replaced(command: list[str], capsys) -> None:
+    from udcg.cli.main import main as udcg_main
+
+    with pytest.raises(SystemExit) as info:
+        udcg_main([*command, "--weights", "w3", "--weights", "w5"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        f"udcg {command[0]}: error: argument --weights: given twice ('w3', then 'w5'): "
+        "this command takes one"
+    )

@@ -496,6 +496,32 @@ class ListAction(argparse.Action):
         setattr(namespace, self.dest, added)
 
 
+class OnceAction(argparse.Action):
+    """A single-valued option that may be given once: a second one in the same command line is
+    an error rather than silently replacing the first (``--weights A --weights B``).
+
+    Examples:
+        >>> parser = CommandParser(prog="udcg x", description="An example.")
+        >>> _ = parser.add_argument("--weights", action=OnceAction)
+        >>> parser.parse_args(["--weights", "w3"]).weights
+        'w3'
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        first = getattr(namespace, self.dest, None)
+        if first not in (None, self.default):
+            raise argparse.ArgumentError(
+                self, f"given twice ({first!r}, then {values!r}): this command takes one"
+            )
+        setattr(namespace, self.dest, values)
+
+
 class DeprecatedAlias(argparse.Action):
     """An old spelling of ``target``'s option (hidden from ``--help``): queues one note naming
     the new spelling, then acts as ``target`` does on the value, mapped by ``mapping`` when

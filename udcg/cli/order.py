@@ -37,6 +37,7 @@ import numpy as np
 
 from udcg.cli.common import (
     CommandParser,
+    OnceAction,
     add_allow_mismatch,
     add_judge_key,
     add_out,
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--weights",
+        action=OnceAction,
         required=True,
         metavar="DIR_OR_FILE",
         help="UDCG-theta weights: a folder of save_pretrained/train.py or a .safetensors file",

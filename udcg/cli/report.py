@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from udcg.cli.common import (
     CommandParser,
+    OnceAction,
     add_allow_mismatch,
     add_measures,
     add_out,
@@ -133,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=0, help="seed of the resamples (default: %(default)s)"
     )
     parser.add_argument(
-        "--weights", help="UDCG-theta weights (folder or .safetensors): forecast accuracy"
+        "--weights",
+        action=OnceAction,
+        help="UDCG-theta weights (folder or .safetensors): forecast accuracy",
     )
     add_allow_mismatch(
         parser,

@@ -37,6 +37,7 @@ import numpy as np
 from udcg import metrics
 from udcg.cli.common import (
     CommandParser,
+    OnceAction,
     add_allow_mismatch,
     add_judge_key,
     add_out,
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--weights",
+        action=OnceAction,
         help="UDCG-theta weights: a folder of save_pretrained/train.py, or a .safetensors file "
         "with its .json card",
     )
