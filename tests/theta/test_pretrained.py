@@ -222,6 +222,26 @@ def test_a_hub_model_fetches_only_the_three_files(
     assert sorted(call["allow_patterns"]) == ["README.md", "config.json", "model.safetensors"]
 
 
+def test_every_reader_of_weights_fetches_a_hub_id(hub: list[dict], capsys) -> None:
+    import udcg
+    from udcg.cli.main import main
+
+    Path("qrels.txt").write_text("q1 0 d1 1\nq1 0 d2 0\nq1 0 d3 1\n")
+    Path("run.trec").write_text("q1 Q0 d1 1 3 s\nq1 Q0 d2 2 2 s\nq1 Q0 d3 3 1 s\n")
+    Path("u.tsv").write_text("q1\td1\t0.1\nq1\td2\t0.5\nq1\td3\t0.2\n")
+    source = "hf://owner/udcg-theta-k3@v1"
+    assert main(["weights", "show", source]) == 0
+    assert "weights:" in capsys.readouterr().out
+    trec = ["trec", "qrels.txt", "run.trec", "-m", "UDCGtheta@3", "--utilities", "u.tsv"]
+    assert main([*trec, "--weights", source]) == 0
+    assert "UDCGtheta@3" in capsys.readouterr().out
+    result = udcg.evaluate(
+        "qrels.txt", "run.trec", ["UDCGtheta@3"], utilities="u.tsv", weights=source
+    )
+    assert 0 < result["q1"]["UDCGtheta@3"] < 1
+    assert [(c["args"], c["revision"]) for c in hub] == [(("owner/udcg-theta-k3",), "v1")] * 3
+
+
 def test_a_malformed_hub_model_is_one_line(hub: list[dict]) -> None:
     with pytest.raises(UDCGInputError, match=r"expected hf://owner/name or hf://owner/name@"):
         UDCGTheta.from_pretrained("hf://just-a-name")

@@ -145,8 +145,9 @@ def _weights(
     if not (paths and allow_unverified):
         return paths
     from udcg.io.weights.files import read_weights
+    from udcg.io.weights.hub import weights_source
 
-    return [read_weights(path, allow_unverified=True) for path in paths]
+    return [read_weights(weights_source(path), allow_unverified=True) for path in paths]
 
 
 def _rows(result: Evaluation, per_query: bool) -> list[tuple[str, str, float]]:

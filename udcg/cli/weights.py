@@ -176,9 +176,10 @@ def show(path: str, allow_unverified: bool) -> None:
     """Read ``path`` with every check and print its card on standard output (closed or open
     for reading only: refused before the weights are read)."""
     from udcg.io.weights.files import read_weights
+    from udcg.io.weights.hub import weights_source
 
     out = standard_output()
-    weights = read_weights(path, allow_unverified=allow_unverified)
+    weights = read_weights(weights_source(path), allow_unverified=allow_unverified)
     print(f"weights: {printable(str(weights.path))}", file=out)
     card = card_text(weights.card, weights.alpha, weights.beta, weights.intercept, weights.verified)
     print(card, file=out)

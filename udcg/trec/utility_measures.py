@@ -53,6 +53,7 @@ from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.joins.utilities import Utilities, UtilitiesLike, as_utilities, check_field, source_of
 from udcg.io.manifests import mode_of
 from udcg.io.weights.files import ThetaWeights, check_compatible, read_weights
+from udcg.io.weights.hub import weights_source
 from udcg.metrics._kernels import row_sums
 from udcg.metrics.udcg import udcg, udcg_terms
 from udcg.trec.measures import UTILITY_MEASURES, Measure
@@ -171,10 +172,11 @@ def _weights_by_k(
 
 
 def _as_weights(item: Any) -> ThetaWeights:
-    """Weights from a path, :class:`ThetaWeights` or a fitted :class:`~udcg.theta.UDCGTheta`."""
+    """Weights from a path or Hub id (:func:`~udcg.io.weights.hub.weights_source`),
+    :class:`ThetaWeights` or a fitted :class:`~udcg.theta.UDCGTheta`."""
     if isinstance(item, ThetaWeights):
         return item
-    return item.to_weights() if hasattr(item, "to_weights") else read_weights(item)
+    return item.to_weights() if hasattr(item, "to_weights") else read_weights(weights_source(item))
 
 
 #: how a refusal of the weights says to allow a mismatch, in Python
