@@ -199,3 +199,15 @@ def test_the_model_card_escapes_control_characters() -> None:
     assert not any(ch in text for ch in "\x1b\x07\x9b\u202e")
     assert "# n\\x1b]0;t\\x07\n" in text and "| judge | j\\x1b[2J |" in text
     assert "line one\\x07\nline two\\u202e" in text
+
+
+def test_a_weights_path_that_is_its_own_card_is_refused_before_writing(tmp_path: Path) -> None:
+    model = UDCGTheta(3)
+    model.alpha_, model.beta_, model.intercept_ = _weights().alpha, _weights().beta, 0.0
+    with pytest.raises(UDCGInputError) as info:
+        model.save(tmp_path / "theta.json")
+    assert str(info.value) == (
+        f"{tmp_path / 'theta.json'}: the card theta.json would replace the weights written "
+        "there: name the weights file .safetensors"
+    )
+    assert not list(tmp_path.iterdir())

@@ -258,7 +258,8 @@ def write_weights(
 ) -> Path:
     """Write ``weights`` to ``path`` (safetensors) and its card beside it, each atomically;
     ``card`` holds the free entries (JSON-serialisable, none of :data:`RESERVED`). Non-finite
-    weights are refused before anything is written. Returns the card's path.
+    weights, and a ``path`` that is its own card (``theta.json``), are refused before anything
+    is written. Returns the card's path.
 
     Examples:
         >>> import tempfile
@@ -270,11 +271,16 @@ def write_weights(
         >>> card.name, back.alpha.tolist(), back.card["judge"], back.verified
         ('theta.json', [1.0, 0.5], 'llama3', True)
     """
+    path, target = Path(path), card_path(path)
+    if target.resolve() == path.resolve():
+        raise UDCGInputError(
+            f"the card {target.name} would replace the weights written there: name the weights "
+            "file .safetensors",
+            path=path,
+        )
     blob, _, text = _encode(weights, card)
-    path = Path(path)
     with atomic_write(path, "wb") as handle:
         handle.write(blob)
-    target = card_path(path)
     with atomic_write(target, "w", like=path) as handle:
         handle.write(text + "\n")
     return target
