@@ -154,3 +154,17 @@ def test_a_calibration_on_other_utilities_is_checked_where_applied(tmp_path: Pat
     again = tmp_path / "again"
     assert main(["weights", "calibrate", str(calibrated), str(abst), "-o", str(again)]) == 0
     assert "calibration_fitted_on" not in _card(again) and main([*score[:-1], str(again)]) == 0
+
+
+def test_a_figure_of_the_folder_read_is_not_named_in_a_folder_without_it(
+    tmp_path: Path, capsys
+) -> None:
+    data = tmp_path / "c.jsonl"
+    write_contexts(data, simulate_contexts(40, 3, per_query=1, seed=1))
+    weights = _weights(tmp_path / "w", judge_model="sim", figure="weights.png")
+    (weights / "weights.png").write_bytes(b"\x89PNG")  # as train.py writes it
+    assert main(["weights", "calibrate", str(weights), str(data), "-o", str(tmp_path / "o")]) == 0
+    UDCGTheta.from_pretrained(weights).save_pretrained(tmp_path / "again")
+    for folder in (tmp_path / "o", tmp_path / "again"):
+        assert "figure" not in _card(folder) and not (folder / "weights.png").exists()
+        assert ".png" not in (folder / "README.md").read_text()

@@ -648,9 +648,11 @@ class UDCGTheta:
     def _card(self, card: Mapping[str, Any] | None) -> dict[str, Any]:
         """The free entries of the card these weights carry (``card_``: loaded, or recorded by
         :func:`udcg.fit_theta`), ``card``'s over them, and ``calibration`` (:meth:`calibrate`)
-        when there is one."""
+        when there is one. A loaded card's ``figure`` names a file of the folder it was read
+        from, which a new folder lacks: it is not carried."""
         carried = {k: v for k, v in getattr(self, "card_", {}).items() if k not in RESERVED}
-        carried.pop("calibration", None)
+        for entry in ("calibration", "figure"):
+            carried.pop(entry, None)
         calibration = getattr(self, "calibration_", None)
         extra = {} if calibration is None else {"calibration": calibration.to_dict()}
         return {**carried, **dict(card or {}), **extra}
