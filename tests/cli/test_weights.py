@@ -124,3 +124,20 @@ def test_show_escapes_control_characters_of_the_card(
     readme = (tmp_path / "theta" / "README.md").read_text()
     assert not any(ch in readme for ch in "\x1b\x07\x7f\x9b\u202e")
     assert r"| judge | \x1b]0;title\x07 |" in readme
+
+
+def test_show_refuses_a_bad_calibration_naming_the_card_before_printing(
+    tmp_path: Path, model: UDCGTheta, capsys
+) -> None:
+    model.save_pretrained(tmp_path / "theta")
+    config = json.loads((tmp_path / "theta" / "config.json").read_text())
+    config["calibration"] = {"method": "temperature", "parameters": {"temperature": 0}}
+    config["card_sha256"] = card_digest(config)
+    (tmp_path / "theta" / "config.json").write_text(json.dumps(config))
+    assert main(["show", str(tmp_path / "theta")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"udcg weights: error: {tmp_path / 'theta' / 'config.json'}: field "
+        "'calibration.temperature': expected a finite positive number, got 0\n"
+    )

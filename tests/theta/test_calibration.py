@@ -266,7 +266,7 @@ def test_bad_calibration_in_card_names_the_file(tmp_path):
     model, *_ = fitted_model()
     path = tmp_path / "w.safetensors"
     model.save(path, card={"calibration": {"method": "platt", "parameters": {"a": 1.0}}})
-    with pytest.raises(UDCGInputError, match=r"w\.safetensors: field 'calibration.parameters'"):
+    with pytest.raises(UDCGInputError, match=r"w\.json: field 'calibration.parameters'"):
         UDCGTheta.load(path)
 
 

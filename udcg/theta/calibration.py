@@ -33,6 +33,8 @@ from scipy.special import expit, log_expit, logit
 from scipy.stats import norm
 
 from udcg.errors import UDCGInputError
+from udcg.io.weights.files import CALIBRATION_METHODS as METHODS
+from udcg.io.weights.files import calibration_entry
 from udcg.stats import percentile_interval, query_groups, resample_counts
 from udcg.validation import binary_vector, float_vector, one_of, open_fraction, positive_int, show
 
@@ -54,12 +56,6 @@ __all__ = [
 ]
 
 STRATEGIES = ("uniform", "quantile")
-#: recalibration methods and their parameters
-METHODS: dict[str, tuple[str, ...]] = {
-    "platt": ("a", "b"),
-    "temperature": ("temperature",),
-    "shift": ("b",),
-}
 
 
 def _pair(prob: Any, correct: Any, name: str = "prob") -> tuple[np.ndarray, np.ndarray]:
@@ -307,39 +303,9 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, data: Any) -> Calibration:
-        """The inverse of :meth:`to_dict`, every entry checked."""
-        if not isinstance(data, Mapping):
-            raise UDCGInputError(f"expected an object, got {show(data)}", field="calibration")
-        method = data.get("method")
-        if method not in METHODS:
-            raise UDCGInputError(
-                f"unknown method {show(method)} (expected one of {', '.join(METHODS)})",
-                field="calibration.method",
-            )
-        params = data.get("parameters")
-        if not isinstance(params, Mapping) or set(params) != set(METHODS[method]):
-            raise UDCGInputError(
-                f"{method} needs parameters {', '.join(METHODS[method])}, got {show(params)}",
-                field="calibration.parameters",
-            )
-        values = {}
-        for name in METHODS[method]:
-            value = params[name]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise UDCGInputError(
-                    f"expected a number, got {show(value)}", field=f"calibration.{name}"
-                )
-            if not math.isfinite(value) or (name == "temperature" and value <= 0):
-                raise UDCGInputError(
-                    f"expected a finite{' positive' if name == 'temperature' else ''} number, "
-                    f"got {show(value)}",
-                    field=f"calibration.{name}",
-                )
-            values[name] = float(value)
-        n = data.get("n_contexts", 0)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise UDCGInputError(f"expected a count, got {show(n)}", field="calibration.n_contexts")
-        return cls(method, values, n)
+        """The inverse of :meth:`to_dict`, every entry checked
+        (:func:`udcg.io.weights.files.calibration_entry`)."""
+        return cls(*calibration_entry(data))
 
     def describe(self) -> str:
         """One line: ``platt a=..., b=... (fitted on N contexts)``."""

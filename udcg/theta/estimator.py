@@ -608,11 +608,8 @@ class UDCGTheta:
             "card_sha256": card_digest(weights.card),
         }
         model.calibration_ = None
-        if weights.card.get("calibration") is not None:
-            try:
-                model.calibration_ = Calibration.from_dict(weights.card["calibration"])
-            except UDCGInputError as exc:
-                raise UDCGInputError(exc.reason, path=weights.path, field=exc.field) from None
+        if weights.card.get("calibration") is not None:  # checked where the card was read
+            model.calibration_ = Calibration.from_dict(weights.card["calibration"])
         return model
 
     def digests(self) -> dict[str, str | None]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import sys
 import warnings
@@ -43,6 +44,7 @@ from udcg.validation import positive_int, show
 __all__ = [
     "CALIBRATED_ON",
     "CALIBRATION_ENTRIES",
+    "CALIBRATION_METHODS",
     "CARD_DIGEST_SINCE",
     "CONFIG_NAME",
     "FORMAT",
@@ -54,6 +56,7 @@ __all__ = [
     "RESERVED",
     "WEIGHTS_NAME",
     "ThetaWeights",
+    "calibration_entry",
     "card_digest",
     "card_path",
     "card_value",
@@ -362,7 +365,67 @@ def _read_card(cpath: Path) -> tuple[dict[str, Any], int, bool, float]:
         raise UDCGInputError(
             f"expected a finite number >= 0, got {show(l2)}", path=cpath, field="l2"
         )
+    if card.get("calibration") is not None:
+        try:
+            calibration_entry(card["calibration"])
+        except UDCGInputError as exc:
+            raise UDCGInputError(exc.reason, path=cpath, field=exc.field) from None
     return card, k, bias, float(l2)
+
+
+#: the recalibrations a card's ``calibration`` entry may hold, and their parameters
+CALIBRATION_METHODS: dict[str, tuple[str, ...]] = {
+    "platt": ("a", "b"),
+    "temperature": ("temperature",),
+    "shift": ("b",),
+}
+
+
+def calibration_entry(data: Any) -> tuple[str, dict[str, float], int]:
+    """``(method, parameters, n_contexts)`` of a card's ``calibration`` entry
+    (:class:`udcg.theta.calibration.Calibration`), every entry checked; a one-line
+    :class:`UDCGInputError` names the field.
+
+    Examples:
+        >>> calibration_entry({"method": "temperature", "parameters": {"temperature": 2}})
+        ('temperature', {'temperature': 2.0}, 0)
+        >>> calibration_entry({"method": "platt", "parameters": {"a": 1.0}})
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'calibration.parameters': platt needs parameters a, b, ...
+    """
+    if not isinstance(data, Mapping):
+        raise UDCGInputError(f"expected an object, got {show(data)}", field="calibration")
+    method = data.get("method")
+    if method not in CALIBRATION_METHODS:
+        raise UDCGInputError(
+            f"unknown method {show(method)} (expected one of {', '.join(CALIBRATION_METHODS)})",
+            field="calibration.method",
+        )
+    params, needed = data.get("parameters"), CALIBRATION_METHODS[method]
+    if not isinstance(params, Mapping) or set(params) != set(needed):
+        raise UDCGInputError(
+            f"{method} needs parameters {', '.join(needed)}, got {show(params)}",
+            field="calibration.parameters",
+        )
+    values = {}
+    for name in needed:
+        value = params[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UDCGInputError(
+                f"expected a number, got {show(value)}", field=f"calibration.{name}"
+            )
+        if not math.isfinite(value) or (name == "temperature" and value <= 0):
+            raise UDCGInputError(
+                f"expected a finite{' positive' if name == 'temperature' else ''} number, "
+                f"got {show(value)}",
+                field=f"calibration.{name}",
+            )
+        values[name] = float(value)
+    n = data.get("n_contexts", 0)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise UDCGInputError(f"expected a count, got {show(n)}", field="calibration.n_contexts")
+    return method, values, n
 
 
 def _read_tensors(path: Path, blob: bytes, k: int) -> dict[str, np.ndarray]:
