@@ -262,6 +262,13 @@ def test_system_kendall_matches_scipy_and_rankings() -> None:
     assert res.ranking_by_accuracy == ["dense", "hybrid", "splade", "bm25", "random"]
 
 
+def test_system_kendall_ties_means_equal_but_for_rounding() -> None:
+    """Two systems whose mean metrics are one value summed in two orders tie: no tau."""
+    metric = {"x": (0.1 + 0.2 + 0.3) / 3, "y": (0.3 + 0.2 + 0.1) / 3}
+    assert metric["x"] != metric["y"]
+    assert np.isnan(stats.system_kendall(metric, {"x": 2 / 3, "y": 1 / 3}).tau)
+
+
 def test_system_kendall_perfect_and_reversed() -> None:
     metric = {"a": 3.0, "b": 2.0, "c": 1.0, "d": 0.0}
     assert stats.system_kendall(metric, {"d": 0.1, "c": 0.2, "b": 0.3, "a": 0.4}).tau == 1.0

@@ -506,6 +506,27 @@ def _best_first(values: Mapping[str, float]) -> list[str]:
     return sorted(values, key=lambda s: (-values[s], str(s)))
 
 
+#: Significant digits means keep before systems are ranked by them (:func:`rank_ready`).
+RANK_DIGITS = 12
+
+
+def rank_ready(values: Any) -> np.ndarray:
+    """``values`` rounded to :data:`RANK_DIGITS` significant digits, so that means equal but
+    for the order of their sums (0.1 + 0.2 + 0.3 and 0.3 + 0.2 + 0.1, over three) tie when
+    ranked; NaN, infinities and 0 unchanged.
+
+    Examples:
+        >>> a, b = (0.1 + 0.2 + 0.3) / 3, (0.3 + 0.2 + 0.1) / 3
+        >>> bool(a == b), bool(rank_ready(a) == rank_ready(b))
+        (False, True)
+    """
+    x = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(x) & (x != 0)
+    safe = np.where(finite, np.abs(x), 1.0)
+    scale = 10.0 ** (RANK_DIGITS - 1 - np.floor(np.log10(safe)))
+    return np.where(finite, np.round(x * scale) / scale, x)
+
+
 def system_kendall(
     metric_by_system: Mapping[str, float], accuracy_by_system: Mapping[str, float]
 ) -> SystemAgreement:
@@ -541,8 +562,8 @@ def system_kendall(
             field="metric_by_system",
         )
     systems = list(metric)
-    x = np.array([metric[s] for s in systems])
-    y = np.array([accuracy[s] for s in systems])
+    x = rank_ready([metric[s] for s in systems])  # means equal but for rounding tie
+    y = rank_ready([accuracy[s] for s in systems])
     if _is_constant(x) or _is_constant(y):
         tau, p_value = math.nan, math.nan
     else:

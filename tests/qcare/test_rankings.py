@@ -116,6 +116,16 @@ def test_point_estimate_is_scipy_spearman_of_the_means() -> None:
     assert low <= rho <= high and undefined == 0  # B has one query: its side never varies
 
 
+def test_means_equal_but_for_the_order_of_their_sums_tie() -> None:
+    """Runs a (0.1, 0.2, 0.3) and b (0.3, 0.2, 0.1) on type A: both means are 0.2 (in floating
+    point 0.20000000000000004 and 0.19999999999999998); A ties every run, so no rho."""
+    a = [[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]]
+    b = [[0.5], [0.7]]
+    assert np.mean(a[0]) != np.mean(a[1])  # the floating-point sums differ
+    rho, _, _, _ = rank_agreement(a, b, n_resamples=20)
+    assert np.isnan(rho)
+
+
 def test_generated_sweep_equals_a_direct_scipy_computation() -> None:
     contexts = sweep()
     rows, dropped = ranking_agreement(contexts, n_resamples=200, seed=3)

@@ -231,6 +231,9 @@ def test_tables_mark_the_systems_beaten() -> None:
     )
     assert r"a & bad & 0.4" in latex and r"0.0000 \\" in latex
     assert latex.startswith(r"\begin{table}") and r"\caption{Superscripts" in latex
+    for level, shown in ((0.995, "99.5%"), (0.975, "97.5%"), (0.9, "90%")):
+        legend = compare(qrels, runs, ["P@5"], confidence=level, seed=3).to_markdown()
+        assert f"its {shown} paired bootstrap" in legend
 
 
 def test_exports(case) -> None:

@@ -39,7 +39,7 @@ from udcg.io.contexts.jsonl import Context, relevance_matrix
 from udcg.io.files import PathType, check_input, numbered_lines
 from udcg.metrics.ranking import context_average_precision, context_ndcg, precision
 from udcg.qcare.scores import qcare_scores
-from udcg.stats import percentile_interval, resample_counts, scipy_stats
+from udcg.stats import percentile_interval, rank_ready, resample_counts, scipy_stats
 from udcg.validation import nonnegative_int
 
 __all__ = [
@@ -118,7 +118,7 @@ def _rowwise_spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Spearman's rho of matching rows of ``a`` and ``b`` (``[n, runs]``); NaN for a row in
     which either side is constant or holds a NaN."""
     rank = scipy_stats().rankdata
-    ra, rb = rank(a, axis=1), rank(b, axis=1)
+    ra, rb = rank(rank_ready(a), axis=1), rank(rank_ready(b), axis=1)  # rounding ties
     ra -= ra.mean(axis=1, keepdims=True)
     rb -= rb.mean(axis=1, keepdims=True)
     den = np.sqrt((ra * ra).sum(axis=1) * (rb * rb).sum(axis=1))

@@ -254,7 +254,7 @@ class ComparisonReport:
             "Superscripts: the systems this one is significantly better than "
             f"({_TEST_NAMES[self.test]}, two-sided, {level}; means over {self.n_queries} "
             f"queries). In parentheses: the difference to {reference} {self.reference!r}, its "
-            f"{self.confidence:.0%} paired bootstrap confidence interval ({self.n_resamples} "
+            f"{100 * self.confidence:g}% paired bootstrap confidence interval ({self.n_resamples} "
             f"resamples of the queries, {seeded}) and the test's p-value before correction; "
             "† marks a significant difference (by the criterion of the superscripts)."
             + (
