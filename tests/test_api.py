@@ -240,6 +240,27 @@ def test_label_qcare_is_qcare_label(tag_judge) -> None:
     assert replaced.extra["qcare_labels"]["judge"] == "other"
 
 
+def test_label_qcare_claims_only_where_the_judge_answered(tag_judge) -> None:
+    """adv40 8: contexts of which only some carry the judge's answer get claim labels there
+    and coverage everywhere, in the given order, instead of a refusal for the others."""
+    import udcg
+    from udcg.qcare import label_contexts
+
+    passages = [udcg.Passage(doc_id="p1", text="Paris is the capital #fr")]
+    answer = {"tag": {"answer": "Paris #fr", "correct": True}}
+    contexts = [
+        udcg.Context("q1", passages, question="capital #fr"),
+        udcg.Context("q2", passages, question="capital #fr", outcomes=answer),
+        udcg.Context("q3", passages, question="river #rv"),
+    ]
+    labelled = udcg.label(contexts, tag_judge(), ["qcare"], cache=False)
+    (answered,), _ = label_contexts(contexts[1:2], tag_judge(), answers_from="tag")
+    bare, _ = label_contexts([contexts[0], contexts[2]], tag_judge())
+    assert labelled == [bare[0], answered, bare[1]]
+    assert labelled[1].outcomes["tag"]["claims"] == ["Paris #fr"]
+    assert all(p.covers is not None for c in labelled for p in c.passages)
+
+
 def test_label_leaves_no_file_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``udcg.label`` with a spec opens the judge, its cache and a precomputed index, and
     closes them before it returns (a caller with the garbage collector off would run out of

@@ -41,9 +41,10 @@ def label(
     (:func:`udcg.judge.cache.default_cache_path`), for a judge object none; False: none.
     ``relevance`` (``string`` | ``llm``) and ``grader`` (``span`` | ``llm``) are
     :func:`udcg.labels.annotate.annotate`'s. Step ``qcare`` is ``udcg qcare label``
-    (:func:`udcg.qcare.label_contexts`), with ``--answers-from`` the judge when the contexts
-    carry its answers (``outcomes[judge].answer``): its own labels are recomputed, Q-CARE labels
-    of another judge or given by hand are refused unless ``relabel``, which replaces them.
+    (:func:`udcg.qcare.label_contexts`), with ``--answers-from`` the judge on the contexts that
+    carry its answer (``outcomes[judge].answer``; coverage only on the others): its own labels
+    are recomputed, Q-CARE labels of another judge or given by hand are refused unless
+    ``relabel``, which replaces them.
 
     >>> import json, tempfile
     >>> from pathlib import Path
@@ -83,14 +84,28 @@ def label(
             max_new_tokens,
             qcare=False,
         )
-        if "qcare" in steps:
-            from udcg.qcare import label_contexts
-
-            answers = any("answer" in c.outcomes.get(judge.name, {}) for c in out)
-            out, _ = label_contexts(
-                out, judge, answers_from=judge.name if answers else None, relabel=relabel
-            )
-        return out
+        return _label_qcare(out, judge, relabel) if "qcare" in steps else out
     finally:
         if close is not None:
             close()
+
+
+def _label_qcare(contexts: list[Context], judge: Judge, relabel: bool) -> list[Context]:
+    """Step ``qcare``: :func:`udcg.qcare.label_contexts` with ``answers_from`` the judge on the
+    contexts that carry its answer, coverage only on the others; in the given order."""
+    from udcg.qcare import label_contexts
+
+    answered = [isinstance(c.outcomes.get(judge.name, {}).get("answer"), str) for c in contexts]
+    out = list(contexts)
+    for answers in (True, False):
+        where = [i for i, a in enumerate(answered) if a is answers]
+        if where:
+            labelled, _ = label_contexts(
+                [contexts[i] for i in where],
+                judge,
+                answers_from=judge.name if answers else None,
+                relabel=relabel,
+            )
+            for i, ctx in zip(where, labelled, strict=True):
+                out[i] = ctx
+    return out
