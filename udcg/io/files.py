@@ -1,11 +1,13 @@
 """File helpers shared by every reader and writer: transparent gzip, located read errors
-(a corrupt gzip stream, invalid UTF-8) and atomic writes."""
+(a corrupt gzip stream, invalid UTF-8), atomic writes and the canonical JSON that records
+and cache keys digest."""
 
 from __future__ import annotations
 
 import contextlib
 import gzip
 import io
+import json
 import os
 import re
 import secrets
@@ -24,6 +26,18 @@ from typing import IO, Any, TextIO
 from udcg.errors import UDCGInputError
 
 PathType = str | PathLike[str]
+
+
+def canonical_json(value: Any) -> str:
+    """Compact JSON with sorted keys; NaN and infinities are refused.
+
+    Examples:
+        >>> canonical_json({"b": 1, "a": [1.5, "é"]})
+        '{"a":[1.5,"é"],"b":1}'
+    """
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 class _GzipReader(gzip.GzipFile):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from udcg.errors import UDCGInputError
-from udcg.io.files import is_special
+from udcg.io.files import canonical_json, is_special
 from udcg.judge.structured import JSONResult
 
 CACHE_FILENAME = "judge.sqlite"
@@ -68,18 +68,6 @@ def default_cache_path() -> Path:
     base = os.environ.get("UDCG_CACHE_DIR")
     directory = Path(base).expanduser() if base else Path.home() / ".cache" / "udcg"
     return directory / CACHE_FILENAME
-
-
-def canonical_json(value: Any) -> str:
-    """Compact JSON with sorted keys; NaN and infinities are refused.
-
-    Examples:
-        >>> canonical_json({"b": 1, "a": [1.5, "é"]})
-        '{"a":[1.5,"é"],"b":1}'
-    """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
 
 
 def cache_key(

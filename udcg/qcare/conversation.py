@@ -33,6 +33,7 @@ from udcg.errors import UDCGInputError
 from udcg.io.contexts import checks
 from udcg.io.contexts.checks import Where
 from udcg.io.contexts.model import Context, Passage
+from udcg.io.contexts.turns import FIELD, history_of, turns_of
 from udcg.io.files import PathType, check_input, numbered_lines
 
 __all__ = [
@@ -43,40 +44,7 @@ __all__ = [
     "turns_of",
 ]
 
-#: The context key that holds the conversation.
-FIELD = "conversation"
 _SPEAKERS = {"user": "user", "agent": "assistant", "assistant": "assistant"}
-
-
-def turns_of(ctx: Context) -> list[dict[str, Any]] | None:
-    """The conversation of a context (checked as the reader checks it), or ``None`` for a
-    single-turn query.
-
-    Examples:
-        >>> ctx = conversation_context("q1", ["Who wrote Emma?", "Jane Austen.", "When?"], [])
-        >>> [t["role"] for t in turns_of(ctx)], turns_of(Context("q2", [])) is None
-        (['user', 'assistant', 'user'], True)
-    """
-    value = ctx.extra.get(FIELD)
-    if value is None:
-        return None
-    path, line = ctx.source if ctx.source is not None else (None, None)
-    return checks.conversation(value, FIELD, Where(path, line), ctx.question)
-
-
-def history_of(ctx: Context) -> tuple[tuple[str, str], ...]:
-    """The turns before the latest user turn, as ``(role, content)`` pairs (empty for a
-    single-turn query): what the decomposition prompts show.
-
-    Examples:
-        >>> ctx = conversation_context("q1", ["Who wrote Emma?", "Jane Austen.", "When?"], [])
-        >>> history_of(ctx)
-        (('user', 'Who wrote Emma?'), ('assistant', 'Jane Austen.'))
-    """
-    turns = turns_of(ctx)
-    if not turns:
-        return ()
-    return tuple((t["role"], t["content"]) for t in turns[:-1])
 
 
 def conversation_context(
