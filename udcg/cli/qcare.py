@@ -377,8 +377,8 @@ def format_report(report: QCareReport, judge: str) -> str:
     if report.stale:
         stale = ", ".join(f"outcomes.{m} {n}" for m, n in sorted(report.stale.items()))
         lines.append(
-            f"dropped this judge's labels of {stale}: computed on another question or other "
-            "passages (label them again with --answers-from)"
+            f"dropped this judge's labels of {stale}: computed on another question, other "
+            "passages or another answer (label them again with --answers-from)"
         )
     fallbacks = {k: v for k, v in report.fallbacks.items() if k != "generation prompts"}
     lines.append(

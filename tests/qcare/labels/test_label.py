@@ -11,6 +11,7 @@ import pytest
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, Passage, read_contexts, write_contexts
+from udcg.io.contexts.sources import label_inputs
 from udcg.judge.cached import CachedJudge
 from udcg.qcare import label_contexts, qcare_scores
 
@@ -215,7 +216,7 @@ def test_given_labels_are_refused_unless_relabel(tag_judge) -> None:
     (out,), report = label_contexts([given], tag_judge(), relabel=True)
     assert [p.covers for p in out.passages] == [[True], [True]] and report.replaced == 1
     record = out.extra["qcare_labels"]
-    assert record.pop("inputs").keys() == {"question", "passages"}
+    assert record.pop("inputs").keys() == {"question", "passages", "outcomes"}
     assert record == {
         "judge": "tag",
         "fingerprint": "tag-v1",
@@ -315,3 +316,22 @@ def test_reordered_passages_drop_this_judges_kept_outcome_labels(tag_judge) -> N
     assert again.outcomes["gen"]["answer"] == first.outcomes["gen"]["answer"]
     (same,), report = label_contexts([first], tag_judge())  # unchanged inputs: kept
     assert same.outcomes["gen"] == first.outcomes["gen"] and not report.stale
+
+
+def test_an_edited_answer_drops_this_judges_labels_of_it(tag_judge) -> None:
+    """adv40 5: the record digests each labelled outcome's answer; a rerun that labels
+    another outcome drops this judge's labels of an answer edited since (they are its old
+    claims), and records the digests of the answers it keeps."""
+    ctx = _contexts()[0]
+    two = replace(ctx, outcomes={**ctx.outcomes, "gen2": {"answer": "Lyon #ly"}})
+    (first,), _ = label_contexts([two], tag_judge(), answers_from="gen")
+    assert (
+        first.extra["qcare_labels"]["inputs"]["outcomes"] == label_inputs(two, ["gen"])["outcomes"]
+    )
+    edited = replace(first, outcomes={**first.outcomes, "gen": {"answer": "Paris #fr"}})
+    (again,), report = label_contexts([edited], tag_judge(), answers_from="gen2")
+    assert report.stale == {"gen": 1} and again.outcomes["gen"] == {"answer": "Paris #fr"}
+    assert again.extra["qcare_labels"]["outcomes"] == ["gen2"]
+    (kept,), report = label_contexts([first], tag_judge(), answers_from="gen2")
+    assert not report.stale and kept.outcomes["gen"] == first.outcomes["gen"]
+    assert kept.extra["qcare_labels"]["inputs"] == label_inputs(first, ["gen", "gen2"])

@@ -1,15 +1,20 @@
 """Who labelled the Q-CARE coverage of a context: the record ``udcg qcare label`` writes on it
-(``qcare_labels``), counted per source so that readers can say when a file's means mix several."""
+(``qcare_labels``), counted per source so that readers can say when a file's means mix several,
+and the digests of the inputs it labelled, so that readers refuse labels of edited inputs."""
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from udcg.errors import UDCGWarning
+from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.checks import OUTCOME_LABELS
 from udcg.io.contexts.model import Context
+from udcg.io.contexts.turns import history_of
+from udcg.io.files import canonical_json
 
 #: The context key of the labelling record.
 RECORD = "qcare_labels"
@@ -110,3 +115,90 @@ def warn_given_outcome(contexts: Sequence[Context], model: str, path: object) ->
             UDCGWarning,
             stacklevel=2,
         )
+
+
+def _digest(value: Any) -> str:
+    """A short digest of a JSON value."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
+
+
+def label_inputs(ctx: Context, models: Iterable[str] = ()) -> dict[str, Any]:
+    """The ``inputs`` of a ``qcare_labels`` record: short digests of what the labels of ``ctx``
+    are computed from, its query (``question``, with the earlier turns of a conversation), its
+    ``passages``' texts in order and, under ``outcomes``, the answer of each of ``models``.
+
+    Examples:
+        >>> from udcg.io.contexts.model import Passage
+        >>> outcomes = {"m": {"answer": "Austen."}}
+        >>> ctx = Context("q1", [Passage("d1", text="t")], question="Who?", outcomes=outcomes)
+        >>> inputs = label_inputs(ctx, ["m"])
+        >>> sorted(inputs), len(inputs["question"]), list(inputs["outcomes"])
+        (['outcomes', 'passages', 'question'], 16, ['m'])
+    """
+    return {
+        "question": _digest([ctx.question, history_of(ctx)]),
+        "passages": _digest([p.text for p in ctx.passages]),
+        "outcomes": {m: _digest(ctx.outcomes.get(m, {}).get("answer")) for m in sorted(models)},
+    }
+
+
+def changed_inputs(ctx: Context, models: Iterable[str] = ()) -> list[str]:
+    """What of ``ctx`` differs from the ``inputs`` its ``qcare_labels`` record names:
+    ``question``, ``passages``, and ``outcomes.MODEL`` for each of ``models`` whose answer
+    the record digests. Empty for a record without ``inputs`` (an older udcg's, an import):
+    taken as matching.
+
+    Examples:
+        >>> from dataclasses import replace
+        >>> from udcg.io.contexts.model import Passage
+        >>> outcomes = {"m": {"answer": "Austen."}}
+        >>> ctx = Context("q1", [Passage("d1", text="t")], question="Who?", outcomes=outcomes)
+        >>> ctx = replace(ctx, extra={RECORD: {"inputs": label_inputs(ctx, ["m"])}})
+        >>> changed_inputs(ctx, ["m"]), changed_inputs(replace(ctx, question="When?"), ["m"])
+        ([], ['question'])
+        >>> changed_inputs(replace(ctx, outcomes={"m": {"answer": "Eliot."}}), ["m"])
+        ['outcomes.m']
+    """
+    record = ctx.extra.get(RECORD)
+    recorded = record.get("inputs") if isinstance(record, dict) else None
+    if not isinstance(recorded, dict):
+        return []
+    now = label_inputs(ctx, models)
+    changed = [
+        name for name in ("question", "passages") if recorded.get(name, now[name]) != now[name]
+    ]
+    answers = recorded.get("outcomes") if isinstance(recorded.get("outcomes"), dict) else {}
+    return changed + [
+        f"outcomes.{m}" for m, digest in now["outcomes"].items() if answers.get(m, digest) != digest
+    ]
+
+
+def check_label_inputs(contexts: Iterable[Context], models: Iterable[str] = ()) -> None:
+    """Refuse, in one line, a context whose question, passages or answer of one of ``models``
+    differ from those its Q-CARE labels were computed on (:func:`changed_inputs`): its labels
+    describe other inputs, and ``udcg qcare label`` computes them again.
+
+    Examples:
+        >>> from dataclasses import replace
+        >>> from udcg.io.contexts.model import Passage
+        >>> ctx = Context("q1", [Passage("d1", text="t")], question="Who?")
+        >>> ctx = replace(ctx, extra={RECORD: {"inputs": label_inputs(ctx)}})
+        >>> check_label_inputs([ctx])  # as labelled
+        >>> check_label_inputs([replace(ctx, question="When?")])
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'qcare_labels.inputs.question': the question of qid ...
+    """
+    models = list(models)
+    for ctx in contexts:
+        changed = changed_inputs(ctx, models)
+        if changed:
+            model = changed[0].removeprefix("outcomes.")
+            what = changed[0] if model == changed[0] else f"answer of outcomes.{model}"
+            again = "" if model == changed[0] else f" --answers-from {model}"
+            raise UDCGInputError(
+                f"the {what} of qid {ctx.qid!r} changed since its Q-CARE labels were computed "
+                f"(they describe the earlier one): run `udcg qcare label{again}` again",
+                field=f"{RECORD}.inputs.{changed[0]}",
+                **ctx.location(),
+            )

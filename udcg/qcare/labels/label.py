@@ -12,8 +12,9 @@ What is written (see :mod:`udcg.io.contexts.jsonl`):
 * ``qcare_labels``, the record of who labelled the context: ``judge`` (its key),
   ``fingerprint``, ``subqueries`` (``"given"`` or ``"judge"``), ``outcomes`` (the models
   whose answers it labelled), ``checks`` (how its Yes/No labels were read: ``logprobs``,
-  ``text`` or both) and ``inputs`` (short digests of the question and of the passages'
-  texts in order, so that a later run sees when they changed);
+  ``text`` or both) and ``inputs`` (short digests of the question, of the passages' texts in
+  order and of each labelled outcome's answer, so that a later run and the readers see when
+  they changed: :func:`udcg.io.contexts.sources.label_inputs`);
 * ``passages[].covers[s]`` (hard) and ``passages[].covers_prob[s]`` (soft, null for text
   labels and for values the server only bounded);
 * with ``answers_from=MODEL``, in ``outcomes[MODEL]``: ``claims`` of its ``answer``,
@@ -24,7 +25,6 @@ What is written (see :mod:`udcg.io.contexts.jsonl`):
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -33,9 +33,8 @@ from typing import Any, NamedTuple
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.checks import OUTCOME_LABELS
 from udcg.io.contexts.jsonl import Context
-from udcg.io.contexts.sources import RECORD
+from udcg.io.contexts.sources import RECORD, changed_inputs, label_inputs
 from udcg.judge.base import Judge
-from udcg.judge.cache import canonical_json
 from udcg.qcare.conversation import history_of
 from udcg.qcare.labels import prompts as qp
 from udcg.qcare.labels.checks import CheckMode, YesNoChecker
@@ -159,19 +158,6 @@ class _Prepared(NamedTuple):
     stale: list[str]
 
 
-def _inputs(ctx: Context) -> dict[str, str]:
-    """Short digests of what a context's labels are computed from: its query (question and
-    earlier turns) and its passages' texts in order."""
-    parts = {
-        "question": [ctx.question, history_of(ctx)],
-        "passages": [p.text for p in ctx.passages],
-    }
-    return {
-        name: hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
-        for name, value in parts.items()
-    }
-
-
 def _prepare(ctx: Context, judge: Judge, answers_from: str | None, relabel: bool) -> _Prepared:
     """The context to label, its new record, whether labels not this judge's are replaced,
     the models whose labels by another judge were dropped and those whose labels by this
@@ -182,8 +168,9 @@ def _prepare(ctx: Context, judge: Judge, answers_from: str | None, relabel: bool
     (sub-queries the other judge decomposed are decomposed again, its labels of other
     outcomes are dropped). When the question or the passages differ from those the record's
     ``inputs`` name, this judge's sub-queries are decomposed again (question) and its labels
-    of other outcomes are dropped (a record without ``inputs`` is taken as matching). Labels
-    per sub-query that would outlive their sub-queries are refused."""
+    of other outcomes are dropped, as are those of an outcome whose answer differs (a record
+    without ``inputs`` is taken as matching: :func:`~udcg.io.contexts.sources.changed_inputs`).
+    Labels per sub-query that would outlive their sub-queries are refused."""
     old = ctx.extra.get(RECORD) if isinstance(ctx.extra.get(RECORD), dict) else {}
     own = bool(old) and old.get("fingerprint") == judge.fingerprint
     theirs = [] if own else [m for m in old.get("outcomes", []) if m in ctx.outcomes]
@@ -212,13 +199,13 @@ def _prepare(ctx: Context, judge: Judge, answers_from: str | None, relabel: bool
             field=written,
             **ctx.location(),
         )
-    inputs = _inputs(ctx)
-    recorded = old.get("inputs") if own and isinstance(old.get("inputs"), dict) else {}
-    changed = {name for name, digest in inputs.items() if recorded.get(name, digest) != digest}
+    models = set(old.get("outcomes", [])) if own else set()
+    changed = set(changed_inputs(ctx, models)) if own else set()
     from_judge = old.get("subqueries") == "judge"
     subqueries = ctx.subqueries if (own and "question" not in changed) or not from_judge else None
-    models = set(old.get("outcomes", [])) if own else set()
-    stale = sorted(models - {answers_from}) if changed else []
+    stale = sorted(
+        m for m in models - {answers_from} if changed & {"question", "passages", f"outcomes.{m}"}
+    )
     models -= set(stale)
     outcomes = dict(ctx.outcomes)
     dropped = [m for m in theirs if m != answers_from]
@@ -236,14 +223,15 @@ def _prepare(ctx: Context, judge: Judge, answers_from: str | None, relabel: bool
                     **ctx.location(),
                 )
     kept = models - {answers_from}  # this judge's labels of other outcomes, kept as they are
+    models |= {answers_from} if answers_from else set()
     earlier = old.get("checks") if kept and isinstance(old.get("checks"), list) else []
     record = {
         "judge": judge.name,
         "fingerprint": judge.fingerprint,
         "subqueries": "judge" if subqueries is None or from_judge else "given",
-        "outcomes": sorted(models | ({answers_from} if answers_from else set())),
+        "outcomes": sorted(models),
         "checks": earlier,  # how the labels kept from this judge's earlier runs were read
-        "inputs": inputs,
+        "inputs": label_inputs(ctx, models),
     }
     extra = {k: v for k, v in ctx.extra.items() if k != RECORD}
     replaced = written is not None  # for this judge: labels of an outcome it never labelled
