@@ -110,3 +110,26 @@ def test_a_null_coverage_label_is_missing_not_an_error(
     correct = [c.outcomes["tag"]["correct"] for c in contexts[1:]]
     values = qcare_scores(contexts[1:]).values["C-Prec"].data  # the correlation of the others
     assert rows["C-Prec"]["spearman"] == pytest.approx(stats.correlation(values, correct))
+
+
+def test_labels_of_an_edited_question_are_refused(
+    tmp_path: Path, tag_judge, monkeypatch, evaluate_config
+) -> None:
+    """adv40 4: given contexts whose question changed since `udcg qcare label` labelled them
+    are refused, naming the context, rather than scored on the old question's sub-queries."""
+    from udcg.errors import UDCGInputError
+    from udcg.qcare import label_contexts
+
+    monkeypatch.setattr("udcg.judge.load_judge", lambda spec, **options: tag_judge())
+    monkeypatch.setattr("udcg.pipeline.benchmark.check_hub_judge", lambda spec: None)
+    labelled, _ = label_contexts(_contexts(), tag_judge())
+    labelled[3] = replace(labelled[3], question="mayor #m")
+    write_contexts(tmp_path / "in.jsonl", labelled)
+    cfg = evaluate_config(
+        "dataset=jsonl", f"dataset.path={tmp_path / 'in.jsonl'}", "retriever=given", "judge=tag",
+        "qcare=true",
+    )  # fmt: skip
+    with pytest.raises(
+        UDCGInputError, match=r"in\.jsonl:4: field 'qcare_labels\.inputs\.question'"
+    ):
+        run_evaluate(cfg, tmp_path / "out")

@@ -72,7 +72,7 @@ from udcg.cli.judge_args import add_judge_arguments, check_judge_arguments, open
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import read_contexts, write_contexts
 from udcg.io.contexts.model import distinct_contexts
-from udcg.io.contexts.sources import warn_given_outcome, warn_mixed_sources
+from udcg.io.contexts.sources import check_label_inputs, warn_given_outcome, warn_mixed_sources
 from udcg.io.files import atomic_write, exclusive_writer, refuse_same_file, standard_output
 from udcg.labels.provenance import refuse_derived_outputs, write_derived_manifest
 from udcg.labels.stream import refuse_outputs
@@ -456,6 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 standard_output()  # the results go there: refused closed or read-only, before work
             contexts = distinct_contexts(read_contexts(args.input))
+            check_label_inputs(contexts, [args.answers_from] if args.answers_from else [])
             warn_mixed_sources(contexts, args.input)
             if args.answers_from is not None:
                 warn_given_outcome(contexts, args.answers_from, args.input)
@@ -477,6 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = standard_output()  # the results go there: refused closed or read-only, first
             judged = list(read_contexts(args.judge_labels))
             human = list(read_contexts(args.human_labels))  # read once: HUMAN may be a pipe
+            for labelled in (judged, human):
+                check_label_inputs(labelled, [args.answers_from] if args.answers_from else [])
             warn_mixed_sources(judged, args.judge_labels)
             rows, filled = agreement(
                 judged,
@@ -614,6 +617,7 @@ def _rankings(args: argparse.Namespace) -> None:
         name = _file_run(path)
         read = distinct_contexts(read_contexts(path))
         contexts += [c if c.run else replace(c, run=name) for c in read]
+    check_label_inputs(contexts)
     warn_mixed_sources(contexts, " ".join(map(str, args.inputs)))  # runs ranked across judges
     types = read_query_types(args.types) if args.types else args.type_field
     rows, dropped = ranking_agreement(

@@ -15,7 +15,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError, UDCGWarning
 from udcg.io.contexts.jsonl import Context
-from udcg.io.contexts.sources import listed_sources, warn_mixed_sources
+from udcg.io.contexts.sources import check_label_inputs, listed_sources, warn_mixed_sources
 from udcg.io.joins.utility_sources import get_source
 from udcg.io.manifests import mode_of, relevance_made_by
 from udcg.io.weights.files import check_compatible, check_fingerprint
@@ -336,6 +336,7 @@ def _benchmark(
         if steps or (settings.qcare and needs_coverage(contexts)):
             contexts = annotate(contexts, steps)
         if settings.qcare:  # who labelled the coverage: this run's judge, or the given file's
+            check_label_inputs(contexts)
             warn_mixed_sources(contexts, name)
             mix_notes.append(f"Q-CARE coverage labels: {listed_sources(contexts)}")
         signal = signal_check(contexts, label_key, settings.utility)

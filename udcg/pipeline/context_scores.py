@@ -15,7 +15,7 @@ from udcg._lazy import import_pandas
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevance_matrix
 from udcg.io.contexts.model import distinct_contexts
-from udcg.io.contexts.sources import warn_given_outcome, warn_mixed_sources
+from udcg.io.contexts.sources import check_label_inputs, warn_given_outcome, warn_mixed_sources
 from udcg.io.files import PathType
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE, get_source
 from udcg.io.manifests import mode_of, recorded_judges, relevance_made_by, values_made_by
@@ -375,6 +375,7 @@ def score_contexts(
         outcomes = any(judge in c.outcomes for c in contexts)
         answers = judge if (qcare and outcomes) or _has_answer_labels(contexts, judge) else None
         where = os.fspath(given) if isinstance(given, str | os.PathLike) else "the contexts"
+        check_label_inputs(contexts, [answers] if answers else [])
         warn_mixed_sources(contexts, where)
         if answers is not None:
             warn_given_outcome(contexts, answers, where)

@@ -204,8 +204,10 @@ def _first_object(path: PathType) -> dict[str, Any] | None:
 def _from_contexts(path: PathType) -> Coverage:
     """The gains of the passages of contexts labelled by ``udcg qcare label`` (the reader
     checks each ``covers`` row has one label per sub-query); a warning when the labels come
-    from several sources (:func:`udcg.qcare.labels.label.warn_mixed_sources`)."""
-    from udcg.io.contexts.sources import RECORD, warn_mixed_sources
+    from several sources (:func:`udcg.io.contexts.sources.warn_mixed_sources`); labels of a
+    question or passages edited since are refused
+    (:func:`udcg.io.contexts.sources.check_label_inputs`)."""
+    from udcg.io.contexts.sources import RECORD, check_label_inputs, warn_mixed_sources
 
     gains = _Gains(path)
     sources = []  # the labelled contexts, reduced to the record of who labelled them
@@ -216,6 +218,7 @@ def _from_contexts(path: PathType) -> Coverage:
         rows = [list(p.covers) for p in labelled]
         if not rows:
             continue
+        check_label_inputs([ctx])
         sources.append(Context(ctx.qid, extra={RECORD: ctx.extra.get(RECORD)}))
         line = ctx.location()["line"]
         found = _row_gains(rows, f"query {ctx.qid!r}", path, line)
