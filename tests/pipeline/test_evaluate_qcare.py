@@ -102,6 +102,8 @@ def test_a_null_coverage_label_is_missing_not_an_error(
     assert report["means"]["C-Prec"] == pytest.approx(expected["C-Prec"])
     assert report["means"]["C-nDCG"] == pytest.approx(expected["C-nDCG"])
     assert report["setup"]["n_contexts"] == len(contexts)
+    assert report["mean_counts"]["C-Prec"] == report["mean_counts"]["C-nDCG"] == len(contexts) - 1
+    assert report["mean_counts"]["UDCG"] == len(contexts)
     assert any(
         "C-Prec and C-nDCG missing for 1 of 8 contexts (a check without a usable answer 1)" in n
         for n in report["notes"]

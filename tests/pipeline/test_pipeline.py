@@ -272,6 +272,23 @@ def test_a_summary_of_runs_over_other_queries_says_so() -> None:
     assert summarize(reports)["notes"] == []
 
 
+def test_a_summary_of_means_over_other_numbers_of_contexts_says_so() -> None:
+    """adv40 7: a member whose C-Prec and C-nDCG are missing for some contexts (null coverage
+    labels) has means over fewer contexts: the summary names those metrics and the counts."""
+    means = {"nDCG": 0.5, "C-Prec": 0.4, "C-nDCG": 0.6}
+    reports = [
+        {**_report("a", 0.5, means), "mean_counts": {"nDCG": 30, "C-Prec": 30, "C-nDCG": 30}},
+        {**_report("b", 0.6, means), "mean_counts": {"nDCG": 30, "C-Prec": 20, "C-nDCG": 20}},
+    ]
+    (note,) = summarize(reports)["notes"]
+    assert note.startswith("C-Prec, C-nDCG: the means are over different numbers of contexts")
+    assert "(a: 30; b: 20)" in note and "nDCG," not in note.replace("C-nDCG:", "")
+    reports[1]["mean_counts"].update({"C-Prec": 30, "C-nDCG": 30})
+    assert summarize(reports)["notes"] == []
+    del reports[1]["mean_counts"]  # a report of an earlier udcg: nothing to compare
+    assert summarize(reports)["notes"] == []
+
+
 def test_sweep_members_of_one_retriever_stay_apart() -> None:
     over_k = [
         _report("bm25", 0.1, {"UDCG": 0.2}, k=1, utility="abstention"),

@@ -355,6 +355,7 @@ def _benchmark(
             settings.qcare_gain,
         )
         next_stage(bar, "evaluate", "correlate")
+        kept = {m: defined(v)[0] for m, v in table.scores.items()}  # a missing value left out
         args = (
             table.scores,
             table.correct,
@@ -384,7 +385,8 @@ def _benchmark(
             "config": config if config is not None else _settings_json(settings),
             **({} if sweep is None else {"sweep": sweep}),
             "signal": None if signal is None else signal.as_dict(),
-            "means": {m: float(np.mean(defined(v)[0])) for m, v in table.scores.items()},
+            "means": {m: float(np.mean(v)) for m, v in kept.items()},
+            "mean_counts": {m: len(v) for m, v in kept.items()},  # contexts each mean is over
             "tuned_gammas": table.gammas,
             "crossfit_theta_weights": [
                 {"alpha": m.alpha_.tolist(), "beta": m.beta_.tolist()} for m in table.theta_models

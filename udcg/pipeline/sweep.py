@@ -121,6 +121,26 @@ def _query_notes(runs: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
+def _count_notes(runs: dict[str, dict[str, Any]]) -> list[str]:
+    """A note per group of metrics whose means are over different numbers of contexts between
+    the members (``mean_counts``: a context a metric is missing for is left out of its mean);
+    nothing when a report does not record them (an earlier udcg's)."""
+    counts = {name: r.get("mean_counts") for name, r in runs.items()}
+    if len(runs) < 2 or not all(isinstance(c, dict) for c in counts.values()):
+        return []
+    groups: dict[str, list[str]] = {}
+    for metric in next(iter(counts.values())):
+        per_run = [c.get(metric) for c in counts.values()]
+        if None not in per_run and len(set(per_run)) > 1:
+            listed = "; ".join(f"{name}: {n}" for name, n in zip(counts, per_run, strict=True))
+            groups.setdefault(listed, []).append(metric)
+    return [
+        f"{', '.join(metrics)}: the means are over different numbers of contexts ({listed}):"
+        " a context a metric is missing for is left out of its mean, so they do not compare"
+        for listed, metrics in groups.items()
+    ]
+
+
 def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-run accuracy and metric means; per metric, Kendall tau-b between ranking the runs
     by mean metric and by accuracy (metrics missing from a run are left out)."""
@@ -159,7 +179,7 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
             for name, r in sorted(runs.items(), key=lambda kv: -kv[1]["setup"]["accuracy"])
         ],
         "ranking_agreement": agreement,
-        "notes": _query_notes(runs),
+        "notes": [*_query_notes(runs), *_count_notes(runs)],
     }
 
 
