@@ -334,8 +334,28 @@ def test_score_contexts_adds_qcare_columns_where_labelled() -> None:
     assert frame["C-Prec"].iloc[0] == pytest.approx(0.25)
     assert frame["C-nDCG"].iloc[0] == pytest.approx(1.0)
     assert np.isnan(frame["C-Prec"].iloc[1])  # no Q-CARE labels
+    assert "C-Prec and C-nDCG missing for 1 of 2 contexts (no labels 1)" in frame.attrs["notes"]
     assert frame["UDCG"].iloc[1] == pytest.approx(expit(0.9))
     assert "C-Prec" not in udcg.score_contexts(contexts, qcare=False)
+
+
+def test_score_contexts_notes_a_null_coverage_label() -> None:
+    """adv40: a check without a usable answer leaves C-Prec and C-nDCG NaN, and the notes say
+    so as `udcg qcare score` does."""
+    import dataclasses
+
+    import udcg
+
+    contexts = _qcare_contexts()[:1]
+    covers = [[None, True], [False, False]]
+    contexts[0].passages[:] = [
+        dataclasses.replace(p, covers=c) for p, c in zip(contexts[0].passages, covers, strict=True)
+    ]
+    frame = udcg.score_contexts(contexts, qcare=True)
+    assert np.isnan(frame["C-Prec"].iloc[0]) and np.isnan(frame["C-nDCG"].iloc[0])
+    assert frame.attrs["notes"] == [
+        "C-Prec and C-nDCG missing for 1 of 1 contexts (a check without a usable answer 1)"
+    ]
 
 
 def test_score_contexts_asks_for_the_judge_key_when_two_judges_labelled() -> None:

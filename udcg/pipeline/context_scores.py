@@ -333,7 +333,8 @@ def score_contexts(
     its labels, True always (the generator's NaN when the judge has no outcomes), False never;
     ``qcare_gain`` and ``qcare_coverage`` are :func:`udcg.qcare.qcare_scores`'s ``gain`` and
     ``coverage``; ``erag``: None adds eRAG's columns when some passage has an eRAG label of the
-    judge, True always, False never. Notes land in ``frame.attrs["notes"]``. Needs pandas (the
+    judge, True always, False never. Notes land in ``frame.attrs["notes"]`` (a weights mismatch
+    allowed, why a Q-CARE column is NaN for some contexts). Needs pandas (the
     ``pandas`` extra).
 
     >>> import udcg
@@ -383,6 +384,7 @@ def score_contexts(
             contexts, answers_from=answers, gain=qcare_gain, coverage=qcare_coverage
         )
         columns.update({name: v.filled(np.nan) for name, v in scores.values.items()})
+        notes.extend(scores.notes())  # why a Q-CARE column is NaN, as `udcg qcare score` says
         if qcare and answers is None:  # every column: the judge has no outcomes to score
             columns.update({n: np.full(len(contexts), np.nan) for n in GENERATOR_METRICS})
     if erag or (erag is None and _has_erag_labels(contexts, judge)):

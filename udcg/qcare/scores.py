@@ -73,6 +73,27 @@ class QCareScores:
             out[name] = None if mean is np.ma.masked else float(mean)
         return out
 
+    def notes(self) -> list[str]:
+        """One line per group of metrics missing for the same contexts: how many and why.
+
+        Examples:
+            >>> from udcg.io.contexts.model import Context, Passage
+            >>> qcare_scores([Context("q1", [Passage("d1")])]).notes()
+            ['C-Prec and C-nDCG missing for 1 of 1 contexts (no labels 1)']
+        """
+        groups: dict[str, list[str]] = {}
+        for name, why in self.missing.items():
+            if why:
+                reasons = ", ".join(f"{r} {c}" for r, c in sorted(why.items()))
+                total = len(self.values[name])
+                counts = f"{sum(why.values())} of {total} contexts ({reasons})"
+                groups.setdefault(counts, []).append(name)
+        out = []
+        for counts, names in groups.items():
+            listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+            out.append(f"{listed} missing for {counts}")
+        return out
+
 
 def _grid(value: Any, depth: int, kind: type = bool) -> tuple[Any, bool]:
     """``(grid with nulls as 0, has_null)`` for a nested label list of ``depth``, its values
