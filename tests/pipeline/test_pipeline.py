@@ -446,3 +446,21 @@ def test_a_crossfit_that_does_not_converge_is_one_warning_naming_theta_l2() -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error", UDCGThetaConvergenceWarning)
         crossfit_theta(rel, util, correct, qids, seed=0, l2=0.01)
+
+
+def test_paired_tests_choose_a_on_the_shared_contexts_and_count_undefined_resamples() -> None:
+    """B correlates perfectly on the six contexts A scores (and not at all on the six A leaves
+    missing): on the contexts both score B is the better one, whatever A's own estimate.
+    Resamples with constant correctness are counted, as in the correlation rows."""
+    from udcg.pipeline.correlate import correlations, paired_tests
+
+    correct = np.array([1, 0] * 6, dtype=float)
+    b = np.array([0.9, 0.1, 0.8, 0.2, 0.7, 0.3, 0.1, 0.9, 0.2, 0.8, 0.3, 0.7])
+    a = np.array([0.6, 0.4, 0.3, 0.5, 0.7, 0.2] + [np.nan] * 6)
+    (row,) = paired_tests({"A": a, "B": b}, correct, np.arange(12), n_resamples=200)
+    assert (row["a"], row["b"]) == ("B", "A") and row["difference"] > 0
+    assert row["resamples"] == 200 and 0 < row["undefined_resamples"] < 200
+    few = np.array([1, 0, 0, 0, 0, 0], dtype=float)  # a resample missing query 0: undefined
+    (only,) = correlations({"m": np.linspace(0.9, 0.4, 6)}, few, np.arange(6), n_resamples=200)
+    drawn_without_0 = (5 / 6) ** 6  # the share of resamples that miss query 0
+    assert only["undefined_resamples"] == pytest.approx(200 * drawn_without_0, abs=25)

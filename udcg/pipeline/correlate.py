@@ -37,16 +37,18 @@ def paired_tests(
     n_resamples: int = 1000,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """For every pair of metrics, the paired bootstrap test of "A correlates better than B",
-    A being the one with the higher point estimate, over the contexts where both are defined;
-    pairs with an undefined side are left out."""
-    point = {name: stats.correlation(*defined(v, correct), method) for name, v in scores.items()}
-    usable = [n for n in scores if math.isfinite(point[n])]
+    """For every pair of metrics, the paired bootstrap test of "A correlates better than B"
+    over the contexts where both are defined, A being the one with the higher point estimate
+    there; pairs with a side undefined there are left out. Each row counts the resamples left
+    out as undefined."""
     out = []
-    for x, y in itertools.combinations(usable, 2):
-        a, b = (x, y) if point[x] >= point[y] else (y, x)
-        both = scores[a] + scores[b]  # NaN where either is missing
-        _, va, vb, c, g = defined(both, scores[a], scores[b], correct, groups)
+    for x, y in itertools.combinations(scores, 2):
+        both = scores[x] + scores[y]  # NaN where either is missing
+        _, vx, vy, c, g = defined(both, scores[x], scores[y], correct, groups)
+        px, py = (stats.correlation(v, c, method) if len(c) else math.nan for v in (vx, vy))
+        if not (math.isfinite(px) and math.isfinite(py)):
+            continue
+        (a, va), (b, vb) = ((x, vx), (y, vy)) if px >= py else ((y, vy), (x, vx))
         res = stats.paired_bootstrap_test(va, vb, c, g, method, n_resamples, seed)
         out.append(
             {
@@ -55,6 +57,8 @@ def paired_tests(
                 "difference": finite_or_none(res.difference),
                 "ci95": [finite_or_none(res.low), finite_or_none(res.high)],
                 "p_value": finite_or_none(res.p_value),
+                "resamples": res.n_resamples,
+                "undefined_resamples": res.n_undefined,
             }
         )
     return sorted(out, key=lambda r: r["p_value"] if r["p_value"] is not None else 2.0)

@@ -78,6 +78,8 @@ class MetricRow:
             "kendall": finite_or_none(self.kendall),
             "pearson": finite_or_none(self.pearson),
             "undefined": self.undefined,
+            "resamples": r.n_resamples,
+            "undefined_resamples": r.n_undefined,  # left out of the interval
         }
 
 

@@ -13,6 +13,13 @@ from udcg.pipeline.metric_table import show_correlation, show_interval
 from udcg.pipeline.plots import figure, plot_weights
 
 
+def _interval(row: dict[str, Any]) -> str:
+    """A row's 95% CI, with the resamples left out of it as undefined when there are any."""
+    left = row.get("undefined_resamples") or 0
+    out = f" ({left} of {row['resamples']} resamples undefined)" if left else ""
+    return show_interval(*row["ci95"]) + out
+
+
 def _correlation_row(row: dict[str, Any], method: str, mean: float) -> str:
     """One metric's line of the correlation table; an undefined correlation says why."""
     if row.get("undefined"):
@@ -20,7 +27,7 @@ def _correlation_row(row: dict[str, Any], method: str, mean: float) -> str:
         return f"| {row['metric']} | {mean:.3f} | {reason} | | | |"
     return (
         f"| {row['metric']} | {mean:.3f} | {show_correlation(row[method])} | "
-        f"{show_interval(*row['ci95'])} | {show_correlation(row['kendall'])} | "
+        f"{_interval(row)} | {show_correlation(row['kendall'])} | "
         f"{show_correlation(row['pearson'])} |"
     )
 
@@ -55,10 +62,9 @@ def markdown(report: dict[str, Any]) -> str:
     if tests:
         lines += ["| A | B | difference | 95% CI | p |", "| --- | --- | ---: | --- | ---: |"]
         for t in tests:
-            low, high = t["ci95"]
             lines.append(
                 f"| {t['a']} | {t['b']} | {show_correlation(t['difference'])} | "
-                f"{show_interval(low, high)} | {t['p_value']:.3f} |"
+                f"{_interval(t)} | {t['p_value']:.3f} |"
             )
     else:
         lines.append("No pair of metrics differs significantly (see report.json for all pairs).")
