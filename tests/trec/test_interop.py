@@ -266,3 +266,11 @@ def test_a_query_a_run_dict_ranks_nothing_for_is_left_out_with_a_warning() -> No
     assert theirs["q2"] == {"recip_rank": 0.0}
     with pytest.warns(UDCGWarning, match=r"run: query 'q2' ranks no document: left out of"):
         assert evaluate(qrels, run, ["RR"]) == {"q1": {"RR": 1.0}}
+
+
+def test_dict_keys_that_are_one_id_as_text_are_refused() -> None:
+    """``{1: ..., "1": ...}`` would merge two queries (or documents) into one."""
+    with pytest.raises(UDCGInputError, match=r"query ids 1 and '1' are one id as text"):
+        evaluate({"1": {"a": 1}}, {1: {"a": 1.0}, "1": {"b": 2.0}}, ["RR"])
+    with pytest.raises(UDCGInputError, match=r"query 'q': document ids 7 and '7' are one id"):
+        evaluate({"q": {7: 1, "7": 0}}, {"q": {"7": 1.0}}, ["RR"])

@@ -420,9 +420,11 @@ def columns_from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, p
     qids: list[str] = []
     doc_ids: list[str] = []
     values: list = []
+    _one_id_each(data, "query ids", name)
     for qid, docs in data.items():
         if not isinstance(docs, Mapping):
             raise UDCGInputError(f"query {qid!r}: expected a dict of doc_id -> {field}", field=name)
+        _one_id_each(docs, f"query {qid!r}: document ids", name)
         qids.extend([str(qid)] * len(docs))
         doc_ids.extend(map(str, docs))
         values.extend(docs.values())
@@ -437,6 +439,19 @@ def columns_from_dict(data: Mapping, field: str, name: str) -> tuple[pa.Array, p
         pa.array(doc_ids, pa.string(), memory_pool=pool),
         values,
     )
+
+
+def _one_id_each(keys: Mapping, what: str, name: str) -> None:
+    """Refuse two keys that are one id as text (``1`` and ``"1"``): they would merge."""
+    if len({str(k) for k in keys}) < len(keys):
+        seen: dict[str, Any] = {}
+        for key in keys:
+            if str(key) in seen:
+                raise UDCGInputError(
+                    f"{what} {seen[str(key)]!r} and {key!r} are one id as text: give one",
+                    field=name,
+                )
+            seen[str(key)] = key
 
 
 def run_from_dict(data: Mapping[str, Mapping[str, float]]) -> Run:
