@@ -210,7 +210,7 @@ def test_one_shared_file_the_other_judge_and_answer_likelihood(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ([], "field 'utilities': UDCG@5 needs utilities"),
+        ([], "field 'utilities': UDCG@5 needs utilities: pass utilities= (--utilities FILE on"),
         (
             ["--utilities", "A", "--utilities", "B", "--utilities", "C"],
             "3 utilities files for 2 runs",

@@ -138,7 +138,8 @@ class UtilityPlan:
 
 def _needs(measure: Measure, what: str) -> UDCGInputError:
     return UDCGInputError(
-        f"{measure} needs {what}: pass {what}= (udcg trec: {_API_AND_CLI[what]})", field=what
+        f"{measure} needs {what}: pass {what}= ({_API_AND_CLI[what]} on the command line)",
+        field=what,
     )
 
 
