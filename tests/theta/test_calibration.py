@@ -175,6 +175,8 @@ def test_fit_errors_are_one_line():
         fit_temperature([-1.0, -0.5, 0.0, 2.0], [0, 0, 1, 1])
     with pytest.raises(UDCGInputError, match="do not predict"):
         fit_temperature([-2.0, -1.0, 1.0, 2.0, 0.5, -0.5, 1.5], [1, 1, 0, 0, 0, 1, 1])
+    with pytest.raises(UDCGInputError, match=r"the best slope a is .* <= 0: the scores do not"):
+        fit_platt([0.1, 0.2, 0.7, 0.8, 0.6, 0.3, 0.65], [1, 1, 0, 0, 0, 1, 1])  # backwards
     with pytest.raises(UDCGInputError, match="outside"):
         brier_score([1.2], [1])
     with pytest.raises(UDCGInputError, match="'level'"):

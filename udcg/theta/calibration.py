@@ -372,7 +372,8 @@ def _logistic_mle(x: np.ndarray, y: np.ndarray, intercept: bool) -> np.ndarray:
 
 def fit_platt(score: Any, correct: Any) -> Calibration:
     """Platt scaling: ``p = sigmoid(a * score + b)``, the unpenalised logistic regression of
-    ``correct`` on the score.
+    ``correct`` on the score (an error when the best slope ``a`` is not positive: the scores
+    then rank the outcomes backwards, and a calibration must keep their order).
 
     Examples:
         Score 0 is correct 1 time in 4, score 1 3 times in 4: ``b = logit(1/4) = -log 3`` and
@@ -384,6 +385,11 @@ def fit_platt(score: Any, correct: Any) -> Calibration:
     """
     x, y = _pair(score, correct, "score")
     a, b = _logistic_mle(x, y, intercept=True)
+    if a <= 0:
+        raise UDCGInputError(
+            f"the best slope a is {a:.4g} <= 0: the scores do not predict correctness",
+            field="score",
+        )
     return Calibration("platt", {"a": float(a), "b": float(b)}, int(x.shape[0]))
 
 
