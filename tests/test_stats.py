@@ -380,3 +380,12 @@ def test_option_validation() -> None:
         with pytest.raises(UDCGInputError) as err:
             stats.paired_bootstrap_test(x, x, y, n_resamples=5, confidence=bad)
         assert err.value.field == "confidence"
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "7", True])
+def test_a_bad_seed_is_one_line(seed: object) -> None:
+    x, y = np.arange(8.0), np.array([0, 1] * 4)
+    with pytest.raises(UDCGInputError, match="field 'seed'"):
+        stats.bootstrap_correlation(x, y, groups=np.arange(8), seed=seed)
+    with pytest.raises(UDCGInputError, match="field 'seed'"):
+        stats.paired_bootstrap_test(x, x[::-1], y, np.arange(8), seed=seed)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from udcg.errors import UDCGInputError
-from udcg.validation import float_vector, query_codes, show
+from udcg.validation import float_vector, nonnegative_int, query_codes, show
 
 Method = Literal["spearman", "kendall", "pearson"]
 METHODS: tuple[str, ...] = ("spearman", "kendall", "pearson")
@@ -141,7 +141,9 @@ def _check_method(method: str) -> str:
     return method
 
 
-def _check_options(n_resamples: int, confidence: float) -> None:
+def _check_options(n_resamples: int, confidence: float, seed: int | None = None) -> None:
+    if seed is not None:
+        nonnegative_int(seed, "seed")
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)):
         raise UDCGInputError(
             f"expected an integer, got {type(n_resamples).__name__}", field="n_resamples"
@@ -414,7 +416,7 @@ def bootstrap_correlation(
     method = _check_method(method)
     x = _as_vector(metric, "metric")
     y = _as_vector(correct, "correct", x.shape[0], "metric")
-    _check_options(n_resamples, confidence)
+    _check_options(n_resamples, confidence, seed)
     codes, n_groups = query_groups(groups, x.shape[0], "metric")
     (dist,) = _bootstrap([x], y, codes, n_groups, method, int(n_resamples), seed)
     low, high = percentile_interval(dist, confidence)
@@ -457,7 +459,7 @@ def paired_bootstrap_test(
     a = _as_vector(metric_a, "metric_a")
     b = _as_vector(metric_b, "metric_b", a.shape[0], "metric_a")
     y = _as_vector(correct, "correct", a.shape[0], "metric_a")
-    _check_options(n_resamples, confidence)
+    _check_options(n_resamples, confidence, seed)
     codes, n_groups = query_groups(groups, a.shape[0], "metric_a")
     dist_a, dist_b = _bootstrap([a, b], y, codes, n_groups, method, int(n_resamples), seed)
     diff = dist_a - dist_b

@@ -319,3 +319,31 @@ def test_array_fast_path_agrees_with_the_general_path_and_still_rejects_bad_valu
         broken[3, 2] = value
         with pytest.raises(UDCGInputError, match=message):
             udcg(rel, broken)
+
+
+def test_masked_entries_are_refused_and_an_unmasked_array_scores_as_its_data() -> None:
+    """A mask hides values the metrics would read as they are (a masked position used to add
+    to the sum whatever it held): refused, naming the input; without masked entries, the
+    values of the data."""
+    from udcg import metrics
+    from udcg.metrics.coverage import coverage_gain
+
+    rel = np.ma.array([[1.0, 0.0, 1.0]], mask=[[False, False, True]])
+    u = np.ma.array([[0.5, 0.2, np.nan]], mask=[[False, False, True]])
+    with pytest.raises(UDCGInputError, match=r"field 'relevant': a masked array with 1 masked"):
+        metrics.udcg(rel, u)
+    with pytest.raises(UDCGInputError, match="masked array"):
+        metrics.context_ndcg(np.ma.array([[0.0, 3.0, 1.0]], mask=[[False, True, False]]))
+    with pytest.raises(UDCGInputError, match="masked array"):
+        coverage_gain(np.ma.array([0.5, 0.2], mask=[False, True]))
+    plain = np.array([[1.0, 0.0, 1.0]]), np.array([[0.5, 0.2, 0.9]])
+    whole = np.ma.array(plain[0]), np.ma.array(plain[1])
+    assert metrics.udcg(*whole).tolist() == metrics.udcg(*plain).tolist()
+
+
+@pytest.mark.parametrize("bad", [[np.nan, 0.5], [5.0], [-1.0], [np.inf]])
+def test_coverage_gain_refuses_values_outside_the_unit_interval(bad: list[float]) -> None:
+    from udcg.metrics.coverage import coverage_gain
+
+    with pytest.raises(UDCGInputError, match="field 'coverage_values'"):
+        coverage_gain(bad, "exponential")

@@ -325,3 +325,11 @@ def test_a_train_sweep_over_other_options_gives_each_member_its_folder(
     assert status == 0
     cards = [json.loads((sweep / f"{i}-k3" / "udcg_theta_k3.json").read_text()) for i in (0, 1)]
     assert [card["l2"] for card in cards] == [0.0, 0.5]
+
+
+@pytest.mark.parametrize("k", [3.0, "3", 0, True])
+def test_fit_theta_refuses_a_k_that_is_no_positive_integer(k: object) -> None:
+    import udcg
+
+    with pytest.raises(UDCGInputError, match="field 'k'"):
+        udcg.fit_theta(udcg.demo_contexts(), k)

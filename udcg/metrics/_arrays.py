@@ -19,7 +19,15 @@ from udcg.validation import show
 ArrayLike2D = np.ndarray | Sequence[Sequence[float]]
 
 
-def _check_finite(values: np.ndarray, name: str) -> None:
+def check_finite(values: np.ndarray, name: str) -> None:
+    """Refuse a NaN or an infinity in a float array, naming its row.
+
+    Examples:
+        >>> check_finite(np.array([[0.5, np.nan]]), "utility")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'utility': row 0: NaN or infinite value
+    """
     if values.dtype.kind == "f" and not np.isfinite(values).all():
         row = int(np.argwhere(~np.isfinite(values))[0][0])
         raise UDCGInputError(f"row {row}: NaN or infinite value", field=name)
@@ -38,10 +46,29 @@ def table_rows(values: Any) -> Any:
     return values.to_numpy() if table and len(getattr(values, "shape", ())) == 2 else values
 
 
+def unmasked(values: Any, name: str) -> Any:
+    """``values``; a numpy masked array with entries masked is refused (a mask hides values
+    the metrics would otherwise read as they are).
+
+    Examples:
+        >>> unmasked(np.ma.array([[1.0, 0.5]], mask=[[False, True]]), "utility")
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'utility': a masked array with 1 masked entries: ...
+    """
+    if np.ma.isMaskedArray(values) and (hidden := int(np.ma.getmaskarray(values).sum())):
+        raise UDCGInputError(
+            f"a masked array with {hidden} masked entries: give the values to score (fill "
+            "or drop them; ragged lists may differ in length)",
+            field=name,
+        )
+    return values
+
+
 def as_padded(values: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     """``(padded, lengths)``: a float64 ``[n, max_len]`` array padded with 0 and list lengths;
-    a DataFrame counts as its rows (``table_rows``)."""
-    values = table_rows(values)
+    a DataFrame counts as its rows (``table_rows``); entries masked are refused."""
+    values = unmasked(table_rows(values), name)
     if isinstance(values, np.ndarray):
         if values.ndim != 2:
             raise UDCGInputError(
@@ -52,7 +79,7 @@ def as_padded(values: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
             out = np.asarray(values, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise UDCGInputError(f"expected numbers ({exc})", field=name) from None
-        _check_finite(out, name)
+        check_finite(out, name)
         return out, full_lengths(out)
     try:
         rows = [np.asarray(row, dtype=np.float64) for row in values]
@@ -67,7 +94,7 @@ def as_padded(values: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     if len(rows):
         mask = np.arange(width) < lengths[:, None]
         out[mask] = np.concatenate(rows) if width else []
-    _check_finite(out, name)
+    check_finite(out, name)
     return out, lengths
 
 
@@ -181,6 +208,7 @@ def as_padded_matrices(
     must be booleans or 0/1 (with ``fractions``, any number in [0, 1], and the cube is
     float64). ``axes`` names rows and columns in error messages."""
     shape = f"[{axes[0]}, {axes[1]}]"
+    values = unmasked(values, name)
     if isinstance(values, np.ndarray):
         if values.ndim != 3:
             raise UDCGInputError(

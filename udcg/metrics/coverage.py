@@ -34,8 +34,16 @@ from typing import Any
 
 import numpy as np
 
+from udcg.errors import UDCGInputError
 from udcg.metrics import _kernels
-from udcg.metrics._arrays import as_padded, as_padded_matrices, check_range, unpad
+from udcg.metrics._arrays import (
+    as_padded,
+    as_padded_matrices,
+    check_finite,
+    check_range,
+    unmasked,
+    unpad,
+)
 from udcg.validation import one_of, positive_int
 
 __all__ = ["GAINS", "c_ndcg", "c_precision", "coverage", "coverage_gain"]
@@ -86,8 +94,14 @@ def coverage_gain(coverage_values: Any, gain: str = "linear") -> np.ndarray:
         [0.0, 31.0, 1023.0]
     """
     one_of(gain, "gain", GAINS)
-    r = np.asarray(coverage_values, dtype=np.float64)
-    return r.copy() if gain == "linear" else np.power(2.0, 10.0 * r) - 1.0
+    try:
+        r = np.array(unmasked(coverage_values, "coverage_values"), dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise UDCGInputError(f"expected numbers ({exc})", field="coverage_values") from None
+    flat = r.reshape(1, -1)  # errors name the position in the values' flat order
+    check_finite(flat, "coverage_values")
+    check_range(flat, "coverage_values", 0.0, 1.0)
+    return r if gain == "linear" else np.power(2.0, 10.0 * r) - 1.0
 
 
 def _gains(coverage_values: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -92,7 +92,7 @@ def _dense_per_row(
     """``per_block`` applied to blocks of rows of a dense 2-D label array cut to k (integers
     read as float64); None when the input is not such an array or ``per_block`` declines a
     block, which sends callers to the general path."""
-    if not isinstance(labels, np.ndarray) or labels.ndim != 2:
+    if type(labels) is not np.ndarray or labels.ndim != 2:  # a masked array: the general path
         return None
     cut = labels if k is None else labels[:, :k]
     out = np.empty(len(cut))

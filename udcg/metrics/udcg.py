@@ -93,10 +93,10 @@ def _aligned(relevant: Any, utility: Any) -> tuple[Any, Any]:
 
 
 def _dense_pair(relevant: Any, utility: Any) -> bool:
-    """True for two 2-D numpy arrays of one shape."""
+    """True for two 2-D numpy arrays (not a subclass, such as a masked array) of one shape."""
     return (
-        isinstance(relevant, np.ndarray)
-        and isinstance(utility, np.ndarray)
+        type(relevant) is np.ndarray
+        and type(utility) is np.ndarray
         and relevant.ndim == 2
         and relevant.shape == utility.shape
     )

@@ -41,6 +41,7 @@ from udcg.pipeline.settings import TrainSettings
 from udcg.pipeline.tracking import flat_metrics, log_params
 from udcg.progress import next_stage, progress
 from udcg.theta import UDCGTheta, split_by_query, tune_gamma
+from udcg.validation import positive_int
 
 MIN_QUERIES_PER_SPLIT = 2
 #: the alpha/beta plot in a weights folder, shown by its README.md
@@ -416,6 +417,7 @@ def fit_theta(
     >>> model.alpha_.shape, model.beta_.shape
     ((3,), (3,))
     """
+    k = positive_int(k, "k")
     given, contexts = contexts, as_contexts(contexts)
     judge = judge_key or stored_judge_key(contexts, utility)
     made = file_values_made_by(given, judge, utility)
