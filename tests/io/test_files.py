@@ -372,3 +372,39 @@ def test_a_named_pipe_named_again_in_one_command_is_not_opened_again(tmp_path: P
             pass
         again.join()
     assert not hung and done == [first] == [b"q1 Q0 d1 1 2.0 r\n"]
+
+
+def test_two_pipes_one_writer_feeds_are_read_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One writer alternates between two pipes, more than a pipe's buffer each (``tee
+    >(...)``); a command reads them on two threads (``udcg trec`` parses qrels and run at
+    once): each read waits only for its own pipe, or the writer and both readers stop."""
+    from udcg._threads import run_concurrently
+    from udcg.io.files import inputs_read_once, read_bytes
+
+    chunk, rounds = b"x" * 4096, 64  # 256 KiB per pipe
+    (ra, wa), (rb, wb) = os.pipe(), os.pipe()
+
+    def write() -> None:
+        for _ in range(rounds):
+            os.write(wa, chunk)
+            os.write(wb, chunk)
+        os.close(wa)
+        os.close(wb)
+
+    done: list[list[bytes]] = []
+
+    def command() -> None:
+        with inputs_read_once():
+            names = (f"/proc/self/fd/{ra}", f"/proc/self/fd/{rb}")
+            done.append(run_concurrently(*(lambda n=n: read_bytes(n) for n in names)))
+
+    writer, reader = threading.Thread(target=write), threading.Thread(target=command)
+    monkeypatch.setenv("UDCG_NUM_THREADS", "2")
+    writer.start()
+    reader.start()
+    reader.join(timeout=20)
+    hung = reader.is_alive()
+    for fd in (ra, rb):  # frees a stuck writer and reader before failing
+        os.close(fd)
+    writer.join()
+    assert not hung and done == [[chunk * rounds, chunk * rounds]]

@@ -60,12 +60,20 @@ STDIO = "-"
 MANIFEST = ".manifest.json"
 
 
+class _Read:
+    """One input's content, read by the first reader while the others of it wait."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.data: bytes | None = None
+
+
 #: Inputs read once within the running command or sweep (:func:`inputs_read_once`), by what
 #: they were; None outside one.
-_READ: ContextVar[dict[tuple[Any, ...], bytes] | None] = ContextVar("udcg_read", default=None)
+_READ: ContextVar[dict[tuple[Any, ...], _Read] | None] = ContextVar("udcg_read", default=None)
 #: Outside a command: standard input's last read (:func:`_stdin_bytes`).
-_LOOSE: dict[tuple[Any, ...], bytes] = {}
-_READ_LOCK = threading.Lock()
+_LOOSE: dict[tuple[Any, ...], _Read] = {}
+_READ_LOCK = threading.Lock()  # guards the dicts only: two inputs are read side by side
 
 
 @contextlib.contextmanager
@@ -102,9 +110,11 @@ def _kept(key: tuple[Any, ...], read: Callable[[], bytes], loose: bool) -> bytes
             kept = _LOOSE
             if key not in kept:
                 kept.clear()
-        if key not in kept:
-            kept[key] = read()
-        return kept[key]
+        entry = kept.setdefault(key, _Read())
+    with entry.lock:  # a pipe fed with another one by one writer must not wait for that one
+        if entry.data is None:
+            entry.data = read()
+        return entry.data
 
 
 def _stdin_bytes(stream: Any) -> bytes:
