@@ -87,3 +87,31 @@ def test_readers_refuse_and_older_records_pass(tmp_path: Path, tag_judge, capsys
     write_contexts(path, [first, older])
     assert main(["score", str(path)]) == 0
     assert udcg.evaluate(qrels, run, ["C-Prec@2"], coverage=path)
+
+
+def test_passages_reordered_with_their_labels_are_not_stale(tmp_path: Path, tag_judge) -> None:
+    """`udcg order` (and evaluate.py's `order=`) move each passage with its coverage labels and
+    drop the outcomes: the record names the new order, and the readers score it; a context
+    whose passages were edited before stays refused."""
+    import numpy as np
+
+    from udcg.cli.main import main as udcg_main
+    from udcg.pipeline.order_study import pick
+    from udcg.theta import UDCGTheta
+
+    first, second = _labelled(tag_judge)
+    model = UDCGTheta(3)
+    model.alpha_, model.beta_, model.intercept_ = np.ones(3), -np.ones(3), 0.0
+    weights = model.save_pretrained(tmp_path / "w", card={"judge_model": "gen"})
+    labelled, ordered = tmp_path / "labelled.jsonl", tmp_path / "ordered.jsonl"
+    write_contexts(labelled, [first, second])
+    argv = ["order", str(labelled), "-o", str(ordered), "--weights", str(weights)]
+    assert udcg_main([*argv, "--ordering", "reversed", "--allow-unverified"]) == 0
+    turned = list(udcg.read_contexts(ordered))
+    assert [p.doc_id for p in turned[0].passages] == ["p3", "p2", "p1"]
+    assert main(["score", str(ordered)]) == 0
+    assert list(udcg.score_contexts(ordered, qcare=True)["C-Prec"].notna()) == [True, True]
+    assert pick(first, np.array([2, 0]), "theta").extra["qcare_labels"]["outcomes"] == []
+    stale = pick(_edits(first)["passages"], np.array([0, 1]), "theta")
+    with pytest.raises(UDCGInputError, match=r"inputs\.passages"):
+        udcg.score_contexts([stale], qcare=True)

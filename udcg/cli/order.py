@@ -52,6 +52,7 @@ from udcg.cli.common import (
 from udcg.cli.trec import add_utility_source
 from udcg.cli.weights import add_allow_unverified
 from udcg.errors import UDCGInputError
+from udcg.io.contexts.sources import passages_moved
 from udcg.io.joins.utility_sources import DEFAULT_SOURCE
 from udcg.io.weights.files import MISMATCH_FIELDS, check_compatible
 from udcg.theta.ordering import ORDERINGS, order_by
@@ -211,7 +212,7 @@ def order_contexts(args: argparse.Namespace) -> None:
         same = order.tolist() == list(range(len(ctx.passages)))
         changed += not same
         passages = [ctx.passages[i] for i in order]
-        chosen = ctx if same else replace(ctx, passages=passages, outcomes={})
+        chosen = ctx if same else passages_moved(ctx, replace(ctx, passages=passages, outcomes={}))
         # this ordering's record, and the mismatches it allowed on purpose (as in score --out),
         # replace an earlier ordering's
         extra = {k: v for k, v in chosen.extra.items() if k != OVERRIDES} | {ORDERED_BY: record}

@@ -26,6 +26,7 @@ import numpy as np
 
 from udcg.errors import UDCGInputError
 from udcg.io.contexts.jsonl import Context, correctness, relevance_matrix
+from udcg.io.contexts.sources import passages_moved
 from udcg.io.joins.utility_sources import get_source
 from udcg.pipeline.scoring import crossfit_theta, halves
 from udcg.pipeline.stages import missing_steps
@@ -81,7 +82,7 @@ def pick(context: Context, indices: np.ndarray, order: str) -> Context:
     ``RUN, order=ORDER``."""
     run = f"{context.run or ''}, order={order}" if order != "retriever" else context.run
     passages = [context.passages[int(i)] for i in indices]
-    return replace(context, passages=passages, outcomes={}, run=run)
+    return passages_moved(context, replace(context, passages=passages, outcomes={}, run=run))
 
 
 def _stack(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

@@ -8,6 +8,7 @@ import hashlib
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from udcg.errors import UDCGInputError, UDCGWarning
@@ -140,6 +141,31 @@ def label_inputs(ctx: Context, models: Iterable[str] = ()) -> dict[str, Any]:
         "passages": _digest([p.text for p in ctx.passages]),
         "outcomes": {m: _digest(ctx.outcomes.get(m, {}).get("answer")) for m in sorted(models)},
     }
+
+
+def passages_moved(before: Context, after: Context) -> Context:
+    """``after``, made from ``before`` by a step that picked or reordered its passages, each
+    with its coverage labels, and dropped its outcomes (``udcg order``, evaluate.py's
+    ``order=``): its ``qcare_labels`` record, when ``before``'s passages were those labelled,
+    names ``after``'s passages and no outcome; labels of other passages stay refused.
+
+    Examples:
+        >>> from dataclasses import replace
+        >>> from udcg.io.contexts.model import Passage
+        >>> ctx = Context("q1", [Passage("d1", text="a"), Passage("d2", text="b")])
+        >>> ctx = replace(ctx, extra={RECORD: {"inputs": label_inputs(ctx)}})
+        >>> turned = replace(ctx, passages=ctx.passages[::-1])
+        >>> changed_inputs(turned), changed_inputs(passages_moved(ctx, turned))
+        (['passages'], [])
+    """
+    record = before.extra.get(RECORD)
+    if not isinstance(record, dict) or "passages" in changed_inputs(before):
+        return after
+    moved = {**record, "outcomes": []}
+    if isinstance(record.get("inputs"), dict):
+        moved["inputs"] = {**record["inputs"], "passages": label_inputs(after)["passages"]}
+        moved["inputs"]["outcomes"] = {}
+    return replace(after, extra={**after.extra, RECORD: moved})
 
 
 def changed_inputs(ctx: Context, models: Iterable[str] = ()) -> list[str]:
