@@ -281,10 +281,16 @@ def test_a_summary_of_means_over_other_numbers_of_contexts_says_so() -> None:
         {**_report("b", 0.6, means), "mean_counts": {"nDCG": 30, "C-Prec": 20, "C-nDCG": 20}},
     ]
     (note,) = summarize(reports)["notes"]
-    assert note.startswith("C-Prec, C-nDCG: the means are over different numbers of contexts")
+    assert note.startswith("C-Prec, C-nDCG: the means are over different contexts")
     assert "(a: 30; b: 20)" in note and "nDCG," not in note.replace("C-nDCG:", "")
     reports[1]["mean_counts"].update({"C-Prec": 30, "C-nDCG": 30})
     assert summarize(reports)["notes"] == []
+    # as many contexts, of other queries (adv43 3): said too
+    for report, missing in zip(reports, ("q0", "q1"), strict=True):
+        left = [f"q{i}" for i in range(31) if f"q{i}" != missing]
+        report["mean_qids_sha256"] = {m: qids_sha256(left) for m in means}
+    (note,) = summarize(reports)["notes"]
+    assert note.startswith("nDCG, C-Prec, C-nDCG: the means are over different contexts (a: 30")
     del reports[1]["mean_counts"]  # a report of an earlier udcg: nothing to compare
     assert summarize(reports)["notes"] == []
 

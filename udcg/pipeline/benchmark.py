@@ -387,6 +387,9 @@ def _benchmark(
             "signal": None if signal is None else signal.as_dict(),
             "means": {m: float(np.mean(v)) for m, v in kept.items()},
             "mean_counts": {m: len(v) for m, v in kept.items()},  # contexts each mean is over
+            "mean_qids_sha256": {  # and their queries
+                m: qids_sha256(table.qids[~np.isnan(v)].tolist()) for m, v in table.scores.items()
+            },
             "tuned_gammas": table.gammas,
             "crossfit_theta_weights": [
                 {"alpha": m.alpha_.tolist(), "beta": m.beta_.tolist()} for m in table.theta_models

@@ -122,21 +122,24 @@ def _query_notes(runs: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _count_notes(runs: dict[str, dict[str, Any]]) -> list[str]:
-    """A note per group of metrics whose means are over different numbers of contexts between
-    the members (``mean_counts``: a context a metric is missing for is left out of its mean);
-    nothing when a report does not record them (an earlier udcg's)."""
+    """A note per group of metrics whose means are over different contexts between the
+    members: other numbers of them (``mean_counts``: a context a metric is missing for is left
+    out of its mean) or as many of other queries (``mean_qids_sha256``); nothing when a
+    report does not record them (an earlier udcg's)."""
     counts = {name: r.get("mean_counts") for name, r in runs.items()}
     if len(runs) < 2 or not all(isinstance(c, dict) for c in counts.values()):
         return []
+    queries = [r.get("mean_qids_sha256") or {} for r in runs.values()]
     groups: dict[str, list[str]] = {}
     for metric in next(iter(counts.values())):
         per_run = [c.get(metric) for c in counts.values()]
-        if None not in per_run and len(set(per_run)) > 1:
+        over = {(n, q.get(metric)) for n, q in zip(per_run, queries, strict=True)}
+        if None not in per_run and len(over) > 1:
             listed = "; ".join(f"{name}: {n}" for name, n in zip(counts, per_run, strict=True))
             groups.setdefault(listed, []).append(metric)
     return [
-        f"{', '.join(metrics)}: the means are over different numbers of contexts ({listed}):"
-        " a context a metric is missing for is left out of its mean, so they do not compare"
+        f"{', '.join(metrics)}: the means are over different contexts ({listed}): a context a "
+        "metric is missing for is left out of its mean, so they do not compare"
         for listed, metrics in groups.items()
     ]
 
