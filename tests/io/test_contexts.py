@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -239,6 +240,78 @@ def test_write_errors_leave_existing_file_untouched(tmp_path, bad):
         write_contexts(out, [Context("fine", []), bad])
     assert out.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["o.jsonl"]  # no temporary file left
+
+
+def _labelled(doc_id: str, relevant: object = True, prob: object = 0.1) -> Passage:
+    return Passage(doc_id, relevant=relevant, abstain_prob={"j": prob})
+
+
+UNREADABLE = {  # contexts built in memory that read_contexts refuses: (context, field, message)
+    "duplicate doc_id": (
+        Context("q1", [_labelled("a"), _labelled("a")]),
+        "passages[1].doc_id",
+        "duplicate doc_id 'a' (already at passages[0])",
+    ),
+    "correct 2": (
+        Context("q1", [_labelled("a")], outcomes={"j": {"correct": 2}}),
+        "outcomes.j.correct",
+        "must be true or false, got the number 2",
+    ),
+    "abstain_prob 1.5": (
+        Context("q1", [_labelled("a", prob=1.5)]),
+        "passages[0].abstain_prob.j",
+        "must be a probability in [0, 1], got 1.5",
+    ),
+    "relevant yes": (
+        Context("q1", [_labelled("a", relevant="yes")]),
+        "passages[0].relevant",
+        "must be true, false or a finite number >= 0, got the string 'yes'",
+    ),
+    "outcome not an object": (
+        Context("q1", [_labelled("a")], outcomes={"j": True}),
+        "outcomes.j",
+        "must be an object, got a boolean",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNREADABLE, ids=list(UNREADABLE))
+def test_write_refuses_what_the_reader_refuses_and_leaves_the_file(tmp_path, case):
+    bad, field, message = UNREADABLE[case]
+    out = tmp_path / "o.jsonl"
+    out.write_text("old\n")
+    with pytest.raises(UDCGInputError) as err:
+        write_contexts(out, [Context("fine", []), bad])
+    assert str(err.value) == f"{out}:2: field '{field}': {message}"
+    assert out.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["o.jsonl"]
+    write_contexts(out, [bad], check=False)  # udcg's own output skips the check
+    with pytest.raises(UDCGInputError, match=f"{out}:1: field '{re.escape(field)}'"):
+        list(read_contexts(out))
+
+
+def test_write_checks_numpy_scalars_and_tuples_as_written(tmp_path):
+    ctx = Context(
+        "q",
+        [Passage("d", relevant=np.bool_(True), abstain_prob={"j": np.float32(0.5)})],
+        answers=("x",),
+        outcomes={"j": {"correct": np.bool_(False)}},
+    )
+    assert write_contexts(tmp_path / "o.jsonl", [ctx]) == 1
+    back = next(read_contexts(tmp_path / "o.jsonl"))
+    assert back.answers == ["x"] and back.outcomes == {"j": {"correct": False}}
+    with pytest.raises(UDCGInputError, match=r"passages\[0\]\.abstain_prob\.j': must be a prob"):
+        write_contexts(tmp_path / "p.jsonl", [Context("q", [_labelled("d", prob=np.float32(2))])])
+
+
+def test_write_refuses_one_context_and_what_is_no_context(tmp_path):
+    with pytest.raises(UDCGInputError, match=r"^field 'contexts': got one Context, expected an"):
+        write_contexts(tmp_path / "o.jsonl", Context("q", []))
+    with pytest.raises(UDCGInputError, match=r":1: must be a Context, got dict$"):
+        write_contexts(tmp_path / "o.jsonl", [{"qid": "q", "passages": []}])
+    with pytest.raises(UDCGInputError, match=r":1: field 'passages\[0\]': must be a Passage, got"):
+        write_contexts(tmp_path / "o.jsonl", [Context("q", [{"doc_id": "d"}])])
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 @pytest.mark.parametrize("contexts", [[], iter([])], ids=["list", "iterator"])

@@ -179,7 +179,7 @@ def _out_name(text: str) -> str:
 def _write(out: str, contexts: Iterable[Context]) -> None:
     """``contexts`` to the JSONL file ``out``, or to a Hugging Face dataset for ``hf:DIR``."""
     if not out.startswith(HF_PREFIX):
-        write_contexts(out, contexts)
+        write_contexts(out, contexts, check=False)  # made from checked input
         return
     from udcg.io.formats.hf_datasets import save_contexts_dataset
 

@@ -423,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.retries,
                     relabel=args.relabel,
                 )
-                write_contexts(args.out, labelled)
+                write_contexts(args.out, labelled, check=False)
                 made = {"format": "udcg-qcare-label/1", "judge": judge.name}
                 made["judge_fingerprint"] = judge.fingerprint
                 write_derived_manifest(args.out, args.input, made)

@@ -52,6 +52,7 @@ __all__ = [
     "Passage",
     "abstain_probs",
     "answer_probs",
+    "check_context",
     "context_line",
     "correctness",
     "coverage_matrices",
@@ -123,13 +124,17 @@ def _numpy_scalar(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def write_contexts(path: PathType, contexts: Iterable[Context]) -> int:
+def write_contexts(path: PathType, contexts: Iterable[Context], *, check: bool = True) -> int:
     """Write ``contexts`` as JSONL (one object per line, UTF-8, keys in a fixed order).
 
     The file is replaced atomically; a ``.gz`` suffix compresses it. numpy scalars are written
-    as the Python values they hold. NaN or infinite numbers raise ``ValueError``, and no
-    contexts at all :func:`no_contexts` (a file without any is unreadable); both leave any
-    existing file untouched. Returns the number written.
+    as the Python values they hold. Each context must pass the reader's checks
+    (:func:`check_context`: a context :func:`read_contexts` would refuse is refused with its
+    message, ``FILE:LINE: field ...``, the line it would have been written at; ``check=False``
+    skips this, about as costly as the write, for contexts made from checked input); NaN or
+    infinite numbers raise ``ValueError``, and no contexts at all :func:`no_contexts` (a file
+    without any is unreadable); all leave any existing file untouched. Returns the number
+    written.
 
     Examples:
         A round trip through a gzipped file:
@@ -145,8 +150,9 @@ def write_contexts(path: PathType, contexts: Iterable[Context]) -> int:
     """
     count = 0
     with atomic_write(path) as handle:
-        for ctx in contexts:
-            handle.write(context_line(ctx))
+        for ctx in not_one_context(contexts):
+            obj = check_context(ctx, Where(path, count + 1)) if check else ctx.to_json()
+            handle.write(_json_text(obj, allow_nan=False) + "\n")
             count += 1
         if count == 0:
             raise no_contexts(contexts)
@@ -169,6 +175,54 @@ def no_contexts(contexts: object) -> UDCGInputError:
     return UDCGInputError("no contexts" + hint, field="contexts")
 
 
+def not_one_context(contexts: Iterable[Context]) -> Iterable[Context]:
+    """``contexts``, refusing a single :class:`Context` given where an iterable of them is
+    expected (a context is not iterable).
+
+    Examples:
+        >>> not_one_context(Context("q1"))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: field 'contexts': got one Context, expected an iterable ...
+    """
+    if isinstance(contexts, Context):
+        raise UDCGInputError(
+            "got one Context, expected an iterable of them: pass [context]", field="contexts"
+        )
+    return contexts
+
+
+def check_context(ctx: Context, where: Where) -> dict[str, Any]:
+    """``ctx.to_json()`` once the reader's checks
+    (:func:`~udcg.io.contexts.model.parse_context`) accept it: a context built in memory that
+    :func:`read_contexts` would refuse is refused with the reader's message, located by
+    ``where``. Values JSON writes otherwise (numpy scalars, tuples) are checked as written.
+
+    Examples:
+        >>> two = Context("q1", [Passage("d1"), Passage("d1")])
+        >>> check_context(two, Where("c.jsonl", 3))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        udcg.errors.UDCGInputError: c.jsonl:3: field 'passages[1].doc_id': duplicate doc_id 'd1' ...
+    """
+    if not isinstance(ctx, Context):
+        raise UDCGInputError(
+            f"must be a Context, got {type(ctx).__name__}", path=where.path, line=where.line
+        )
+    for i, passage in enumerate(ctx.passages):
+        if not isinstance(passage, Passage):
+            raise where.error(f"passages[{i}]", f"must be a Passage, got {type(passage).__name__}")
+    try:
+        obj = ctx.to_json()
+    except ValueError as exc:  # an extra key clashing with a field
+        raise where.error("extra", str(exc)) from None
+    try:
+        parse_context(obj, where)
+    except UDCGInputError:  # maybe numpy scalars or tuples: check them as JSON writes them
+        parse_context(json.loads(_json_text(obj, allow_nan=True)), where)
+    return obj
+
+
 def context_line(ctx: Context) -> str:
     """One context as the JSONL line :func:`write_contexts` writes, ending in a newline.
 
@@ -176,5 +230,8 @@ def context_line(ctx: Context) -> str:
         >>> context_line(Context("q1", [Passage("d1")]))
         '{"qid": "q1", "passages": [{"doc_id": "d1"}]}\\n'
     """
-    line = json.dumps(ctx.to_json(), ensure_ascii=False, allow_nan=False, default=_numpy_scalar)
-    return line + "\n"
+    return _json_text(ctx.to_json(), allow_nan=False) + "\n"
+
+
+def _json_text(obj: dict[str, Any], allow_nan: bool) -> str:
+    return json.dumps(obj, ensure_ascii=False, allow_nan=allow_nan, default=_numpy_scalar)
