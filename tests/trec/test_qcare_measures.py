@@ -285,7 +285,8 @@ def test_bad_coverage_files_are_located(tmp_path: Path) -> None:
     with pytest.raises(UDCGInputError, match=r"c\.jsonl:2: .*doc_id"):
         evaluate(qrels, run, "C-Prec@2", coverage=lines)
     contexts = tmp_path / "ctx.jsonl"
-    write_contexts(contexts, [Context("q1", [Passage("d1", covers=[True])], subqueries=["a", "b"])])
+    bad = Context("q1", [Passage("d1", covers=[True])], subqueries=["a", "b"])
+    write_contexts(contexts, [bad], check=False)  # a file the reader refuses
     with pytest.raises(
         UDCGInputError, match=r"ctx\.jsonl:1: .*covers'?: has 1 entries but the context has 2"
     ):
