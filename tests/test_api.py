@@ -366,3 +366,69 @@ def test_score_contexts_asks_for_the_judge_key_when_two_judges_labelled() -> Non
         udcg.score_contexts(contexts)
     frame = udcg.score_contexts(contexts, judge_key="other", qcare=False)
     assert frame["UDCG"].iloc[0] == pytest.approx(expit((0.7 - 0.7 / 3) / 2))
+
+
+def _p(doc_id: str, relevant: object = True, prob: object = 0.1) -> object:
+    import udcg
+
+    return udcg.Passage(doc_id, relevant=relevant, abstain_prob={"j": prob})
+
+
+# contexts built in memory with a labelling mistake: (passages, outcomes, field, message)
+IN_MEMORY_MISTAKES = {
+    "duplicate doc_id": (
+        [("a",), ("a",), ("b", False, 0.3)],
+        {"j": {"correct": True}},
+        "passages[1].doc_id",
+        "duplicate doc_id 'a' (already at passages[0])",
+    ),
+    "correct 2": ([("a",)], {"j": {"correct": 2}}, "outcomes.j.correct", "must be true or false"),
+    "correct yes": ([("a",)], {"j": {"correct": "yes"}}, "outcomes.j.correct", "must be true"),
+    "outcome True": ([("a",)], {"j": True}, "outcomes.j", "must be an object, got a boolean"),
+    "relevant yes": ([("a", "yes")], {}, "passages[0].relevant", "must be true, false or a"),
+    "abstain_prob x": ([("a", True, "x")], {}, "passages[0].abstain_prob.j", "must be a prob"),
+    "abstain_prob 1.5": (
+        [("a", True, 1.5)],
+        {},
+        "passages[0].abstain_prob.j",
+        "must be a probability in [0, 1], got 1.5",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", IN_MEMORY_MISTAKES, ids=list(IN_MEMORY_MISTAKES))
+@pytest.mark.parametrize("job", ["score_contexts", "fit_theta"])
+def test_contexts_in_memory_get_the_readers_checks(case: str, job: str) -> None:
+    import udcg
+
+    passages, outcomes, field, message = IN_MEMORY_MISTAKES[case]
+    good = udcg.Context("q0", [_p("x"), _p("y", False, 0.4)], outcomes={"j": {"correct": False}})
+    bad = udcg.Context("q1", [_p(*p) for p in passages], outcomes=outcomes)
+    call = udcg.score_contexts if job == "score_contexts" else lambda c: udcg.fit_theta(c, 2)
+    with pytest.raises(udcg.UDCGInputError) as err:
+        call([good, bad])
+    assert str(err.value).startswith(f"contexts[1] (qid 'q1'): field '{field}': {message}")
+
+
+def test_one_context_instead_of_a_list_is_one_line() -> None:
+    import udcg
+
+    one = udcg.Context("q0", [_p("x")], outcomes={"j": {"correct": True}})
+    for call in (udcg.score_contexts, lambda c: udcg.fit_theta(c, 1)):
+        with pytest.raises(udcg.UDCGInputError) as err:
+            call(one)
+        assert str(err.value) == (
+            "field 'contexts': got one Context, expected an iterable of them: pass [context]"
+        )
+
+
+def test_numpy_labels_in_memory_still_score() -> None:
+    import udcg
+
+    ctx = udcg.Context(
+        "q0",
+        [udcg.Passage("x", relevant=np.bool_(True), abstain_prob={"j": np.float32(0.25)})],
+        outcomes={"j": {"correct": np.bool_(True)}},
+    )
+    frame = udcg.score_contexts([ctx])
+    assert frame["correct"].tolist() == [1.0] and frame["UDCG"].iloc[0] > 0

@@ -5,7 +5,7 @@ Q-CARE's metrics when the contexts carry its labels."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,7 +13,15 @@ import numpy as np
 from udcg import metrics
 from udcg._lazy import import_pandas
 from udcg.errors import UDCGInputError
-from udcg.io.contexts.jsonl import Context, no_contexts, read_contexts, relevance_matrix
+from udcg.io.contexts.checks import Where
+from udcg.io.contexts.jsonl import (
+    Context,
+    check_context,
+    no_contexts,
+    not_one_context,
+    read_contexts,
+    relevance_matrix,
+)
 from udcg.io.contexts.model import distinct_contexts
 from udcg.io.contexts.sources import check_label_inputs, warn_given_outcome, warn_mixed_sources
 from udcg.io.files import PathType
@@ -35,20 +43,39 @@ if TYPE_CHECKING:
 def as_contexts(
     contexts: Iterable[Context] | str | os.PathLike[str], distinct: bool = True
 ) -> list[Context]:
-    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read; a context held
-    twice is refused when ``distinct`` (a mean or a fit would count it twice:
+    """``contexts`` as a list: a contexts JSONL file (``.gz`` too) is read; contexts given in
+    memory pass the reader's checks (:func:`udcg.io.contexts.jsonl.check_context`; an error
+    names ``contexts[i] (qid ...)`` and the field); a context held twice is refused when
+    ``distinct`` (a mean or a fit would count it twice:
     :func:`udcg.io.contexts.model.distinct_contexts`); none at all is an error
     (:func:`udcg.io.contexts.jsonl.no_contexts`).
 
     >>> from udcg.demo_data.demo import OUTPUT
     >>> len(as_contexts(OUTPUT))
     1020
+    >>> from udcg.io.contexts.jsonl import Passage
+    >>> as_contexts([Context("q1", [Passage("d1", relevant="yes")])])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    udcg.errors.UDCGInputError: contexts[0] (qid 'q1'): field 'passages[0].relevant': must be ...
     """
-    read = read_contexts(contexts) if isinstance(contexts, (str, os.PathLike)) else contexts
+    if isinstance(contexts, (str, os.PathLike)):
+        read: Iterable[Context] = read_contexts(contexts)
+    else:
+        read = _checked(not_one_context(contexts))
     listed = distinct_contexts(read) if distinct else list(read)
     if not listed and not isinstance(contexts, (str, os.PathLike)):
         raise no_contexts(contexts)
     return listed
+
+
+def _checked(contexts: Iterable[Context]) -> Iterator[Context]:
+    """``contexts``, each once the reader's checks accept it."""
+    for i, ctx in enumerate(contexts):
+        qid = getattr(ctx, "qid", None)
+        name = f"contexts[{i}]" + (f" (qid {qid!r})" if isinstance(qid, str | int) else "")
+        check_context(ctx, Where(name, None))
+        yield ctx
 
 
 def stored_judge_key(contexts: Sequence[Context], utility: str = DEFAULT_SOURCE) -> str:
