@@ -389,3 +389,9 @@ def test_a_bad_seed_is_one_line(seed: object) -> None:
         stats.bootstrap_correlation(x, y, groups=np.arange(8), seed=seed)
     with pytest.raises(UDCGInputError, match="field 'seed'"):
         stats.paired_bootstrap_test(x, x[::-1], y, np.arange(8), seed=seed)
+
+
+def test_a_masked_array_with_entries_masked_is_refused() -> None:
+    x = np.ma.array([1.0, 2.0, 3.0, 4.0], mask=[False, False, True, False])
+    with pytest.raises(UDCGInputError, match="field 'metric': a masked array with 1 masked"):
+        stats.correlation(x, [0, 1, 1, 0])

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from udcg.errors import UDCGInputError
+from udcg.metrics._arrays import unmasked
 from udcg.validation import float_vector, nonnegative_int, query_codes, show
 
 Method = Literal["spearman", "kendall", "pearson"]
@@ -124,8 +125,9 @@ def scipy_stats() -> ModuleType:
 def _as_vector(
     values: Any, name: str, length: int | None = None, length_of: str = ""
 ) -> np.ndarray:
-    """A finite float64 1-D array with at least 2 values (``length`` values when given)."""
-    out = float_vector(values, name, length, length_of)
+    """A finite float64 1-D array with at least 2 values (``length`` values when given); a
+    masked array with entries masked is refused."""
+    out = float_vector(unmasked(values, name), name, length, length_of)
     if out.size == 0:
         raise UDCGInputError("empty input", field=name)
     if out.size < 2:

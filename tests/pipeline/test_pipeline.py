@@ -291,6 +291,8 @@ def test_a_summary_of_means_over_other_numbers_of_contexts_says_so() -> None:
         report["mean_qids_sha256"] = {m: qids_sha256(left) for m in means}
     (note,) = summarize(reports)["notes"]
     assert note.startswith("nDCG, C-Prec, C-nDCG: the means are over different contexts (a: 30")
+    del reports[0]["mean_qids_sha256"]  # an earlier udcg's report: its counts alone compared
+    assert summarize(reports)["notes"] == []
     del reports[1]["mean_counts"]  # a report of an earlier udcg: nothing to compare
     assert summarize(reports)["notes"] == []
 

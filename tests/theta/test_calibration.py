@@ -331,3 +331,19 @@ def test_weights_calibrate_command_and_show(tmp_path, capsys):
     assert weights_main([*base, "--allow-mismatch", "judge"]) == 0
     (note,) = UDCGTheta.from_pretrained(other).card_["weights_overrides"]
     assert "judge 'llama', not 'sim'" in note
+
+
+def test_a_card_calibration_with_a_slope_at_most_0_is_refused(tmp_path) -> None:
+    """A Platt slope <= 0 (a card of an earlier udcg, an edit) would turn the forecasts' order
+    over: refused where the card is read, as a temperature <= 0 is."""
+    import numpy as np
+
+    from udcg.theta import UDCGTheta
+    from udcg.theta.calibration import Calibration
+
+    model = UDCGTheta(2)
+    model.alpha_, model.beta_, model.intercept_ = np.ones(2), -np.ones(2), 0.0
+    model.calibration_ = Calibration("platt", {"a": -2.0, "b": 0.0}, 10)
+    folder = model.save_pretrained(tmp_path / "w")
+    with pytest.raises(UDCGInputError, match=r"field 'calibration\.a': expected a finite positive"):
+        UDCGTheta.from_pretrained(folder)

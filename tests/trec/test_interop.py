@@ -274,3 +274,15 @@ def test_dict_keys_that_are_one_id_as_text_are_refused() -> None:
         evaluate({"1": {"a": 1}}, {1: {"a": 1.0}, "1": {"b": 2.0}}, ["RR"])
     with pytest.raises(UDCGInputError, match=r"query 'q': document ids 7 and '7' are one id"):
         evaluate({"q": {7: 1, "7": 0}}, {"q": {"7": 1.0}}, ["RR"])
+
+
+def test_frame_and_item_query_ids_that_are_one_id_as_text_are_refused() -> None:
+    """A frame's or ir_measures items' query ids 1 and "1" would merge two queries."""
+    run = pd.DataFrame({"qid": [1, "1"], "docno": ["a", "b"], "score": [2.0, 1.0]})
+    with pytest.raises(UDCGInputError, match=r"query ids 1 and '1' are one id as text"):
+        evaluate({"1": {"a": 1}}, run, ["P@1"])
+    items = [ir_measures.ScoredDoc(1, "a", 2.0), ir_measures.ScoredDoc("1", "b", 1.0)]
+    with pytest.raises(UDCGInputError, match=r"query ids 1 and '1' are one id as text"):
+        evaluate({"1": {"a": 1}}, items, ["P@1"])
+    same = pd.DataFrame({"qid": [1, np.int64(1)], "docno": ["a", "b"], "score": [2.0, 1.0]})
+    assert evaluate({"1": {"a": 1}}, same, ["P@1"]) == {"1": {"P@1": 1.0}}

@@ -133,7 +133,8 @@ def _count_notes(runs: dict[str, dict[str, Any]]) -> list[str]:
     groups: dict[str, list[str]] = {}
     for metric in next(iter(counts.values())):
         per_run = [c.get(metric) for c in counts.values()]
-        over = {(n, q.get(metric)) for n, q in zip(per_run, queries, strict=True)}
+        digests = [q.get(metric) for q in queries]  # compared where every member has one
+        over = set(per_run) if None in digests else set(zip(per_run, digests, strict=True))
         if None not in per_run and len(over) > 1:
             listed = "; ".join(f"{name}: {n}" for name, n in zip(counts, per_run, strict=True))
             groups.setdefault(listed, []).append(metric)

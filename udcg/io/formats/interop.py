@@ -162,7 +162,14 @@ def _ids(values: Any, kind: Kind, what: str) -> pa.Array:
     """Plain Arrow strings; ids that are not strings (integers) are turned into strings."""
     try:
         ids = pa.array(values, type=pa.string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid):
+    except (pa.ArrowTypeError, pa.ArrowInvalid):  # not all strings: as text, none merged
+        first: dict[str, Any] = {}
+        for v in values:
+            if v is not None and first.setdefault(str(v), v) != v:
+                raise UDCGInputError(
+                    f"{what}s {first[str(v)]!r} and {v!r} are one id as text: give one",
+                    field=kind,
+                ) from None
         ids = pa.array([None if v is None else str(v) for v in values], type=pa.string())
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()

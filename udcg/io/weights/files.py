@@ -415,10 +415,10 @@ def calibration_entry(data: Any) -> tuple[str, dict[str, float], int]:
             raise UDCGInputError(
                 f"expected a number, got {show(value)}", field=f"calibration.{name}"
             )
-        if not math.isfinite(value) or (name == "temperature" and value <= 0):
+        positive = name in ("temperature", "a")  # a slope <= 0 would turn the order over
+        if not math.isfinite(value) or (positive and value <= 0):
             raise UDCGInputError(
-                f"expected a finite{' positive' if name == 'temperature' else ''} number, "
-                f"got {show(value)}",
+                f"expected a finite{' positive' if positive else ''} number, got {show(value)}",
                 field=f"calibration.{name}",
             )
         values[name] = float(value)
