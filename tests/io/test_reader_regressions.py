@@ -17,6 +17,7 @@ from udcg.io.contexts.jsonl import read_contexts
 from udcg.io.formats.reference import read_reference_json
 from udcg.io.formats.trec import read_trec_qrels, read_trec_run, run_from_dict, write_trec_run
 from udcg.io.joins.trec_contexts import read_trec_contexts
+from udcg.io.weights.files import card_digest
 from udcg.theta import UDCGTheta
 
 RUN = b"q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5 t\n" * 50
@@ -96,6 +97,7 @@ def test_a_bfloat16_tensor_is_a_located_error(tmp_path: Path):
     blob = _replace_header(path.read_bytes(), b'"F64","shape":[]', b'"BF16","shape":[4]')
     path.write_bytes(blob)
     card["weights_sha256"] = hashlib.sha256(blob).hexdigest()
+    card["card_sha256"] = card_digest(card)  # a card that verifies the tampered file
     (tmp_path / "m.json").write_text(json.dumps(card))
     with pytest.raises(UDCGInputError, match=r"m\.safetensors: a tensor has dtype BF16"):
         UDCGTheta.load(path, k=2)
