@@ -66,6 +66,7 @@ def test_qcare_score_refuses_labels_of_edited_inputs(
 def test_readers_refuse_and_older_records_pass(tmp_path: Path, tag_judge, capsys) -> None:
     """score_contexts, udcg trec --coverage and qcare agreement refuse as qcare score does; a
     record without `inputs` (an earlier udcg's) is not checked."""
+    pytest.importorskip("pandas")  # score_contexts' frame
     first, second = _labelled(tag_judge)
     path = tmp_path / "edited.jsonl"
     write_contexts(path, [first, _edits(second)["question"]])
@@ -93,6 +94,7 @@ def test_passages_reordered_with_their_labels_are_not_stale(tmp_path: Path, tag_
     """`udcg order` (and evaluate.py's `order=`) move each passage with its coverage labels and
     drop the outcomes: the record names the new order, and the readers score it; a context
     whose passages were edited before stays refused."""
+    pytest.importorskip("pandas")  # score_contexts' frame
     import numpy as np
 
     from udcg.cli.main import main as udcg_main
